@@ -1,0 +1,97 @@
+// The HTTP key-value store used for rendezvous: fleetrun hosts a
+// KvStoreServer on --http_port; every process reaches it with a
+// KvStoreClient at FLEET_KV_ENDPOINT. Keys live in a job scope
+// ("/<job_id>/<key>") so two jobs can share one server.
+//
+// HTTP API (all bodies are raw bytes):
+//   PUT    /kv/<job>/<key>                      set
+//   GET    /kv/<job>/<key>                      get; 404 when absent
+//   GET    /kv/<job>/<key>?wait_ms=N            long poll: waits up to N ms for the key
+//   DELETE /kv/<job>/<key>                      delete; 404 when absent
+//   GET    /list/<job>?prefix=P                 keys with prefix P, one per line
+//   POST   /add/<job>/<key>   body: delta       atomic add, returns the new value
+//   GET    /health                              "ok"
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/status.h"
+
+namespace fleet {
+
+struct KvStoreServerOptions {
+  // "host:port". Port 0 picks a free port; port() reports it.
+  std::string listen = "127.0.0.1:0";
+  // The longest long poll a client may ask for; longer requests are capped.
+  std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
+};
+
+// Thread-safe. Serves on its own threads from Start() until Stop() or
+// destruction.
+class KvStoreServer {
+ public:
+  explicit KvStoreServer(KvStoreServerOptions options);
+  ~KvStoreServer();
+  KvStoreServer(const KvStoreServer&) = delete;
+  KvStoreServer& operator=(const KvStoreServer&) = delete;
+
+  // Binds and starts serving. Returns Unavailable naming the address when
+  // the port is taken, InvalidArgument for a malformed listen address.
+  Status Start();
+  // Wakes every long poll (they answer 503) and stops. Idempotent.
+  void Stop();
+  // The bound port. REQUIRES: Start() returned OK.
+  int port() const;
+  // "host:port" as bound.
+  std::string endpoint() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct KvStoreClientOptions {
+  // Per-request budget for set/get/delete/list (connect + transfer).
+  std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
+};
+
+// Talks to a KvStoreServer. Thread-safe: each call uses its own connection.
+// Every call blocks at most its timeout and returns Unavailable (server not
+// reachable, naming the endpoint) or Timeout (naming the keys) instead of
+// hanging.
+class KvStoreClient {
+ public:
+  // endpoint: "host:port" of the server; job_id scopes every key.
+  KvStoreClient(std::string endpoint, std::string job_id, KvStoreClientOptions options = {});
+  ~KvStoreClient();
+
+  Status Set(const std::string& key, const std::string& value);
+  // NotFound when the key is absent.
+  Result<std::string> Get(const std::string& key);
+  // Blocks until every key exists or `timeout` passes (Timeout naming the
+  // missing keys and the milliseconds waited).
+  Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
+  // Get after Wait, for one key.
+  Result<std::string> WaitGet(const std::string& key, std::chrono::milliseconds timeout);
+  // NotFound when the key is absent.
+  Status Delete(const std::string& key);
+  // Keys (without the job scope) that start with prefix, sorted.
+  Result<std::vector<std::string>> List(const std::string& prefix);
+  // Atomically adds delta to the integer stored at key (absent = 0) and
+  // returns the new value; used to hand out ranks.
+  Result<int64_t> Add(const std::string& key, int64_t delta);
+
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& job_id() const { return job_id_; }
+
+ private:
+  struct Impl;
+  std::string endpoint_;
+  std::string job_id_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fleet
