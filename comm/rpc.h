@@ -1,0 +1,163 @@
+// RpcNode: request/response over a Van. A node can serve (Listen + handlers
+// registered by command) and call (Connect + Call) at once, so servers,
+// workers and heter workers all use the same class.
+//
+// Calls: each has a request id and a deadline. A response completes the
+// call; a deadline, a lost connection or Stop() completes it with an error
+// that names the call and the peer's endpoint. No call ever waits forever.
+//
+// Handlers: run on the node's handler thread pool, never on the I/O thread.
+// A handler answers through a Responder, immediately or later (a barrier
+// keeps Responders until every worker arrived).
+//
+// Thread safety: all public methods are thread-safe except Register, which
+// must happen before Listen.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "comm/message.h"
+#include "comm/status.h"
+#include "comm/thread_pool.h"
+#include "comm/van.h"
+
+namespace fleet {
+
+struct RpcNodeOptions {
+  // Sent as header.sender and used in logs ("worker:3"). Helps a server
+  // say who sent a bad request.
+  std::string name = "node";
+  // Threads running request handlers. Handlers of one node run in parallel;
+  // 2-4 keeps a 2-core machine busy while the I/O thread moves bytes.
+  int handler_threads = 2;
+  // Deadline for calls whose RpcOptions leave timeout at 0.
+  std::chrono::milliseconds default_timeout{std::chrono::seconds(60)};
+  VanOptions van;
+};
+
+// Per call. Adding a field here never changes a signature.
+struct RpcOptions {
+  // 0 = the node's default_timeout.
+  std::chrono::milliseconds timeout{0};
+  // Names the call in error messages, e.g. "pull_sparse table 3". Empty =
+  // "command <N>".
+  std::string what;
+};
+
+// Answers one request. Copyable: copies share one reply slot and only the
+// first Reply/ReplyError is sent. If every copy is destroyed without a
+// reply, the caller gets an Internal error instead of waiting for its
+// deadline.
+class Responder {
+ public:
+  Responder() = default;
+  // `response` keeps its frames; header command/request id/routing are filled
+  // in here. Its status is OK unless set_status was called on it.
+  void Reply(Message response) const;
+  void ReplyError(const Status& status) const;
+  // The request's sender name, for error messages.
+  const std::string& sender() const;
+  bool valid() const { return state_ != nullptr; }
+
+ private:
+  friend class RpcNode;
+  struct State;
+  explicit Responder(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
+// Runs on a handler thread. Takes ownership of the request.
+using RpcHandler = std::function<void(Message request, Responder responder)>;
+// For handlers that answer at once: fill `response` and return its status.
+// A non-OK status is sent as the reply's status (frames are dropped).
+using RpcSyncHandler = std::function<Status(const Message& request, Message* response)>;
+
+class RpcNode final : private VanReceiver {
+ public:
+  static Result<std::unique_ptr<RpcNode>> Create(RpcNodeOptions options);
+  ~RpcNode() override;  // Stop()s.
+  RpcNode(const RpcNode&) = delete;
+  RpcNode& operator=(const RpcNode&) = delete;
+
+  // REQUIRES: called before Listen; command not registered yet.
+  void Register(uint32_t command, RpcHandler handler);
+  void RegisterSync(uint32_t command, RpcSyncHandler handler);
+
+  // Starts serving on "ip:port" (port 0 picks a free one) and returns the
+  // bound "ip:port". Errors as Van::Bind.
+  Result<std::string> Listen(const std::string& endpoint);
+
+  // Adds a peer to call and returns its id. Never waits for the peer.
+  Result<int> Connect(const std::string& endpoint);
+
+  // Sends `request` to `peer`; `done` runs exactly once, on the node's I/O
+  // thread, with the response or with:
+  //   Timeout      the deadline passed (message: call, endpoint, ms, whether
+  //                the peer was ever reached);
+  //   Unavailable  the connection was lost or the node stopped;
+  //   the status the handler replied with, otherwise.
+  // `done` must be quick and must not call Stop().
+  // REQUIRES: peer was returned by Connect().
+  void CallAsync(int peer, Message request, const RpcOptions& options,
+                 std::function<void(Result<Message>)> done);
+  // The same, as a future. The future is always completed by the deadline.
+  std::future<Result<Message>> Call(int peer, Message request, const RpcOptions& options = {});
+
+  // Stops the transport, fails pending calls with Unavailable, waits for
+  // running handlers. Idempotent.
+  void Stop();
+
+  const std::string& name() const { return options_.name; }
+  std::string peer_endpoint(int peer) const { return van_->endpoint(peer); }
+
+ private:
+  struct PendingCall {
+    std::function<void(Result<Message>)> done;
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::steady_clock::time_point start;
+    int peer;
+    std::string what;
+  };
+
+  explicit RpcNode(RpcNodeOptions options);
+
+  // VanReceiver, on the I/O thread.
+  void OnMessage(const Route& from, Message message) override;
+  void OnMalformed(const Route& from, const pb::Header& header, const Status& why) override;
+  void OnConnectionUp(int connection) override;
+  void OnConnectionDown(int connection, const std::string& endpoint, const Status& why) override;
+  void OnTick(std::chrono::steady_clock::time_point now) override;
+
+  void Dispatch(const Route& from, Message request);
+  // Removes and returns the pending call, if still there.
+  bool TakePending(uint64_t request_id, PendingCall* out);
+  Status TimeoutStatus(const PendingCall& call) const;
+
+  // Fixed after construction (handlers_: after Listen).
+  const RpcNodeOptions options_;
+  absl::flat_hash_map<uint32_t, RpcHandler> handlers_;
+  std::shared_ptr<Van> van_;
+  std::unique_ptr<ThreadPool> pool_;
+
+  std::atomic<uint64_t> next_request_id_{1};
+  std::atomic<bool> listening_{false};
+
+  // Guarded by mu_.
+  mutable std::mutex mu_;
+  absl::flat_hash_map<uint64_t, PendingCall> pending_;
+  std::set<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deadlines_;
+  std::vector<bool> peer_ever_up_;
+  bool stopped_ = false;
+};
+
+}  // namespace fleet

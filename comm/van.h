@@ -1,0 +1,112 @@
+// Van: the ZeroMQ transport. It owns one ZeroMQ context, at most one bound
+// ROUTER socket (for peers that call us) and one DEALER socket per peer we
+// connected to, and one I/O thread that is the only thread ever touching
+// those sockets. Other threads hand it messages through an in-process queue
+// woken by an eventfd; it hands received messages to a Receiver.
+//
+// A message on the wire is one ZeroMQ multipart message:
+//   [routing id (ROUTER side only)] [pb::Header] [frame 0] ... [frame n-1]
+// Payload frames of 256 bytes or more are handed to ZeroMQ without copying
+// (the frame's SArray owner is kept alive until ZeroMQ is done with it);
+// received frames are views that keep their zmq message alive.
+//
+// Thread safety: every public method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "comm/message.h"
+#include "comm/status.h"
+
+namespace fleet {
+
+// Where a message came from, and so where its reply goes: either one of our
+// outgoing connections (connection >= 0) or a caller that reached our bound
+// ROUTER socket (identified by its ZeroMQ routing id).
+struct Route {
+  int connection = -1;
+  std::string routing_id;
+
+  bool outgoing() const { return connection >= 0; }
+};
+
+struct VanOptions {
+  // ZeroMQ heartbeats: a peer silent for heartbeat_timeout is declared dead
+  // and its connection reported down, even when TCP did not notice (a frozen
+  // process, a cut cable). Shorter detects faster but costs idle traffic.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{5000};
+  // How often the I/O thread calls Receiver::OnTick when idle; bounds how
+  // late a deadline can be noticed.
+  std::chrono::milliseconds tick{5};
+  // ZeroMQ background I/O threads. One moves well over 1 GB/s on loopback.
+  int zmq_io_threads = 1;
+};
+
+// Called on the Van's I/O thread. Implementations must be quick and must
+// not block: hand real work to another thread.
+class VanReceiver {
+ public:
+  virtual ~VanReceiver() = default;
+  // A message that passed Message::Validate().
+  virtual void OnMessage(const Route& from, Message message) = 0;
+  // A message whose frames disagree with its header. `header` parsed fine,
+  // so the receiver may answer it with an error.
+  virtual void OnMalformed(const Route& from, const pb::Header& header, const Status& why) = 0;
+  // An outgoing connection's TCP session is up (again).
+  virtual void OnConnectionUp(int connection) = 0;
+  // An outgoing connection was lost (peer closed, crashed, or missed its
+  // heartbeats). ZeroMQ keeps reconnecting in the background.
+  virtual void OnConnectionDown(int connection, const std::string& endpoint,
+                                const Status& why) = 0;
+  // Called at least every VanOptions::tick.
+  virtual void OnTick(std::chrono::steady_clock::time_point now) = 0;
+};
+
+class Van {
+ public:
+  // Starts the I/O thread. `receiver` must outlive the Van.
+  static Result<std::unique_ptr<Van>> Create(VanOptions options, VanReceiver* receiver);
+  ~Van();  // Stop()s.
+  Van(const Van&) = delete;
+  Van& operator=(const Van&) = delete;
+
+  // Binds the ROUTER socket to "ip:port" or "tcp://ip:port". Port 0 picks a
+  // free port. Returns the bound "ip:port". At most one Bind per Van.
+  // Errors: InvalidArgument (malformed address), Unavailable (address in
+  // use or not local), FailedPrecondition (already bound or stopped).
+  // Blocks until the I/O thread did it (bounded: it only binds).
+  Result<std::string> Bind(const std::string& endpoint);
+
+  // Opens an outgoing connection and returns its id (0, 1, ...). Does not
+  // wait for the peer: messages queue until it is up. Errors:
+  // InvalidArgument (malformed address), FailedPrecondition (stopped).
+  Result<int> Connect(const std::string& endpoint);
+
+  // Queues `message` for `to`. Never blocks on the network. A message to an
+  // unknown route is dropped with a warning (the peer is gone).
+  // Errors: FailedPrecondition once stopped.
+  Status Send(const Route& to, Message message);
+
+  // The endpoint of an outgoing connection, for error messages.
+  // REQUIRES: connection was returned by Connect().
+  std::string endpoint(int connection) const;
+
+  // Stops the I/O thread and closes every socket; queued messages are
+  // dropped. Idempotent. Must not be called from the I/O thread.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit Van(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// "ip:port" or "tcp://ip:port" -> "tcp://ip:port", checking the shape. Port
+// must be 0..65535 (0 only when allow_port0).
+Result<std::string> ToZmqEndpoint(const std::string& endpoint, bool allow_port0);
+
+}  // namespace fleet

@@ -1,0 +1,458 @@
+#include "comm/rpc.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+namespace fleet {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint32_t kEcho = 1;
+constexpr uint32_t kFail = 2;
+constexpr uint32_t kSlow = 3;
+constexpr uint32_t kDrop = 4;
+constexpr uint32_t kDeferred = 5;
+
+RpcNodeOptions FastOptions(const std::string& name) {
+  RpcNodeOptions o;
+  o.name = name;
+  o.default_timeout = 5s;
+  o.van.heartbeat_interval = 200ms;
+  o.van.heartbeat_timeout = 1000ms;
+  return o;
+}
+
+// Echoes every frame back and adds the sum of float frame 0 as a second frame.
+Status Echo(const Message& request, Message* response) {
+  for (int i = 0; i < request.header.frames_size(); ++i) {
+    response->header.add_frames()->CopyFrom(request.header.frames(i));
+    response->frames.push_back(request.frames[i]);
+  }
+  response->header.set_meta(request.header.meta());
+  return Status::OK();
+}
+
+class RpcTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<RpcNode> StartServer(const std::string& name, std::string* endpoint) {
+    auto server = RpcNode::Create(FastOptions(name));
+    EXPECT_TRUE(server.ok()) << server.status().ToString();
+    auto node = std::move(server).value();
+    node->RegisterSync(kEcho, Echo);
+    node->RegisterSync(kFail, [](const Message& req, Message*) {
+      return Status::NotFound("no such table", std::to_string(req.header.table_id()));
+    });
+    node->Register(kSlow, [](Message, Responder r) {
+      std::this_thread::sleep_for(1500ms);
+      r.Reply(Message());
+    });
+    node->Register(kDrop, [](Message, Responder) {});
+    node->Register(kDeferred, [this](Message, Responder r) {
+      std::lock_guard<std::mutex> lock(deferred_mu_);
+      deferred_.push_back(r);
+    });
+    auto bound = node->Listen("127.0.0.1:0");
+    EXPECT_TRUE(bound.ok()) << bound.status().ToString();
+    *endpoint = bound.value();
+    return node;
+  }
+
+  std::unique_ptr<RpcNode> Client() {
+    auto c = RpcNode::Create(FastOptions("test-client"));
+    EXPECT_TRUE(c.ok());
+    return std::move(c).value();
+  }
+
+  std::mutex deferred_mu_;
+  std::vector<Responder> deferred_;
+};
+
+Message FloatRequest(uint32_t command, size_t n, float base) {
+  Message m;
+  m.header.set_command(command);
+  SArray<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(i);
+  m.AddFrame(v);
+  SArray<uint64_t> k(n);
+  for (size_t i = 0; i < n; ++i) k[i] = (static_cast<uint64_t>(base) << 32) | i;
+  m.AddFrame(k);
+  return m;
+}
+
+TEST_F(RpcTest, ListenOnPortZeroReportsRealPort) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  EXPECT_TRUE(endpoint.starts_with("127.0.0.1:")) << endpoint;
+  EXPECT_NE(endpoint, "127.0.0.1:0");
+}
+
+TEST_F(RpcTest, EchoRoundTripPreservesFramesForSizes) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  int peer = client->Connect(endpoint).value();
+  for (size_t n : {0u, 1u, 63u, 64u, 1000u, 1u << 20}) {
+    auto reply = client->Call(peer, FloatRequest(kEcho, n, 7.0f)).get();
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    auto values = reply->Frame<float>(0);
+    auto keys = reply->Frame<uint64_t>(1);
+    ASSERT_TRUE(values.ok() && keys.ok());
+    ASSERT_EQ(values->size(), n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ((*values)[i], 7.0f + static_cast<float>(i)) << "n=" << n << " i=" << i;
+      ASSERT_EQ((*keys)[i], (7ull << 32) | i);
+    }
+    EXPECT_EQ(reply->header.sender(), "s");
+  }
+}
+
+TEST_F(RpcTest, ManyConcurrentCallsToManyServers) {
+  constexpr int kServers = 3;
+  constexpr int kCalls = 300;
+  std::vector<std::unique_ptr<RpcNode>> servers;
+  std::vector<std::string> endpoints(kServers);
+  for (int s = 0; s < kServers; ++s) servers.push_back(StartServer("s" + std::to_string(s), &endpoints[s]));
+  auto client = Client();
+  std::vector<int> peers;
+  for (auto& e : endpoints) peers.push_back(client->Connect(e).value());
+  std::vector<std::future<Result<Message>>> futures;
+  for (int i = 0; i < kCalls; ++i) {
+    futures.push_back(client->Call(peers[i % kServers], FloatRequest(kEcho, 16, float(i))));
+  }
+  for (int i = 0; i < kCalls; ++i) {
+    auto r = futures[i].get();
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ((*r->Frame<float>(0))[0], float(i));
+    EXPECT_EQ(r->header.sender(), "s" + std::to_string(i % kServers));
+  }
+}
+
+TEST_F(RpcTest, ConcurrentCallersFromManyThreads) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  int peer = client->Connect(endpoint).value();
+  std::atomic<int> ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i) {
+        auto r = client->Call(peer, FloatRequest(kEcho, 4, float(t * 1000 + i))).get();
+        if (r.ok() && (*r->Frame<float>(0))[0] == float(t * 1000 + i)) ok.fetch_add(1);
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 200);
+}
+
+TEST_F(RpcTest, HandlerErrorTravelsBack) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  Message m;
+  m.header.set_command(kFail);
+  m.header.set_table_id(17);
+  auto r = client->Call(client->Connect(endpoint).value(), std::move(m)).get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsNotFound());
+  EXPECT_EQ(r.status().message(), "no such table: 17");
+}
+
+TEST_F(RpcTest, UnknownCommandGetsErrorAndServerKeepsServing) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  int peer = client->Connect(endpoint).value();
+  Message m;
+  m.header.set_command(999);
+  auto r = client->Call(peer, std::move(m)).get();
+  EXPECT_TRUE(r.status().IsInvalidArgument());
+  EXPECT_NE(r.status().message().find("unknown command 999"), std::string::npos);
+  EXPECT_TRUE(client->Call(peer, FloatRequest(kEcho, 3, 1)).get().ok());
+}
+
+TEST_F(RpcTest, DroppedResponderAnswersInternal) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  Message m;
+  m.header.set_command(kDrop);
+  auto r = client->Call(client->Connect(endpoint).value(), std::move(m)).get();
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("without replying"), std::string::npos);
+}
+
+TEST_F(RpcTest, DeferredReplyFromAnotherThread) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  int peer = client->Connect(endpoint).value();
+  std::vector<std::future<Result<Message>>> futures;
+  for (int i = 0; i < 3; ++i) {
+    Message m;
+    m.header.set_command(kDeferred);
+    futures.push_back(client->Call(peer, std::move(m)));
+  }
+  for (int spin = 0; spin < 500; ++spin) {
+    {
+      std::lock_guard<std::mutex> lock(deferred_mu_);
+      if (deferred_.size() == 3) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  for (auto& f : futures) EXPECT_EQ(f.wait_for(50ms), std::future_status::timeout);
+  std::thread releaser([&] {
+    std::lock_guard<std::mutex> lock(deferred_mu_);
+    ASSERT_EQ(deferred_.size(), 3u);
+    for (auto& r : deferred_) r.Reply(Message());
+    deferred_.clear();
+  });
+  releaser.join();
+  for (auto& f : futures) EXPECT_TRUE(f.get().ok());
+}
+
+TEST_F(RpcTest, AbsentPeerFailsAtDeadlineNamingEndpoint) {
+  // A port nobody listens on: bind a server, note its port, stop it.
+  std::string endpoint;
+  { auto gone = StartServer("gone", &endpoint); }
+  auto client = Client();
+  int peer = client->Connect(endpoint).value();
+  RpcOptions opts;
+  opts.timeout = 300ms;
+  opts.what = "pull_sparse table 3";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client->Call(peer, FloatRequest(kEcho, 1, 0), opts).get();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.status().IsTimeout()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("pull_sparse table 3"), std::string::npos);
+  EXPECT_NE(r.status().message().find("tcp://" + endpoint), std::string::npos);
+  EXPECT_NE(r.status().message().find("never reached"), std::string::npos);
+  EXPECT_GE(took, 300ms);
+  EXPECT_LT(took, 2s);
+}
+
+TEST_F(RpcTest, SlowHandlerPastDeadlineTimesOutAndLateReplyIsIgnored) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  int peer = client->Connect(endpoint).value();
+  Message m;
+  m.header.set_command(kSlow);
+  RpcOptions opts;
+  opts.timeout = 200ms;
+  auto r = client->Call(peer, std::move(m), opts).get();
+  ASSERT_TRUE(r.status().IsTimeout());
+  EXPECT_EQ(r.status().message().find("never reached"), std::string::npos) << r.status().ToString();
+  // The late reply arrives while this call runs and must not disturb it.
+  auto ok = client->Call(peer, FloatRequest(kEcho, 2, 5)).get();
+  EXPECT_TRUE(ok.ok());
+}
+
+TEST_F(RpcTest, StopFailsPendingCalls) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  int peer = client->Connect(endpoint).value();
+  Message m;
+  m.header.set_command(kSlow);
+  auto f = client->Call(peer, std::move(m));
+  std::this_thread::sleep_for(50ms);
+  client->Stop();
+  auto r = f.get();
+  EXPECT_TRUE(r.status().IsUnavailable()) << r.status().ToString();
+  auto after = client->Call(peer, Message()).get();
+  EXPECT_TRUE(after.status().IsUnavailable());
+}
+
+TEST_F(RpcTest, BindToTakenPortIsUnavailable) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto other = RpcNode::Create(FastOptions("other")).value();
+  auto r = other->Listen(endpoint);
+  ASSERT_TRUE(r.status().IsUnavailable()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(endpoint), std::string::npos);
+}
+
+TEST_F(RpcTest, MalformedEndpointsAreInvalidArgument) {
+  auto node = Client();
+  for (const char* bad : {"127.0.0.1", "127.0.0.1:", ":80", "127.0.0.1:70000", "h:abc",
+                          "127.0.0.1:-1"}) {
+    EXPECT_TRUE(node->Connect(bad).status().IsInvalidArgument()) << bad;
+  }
+  EXPECT_TRUE(node->Connect("127.0.0.1:0").status().IsInvalidArgument());
+}
+
+// Raw ZeroMQ peer that speaks the wire format by hand, to send what a
+// correct client never would.
+class RawPeer {
+ public:
+  explicit RawPeer(const std::string& endpoint)
+      : socket_(context_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::rcvtimeo, 3000);
+    socket_.connect("tcp://" + endpoint);
+  }
+  void SendParts(const std::vector<std::string>& parts) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      socket_.send(zmq::buffer(parts[i]),
+                   i + 1 == parts.size() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    }
+  }
+  // Returns the header of the reply, or nullopt on timeout.
+  std::optional<pb::Header> Receive() {
+    zmq::message_t part;
+    if (!socket_.recv(part)) return std::nullopt;
+    pb::Header h;
+    EXPECT_TRUE(h.ParseFromArray(part.data(), static_cast<int>(part.size())));
+    while (part.more()) (void)socket_.recv(part);
+    return h;
+  }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+};
+
+std::string Header(uint32_t command, uint64_t id, std::vector<std::pair<pb::DataType, uint64_t>> frames) {
+  pb::Header h;
+  h.set_command(command);
+  h.set_request_id(id);
+  h.set_sender("raw");
+  for (auto [t, n] : frames) {
+    auto* f = h.add_frames();
+    f->set_dtype(t);
+    f->set_count(n);
+  }
+  return h.SerializeAsString();
+}
+
+TEST_F(RpcTest, BadFramesGetErrorRepliesAndServerKeepsServing) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  RawPeer raw(endpoint);
+
+  // Declared 4 floats, sent 15 bytes.
+  raw.SendParts({Header(kEcho, 11, {{pb::DT_FLOAT, 4}}), std::string(15, 'x')});
+  auto h = raw.Receive();
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->request_id(), 11u);
+  EXPECT_EQ(h->status_code(), static_cast<int>(StatusCode::kInvalidArgument));
+  EXPECT_NE(h->status_message().find("frame size disagrees"), std::string::npos);
+
+  // Keys without values: header declares two frames, one arrives.
+  raw.SendParts({Header(kEcho, 12, {{pb::DT_UINT64, 2}, {pb::DT_FLOAT, 2}}), std::string(16, 'k')});
+  h = raw.Receive();
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->request_id(), 12u);
+  EXPECT_NE(h->status_message().find("declares 2 payload frames but 1 arrived"), std::string::npos);
+
+  // Unknown type tag.
+  raw.SendParts({Header(kEcho, 13, {{static_cast<pb::DataType>(77), 1}}), std::string(8, 'z')});
+  h = raw.Receive();
+  ASSERT_TRUE(h.has_value());
+  EXPECT_NE(h->status_message().find("unknown data type tag 77"), std::string::npos);
+
+  // A header that does not parse cannot be answered: dropped.
+  raw.SendParts({std::string("\xff\xff\xff\xff garbage", 13), "payload"});
+  // An empty header is a valid (all-default) header: command 0, unknown.
+  raw.SendParts({std::string()});
+  h = raw.Receive();
+  ASSERT_TRUE(h.has_value());
+  EXPECT_NE(h->status_message().find("unknown command 0"), std::string::npos);
+
+  // The server still answers a good request from the same raw peer.
+  raw.SendParts({Header(kEcho, 14, {{pb::DT_FLOAT, 1}}), std::string(4, '\0')});
+  h = raw.Receive();
+  ASSERT_TRUE(h.has_value());
+  EXPECT_EQ(h->request_id(), 14u);
+  EXPECT_EQ(h->status_code(), 0);
+
+  // And a normal client too.
+  auto client = Client();
+  EXPECT_TRUE(client->Call(client->Connect(endpoint).value(), FloatRequest(kEcho, 8, 1)).get().ok());
+}
+
+// A server in a child process, so that freezing and killing it is real.
+// Forked before this test creates any thread or ZeroMQ context.
+class ChildServer {
+ public:
+  ChildServer() {
+    int fds[2];
+    PCHECK(pipe(fds) == 0);
+    pid_ = fork();
+    PCHECK(pid_ >= 0);
+    if (pid_ == 0) {
+      close(fds[0]);
+      auto node = RpcNode::Create(FastOptions("child")).value();
+      node->RegisterSync(kEcho, Echo);
+      std::string bound = node->Listen("127.0.0.1:0").value();
+      bound.push_back('\n');
+      (void)!write(fds[1], bound.data(), bound.size());
+      close(fds[1]);
+      // Serve until the parent kills us.
+      for (;;) pause();
+    }
+    close(fds[1]);
+    char buf[64] = {};
+    ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
+    close(fds[0]);
+    CHECK_GT(n, 1);
+    endpoint_.assign(buf, n - 1);
+  }
+  ~ChildServer() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  pid_t pid_;
+  std::string endpoint_;
+};
+
+TEST(RpcProcessTest, KilledPeerFailsPendingCallsFast) {
+  ChildServer child;
+  auto client = RpcNode::Create(FastOptions("client")).value();
+  int peer = client->Connect(child.endpoint()).value();
+  ASSERT_TRUE(client->Call(peer, FloatRequest(kEcho, 1, 0)).get().ok());
+  kill(child.pid(), SIGKILL);
+  RpcOptions opts;
+  opts.timeout = 20s;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client->Call(peer, FloatRequest(kEcho, 1, 0), opts).get();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(r.status().IsUnavailable() || r.status().IsTimeout()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(child.endpoint()), std::string::npos);
+  EXPECT_LT(took, 5s) << r.status().ToString();
+}
+
+TEST(RpcProcessTest, FrozenPeerIsDetectedByHeartbeat) {
+  ChildServer child;
+  auto client = RpcNode::Create(FastOptions("client")).value();
+  int peer = client->Connect(child.endpoint()).value();
+  ASSERT_TRUE(client->Call(peer, FloatRequest(kEcho, 1, 0)).get().ok());
+  kill(child.pid(), SIGSTOP);  // alive to TCP, silent to heartbeats
+  RpcOptions opts;
+  opts.timeout = 30s;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client->Call(peer, FloatRequest(kEcho, 1, 0), opts).get();
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.status().IsUnavailable()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("missed heartbeats"), std::string::npos);
+  EXPECT_LT(took, 5s);  // heartbeat timeout is 1 s; the deadline is 30 s
+  kill(child.pid(), SIGCONT);
+}
+
+}  // namespace
+}  // namespace fleet
