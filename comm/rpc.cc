@@ -79,13 +79,13 @@ Result<std::unique_ptr<RpcNode>> RpcNode::Create(RpcNodeOptions options) {
 
 RpcNode::~RpcNode() { Stop(); }
 
-void RpcNode::Register(uint32_t command, RpcHandler handler) {
+void RpcNode::Register(uint32_t command, RpcHandler handler, RpcHandlerOptions options) {
   CHECK(!listening_.load()) << "RpcNode::Register after Listen";
-  CHECK(handlers_.emplace(command, std::move(handler)).second)
+  CHECK(handlers_.emplace(command, Registered{std::move(handler), options}).second)
       << "command " << command << " registered twice";
 }
 
-void RpcNode::RegisterSync(uint32_t command, RpcSyncHandler handler) {
+void RpcNode::RegisterSync(uint32_t command, RpcSyncHandler handler, RpcHandlerOptions options) {
   Register(command, [handler = std::move(handler)](Message request, Responder responder) {
     Message response;
     Status s = handler(request, &response);
@@ -94,7 +94,7 @@ void RpcNode::RegisterSync(uint32_t command, RpcSyncHandler handler) {
     } else {
       responder.ReplyError(s);
     }
-  });
+  }, options);
 }
 
 Result<std::string> RpcNode::Listen(const std::string& endpoint) {
@@ -172,6 +172,17 @@ Status RpcNode::TimeoutStatus(const PendingCall& call) const {
       van_->endpoint(call.peer));
 }
 
+Status RpcNode::StopServing(std::chrono::milliseconds grace) {
+  draining_.store(true);
+  std::unique_lock<std::mutex> lock(in_flight_mu_);
+  if (!in_flight_cv_.wait_for(lock, grace, [this] { return in_flight_ == 0; })) {
+    return Status::Timeout(absl::StrCat(in_flight_, " requests still running after ",
+                                        grace.count(), " ms of shutdown grace"),
+                           options_.name);
+  }
+  return Status::OK();
+}
+
 void RpcNode::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -233,10 +244,24 @@ void RpcNode::Dispatch(const Route& from, Message request) {
         absl::StrCat("unknown command ", request.header.command()), options_.name));
     return;
   }
-  const RpcHandler* handler = &it->second;
-  // The pool task owns the request; the handler map outlives the pool.
-  pool_->Submit([handler, request = std::move(request), responder]() mutable {
+  if (draining_.load()) {
+    responder.ReplyError(Status::Unavailable("server is shutting down", options_.name));
+    return;
+  }
+  const RpcHandler* handler = &it->second.handler;
+  if (it->second.options.run_on_io_thread) {
     (*handler)(std::move(request), std::move(responder));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    ++in_flight_;
+  }
+  // The pool task owns the request; the handler map outlives the pool.
+  pool_->Submit([this, handler, request = std::move(request), responder]() mutable {
+    (*handler)(std::move(request), std::move(responder));
+    std::lock_guard<std::mutex> lock(in_flight_mu_);
+    if (--in_flight_ == 0) in_flight_cv_.notify_all();
   });
 }
 

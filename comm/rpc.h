@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <future>
 #include <memory>
@@ -82,6 +83,14 @@ using RpcHandler = std::function<void(Message request, Responder responder)>;
 // A non-OK status is sent as the reply's status (frames are dropped).
 using RpcSyncHandler = std::function<Status(const Message& request, Message* response)>;
 
+struct RpcHandlerOptions {
+  // Run the handler on the I/O thread instead of the handler pool. Saves two
+  // thread hand-offs per request (about half the round trip of a small
+  // message), but while it runs no other message moves: only for handlers
+  // that take microseconds and never block (echo, stats, a small lookup).
+  bool run_on_io_thread = false;
+};
+
 class RpcNode final : private VanReceiver {
  public:
   static Result<std::unique_ptr<RpcNode>> Create(RpcNodeOptions options);
@@ -90,8 +99,8 @@ class RpcNode final : private VanReceiver {
   RpcNode& operator=(const RpcNode&) = delete;
 
   // REQUIRES: called before Listen; command not registered yet.
-  void Register(uint32_t command, RpcHandler handler);
-  void RegisterSync(uint32_t command, RpcSyncHandler handler);
+  void Register(uint32_t command, RpcHandler handler, RpcHandlerOptions options = {});
+  void RegisterSync(uint32_t command, RpcSyncHandler handler, RpcHandlerOptions options = {});
 
   // Starts serving on "ip:port" (port 0 picks a free one) and returns the
   // bound "ip:port". Errors as Van::Bind.
@@ -112,6 +121,13 @@ class RpcNode final : private VanReceiver {
                  std::function<void(Result<Message>)> done);
   // The same, as a future. The future is always completed by the deadline.
   std::future<Result<Message>> Call(int peer, Message request, const RpcOptions& options = {});
+
+  // Graceful first half of a shutdown: new requests are answered with
+  // Unavailable ("shutting down"); requests already handed to handlers run
+  // to completion and their replies are sent. Waits at most `grace` for
+  // them; Timeout naming how many were still running otherwise. Calls this
+  // node makes are not affected.
+  Status StopServing(std::chrono::milliseconds grace);
 
   // Stops the transport, fails pending calls with Unavailable, waits for
   // running handlers. Idempotent.
@@ -145,12 +161,22 @@ class RpcNode final : private VanReceiver {
 
   // Fixed after construction (handlers_: after Listen).
   const RpcNodeOptions options_;
-  absl::flat_hash_map<uint32_t, RpcHandler> handlers_;
+  struct Registered {
+    RpcHandler handler;
+    RpcHandlerOptions options;
+  };
+  absl::flat_hash_map<uint32_t, Registered> handlers_;
   std::shared_ptr<Van> van_;
   std::unique_ptr<ThreadPool> pool_;
 
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<bool> listening_{false};
+  std::atomic<bool> draining_{false};
+
+  // Requests handed to the pool and not yet returned from their handler.
+  std::mutex in_flight_mu_;
+  std::condition_variable in_flight_cv_;
+  int in_flight_ = 0;  // guarded by in_flight_mu_
 
   // Guarded by mu_.
   mutable std::mutex mu_;

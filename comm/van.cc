@@ -13,8 +13,8 @@
 
 #include <zmq.hpp>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "comm/endpoint.h"
 
 namespace fleet {
 namespace {
@@ -54,30 +54,39 @@ void SetCommonOptions(zmq::socket_t& s, const VanOptions& o) {
 }  // namespace
 
 Result<std::string> ToZmqEndpoint(const std::string& endpoint, bool allow_port0) {
-  // absl here predates std::string_view interop, so work on std::string.
-  std::string rest = endpoint.starts_with("tcp://") ? endpoint.substr(6) : endpoint;
-  const size_t colon = rest.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == rest.size()) {
-    return Status::InvalidArgument("endpoint must look like ip:port", endpoint);
-  }
-  int port = -1;
-  if (!absl::SimpleAtoi(rest.substr(colon + 1), &port) || port < 0 || port > 65535 ||
-      (port == 0 && !allow_port0)) {
-    return Status::InvalidArgument(
-        absl::StrCat("port must be ", allow_port0 ? "0" : "1", "..65535"), endpoint);
-  }
-  return absl::StrCat("tcp://", rest.substr(0, colon), ":", port);
+  const std::string_view text =
+      endpoint.starts_with("tcp://") ? std::string_view(endpoint).substr(6) : endpoint;
+  FLEET_ASSIGN_OR_RETURN(Endpoint parsed,
+                         ParseEndpoint(text, {}, EndpointParseOptions{.allow_port_zero = allow_port0}));
+  return "tcp://" + parsed.ToString();
 }
+
+// A ZeroMQ socket that several threads use in turn. ZeroMQ sockets may move
+// between threads across a full memory barrier; the mutex is that barrier
+// and makes each use exclusive. The I/O thread never blocks inside ZeroMQ
+// while holding it: it polls the socket's ZMQ_FD (a plain file descriptor)
+// and takes the lock only to receive what is ready.
+struct LockedSocket {
+  std::mutex mu;
+  zmq::socket_t socket;  // guarded by mu
+  bool closed = false;   // guarded by mu
+  int fd = -1;           // fixed after construction
+
+  LockedSocket(zmq::context_t& context, zmq::socket_type type) : socket(context, type) {}
+
+  // True when a message is waiting. Reading ZMQ_EVENTS also processes
+  // ZeroMQ's pending commands, which re-arms `fd`.
+  bool Readable() { return !closed && (socket.get(zmq::sockopt::events) & ZMQ_POLLIN); }
+};
 
 struct Van::Impl {
   struct Connection {
     std::string endpoint;
-    zmq::socket_t dealer;
-    zmq::socket_t monitor;
-  };
-  struct Outgoing {
-    Route to;
-    Message message;
+    LockedSocket dealer;
+    zmq::socket_t monitor;  // I/O thread only (after Connect hands it over)
+
+    Connection(zmq::context_t& context, std::string e)
+        : endpoint(std::move(e)), dealer(context, zmq::socket_type::dealer) {}
   };
 
   Impl(VanOptions o, VanReceiver* r) : options(o), receiver(r), context(o.zmq_io_threads) {}
@@ -89,17 +98,19 @@ struct Van::Impl {
   int wake_fd = -1;
   std::thread io_thread;
 
-  // Owned by the I/O thread alone.
-  std::unique_ptr<zmq::socket_t> router;
-  std::vector<std::unique_ptr<Connection>> connections;
-  std::vector<zmq_pollitem_t> poll_items;
-
-  // Guarded by mu.
+  // Guarded by mu. The sockets they point to are never destroyed before
+  // the Van, so a pointer taken under mu stays valid after releasing it.
   mutable std::mutex mu;
-  std::deque<Outgoing> outbox;
-  std::deque<std::function<void()>> control;  // socket setup, run on the I/O thread
-  std::vector<std::string> endpoints;         // endpoint of each connection id
+  std::unique_ptr<LockedSocket> router;
+  std::vector<std::unique_ptr<Connection>> connections;
+  bool sockets_changed = false;  // the I/O thread must rebuild its poll set
   bool stopped = false;
+
+  // Owned by the I/O thread alone.
+  std::vector<zmq_pollitem_t> poll_items;
+  std::vector<LockedSocket*> polled_sockets;  // router (if any) then dealers
+  bool polled_router = false;
+  std::vector<std::pair<int, zmq::socket_t*>> polled_monitors;
 
   std::atomic<bool> running{true};
 
@@ -110,12 +121,12 @@ struct Van::Impl {
     [[maybe_unused]] ssize_t n = ::write(wake_fd, &one, sizeof(one));
   }
 
+  LockedSocket* SocketFor(const Route& to);
+  Status SendOn(LockedSocket& target, const Route& to, const Message& message);
   void Loop();
   void RebuildPollItems();
-  void DrainQueues();
-  void SendNow(Outgoing& out);
-  void ReceiveAll(zmq::socket_t& socket, int connection);
-  void HandleMonitor(int connection);
+  void ReceiveReady(LockedSocket& socket, int connection);
+  void HandleMonitor(int connection, zmq::socket_t& monitor);
   void Deliver(const Route& from, std::vector<zmq::message_t>& parts, size_t header_index);
   void CloseAll();
 };
@@ -149,100 +160,137 @@ void Van::Stop() {
   impl_->Wake();
   CHECK(impl_->io_thread.get_id() != std::this_thread::get_id()) << "Van::Stop on its I/O thread";
   impl_->io_thread.join();
+  impl_->CloseAll();
 }
 
 Result<std::string> Van::Bind(const std::string& endpoint) {
   FLEET_ASSIGN_OR_RETURN(std::string zmq_endpoint, ToZmqEndpoint(endpoint, /*allow_port0=*/true));
   // zmq wants "*" for an ephemeral port.
   if (zmq_endpoint.ends_with(":0")) zmq_endpoint.replace(zmq_endpoint.size() - 1, 1, "*");
-  auto done = std::make_shared<std::promise<Result<std::string>>>();
-  std::future<Result<std::string>> result = done->get_future();
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    if (impl_->stopped) return Status::FailedPrecondition("van stopped", endpoint);
-    Impl* impl = impl_.get();
-    impl_->control.push_back([impl, zmq_endpoint, endpoint, done] {
-      if (impl->router) {
-        done->set_value(Status::FailedPrecondition("van already bound", endpoint));
-        return;
-      }
-      auto router = std::make_unique<zmq::socket_t>(impl->context, zmq::socket_type::router);
-      SetCommonOptions(*router, impl->options);
-      router->set(zmq::sockopt::router_mandatory, 1);
-      try {
-        router->bind(zmq_endpoint);
-      } catch (const zmq::error_t& e) {
-        done->set_value(Status::Unavailable(absl::StrCat("cannot bind: ", e.what()), endpoint));
-        return;
-      }
-      std::string bound = router->get(zmq::sockopt::last_endpoint);
-      impl->router = std::move(router);
-      impl->RebuildPollItems();
-      done->set_value(bound.starts_with("tcp://") ? bound.substr(6) : bound);
-    });
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->stopped) return Status::FailedPrecondition("van stopped", endpoint);
+  if (impl_->router) return Status::FailedPrecondition("van already bound", endpoint);
+  auto router = std::make_unique<LockedSocket>(impl_->context, zmq::socket_type::router);
+  SetCommonOptions(router->socket, impl_->options);
+  router->socket.set(zmq::sockopt::router_mandatory, 1);
+  try {
+    router->socket.bind(zmq_endpoint);
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(absl::StrCat("cannot bind: ", e.what()), endpoint);
   }
+  router->fd = router->socket.get(zmq::sockopt::fd);
+  std::string bound = router->socket.get(zmq::sockopt::last_endpoint);
+  impl_->router = std::move(router);
+  impl_->sockets_changed = true;
   impl_->Wake();
-  // The I/O thread runs control work within one tick; 10 s means it is wedged.
-  if (result.wait_for(std::chrono::seconds(10)) != std::future_status::ready) {
-    return Status::Timeout("van I/O thread did not bind within 10000 ms", endpoint);
-  }
-  return result.get();
+  return bound.starts_with("tcp://") ? bound.substr(6) : bound;
 }
 
 Result<int> Van::Connect(const std::string& endpoint) {
   FLEET_ASSIGN_OR_RETURN(std::string zmq_endpoint, ToZmqEndpoint(endpoint, /*allow_port0=*/false));
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->stopped) return Status::FailedPrecondition("van stopped", endpoint);
-  const int id = static_cast<int>(impl_->endpoints.size());
-  impl_->endpoints.push_back(zmq_endpoint);
-  Impl* impl = impl_.get();
-  impl_->control.push_back([impl, zmq_endpoint, id] {
-    auto conn = std::make_unique<Impl::Connection>();
-    conn->endpoint = zmq_endpoint;
-    conn->dealer = zmq::socket_t(impl->context, zmq::socket_type::dealer);
-    SetCommonOptions(conn->dealer, impl->options);
-    const std::string monitor_addr = absl::StrCat("inproc://van-monitor-", id, "-",
-                                                  reinterpret_cast<uintptr_t>(impl));
-    zmq_socket_monitor(conn->dealer.handle(), monitor_addr.c_str(),
-                       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED);
-    conn->monitor = zmq::socket_t(impl->context, zmq::socket_type::pair);
-    conn->monitor.set(zmq::sockopt::linger, 0);
-    conn->monitor.connect(monitor_addr);
-    conn->dealer.connect(zmq_endpoint);
-    CHECK_EQ(static_cast<int>(impl->connections.size()), id);
-    impl->connections.push_back(std::move(conn));
-    impl->RebuildPollItems();
-  });
-  // Wake outside the lock is not needed for correctness; eventfd is cheap.
+  const int id = static_cast<int>(impl_->connections.size());
+  auto conn = std::make_unique<Impl::Connection>(impl_->context, zmq_endpoint);
+  SetCommonOptions(conn->dealer.socket, impl_->options);
+  const std::string monitor_addr =
+      absl::StrCat("inproc://van-monitor-", reinterpret_cast<uintptr_t>(impl_.get()), "-", id);
+  zmq_socket_monitor(conn->dealer.socket.handle(), monitor_addr.c_str(),
+                     ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED);
+  conn->monitor = zmq::socket_t(impl_->context, zmq::socket_type::pair);
+  conn->monitor.set(zmq::sockopt::linger, 0);
+  conn->monitor.connect(monitor_addr);
+  conn->dealer.socket.connect(zmq_endpoint);
+  conn->dealer.fd = conn->dealer.socket.get(zmq::sockopt::fd);
+  impl_->connections.push_back(std::move(conn));
+  impl_->sockets_changed = true;
   impl_->Wake();
   return id;
 }
 
-Status Van::Send(const Route& to, Message message) {
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    if (impl_->stopped) return Status::FailedPrecondition("van stopped");
-    impl_->outbox.push_back({to, std::move(message)});
+LockedSocket* Van::Impl::SocketFor(const Route& to) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (stopped) return nullptr;
+  if (to.outgoing()) {
+    if (to.connection >= static_cast<int>(connections.size())) return nullptr;
+    return &connections[to.connection]->dealer;
   }
-  impl_->Wake();
-  return Status::OK();
+  return router.get();
+}
+
+Status Van::Send(const Route& to, Message message) {
+  LockedSocket* target = impl_->SocketFor(to);
+  if (target == nullptr) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      if (impl_->stopped) return Status::FailedPrecondition("van stopped");
+    }
+    return Status::InvalidArgument(
+        to.outgoing() ? absl::StrCat("unknown connection ", to.connection)
+                      : std::string("reply on a van that is not bound"));
+  }
+  return impl_->SendOn(*target, to, message);
 }
 
 std::string Van::endpoint(int connection) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  CHECK(connection >= 0 && connection < static_cast<int>(impl_->endpoints.size()));
-  return impl_->endpoints[connection];
+  CHECK(connection >= 0 && connection < static_cast<int>(impl_->connections.size()));
+  return impl_->connections[connection]->endpoint;
+}
+
+// The calling thread sends itself: no queue and no thread hand-off, which
+// is most of a small message's round trip.
+Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& message) {
+  const std::string header = message.header.SerializeAsString();
+  const auto& frames = message.frames;
+  bool wake_io = false;
+  {
+    std::lock_guard<std::mutex> lock(target.mu);
+    if (target.closed) return Status::FailedPrecondition("van stopped");
+    try {
+      if (!to.outgoing()) {
+        target.socket.send(zmq::buffer(to.routing_id), zmq::send_flags::sndmore);
+      }
+      target.socket.send(zmq::buffer(header), frames.empty()
+                                                  ? zmq::send_flags::dontwait
+                                                  : zmq::send_flags::sndmore |
+                                                        zmq::send_flags::dontwait);
+      for (size_t i = 0; i < frames.size(); ++i) {
+        zmq::message_t part = ToZmq(frames[i]);
+        target.socket.send(part, i + 1 == frames.size()
+                                     ? zmq::send_flags::dontwait
+                                     : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      }
+    } catch (const zmq::error_t& e) {
+      // EHOSTUNREACH on the ROUTER: the caller that sent the request is gone.
+      LOG(WARNING) << "van: send of command " << message.header.command() << " failed: "
+                   << e.what();
+      return Status::Unavailable(absl::StrCat("send failed: ", e.what()));
+    }
+    // Sending may have consumed the edge on the socket's ZMQ_FD that tells
+    // the I/O thread a reply is waiting; if one is, wake it explicitly.
+    wake_io = target.Readable();
+  }
+  if (wake_io) Wake();
+  return Status::OK();
 }
 
 // ---- I/O thread ----
 
 void Van::Impl::RebuildPollItems() {
+  std::lock_guard<std::mutex> lock(mu);
+  sockets_changed = false;
   poll_items.clear();
+  polled_sockets.clear();
+  polled_monitors.clear();
   poll_items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
-  poll_items.push_back({router ? router->handle() : nullptr, -1, router ? ZMQ_POLLIN : 0, 0});
-  for (auto& c : connections) {
-    poll_items.push_back({c->dealer.handle(), -1, ZMQ_POLLIN, 0});
-    poll_items.push_back({c->monitor.handle(), -1, ZMQ_POLLIN, 0});
+  polled_router = router != nullptr;
+  if (router) polled_sockets.push_back(router.get());
+  for (auto& c : connections) polled_sockets.push_back(&c->dealer);
+  for (LockedSocket* s : polled_sockets) poll_items.push_back({nullptr, s->fd, ZMQ_POLLIN, 0});
+  for (size_t c = 0; c < connections.size(); ++c) {
+    polled_monitors.emplace_back(static_cast<int>(c), &connections[c]->monitor);
+    poll_items.push_back({connections[c]->monitor.handle(), -1, ZMQ_POLLIN, 0});
   }
 }
 
@@ -256,96 +304,47 @@ void Van::Impl::Loop() {
       LOG(ERROR) << "van poll failed: " << e.what();
       break;
     }
-    // Copy the revents we need first: handlers below may rebuild poll_items.
-    const bool wake = poll_items[0].revents & ZMQ_POLLIN;
-    const bool router_ready = poll_items[1].revents & ZMQ_POLLIN;
-    std::vector<std::pair<bool, bool>> conn_ready(connections.size());
-    for (size_t c = 0; c < connections.size(); ++c) {
-      conn_ready[c] = {poll_items[2 + 2 * c].revents & ZMQ_POLLIN,
-                       poll_items[3 + 2 * c].revents & ZMQ_POLLIN};
-    }
-    if (wake) {
+    if (poll_items[0].revents & ZMQ_POLLIN) {
       uint64_t count;
       [[maybe_unused]] ssize_t n = ::read(wake_fd, &count, sizeof(count));
     }
-    // Always drain: a wake-up may have raced with the previous drain.
-    DrainQueues();
-    if (router_ready) ReceiveAll(*router, -1);
-    for (size_t c = 0; c < conn_ready.size(); ++c) {
-      if (conn_ready[c].first) ReceiveAll(connections[c]->dealer, static_cast<int>(c));
-      if (conn_ready[c].second) HandleMonitor(static_cast<int>(c));
+    // ZMQ_FD is edge-like and may have been consumed by a sender, so every
+    // socket is checked on every pass, not only those whose fd fired.
+    for (size_t i = 0; i < polled_sockets.size(); ++i) {
+      // The router, when there is one, is first; dealers follow in id order.
+      const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
+      ReceiveReady(*polled_sockets[i], connection);
     }
+    for (auto& [connection, monitor] : polled_monitors) HandleMonitor(connection, *monitor);
     receiver->OnTick(std::chrono::steady_clock::now());
-  }
-  CloseAll();
-}
-
-void Van::Impl::DrainQueues() {
-  std::deque<std::function<void()>> work;
-  std::deque<Outgoing> out;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    work.swap(control);
-    out.swap(outbox);
-  }
-  // Control first: a Send to a new connection was queued after its Connect.
-  for (auto& fn : work) fn();
-  for (auto& o : out) SendNow(o);
-}
-
-void Van::Impl::SendNow(Outgoing& out) {
-  zmq::socket_t* socket = nullptr;
-  if (out.to.outgoing()) {
-    if (out.to.connection >= static_cast<int>(connections.size())) {
-      LOG(WARNING) << "van: dropping message to unknown connection " << out.to.connection;
-      return;
+    bool changed;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      changed = sockets_changed;
     }
-    socket = &connections[out.to.connection]->dealer;
-  } else {
-    if (!router) {
-      LOG(WARNING) << "van: dropping reply, no bound socket";
-      return;
-    }
-    socket = router.get();
-  }
-  std::string header = out.message.header.SerializeAsString();
-  const auto& frames = out.message.frames;
-  try {
-    if (!out.to.outgoing()) {
-      socket->send(zmq::buffer(out.to.routing_id), zmq::send_flags::sndmore);
-    }
-    socket->send(zmq::buffer(header),
-                 frames.empty() ? zmq::send_flags::dontwait
-                                : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    for (size_t i = 0; i < frames.size(); ++i) {
-      zmq::message_t part = ToZmq(frames[i]);
-      socket->send(part, i + 1 == frames.size()
-                             ? zmq::send_flags::dontwait
-                             : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    }
-  } catch (const zmq::error_t& e) {
-    // EHOSTUNREACH: the caller that sent the request has disconnected.
-    LOG(WARNING) << "van: send of command " << out.message.header.command() << " failed: "
-                 << e.what();
+    if (changed) RebuildPollItems();
   }
 }
 
-void Van::Impl::ReceiveAll(zmq::socket_t& socket, int connection) {
-  // Drain everything readable now, so one poll serves a burst.
+void Van::Impl::ReceiveReady(LockedSocket& socket, int connection) {
+  // One message per lock hold: delivering may send (an error reply), which
+  // needs this lock.
   for (;;) {
     std::vector<zmq::message_t> parts;
-    zmq::message_t part;
-    if (!socket.recv(part, zmq::recv_flags::dontwait)) return;
-    bool more = part.more();
-    parts.push_back(std::move(part));
-    while (more) {
-      zmq::message_t next;
-      // The rest of a multipart message is already here; ZeroMQ delivers
-      // multipart messages atomically.
-      (void)socket.recv(next, zmq::recv_flags::none);
-      more = next.more();
-      parts.push_back(std::move(next));
+    {
+      std::lock_guard<std::mutex> lock(socket.mu);
+      if (!socket.Readable()) return;
+      bool more = true;
+      while (more) {
+        zmq::message_t part;
+        // ZeroMQ delivers multipart messages atomically: once the first part
+        // is readable, the rest are too.
+        if (!socket.socket.recv(part, zmq::recv_flags::dontwait)) break;
+        more = part.more();
+        parts.push_back(std::move(part));
+      }
     }
+    if (parts.empty()) return;
     Route from;
     size_t header_index = 0;
     if (connection >= 0) {
@@ -357,7 +356,6 @@ void Van::Impl::ReceiveAll(zmq::socket_t& socket, int connection) {
     Deliver(from, parts, header_index);
   }
 }
-
 void Van::Impl::Deliver(const Route& from, std::vector<zmq::message_t>& parts,
                         size_t header_index) {
   if (parts.size() <= header_index) {
@@ -385,21 +383,25 @@ void Van::Impl::Deliver(const Route& from, std::vector<zmq::message_t>& parts,
   receiver->OnMessage(from, std::move(message));
 }
 
-void Van::Impl::HandleMonitor(int connection) {
-  Connection& c = *connections[connection];
+void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
   for (;;) {
     zmq::message_t event_part;
-    if (!c.monitor.recv(event_part, zmq::recv_flags::dontwait)) return;
+    if (!monitor.recv(event_part, zmq::recv_flags::dontwait)) return;
     zmq::message_t address_part;
-    if (event_part.more()) (void)c.monitor.recv(address_part, zmq::recv_flags::none);
+    if (event_part.more()) (void)monitor.recv(address_part, zmq::recv_flags::none);
     if (event_part.size() < sizeof(uint16_t)) continue;
     uint16_t event;
     std::memcpy(&event, event_part.data(), sizeof(event));
     if (event == ZMQ_EVENT_DISCONNECTED) {
+      std::string endpoint;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        endpoint = connections[connection]->endpoint;
+      }
       receiver->OnConnectionDown(
-          connection, c.endpoint,
+          connection, endpoint,
           Status::Unavailable("connection lost (peer closed, crashed or missed heartbeats)",
-                              c.endpoint));
+                              endpoint));
     } else if (event == ZMQ_EVENT_CONNECTED) {
       receiver->OnConnectionUp(connection);
     }
@@ -407,14 +409,18 @@ void Van::Impl::HandleMonitor(int connection) {
 }
 
 void Van::Impl::CloseAll() {
+  std::lock_guard<std::mutex> lock(mu);
+  auto close = [](LockedSocket& s) {
+    std::lock_guard<std::mutex> socket_lock(s.mu);
+    s.closed = true;
+    s.socket.close();
+  };
   for (auto& c : connections) {
-    zmq_socket_monitor(c->dealer.handle(), nullptr, 0);
-    c->dealer.close();
+    zmq_socket_monitor(c->dealer.socket.handle(), nullptr, 0);
+    close(c->dealer);
     c->monitor.close();
   }
-  connections.clear();
-  if (router) router->close();
-  router.reset();
+  if (router) close(*router);
 }
 
 }  // namespace fleet

@@ -1,8 +1,10 @@
 // Van: the ZeroMQ transport. It owns one ZeroMQ context, at most one bound
 // ROUTER socket (for peers that call us) and one DEALER socket per peer we
 // connected to, and one I/O thread that is the only thread ever touching
-// those sockets. Other threads hand it messages through an in-process queue
-// woken by an eventfd; it hands received messages to a Receiver.
+// those sockets for receiving.
+// Any thread sends directly on a socket under that socket's lock (no
+// hand-off, which would double a small message's round trip); the I/O
+// thread is the only one that receives, and hands messages to a Receiver.
 //
 // A message on the wire is one ZeroMQ multipart message:
 //   [routing id (ROUTER side only)] [pb::Header] [frame 0] ... [frame n-1]
@@ -86,9 +88,12 @@ class Van {
   // InvalidArgument (malformed address), FailedPrecondition (stopped).
   Result<int> Connect(const std::string& endpoint);
 
-  // Queues `message` for `to`. Never blocks on the network. A message to an
-  // unknown route is dropped with a warning (the peer is gone).
-  // Errors: FailedPrecondition once stopped.
+  // Hands `message` to ZeroMQ for `to` on the calling thread. Never blocks
+  // on the network (ZeroMQ queues while a peer is connecting), only on the
+  // socket's lock while another thread sends or receives on it.
+  // Errors: FailedPrecondition once stopped; InvalidArgument for an unknown
+  // connection; Unavailable when ZeroMQ refuses (e.g. a ROUTER reply to a
+  // caller that has disconnected).
   Status Send(const Route& to, Message message);
 
   // The endpoint of an outgoing connection, for error messages.

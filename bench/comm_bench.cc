@@ -1,0 +1,173 @@
+// comm_bench: FleetPS RPC round trips vs a bare ZeroMQ DEALER/ROUTER echo,
+// both over tcp://127.0.0.1 in this process, in the same run, so the ratio
+// is meaningful on a noisy shared machine.
+//
+//   build/bin/comm_bench [--seconds=1] [--sizes=64,4194304]
+//
+// For each payload size it first checks that both echoes return the bytes
+// sent, then picks an iteration count from a warm-up so each measurement
+// takes about --seconds, alternates the two measurements --rounds times and
+// prints min/p50/p99/max round trip, payload bandwidth (both directions) and
+// the ratio ours / bare.
+#include <gflags/gflags.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "comm/rpc.h"
+
+DEFINE_double(seconds, 1.0, "target duration of each timed measurement");
+DEFINE_string(sizes, "64,4194304", "payload sizes in bytes, comma separated");
+DEFINE_int32(rounds, 3, "alternations of bare and FleetPS measurements per size");
+
+namespace fleet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr uint32_t kEchoCommand = 1;
+
+// One round trip of `payload` bytes; returns false when the echo is wrong.
+using RoundTrip = std::function<bool(bool verify)>;
+
+class BareEcho {
+ public:
+  explicit BareEcho(size_t size) : payload_(size, 'b') {
+    router_.set(zmq::sockopt::linger, 0);
+    router_.bind("tcp://127.0.0.1:*");
+    const std::string endpoint = router_.get(zmq::sockopt::last_endpoint);
+    server_ = std::thread([this] { Serve(); });
+    dealer_.set(zmq::sockopt::linger, 0);
+    dealer_.connect(endpoint);
+    for (size_t i = 0; i < payload_.size(); ++i) payload_[i] = static_cast<char>(i * 131);
+  }
+  ~BareEcho() {
+    dealer_.send(zmq::str_buffer("stop"), zmq::send_flags::none);
+    server_.join();
+  }
+
+  bool RoundTrip(bool verify) {
+    dealer_.send(zmq::buffer(payload_), zmq::send_flags::none);
+    zmq::message_t reply;
+    (void)dealer_.recv(reply);
+    if (!verify) return true;
+    return reply.size() == payload_.size() &&
+           std::equal(payload_.begin(), payload_.end(), static_cast<const char*>(reply.data()));
+  }
+
+ private:
+  void Serve() {
+    for (;;) {
+      zmq::message_t id, body;
+      (void)router_.recv(id);
+      (void)router_.recv(body);
+      if (body.size() == 4 && body.to_string() == "stop") return;
+      router_.send(id, zmq::send_flags::sndmore);
+      router_.send(body, zmq::send_flags::none);
+    }
+  }
+
+  // Two contexts, as client and server would have in two processes (and as
+  // the two RpcNodes below have).
+  zmq::context_t server_context_;
+  zmq::context_t client_context_;
+  zmq::socket_t router_{server_context_, zmq::socket_type::router};
+  zmq::socket_t dealer_{client_context_, zmq::socket_type::dealer};
+  std::string payload_;
+  std::thread server_;
+};
+
+class FleetEcho {
+ public:
+  explicit FleetEcho(size_t size) : payload_(size) {
+    for (size_t i = 0; i < size; ++i) payload_[i] = static_cast<char>(i * 131);
+    RpcNodeOptions so;
+    so.name = "bench-server";
+    server_ = RpcNode::Create(so).value();
+    server_->RegisterSync(kEchoCommand, [](const Message& req, Message* resp) {
+      resp->header.mutable_frames()->CopyFrom(req.header.frames());
+      resp->frames = req.frames;
+      return Status::OK();
+    }, RpcHandlerOptions{.run_on_io_thread = true});
+    const std::string endpoint = server_->Listen("127.0.0.1:0").value();
+    RpcNodeOptions co;
+    co.name = "bench-client";
+    client_ = RpcNode::Create(co).value();
+    peer_ = client_->Connect(endpoint).value();
+  }
+
+  bool RoundTrip(bool verify) {
+    Message m;
+    m.header.set_command(kEchoCommand);
+    m.AddFrame(payload_);
+    auto reply = client_->Call(peer_, std::move(m)).get();
+    if (!reply.ok()) {
+      LOG(ERROR) << reply.status().ToString();
+      return false;
+    }
+    if (!verify) return true;
+    auto back = reply->Frame<char>(0);
+    return back.ok() && back->size() == payload_.size() &&
+           std::equal(payload_.begin(), payload_.end(), back->data());
+  }
+
+ private:
+  Bytes payload_;
+  std::unique_ptr<RpcNode> server_;
+  std::unique_ptr<RpcNode> client_;
+  int peer_ = -1;
+};
+
+void Run(size_t size) {
+  BareEcho bare(size);
+  FleetEcho fleet(size);
+  RoundTrip bare_rt = [&](bool v) { return bare.RoundTrip(v); };
+  RoundTrip fleet_rt = [&](bool v) { return fleet.RoundTrip(v); };
+  if (!bare_rt(true) || !fleet_rt(true)) {
+    std::fprintf(stderr, "echo returned wrong bytes for size %zu; not timing\n", size);
+    std::exit(1);
+  }
+  const int iterations = bench::IterationsFor([&] { fleet_rt(false); }, FLAGS_seconds);
+  std::vector<double> bare_us, fleet_us;
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    auto b = bench::TimeEach([&] { bare_rt(false); }, iterations);
+    auto f = bench::TimeEach([&] { fleet_rt(false); }, iterations);
+    bare_us.insert(bare_us.end(), b.begin(), b.end());
+    fleet_us.insert(fleet_us.end(), f.begin(), f.end());
+  }
+  const auto bs = bench::Summarize(bare_us);
+  const auto fs = bench::Summarize(fleet_us);
+  const double bytes_per_rt = 2.0 * size;  // request and echo
+  std::printf("payload %zu bytes, %d round trips x %d rounds\n", size, iterations, FLAGS_rounds);
+  bench::PrintHeader();
+  bench::PrintRow("bare zmq echo", bs, bytes_per_rt);
+  bench::PrintRow("fleet rpc", fs, bytes_per_rt);
+  std::printf("  ratio fleet/bare: p50 round trip %.2fx, bandwidth %.2fx\n\n", fs.p50 / bs.p50,
+              bs.p50 / fs.p50);
+}
+
+}  // namespace
+}  // namespace fleet
+
+int main(int argc, char** argv) {
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  fleet::bench::PrintEnvironment("comm_bench");
+  for (const auto& s : absl::StrSplit(FLAGS_sizes, ',')) {
+    size_t size = 0;
+    if (!absl::SimpleAtoi(s, &size)) {
+      std::fprintf(stderr, "--sizes: '%s' is not a byte count\n", std::string(s).c_str());
+      return 2;
+    }
+    fleet::Run(size);
+  }
+  return 0;
+}

@@ -1,0 +1,201 @@
+#include "comm/cluster.h"
+
+#include <gflags/gflags.h>
+
+#include <charconv>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+// The defaults below apply only when neither the flag nor its FLEET_*
+// variable is given; see the table in comm/cluster.h.
+DEFINE_string(role, "",
+              "This process's role: server, worker, heter_worker or collective. Required "
+              "(here or in FLEET_ROLE).");
+DEFINE_int32(rank, 0, "This process's index within its role, in [0, world_size).");
+DEFINE_int32(world_size, 0,
+             "Number of processes in this role. 0 derives it from the role's endpoint list "
+             "(1 when that is empty).");
+DEFINE_string(servers, "", "Comma-separated ip:port list of the parameter servers.");
+DEFINE_string(workers, "", "Comma-separated ip:port list of the workers (or collective ranks).");
+DEFINE_string(heter_workers, "", "Comma-separated ip:port list of the heter workers.");
+DEFINE_string(kv_endpoint, "",
+              "host:port of the rendezvous KV store (fleetrun's). Empty: no KV store; "
+              "collective mode and endpoint discovery need one.");
+DEFINE_string(job_id, "default",
+              "Scopes every KV-store key so jobs sharing a store never collide. Give each "
+              "concurrent job its own.");
+DEFINE_string(device, "cpu", "cpu, gpu (the first visible GPU) or gpu:N.");
+
+namespace fleet {
+namespace {
+
+// One setting's text and where it came from ("--rank", "FLEET_RANK" or
+// "--rank (default)"), so errors can name the source.
+struct Setting {
+  std::string text;
+  std::string source;
+  bool given = false;  // on the command line or in the environment
+};
+
+Setting Lookup(const char* flag, const char* var, const EnvLookup& env) {
+  gflags::CommandLineFlagInfo info;
+  if (gflags::GetCommandLineFlagInfo(flag, &info) && !info.is_default) {
+    return {info.current_value, absl::StrCat("--", flag), true};
+  }
+  if (std::optional<std::string> value = env(var)) return {*value, var, true};
+  return {info.current_value, absl::StrCat("--", flag, " (default)"), false};
+}
+
+Result<int> ParseCount(const Setting& s) {
+  int value = 0;
+  const char* end = s.text.data() + s.text.size();
+  auto [ptr, ec] = std::from_chars(s.text.data(), end, value);
+  if (s.text.empty() || ec != std::errc() || ptr != end || value < 0) {
+    return Status::InvalidArgument(absl::StrCat("bad ", s.source, ": want a non-negative integer"),
+                                   absl::StrCat("'", s.text, "'"));
+  }
+  return value;
+}
+
+bool ValidJobId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool ValidDevice(const std::string& device) {
+  if (device == "cpu" || device == "gpu") return true;
+  if (device.rfind("gpu:", 0) != 0 || device.size() == 4 || device.size() > 7) return false;
+  for (size_t i = 4; i < device.size(); ++i) {
+    if (device[i] < '0' || device[i] > '9') return false;
+  }
+  return true;
+}
+
+Result<std::vector<Endpoint>> EndpointsFrom(const Setting& s) {
+  return ParseEndpointList(s.text, s.source);
+}
+
+}  // namespace
+
+std::string_view RoleName(Role role) {
+  switch (role) {
+    case Role::kServer: return "server";
+    case Role::kWorker: return "worker";
+    case Role::kHeterWorker: return "heter_worker";
+    case Role::kCollective: return "collective";
+  }
+  return "unknown";
+}
+
+Result<Role> ParseRole(std::string_view text, std::string_view source) {
+  for (Role role : {Role::kServer, Role::kWorker, Role::kHeterWorker, Role::kCollective}) {
+    if (text == RoleName(role)) return role;
+  }
+  std::string what = "bad role";
+  if (!source.empty()) what.append(" in ").append(source);
+  what.append(" (want server, worker, heter_worker or collective)");
+  std::string which = "'";
+  which.append(text).append("'");
+  return Status::InvalidArgument(what, which);
+}
+
+const std::vector<Endpoint>& ClusterSpec::RoleEndpoints() const {
+  switch (role) {
+    case Role::kServer: return servers;
+    case Role::kHeterWorker: return heter_workers;
+    case Role::kWorker:
+    case Role::kCollective: break;
+  }
+  return workers;
+}
+
+std::string ClusterSpec::ToString() const {
+  return absl::StrCat(std::string(RoleName(role)), " ", rank, "/", world_size, " job=", job_id,
+                      " device=", device, " kv=", kv_endpoint ? kv_endpoint->ToString() : "none",
+                      " servers=", JoinEndpoints(servers), " workers=", JoinEndpoints(workers),
+                      " heter_workers=", JoinEndpoints(heter_workers));
+}
+
+EnvLookup ProcessEnv() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* value = std::getenv(name.c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+EnvLookup EnvFromMap(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
+  ClusterSpec spec;
+
+  Setting role = Lookup("role", "FLEET_ROLE", env);
+  if (role.text.empty()) {
+    return Status::InvalidArgument("no role given: pass --role or set FLEET_ROLE",
+                                   "server, worker, heter_worker or collective");
+  }
+  FLEET_ASSIGN_OR_RETURN(spec.role, ParseRole(role.text, role.source));
+
+  FLEET_ASSIGN_OR_RETURN(spec.servers, EndpointsFrom(Lookup("servers", "FLEET_SERVERS", env)));
+  FLEET_ASSIGN_OR_RETURN(spec.workers, EndpointsFrom(Lookup("workers", "FLEET_WORKERS", env)));
+  FLEET_ASSIGN_OR_RETURN(spec.heter_workers,
+                         EndpointsFrom(Lookup("heter_workers", "FLEET_HETER_WORKERS", env)));
+
+  Setting rank = Lookup("rank", "FLEET_RANK", env);
+  FLEET_ASSIGN_OR_RETURN(spec.rank, ParseCount(rank));
+  Setting world = Lookup("world_size", "FLEET_WORLD_SIZE", env);
+  FLEET_ASSIGN_OR_RETURN(spec.world_size, ParseCount(world));
+  const std::vector<Endpoint>& mine = spec.RoleEndpoints();
+  const int listed = static_cast<int>(mine.size());
+  if (spec.world_size == 0) {
+    // 0 (the flag's default, or given) means "derive it".
+    spec.world_size = listed > 0 ? listed : 1;
+  } else if (listed > 0 && spec.world_size != listed) {
+    return Status::InvalidArgument(
+        absl::StrCat(world.source, " disagrees with the ", std::string(RoleName(spec.role)),
+                     " endpoint list"),
+        absl::StrCat("world_size ", spec.world_size, " but ", listed, " endpoints"));
+  }
+  if (spec.rank >= spec.world_size) {
+    return Status::InvalidArgument(absl::StrCat("bad ", rank.source, ": rank out of range"),
+                                   absl::StrCat("rank ", spec.rank, ", world size ", spec.world_size));
+  }
+
+  Setting kv = Lookup("kv_endpoint", "FLEET_KV_ENDPOINT", env);
+  if (!kv.text.empty()) {
+    FLEET_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(kv.text, kv.source));
+    spec.kv_endpoint = std::move(ep);
+  }
+
+  Setting job = Lookup("job_id", "FLEET_JOB_ID", env);
+  if (!ValidJobId(job.text)) {
+    return Status::InvalidArgument(
+        absl::StrCat("bad ", job.source, ": want 1-128 characters of [A-Za-z0-9_.-]"),
+        absl::StrCat("'", job.text, "'"));
+  }
+  spec.job_id = job.text;
+
+  Setting device = Lookup("device", "FLEET_DEVICE", env);
+  if (!ValidDevice(device.text)) {
+    return Status::InvalidArgument(absl::StrCat("bad ", device.source, ": want cpu, gpu or gpu:N"),
+                                   absl::StrCat("'", device.text, "'"));
+  }
+  spec.device = device.text;
+
+  spec.log_dir = Lookup("log_dir", "FLEET_LOG_DIR", env).text;
+  return spec;
+}
+
+}  // namespace fleet

@@ -1,0 +1,82 @@
+// ClusterSpec: who this process is (role, rank) and where everyone else is
+// (server, worker and heter-worker endpoints, the KV store), read once at
+// startup from command-line flags and, for any flag not given on the command
+// line, from the FLEET_* environment variables fleetrun sets. A flag on the
+// command line always wins over the environment.
+//
+//   flag             env var               default  meaning
+//   --role           FLEET_ROLE            (none)   server | worker | heter_worker | collective
+//   --rank           FLEET_RANK            0        this process's index within its role
+//   --world_size     FLEET_WORLD_SIZE      derived  processes in this role; default: the length
+//                                                   of the role's endpoint list, else 1
+//   --servers        FLEET_SERVERS         ""       "ip:port,ip:port" of the PS servers
+//   --workers        FLEET_WORKERS         ""       endpoints of the workers / collective ranks
+//   --heter_workers  FLEET_HETER_WORKERS   ""       endpoints of the heter workers
+//   --kv_endpoint    FLEET_KV_ENDPOINT     ""       "host:port" of fleetrun's KV store
+//   --job_id         FLEET_JOB_ID          default  scopes KV keys; [A-Za-z0-9_.-]+
+//   --device         FLEET_DEVICE          cpu      cpu | gpu | gpu:N
+//   --log_dir (glog) FLEET_LOG_DIR         ""       where <role>log.<rank> goes; empty = stderr
+//
+// Every value is validated; a bad one is InvalidArgument naming the flag or
+// variable it came from and the offending text.
+//
+// Thread safety: ClusterSpecFromFlagsAndEnv reads gflags, so call it from
+// main() after gflags::ParseCommandLineFlags, before starting threads that
+// change flags. The returned spec is a plain value.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/endpoint.h"
+#include "comm/status.h"
+
+namespace fleet {
+
+enum class Role { kServer, kWorker, kHeterWorker, kCollective };
+
+// "server", "worker", "heter_worker", "collective".
+std::string_view RoleName(Role role);
+// InvalidArgument naming `source` for anything else.
+Result<Role> ParseRole(std::string_view text, std::string_view source);
+
+struct ClusterSpec {
+  Role role = Role::kWorker;
+  int rank = 0;
+  int world_size = 1;
+  std::vector<Endpoint> servers;
+  std::vector<Endpoint> workers;
+  std::vector<Endpoint> heter_workers;
+  // Empty host when no KV store was given.
+  std::optional<Endpoint> kv_endpoint;
+  std::string job_id = "default";
+  // "cpu", "gpu" or "gpu:N".
+  std::string device = "cpu";
+  std::string log_dir;
+
+  // The endpoint list of this process's role (workers for collective).
+  const std::vector<Endpoint>& RoleEndpoints() const;
+  // "worker 3/8 job=x device=cpu", for logs.
+  std::string ToString() const;
+};
+
+// Looks a variable up: its value, or nullopt when unset. Injected so tests
+// never touch the process environment.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+
+// std::getenv, the lookup main() passes.
+EnvLookup ProcessEnv();
+// A lookup over a fixed map, for tests.
+EnvLookup EnvFromMap(std::map<std::string, std::string> vars);
+
+// Builds the spec from gflags and `env` as described at the top of this
+// file. Returns InvalidArgument for a missing role, a non-numeric or out of
+// range rank or world size, a bad endpoint or endpoint list, a bad job id
+// or device.
+Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env);
+
+}  // namespace fleet

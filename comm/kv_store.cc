@@ -1,0 +1,476 @@
+#include "comm/kv_store.h"
+
+#include <httplib.h>
+
+#include <algorithm>
+#include <charconv>
+#include <condition_variable>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "comm/endpoint.h"
+
+namespace fleet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Handler threads of the server. A long poll holds one for its whole wait,
+// so this bounds how many waiters can be parked at once; requests beyond it
+// queue until a thread frees up (see kLongPollSlice for why that is safe).
+constexpr int kServerThreads = 64;
+// How long the server waits for its listener thread to come up in Start().
+constexpr milliseconds kStartBudget{5000};
+// A client never asks the server to hold one long poll longer than this; it
+// re-polls instead. Were every handler thread parked in a long poll, the
+// Set that would release them sits in the server's queue; slicing the polls
+// guarantees a thread frees up (and the queued Set runs) within one slice.
+constexpr milliseconds kLongPollSlice{2000};
+
+bool ParseInt64(std::string_view text, int64_t* out) {
+  if (text.empty()) return false;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
+  return ec == std::errc() && ptr == end;
+}
+
+// Percent-encodes everything but RFC 3986 unreserved characters; '/' is kept
+// as is when keep_slash (keys may contain '/', and the server's route takes
+// the whole rest of the path as the key).
+std::string UrlEncode(std::string_view s, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/');
+    if (plain) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+// A job id is one path segment; a key is any non-empty text without a
+// newline (List answers one key per line).
+Status CheckJob(const std::string& job) {
+  if (job.empty() || job.find('/') != std::string::npos || job.find('\n') != std::string::npos) {
+    return Status::InvalidArgument("kv store job id must be non-empty without '/' or newline",
+                                   absl::StrCat("'", job, "'"));
+  }
+  return Status::OK();
+}
+
+Status CheckKey(const std::string& key) {
+  if (key.empty() || key.find('\n') != std::string::npos) {
+    return Status::InvalidArgument("kv store key must be non-empty without newline",
+                                   absl::StrCat("'", key, "'"));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- server
+
+struct KvStoreServer::Impl {
+  explicit Impl(KvStoreServerOptions o) : options(std::move(o)) {}
+
+  void Install();
+  void HandleGet(const httplib::Request& req, httplib::Response& res);
+  void HandlePut(const httplib::Request& req, httplib::Response& res);
+  void HandleDelete(const httplib::Request& req, httplib::Response& res);
+  void HandleList(const httplib::Request& req, httplib::Response& res);
+  void HandleAdd(const httplib::Request& req, httplib::Response& res);
+
+  // Fixed after construction.
+  const KvStoreServerOptions options;
+
+  // Owns its own synchronisation.
+  httplib::Server http;
+
+  // Written by Start() before the listener runs, read-only afterwards.
+  std::string host;
+  int port = -1;
+  std::thread listener;
+  bool started = false;
+
+  // Guarded by mu. cv is signalled on every write and on Stop().
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::map<std::string, std::map<std::string, std::string>> jobs;  // job -> key -> value
+};
+
+namespace {
+
+constexpr char kKeyRoute[] = R"(/kv/([^/]+)/(.+))";
+constexpr char kListRoute[] = R"(/list/([^/]+))";
+constexpr char kAddRoute[] = R"(/add/([^/]+)/(.+))";
+
+void Reply(httplib::Response& res, int code, std::string body) {
+  res.status = code;
+  res.set_content(std::move(body), "application/octet-stream");
+}
+
+}  // namespace
+
+void KvStoreServer::Impl::Install() {
+  http.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
+  // Our client closes after each request; a short keep-alive keeps Stop()
+  // from waiting on an idle connection of some other client.
+  http.set_keep_alive_timeout(1);
+  http.set_tcp_nodelay(true);
+  // httplib's default also sets SO_REUSEPORT, which lets a second server
+  // bind a port that is in use and silently take half the clients. Keep
+  // only SO_REUSEADDR (restart right after a stop) so a taken port fails.
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { Reply(res, 200, "ok"); });
+  http.Get(kKeyRoute, [this](const auto& q, auto& r) { HandleGet(q, r); });
+  http.Put(kKeyRoute, [this](const auto& q, auto& r) { HandlePut(q, r); });
+  http.Delete(kKeyRoute, [this](const auto& q, auto& r) { HandleDelete(q, r); });
+  http.Get(kListRoute, [this](const auto& q, auto& r) { HandleList(q, r); });
+  http.Post(kAddRoute, [this](const auto& q, auto& r) { HandleAdd(q, r); });
+}
+
+void KvStoreServer::Impl::HandleGet(const httplib::Request& req, httplib::Response& res) {
+  const std::string job = req.matches[1];
+  const std::string key = req.matches[2];
+  milliseconds wait{0};
+  if (req.has_param("wait_ms")) {
+    int64_t ms = 0;
+    if (!ParseInt64(req.get_param_value("wait_ms"), &ms) || ms < 0) {
+      return Reply(res, 400, "wait_ms must be a non-negative integer");
+    }
+    wait = std::min(milliseconds(ms), options.max_wait);
+  }
+  const auto deadline = Clock::now() + wait;
+  std::unique_lock<std::mutex> lock(mu);
+  const std::string* found = nullptr;
+  auto lookup = [&] {
+    found = nullptr;
+    auto j = jobs.find(job);
+    if (j == jobs.end()) return false;
+    auto k = j->second.find(key);
+    if (k == j->second.end()) return false;
+    found = &k->second;
+    return true;
+  };
+  cv.wait_until(lock, deadline, [&] { return stopping || lookup(); });
+  if (stopping) return Reply(res, 503, "kv store stopping");
+  if (found == nullptr) return Reply(res, 404, absl::StrCat("no key ", job, "/", key));
+  Reply(res, 200, *found);
+}
+
+void KvStoreServer::Impl::HandlePut(const httplib::Request& req, httplib::Response& res) {
+  const std::string job = req.matches[1];
+  const std::string key = req.matches[2];
+  if (key.find('\n') != std::string::npos) return Reply(res, 400, "key contains a newline");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return Reply(res, 503, "kv store stopping");
+    jobs[job][key] = req.body;
+  }
+  cv.notify_all();
+  Reply(res, 200, "");
+}
+
+void KvStoreServer::Impl::HandleDelete(const httplib::Request& req, httplib::Response& res) {
+  const std::string job = req.matches[1];
+  const std::string key = req.matches[2];
+  std::lock_guard<std::mutex> lock(mu);
+  if (stopping) return Reply(res, 503, "kv store stopping");
+  auto j = jobs.find(job);
+  if (j == jobs.end() || j->second.erase(key) == 0) {
+    return Reply(res, 404, absl::StrCat("no key ", job, "/", key));
+  }
+  if (j->second.empty()) jobs.erase(j);
+  Reply(res, 200, "");
+}
+
+void KvStoreServer::Impl::HandleList(const httplib::Request& req, httplib::Response& res) {
+  const std::string job = req.matches[1];
+  const std::string prefix = req.get_param_value("prefix");
+  std::string body;
+  std::lock_guard<std::mutex> lock(mu);
+  if (stopping) return Reply(res, 503, "kv store stopping");
+  auto j = jobs.find(job);
+  if (j != jobs.end()) {
+    for (auto it = j->second.lower_bound(prefix);
+         it != j->second.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      body.append(it->first);
+      body.push_back('\n');
+    }
+  }
+  Reply(res, 200, std::move(body));
+}
+
+void KvStoreServer::Impl::HandleAdd(const httplib::Request& req, httplib::Response& res) {
+  const std::string job = req.matches[1];
+  const std::string key = req.matches[2];
+  if (key.find('\n') != std::string::npos) return Reply(res, 400, "key contains a newline");
+  int64_t delta = 0;
+  if (!ParseInt64(req.body, &delta)) return Reply(res, 400, "add: body must be a decimal integer");
+  int64_t value = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return Reply(res, 503, "kv store stopping");
+    std::string& stored = jobs[job][key];
+    if (!stored.empty() && !ParseInt64(stored, &value)) {
+      return Reply(res, 409, absl::StrCat("add: value of ", job, "/", key, " is not an integer"));
+    }
+    if ((delta > 0 && value > std::numeric_limits<int64_t>::max() - delta) ||
+        (delta < 0 && value < std::numeric_limits<int64_t>::min() - delta)) {
+      return Reply(res, 409, absl::StrCat("add: ", job, "/", key, " would overflow"));
+    }
+    value += delta;
+    stored = std::to_string(value);
+  }
+  cv.notify_all();
+  Reply(res, 200, std::to_string(value));
+}
+
+KvStoreServer::KvStoreServer(KvStoreServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(options))) {}
+
+KvStoreServer::~KvStoreServer() { Stop(); }
+
+Status KvStoreServer::Start() {
+  if (impl_->started) return Status::FailedPrecondition("kv store server already started", impl_->options.listen);
+  FLEET_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(impl_->options.listen, "kv store listen address",
+                                                    EndpointParseOptions{.allow_port_zero = true}));
+  impl_->Install();
+  int port = ep.port;
+  if (port == 0) {
+    port = impl_->http.bind_to_any_port(ep.host);
+  } else if (!impl_->http.bind_to_port(ep.host, port)) {
+    port = -1;
+  }
+  if (port <= 0) {
+    return Status::Unavailable("kv store cannot listen (port in use or address not local)",
+                               impl_->options.listen);
+  }
+  impl_->host = ep.host;
+  impl_->port = port;
+  impl_->started = true;
+  impl_->listener = std::thread([impl = impl_.get()] { impl->http.listen_after_bind(); });
+  // httplib's stop() is a no-op until the listen loop runs, so Stop() right
+  // after Start() would leave the listener running forever; wait for it.
+  const auto deadline = Clock::now() + kStartBudget;
+  while (!impl_->http.is_running()) {
+    if (Clock::now() > deadline) {
+      Stop();
+      return Status::Unavailable(
+          absl::StrCat("kv store listener did not start within ", kStartBudget.count(), " ms"),
+          endpoint());
+    }
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  LOG(INFO) << "kv store serving on " << endpoint();
+  return Status::OK();
+}
+
+void KvStoreServer::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  // Long polls wake, see `stopping` and answer 503; then the listener and
+  // its handler threads can be joined.
+  impl_->cv.notify_all();
+  impl_->http.stop();
+  if (impl_->listener.joinable()) impl_->listener.join();
+}
+
+int KvStoreServer::port() const {
+  CHECK(impl_->started) << "KvStoreServer::port() before a successful Start()";
+  return impl_->port;
+}
+
+std::string KvStoreServer::endpoint() const { return absl::StrCat(impl_->host, ":", impl_->port); }
+
+// ---------------------------------------------------------------- client
+
+struct KvStoreClient::Impl {
+  struct Reply {
+    int code = 0;
+    std::string body;
+  };
+  enum class Method { kGet, kPut, kDelete, kPost };
+
+  // One request on its own connection. `read_timeout` bounds the wait for
+  // the answer (a long poll passes its wait plus the request budget).
+  Result<Reply> Do(Method method, const std::string& path, const std::string& body,
+                   milliseconds read_timeout, const char* what) const;
+  // Status for an answer other than 200: 404 -> NotFound, 503 ->
+  // Unavailable, the rest -> InvalidArgument / Internal with the body.
+  Status FromReply(const Reply& reply, const char* what, const std::string& which) const;
+
+  std::string KeyPath(const std::string& key) const {
+    return absl::StrCat("/kv/", UrlEncode(job, false), "/", UrlEncode(key, true));
+  }
+  // Waits for one key until `deadline`: OK, NotFound (deadline passed) or
+  // the error that ended the wait.
+  Status WaitOne(const std::string& key, Clock::time_point deadline) const;
+
+  // Fixed after construction.
+  std::string endpoint;
+  std::string job;
+  KvStoreClientOptions options;
+  Result<Endpoint> parsed = Status::InvalidArgument("unset");
+};
+
+Result<KvStoreClient::Impl::Reply> KvStoreClient::Impl::Do(Method method, const std::string& path,
+                                                           const std::string& body,
+                                                           milliseconds read_timeout,
+                                                           const char* what) const {
+  if (!parsed.ok()) return parsed.status();
+  FLEET_RETURN_IF_ERROR(CheckJob(job));
+  httplib::Client cli(parsed->host, parsed->port);
+  cli.set_keep_alive(false);
+  cli.set_tcp_nodelay(true);
+  cli.set_connection_timeout(options.request_timeout);
+  cli.set_read_timeout(read_timeout);
+  cli.set_write_timeout(options.request_timeout);
+  httplib::Result res{nullptr, httplib::Error::Unknown};
+  switch (method) {
+    case Method::kGet: res = cli.Get(path); break;
+    case Method::kPut: res = cli.Put(path, body, "application/octet-stream"); break;
+    case Method::kDelete: res = cli.Delete(path); break;
+    case Method::kPost: res = cli.Post(path, body, "text/plain"); break;
+  }
+  if (!res) {
+    return Status::Unavailable(absl::StrCat("kv store ", what, " failed: ", httplib::to_string(res.error())),
+                               absl::StrCat(endpoint, " (job ", job, ")"));
+  }
+  return Reply{res->status, res->body};
+}
+
+Status KvStoreClient::Impl::FromReply(const Reply& reply, const char* what,
+                                      const std::string& which) const {
+  std::string where = absl::StrCat(which, " at ", endpoint);
+  switch (reply.code) {
+    case 200: return Status::OK();
+    case 404: return Status::NotFound(absl::StrCat("kv store ", what, ": no such key"), where);
+    case 503: return Status::Unavailable(absl::StrCat("kv store ", what, ": server stopping"), where);
+    case 400: return Status::InvalidArgument(absl::StrCat("kv store ", what, ": ", reply.body), where);
+    case 409: return Status::FailedPrecondition(absl::StrCat("kv store ", what, ": ", reply.body), where);
+    default:
+      return Status::Internal(absl::StrCat("kv store ", what, ": HTTP ", reply.code, " ", reply.body), where);
+  }
+}
+
+Status KvStoreClient::Impl::WaitOne(const std::string& key, Clock::time_point deadline) const {
+  const std::string which = absl::StrCat(job, "/", key);
+  while (true) {
+    auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    milliseconds slice = std::clamp(left, milliseconds(0), kLongPollSlice);
+    std::string path = absl::StrCat(KeyPath(key), "?wait_ms=", slice.count());
+    FLEET_ASSIGN_OR_RETURN(Reply reply,
+                           Do(Method::kGet, path, "", slice + options.request_timeout, "wait"));
+    Status st = FromReply(reply, "wait", which);
+    if (!st.IsNotFound()) return st;
+    if (Clock::now() >= deadline) return st;
+  }
+}
+
+KvStoreClient::KvStoreClient(std::string endpoint, std::string job_id, KvStoreClientOptions options)
+    : endpoint_(std::move(endpoint)), job_id_(std::move(job_id)), impl_(std::make_unique<Impl>()) {
+  impl_->endpoint = endpoint_;
+  impl_->job = job_id_;
+  impl_->options = options;
+  impl_->parsed = ParseEndpoint(endpoint_, "kv store endpoint");
+}
+
+KvStoreClient::~KvStoreClient() = default;
+
+Status KvStoreClient::Set(const std::string& key, const std::string& value) {
+  FLEET_RETURN_IF_ERROR(CheckKey(key));
+  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kPut, impl_->KeyPath(key), value,
+                                                      impl_->options.request_timeout, "set"));
+  return impl_->FromReply(reply, "set", absl::StrCat(job_id_, "/", key));
+}
+
+Result<std::string> KvStoreClient::Get(const std::string& key) {
+  FLEET_RETURN_IF_ERROR(CheckKey(key));
+  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kGet, impl_->KeyPath(key), "",
+                                                      impl_->options.request_timeout, "get"));
+  FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "get", absl::StrCat(job_id_, "/", key)));
+  return std::move(reply.body);
+}
+
+Status KvStoreClient::Wait(const std::vector<std::string>& keys, milliseconds timeout) {
+  for (const std::string& key : keys) FLEET_RETURN_IF_ERROR(CheckKey(key));
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    Status st = impl_->WaitOne(keys[i], deadline);
+    if (st.ok()) continue;
+    if (!st.IsNotFound()) return st;
+    // Deadline passed on keys[i]. The later keys were never polled; probe
+    // them once so the message lists exactly the keys that are missing.
+    std::vector<std::string> missing = {keys[i]};
+    for (size_t j = i + 1; j < keys.size(); ++j) {
+      Result<std::string> probe = Get(keys[j]);
+      if (!probe.ok()) missing.push_back(keys[j]);
+    }
+    auto waited = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    return Status::Timeout(
+        absl::StrCat("kv store wait: keys still missing after ", waited.count(), " ms (timeout ",
+                     timeout.count(), " ms)"),
+        absl::StrCat("job ", job_id_, ": [", absl::StrJoin(missing, ", "), "] at ", endpoint_));
+  }
+  return Status::OK();
+}
+
+Result<std::string> KvStoreClient::WaitGet(const std::string& key, milliseconds timeout) {
+  FLEET_RETURN_IF_ERROR(Wait({key}, timeout));
+  return Get(key);
+}
+
+Status KvStoreClient::Delete(const std::string& key) {
+  FLEET_RETURN_IF_ERROR(CheckKey(key));
+  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kDelete, impl_->KeyPath(key), "",
+                                                      impl_->options.request_timeout, "delete"));
+  return impl_->FromReply(reply, "delete", absl::StrCat(job_id_, "/", key));
+}
+
+Result<std::vector<std::string>> KvStoreClient::List(const std::string& prefix) {
+  std::string path =
+      absl::StrCat("/list/", UrlEncode(job_id_, false), "?prefix=", UrlEncode(prefix, false));
+  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kGet, path, "",
+                                                      impl_->options.request_timeout, "list"));
+  FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "list", absl::StrCat(job_id_, "/", prefix, "*")));
+  std::vector<std::string> keys = absl::StrSplit(reply.body, '\n', absl::SkipEmpty());
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+Result<int64_t> KvStoreClient::Add(const std::string& key, int64_t delta) {
+  FLEET_RETURN_IF_ERROR(CheckKey(key));
+  std::string path = absl::StrCat("/add/", UrlEncode(job_id_, false), "/", UrlEncode(key, true));
+  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kPost, path, std::to_string(delta),
+                                                      impl_->options.request_timeout, "add"));
+  FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "add", absl::StrCat(job_id_, "/", key)));
+  int64_t value = 0;
+  if (!ParseInt64(reply.body, &value)) {
+    return Status::Corruption("kv store add: server answered a non-integer",
+                              absl::StrCat(job_id_, "/", key, " = '", reply.body, "'"));
+  }
+  return value;
+}
+
+}  // namespace fleet

@@ -1,0 +1,136 @@
+#include "comm/cluster.h"
+
+#include <gflags/gflags.h>
+
+#include <gtest/gtest.h>
+
+namespace fleet {
+namespace {
+
+// Each test restores every flag it sets (gflags::FlagSaver) and passes its
+// environment as a map, so nothing leaks between tests.
+class ClusterSpecTest : public ::testing::Test {
+ protected:
+  gflags::FlagSaver saver_;
+
+  static void SetFlag(const char* name, const char* value) {
+    ASSERT_FALSE(gflags::SetCommandLineOption(name, value).empty()) << name;
+  }
+};
+
+TEST_F(ClusterSpecTest, ReadsEverythingFromTheEnvironment) {
+  auto spec = ClusterSpecFromFlagsAndEnv(EnvFromMap({
+      {"FLEET_ROLE", "worker"},
+      {"FLEET_RANK", "1"},
+      {"FLEET_SERVERS", "10.0.0.1:7000,10.0.0.2:7000"},
+      {"FLEET_WORKERS", "node-a:8000,node-b.cluster:8000,127.0.0.1:8001"},
+      {"FLEET_HETER_WORKERS", ""},
+      {"FLEET_KV_ENDPOINT", "127.0.0.1:6000"},
+      {"FLEET_JOB_ID", "ctr_run.7"},
+      {"FLEET_DEVICE", "gpu:1"},
+      {"FLEET_LOG_DIR", "/tmp/logs"},
+  }));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->role, Role::kWorker);
+  EXPECT_EQ(spec->rank, 1);
+  EXPECT_EQ(spec->world_size, 3);  // derived from FLEET_WORKERS
+  ASSERT_EQ(spec->servers.size(), 2u);
+  EXPECT_EQ(spec->servers[1], (Endpoint{"10.0.0.2", 7000}));
+  EXPECT_EQ(spec->workers[1], (Endpoint{"node-b.cluster", 8000}));
+  EXPECT_TRUE(spec->heter_workers.empty());
+  ASSERT_TRUE(spec->kv_endpoint.has_value());
+  EXPECT_EQ(spec->kv_endpoint->port, 6000);
+  EXPECT_EQ(spec->job_id, "ctr_run.7");
+  EXPECT_EQ(spec->device, "gpu:1");
+  EXPECT_EQ(spec->log_dir, "/tmp/logs");
+  EXPECT_EQ(&spec->RoleEndpoints(), &spec->workers);
+}
+
+TEST_F(ClusterSpecTest, CommandLineFlagWinsOverEnvironment) {
+  SetFlag("role", "server");
+  SetFlag("rank", "0");
+  SetFlag("servers", "127.0.0.1:7100");
+  auto spec = ClusterSpecFromFlagsAndEnv(EnvFromMap({
+      {"FLEET_ROLE", "worker"},
+      {"FLEET_RANK", "5"},
+      {"FLEET_SERVERS", "127.0.0.1:1,127.0.0.1:2"},
+  }));
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->role, Role::kServer);
+  EXPECT_EQ(spec->rank, 0);
+  EXPECT_EQ(spec->world_size, 1);
+  EXPECT_EQ(JoinEndpoints(spec->servers), "127.0.0.1:7100");
+  EXPECT_EQ(spec->job_id, "default");
+  EXPECT_EQ(spec->device, "cpu");
+}
+
+TEST_F(ClusterSpecTest, MissingRoleIsInvalidArgument) {
+  auto spec = ClusterSpecFromFlagsAndEnv(EnvFromMap({}));
+  EXPECT_TRUE(spec.status().IsInvalidArgument());
+  EXPECT_NE(spec.status().message().find("FLEET_ROLE"), std::string::npos);
+}
+
+// Each bad value is rejected with a message naming where it came from and
+// the offending text.
+TEST_F(ClusterSpecTest, BadValuesNameTheirSourceAndText) {
+  struct Case {
+    std::string var, value, expect_in_message;
+  };
+  const std::vector<Case> cases = {
+      {"FLEET_ROLE", "boss", "'boss'"},
+      {"FLEET_RANK", "one", "FLEET_RANK"},
+      {"FLEET_RANK", "-1", "FLEET_RANK"},
+      {"FLEET_RANK", "7", "rank 7"},
+      {"FLEET_WORLD_SIZE", "2x", "FLEET_WORLD_SIZE"},
+      {"FLEET_WORLD_SIZE", "5", "5 but 2 endpoints"},
+      {"FLEET_WORKERS", "127.0.0.1:1,,127.0.0.1:2", "FLEET_WORKERS"},
+      {"FLEET_WORKERS", "127.0.0.1", "missing ':port'"},
+      {"FLEET_WORKERS", "127.0.0.1:", "missing port"},
+      {"FLEET_WORKERS", "127.0.0.1:70000", "port out of range"},
+      {"FLEET_WORKERS", "127.0.0.1:0", "port out of range"},
+      {"FLEET_WORKERS", "127.0.0.1:80a", "not a number"},
+      {"FLEET_WORKERS", "300.1.1.1:80", "'300.1.1.1:80'"},
+      {"FLEET_WORKERS", "1.2.3:80", "4 parts"},
+      {"FLEET_WORKERS", "bad_host:80", "not allowed"},
+      {"FLEET_WORKERS", "-host:80", "'-host:80'"},
+      {"FLEET_WORKERS", "a:1,a:1", "listed twice"},
+      {"FLEET_SERVERS", "x:1,", "FLEET_SERVERS"},
+      {"FLEET_HETER_WORKERS", ":9", "empty host"},
+      {"FLEET_KV_ENDPOINT", "localhost", "FLEET_KV_ENDPOINT"},
+      {"FLEET_JOB_ID", "a/b", "FLEET_JOB_ID"},
+      {"FLEET_DEVICE", "tpu", "'tpu'"},
+      {"FLEET_DEVICE", "gpu:", "FLEET_DEVICE"},
+  };
+  for (const Case& c : cases) {
+    std::map<std::string, std::string> env = {{"FLEET_ROLE", "worker"},
+                                              {"FLEET_WORKERS", "127.0.0.1:1,127.0.0.1:2"}};
+    env[c.var] = c.value;
+    auto spec = ClusterSpecFromFlagsAndEnv(EnvFromMap(env));
+    EXPECT_TRUE(spec.status().IsInvalidArgument()) << c.var << "=" << c.value << " gave "
+                                                   << spec.status().ToString();
+    EXPECT_NE(spec.status().message().find(c.expect_in_message), std::string::npos)
+        << c.var << "=" << c.value << ": " << spec.status().message();
+  }
+}
+
+TEST_F(ClusterSpecTest, BadFlagIsNamedAsAFlag) {
+  SetFlag("servers", "10.0.0.1:7000,10.0.0.1");
+  auto spec = ClusterSpecFromFlagsAndEnv(EnvFromMap({{"FLEET_ROLE", "server"}}));
+  EXPECT_TRUE(spec.status().IsInvalidArgument());
+  EXPECT_NE(spec.status().message().find("--servers"), std::string::npos) << spec.status().message();
+  EXPECT_NE(spec.status().message().find("'10.0.0.1'"), std::string::npos) << spec.status().message();
+}
+
+TEST(EndpointTest, ParseAndJoinRoundTrip) {
+  auto list = ParseEndpointList("10.1.2.3:1,localhost:65535,a-b.c:80");
+  ASSERT_TRUE(list.ok()) << list.status().ToString();
+  EXPECT_EQ(JoinEndpoints(*list), "10.1.2.3:1,localhost:65535,a-b.c:80");
+  EXPECT_TRUE(ParseEndpointList("")->empty());
+  EXPECT_TRUE(ParseEndpoint("127.0.0.1:0").status().IsInvalidArgument());
+  EXPECT_EQ(ParseEndpoint("127.0.0.1:0", "", EndpointParseOptions{.allow_port_zero = true})->port, 0);
+  EXPECT_TRUE(ParseEndpoint("[::1]:80").status().IsInvalidArgument());
+  EXPECT_TRUE(ParseEndpoint("01.2.3.4:80").status().IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace fleet

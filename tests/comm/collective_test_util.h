@@ -1,0 +1,107 @@
+// Test helpers for the KV store and the collectives: an in-process KV
+// server on a free port, N ranks as threads with the first failure rethrown,
+// and per-rank seed data in which every element on every rank differs (the
+// idea of gloo's Fixture::assignValues).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/kv_store.h"
+
+namespace fleet::testing {
+
+// A KvStoreServer on 127.0.0.1 and a port the OS picked, so two test runs
+// never collide. Stops on destruction.
+class LocalKvServer {
+ public:
+  LocalKvServer() : server_(KvStoreServerOptions{}) {
+    Status st = server_.Start();
+    if (!st.ok()) throw std::runtime_error("kv server did not start: " + st.ToString());
+  }
+  KvStoreServer& server() { return server_; }
+  std::string endpoint() const { return server_.endpoint(); }
+  std::unique_ptr<KvStoreClient> Client(const std::string& job) const {
+    return std::make_unique<KvStoreClient>(endpoint(), job);
+  }
+
+ private:
+  KvStoreServer server_;
+};
+
+// A job id unique to the running test, so tests sharing a server (or a
+// repeated test) never see each other's keys.
+inline std::string UniqueJob() {
+  static std::atomic<int> counter{0};
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "job";
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  return name + "." + std::to_string(counter++);
+}
+
+// Runs body(rank) for rank in [0, size) on size threads and rethrows the
+// first exception once all have ended. Bodies signal failure by throwing;
+// the group timeout bounds how long the other ranks stay blocked.
+inline void RunRanks(int size, const std::function<void(int)>& body) {
+  std::mutex mu;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+// Element i of rank `rank` in a group of `size`: distinct across ranks and
+// elements, a small integer (so float sums are exact), and the rank holding
+// the maximum rotates with i.
+inline float SeedValue(int rank, size_t i, int size) {
+  return static_cast<float>(i * size + (rank + i) % size);
+}
+
+inline std::vector<float> SeedVector(int rank, size_t count, int size) {
+  std::vector<float> v(count);
+  for (size_t i = 0; i < count; ++i) v[i] = SeedValue(rank, i, size);
+  return v;
+}
+
+// Throws naming the first index where got != want.
+inline void ExpectExactly(const std::vector<float>& got, const std::vector<float>& want,
+                          const std::string& what) {
+  if (got.size() != want.size()) {
+    throw std::runtime_error(what + ": size " + std::to_string(got.size()) + " != " +
+                             std::to_string(want.size()));
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] != want[i]) {
+      throw std::runtime_error(what + ": index " + std::to_string(i) + " got " +
+                               std::to_string(got[i]) + " want " + std::to_string(want[i]));
+    }
+  }
+}
+
+inline void ThrowIfError(const Status& st, const std::string& what) {
+  if (!st.ok()) throw std::runtime_error(what + ": " + st.ToString());
+}
+
+}  // namespace fleet::testing
