@@ -25,7 +25,7 @@ DEFINE_string(kv_endpoint, "",
 DEFINE_string(job_id, "default",
               "Scopes every KV-store key so jobs sharing a store never collide. Give each "
               "concurrent job its own.");
-DEFINE_string(device, "cpu", "cpu, gpu (the first visible GPU) or gpu:N.");
+DEFINE_string(device, "cpu", "cpu, cuda (the first visible GPU) or cuda:N (gpu, gpu:N also accepted).");
 
 namespace fleet {
 namespace {
@@ -68,11 +68,17 @@ bool ValidJobId(const std::string& id) {
   return true;
 }
 
+// "cuda" is what fleetrun sets (FLEET_DEVICE=cuda:K, like PyTorch);
+// "gpu" is accepted as its synonym.
 bool ValidDevice(const std::string& device) {
-  if (device == "cpu" || device == "gpu") return true;
-  if (device.rfind("gpu:", 0) != 0 || device.size() == 4 || device.size() > 7) return false;
-  for (size_t i = 4; i < device.size(); ++i) {
-    if (device[i] < '0' || device[i] > '9') return false;
+  if (device == "cpu" || device == "gpu" || device == "cuda") return true;
+  const size_t colon = device.find(':');
+  if (colon == std::string::npos) return false;
+  const std::string kind = device.substr(0, colon);
+  const std::string index = device.substr(colon + 1);
+  if ((kind != "gpu" && kind != "cuda") || index.empty() || index.size() > 3) return false;
+  for (char c : index) {
+    if (c < '0' || c > '9') return false;
   }
   return true;
 }
@@ -189,13 +195,17 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
 
   Setting device = Lookup("device", "FLEET_DEVICE", env);
   if (!ValidDevice(device.text)) {
-    return Status::InvalidArgument(absl::StrCat("bad ", device.source, ": want cpu, gpu or gpu:N"),
+    return Status::InvalidArgument(absl::StrCat("bad ", device.source, ": want cpu, cuda or cuda:N"),
                                    absl::StrCat("'", device.text, "'"));
   }
   spec.device = device.text;
 
   spec.log_dir = Lookup("log_dir", "FLEET_LOG_DIR", env).text;
   return spec;
+}
+
+std::string EndpointKey(Role role, int rank) {
+  return "endpoints/" + std::string(RoleName(role)) + "/" + std::to_string(rank);
 }
 
 }  // namespace fleet

@@ -14,7 +14,7 @@
 //   --heter_workers  FLEET_HETER_WORKERS   ""       endpoints of the heter workers
 //   --kv_endpoint    FLEET_KV_ENDPOINT     ""       "host:port" of fleetrun's KV store
 //   --job_id         FLEET_JOB_ID          default  scopes KV keys; [A-Za-z0-9_.-]+
-//   --device         FLEET_DEVICE          cpu      cpu | gpu | gpu:N
+//   --device         FLEET_DEVICE          cpu      cpu | cuda | cuda:N (gpu[:N] too)
 //   --log_dir (glog) FLEET_LOG_DIR         ""       where <role>log.<rank> goes; empty = stderr
 //
 // Every value is validated; a bad one is InvalidArgument naming the flag or
@@ -54,7 +54,7 @@ struct ClusterSpec {
   // Empty host when no KV store was given.
   std::optional<Endpoint> kv_endpoint;
   std::string job_id = "default";
-  // "cpu", "gpu" or "gpu:N".
+  // "cpu", "cuda", "cuda:N" ("gpu", "gpu:N" are synonyms).
   std::string device = "cpu";
   std::string log_dir;
 
@@ -72,6 +72,10 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 EnvLookup ProcessEnv();
 // A lookup over a fixed map, for tests.
 EnvLookup EnvFromMap(std::map<std::string, std::string> vars);
+
+// The KV store key under which a process of `role` publishes the endpoint it
+// actually bound ("endpoints/server/0"), so port 0 works in simulation.
+std::string EndpointKey(Role role, int rank);
 
 // Builds the spec from gflags and `env` as described at the top of this
 // file. Returns InvalidArgument for a missing role, a non-numeric or out of

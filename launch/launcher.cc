@@ -1,0 +1,512 @@
+#include "launch/launcher.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "comm/cluster.h"
+#include "comm/kv_store.h"
+#include "launch/net.h"
+#include "launch/supervisor.h"
+
+namespace fleet::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr size_t kTailLines = 20;
+constexpr milliseconds kPollTick{100};
+// Between two looks at the KV store while waiting for others (publishes,
+// node rendezvous, done markers): often enough to add little latency, rare
+// enough to be negligible load.
+constexpr milliseconds kStoreTick{200};
+
+milliseconds Seconds(double s) { return milliseconds(static_cast<int64_t>(s * 1000)); }
+
+std::string ShellQuote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+=.,:/@%") ==
+                        std::string::npos) {
+    return s;
+  }
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string JoinInts(const std::vector<int>& v) {
+  std::string out;
+  for (int x : v) out += (out.empty() ? "" : ", ") + std::to_string(x);
+  return out;
+}
+
+class Launcher {
+ public:
+  Launcher(std::vector<std::string> args, LaunchOptions options, JobLayout job, int wake_fd, LauncherIo io)
+      : args_(std::move(args)),
+        opts_(std::move(options)),
+        job_(std::move(job)),
+        io_(io),
+        grace_(Seconds(opts_.grace_period_s)),
+        rendezvous_(Seconds(opts_.rendezvous_timeout_s)),
+        sup_(SupervisorOptions{.wake_fd = wake_fd, .tee_out = io.out}) {}
+
+  int Run();
+
+ private:
+  // Each returns an exit code when the job must end now, nullopt to go on.
+  std::optional<int> StartRole(Role role, const std::vector<int>& ranks);
+  std::optional<int> WaitPublished(Role role, const std::vector<int>& ranks);
+  std::optional<int> CollectiveRendezvous();
+  std::optional<int> HandleEvents(const std::vector<Supervisor::Event>& events);
+  // Polls the supervisor once; the exit code when something ended the job.
+  std::optional<int> Tick(milliseconds timeout) { return HandleEvents(sup_.Poll(timeout)); }
+  int Supervise();
+  int FinishJob();
+  int Fail(size_t index, int wait_status);
+  void Report(size_t index, int wait_status, const std::string& action);
+  // Marks `mine` done under `prefix`; the store's host then waits (bounded
+  // by --rendezvous_timeout) until every id in `all` is marked, so the store
+  // outlives every machine that may still use it.
+  void FinishRendezvous(const std::string& prefix, const std::vector<std::string>& mine,
+                        const std::vector<std::string>& all);
+  bool AllWorkersDone();
+  std::string JoinCommand() const;
+  std::vector<Endpoint>& ListOf(Role role) {
+    return role == Role::kServer ? job_.servers : role == Role::kWorker ? job_.workers : job_.heter_workers;
+  }
+
+  // Fixed after construction.
+  const std::vector<std::string> args_;
+  const LaunchOptions opts_;
+  JobLayout job_;  // endpoint lists and collective ranks are filled in as the job starts
+  const LauncherIo io_;
+  const milliseconds grace_;
+  const milliseconds rendezvous_;
+
+  Supervisor sup_;
+  std::unique_ptr<KvStoreServer> kv_server_;
+  std::unique_ptr<KvStoreClient> kv_;
+  std::vector<size_t> servers_, heters_, workers_;  // supervisor indices by role
+  std::map<size_t, int> render_rank_;               // supervisor index -> RenderProcess rank
+  std::set<size_t> finished_;                       // workers that exited 0
+  Clock::time_point next_done_check_{};
+};
+
+int Launcher::Run() {
+  std::fprintf(io_.out, "fleetrun: configuration\n%s", FormatOptionsTable(opts_).c_str());
+  const char* mode = job_.mode == Mode::kPsSimulation ? "parameter-server, simulation on this machine"
+                     : job_.mode == Mode::kPsCluster  ? "parameter-server, cluster"
+                                                      : "collective";
+  std::fprintf(io_.out, "  (mode)              %s\n  (log files)         %s\n", mode, job_.log_dir.c_str());
+  std::error_code ec;
+  std::filesystem::create_directories(job_.log_dir, ec);
+  if (ec) {
+    std::fprintf(io_.err, "fleetrun: --log_dir: cannot create '%s': %s\n", job_.log_dir.c_str(), ec.message().c_str());
+    return kExitBadFlags;
+  }
+  if (job_.host_kv) {
+    kv_server_ = std::make_unique<KvStoreServer>(KvStoreServerOptions{.listen = job_.kv_listen});
+    Status st = kv_server_->Start();
+    if (!st.ok()) {
+      std::fprintf(io_.err, "fleetrun: --http_port: cannot host the KV store: %s\n", st.message().c_str());
+      return kExitBadFlags;
+    }
+    // Port 0: processes are told the port actually bound.
+    job_.kv_endpoint = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':') + 1) + std::to_string(kv_server_->port());
+    std::fprintf(io_.out, "fleetrun: KV store serving on %s (job %s)\n", job_.kv_endpoint.c_str(), job_.job_id.c_str());
+  } else {
+    std::fprintf(io_.out, "fleetrun: KV store at %s (job %s)\n", job_.kv_endpoint.c_str(), job_.job_id.c_str());
+  }
+  std::fflush(io_.out);
+  kv_ = std::make_unique<KvStoreClient>(job_.kv_endpoint, job_.job_id,
+                                        KvStoreClientOptions{.request_timeout = std::chrono::seconds(2)});
+
+  if (job_.mode == Mode::kCollective) {
+    if (auto rc = CollectiveRendezvous()) return *rc;
+    std::vector<int> local(job_.collective.devices.size());
+    for (size_t i = 0; i < local.size(); ++i) local[i] = i;
+    if (auto rc = StartRole(Role::kCollective, local)) return *rc;
+    return Supervise();
+  }
+  // Servers first; heter workers need the servers' real endpoints and
+  // workers need both, so each stage waits for the previous one to publish.
+  for (Role role : {Role::kServer, Role::kHeterWorker}) {
+    const std::vector<int>& ranks = role == Role::kServer ? job_.local_servers : job_.local_heter_workers;
+    if (auto rc = StartRole(role, ranks)) return *rc;
+    if (auto rc = WaitPublished(role, ranks)) return *rc;
+  }
+  if (auto rc = StartRole(Role::kWorker, job_.local_workers)) return *rc;
+  return Supervise();
+}
+
+std::optional<int> Launcher::StartRole(Role role, const std::vector<int>& ranks) {
+  for (int rank : ranks) {
+    ProcessSpec spec = RenderProcess(job_, role, rank);
+    const std::string name = spec.Name(), endpoint = spec.endpoint, log = spec.log_path;
+    auto index = sup_.Start(std::move(spec));
+    if (!index.ok()) {
+      std::fprintf(io_.err, "fleetrun: cannot start %s: %s\n", name.c_str(), index.status().message().c_str());
+      sup_.StopAll(grace_);
+      return kExitJobFailed;
+    }
+    render_rank_[*index] = rank;
+    (role == Role::kServer ? servers_ : role == Role::kHeterWorker ? heters_ : workers_).push_back(*index);
+    std::fprintf(io_.out, "fleetrun: started %-16s endpoint %-21s pid %-8d log %s\n", name.c_str(),
+                 endpoint.empty() ? "-" : endpoint.c_str(), static_cast<int>(sup_.pid(*index)), log.c_str());
+  }
+  std::fflush(io_.out);
+  return std::nullopt;
+}
+
+std::optional<int> Launcher::WaitPublished(Role role, const std::vector<int>& ranks) {
+  std::vector<Endpoint>& list = ListOf(role);
+  std::vector<int> missing;
+  for (int r : ranks) {
+    if (list[r].port == 0) missing.push_back(r);
+  }
+  const auto deadline = Clock::now() + rendezvous_;
+  Status last_error;
+  while (!missing.empty()) {
+    if (auto rc = Tick(kStoreTick)) return rc;
+    for (auto it = missing.begin(); it != missing.end();) {
+      const std::string key = EndpointKey(role, *it);
+      auto value = kv_->Get(key);
+      if (!value.ok()) {
+        if (!value.status().IsNotFound()) last_error = value.status();
+        ++it;
+        continue;
+      }
+      // Published by a process, so checked like any outside input.
+      auto ep = ParseEndpoint(*value, key);
+      if (!ep.ok() || ep->port == 0) {
+        std::fprintf(io_.err, "fleetrun: %s %d published a bad endpoint under %s: '%s'\n",
+                     std::string(RoleName(role)).c_str(), *it, key.c_str(), value->c_str());
+        sup_.StopAll(grace_);
+        return kExitJobFailed;
+      }
+      list[*it] = *ep;
+      std::fprintf(io_.out, "fleetrun: %s %d listens on %s\n", std::string(RoleName(role)).c_str(), *it,
+                   ep->ToString().c_str());
+      it = missing.erase(it);
+    }
+    if (!missing.empty() && Clock::now() >= deadline) {
+      std::fprintf(io_.err,
+                   "fleetrun: Timeout: %s ranks %s never published endpoints/%s/<rank> in the KV store at %s "
+                   "within %lld ms%s%s\n",
+                   std::string(RoleName(role)).c_str(), JoinInts(missing).c_str(), std::string(RoleName(role)).c_str(),
+                   job_.kv_endpoint.c_str(), static_cast<long long>(rendezvous_.count()),
+                   last_error.ok() ? "" : "; last store error: ", last_error.ok() ? "" : last_error.message().c_str());
+      sup_.StopAll(grace_);
+      return kExitJobFailed;
+    }
+  }
+  std::fflush(io_.out);
+  return std::nullopt;
+}
+
+std::string Launcher::JoinCommand() const {
+  // The flags this node was given, minus the ones that make it the master,
+  // then PROGRAM and its arguments untouched.
+  const size_t flag_count = args_.size() - (opts_.program.empty() ? 0 : 1 + opts_.program_args.size());
+  std::string cmd = "fleetrun --master=" + job_.kv_endpoint + " --nnodes=" + std::to_string(job_.collective.nnodes);
+  for (size_t i = 0; i < flag_count; ++i) {
+    const std::string& a = args_[i];
+    bool drop = false;
+    for (const char* f : {"--nnodes", "--host", "--http_port"}) {
+      if (a == f) drop = true, ++i;  // "--flag value": skip the value too
+      if (a.starts_with(std::string(f) + "=")) drop = true;
+    }
+    if (!drop && a != "--") cmd += " " + ShellQuote(a);
+  }
+  cmd += " " + ShellQuote(opts_.program);
+  for (const std::string& a : opts_.program_args) cmd += " " + ShellQuote(a);
+  return cmd;
+}
+
+std::optional<int> Launcher::CollectiveRendezvous() {
+  CollectiveLayout& c = job_.collective;
+  if (c.node_rank_source == NodeRankSource::kSingleNode) return std::nullopt;
+  if (c.print_join_command) {
+    std::fprintf(io_.out, "fleetrun: this node is the master; on each of the other %d nodes run:\n  %s\n", c.nnodes - 1,
+                 JoinCommand().c_str());
+    std::fflush(io_.out);
+  }
+  const auto deadline = Clock::now() + rendezvous_;
+  Status last_error;
+  if (c.node_rank_source == NodeRankSource::kAssigned) {
+    // The master's store may not be up yet: retry until the deadline.
+    while (true) {
+      auto r = kv_->Add("collective/node_rank", 1);
+      if (r.ok()) {
+        c.node_rank = static_cast<int>(*r - 1);
+        break;
+      }
+      last_error = r.status();
+      if (Clock::now() >= deadline) {
+        std::fprintf(io_.err, "fleetrun: Timeout: no node rank from the KV store at %s within %lld ms: %s\n",
+                     job_.kv_endpoint.c_str(), static_cast<long long>(rendezvous_.count()),
+                     last_error.message().c_str());
+        return kExitJobFailed;
+      }
+      if (auto rc = Tick(kStoreTick)) return rc;
+    }
+    if (c.node_rank >= c.nnodes) {
+      std::fprintf(io_.err, "fleetrun: --nnodes: node rank %d handed out, but the job has only %d nodes\n", c.node_rank,
+                   c.nnodes);
+      return kExitJobFailed;
+    }
+  }
+  Status st = kv_->Set("collective/nproc/" + std::to_string(c.node_rank), std::to_string(c.devices.size()));
+  std::vector<int> nproc(c.nnodes, -1);
+  while (true) {
+    std::vector<int> missing;
+    for (int n = 0; n < c.nnodes; ++n) {
+      if (nproc[n] >= 0) continue;
+      auto v = kv_->Get("collective/nproc/" + std::to_string(n));
+      int value = v.ok() ? std::atoi(v->c_str()) : 0;
+      if (v.ok() && value > 0) {
+        nproc[n] = value;
+      } else {
+        if (!v.ok() && !v.status().IsNotFound()) last_error = v.status();
+        missing.push_back(n);
+      }
+    }
+    if (!st.ok()) {  // our own registration failed: retry it too
+      st = kv_->Set("collective/nproc/" + std::to_string(c.node_rank), std::to_string(c.devices.size()));
+    }
+    if (missing.empty()) break;
+    if (Clock::now() >= deadline) {
+      std::fprintf(io_.err, "fleetrun: Timeout: nodes %s never joined through the KV store at %s within %lld ms%s%s\n",
+                   JoinInts(missing).c_str(), job_.kv_endpoint.c_str(), static_cast<long long>(rendezvous_.count()),
+                   last_error.ok() ? "" : "; last store error: ", last_error.ok() ? "" : last_error.message().c_str());
+      return kExitJobFailed;
+    }
+    if (auto rc = Tick(kStoreTick)) return rc;
+  }
+  c.rank_offset = 0;
+  c.world_size = 0;
+  for (int n = 0; n < c.nnodes; ++n) {
+    if (n < c.node_rank) c.rank_offset += nproc[n];
+    c.world_size += nproc[n];
+  }
+  std::fprintf(io_.out, "fleetrun: node %d of %d; ranks %d..%d of %d\n", c.node_rank, c.nnodes, c.rank_offset,
+               c.rank_offset + static_cast<int>(c.devices.size()) - 1, c.world_size);
+  return std::nullopt;
+}
+
+void Launcher::Report(size_t index, int wait_status, const std::string& action) {
+  const ProcessSpec& spec = sup_.spec(index);
+  std::fprintf(io_.err, "fleetrun: %s (pid %d) %s%s\nfleetrun: last %zu lines of %s:\n", spec.Name().c_str(),
+               static_cast<int>(sup_.pid(index)), Supervisor::DescribeWaitStatus(wait_status).c_str(), action.c_str(),
+               kTailLines, spec.log_path.c_str());
+  std::string tail = sup_.LogTail(index, kTailLines);
+  size_t start = 0;
+  while (start < tail.size()) {
+    size_t nl = tail.find('\n', start);
+    std::fprintf(io_.err, "  | %s\n", tail.substr(start, nl - start).c_str());
+    start = nl + 1;
+  }
+  std::fflush(io_.err);
+}
+
+int Launcher::Fail(size_t index, int wait_status) {
+  Report(index, wait_status, "");
+  const size_t others = sup_.Running().size();
+  std::fprintf(io_.err, "fleetrun: job failed; stopping %zu other processes\n", others);
+  std::fflush(io_.err);
+  sup_.StopAll(grace_);
+  return kExitJobFailed;
+}
+
+std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& events) {
+  for (const Supervisor::Event& ev : events) {
+    if (ev.kind == Supervisor::Event::kSignal) {
+      std::fprintf(io_.err, "fleetrun: received %s; stopping %zu processes\n", strsignal(ev.signo),
+                   sup_.Running().size());
+      std::fflush(io_.err);
+      sup_.StopAll(grace_);
+      return 128 + ev.signo;
+    }
+    const ProcessSpec& spec = sup_.spec(ev.index);
+    const bool ok = WIFEXITED(ev.wait_status) && WEXITSTATUS(ev.wait_status) == 0;
+    if (ok) {
+      if (spec.role == Role::kWorker || spec.role == Role::kCollective) {
+        finished_.insert(ev.index);
+        if (job_.mode == Mode::kPsCluster) {
+          Status st = kv_->Set("done/worker/" + std::to_string(spec.rank), "0");
+          if (!st.ok()) std::fprintf(io_.err, "fleetrun: cannot mark %s done: %s\n", spec.Name().c_str(), st.message().c_str());
+        }
+      } else {
+        std::fprintf(io_.err, "fleetrun: warning: %s exited with status 0 before the workers finished\n",
+                     spec.Name().c_str());
+      }
+      continue;
+    }
+    if (sup_.restarts(ev.index) < opts_.max_restart) {
+      Report(ev.index, ev.wait_status,
+             "; restarting (" + std::to_string(sup_.restarts(ev.index) + 1) + " of " + std::to_string(opts_.max_restart) + ")");
+      // Rendered again so a restarted server keeps the endpoint it published
+      // and a restarted worker gets today's endpoint lists.
+      Status st = sup_.Restart(ev.index, RenderProcess(job_, spec.role, render_rank_[ev.index]));
+      if (st.ok()) {
+        std::fprintf(io_.out, "fleetrun: restarted %s pid %d\n", sup_.spec(ev.index).Name().c_str(),
+                     static_cast<int>(sup_.pid(ev.index)));
+        std::fflush(io_.out);
+        continue;
+      }
+      std::fprintf(io_.err, "fleetrun: restart failed: %s\n", st.message().c_str());
+    }
+    return Fail(ev.index, ev.wait_status);
+  }
+  return std::nullopt;
+}
+
+bool Launcher::AllWorkersDone() {
+  for (size_t i : workers_) {
+    if (!finished_.count(i)) return false;
+  }
+  if (job_.mode != Mode::kPsCluster) return true;
+  // Workers on other machines report through the store.
+  if (Clock::now() < next_done_check_) return false;
+  next_done_check_ = Clock::now() + kStoreTick;
+  auto done = kv_->List("done/worker/");
+  return done.ok() && done->size() >= job_.workers.size();
+}
+
+int Launcher::Supervise() {
+  while (true) {
+    if (auto rc = Tick(kPollTick)) return *rc;
+    if (AllWorkersDone()) return FinishJob();
+  }
+}
+
+void Launcher::FinishRendezvous(const std::string& prefix, const std::vector<std::string>& mine,
+                                const std::vector<std::string>& all) {
+  for (const std::string& id : mine) {
+    Status st = kv_->Set(prefix + id, "done");
+    if (!st.ok()) std::fprintf(io_.err, "fleetrun: warning: cannot mark %s%s: %s\n", prefix.c_str(), id.c_str(), st.message().c_str());
+  }
+  if (!job_.host_kv) return;
+  const auto deadline = Clock::now() + rendezvous_;
+  while (true) {
+    std::vector<std::string> missing;
+    for (const std::string& id : all) {
+      if (!kv_->Get(prefix + id).ok()) missing.push_back(id);
+    }
+    if (missing.empty()) return;
+    if (Clock::now() >= deadline) {
+      std::string names;
+      for (const std::string& m : missing) names += " " + m;
+      std::fprintf(io_.err, "fleetrun: warning: stopping the KV store although%s did not report done within %lld ms\n",
+                   names.c_str(), static_cast<long long>(rendezvous_.count()));
+      return;
+    }
+    std::vector<Supervisor::Event> ignored = sup_.Poll(kStoreTick);
+    for (const auto& ev : ignored) {
+      if (ev.kind == Supervisor::Event::kSignal) return;  // asked to stop: stop waiting
+    }
+  }
+}
+
+int Launcher::FinishJob() {
+  int rc = kExitOk;
+  if (job_.mode == Mode::kCollective) {
+    std::fprintf(io_.out, "fleetrun: all %zu processes finished\n", workers_.size());
+    const CollectiveLayout& c = job_.collective;
+    if (c.nnodes > 1) {
+      std::vector<std::string> all;
+      for (int n = 0; n < c.nnodes; ++n) all.push_back(std::to_string(n));
+      FinishRendezvous("collective/done/", {std::to_string(c.node_rank)}, all);
+    }
+    return rc;
+  }
+  std::vector<size_t> stop = servers_;
+  stop.insert(stop.end(), heters_.begin(), heters_.end());
+  std::fprintf(io_.out, "fleetrun: all workers finished; stopping %zu servers and heter workers (SIGTERM, %lld ms grace)\n",
+               stop.size(), static_cast<long long>(grace_.count()));
+  std::fflush(io_.out);
+  std::vector<int> statuses = sup_.Stop(stop, grace_);
+  for (size_t k = 0; k < stop.size(); ++k) {
+    const int s = statuses[k];
+    if (sup_.killed_by_supervisor(stop[k])) {
+      std::fprintf(io_.err, "fleetrun: warning: %s did not stop within %lld ms of SIGTERM; killed\n",
+                   sup_.spec(stop[k]).Name().c_str(), static_cast<long long>(grace_.count()));
+    } else if (WIFEXITED(s) && WEXITSTATUS(s) != 0) {
+      // A server that fails while stopping may have failed to save.
+      Report(stop[k], s, " while stopping");
+      rc = kExitJobFailed;
+    }
+  }
+  if (job_.mode == Mode::kPsCluster) {
+    std::set<std::string> all_hosts, my_hosts;
+    for (const auto* list : {&job_.servers, &job_.heter_workers, &job_.workers})
+      for (const Endpoint& e : *list) all_hosts.insert(e.host);
+    for (const auto& [role, ranks] : {std::pair{Role::kServer, &job_.local_servers},
+                                      std::pair{Role::kHeterWorker, &job_.local_heter_workers},
+                                      std::pair{Role::kWorker, &job_.local_workers}}) {
+      for (int r : *ranks) my_hosts.insert(ListOf(role)[r].host);
+    }
+    FinishRendezvous("done/machine/", {my_hosts.begin(), my_hosts.end()}, {all_hosts.begin(), all_hosts.end()});
+  }
+  return rc;
+}
+
+}  // namespace
+
+Result<MachineInfo> GatherMachineInfo() {
+  MachineInfo m;
+  FLEET_ASSIGN_OR_RETURN(m.local_addresses, LocalIPv4Addresses());
+  m.gpu_count = CountGpus();
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) m.self_dir = std::filesystem::path(std::string(buf, n)).parent_path().string();
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v ? v : "");
+  };
+  m.path_env = env("PATH");
+  m.slurm_procid = env("SLURM_PROCID");
+  m.slurm_nnodes = env("SLURM_NNODES");
+  m.slurm_nodelist = env("SLURM_NODELIST");
+  m.slurm_nodeid = env("SLURM_NODEID");
+  if (!m.slurm_nodelist.empty()) {
+    auto first = FirstSlurmHost(m.slurm_nodelist);
+    if (first.ok()) {
+      auto ip = ResolveIPv4(*first);
+      if (ip.ok()) m.slurm_master_ip = *ip;
+    }
+  }
+  return m;
+}
+
+int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine, int wake_fd, LauncherIo io) {
+  auto options = ParseLaunchArgs(args);
+  if (!options.ok()) {
+    std::fprintf(io.err, "fleetrun: %s\n", options.status().message().c_str());
+    return kExitBadFlags;
+  }
+  if (options->help) {
+    std::fputs(FormatHelp().c_str(), io.out);
+    return kExitOk;
+  }
+  auto job = ResolveLayout(*options, machine);
+  if (!job.ok()) {
+    std::fprintf(io.err, "fleetrun: %s\n", job.status().message().c_str());
+    return kExitBadFlags;
+  }
+  Launcher launcher(args, std::move(*options), std::move(*job), wake_fd, io);
+  return launcher.Run();
+}
+
+}  // namespace fleet::launch

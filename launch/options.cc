@@ -1,0 +1,233 @@
+#include "launch/options.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
+#include <sstream>
+#include <variant>
+
+namespace fleet::launch {
+namespace {
+
+using Field = std::variant<int LaunchOptions::*, double LaunchOptions::*, std::string LaunchOptions::*,
+                           std::vector<std::string> LaunchOptions::*>;
+
+struct OptionSpec {
+  std::string_view name;          // without "--"; "o" is the short -o
+  Field field;
+  std::string_view default_text;  // as shown in --help and README
+  std::string_view help;
+};
+
+// The one list of fleetrun's flags. Order = order in --help, the start-up
+// table and README.
+const OptionSpec kOptions[] = {
+    // Parameter-server mode.
+    {"server_num", &LaunchOptions::server_num, "unset",
+     "PS simulation on this machine: number of ps_server processes (port 0: each binds a free port)"},
+    {"worker_num", &LaunchOptions::worker_num, "unset", "PS simulation: number of ps_worker processes"},
+    {"heter_worker_num", &LaunchOptions::heter_worker_num, "0", "PS simulation: number of heter_worker processes"},
+    {"servers", &LaunchOptions::servers, "unset",
+     "PS cluster: every server as ip:port, comma-separated; this machine starts the ones whose ip is its own"},
+    {"workers", &LaunchOptions::workers, "unset",
+     "PS cluster: every worker as ip or ip:port (bare ip = port 0: the worker binds and publishes one if it needs it)"},
+    {"heter_workers", &LaunchOptions::heter_workers, "unset", "PS cluster: every heter worker as ip:port"},
+    {"config", &LaunchOptions::config, "unset", "job YAML passed to every process (required in PS mode)"},
+    {"o", &LaunchOptions::overrides, "none",
+     "-o Key.sub=value: override one config key; repeatable; passed on as --override= and FLEET_OVERRIDES"},
+    // Collective mode.
+    {"gpus", &LaunchOptions::gpus, "all GPUs",
+     "collective: GPU ids, one process per id (FLEET_DEVICE=cuda:K); each id must exist"},
+    {"devices", &LaunchOptions::gpus, "all GPUs", "alias of --gpus"},
+    {"nproc_per_node", &LaunchOptions::nproc_per_node, "GPU count, or 1",
+     "collective: processes on this node; on a machine without GPU they are CPU (Gloo) processes"},
+    {"ips", &LaunchOptions::ips, "unset",
+     "collective multi-node: every node's ip, comma-separated, same command on each; node rank = position; "
+     "the first node hosts the KV store on --http_port"},
+    {"master", &LaunchOptions::master, "unset",
+     "collective multi-node: ip:port of the master's KV store; node ranks are handed out there"},
+    {"nnodes", &LaunchOptions::nnodes, "1 (Slurm: SLURM_NNODES)",
+     "collective: number of nodes; >1 without --master makes this node the master and prints the command for the others"},
+    {"host", &LaunchOptions::host, "first non-loopback address",
+     "collective multi-node: the address this node announces when it hosts the store"},
+    // Both modes.
+    {"log_dir", &LaunchOptions::log_dir, "log",
+     "process logs: serverlog.N, workerlog.N, heterlog.N (under <log_dir>/<job_id>/ when --job_id is given)"},
+    {"job_id", &LaunchOptions::job_id, "default", "scopes KV store keys and the log folder so jobs can share a machine"},
+    {"http_port", &LaunchOptions::http_port, "36001",
+     "port of the KV store fleetrun hosts; 0 = a free port (only when the whole job is on this machine)"},
+    {"bin_dir", &LaunchOptions::bin_dir, "fleetrun's folder", "where ps_server, ps_worker and heter_worker are"},
+    {"max_restart", &LaunchOptions::max_restart, "0", "restart a failed process up to this many times before failing the job"},
+    {"grace_period", &LaunchOptions::grace_period_s, "5",
+     "seconds between SIGTERM and SIGKILL when stopping processes"},
+    {"rendezvous_timeout", &LaunchOptions::rendezvous_timeout_s, "120",
+     "seconds to wait for servers to publish endpoints and for other nodes to join"},
+};
+
+const OptionSpec* FindOption(std::string_view name) {
+  for (const OptionSpec& spec : kOptions) {
+    if (spec.name == name) return &spec;
+  }
+  return nullptr;
+}
+
+std::string FlagName(const OptionSpec& spec) {
+  return spec.name == "o" ? std::string("-o") : "--" + std::string(spec.name);
+}
+
+Status SetField(const OptionSpec& spec, std::string_view value, LaunchOptions& out) {
+  std::string flag = FlagName(spec);
+  return std::visit(
+      [&](auto member) -> Status {
+        using T = std::remove_reference_t<decltype(out.*member)>;
+        if constexpr (std::is_same_v<T, int>) {
+          int v = 0;
+          auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+          if (value.empty() || ec != std::errc() || end != value.data() + value.size()) {
+            return Status::InvalidArgument(flag + ": '" + std::string(value) + "' is not an integer");
+          }
+          out.*member = v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          std::string s(value);
+          char* end = nullptr;
+          double v = std::strtod(s.c_str(), &end);
+          if (s.empty() || end != s.c_str() + s.size()) {
+            return Status::InvalidArgument(flag + ": '" + s + "' is not a number");
+          }
+          out.*member = v;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          out.*member = std::string(value);
+        } else {
+          (out.*member).emplace_back(value);
+        }
+        return Status::OK();
+      },
+      spec.field);
+}
+
+std::string FieldValue(const OptionSpec& spec, const LaunchOptions& o) {
+  return std::visit(
+      [&](auto member) -> std::string {
+        using T = std::remove_cvref_t<decltype(o.*member)>;
+        if constexpr (std::is_same_v<T, int>) {
+          return o.*member < 0 ? std::string("unset") : std::to_string(o.*member);
+        } else if constexpr (std::is_same_v<T, double>) {
+          std::ostringstream s;
+          s << o.*member;
+          return s.str();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return (o.*member).empty() ? std::string("unset") : o.*member;
+        } else {
+          std::string joined;
+          for (const std::string& v : o.*member) joined += (joined.empty() ? "" : " ") + v;
+          return joined.empty() ? std::string("none") : joined;
+        }
+      },
+      spec.field);
+}
+
+std::string FormatAligned(const std::vector<std::pair<std::string, std::string>>& rows) {
+  size_t width = 0;
+  for (const auto& [k, v] : rows) width = std::max(width, k.size());
+  std::string out;
+  for (const auto& [k, v] : rows) out += "  " + k + std::string(width - k.size() + 2, ' ') + v + "\n";
+  return out;
+}
+
+}  // namespace
+
+bool LaunchOptions::Given(std::string_view name) const {
+  return std::find(given.begin(), given.end(), name) != given.end();
+}
+
+Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
+  LaunchOptions out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    if (arg == "--") {
+      if (i + 1 < args.size()) {
+        out.program = args[i + 1];
+        out.program_args.assign(args.begin() + i + 2, args.end());
+      }
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      out.help = true;
+      continue;
+    }
+    std::string_view name;
+    std::optional<std::string_view> value;
+    if (arg.starts_with("--")) {
+      name = arg.substr(2);
+      size_t eq = name.find('=');
+      if (eq != std::string_view::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+      }
+    } else if (arg.starts_with("-o")) {
+      name = "o";
+      if (arg.size() > 2) value = arg.substr(2);
+    } else if (arg.starts_with("-") && arg.size() > 1) {
+      return Status::InvalidArgument(std::string(arg) + ": unknown flag (see fleetrun --help)");
+    } else {
+      // First non-flag: the collective PROGRAM; the rest is its own.
+      out.program = std::string(arg);
+      out.program_args.assign(args.begin() + i + 1, args.end());
+      break;
+    }
+    const OptionSpec* spec = FindOption(name);
+    if (spec == nullptr) {
+      return Status::InvalidArgument("--" + std::string(name) + ": unknown flag (see fleetrun --help)");
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) return Status::InvalidArgument(FlagName(*spec) + ": missing value");
+      value = args[++i];
+    }
+    FLEET_RETURN_IF_ERROR(SetField(*spec, *value, out));
+    std::string canonical(spec->name == "devices" ? "gpus" : spec->name);
+    if (!out.Given(canonical)) out.given.push_back(canonical);
+  }
+  return out;
+}
+
+std::string FormatOptionsTable(const LaunchOptions& options) {
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const OptionSpec& spec : kOptions) {
+    if (spec.name == "devices") continue;  // alias: its value is --gpus's
+    rows.emplace_back(FlagName(spec), FieldValue(spec, options));
+  }
+  std::string program = options.program.empty() ? "unset" : options.program;
+  for (const std::string& a : options.program_args) program += " " + a;
+  rows.emplace_back("PROGRAM", program);
+  return FormatAligned(rows);
+}
+
+std::string FormatHelp() {
+  std::string out =
+      "usage: fleetrun [FLAGS] [PROGRAM [ARGS...]]\n"
+      "  parameter-server mode: fleetrun --server_num=S --worker_num=W --config=job.yaml\n"
+      "                         fleetrun --servers=ip:port,.. --workers=ip,.. --config=job.yaml\n"
+      "  collective mode:       fleetrun [--gpus=0,1 | --nproc_per_node=N] PROGRAM [ARGS...]\n"
+      "flags (default in brackets):\n";
+  std::vector<std::pair<std::string, std::string>> rows;
+  for (const OptionSpec& spec : kOptions) {
+    rows.emplace_back(FlagName(spec), "[" + std::string(spec.default_text) + "] " + std::string(spec.help));
+  }
+  return out + FormatAligned(rows);
+}
+
+std::string FormatHelpMarkdown() {
+  std::string out = "| Flag | Default | Meaning |\n|---|---|---|\n";
+  for (const OptionSpec& spec : kOptions) {
+    out += "| `" + FlagName(spec) + "` | " + std::string(spec.default_text) + " | " + std::string(spec.help) + " |\n";
+  }
+  return out;
+}
+
+std::vector<std::string> OptionNames() {
+  std::vector<std::string> out;
+  for (const OptionSpec& spec : kOptions) out.emplace_back(spec.name);
+  return out;
+}
+
+}  // namespace fleet::launch

@@ -1,0 +1,77 @@
+// fleetrun's own flags: one table (kOptions in options.cc) drives parsing,
+// --help, the configuration table printed at start and the README table,
+// so a flag cannot be documented in one place and missing in another.
+//
+// Command line:  fleetrun [FLAGS] [PROGRAM [ARGS...]]
+// Parsing stops at the first argument that is not a flag (or after "--"):
+// that argument is the collective PROGRAM and everything after it is passed
+// to PROGRAM unchanged. Flags are "--name=value" or "--name value";
+// "-o Key.sub=value" (or "-oKey.sub=value") overrides one config key and may
+// be repeated.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/status.h"
+
+namespace fleet::launch {
+
+// Every field is a flag; see kOptions in options.cc (or `fleetrun --help`)
+// for each default and meaning. "Unset" is the empty string or -1.
+struct LaunchOptions {
+  // Parameter-server mode.
+  int server_num = -1;
+  int worker_num = -1;
+  int heter_worker_num = -1;
+  std::string servers;
+  std::string workers;
+  std::string heter_workers;
+  std::string config;
+  std::vector<std::string> overrides;  // "-o Key.sub=value", in order
+  // Collective mode.
+  std::string gpus;  // --gpus or its alias --devices
+  int nproc_per_node = -1;
+  std::string ips;
+  std::string master;
+  int nnodes = -1;
+  std::string host;
+  // Both modes.
+  std::string log_dir = "log";
+  std::string job_id = "default";
+  int http_port = 36001;
+  std::string bin_dir;
+  int max_restart = 0;
+  double grace_period_s = 5.0;
+  double rendezvous_timeout_s = 120.0;
+
+  // Positional: the collective program and its arguments (verbatim).
+  std::string program;
+  std::vector<std::string> program_args;
+
+  bool help = false;
+  // Names of the flags the user actually gave, without "--" (for messages
+  // and the "which flags were set" checks of the validator).
+  std::vector<std::string> given;
+  bool Given(std::string_view name) const;
+};
+
+// Parses argv[1..]. InvalidArgument whose message starts with the flag
+// ("--http_port: 'x' is not an integer") for an unknown flag, a missing
+// value or a value of the wrong type. Semantic checks (lists, counts, files)
+// are ResolveLayout's job.
+Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
+
+// "name  value" lines for every option, names padded to one column.
+std::string FormatOptionsTable(const LaunchOptions& options);
+
+// Usage text: every option with its default and meaning, aligned.
+std::string FormatHelp();
+// The same as a Markdown table (| flag | default | meaning |) for README.
+std::string FormatHelpMarkdown();
+
+// Option names in table order (without "--"), for tests.
+std::vector<std::string> OptionNames();
+
+}  // namespace fleet::launch

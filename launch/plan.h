@@ -1,0 +1,118 @@
+// The launch plan: validated flags turned into who runs where with which
+// flags, environment and log file. Everything here is pure (no process is
+// started, no socket opened) so tests drive it in-process; the facts about
+// the machine come in through MachineInfo.
+//
+// The process contract (what every started process receives) is written out
+// in launch/README.md; RenderProcess is its single implementation.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "comm/cluster.h"
+#include "comm/endpoint.h"
+#include "comm/status.h"
+#include "launch/options.h"
+
+namespace fleet::launch {
+
+// Roles, their FLEET_ROLE names and EndpointKey are the processes' own
+// (comm/cluster.h), so launcher and binaries cannot disagree.
+using ::fleet::EndpointKey;
+using ::fleet::Role;
+using ::fleet::RoleName;
+
+// Facts about this machine, gathered once by the launcher (see
+// GatherMachineInfo in launcher.h) and given in so planning stays pure.
+struct MachineInfo {
+  std::vector<std::string> local_addresses;  // IPv4, loopback included
+  int gpu_count = 0;
+  std::string self_dir;  // folder of the fleetrun executable
+  std::string path_env;  // $PATH, for finding PROGRAM
+  // Slurm's view, empty outside Slurm.
+  std::string slurm_procid, slurm_nnodes, slurm_nodelist, slurm_nodeid;
+  // SLURM_NODELIST's first host resolved to IPv4 (empty outside Slurm).
+  std::string slurm_master_ip;
+};
+
+enum class Mode { kPsSimulation, kPsCluster, kCollective };
+
+// How this node finds its collective node rank.
+enum class NodeRankSource {
+  kSingleNode,  // nnodes == 1: rank 0, no rendezvous
+  kKnown,       // from --ips position or Slurm
+  kAssigned,    // handed out by the master's store (KvStoreClient::Add)
+};
+
+struct CollectiveLayout {
+  std::string program;  // as given; execvp-style lookup is done in ResolveLayout
+  std::string program_path;
+  std::vector<std::string> program_args;
+  std::vector<std::string> devices;  // one per local process: "cpu" or "cuda:K"
+  int nnodes = 1;
+  int node_rank = 0;       // valid once node_rank_source is resolved
+  NodeRankSource node_rank_source = NodeRankSource::kSingleNode;
+  // Filled after the node rendezvous (or = devices.size() on one node).
+  int rank_offset = 0;
+  int world_size = 0;
+  // Master without --master: print the command the other nodes run.
+  bool print_join_command = false;
+};
+
+struct JobLayout {
+  Mode mode = Mode::kPsSimulation;
+  std::string job_id;
+  std::string log_dir;  // effective: <--log_dir>[/<job_id>]
+  std::string bin_dir;
+  std::string config;   // empty when not given (collective only)
+  std::vector<std::string> overrides;
+
+  // KV store. host_kv: this fleetrun serves it on kv_listen. kv_endpoint is
+  // what processes are told; its port is fixed up after a port-0 bind.
+  bool host_kv = false;
+  std::string kv_listen;
+  std::string kv_endpoint;
+
+  // Parameter-server lists, every process of the job (all machines). Port 0
+  // = the process binds a free port and publishes it under
+  // endpoints/<role>/<rank>; the launcher replaces it with the real one.
+  std::vector<Endpoint> servers, heter_workers, workers;
+  // Ranks started on this machine.
+  std::vector<int> local_servers, local_heter_workers, local_workers;
+  int gpu_count = 0;  // heter workers get cuda:(rank % gpu_count) when > 0
+
+  CollectiveLayout collective;
+};
+
+// One process to start: everything fork/exec needs.
+struct ProcessSpec {
+  Role role = Role::kWorker;
+  int rank = 0;                  // global rank within its role
+  std::string exe;               // path passed to execve
+  std::vector<std::string> argv; // argv[0] included
+  // Variables set for the child on top of fleetrun's own environment (from
+  // which every inherited FLEET_* variable is removed first).
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string log_path;
+  bool tee = false;              // also copy output to fleetrun's stdout
+  std::string endpoint;          // announced endpoint (servers, heter), may end ":0"
+  std::string Name() const { return std::string(RoleName(role)) + " " + std::to_string(rank); }
+};
+
+// Validates `options` against `machine` and lays out the job. Returns
+// InvalidArgument whose message starts with the offending flag ("--servers:
+// ...", "PROGRAM: ...") so the launcher can print it as one line and exit 2.
+// Checks the files it needs (config, binaries, PROGRAM) exist; touches
+// nothing else.
+Result<JobLayout> ResolveLayout(const LaunchOptions& options, const MachineInfo& machine);
+
+// The spec for one local process. `rank` is the role rank (for kCollective
+// the local rank on this node). REQUIRES: layout came from ResolveLayout and,
+// for collective, the rendezvous fields are filled.
+ProcessSpec RenderProcess(const JobLayout& layout, Role role, int rank);
+
+
+}  // namespace fleet::launch

@@ -1,0 +1,400 @@
+// Drives the real fleetrun binary (from $FLEET_BIN_DIR) with launch_fixture
+// standing in for ps_server / ps_worker / heter_worker / PROGRAM.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct Line {
+  int64_t at_ms;  // unix ms when fleetrun wrote it
+  bool err;
+  std::string text;
+};
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out, err;
+  std::vector<Line> lines;
+  double seconds = 0;
+  // Arrival time of the first line containing `needle`, or -1.
+  int64_t TimeOf(const std::string& needle) const {
+    for (const Line& l : lines) {
+      if (l.text.find(needle) != std::string::npos) return l.at_ms;
+    }
+    return -1;
+  }
+};
+
+struct Running {
+  pid_t pid = -1;
+  int out_fd = -1, err_fd = -1;
+  std::chrono::steady_clock::time_point start;
+};
+
+bool Alive(pid_t pid) {
+  if (kill(pid, 0) != 0) return false;
+  // A zombie waiting for a parent that does not reap (pid 1 in some
+  // containers) runs nothing: count it as gone.
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
+
+class FleetrunTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* bin = std::getenv("FLEET_BIN_DIR");
+    ASSERT_NE(bin, nullptr) << "FLEET_BIN_DIR not set (run through ctest)";
+    bin_ = bin;
+    char tmpl[] = "/tmp/fleetrun_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    tmp_ = tmpl;
+    fake_bin_ = tmp_ / "bin";
+    fs::create_directories(fake_bin_);
+    for (const char* name : {"ps_server", "ps_worker", "heter_worker"}) {
+      fs::create_symlink(bin_ / "launch_fixture", fake_bin_ / name);
+    }
+    config_ = tmp_ / "job.yaml";
+    std::ofstream(config_) << "Distributed:\n  mode: sync\n";
+    log_ = tmp_ / "log";
+  }
+  void TearDown() override { fs::remove_all(tmp_); }
+
+  fs::path FixtureDir(const std::string& name) {
+    fs::path d = tmp_ / name;
+    fs::create_directories(d);
+    return d;
+  }
+
+  // PS simulation flags shared by most tests.
+  std::vector<std::string> PsArgs(int servers, int workers) {
+    return {"--server_num=" + std::to_string(servers), "--worker_num=" + std::to_string(workers),
+            "--config=" + config_.string(), "--bin_dir=" + fake_bin_.string(), "--log_dir=" + log_.string(),
+            "--http_port=0", "--grace_period=2"};
+  }
+  std::vector<std::string> CollectiveArgs(int nproc) {
+    return {"--nproc_per_node=" + std::to_string(nproc), "--log_dir=" + log_.string(), "--http_port=0",
+            "--grace_period=1", (bin_ / "launch_fixture").string()};
+  }
+
+  Running Start(const std::vector<std::string>& args, const std::vector<std::string>& env_extra) {
+    std::vector<std::string> argv_s = {(bin_ / "fleetrun").string()};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e) {
+      if (std::strncmp(*e, "FIXTURE_", 8) != 0) env_s.emplace_back(*e);
+    }
+    env_s.insert(env_s.end(), env_extra.begin(), env_extra.end());
+    std::vector<char*> argv, envp;
+    for (auto& s : argv_s) argv.push_back(s.data());
+    for (auto& s : env_s) envp.push_back(s.data());
+    argv.push_back(nullptr);
+    envp.push_back(nullptr);
+    int out[2], err[2];
+    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
+    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
+    Running r;
+    r.start = std::chrono::steady_clock::now();
+    r.pid = fork();
+    if (r.pid == 0) {
+      dup2(out[1], 1);
+      dup2(err[1], 2);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    close(out[1]);
+    close(err[1]);
+    r.out_fd = out[0];
+    r.err_fd = err[0];
+    return r;
+  }
+
+  // Reads fleetrun's output until it exits; SIGKILLs it and fails the test
+  // after `timeout`.
+  RunResult Finish(Running& r, milliseconds timeout = milliseconds(30000)) {
+    RunResult res;
+    std::string partial[2];
+    const auto deadline = r.start + timeout;
+    int open_fds = 2;
+    while (open_fds > 0) {
+      auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        ADD_FAILURE() << "fleetrun did not finish within " << timeout.count() << " ms; output so far:\n"
+                      << res.out << res.err;
+        kill(r.pid, SIGKILL);
+        break;
+      }
+      pollfd fds[2] = {{r.out_fd, POLLIN, 0}, {r.err_fd, POLLIN, 0}};
+      if (poll(fds, 2, std::min<int64_t>(left, 200)) <= 0) continue;
+      for (int k = 0; k < 2; ++k) {
+        if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
+        char buf[8192];
+        ssize_t n = read(fds[k].fd, buf, sizeof(buf));
+        if (n <= 0) {
+          (k == 0 ? r.out_fd : r.err_fd) = -1;
+          close(fds[k].fd);
+          --open_fds;
+          continue;
+        }
+        (k == 0 ? res.out : res.err).append(buf, n);
+        partial[k].append(buf, n);
+        size_t nl;
+        while ((nl = partial[k].find('\n')) != std::string::npos) {
+          res.lines.push_back({NowUnixMs(), k == 1, partial[k].substr(0, nl)});
+          partial[k].erase(0, nl + 1);
+        }
+      }
+    }
+    int status = 0;
+    waitpid(r.pid, &status, 0);
+    for (int fd : {r.out_fd, r.err_fd}) if (fd >= 0) close(fd);
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
+    res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return res;
+  }
+
+  RunResult Run(const std::vector<std::string>& args, const std::vector<std::string>& env_extra = {}) {
+    Running r = Start(args, env_extra);
+    return Finish(r);
+  }
+
+  static std::vector<pid_t> RecordedPids(const fs::path& dir) {
+    std::vector<pid_t> pids;
+    if (!fs::exists(dir)) return pids;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      std::string name = e.path().filename();
+      if (name.rfind("pid.", 0) == 0) pids.push_back(std::stoi(name.substr(name.rfind('.') + 1)));
+    }
+    return pids;
+  }
+
+  static void ExpectNoSurvivors(const fs::path& dir) {
+    std::vector<pid_t> pids = RecordedPids(dir);
+    EXPECT_FALSE(pids.empty());
+    for (pid_t pid : pids) EXPECT_FALSE(Alive(pid)) << "process " << pid << " survived fleetrun";
+  }
+
+  // Starts fleetrun, waits until `expected` processes recorded their pids,
+  // sends `signo` to fleetrun and checks it stops everything.
+  void SignalStopsEverything(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                             const fs::path& fx, size_t expected, int signo) {
+    Running r = Start(args, env);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (RecordedPids(fx).size() < expected && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    ASSERT_EQ(RecordedPids(fx).size(), expected);
+    std::this_thread::sleep_for(milliseconds(200));  // let fleetrun reach its supervise loop
+    ASSERT_EQ(kill(r.pid, signo), 0);
+    const auto sent = std::chrono::steady_clock::now();
+    RunResult res = Finish(r);
+    const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+    EXPECT_EQ(res.exit_code, 128 + signo) << res.err;
+    EXPECT_NE(res.err.find("received"), std::string::npos) << res.err;
+    EXPECT_LT(stop_s, 5.0);
+    ExpectNoSurvivors(fx);
+  }
+
+  fs::path bin_, tmp_, fake_bin_, config_, log_;
+};
+
+TEST_F(FleetrunTest, PsSimulationCompletesAndEveryProcessGetsTheContract) {
+  fs::path fx = FixtureDir("fx");
+  std::vector<std::string> args = PsArgs(2, 3);
+  args.insert(args.end(), {"--heter_worker_num=1", "--job_id=jobA", "-o", "Opt.lr=0.1", "-oData.path=x"});
+  RunResult res = Run(args, {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_worker=connect"});
+  ASSERT_EQ(res.exit_code, 0) << res.out << res.err;
+  EXPECT_NE(res.out.find("all workers finished"), std::string::npos);
+  // Worker 0 is shown on the terminal, worker 1 only in its log.
+  EXPECT_NE(res.out.find("fixture worker 0 reached 2 servers"), std::string::npos) << res.out;
+  EXPECT_EQ(res.out.find("fixture worker 1 reached"), std::string::npos);
+  const fs::path logs = log_ / "jobA";
+  EXPECT_NE(ReadFile(logs / "workerlog.1").find("fixture worker 1 reached 2 servers"), std::string::npos);
+  EXPECT_NE(ReadFile(logs / "workerlog.0").find("fixture worker 0 reached"), std::string::npos);
+  for (const char* f : {"serverlog.0", "serverlog.1", "heterlog.0"}) {
+    EXPECT_NE(ReadFile(logs / f).find("stopping on SIGTERM"), std::string::npos) << f;
+  }
+
+  const std::string worker = ReadFile(fx / "env.worker.1");
+  for (const std::string& want : std::vector<std::string>{
+           "env FLEET_ROLE=worker", "env FLEET_RANK=1", "env FLEET_WORLD_SIZE=3", "argv --role=worker", "argv --rank=1",
+        "argv --world_size=3", "argv --override=Opt.lr=0.1;Data.path=x",
+        "env FLEET_OVERRIDES=Opt.lr=0.1;Data.path=x", "env FLEET_CONFIG=" + config_.string(),
+        "argv --config=" + config_.string(), "env FLEET_JOB_ID=jobA", "env FLEET_DEVICE=cpu",
+        "env FLEET_LOG_DIR=" + logs.string(), "env FLEET_KV_ENDPOINT=127.0.0.1:", "argv --kv_endpoint=127.0.0.1:"}) {
+    EXPECT_NE(worker.find(want + (want.back() == ':' ? "" : "\n")), std::string::npos) << want << " in\n" << worker;
+  }
+  // Workers start after the servers published: real ports only.
+  for (const char* var : {"env FLEET_SERVERS=", "env FLEET_HETER_WORKERS="}) {
+    size_t at = worker.find(var);
+    ASSERT_NE(at, std::string::npos) << var;
+    std::string list = worker.substr(at, worker.find('\n', at) - at) + ",";
+    EXPECT_EQ(list.find(":0,"), std::string::npos) << list;
+  }
+  const std::string server = ReadFile(fx / "env.server.1");
+  EXPECT_NE(server.find("argv --endpoint=127.0.0.1:0\n"), std::string::npos) << server;
+  EXPECT_NE(server.find("env FLEET_ENDPOINT=127.0.0.1:0\n"), std::string::npos) << server;
+  EXPECT_NE(server.find("env FLEET_ROLE=server\n"), std::string::npos);
+  EXPECT_NE(ReadFile(fx / "env.heter_worker.0").find("env FLEET_ROLE=heter_worker\n"), std::string::npos);
+  ExpectNoSurvivors(fx);
+}
+
+TEST_F(FleetrunTest, FailureIsReportedWithLogTailWithinTenSeconds) {
+  fs::path fx = FixtureDir("fx");
+  RunResult res = Run(PsArgs(1, 2), {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_worker_0=hang",
+                                     "FIXTURE_MODE_worker_1=fail"});
+  EXPECT_EQ(res.exit_code, 1) << res.out << res.err;
+  EXPECT_NE(res.err.find("worker 1 (pid"), std::string::npos) << res.err;
+  EXPECT_NE(res.err.find("exited with status 3"), std::string::npos) << res.err;
+  // Last 20 of the 31 lines the worker printed: lines 10..29.
+  EXPECT_NE(res.err.find("| fixture line 29\n"), std::string::npos) << res.err;
+  EXPECT_NE(res.err.find("| fixture line 10\n"), std::string::npos) << res.err;
+  EXPECT_EQ(res.err.find("| fixture line 9\n"), std::string::npos) << res.err;
+  const int64_t died = std::stoll(ReadFile(fx / "death.worker.1"));
+  const int64_t reported = res.TimeOf("exited with status 3");
+  ASSERT_GT(reported, 0);
+  const int64_t latency = reported - died;
+  std::printf("failure detection latency: %lld ms (fleetrun ran %.2f s)\n", static_cast<long long>(latency), res.seconds);
+  RecordProperty("failure_latency_ms", std::to_string(latency));
+  EXPECT_LT(latency, 10000);
+  ExpectNoSurvivors(fx);
+}
+
+TEST_F(FleetrunTest, CrashBySignalIsNamed) {
+  fs::path fx = FixtureDir("fx");
+  RunResult res = Run(CollectiveArgs(2), {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_collective_0=hang",
+                                          "FIXTURE_MODE_collective_1=segv"});
+  EXPECT_EQ(res.exit_code, 1) << res.err;
+  EXPECT_NE(res.err.find("collective 1 (pid"), std::string::npos) << res.err;
+  EXPECT_NE(res.err.find("killed by signal 11"), std::string::npos) << res.err;
+  ExpectNoSurvivors(fx);
+}
+
+TEST_F(FleetrunTest, MaxRestartRestartsAFailedProcess) {
+  fs::path fx = FixtureDir("fx");
+  const std::vector<std::string> env = {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_collective_1=fail_once"};
+  RunResult without = Run(CollectiveArgs(2), env);
+  EXPECT_EQ(without.exit_code, 1) << without.err;
+  fs::remove(fx / "failed.collective.1");
+
+  std::vector<std::string> args = CollectiveArgs(2);
+  args.insert(args.begin(), "--max_restart=1");
+  RunResult with = Run(args, env);
+  EXPECT_EQ(with.exit_code, 0) << with.err;
+  EXPECT_NE(with.err.find("restarting (1 of 1)"), std::string::npos) << with.err;
+  EXPECT_NE(ReadFile(log_ / "workerlog.1").find("restart 1 of collective 1"), std::string::npos);
+}
+
+TEST_F(FleetrunTest, SigintStopsEveryProcessIncludingGrandchildren) {
+  fs::path fx = FixtureDir("fx");
+  // 2 servers + 2 workers + the child worker 0 forks = 5 pids.
+  SignalStopsEverything(PsArgs(2, 2),
+                        {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_worker_0=spawn_child", "FIXTURE_MODE_worker_1=hang"},
+                        fx, 5, SIGINT);
+}
+
+TEST_F(FleetrunTest, SigtermStopsEvenProcessesThatIgnoreIt) {
+  fs::path fx = FixtureDir("fx");
+  SignalStopsEverything(CollectiveArgs(2),
+                        {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_collective_0=spawn_child",
+                         "FIXTURE_MODE_collective_1=hang_ignore_term"},
+                        fx, 3, SIGTERM);
+}
+
+TEST_F(FleetrunTest, TwoPortZeroJobsRunSideBySide) {
+  fs::path fx1 = FixtureDir("fx1"), fx2 = FixtureDir("fx2");
+  auto args = [&](const std::string& job) {
+    std::vector<std::string> a = PsArgs(2, 2);
+    a.push_back("--job_id=" + job);
+    return a;
+  };
+  Running one = Start(args("one"), {"FIXTURE_DIR=" + fx1.string(), "FIXTURE_MODE_worker=connect"});
+  Running two = Start(args("two"), {"FIXTURE_DIR=" + fx2.string(), "FIXTURE_MODE_worker=connect"});
+  RunResult r1 = Finish(one), r2 = Finish(two);
+  EXPECT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  EXPECT_EQ(r2.exit_code, 0) << r2.out << r2.err;
+  auto kv = [](const RunResult& r) {
+    size_t at = r.out.find("KV store serving on ");
+    return at == std::string::npos ? std::string() : r.out.substr(at, r.out.find(' ', at + 20) - at);
+  };
+  EXPECT_NE(kv(r1), "");
+  EXPECT_NE(kv(r1), kv(r2));
+  EXPECT_TRUE(fs::exists(log_ / "one" / "workerlog.1"));
+  EXPECT_TRUE(fs::exists(log_ / "two" / "workerlog.1"));
+}
+
+TEST_F(FleetrunTest, SpammyWorkerZeroIsTeedCompletely) {
+  fs::path fx = FixtureDir("fx");
+  RunResult res = Run(CollectiveArgs(1), {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_collective=spam"});
+  EXPECT_EQ(res.exit_code, 0) << res.err;
+  EXPECT_NE(res.out.find("fixture spam line 99999 of collective 0\n"), std::string::npos);
+  EXPECT_NE(ReadFile(log_ / "workerlog.0").find("fixture spam line 99999 of collective 0\n"), std::string::npos);
+}
+
+TEST_F(FleetrunTest, InvalidFlagsExitTwoWithOneLineAndStartNothing) {
+  fs::path fx = FixtureDir("fx");
+  const std::string cfg = "--config=" + config_.string(), bin = "--bin_dir=" + fake_bin_.string(),
+                    logd = "--log_dir=" + log_.string(), fixture = (bin_ / "launch_fixture").string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string flag;
+  };
+  const std::vector<Case> cases = {
+      {{"--servers=1.2.3:80", "--workers=127.0.0.1", cfg, bin, logd}, "--servers"},
+      {{"--servers=127.0.0.1:7001,", "--workers=127.0.0.1", cfg, bin, logd}, "--servers"},
+      {{"--server_num=3", "--servers=127.0.0.1:7001,127.0.0.1:7002", "--workers=127.0.0.1", cfg, bin, logd},
+       "--server_num"},
+      {{"--server_num=1", "--worker_num=1", bin, logd}, "--config"},
+      {{"--server_num=1", "--worker_num=1", "--config=/nonexistent.yaml", bin, logd}, "--config"},
+      {{logd}, "PROGRAM"},
+      {{"--nproc_per_node=2", logd, "/nonexistent/program"}, "PROGRAM"},
+      {{"--gpus=0", logd, fixture}, "--gpus"},
+      {{"--server_num=1", "--worker_num=1", cfg, bin, logd, "--http_port=x"}, "--http_port"},
+      {{"--server_num=1", "--worker_num=1", cfg, bin, logd, "--gpus=0"}, "--gpus"},
+      {{"--bogus=1", logd}, "--bogus"},
+  };
+  for (const Case& c : cases) {
+    RunResult res = Run(c.args, {"FIXTURE_DIR=" + fx.string()});
+    std::string joined;
+    for (const auto& a : c.args) joined += a + " ";
+    EXPECT_EQ(res.exit_code, 2) << joined << res.err;
+    EXPECT_EQ(std::count(res.err.begin(), res.err.end(), '\n'), 1) << joined << res.err;
+    EXPECT_EQ(res.err.rfind("fleetrun: " + c.flag, 0), 0u) << joined << res.err;
+    EXPECT_EQ(res.out, "") << joined;
+    EXPECT_FALSE(fs::exists(log_)) << joined;
+    EXPECT_TRUE(RecordedPids(fx).empty()) << joined;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,247 @@
+// fleetrun's flag parser and plan builder, in-process: no process started.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "launch/net.h"
+#include "launch/options.h"
+#include "launch/plan.h"
+
+namespace fleet::launch {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PlanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/launch_plan_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    for (const char* name : {"ps_server", "ps_worker", "heter_worker", "prog"}) {
+      std::ofstream(dir_ / name) << "#!/bin/sh\n";
+      chmod((dir_ / name).c_str(), 0755);
+    }
+    config_ = (dir_ / "job.yaml").string();
+    std::ofstream(config_) << "a: 1\n";
+    machine_.local_addresses = {"127.0.0.1", "10.0.0.2"};
+    machine_.self_dir = dir_.string();
+    machine_.path_env = dir_.string();
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  Result<JobLayout> Resolve(std::vector<std::string> args) {
+    auto options = ParseLaunchArgs(args);
+    if (!options.ok()) return options.status();
+    return ResolveLayout(*options, machine_);
+  }
+  // The flag an invalid command line is rejected for.
+  std::string RejectedFlag(std::vector<std::string> args) {
+    auto job = Resolve(std::move(args));
+    if (job.ok()) return "(accepted)";
+    EXPECT_TRUE(job.status().IsInvalidArgument());
+    const std::string& m = job.status().message();
+    return m.substr(0, m.find(':'));
+  }
+
+  fs::path dir_;
+  std::string config_;
+  MachineInfo machine_;
+};
+
+std::string EnvOf(const ProcessSpec& spec, const std::string& name) {
+  for (const auto& [k, v] : spec.env) {
+    if (k == name) return v;
+  }
+  return "(absent)";
+}
+
+bool HasArg(const ProcessSpec& spec, const std::string& arg) {
+  return std::find(spec.argv.begin(), spec.argv.end(), arg) != spec.argv.end();
+}
+
+TEST(ParseLaunchArgs, StopsAtProgramAndKeepsItsArgs) {
+  auto o = ParseLaunchArgs({"--nproc_per_node", "2", "-o", "A.b=1", "-oC=2", "train", "--nproc_per_node=5", "-x"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->nproc_per_node, 2);
+  EXPECT_EQ(o->overrides, (std::vector<std::string>{"A.b=1", "C=2"}));
+  EXPECT_EQ(o->program, "train");
+  EXPECT_EQ(o->program_args, (std::vector<std::string>{"--nproc_per_node=5", "-x"}));
+  EXPECT_TRUE(o->Given("nproc_per_node"));
+  EXPECT_FALSE(o->Given("gpus"));
+
+  auto dashdash = ParseLaunchArgs({"--", "-weird-program", "a"});
+  ASSERT_TRUE(dashdash.ok());
+  EXPECT_EQ(dashdash->program, "-weird-program");
+  EXPECT_TRUE(ParseLaunchArgs({"--devices=0"})->Given("gpus"));
+}
+
+TEST(ParseLaunchArgs, BadFlagsNameTheFlag) {
+  EXPECT_EQ(ParseLaunchArgs({"--nope=1"}).status().message().rfind("--nope:", 0), 0u);
+  EXPECT_EQ(ParseLaunchArgs({"--http_port=80x"}).status().message().rfind("--http_port:", 0), 0u);
+  EXPECT_EQ(ParseLaunchArgs({"--grace_period=abc"}).status().message().rfind("--grace_period:", 0), 0u);
+  EXPECT_EQ(ParseLaunchArgs({"--log_dir"}).status().message(), "--log_dir: missing value");
+}
+
+TEST_F(PlanTest, SimulationUsesLoopbackAndPortZero) {
+  auto job = Resolve({"--server_num=2", "--worker_num=3", "--heter_worker_num=1", "--config=" + config_});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->mode, Mode::kPsSimulation);
+  EXPECT_EQ(JoinEndpoints(job->servers), "127.0.0.1:0,127.0.0.1:0");
+  EXPECT_EQ(job->local_workers, (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(job->host_kv);
+  EXPECT_EQ(job->kv_listen, "127.0.0.1:36001");
+  EXPECT_EQ(job->log_dir, "log");
+  EXPECT_EQ(job->bin_dir, dir_.string());
+}
+
+TEST_F(PlanTest, ClusterStartsOnlyThisMachinesProcesses) {
+  auto job = Resolve({"--servers=10.0.0.1:7000,10.0.0.2:7000", "--workers=10.0.0.1,10.0.0.2,10.0.0.2:7100",
+                      "--config=" + config_, "--job_id=j7"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->mode, Mode::kPsCluster);
+  EXPECT_EQ(job->local_servers, (std::vector<int>{1}));
+  EXPECT_EQ(job->local_workers, (std::vector<int>{1, 2}));
+  EXPECT_EQ(JoinEndpoints(job->workers), "10.0.0.1:0,10.0.0.2:0,10.0.0.2:7100");
+  EXPECT_FALSE(job->host_kv);  // the first server's machine hosts it
+  EXPECT_EQ(job->kv_endpoint, "10.0.0.1:36001");
+  EXPECT_EQ(job->log_dir, "log/j7");
+}
+
+TEST_F(PlanTest, InvalidCommandLinesNameTheirFlag) {
+  const std::string cfg = "--config=" + config_;
+  EXPECT_EQ(RejectedFlag({"--servers=10.0.0.1", "--workers=10.0.0.2", cfg}), "--servers");
+  EXPECT_EQ(RejectedFlag({"--servers=10.0.0.1:7000,10.0.0.1:7000", "--workers=10.0.0.2", cfg}), "--servers");
+  EXPECT_EQ(RejectedFlag({"--servers=10.0.0.1:99999", "--workers=10.0.0.2", cfg}), "--servers");
+  EXPECT_EQ(RejectedFlag({"--servers=10.0.0.1:7000", "--workers=10.0.0.2,", cfg}), "--workers");
+  EXPECT_EQ(RejectedFlag({"--worker_num=2", "--servers=10.0.0.1:7000", "--workers=10.0.0.2", cfg}), "--worker_num");
+  EXPECT_EQ(RejectedFlag({"--servers=10.0.0.1:7000", cfg}), "--workers");
+  EXPECT_EQ(RejectedFlag({"--servers=127.0.0.1:7000", "--workers=10.0.0.2", cfg}), "--servers");
+  EXPECT_EQ(RejectedFlag({"--servers=10.0.0.9:7000", "--workers=10.0.0.8", cfg}), "--servers");
+  EXPECT_EQ(RejectedFlag({"--servers=10.0.0.1:7000", "--workers=10.0.0.2", cfg, "--http_port=0"}), "--http_port");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1"}), "--config");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", cfg}), "--worker_num");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "--bin_dir=/nonexistent"}), "--bin_dir");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "prog"}), "PROGRAM");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "--nnodes=2"}), "--nnodes");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "-o", "noequals"}), "-o");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "--job_id=a/b"}), "--job_id");
+  EXPECT_EQ(RejectedFlag({}), "PROGRAM");
+  EXPECT_EQ(RejectedFlag({"missing_program"}), "PROGRAM");
+  EXPECT_EQ(RejectedFlag({"--gpus=0", "prog"}), "--gpus");
+  EXPECT_EQ(RejectedFlag({"--master=10.0.0.1:36001", "prog"}), "--nnodes");
+  EXPECT_EQ(RejectedFlag({"--ips=10.0.0.7,10.0.0.8", "prog"}), "--ips");
+  EXPECT_EQ(RejectedFlag({"--ips=10.0.0.2,10.0.0.3", "--nnodes=3", "prog"}), "--nnodes");
+}
+
+TEST_F(PlanTest, ProcessesGetTheSameValuesAsFlagsAndEnvironment) {
+  auto job = Resolve({"--server_num=2", "--worker_num=2", "--config=" + config_, "-o", "A.b=1", "-o", "C=x y"});
+  ASSERT_TRUE(job.ok());
+  job->kv_endpoint = "127.0.0.1:4000";
+  ProcessSpec server = RenderProcess(*job, Role::kServer, 1);
+  EXPECT_EQ(server.exe, dir_.string() + "/ps_server");
+  EXPECT_EQ(server.log_path, "log/serverlog.1");
+  EXPECT_FALSE(server.tee);
+  EXPECT_EQ(EnvOf(server, "FLEET_ENDPOINT"), "127.0.0.1:0");
+  EXPECT_EQ(EnvOf(server, "FLEET_OVERRIDES"), "A.b=1;C=x y");
+  EXPECT_TRUE(HasArg(server, "--override=A.b=1;C=x y"));
+  // Every FLEET_X is also --x=value (FLEET_OVERRIDES as --override).
+  for (const auto& [k, v] : server.env) {
+    if (k == "FLEET_OVERRIDES") continue;
+    std::string flag = k.substr(6);
+    std::transform(flag.begin(), flag.end(), flag.begin(), ::tolower);
+    EXPECT_TRUE(HasArg(server, "--" + flag + "=" + v)) << k;
+  }
+  job->servers = {{"127.0.0.1", 5001}, {"127.0.0.1", 5002}};
+  ProcessSpec worker = RenderProcess(*job, Role::kWorker, 0);
+  EXPECT_TRUE(worker.tee);
+  EXPECT_EQ(EnvOf(worker, "FLEET_SERVERS"), "127.0.0.1:5001,127.0.0.1:5002");
+  EXPECT_EQ(EnvOf(worker, "FLEET_ENDPOINT"), "(absent)");
+  EXPECT_EQ(EnvOf(worker, "FLEET_KV_ENDPOINT"), "127.0.0.1:4000");
+  EXPECT_EQ(EnvOf(worker, "FLEET_WORLD_SIZE"), "2");
+}
+
+TEST_F(PlanTest, CollectiveDevicesAndRanks) {
+  machine_.gpu_count = 2;
+  auto all = Resolve({"prog", "--lr=1"});
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  EXPECT_EQ(all->collective.devices, (std::vector<std::string>{"cuda:0", "cuda:1"}));
+  EXPECT_EQ(all->collective.program_path, dir_.string() + "/prog");
+  auto one = Resolve({"--gpus=1", "prog"});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->collective.devices, (std::vector<std::string>{"cuda:1"}));
+  EXPECT_EQ(RejectedFlag({"--gpus=2", "prog"}), "--gpus");
+  EXPECT_EQ(RejectedFlag({"--gpus=0,0", "prog"}), "--gpus");
+  EXPECT_EQ(RejectedFlag({"--gpus=0,1", "--nproc_per_node=3", "prog"}), "--nproc_per_node");
+
+  machine_.gpu_count = 0;
+  auto cpu = Resolve({"--nproc_per_node=3", "--ips=10.0.0.1,10.0.0.2", "prog", "--lr=1"});
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ(cpu->collective.devices, (std::vector<std::string>(3, "cpu")));
+  EXPECT_EQ(cpu->collective.node_rank, 1);
+  EXPECT_EQ(cpu->collective.nnodes, 2);
+  EXPECT_FALSE(cpu->host_kv);
+  EXPECT_EQ(cpu->kv_endpoint, "10.0.0.1:36001");
+  cpu->collective.rank_offset = 3;
+  cpu->collective.world_size = 6;
+  ProcessSpec p = RenderProcess(*cpu, Role::kCollective, 2);
+  EXPECT_EQ(p.rank, 5);
+  EXPECT_EQ(p.argv, (std::vector<std::string>{"prog", "--lr=1"}));  // PROGRAM keeps its own flags
+  EXPECT_EQ(EnvOf(p, "FLEET_RANK"), "5");
+  EXPECT_EQ(EnvOf(p, "FLEET_LOCAL_RANK"), "2");
+  EXPECT_EQ(EnvOf(p, "FLEET_WORLD_SIZE"), "6");
+  EXPECT_EQ(EnvOf(p, "FLEET_NODE_RANK"), "1");
+  EXPECT_EQ(EnvOf(p, "FLEET_NNODES"), "2");
+  EXPECT_EQ(EnvOf(p, "FLEET_NPROC_PER_NODE"), "3");
+  EXPECT_EQ(EnvOf(p, "FLEET_DEVICE"), "cpu");
+  EXPECT_EQ(p.log_path, "log/workerlog.5");
+  EXPECT_FALSE(p.tee);
+}
+
+TEST_F(PlanTest, SlurmGivesNodeRankAndMaster) {
+  machine_.slurm_procid = "1";
+  machine_.slurm_nodeid = "1";
+  machine_.slurm_nnodes = "2";
+  machine_.slurm_nodelist = "gpu[07-08]";
+  machine_.slurm_master_ip = "10.0.0.1";
+  auto job = Resolve({"prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->collective.node_rank, 1);
+  EXPECT_EQ(job->collective.nnodes, 2);
+  EXPECT_EQ(job->collective.node_rank_source, NodeRankSource::kKnown);
+  EXPECT_FALSE(job->host_kv);
+  EXPECT_EQ(job->kv_endpoint, "10.0.0.1:36001");
+}
+
+TEST(Net, SlurmFirstHostAndGpuCount) {
+  EXPECT_EQ(*FirstSlurmHost("gpu[03-05,9],cpu1"), "gpu03");
+  EXPECT_EQ(*FirstSlurmHost("node7,node8"), "node7");
+  EXPECT_FALSE(FirstSlurmHost("gpu[03").ok());
+  char tmpl[] = "/tmp/gpu_count.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  for (const char* n : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) std::ofstream(std::string(tmpl) + "/" + n);
+  EXPECT_EQ(CountGpus(tmpl), 2);
+  fs::remove_all(tmpl);
+}
+
+TEST(Readme, DocumentsEveryFlag) {
+  const char* src = std::getenv("FLEET_SOURCE_DIR");
+  ASSERT_NE(src, nullptr);
+  std::ifstream in(std::string(src) + "/launch/README.md");
+  std::stringstream s;
+  s << in.rdbuf();
+  for (const std::string& name : OptionNames()) {
+    const std::string flag = name == "o" ? "`-o`" : "`--" + name + "`";
+    EXPECT_NE(s.str().find(flag), std::string::npos) << flag << " missing from launch/README.md";
+  }
+}
+
+}  // namespace
+}  // namespace fleet::launch
