@@ -1,0 +1,232 @@
+// Finite-difference gradient check of every layer.
+//
+// Each check perturbs one input element by +-eps (float, eps = 1e-3) and
+// evaluates a scalar objective accumulated in double: the loss itself for
+// loss layers, else sum_i out_i * R_i for a fixed random R (so the analytic
+// input gradient is Backward(dy = R)). Central differences then carry only
+// O(eps^2) truncation and float rounding of the outputs, well inside
+// abs 1e-3 + rel 1e-2. ReLU inputs are kept away from its kink.
+//
+// Each check also verifies that Backward ADDS: gradients start at 0.25, and
+// the analytic gradient is what was added.
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "trainer/backend.h"
+#include "trainer/layers/layers.h"
+#include "trainer/param_arena.h"
+#include "tests/trainer/test_util.h"
+
+namespace fleet::trainer {
+namespace {
+
+using testing::AllClose;
+using testing::RandomVector;
+
+constexpr float kEps = 1e-3f;
+constexpr float kPrefill = 0.25f;
+
+// Numeric d(objective)/d(x[i]) for every i.
+std::vector<float> NumericGrad(float* x, size_t n, const std::function<double()>& objective) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    const float saved = x[i];
+    x[i] = saved + kEps;
+    const double up = objective();
+    x[i] = saved - kEps;
+    const double down = objective();
+    x[i] = saved;
+    g[i] = static_cast<float>((up - down) / (2.0 * double{kEps}));
+  }
+  return g;
+}
+
+// `added` is a gradient buffer that started at kPrefill before Backward.
+::testing::AssertionResult CheckGrad(const std::string& name, float* x, size_t n,
+                                     std::span<const float> added,
+                                     const std::function<double()>& objective) {
+  std::vector<float> analytic(added.begin(), added.end());
+  for (float& v : analytic) v -= kPrefill;
+  return AllClose(name, analytic, NumericGrad(x, n, objective), 1e-3, 1e-2);
+}
+
+double Dot(const Tensor& t, const std::vector<float>& r) {
+  double s = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += double{t[i]} * r[i];
+  return s;
+}
+
+std::vector<float> Prefilled(size_t n) { return std::vector<float>(n, kPrefill); }
+
+TEST(GradCheck, Linear) {
+  CpuBackend backend;
+  const int B = 3, in = 5, out = 4;
+  ParamTable table;
+  AddLinearParams(&table, "fc", in, out);
+  auto arena = ParamArena::Create(table, &backend);
+  ASSERT_TRUE(arena.ok());
+  ASSERT_TRUE(arena->ParamsFromHost(RandomVector(arena->size(), 1)).ok());
+  Linear layer(*arena, "fc");
+
+  auto x = RandomVector(B * in, 2);
+  const auto r = RandomVector(B * out, 3);
+  std::vector<float> y(B * out);
+  Tensor xt(x.data(), Shape{B, in}), yt(y.data(), Shape{B, out});
+  const auto objective = [&] {
+    layer.Forward(xt, &yt);
+    return Dot(yt, r);
+  };
+
+  backend.Fill(arena->grads().data(), arena->size(), kPrefill);
+  auto dx = Prefilled(B * in);
+  Tensor dxt(dx.data(), Shape{B, in});
+  std::vector<float> rr = r;
+  objective();
+  layer.Backward(Tensor(rr.data(), Shape{B, out}), &dxt);
+
+  EXPECT_TRUE(CheckGrad("dx", x.data(), x.size(), dx, objective));
+  const Tensor w = arena->param("fc.weight"), b = arena->param("fc.bias");
+  const Tensor dw = arena->grad("fc.weight"), db = arena->grad("fc.bias");
+  EXPECT_TRUE(CheckGrad("dW", w.data(), w.numel(), {dw.data(), size_t(dw.numel())}, objective));
+  EXPECT_TRUE(CheckGrad("db", b.data(), b.numel(), {db.data(), size_t(db.numel())}, objective));
+}
+
+// Activations: forward(x) -> y, backward(dy) adds into dx.
+template <typename Layer>
+void CheckActivation(const std::string& name, Layer& layer, std::vector<float> x) {
+  const int B = 3;
+  const int W = static_cast<int>(x.size()) / B;
+  const auto r = RandomVector(x.size(), 7);
+  std::vector<float> y(x.size());
+  Tensor xt(x.data(), Shape{B, W}), yt(y.data(), Shape{B, W});
+  const auto objective = [&] {
+    layer.Forward(xt, &yt);
+    return Dot(yt, r);
+  };
+  objective();
+  auto dx = Prefilled(x.size());
+  std::vector<float> rr = r;
+  Tensor dxt(dx.data(), Shape{B, W});
+  layer.Backward(Tensor(rr.data(), Shape{B, W}), &dxt);
+  EXPECT_TRUE(CheckGrad(name + " dx", x.data(), x.size(), dx, objective));
+}
+
+TEST(GradCheck, Tanh) {
+  CpuBackend backend;
+  Tanh layer(&backend);
+  CheckActivation("tanh", layer, RandomVector(21, 4, -2, 2));
+}
+
+TEST(GradCheck, Relu) {
+  Relu layer;
+  auto x = RandomVector(21, 5, -2, 2);
+  for (float& v : x) v += v >= 0 ? 0.1f : -0.1f;  // away from the kink
+  CheckActivation("relu", layer, x);
+}
+
+TEST(GradCheck, Sigmoid) {
+  Sigmoid layer;
+  CheckActivation("sigmoid", layer, RandomVector(21, 6, -4, 4));
+}
+
+TEST(GradCheck, SoftmaxCrossEntropy) {
+  CpuBackend backend;
+  SoftmaxCrossEntropy layer(&backend);
+  const int B = 4, C = 6;
+  auto logits = RandomVector(B * C, 8, -3, 3);
+  const std::vector<int32_t> labels = {0, 5, 2, 2};
+  std::vector<float> probs(B * C);
+  Tensor lt(logits.data(), Shape{B, C}), pt(probs.data(), Shape{B, C});
+  const auto objective = [&] { return double{layer.Forward(lt, labels.data(), &pt)}; };
+  objective();
+  auto d = Prefilled(B * C);
+  Tensor dt(d.data(), Shape{B, C});
+  layer.Backward(1.0f, &dt);
+  EXPECT_TRUE(CheckGrad("dlogits", logits.data(), logits.size(), d, objective));
+}
+
+TEST(GradCheck, SigmoidBce) {
+  SigmoidBce layer;
+  const int B = 6;
+  auto logits = RandomVector(B, 9, -4, 4);
+  const std::vector<float> targets = {0, 1, 1, 0, 0.3f, 1};  // soft labels allowed
+  std::vector<float> probs(B);
+  Tensor lt(logits.data(), Shape{B, 1}), pt(probs.data(), Shape{B, 1});
+  const auto objective = [&] { return double{layer.Forward(lt, targets.data(), &pt)}; };
+  objective();
+  auto d = Prefilled(B);
+  Tensor dt(d.data(), Shape{B, 1});
+  layer.Backward(1.0f, &dt);
+  EXPECT_TRUE(CheckGrad("dlogits", logits.data(), logits.size(), d, objective));
+}
+
+TEST(GradCheck, EmbeddingBag) {
+  const int D = 3, num_rows = 8;
+  const std::vector<int64_t> offsets = {0, 2, 2, 7};  // bag 1 empty, row 7 unused
+  const int B = 3;
+  for (auto mode : {kernels::PoolMode::kSum, kernels::PoolMode::kMean}) {
+    const std::string name = mode == kernels::PoolMode::kSum ? "sum" : "mean";
+    EmbeddingBag layer(mode);
+    auto rows = RandomVector(num_rows * D, 10);
+    const auto r = RandomVector(B * D, 11);
+    std::vector<float> out(B * D);
+    Tensor rt(rows.data(), Shape{num_rows, D}), ot(out.data(), Shape{B, D});
+    const auto objective = [&] {
+      EXPECT_TRUE(layer.Forward(rt, offsets, &ot).ok());
+      return Dot(ot, r);
+    };
+    objective();
+    auto drows = Prefilled(num_rows * D);
+    std::vector<float> rr = r;
+    Tensor dt(drows.data(), Shape{num_rows, D});
+    layer.Backward(Tensor(rr.data(), Shape{B, D}), &dt);
+    EXPECT_TRUE(CheckGrad(name + " drows", rows.data(), rows.size(), drows, objective));
+  }
+}
+
+TEST(EmbeddingBagTest, RejectsBadOffsets) {
+  EmbeddingBag layer(kernels::PoolMode::kSum);
+  std::vector<float> rows(4 * 2), out(2 * 2, 7.0f);
+  Tensor rt(rows.data(), Shape{4, 2}), ot(out.data(), Shape{2, 2});
+  const std::vector<std::vector<int64_t>> bad = {{}, {1, 2, 3}, {0, 3, 2}, {0, 2, 5}};
+  for (const auto& offsets : bad) {
+    Status st = layer.Forward(rt, offsets, &ot);
+    EXPECT_TRUE(st.IsInvalidArgument()) << st.ToString();
+  }
+  EXPECT_EQ(out, std::vector<float>(4, 7.0f));  // untouched
+}
+
+TEST(GradCheck, Concat) {
+  Concat layer;
+  const int B = 3;
+  const std::vector<int> widths = {2, 4, 1};
+  std::vector<std::vector<float>> ins;
+  for (size_t i = 0; i < widths.size(); ++i) ins.push_back(RandomVector(B * widths[i], 12 + i));
+  const auto r = RandomVector(B * 7, 20);
+  std::vector<float> out(B * 7);
+  Tensor ot(out.data(), Shape{B, 7});
+  const auto objective = [&] {
+    std::vector<Tensor> ts;
+    for (size_t i = 0; i < ins.size(); ++i) ts.emplace_back(ins[i].data(), Shape{B, widths[i]});
+    layer.Forward(ts, &ot);
+    return Dot(ot, r);
+  };
+  objective();
+  std::vector<std::vector<float>> d;
+  std::vector<Tensor> dts;
+  for (int w : widths) d.push_back(Prefilled(B * w));
+  for (size_t i = 0; i < widths.size(); ++i) dts.emplace_back(d[i].data(), Shape{B, widths[i]});
+  std::vector<Tensor*> dptrs = {&dts[0], &dts[1], &dts[2]};
+  std::vector<float> rr = r;
+  layer.Backward(Tensor(rr.data(), Shape{B, 7}), dptrs);
+  for (size_t i = 0; i < ins.size(); ++i) {
+    EXPECT_TRUE(CheckGrad("dins[" + std::to_string(i) + "]", ins[i].data(), ins[i].size(), d[i],
+                          objective));
+  }
+}
+
+}  // namespace
+}  // namespace fleet::trainer

@@ -1,0 +1,148 @@
+// Optimised kernels against their oracles: BLAS GEMM vs the triple loop over
+// shapes that include 1, odd sizes and every transpose; pool-parallel
+// element-wise kernels vs the serial path; and the numerically delicate
+// losses at extreme inputs.
+#include <cmath>
+#include <limits>
+#include <tuple>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "trainer/backend.h"
+#include "trainer/kernels/cpu_kernels.h"
+#include "tests/trainer/test_util.h"
+
+namespace fleet::trainer {
+namespace {
+
+using testing::AllClose;
+using testing::RandomVector;
+
+class GemmTest : public ::testing::TestWithParam<std::tuple<int, int, int, bool, bool>> {};
+
+TEST_P(GemmTest, BlasMatchesNaive) {
+  const auto [M, N, K, ta, tb] = GetParam();
+  const auto A = RandomVector(size_t(M) * K, 1);
+  const auto B = RandomVector(size_t(K) * N, 2);
+  const auto C0 = RandomVector(size_t(M) * N, 3);
+  for (float beta : {0.0f, 1.0f, 0.5f}) {
+    std::vector<float> blas = C0, naive = C0;
+    kernels::GemmBlas(ta, tb, M, N, K, 0.75f, A.data(), B.data(), beta, blas.data());
+    kernels::GemmNaive(ta, tb, M, N, K, 0.75f, A.data(), B.data(), beta, naive.data());
+    EXPECT_TRUE(AllClose("C beta=" + std::to_string(beta), blas, naive, 1e-5, 1e-5));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmTest,
+    ::testing::Combine(::testing::Values(1, 7, 64), ::testing::Values(1, 10, 33),
+                       ::testing::Values(1, 5, 129), ::testing::Bool(), ::testing::Bool()));
+
+TEST(GemmTest, ZeroInnerDimensionScalesC) {
+  std::vector<float> c = {1, 2, 3, 4}, c2 = c;
+  kernels::GemmBlas(false, false, 2, 2, 0, 1.0f, nullptr, nullptr, 0.5f, c.data());
+  kernels::GemmNaive(false, false, 2, 2, 0, 1.0f, nullptr, nullptr, 0.5f, c2.data());
+  EXPECT_EQ(c, (std::vector<float>{0.5f, 1, 1.5f, 2}));
+  EXPECT_EQ(c2, c);
+}
+
+// Every element-wise kernel gives the same bits on 2 threads as on one, for
+// sizes below, at and well above the parallel grain.
+TEST(ParallelKernelsTest, PoolMatchesSerial) {
+  ThreadPool pool(1);
+  for (size_t n : {size_t{1}, size_t{1000}, 2 * kernels::kParallelGrain + 7, size_t{100003}}) {
+    const auto x = RandomVector(n, 11, -3, 3);
+    const auto dy = RandomVector(n, 12);
+    const auto g = RandomVector(n, 13);
+    using Fwd = void (*)(float*, const float*, size_t, ThreadPool*);
+    using Bwd = void (*)(float*, const float*, const float*, size_t, ThreadPool*);
+    const std::vector<std::tuple<const char*, Fwd, Bwd>> acts = {
+        {"tanh", kernels::TanhForward, kernels::TanhBackward},
+        {"relu", kernels::ReluForward, kernels::ReluBackward},
+        {"sigmoid", kernels::SigmoidForward, kernels::SigmoidBackward}};
+    for (const auto& [name, fwd, bwd] : acts) {
+      std::vector<float> y1(n), y2(n), dx1(n, 0.5f), dx2(n, 0.5f);
+      fwd(y1.data(), x.data(), n, nullptr);
+      fwd(y2.data(), x.data(), n, &pool);
+      EXPECT_TRUE(AllClose(std::string(name) + " fwd", y2, y1, 0, 0));
+      bwd(dx1.data(), y1.data(), dy.data(), n, nullptr);
+      bwd(dx2.data(), y1.data(), dy.data(), n, &pool);
+      EXPECT_TRUE(AllClose(std::string(name) + " bwd", dx2, dx1, 0, 0));
+    }
+    std::vector<float> p1 = x, p2 = x, m1(n), m2(n), v1(n), v2(n);
+    for (int t = 1; t <= 2; ++t) {
+      kernels::AdamUpdate(p1.data(), m1.data(), v1.data(), g.data(), n, {}, t, nullptr);
+      kernels::AdamUpdate(p2.data(), m2.data(), v2.data(), g.data(), n, {}, t, &pool);
+    }
+    EXPECT_TRUE(AllClose("adam", p2, p1, 0, 0));
+  }
+  // Softmax-CE splits by rows.
+  const int B = 2000, C = 37;
+  const auto logits = RandomVector(size_t(B) * C, 14, -5, 5);
+  std::vector<int32_t> labels(B);
+  for (int b = 0; b < B; ++b) labels[b] = (b * 7) % C;
+  std::vector<float> p1(B * C), p2(B * C), l1(B), l2(B), d1(B * C), d2(B * C);
+  kernels::SoftmaxCrossEntropyForward(p1.data(), l1.data(), logits.data(), labels.data(), B, C,
+                                      nullptr);
+  kernels::SoftmaxCrossEntropyForward(p2.data(), l2.data(), logits.data(), labels.data(), B, C,
+                                      &pool);
+  EXPECT_TRUE(AllClose("softmax probs", p2, p1, 0, 0));
+  EXPECT_TRUE(AllClose("softmax loss", l2, l1, 0, 0));
+  kernels::SoftmaxCrossEntropyBackward(d1.data(), p1.data(), labels.data(), B, C, 0.1f, nullptr);
+  kernels::SoftmaxCrossEntropyBackward(d2.data(), p1.data(), labels.data(), B, C, 0.1f, &pool);
+  EXPECT_TRUE(AllClose("softmax dlogits", d2, d1, 0, 0));
+}
+
+TEST(LossKernelsTest, StableAtExtremeLogits) {
+  const std::vector<float> logits = {-1000.0f, -30.0f, 0.0f, 30.0f, 1000.0f};
+  const std::vector<float> targets = {1.0f, 0.0f, 1.0f, 1.0f, 0.0f};
+  std::vector<float> probs(5), loss(5);
+  kernels::SigmoidBceForward(probs.data(), loss.data(), logits.data(), targets.data(), 5);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(std::isfinite(loss[i])) << i;
+    EXPECT_TRUE(probs[i] >= 0.0f && probs[i] <= 1.0f) << i;
+  }
+  EXPECT_NEAR(loss[0], 1000.0f, 1e-3);  // confidently wrong: loss = |x|
+  EXPECT_NEAR(loss[2], std::log(2.0f), 1e-6);
+  EXPECT_NEAR(loss[4], 1000.0f, 1e-3);
+
+  // A label whose probability underflows still has a finite, exact loss.
+  const std::vector<float> big = {0.0f, 200.0f, -200.0f};
+  const int32_t label = 2;
+  std::vector<float> p(3);
+  float l = 0;
+  kernels::SoftmaxCrossEntropyForward(p.data(), &l, big.data(), &label, 1, 3, nullptr);
+  EXPECT_NEAR(l, 400.0f, 1e-3);
+}
+
+TEST(EmbeddingBagKernelTest, PointerAndBufferFormsAgree) {
+  const int D = 5, num_rows = 7;
+  const auto rows = RandomVector(size_t(num_rows) * D, 21);
+  const std::vector<int64_t> offsets = {0, 3, 3, 7};  // the middle bag is empty
+  std::vector<const float*> ptrs;
+  for (int r = 0; r < num_rows; ++r) ptrs.push_back(rows.data() + r * D);
+  for (auto mode : {kernels::PoolMode::kSum, kernels::PoolMode::kMean}) {
+    std::vector<float> a(3 * D), b(3 * D);
+    kernels::EmbeddingBagForward(a.data(), rows.data(), offsets.data(), 3, D, mode);
+    kernels::EmbeddingBagForwardPtr(b.data(), ptrs.data(), offsets.data(), 3, D, mode);
+    EXPECT_TRUE(AllClose("pooled", a, b, 0, 0));
+    for (int d = 0; d < D; ++d) EXPECT_EQ(a[D + d], 0.0f);  // empty bag
+  }
+}
+
+TEST(DeviceTest, ParsesCpuAndCuda) {
+  ASSERT_TRUE(ParseDevice("cpu").ok());
+  EXPECT_TRUE(ParseDevice("cpu")->is_cpu());
+  auto d = ParseDevice("cuda:3");
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(d->is_cuda());
+  EXPECT_EQ(d->index, 3);
+  for (const char* bad : {"", "gpu", "cuda:", "cuda:-1", "cuda:1x", "CPU"}) {
+    auto r = ParseDevice(bad);
+    EXPECT_TRUE(r.status().IsInvalidArgument()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace fleet::trainer

@@ -1,0 +1,108 @@
+#include "trainer/backend.h"
+
+#include <charconv>
+#include <cstring>
+#include <string>
+
+#if FLEET_TRAINER_CUDA
+#include "trainer/kernels/cuda_backend.h"
+#endif
+
+namespace fleet::trainer {
+
+Result<Device> ParseDevice(std::string_view text) {
+  if (text == "cpu") return Device{};
+  constexpr std::string_view kCuda = "cuda:";
+  if (text.starts_with(kCuda)) {
+    const std::string_view num = text.substr(kCuda.size());
+    int index = -1;
+    auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), index);
+    if (ec == std::errc() && end == num.data() + num.size() && !num.empty() && index >= 0) {
+      return Device{Device::Kind::kCuda, index};
+    }
+  }
+  return Status::InvalidArgument("device must be \"cpu\" or \"cuda:K\"", text);
+}
+
+int CudaDeviceCount() {
+#if FLEET_TRAINER_CUDA
+  return CudaDeviceCountImpl();
+#else
+  return 0;
+#endif
+}
+
+Result<std::unique_ptr<Backend>> CreateBackend(const Device& device, ThreadPool* pool) {
+  if (device.is_cpu()) return std::unique_ptr<Backend>(std::make_unique<CpuBackend>(pool));
+#if FLEET_TRAINER_CUDA
+  return CreateCudaBackend(device.index);
+#else
+  return Status::Unavailable("FleetPS was built without CUDA; cannot use device",
+                             device.ToString());
+#endif
+}
+
+// ---- CpuBackend -------------------------------------------------------------
+
+std::shared_ptr<float> CpuBackend::AllocateFloats(size_t n) {
+  auto storage = std::make_shared<float[]>(n ? n : 1);  // value-initialised: zeros
+  return std::shared_ptr<float>(storage, storage.get());
+}
+
+std::shared_ptr<void> CpuBackend::AllocateBytes(size_t bytes) {
+  auto storage = std::make_shared<std::byte[]>(bytes ? bytes : 1);
+  return std::shared_ptr<void>(storage, storage.get());
+}
+
+void CpuBackend::CopyFromHost(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+void CpuBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+void CpuBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+void CpuBackend::Fill(float* x, size_t n, float value) {
+  kernels::ParallelRange(pool_, n, 4 * kernels::kParallelGrain, [=](size_t b, size_t e) {
+    std::fill(x + b, x + e, value);
+  });
+}
+
+void CpuBackend::Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                      const float* A, const float* B, float beta, float* C) {
+  if (gemm_ == GemmKind::kBlas) {
+    kernels::GemmBlas(trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
+  } else {
+    kernels::GemmNaive(trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
+  }
+}
+void CpuBackend::BiasAddForward(float* y, const float* bias, int rows, int cols) {
+  kernels::BiasAddForward(y, bias, rows, cols);
+}
+void CpuBackend::BiasBackward(float* dbias, const float* dy, int rows, int cols) {
+  kernels::BiasBackward(dbias, dy, rows, cols);
+}
+void CpuBackend::TanhForward(float* y, const float* x, size_t n) {
+  kernels::TanhForward(y, x, n, pool_);
+}
+void CpuBackend::TanhBackward(float* dx, const float* y, const float* dy, size_t n) {
+  kernels::TanhBackward(dx, y, dy, n, pool_);
+}
+void CpuBackend::SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,
+                                            const int32_t* labels, int B, int C) {
+  kernels::SoftmaxCrossEntropyForward(probs, row_loss, logits, labels, B, C, pool_);
+}
+void CpuBackend::SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
+                                             const int32_t* labels, int B, int C, float scale) {
+  kernels::SoftmaxCrossEntropyBackward(dlogits, probs, labels, B, C, scale, pool_);
+}
+void CpuBackend::SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) {
+  kernels::SgdUpdate(p, g, n, lr, weight_decay, pool_);
+}
+void CpuBackend::AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
+                            const kernels::AdamHyper& h, int64_t t) {
+  kernels::AdamUpdate(p, m, v, g, n, h, t, pool_);
+}
+
+}  // namespace fleet::trainer

@@ -1,0 +1,108 @@
+// Backend: the kernels the MLP path needs (GEMM, bias, tanh, softmax-CE, the
+// optimizer updates) plus memory, behind one interface with a CPU and a CUDA
+// implementation. Layers and models hold a Backend* and never know which one
+// they drive; buffers they pass are in the backend's memory (device()).
+//
+// Shapes and semantics of every kernel are those of the same-named function
+// in trainer/kernels/cpu_kernels.h (forward overwrites, backward ADDS).
+// Kernels may run asynchronously on a device; CopyToHost waits for them.
+//
+// Thread safety: one Backend drives one model from one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "comm/status.h"
+#include "comm/thread_pool.h"
+#include "trainer/kernels/cpu_kernels.h"
+#include "trainer/tensor.h"
+
+namespace fleet::trainer {
+
+// "cpu" or "cuda:K" (K a non-negative integer). InvalidArgument otherwise.
+Result<Device> ParseDevice(std::string_view text);
+
+// Number of CUDA devices visible; 0 when built without CUDA or none present.
+int CudaDeviceCount();
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+
+  // ---- memory: `n` floats (or bytes), zero-filled, freed with the last owner.
+  virtual std::shared_ptr<float> AllocateFloats(size_t n) = 0;
+  virtual std::shared_ptr<void> AllocateBytes(size_t bytes) = 0;
+  Tensor AllocateTensor(Shape shape) {
+    return Tensor(AllocateFloats(static_cast<size_t>(shape.numel())), shape, device());
+  }
+  // dst/src on this backend's device as named; blocking.
+  virtual void CopyFromHost(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
+  virtual void Fill(float* x, size_t n, float value) = 0;
+
+  // ---- kernels --------------------------------------------------------------
+  virtual void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                    const float* A, const float* B, float beta, float* C) = 0;
+  virtual void BiasAddForward(float* y, const float* bias, int rows, int cols) = 0;
+  virtual void BiasBackward(float* dbias, const float* dy, int rows, int cols) = 0;
+  virtual void TanhForward(float* y, const float* x, size_t n) = 0;
+  virtual void TanhBackward(float* dx, const float* y, const float* dy, size_t n) = 0;
+  virtual void SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,
+                                          const int32_t* labels, int B, int C) = 0;
+  virtual void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
+                                           const int32_t* labels, int B, int C, float scale) = 0;
+  virtual void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) = 0;
+  virtual void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
+                          const kernels::AdamHyper& h, int64_t t) = 0;
+};
+
+// CPU backend over the kernels of cpu_kernels.h. `pool` (not owned, may be
+// null, must outlive the backend) runs the element-wise kernels. With
+// GemmKind::kNaive it uses the triple-loop GEMM oracle instead of OpenBLAS
+// (for tests and the reference figure of benchmarks).
+class CpuBackend final : public Backend {
+ public:
+  enum class GemmKind { kBlas, kNaive };
+  explicit CpuBackend(ThreadPool* pool = nullptr, GemmKind gemm = GemmKind::kBlas)
+      : pool_(pool), gemm_(gemm) {}
+
+  ThreadPool* pool() const { return pool_; }
+
+  Device device() const override { return Device{}; }
+  std::shared_ptr<float> AllocateFloats(size_t n) override;
+  std::shared_ptr<void> AllocateBytes(size_t bytes) override;
+  void CopyFromHost(void* dst, const void* host_src, size_t bytes) override;
+  void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
+  void Fill(float* x, size_t n, float value) override;
+
+  void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+            const float* B, float beta, float* C) override;
+  void BiasAddForward(float* y, const float* bias, int rows, int cols) override;
+  void BiasBackward(float* dbias, const float* dy, int rows, int cols) override;
+  void TanhForward(float* y, const float* x, size_t n) override;
+  void TanhBackward(float* dx, const float* y, const float* dy, size_t n) override;
+  void SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,
+                                  const int32_t* labels, int B, int C) override;
+  void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* labels,
+                                   int B, int C, float scale) override;
+  void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) override;
+  void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
+                  const kernels::AdamHyper& h, int64_t t) override;
+
+ private:
+  ThreadPool* const pool_;
+  const GemmKind gemm_;
+};
+
+// The backend for `device`: a CpuBackend over `pool` for "cpu"; a CUDA backend
+// (cuBLAS + kernels, its own stream and handle) for "cuda:K". Unavailable
+// when built without CUDA or device K does not exist.
+Result<std::unique_ptr<Backend>> CreateBackend(const Device& device, ThreadPool* pool);
+
+}  // namespace fleet::trainer

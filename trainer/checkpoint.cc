@@ -1,0 +1,260 @@
+#include "trainer/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include <zlib.h>
+
+namespace fleet::trainer {
+namespace {
+
+constexpr char kMagic[8] = {'F', 'L', 'T', 'C', 'K', 'P', 'T', '\0'};
+
+class Writer {
+ public:
+  template <typename T>
+  void Put(const T& v) {
+    const auto* p = reinterpret_cast<const char*>(&v);
+    buf_.insert(buf_.end(), p, p + sizeof(T));
+  }
+  void PutBytes(const void* data, size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    buf_.insert(buf_.end(), p, p + n);
+  }
+  void PutString(std::string_view s) {
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    PutBytes(s.data(), s.size());
+  }
+  // Room for n more bytes, returned for the caller to fill.
+  char* Extend(size_t n) {
+    buf_.resize(buf_.size() + n);
+    return buf_.data() + buf_.size() - n;
+  }
+  std::vector<char>& buffer() { return buf_; }
+
+ private:
+  std::vector<char> buf_;
+};
+
+// Bounds-checked reader: any overrun sets failed() instead of reading.
+class Reader {
+ public:
+  Reader(const char* data, size_t size) : p_(data), end_(data + size) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (static_cast<size_t>(end_ - p_) < sizeof(T)) return Fail();
+    std::memcpy(v, p_, sizeof(T));
+    p_ += sizeof(T);
+    return true;
+  }
+  bool GetString(std::string* s) {
+    uint32_t n = 0;
+    if (!Get(&n) || static_cast<size_t>(end_ - p_) < n) return Fail();
+    s->assign(p_, n);
+    p_ += n;
+    return true;
+  }
+  const char* Take(size_t n) {
+    if (static_cast<size_t>(end_ - p_) < n) {
+      Fail();
+      return nullptr;
+    }
+    const char* at = p_;
+    p_ += n;
+    return at;
+  }
+  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
+
+ private:
+  bool Fail() {
+    p_ = end_;
+    return false;
+  }
+  const char* p_;
+  const char* end_;
+};
+
+Status ErrnoStatus(std::string_view what, const std::string& path) {
+  return Status::IOError(std::string(what) + " failed (" + std::strerror(errno) + ")", path);
+}
+
+Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus("write", path);
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+  return Status::OK();
+}
+
+Status WriteFileAtomically(const std::string& path, const std::vector<char>& bytes) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus("open for writing", tmp);
+  Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync", tmp);
+  if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close", tmp);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = ErrnoStatus("rename to " + path, tmp);
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  // Make the rename itself durable.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::OK();
+}
+
+Result<std::vector<char>> ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return Status::NotFound("checkpoint file does not exist", path);
+    return ErrnoStatus("open for reading", path);
+  }
+  std::vector<char> bytes;
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd, chunk, sizeof(chunk));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      Status st = ErrnoStatus("read", path);
+      ::close(fd);
+      return st;
+    }
+    if (r == 0) break;
+    bytes.insert(bytes.end(), chunk, chunk + r);
+  }
+  ::close(fd);
+  return bytes;
+}
+
+uint32_t Crc32(const char* data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n > 0) {  // zlib takes uInt lengths
+    const uInt part = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), part);
+    data += part;
+    n -= part;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+}  // namespace
+
+Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
+                      const Optimizer& optimizer) {
+  Writer w;
+  w.PutBytes(kMagic, sizeof(kMagic));
+  w.Put<uint32_t>(kCheckpointVersion);
+  w.PutString(optimizer.name());
+  w.Put<int64_t>(optimizer.step());
+  w.Put<uint32_t>(static_cast<uint32_t>(arena.num_tensors()));
+  for (const ParamSpec& spec : arena.table()) {
+    w.PutString(spec.name);
+    w.Put<uint32_t>(static_cast<uint32_t>(spec.shape.ndim()));
+    for (int d = 0; d < spec.shape.ndim(); ++d) w.Put<int64_t>(spec.shape[d]);
+  }
+  const size_t n = arena.size();
+  w.Put<uint64_t>(n);
+  w.Put<uint32_t>(static_cast<uint32_t>(optimizer.state().size()));
+  Backend* be = arena.backend();
+  be->CopyToHost(w.Extend(n * sizeof(float)), arena.params().data(), n * sizeof(float));
+  for (const Tensor& s : optimizer.state()) {
+    be->CopyToHost(w.Extend(n * sizeof(float)), s.data(), n * sizeof(float));
+  }
+  const uint32_t crc = Crc32(w.buffer().data(), w.buffer().size());
+  w.Put<uint32_t>(crc);
+  return WriteFileAtomically(path, w.buffer());
+}
+
+Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* optimizer) {
+  CHECK(arena != nullptr && optimizer != nullptr);
+  FLEET_ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFile(path));
+  if (bytes.size() < sizeof(kMagic) + sizeof(uint32_t) * 2 ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return Status::Corruption("not a FleetPS checkpoint (bad magic or too short)", path);
+  }
+  uint32_t stored_crc = 0;
+  std::memcpy(&stored_crc, bytes.data() + bytes.size() - sizeof(uint32_t), sizeof(uint32_t));
+  const size_t body = bytes.size() - sizeof(uint32_t);
+  if (Crc32(bytes.data(), body) != stored_crc) {
+    return Status::Corruption("checkpoint checksum mismatch (truncated or damaged)", path);
+  }
+  Reader r(bytes.data() + sizeof(kMagic), body - sizeof(kMagic));
+  const auto truncated = [&] { return Status::Corruption("checkpoint header is truncated", path); };
+
+  uint32_t version = 0;
+  if (!r.Get(&version)) return truncated();
+  if (version != kCheckpointVersion) {
+    return Status::Corruption("unsupported checkpoint version " + std::to_string(version), path);
+  }
+  std::string opt_name;
+  int64_t step = 0;
+  uint32_t num_tensors = 0;
+  if (!r.GetString(&opt_name) || !r.Get(&step) || !r.Get(&num_tensors)) return truncated();
+  if (opt_name != optimizer->name()) {
+    return Status::FailedPrecondition("checkpoint was written by optimizer \"" + opt_name +
+                                          "\", this job uses \"" +
+                                          std::string(optimizer->name()) + "\"",
+                                      path);
+  }
+  if (step < 0) return Status::Corruption("negative step in checkpoint", path);
+  if (num_tensors != arena->num_tensors()) {
+    return Status::FailedPrecondition("checkpoint has " + std::to_string(num_tensors) +
+                                          " tensors, the model has " +
+                                          std::to_string(arena->num_tensors()),
+                                      path);
+  }
+  for (uint32_t i = 0; i < num_tensors; ++i) {
+    std::string name;
+    uint32_t ndim = 0;
+    if (!r.GetString(&name) || !r.Get(&ndim)) return truncated();
+    if (ndim > Shape::kMaxDims) return Status::Corruption("tensor with > 4 dims: " + name, path);
+    int64_t dims[Shape::kMaxDims] = {};
+    for (uint32_t d = 0; d < ndim; ++d)
+      if (!r.Get(&dims[d])) return truncated();
+    const ParamSpec& want = arena->table()[i];
+    bool same = name == want.name && static_cast<int>(ndim) == want.shape.ndim();
+    for (uint32_t d = 0; same && d < ndim; ++d) same = dims[d] == want.shape[d];
+    if (!same) {
+      return Status::FailedPrecondition("checkpoint tensor " + std::to_string(i) + " \"" + name +
+                                            "\" differs from the model's \"" + want.name +
+                                            "\" " + want.shape.ToString(),
+                                        path);
+    }
+  }
+  uint64_t n = 0;
+  uint32_t num_states = 0;
+  if (!r.Get(&n) || !r.Get(&num_states)) return truncated();
+  if (n != arena->size() || num_states != optimizer->state().size()) {
+    return Status::Corruption("checkpoint sizes disagree with its own tensor table", path);
+  }
+  if (r.remaining() != (1 + uint64_t{num_states}) * n * sizeof(float)) {
+    return Status::Corruption("checkpoint data has the wrong length", path);
+  }
+  // Everything checked: only now touch the model.
+  Backend* be = arena->backend();
+  be->CopyFromHost(arena->params().data(), r.Take(n * sizeof(float)), n * sizeof(float));
+  for (const Tensor& s : optimizer->state()) {
+    be->CopyFromHost(s.data(), r.Take(n * sizeof(float)), n * sizeof(float));
+  }
+  optimizer->RestoreStep(step);
+  return Status::OK();
+}
+
+}  // namespace fleet::trainer

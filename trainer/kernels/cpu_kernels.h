@@ -1,0 +1,149 @@
+// CPU kernels: plain functions with explicit shapes. Every buffer's shape is
+// given in the comment beside it; all buffers are contiguous row-major float
+// arrays in host memory, and no kernel allocates.
+//
+// Conventions (as in llm.c):
+// * "Forward" kernels overwrite their outputs.
+// * "Backward" kernels ADD into their gradient outputs, which the caller
+//   zeroed before the step; so gradients of a tensor used twice accumulate.
+// * Every optimised kernel has a naive oracle: GemmNaive for GemmBlas, and
+//   for the element-wise and reduction kernels the serial path (pool ==
+//   nullptr) is the oracle of the parallel one. Tests compare them.
+//
+// Threads. GemmBlas runs on OpenBLAS's own threads, whose number is
+// OpenBLAS's setting (OPENBLAS_NUM_THREADS, or SetBlasThreads()). The other
+// kernels split their work over the ThreadPool passed in (nullptr = run on
+// the calling thread) and only when the work is large enough to pay for the
+// hand-off (kParallelGrain elements). Do not give both sides the cores:
+// OpenBLAS's threads keep spinning for a while after each GEMM and then
+// fight the pool's threads. On this 2-core machine use EITHER
+// SetBlasThreads(1) with a 1-thread pool (the caller is the second worker)
+// OR OpenBLAS at 2 threads with no pool. Measured on the 784-128-128-10 MLP,
+// batch 64: OpenBLAS 2 threads + pool was ~3x slower than either choice.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "comm/thread_pool.h"
+
+namespace fleet::trainer::kernels {
+
+// Below this many elements an element-wise kernel runs on the caller only.
+inline constexpr size_t kParallelGrain = 16384;
+
+// Sets the number of OpenBLAS threads for the whole process (OpenBLAS's
+// setting is global). Call once at start-up, before any GEMM, from main().
+void SetBlasThreads(int num_threads);
+int BlasThreads();
+
+// Runs fn(begin, end) over [0, n) in chunks of at least `grain` elements,
+// on the pool and the caller. Serial when pool is null or n < 2 * grain.
+void ParallelRange(ThreadPool* pool, size_t n, size_t grain,
+                   const std::function<void(size_t, size_t)>& fn);
+
+// ---- GEMM -----------------------------------------------------------------
+// C = alpha * op(A) * op(B) + beta * C, row-major.
+//   op(A): [M, K]; A is [M, K] when !trans_a, else [K, M]
+//   op(B): [K, N]; B is [K, N] when !trans_b, else [N, K]
+//   C:     [M, N]
+// REQUIRES: M, N, K >= 0. With beta == 0, C's old contents are ignored.
+void GemmBlas(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+              const float* A, const float* B, float beta, float* C);
+// The triple-loop oracle of GemmBlas (accumulates in double).
+void GemmNaive(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+               const float* A, const float* B, float beta, float* C);
+
+// ---- bias -----------------------------------------------------------------
+// y[r, c] += bias[c].           y: [rows, cols], bias: [cols]
+void BiasAddForward(float* y, const float* bias, int rows, int cols);
+// dbias[c] += sum_r dy[r, c].   dbias: [cols], dy: [rows, cols]
+void BiasBackward(float* dbias, const float* dy, int rows, int cols);
+
+// ---- activations (element-wise over n elements) ---------------------------
+// Backward kernels take the forward OUTPUT y (cheaper than recomputing).
+// y = tanh(x).                 x, y: [n]
+void TanhForward(float* y, const float* x, size_t n, ThreadPool* pool);
+// dx += dy * (1 - y^2).        dx, y, dy: [n]
+void TanhBackward(float* dx, const float* y, const float* dy, size_t n, ThreadPool* pool);
+// y = max(x, 0).               x, y: [n]
+void ReluForward(float* y, const float* x, size_t n, ThreadPool* pool);
+// dx += dy * (y > 0).          dx, y, dy: [n]
+void ReluBackward(float* dx, const float* y, const float* dy, size_t n, ThreadPool* pool);
+// y = 1 / (1 + exp(-x)), computed without overflow.   x, y: [n]
+void SigmoidForward(float* y, const float* x, size_t n, ThreadPool* pool);
+// dx += dy * y * (1 - y).      dx, y, dy: [n]
+void SigmoidBackward(float* dx, const float* y, const float* dy, size_t n, ThreadPool* pool);
+
+// ---- softmax and losses ---------------------------------------------------
+// Row-wise softmax, max-subtracted.   probs, logits: [B, C]
+void SoftmaxForward(float* probs, const float* logits, int B, int C, ThreadPool* pool);
+// probs = softmax(logits); row_loss[b] = -log(probs[b, labels[b]]) computed
+// as logsumexp - logit (finite even when the probability underflows).
+//   probs, logits: [B, C], labels: [B] in [0, C), row_loss: [B]
+// REQUIRES: labels in range (callers validate input labels first).
+void SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,
+                                const int32_t* labels, int B, int C, ThreadPool* pool);
+// dlogits[b, c] += scale * (probs[b, c] - [c == labels[b]]).
+// For the mean loss, scale = dloss / B.   dlogits, probs: [B, C], labels: [B]
+void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* labels,
+                                 int B, int C, float scale, ThreadPool* pool);
+// Binary cross-entropy on logits, stable for any x:
+//   row_loss[i] = max(x, 0) - x * t + log1p(exp(-|x|)),  probs[i] = sigmoid(x).
+//   probs, row_loss, logits, targets: [n]; targets in [0, 1]
+void SigmoidBceForward(float* probs, float* row_loss, const float* logits, const float* targets,
+                       size_t n);
+// dlogits[i] += scale * (probs[i] - targets[i]).   all: [n]
+void SigmoidBceBackward(float* dlogits, const float* probs, const float* targets, size_t n,
+                        float scale);
+
+// ---- embedding-bag pooling ------------------------------------------------
+// Bag b is rows offsets[b] .. offsets[b+1]-1. kMean divides by the bag size;
+// an empty bag pools to zeros (and gets no gradient).
+enum class PoolMode { kSum, kMean };
+// out[b, :] = pool_{r in bag b} rows[r, :].
+//   out: [num_bags, dim], rows: [num_rows, dim], offsets: [num_bags + 1]
+// REQUIRES: offsets non-decreasing, offsets[0] == 0, offsets[num_bags] <= num_rows.
+void EmbeddingBagForward(float* out, const float* rows, const int64_t* offsets, int num_bags,
+                         int dim, PoolMode mode);
+// The same over rows given by pointer (e.g. rows pulled into a cache).
+//   row_ptrs: [num_rows], each pointing at [dim] floats
+void EmbeddingBagForwardPtr(float* out, const float* const* row_ptrs, const int64_t* offsets,
+                            int num_bags, int dim, PoolMode mode);
+// drows[r, :] += dout[b, :] (* 1/|bag b| for kMean) for r in bag b.
+//   drows: [num_rows, dim], dout: [num_bags, dim], offsets: [num_bags + 1]
+void EmbeddingBagBackward(float* drows, const float* dout, const int64_t* offsets, int num_bags,
+                          int dim, PoolMode mode);
+
+// ---- concat along the last dim ------------------------------------------------
+// out[b, :] = [ins[0][b, :], ins[1][b, :], ...].
+//   ins[i]: [B, widths[i]], out: [B, sum(widths)]
+void ConcatForward(float* out, std::span<const float* const> ins, std::span<const int> widths,
+                   int B);
+// dins[i][b, :] += dout[b, slice i].   dout: [B, sum(widths)], dins[i]: [B, widths[i]]
+// A null dins[i] is skipped (no gradient wanted for that input).
+void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<const int> widths,
+                    int B);
+
+// ---- optimizer updates (element-wise over the parameter arena) --------------
+// p -= lr * (g + weight_decay * p).       p, g: [n]
+void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay,
+               ThreadPool* pool);
+
+struct AdamHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;  // L2 added to the gradient (PyTorch Adam's weight_decay)
+};
+// Bias-corrected Adam step number t (t >= 1):
+//   g' = g + wd * p; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2
+//   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+//   p, m, v, g: [n]
+void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n, const AdamHyper& h,
+                int64_t t, ThreadPool* pool);
+
+}  // namespace fleet::trainer::kernels

@@ -1,0 +1,163 @@
+// The CUDA Backend: cuBLAS for GEMM, cuda_kernels.cu for the rest, all on one
+// stream per backend. Compiled only when FLEET_CUDA is ON.
+#include "trainer/kernels/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "trainer/kernels/cuda_kernels.h"
+
+namespace fleet::trainer {
+namespace {
+
+// A failing CUDA call in the middle of a step leaves the device state
+// unknown; it is not input we could reject, so it stops the process with the
+// reason (as any broken internal invariant does).
+#define FLEET_CUDA_CHECK(expr)                                                    \
+  do {                                                                            \
+    cudaError_t _e = (expr);                                                      \
+    CHECK(_e == cudaSuccess) << #expr << ": " << cudaGetErrorString(_e);          \
+  } while (0)
+#define FLEET_CUBLAS_CHECK(expr)                                                  \
+  do {                                                                            \
+    cublasStatus_t _s = (expr);                                                   \
+    CHECK(_s == CUBLAS_STATUS_SUCCESS) << #expr << ": cuBLAS status " << int(_s); \
+  } while (0)
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int index, cudaStream_t stream, cublasHandle_t handle)
+      : index_(index), stream_(stream), handle_(handle) {}
+  ~CudaBackend() override {
+    cudaSetDevice(index_);
+    cublasDestroy(handle_);
+    cudaStreamDestroy(stream_);
+  }
+
+  Device device() const override { return Device{Device::Kind::kCuda, index_}; }
+
+  std::shared_ptr<float> AllocateFloats(size_t n) override {
+    return std::static_pointer_cast<float>(AllocateBytes(n * sizeof(float)));
+  }
+  std::shared_ptr<void> AllocateBytes(size_t bytes) override {
+    bytes = bytes ? bytes : 1;
+    FLEET_CUDA_CHECK(cudaSetDevice(index_));
+    void* p = nullptr;
+    FLEET_CUDA_CHECK(cudaMalloc(&p, bytes));
+    FLEET_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
+    FLEET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const int index = index_;
+    return std::shared_ptr<void>(p, [index](void* q) {
+      cudaSetDevice(index);
+      cudaFree(q);
+    });
+  }
+  void CopyFromHost(void* dst, const void* src, size_t bytes) override {
+    FLEET_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    FLEET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // src may go away after we return
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    FLEET_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    FLEET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void CopyOnDevice(void* dst, const void* src, size_t bytes) override {
+    FLEET_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void Fill(float* x, size_t n, float value) override {
+    FLEET_CUDA_CHECK(cuda::Fill(x, n, value, stream_));
+  }
+
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, so the
+  // operands swap places and no data is transposed.
+  void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+            const float* B, float beta, float* C) override {
+    if (M == 0 || N == 0) return;
+    const int lda = std::max(1, trans_a ? M : K);
+    const int ldb = std::max(1, trans_b ? K : N);
+    FLEET_CUBLAS_CHECK(cublasSgemm(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
+                                   A, lda, &beta, C, N));
+  }
+  void BiasAddForward(float* y, const float* bias, int rows, int cols) override {
+    FLEET_CUDA_CHECK(cuda::BiasAddForward(y, bias, rows, cols, stream_));
+  }
+  void BiasBackward(float* dbias, const float* dy, int rows, int cols) override {
+    FLEET_CUDA_CHECK(cuda::BiasBackward(dbias, dy, rows, cols, stream_));
+  }
+  void TanhForward(float* y, const float* x, size_t n) override {
+    FLEET_CUDA_CHECK(cuda::TanhForward(y, x, n, stream_));
+  }
+  void TanhBackward(float* dx, const float* y, const float* dy, size_t n) override {
+    FLEET_CUDA_CHECK(cuda::TanhBackward(dx, y, dy, n, stream_));
+  }
+  void SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,
+                                  const int32_t* labels, int B, int C) override {
+    FLEET_CUDA_CHECK(
+        cuda::SoftmaxCrossEntropyForward(probs, row_loss, logits, labels, B, C, stream_));
+  }
+  void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* labels,
+                                   int B, int C, float scale) override {
+    FLEET_CUDA_CHECK(
+        cuda::SoftmaxCrossEntropyBackward(dlogits, probs, labels, B, C, scale, stream_));
+  }
+  void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) override {
+    FLEET_CUDA_CHECK(cuda::SgdUpdate(p, g, n, lr, weight_decay, stream_));
+  }
+  void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
+                  const kernels::AdamHyper& h, int64_t t) override {
+    const float bc1 = static_cast<float>(1.0 - std::pow(double{h.beta1}, double(t)));
+    const float bc2 = static_cast<float>(1.0 - std::pow(double{h.beta2}, double(t)));
+    FLEET_CUDA_CHECK(cuda::AdamUpdate(p, m, v, g, n, h.lr, h.beta1, h.beta2, h.eps,
+                                      h.weight_decay, bc1, bc2, stream_));
+  }
+
+ private:
+  const int index_;
+  const cudaStream_t stream_;
+  const cublasHandle_t handle_;
+};
+
+}  // namespace
+
+int CudaDeviceCountImpl() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the "no device / no driver" error
+    return 0;
+  }
+  return count;
+}
+
+Result<std::unique_ptr<Backend>> CreateCudaBackend(int index) {
+  const std::string which = "cuda:" + std::to_string(index);
+  const int count = CudaDeviceCountImpl();
+  if (index < 0 || index >= count) {
+    return Status::Unavailable("no such CUDA device (" + std::to_string(count) + " visible)",
+                               which);
+  }
+  if (cudaError_t e = cudaSetDevice(index); e != cudaSuccess) {
+    return Status::Unavailable(std::string("cudaSetDevice failed: ") + cudaGetErrorString(e),
+                               which);
+  }
+  cudaStream_t stream = nullptr;
+  if (cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+      e != cudaSuccess) {
+    return Status::Unavailable(std::string("cudaStreamCreate failed: ") + cudaGetErrorString(e),
+                               which);
+  }
+  cublasHandle_t handle = nullptr;
+  if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS) {
+    cudaStreamDestroy(stream);
+    return Status::Unavailable("cublasCreate failed", which);
+  }
+  cublasSetStream(handle, stream);
+  // Plain FP32 (no TF32) so results stay comparable with the CPU oracle.
+  cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH);
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(index, stream, handle));
+}
+
+}  // namespace fleet::trainer

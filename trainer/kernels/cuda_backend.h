@@ -1,0 +1,20 @@
+// The CUDA implementation of Backend (cuBLAS sgemm + the small kernels of
+// cuda_kernels.cu). Built only when FLEET_CUDA is ON; use it through
+// CreateBackend() in trainer/backend.h rather than directly.
+#pragma once
+
+#include <memory>
+
+#include "comm/status.h"
+#include "trainer/backend.h"
+
+namespace fleet::trainer {
+
+// Number of CUDA devices; 0 when the driver reports none or no driver.
+int CudaDeviceCountImpl();
+
+// A backend on CUDA device `index` with its own stream and cuBLAS handle.
+// Unavailable when the device does not exist or CUDA cannot start on it.
+Result<std::unique_ptr<Backend>> CreateCudaBackend(int index);
+
+}  // namespace fleet::trainer

@@ -1,0 +1,167 @@
+// Layers with explicit Forward and Backward (llm.c style).
+//
+// * Forward overwrites its output and keeps what Backward needs (a view of
+//   its input or output: the caller keeps those buffers alive and unchanged
+//   until Backward has run).
+// * Backward ADDS into its gradient outputs, both the parameter gradients in
+//   the ParamArena and the input gradient `dx` it is given; the caller zeroes
+//   them before the step (ParamArena::ZeroGrad and its own activation grads).
+// * Batch rows are the first dim; shapes are in each method's comment.
+//
+// Linear, Tanh and SoftmaxCrossEntropy run on any Backend (CPU or CUDA);
+// ReLU, Sigmoid, SigmoidBce, EmbeddingBag and Concat are CPU only (host
+// buffers; optional ThreadPool for the element-wise work).
+//
+// Thread safety: a layer object is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "comm/status.h"
+#include "comm/thread_pool.h"
+#include "trainer/backend.h"
+#include "trainer/kernels/cpu_kernels.h"
+#include "trainer/param_arena.h"
+#include "trainer/tensor.h"
+
+namespace fleet::trainer {
+
+// Adds "<prefix>.weight" [out, in] and "<prefix>.bias" [out] to a table.
+void AddLinearParams(ParamTable* table, std::string_view prefix, int in, int out);
+
+// y = x W^T + b.   W: [out, in], b: [out] (PyTorch's layout).
+class Linear {
+ public:
+  // Views "<prefix>.weight" and "<prefix>.bias" (and their grads) in `arena`,
+  // which must outlive the layer. `backend` is the arena's.
+  Linear(const ParamArena& arena, std::string_view prefix);
+
+  int in_features() const { return static_cast<int>(w_.dim(1)); }
+  int out_features() const { return static_cast<int>(w_.dim(0)); }
+
+  // x: [B, in], y: [B, out]. Keeps a view of x.
+  void Forward(const Tensor& x, Tensor* y);
+  // dy: [B, out]. dW += dy^T x; db += sum_rows dy; dx (if not null, [B, in]) += dy W.
+  void Backward(const Tensor& dy, Tensor* dx);
+
+ private:
+  Backend* const backend_;
+  Tensor w_, b_, dw_, db_;
+  Tensor x_;  // saved input
+};
+
+// y = tanh(x), element-wise on any backend.
+class Tanh {
+ public:
+  explicit Tanh(Backend* backend) : backend_(backend) {}
+  // x, y: same shape. Keeps a view of y.
+  void Forward(const Tensor& x, Tensor* y);
+  // dx += dy * (1 - y^2). dy, dx: y's shape.
+  void Backward(const Tensor& dy, Tensor* dx);
+
+ private:
+  Backend* const backend_;
+  Tensor y_;
+};
+
+// y = max(x, 0). CPU.
+class Relu {
+ public:
+  explicit Relu(ThreadPool* pool = nullptr) : pool_(pool) {}
+  void Forward(const Tensor& x, Tensor* y);      // keeps a view of y
+  void Backward(const Tensor& dy, Tensor* dx);   // dx += dy * (y > 0)
+
+ private:
+  ThreadPool* const pool_;
+  Tensor y_;
+};
+
+// y = sigmoid(x). CPU.
+class Sigmoid {
+ public:
+  explicit Sigmoid(ThreadPool* pool = nullptr) : pool_(pool) {}
+  void Forward(const Tensor& x, Tensor* y);      // keeps a view of y
+  void Backward(const Tensor& dy, Tensor* dx);   // dx += dy * y * (1 - y)
+
+ private:
+  ThreadPool* const pool_;
+  Tensor y_;
+};
+
+// Mean softmax cross-entropy over the batch, on any backend.
+class SoftmaxCrossEntropy {
+ public:
+  explicit SoftmaxCrossEntropy(Backend* backend) : backend_(backend) {}
+  // logits, probs: [B, C]; labels: [B] on the backend's device, in [0, C)
+  // (REQUIRES: validated by the caller). Returns mean_b -log probs[b, label].
+  // Keeps views of probs and labels.
+  float Forward(const Tensor& logits, const int32_t* labels, Tensor* probs);
+  // dlogits [B, C] += dloss * (probs - onehot(labels)) / B.
+  void Backward(float dloss, Tensor* dlogits);
+
+ private:
+  Backend* const backend_;
+  Tensor probs_;
+  const int32_t* labels_ = nullptr;
+  Tensor row_loss_;              // [capacity] scratch on the device
+  std::vector<float> host_loss_; // [B]
+};
+
+// Mean binary cross-entropy on logits (numerically stable). CPU.
+class SigmoidBce {
+ public:
+  // logits, probs: [B] or [B, 1]; targets: [B] in [0, 1] (REQUIRES:
+  // validated by the caller). Returns the mean loss; probs = sigmoid(logits).
+  // Keeps views of probs and targets.
+  float Forward(const Tensor& logits, const float* targets, Tensor* probs);
+  // dlogits [B] += dloss * (probs - targets) / B.
+  void Backward(float dloss, Tensor* dlogits);
+
+ private:
+  Tensor probs_;
+  const float* targets_ = nullptr;
+  std::vector<float> row_loss_;
+};
+
+// InvalidArgument unless offsets has >= 1 entry, offsets[0] == 0, is
+// non-decreasing and ends at <= num_rows.
+Status ValidateBagOffsets(std::span<const int64_t> offsets, int64_t num_rows);
+
+// Embedding-bag pooling (sum or mean) of sparse rows into one vector per
+// sample. Bag b is rows offsets[b] .. offsets[b+1]-1. CPU.
+class EmbeddingBag {
+ public:
+  explicit EmbeddingBag(kernels::PoolMode mode) : mode_(mode) {}
+  kernels::PoolMode mode() const { return mode_; }
+
+  // rows: [num_rows, D]; offsets: [B + 1]; out: [B, D]. InvalidArgument (and
+  // out untouched) for bad offsets or shapes. Keeps a copy of offsets.
+  Status Forward(const Tensor& rows, std::span<const int64_t> offsets, Tensor* out);
+  // The same over row pointers (row_ptrs: [num_rows], each -> [D] floats).
+  Status ForwardPtr(std::span<const float* const> row_ptrs, std::span<const int64_t> offsets,
+                    Tensor* out);
+  // dout: [B, D]; drows: [num_rows, D] += the gradient of each pooled row
+  // (what a PS worker pushes as the sparse gradient).
+  void Backward(const Tensor& dout, Tensor* drows);
+
+ private:
+  const kernels::PoolMode mode_;
+  std::vector<int64_t> offsets_;
+};
+
+// Concatenation along the last dim of [B, w_i] inputs. CPU.
+class Concat {
+ public:
+  // ins[i]: [B, w_i]; out: [B, sum w_i]. Keeps the widths.
+  void Forward(std::span<const Tensor> ins, Tensor* out);
+  // dins[i] ([B, w_i], may be null) += the matching slice of dout.
+  void Backward(const Tensor& dout, std::span<Tensor* const> dins);
+
+ private:
+  std::vector<int> widths_;
+};
+
+}  // namespace fleet::trainer
