@@ -1,0 +1,524 @@
+#include "ps/client.h"
+
+#include <atomic>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "ps/table/accessor.h"
+#include "ps/table/partition.h"
+
+namespace fleet::ps {
+
+// Where a table's data lives.
+struct PsClient::TableRoute {
+  uint32_t id = 0;
+  bool sparse = false;
+  uint32_t shard_num = 0;
+  size_t pull_dim = 0;
+  size_t push_dim = 0;
+  std::vector<uint16_t> server_of_shard;  // sparse: global shard -> server rank
+  std::vector<DenseRange> ranges;         // dense: server rank -> range
+};
+
+// Completion of one request per server: the future is set when the last
+// reply (or error) arrived, with the first error seen.
+struct PsClient::Gather {
+  std::promise<Status> promise;
+  std::atomic<int> remaining{0};
+  std::mutex mu;
+  Status first_error;  // guarded by mu
+
+  void Finish(const Status& s) {
+    if (!s.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (first_error.ok()) first_error = s;
+    }
+    if (remaining.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(mu);
+      promise.set_value(first_error);
+    }
+  }
+};
+
+PsClient::PsClient(PsClientOptions options, JobConfig job)
+    : options_(std::move(options)), job_(std::move(job)) {}
+
+PsClient::~PsClient() = default;
+
+Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, const JobConfig& job) {
+  if (options.servers.empty()) return Status::InvalidArgument("no parameter servers given");
+  if (options.servers.size() > 65535) return Status::InvalidArgument("more than 65535 servers");
+  if (options.name.empty()) options.name = absl::StrCat("worker:", options.worker_rank);
+  std::unique_ptr<PsClient> client(new PsClient(std::move(options), job));
+  const int num_servers = static_cast<int>(client->options_.servers.size());
+  for (const TableConfig& config : job.tables) {
+    auto route = std::make_unique<TableRoute>();
+    route->id = config.id;
+    route->sparse = config.kind == TableKind::kSparse;
+    const std::string which = absl::StrCat("table ", config.id);
+    if (route->sparse) {
+      if (Status s = ValidateTableConfig(config); !s.ok()) return s.WithContext(which);
+      route->shard_num = config.shard_num;
+      const auto accessor = MakeAccessor(config);
+      route->pull_dim = accessor->pull_dim();
+      route->push_dim = accessor->push_dim();
+      route->server_of_shard.resize(config.shard_num);
+      for (int r = 0; r < num_servers; ++r) {
+        auto shards = AssignShards(config.shard_num, num_servers, r);
+        if (!shards.ok()) return shards.status().WithContext(which);
+        for (uint32_t s = shards->begin; s < shards->end; ++s) route->server_of_shard[s] = r;
+      }
+    } else {
+      route->pull_dim = route->push_dim = 1;
+      for (int r = 0; r < num_servers; ++r) {
+        auto range = SplitDenseRange(config.dim, num_servers, r);
+        if (!range.ok()) return range.status().WithContext(which);
+        route->ranges.push_back(range.value());
+      }
+    }
+    client->routes_.push_back(std::move(route));
+  }
+  RpcNodeOptions rpc;
+  rpc.name = client->options_.name;
+  rpc.handler_threads = 1;  // a client serves nothing
+  rpc.default_timeout = job.distributed.timeout;
+  FLEET_ASSIGN_OR_RETURN(client->rpc_, RpcNode::Create(rpc));
+  for (const std::string& endpoint : client->options_.servers) {
+    auto peer = client->rpc_->Connect(endpoint);
+    if (!peer.ok()) return peer.status().WithContext("parameter server list");
+    client->peers_.push_back(peer.value());
+  }
+  return client;
+}
+
+Result<const PsClient::TableRoute*> PsClient::Route(uint32_t table, bool sparse) const {
+  for (const auto& r : routes_) {
+    if (r->id != table) continue;
+    if (r->sparse != sparse) {
+      return Status::InvalidArgument(
+          sparse ? "table is dense, call is for a sparse table"
+                 : "table is sparse, call is for a dense table",
+          absl::StrCat("table ", table));
+    }
+    return r.get();
+  }
+  return Status::NotFound("no such table in the job config", absl::StrCat("table ", table));
+}
+
+size_t PsClient::PullDim(uint32_t table) const {
+  for (const auto& r : routes_) {
+    if (r->id == table) return r->pull_dim;
+  }
+  return 0;
+}
+
+size_t PsClient::PushDim(uint32_t table) const {
+  for (const auto& r : routes_) {
+    if (r->id == table) return r->push_dim;
+  }
+  return 0;
+}
+
+std::chrono::milliseconds PsClient::TimeoutOr(std::chrono::milliseconds t) const {
+  return t.count() > 0 ? t : job_.distributed.timeout;
+}
+
+Message PsClient::NewRequest(pb::PsCommand command, int table,
+                             const pb::PsRequestMeta& meta) const {
+  Message m;
+  m.header.set_command(command);
+  m.header.set_table_id(table);
+  m.header.set_meta(meta.SerializeAsString());
+  return m;
+}
+
+std::future<Status> PsClient::Broadcast(
+    std::vector<std::optional<Message>> requests, std::chrono::milliseconds timeout,
+    const std::string& what, std::function<void(int server, const Message&)> on_reply) {
+  auto gather = std::make_shared<Gather>();
+  auto future = gather->promise.get_future();
+  int count = 0;
+  for (const auto& r : requests) count += r.has_value();
+  if (count == 0) {
+    gather->promise.set_value(Status::OK());
+    return future;
+  }
+  gather->remaining.store(count);
+  RpcOptions rpc;
+  rpc.timeout = timeout;
+  for (size_t server = 0; server < requests.size(); ++server) {
+    if (!requests[server]) continue;
+    rpc.what = absl::StrCat(what, " on server ", server);
+    rpc_->CallAsync(peers_[server], std::move(*requests[server]), rpc,
+                    [gather, server, on_reply, what = rpc.what](Result<Message> reply) {
+                      if (!reply.ok()) {
+                        gather->Finish(reply.status().ok()
+                                           ? reply.status()
+                                           : reply.status().WithContext(what));
+                        return;
+                      }
+                      if (on_reply) on_reply(static_cast<int>(server), reply.value());
+                      gather->Finish(Status::OK());
+                    });
+  }
+  return future;
+}
+
+namespace {
+
+// Keys of one request grouped by server, each distinct key once.
+struct SparseSplit {
+  // Per server: the distinct keys it gets.
+  std::vector<std::vector<uint64_t>> keys;
+  // For each key of the request: its server and its position in keys[server].
+  std::vector<uint16_t> server;
+  std::vector<uint32_t> position;
+};
+
+SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t>& server_of_shard,
+                      uint32_t shard_num, int num_servers) {
+  SparseSplit split;
+  split.keys.resize(num_servers);
+  split.server.resize(keys.size());
+  split.position.resize(keys.size());
+  absl::flat_hash_map<uint64_t, uint32_t> seen;
+  seen.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint16_t s = server_of_shard[ShardOfKey(keys[i], shard_num)];
+    auto [it, inserted] = seen.try_emplace(keys[i], static_cast<uint32_t>(split.keys[s].size()));
+    if (inserted) split.keys[s].push_back(keys[i]);
+    split.server[i] = s;
+    split.position[i] = it->second;
+  }
+  return split;
+}
+
+}  // namespace
+
+Status PsClient::PullSparse(uint32_t table, std::span<const uint64_t> keys,
+                            std::span<float> values, const PullOptions& options) {
+  return PullSparseAsync(table, keys, values, options).get();
+}
+
+std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const uint64_t> keys,
+                                              std::span<float> values,
+                                              const PullOptions& options) {
+  auto ready = [](Status s) {
+    std::promise<Status> p;
+    p.set_value(std::move(s));
+    return p.get_future();
+  };
+  auto route = Route(table, /*sparse=*/true);
+  if (!route.ok()) return ready(route.status());
+  const TableRoute& r = *route.value();
+  if (values.size() != keys.size() * r.pull_dim) {
+    return ready(Status::InvalidArgument(
+        absl::StrCat("pull_sparse: ", keys.size(), " keys of dim ", r.pull_dim, " need ",
+                     keys.size() * r.pull_dim, " floats, got ", values.size()),
+        absl::StrCat("table ", table)));
+  }
+  auto split = std::make_shared<SparseSplit>(
+      SplitKeys(keys, r.server_of_shard, r.shard_num, num_servers()));
+  // Positions of the request (in request order) grouped by server, so each
+  // reply is scattered by walking only its own keys.
+  auto by_server = std::make_shared<std::vector<std::vector<uint32_t>>>(num_servers());
+  for (uint32_t i = 0; i < keys.size(); ++i) (*by_server)[split->server[i]].push_back(i);
+  std::vector<std::optional<Message>> requests(num_servers());
+  pb::PsRequestMeta meta;
+  meta.set_worker_rank(options_.worker_rank);
+  for (int s = 0; s < num_servers(); ++s) {
+    if (split->keys[s].empty()) continue;
+    Message m = NewRequest(pb::PS_PULL_SPARSE, static_cast<int>(table), meta);
+    m.AddFrame(SArray<uint64_t>(std::move(split->keys[s])));
+    requests[s] = std::move(m);
+  }
+  const size_t dim = r.pull_dim;
+  auto failures = std::make_shared<std::atomic<int>>(0);
+  auto gather_future = Broadcast(
+      std::move(requests), TimeoutOr(options.timeout), absl::StrCat("pull_sparse table ", table),
+      [split, by_server, values, dim, failures](int server, const Message& reply) {
+        auto got = reply.Frame<float>(0);
+        const auto& positions = (*by_server)[server];
+        if (!got.ok() || got->size() % dim != 0) {
+          failures->fetch_add(1);
+          return;
+        }
+        const size_t rows = got->size() / dim;
+        for (uint32_t i : positions) {
+          const uint32_t pos = split->position[i];
+          if (pos >= rows) {
+            failures->fetch_add(1);
+            return;
+          }
+          std::copy_n(got->data() + static_cast<size_t>(pos) * dim, dim, values.data() + i * dim);
+        }
+      });
+  // Wrap to turn a malformed reply into an error of the call.
+  return std::async(std::launch::deferred, [f = std::move(gather_future), failures, table]() mutable {
+    Status s = f.get();
+    if (s.ok() && failures->load() > 0) {
+      return Status::Corruption("pull_sparse: a server replied with the wrong number of values",
+                                absl::StrCat("table ", table));
+    }
+    return s;
+  });
+}
+
+std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
+                                         std::span<const uint64_t> keys,
+                                         std::span<const float> values,
+                                         const PushOptions& options) {
+  auto ready = [](Status s) {
+    std::promise<Status> p;
+    p.set_value(std::move(s));
+    return p.get_future();
+  };
+  const bool delta = command == pb::PS_PUSH_SPARSE_DELTA;
+  const char* what = delta ? "push_sparse_delta" : "push_sparse_grad";
+  auto route = Route(table, /*sparse=*/true);
+  if (!route.ok()) return ready(route.status());
+  const TableRoute& r = *route.value();
+  const size_t dim = r.push_dim;
+  const bool with_counts = !options.shows.empty() || !options.clicks.empty();
+  if (values.size() != keys.size() * dim ||
+      (with_counts && (options.shows.size() != keys.size() || options.clicks.size() != keys.size()))) {
+    return ready(Status::InvalidArgument(
+        absl::StrCat(what, ": ", keys.size(), " keys of dim ", dim, " need ", keys.size() * dim,
+                     " floats", with_counts ? " and as many shows and clicks as keys" : "",
+                     "; got ", values.size(), ", ", options.shows.size(), ", ",
+                     options.clicks.size()),
+        absl::StrCat("table ", table)));
+  }
+  const bool sync = !delta && job_.distributed.mode == SyncMode::kSync;
+  if (sync && options.step < 0) {
+    return ready(Status::InvalidArgument("sync mode needs PushOptions.step >= 0",
+                                         absl::StrCat("table ", table)));
+  }
+  SparseSplit split = SplitKeys(keys, r.server_of_shard, r.shard_num, num_servers());
+  // Sum duplicates into one row per distinct key, per server.
+  std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
+  for (int s = 0; s < num_servers(); ++s) {
+    grads[s] = SArray<float>(split.keys[s].size() * dim);
+    if (with_counts) {
+      shows[s] = SArray<float>(split.keys[s].size());
+      clicks[s] = SArray<float>(split.keys[s].size());
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const int s = split.server[i];
+    const size_t pos = split.position[i];
+    float* out = grads[s].data() + pos * dim;
+    const float* in = values.data() + i * dim;
+    for (size_t d = 0; d < dim; ++d) out[d] += in[d];
+    if (with_counts) {
+      shows[s][pos] += options.shows[i];
+      clicks[s][pos] += options.clicks[i];
+    }
+  }
+  pb::PsRequestMeta meta;
+  meta.set_worker_rank(options_.worker_rank);
+  meta.set_step(options.step);
+  std::vector<std::optional<Message>> requests(num_servers());
+  for (int s = 0; s < num_servers(); ++s) {
+    // In sync mode every server waits for every worker's push of a step, so
+    // servers without keys from us still get an (empty) push.
+    if (split.keys[s].empty() && !sync) continue;
+    Message m = NewRequest(command, static_cast<int>(table), meta);
+    m.AddFrame(SArray<uint64_t>(std::move(split.keys[s])));
+    m.AddFrame(grads[s]);
+    if (with_counts) {
+      m.AddFrame(shows[s]);
+      m.AddFrame(clicks[s]);
+    }
+    requests[s] = std::move(m);
+  }
+  return Broadcast(std::move(requests), TimeoutOr(options.timeout),
+                   absl::StrCat(what, " table ", table), nullptr);
+}
+
+Status PsClient::PushSparseGrad(uint32_t table, std::span<const uint64_t> keys,
+                                std::span<const float> grads, const PushOptions& options) {
+  return SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys, grads, options).get();
+}
+
+std::future<Status> PsClient::PushSparseGradAsync(uint32_t table, std::span<const uint64_t> keys,
+                                                  std::span<const float> grads,
+                                                  const PushOptions& options) {
+  return SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys, grads, options);
+}
+
+Status PsClient::PushSparseDelta(uint32_t table, std::span<const uint64_t> keys,
+                                 std::span<const float> deltas, const PushOptions& options) {
+  return SendSparse(pb::PS_PUSH_SPARSE_DELTA, table, keys, deltas, options).get();
+}
+
+Status PsClient::PullDense(uint32_t table, std::span<float> values, const PullOptions& options) {
+  return PullDenseAsync(table, values, options).get();
+}
+
+std::future<Status> PsClient::PullDenseAsync(uint32_t table, std::span<float> values,
+                                             const PullOptions& options) {
+  auto route = Route(table, /*sparse=*/false);
+  if (!route.ok() || values.size() != route.value()->ranges.back().end) {
+    std::promise<Status> p;
+    p.set_value(!route.ok() ? route.status()
+                            : Status::InvalidArgument(
+                                  absl::StrCat("pull_dense: table has ",
+                                               route.value()->ranges.back().end,
+                                               " elements, buffer has ", values.size()),
+                                  absl::StrCat("table ", table)));
+    return p.get_future();
+  }
+  const TableRoute& r = *route.value();
+  std::vector<std::optional<Message>> requests(num_servers());
+  for (int s = 0; s < num_servers(); ++s) {
+    if (r.ranges[s].size() == 0) continue;
+    requests[s] = NewRequest(pb::PS_PULL_DENSE, static_cast<int>(table), {});
+  }
+  auto failures = std::make_shared<std::atomic<int>>(0);
+  auto f = Broadcast(std::move(requests), TimeoutOr(options.timeout),
+                     absl::StrCat("pull_dense table ", table),
+                     [ranges = r.ranges, values, failures](int server, const Message& reply) {
+                       auto got = reply.Frame<float>(0);
+                       if (!got.ok() || got->size() != ranges[server].size()) {
+                         failures->fetch_add(1);
+                         return;
+                       }
+                       std::copy_n(got->data(), got->size(), values.data() + ranges[server].begin);
+                     });
+  return std::async(std::launch::deferred, [f = std::move(f), failures, table]() mutable {
+    Status s = f.get();
+    if (s.ok() && failures->load() > 0) {
+      return Status::Corruption("pull_dense: a server replied with the wrong number of values",
+                                absl::StrCat("table ", table));
+    }
+    return s;
+  });
+}
+
+std::future<Status> PsClient::SendDense(pb::PsCommand command, uint32_t table,
+                                        SArray<float> values, const PushOptions& options) {
+  auto route = Route(table, /*sparse=*/false);
+  if (!route.ok() || values.size() != route.value()->ranges.back().end) {
+    std::promise<Status> p;
+    p.set_value(!route.ok() ? route.status()
+                            : Status::InvalidArgument(
+                                  absl::StrCat("dense push: table has ",
+                                               route.value()->ranges.back().end,
+                                               " elements, buffer has ", values.size()),
+                                  absl::StrCat("table ", table)));
+    return p.get_future();
+  }
+  const bool sync = command == pb::PS_PUSH_DENSE_GRAD && job_.distributed.mode == SyncMode::kSync;
+  if (sync && options.step < 0) {
+    std::promise<Status> p;
+    p.set_value(Status::InvalidArgument("sync mode needs PushOptions.step >= 0",
+                                        absl::StrCat("table ", table)));
+    return p.get_future();
+  }
+  const TableRoute& r = *route.value();
+  pb::PsRequestMeta meta;
+  meta.set_worker_rank(options_.worker_rank);
+  meta.set_step(options.step);
+  std::vector<std::optional<Message>> requests(num_servers());
+  for (int s = 0; s < num_servers(); ++s) {
+    if (r.ranges[s].size() == 0) continue;
+    Message m = NewRequest(command, static_cast<int>(table), meta);
+    m.AddFrame(values.Segment(r.ranges[s].begin, r.ranges[s].end));
+    requests[s] = std::move(m);
+  }
+  return Broadcast(std::move(requests), TimeoutOr(options.timeout),
+                   absl::StrCat(pb::PsCommand_Name(command), " table ", table), nullptr);
+}
+
+Status PsClient::PushDenseGrad(uint32_t table, std::span<const float> grads,
+                               const PushOptions& options) {
+  return SendDense(pb::PS_PUSH_DENSE_GRAD, table, SArray<float>(grads.data(), grads.size()),
+                   options)
+      .get();
+}
+
+std::future<Status> PsClient::ZPushDenseGrad(uint32_t table, SArray<float> grads,
+                                             const PushOptions& options) {
+  return SendDense(pb::PS_PUSH_DENSE_GRAD, table, std::move(grads), options);
+}
+
+Status PsClient::PushDenseDelta(uint32_t table, std::span<const float> deltas,
+                                const PushOptions& options) {
+  return SendDense(pb::PS_PUSH_DENSE_DELTA, table, SArray<float>(deltas.data(), deltas.size()),
+                   options)
+      .get();
+}
+
+Status PsClient::InitDense(uint32_t table, std::span<const float> values) {
+  return SendDense(pb::PS_INIT_DENSE, table, SArray<float>(values.data(), values.size()), {})
+      .get();
+}
+
+Status PsClient::BroadcastControl(pb::PsCommand command, int table, const pb::PsRequestMeta& meta,
+                                  std::chrono::milliseconds timeout, const std::string& what,
+                                  std::vector<Message>* replies) {
+  std::vector<std::optional<Message>> requests(num_servers());
+  for (int s = 0; s < num_servers(); ++s) requests[s] = NewRequest(command, table, meta);
+  if (replies) replies->assign(num_servers(), Message());
+  auto f = Broadcast(std::move(requests), TimeoutOr(timeout), what,
+                     [replies](int server, const Message& reply) {
+                       if (replies) (*replies)[server] = reply;
+                     });
+  return f.get();
+}
+
+Status PsClient::Barrier(const std::string& name, const BarrierOptions& options) {
+  pb::PsRequestMeta meta;
+  meta.set_worker_rank(options_.worker_rank);
+  meta.set_barrier_name(name);
+  meta.set_barrier_size(options.size > 0 ? options.size : options_.num_workers);
+  std::vector<std::optional<Message>> requests(num_servers());
+  requests[0] = NewRequest(pb::PS_BARRIER, -1, meta);
+  return Broadcast(std::move(requests), TimeoutOr(options.timeout),
+                   absl::StrCat("barrier '", name, "' of ", meta.barrier_size()), nullptr)
+      .get();
+}
+
+Status PsClient::Save(const std::string& dir, bool delta, std::chrono::milliseconds timeout) {
+  pb::PsRequestMeta meta;
+  meta.set_path(dir);
+  meta.set_delta(delta);
+  return BroadcastControl(pb::PS_SAVE, -1, meta, timeout, absl::StrCat("save to ", dir));
+}
+
+Status PsClient::Load(const std::string& dir, std::chrono::milliseconds timeout) {
+  pb::PsRequestMeta meta;
+  meta.set_path(dir);
+  return BroadcastControl(pb::PS_LOAD, -1, meta, timeout, absl::StrCat("load from ", dir));
+}
+
+Result<uint64_t> PsClient::Shrink(int table) {
+  std::vector<Message> replies;
+  FLEET_RETURN_IF_ERROR(BroadcastControl(pb::PS_SHRINK, table, {}, {}, "shrink", &replies));
+  uint64_t deleted = 0;
+  for (const Message& m : replies) {
+    pb::PsShrinkReply r;
+    if (!r.ParseFromString(m.header.meta())) return Status::Corruption("shrink reply does not parse");
+    deleted += r.rows_deleted();
+  }
+  return deleted;
+}
+
+Status PsClient::EndPass() { return BroadcastControl(pb::PS_END_PASS, -1, {}, {}, "end_pass"); }
+
+Result<std::vector<pb::PsStatsReply>> PsClient::Stats() {
+  std::vector<Message> replies;
+  FLEET_RETURN_IF_ERROR(BroadcastControl(pb::PS_STATS, -1, {}, {}, "stats", &replies));
+  std::vector<pb::PsStatsReply> stats(replies.size());
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (!stats[i].ParseFromString(replies[i].header.meta())) {
+      return Status::Corruption("stats reply does not parse", absl::StrCat("server ", i));
+    }
+  }
+  return stats;
+}
+
+Status PsClient::StopServers() { return BroadcastControl(pb::PS_STOP, -1, {}, {}, "stop"); }
+
+}  // namespace fleet::ps

@@ -1,0 +1,160 @@
+// PsClient: what every worker uses to talk to the parameter servers. It
+// knows the job's tables (the same JobConfig the servers read), so it can
+// route each sparse key to the server holding its shard and split dense
+// tables into the servers' ranges, and it contacts all servers in parallel.
+//
+// Sparse requests: keys are de-duplicated before sending (a pull fetches
+// each key once and copies it to every position it appears at; a push sums
+// the gradients, shows and clicks of duplicate keys). Any key order and
+// duplicates are fine.
+//
+// Buffer lifetime: the blocking calls are done with caller buffers when they
+// return. The *Async calls read `keys`/`grads` before returning, but write
+// pull results into `values` until their future is ready: keep `values`
+// alive and untouched until then. The Z* calls take SArrays and send dense
+// slices without copying (the SArray is shared with the transport until the
+// servers have it).
+//
+// Errors of every call: Timeout / Unavailable naming the server endpoint and
+// the call (see RpcNode), InvalidArgument for sizes that do not fit the
+// table (nothing sent), NotFound for an unknown table id, or the status a
+// server replied with, prefixed with the call and the server's rank. On a
+// failed pull the contents of `values` are unspecified.
+//
+// Thread safety: every method is thread-safe.
+#pragma once
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/proto/ps.pb.h"
+#include "comm/rpc.h"
+#include "ps/job_config.h"
+
+namespace fleet::ps {
+
+struct PsClientOptions {
+  std::vector<std::string> servers;  // "ip:port" of server rank 0, 1, ...
+  int worker_rank = 0;
+  // Workers of the job; sizes barriers.
+  int num_workers = 1;
+  // Used in server logs and errors; default "worker:<rank>".
+  std::string name;
+};
+
+// Per-call options. timeout 0 = JobConfig Distributed.timeout_ms.
+struct PullOptions {
+  std::chrono::milliseconds timeout{0};
+};
+
+struct PushOptions {
+  std::chrono::milliseconds timeout{0};
+  // Sync mode: the step the gradient belongs to (required there, >= 0).
+  int64_t step = -1;
+  // CTR accessor: one show and one click count per key (empty = show 1,
+  // click 0 for every key).
+  std::span<const float> shows;
+  std::span<const float> clicks;
+};
+
+struct BarrierOptions {
+  std::chrono::milliseconds timeout{0};
+  // Callers the barrier waits for; 0 = num_workers.
+  int size = 0;
+};
+
+class PsClient {
+ public:
+  // Connects (lazily: nothing waits for the servers here).
+  // Errors: InvalidArgument for an empty server list, a malformed endpoint,
+  // or a table config that cannot be split over that many servers.
+  static Result<std::unique_ptr<PsClient>> Create(PsClientOptions options, const JobConfig& job);
+  ~PsClient();
+
+  // ---- Sparse ----
+  // values: keys.size() * PullDim(table) floats.
+  Status PullSparse(uint32_t table, std::span<const uint64_t> keys, std::span<float> values,
+                    const PullOptions& options = {});
+  std::future<Status> PullSparseAsync(uint32_t table, std::span<const uint64_t> keys,
+                                      std::span<float> values, const PullOptions& options = {});
+  // grads: keys.size() * PushDim(table) floats.
+  Status PushSparseGrad(uint32_t table, std::span<const uint64_t> keys,
+                        std::span<const float> grads, const PushOptions& options = {});
+  std::future<Status> PushSparseGradAsync(uint32_t table, std::span<const uint64_t> keys,
+                                          std::span<const float> grads,
+                                          const PushOptions& options = {});
+  // Geo: value += delta for each key.
+  Status PushSparseDelta(uint32_t table, std::span<const uint64_t> keys,
+                         std::span<const float> deltas, const PushOptions& options = {});
+
+  // ---- Dense ----
+  // values: the whole table (config dim floats).
+  Status PullDense(uint32_t table, std::span<float> values, const PullOptions& options = {});
+  std::future<Status> PullDenseAsync(uint32_t table, std::span<float> values,
+                                     const PullOptions& options = {});
+  Status PushDenseGrad(uint32_t table, std::span<const float> grads,
+                       const PushOptions& options = {});
+  // Zero-copy: each server's slice is a view of `grads`.
+  std::future<Status> ZPushDenseGrad(uint32_t table, SArray<float> grads,
+                                     const PushOptions& options = {});
+  Status PushDenseDelta(uint32_t table, std::span<const float> deltas,
+                        const PushOptions& options = {});
+  // Sets the table's values (worker 0 does this once, so every worker starts
+  // from the model's own initialisation).
+  Status InitDense(uint32_t table, std::span<const float> values);
+
+  // ---- Control ----
+  // Blocks until `size` callers reached barrier `name` on server 0.
+  Status Barrier(const std::string& name, const BarrierOptions& options = {});
+  // Every server saves its part into dir (a base, or a delta on the last save).
+  Status Save(const std::string& dir, bool delta, std::chrono::milliseconds timeout = {});
+  Status Load(const std::string& dir, std::chrono::milliseconds timeout = {});
+  // Deletes stale rows of one sparse table (all when table < 0); returns rows deleted.
+  Result<uint64_t> Shrink(int table);
+  Status EndPass();
+  // One reply per server, in server rank order.
+  Result<std::vector<pb::PsStatsReply>> Stats();
+  // Asks every server to stop (each saves first when its config says so).
+  Status StopServers();
+
+  size_t PullDim(uint32_t table) const;
+  size_t PushDim(uint32_t table) const;
+  int num_servers() const { return static_cast<int>(peers_.size()); }
+  const JobConfig& job() const { return job_; }
+
+ private:
+  struct TableRoute;
+  struct Gather;
+
+  PsClient(PsClientOptions options, JobConfig job);
+  Result<const TableRoute*> Route(uint32_t table, bool sparse) const;
+  std::chrono::milliseconds TimeoutOr(std::chrono::milliseconds t) const;
+  Message NewRequest(pb::PsCommand command, int table, const pb::PsRequestMeta& meta) const;
+  // Sends one request per server in `requests` (nullopt = skip that server)
+  // and completes the returned future when all answered; on_reply runs for
+  // each successful reply (on the transport's I/O thread).
+  std::future<Status> Broadcast(std::vector<std::optional<Message>> requests,
+                                std::chrono::milliseconds timeout, const std::string& what,
+                                std::function<void(int server, const Message&)> on_reply);
+  std::future<Status> SendSparse(pb::PsCommand command, uint32_t table,
+                                 std::span<const uint64_t> keys, std::span<const float> values,
+                                 const PushOptions& options);
+  std::future<Status> SendDense(pb::PsCommand command, uint32_t table, SArray<float> values,
+                                const PushOptions& options);
+  Status BroadcastControl(pb::PsCommand command, int table, const pb::PsRequestMeta& meta,
+                          std::chrono::milliseconds timeout, const std::string& what,
+                          std::vector<Message>* replies = nullptr);
+
+  // Fixed after construction.
+  const PsClientOptions options_;
+  const JobConfig job_;
+  std::unique_ptr<RpcNode> rpc_;
+  std::vector<int> peers_;  // peer id of server rank r
+  std::vector<std::unique_ptr<TableRoute>> routes_;
+};
+
+}  // namespace fleet::ps

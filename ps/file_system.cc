@@ -1,0 +1,195 @@
+#include "ps/file_system.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace fleet::ps {
+namespace {
+
+Status PosixError(const std::string& what, const std::string& path, int err) {
+  std::string msg = absl::StrCat(what, " failed: ", std::strerror(err));
+  if (err == ENOENT) return Status::NotFound(msg, path);
+  return Status::IOError(msg, path);
+}
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Status Append(std::string_view data) override {
+    while (!data.empty()) {
+      const ssize_t n = ::write(fd_, data.data(), data.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;  // interrupted before writing anything: retry
+        return PosixError("write", path_, errno);
+      }
+      data.remove_prefix(static_cast<size_t>(n));
+    }
+    return Status::OK();
+  }
+  Status Sync() override {
+    if (::fsync(fd_) != 0) return PosixError("fsync", path_, errno);
+    return Status::OK();
+  }
+  Status Close() override {
+    const int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return PosixError("close", path_, errno);
+    return Status::OK();
+  }
+
+ private:
+  const std::string path_;
+  int fd_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<WritableFile>> PosixFileSystem::NewWritableFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return PosixError("open for write", path, errno);
+  return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, fd));
+}
+
+Status PosixFileSystem::Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) return PosixError("rename to " + to, from, errno);
+  return Status::OK();
+}
+
+Status PosixFileSystem::Remove(const std::string& path) {
+  if (::unlink(path.c_str()) != 0) return PosixError("unlink", path, errno);
+  return Status::OK();
+}
+
+Result<std::string> PosixFileSystem::ReadFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return PosixError("open for read", path, errno);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      return PosixError("read", path, err);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Result<std::vector<std::string>> PosixFileSystem::ListDir(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return PosixError("opendir", dir, errno);
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+Status PosixFileSystem::CreateDir(const std::string& dir) {
+  // Create each missing component in turn.
+  for (size_t pos = 1; pos <= dir.size(); ++pos) {
+    if (pos != dir.size() && dir[pos] != '/') continue;
+    const std::string part = dir.substr(0, pos);
+    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return PosixError("mkdir", part, errno);
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return PosixError("stat", dir, errno);
+  if (!S_ISDIR(st.st_mode)) return Status::IOError("exists and is not a directory", dir);
+  return Status::OK();
+}
+
+Status PosixFileSystem::SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return PosixError("open dir", dir, errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return PosixError("fsync dir", dir, err);
+  return Status::OK();
+}
+
+// ---- FaultInjectionFileSystem ----
+
+namespace {
+
+class FaultInjectionFile final : public WritableFile {
+ public:
+  FaultInjectionFile(FaultInjectionFileSystem* fs, std::unique_ptr<WritableFile> base, std::string path)
+      : fs_(fs), base_(std::move(base)), path_(std::move(path)) {}
+  Status Append(std::string_view data) override {
+    FLEET_RETURN_IF_ERROR(fs_->Hit(FaultInjectionFileSystem::Op::kAppend, path_));
+    return base_->Append(data);
+  }
+  Status Sync() override {
+    FLEET_RETURN_IF_ERROR(fs_->Hit(FaultInjectionFileSystem::Op::kSync, path_));
+    return base_->Sync();
+  }
+  Status Close() override {
+    Status injected = fs_->Hit(FaultInjectionFileSystem::Op::kClose, path_);
+    Status st = base_->Close();  // release the descriptor either way
+    return injected.ok() ? st : injected;
+  }
+
+ private:
+  FaultInjectionFileSystem* const fs_;
+  const std::unique_ptr<WritableFile> base_;
+  const std::string path_;
+};
+
+constexpr const char* kOpNames[] = {"append", "sync", "close", "rename", "remove", "create", "syncdir"};
+
+}  // namespace
+
+void FaultInjectionFileSystem::FailNth(Op op, int nth) {
+  Counter& c = counters_[Index(op)];
+  c.fail_at.store(nth > 0 ? c.calls.load() + nth : 0);
+}
+
+Status FaultInjectionFileSystem::Hit(Op op, std::string_view which) {
+  Counter& c = counters_[Index(op)];
+  const int n = c.calls.fetch_add(1) + 1;
+  if (n == c.fail_at.load()) return Status::IOError(absl::StrCat("injected ", kOpNames[Index(op)], " failure"), which);
+  return Status::OK();
+}
+
+Result<std::unique_ptr<WritableFile>> FaultInjectionFileSystem::NewWritableFile(const std::string& path) {
+  FLEET_RETURN_IF_ERROR(Hit(Op::kCreate, path));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base_->NewWritableFile(path));
+  return std::unique_ptr<WritableFile>(std::make_unique<FaultInjectionFile>(this, std::move(f), path));
+}
+
+Status FaultInjectionFileSystem::Rename(const std::string& from, const std::string& to) {
+  FLEET_RETURN_IF_ERROR(Hit(Op::kRename, from));
+  return base_->Rename(from, to);
+}
+
+Status FaultInjectionFileSystem::Remove(const std::string& path) {
+  FLEET_RETURN_IF_ERROR(Hit(Op::kRemove, path));
+  return base_->Remove(path);
+}
+
+Status FaultInjectionFileSystem::CreateDir(const std::string& dir) { return base_->CreateDir(dir); }
+
+Status FaultInjectionFileSystem::SyncDir(const std::string& dir) {
+  FLEET_RETURN_IF_ERROR(Hit(Op::kSyncDir, dir));
+  return base_->SyncDir(dir);
+}
+
+}  // namespace fleet::ps

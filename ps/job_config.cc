@@ -1,0 +1,200 @@
+#include "ps/job_config.h"
+
+#include <fstream>
+
+#include <gflags/gflags.h>
+#include <set>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+DEFINE_string(config, "", "Job YAML (configs/*.yaml). Env: FLEET_CONFIG.");
+DEFINE_string(override, "",
+              "';'-separated Key.sub=value overrides of the job YAML, applied in order. "
+              "Env: FLEET_OVERRIDES.");
+
+namespace fleet::ps {
+
+std::string_view SyncModeName(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::kSync: return "sync";
+    case SyncMode::kAsync: return "async";
+    case SyncMode::kGeo: return "geo";
+  }
+  return "unknown";
+}
+
+const TableConfig* JobConfig::table(uint32_t id) const {
+  for (const auto& t : tables) {
+    if (t.id == id) return &t;
+  }
+  return nullptr;
+}
+
+Status ApplyOverride(YAML::Node root, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return Status::InvalidArgument("override must look like Key.sub=value", assignment);
+  }
+  const std::vector<std::string> path = absl::StrSplit(assignment.substr(0, eq), '.');
+  const std::string value = assignment.substr(eq + 1);
+  // yaml-cpp's operator[] on a non-const node returns a reference-like node;
+  // reset() walks without copying the subtree.
+  YAML::Node node;
+  node.reset(root);
+  for (size_t i = 0; i < path.size(); ++i) {
+    const std::string& part = path[i];
+    if (part.empty()) return Status::InvalidArgument("empty key in override", assignment);
+    size_t index = 0;
+    YAML::Node next;
+    if (node.IsSequence()) {
+      if (!absl::SimpleAtoi(part, &index) || index >= node.size()) {
+        return Status::InvalidArgument(
+            absl::StrCat("'", part, "' is not an index of a list of ", node.size()), assignment);
+      }
+      next.reset(node[index]);
+    } else if (node.IsMap() || node.IsNull() || !node.IsDefined()) {
+      next.reset(node[part]);
+    } else {
+      return Status::InvalidArgument(absl::StrCat("'", part, "' is below a plain value"),
+                                     assignment);
+    }
+    if (i + 1 == path.size()) {
+      // Parsed as YAML so "[1, 2]" or "{a: 1}" work; a plain word stays a string.
+      try {
+        next = YAML::Load(value);
+      } catch (const YAML::Exception&) {
+        next = value;
+      }
+    }
+    node.reset(next);
+  }
+  return Status::OK();
+}
+
+namespace {
+
+Status CheckKeys(const YAML::Node& section, const std::string& name,
+                 const std::set<std::string>& allowed) {
+  if (!section.IsMap()) return Status::InvalidArgument("must be a map", name);
+  for (const auto& kv : section) {
+    const std::string key = kv.first.as<std::string>();
+    if (!allowed.count(key)) {
+      return Status::InvalidArgument("unknown key", absl::StrCat(name, ".", key));
+    }
+  }
+  return Status::OK();
+}
+
+template <typename T>
+Status ReadScalar(const YAML::Node& section, const std::string& section_name,
+                  const std::string& key, T* out) {
+  const YAML::Node v = section[key];
+  if (!v.IsDefined() || v.IsNull()) return Status::OK();
+  try {
+    *out = v.as<T>();
+  } catch (const YAML::Exception&) {
+    return Status::InvalidArgument("wrong type of value", absl::StrCat(section_name, ".", key));
+  }
+  return Status::OK();
+}
+
+Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
+  if (!node.IsDefined() || node.IsNull()) return Status::OK();
+  FLEET_RETURN_IF_ERROR(CheckKeys(node, "Distributed", {"mode", "k_steps", "max_merge", "timeout_ms"}));
+  std::string mode = "sync";
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "mode", &mode));
+  if (mode == "sync") {
+    out->mode = SyncMode::kSync;
+  } else if (mode == "async") {
+    out->mode = SyncMode::kAsync;
+  } else if (mode == "geo") {
+    out->mode = SyncMode::kGeo;
+  } else {
+    return Status::InvalidArgument(absl::StrCat("must be sync, async or geo, got '", mode, "'"),
+                                   "Distributed.mode");
+  }
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "k_steps", &out->k_steps));
+  if (out->k_steps < 1) return Status::InvalidArgument("must be >= 1", "Distributed.k_steps");
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "max_merge", &out->max_merge));
+  if (out->max_merge < 1) return Status::InvalidArgument("must be >= 1", "Distributed.max_merge");
+  int64_t timeout_ms = out->timeout.count();
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "timeout_ms", &timeout_ms));
+  if (timeout_ms < 1) return Status::InvalidArgument("must be >= 1", "Distributed.timeout_ms");
+  out->timeout = std::chrono::milliseconds(timeout_ms);
+  return Status::OK();
+}
+
+Status ParseServer(const YAML::Node& node, ServerConfig* out) {
+  if (!node.IsDefined() || node.IsNull()) return Status::OK();
+  FLEET_RETURN_IF_ERROR(CheckKeys(node, "server", {"threads", "save_dir", "load_dir"}));
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "threads", &out->threads));
+  if (out->threads < 1) return Status::InvalidArgument("must be >= 1", "server.threads");
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "save_dir", &out->save_dir));
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "load_dir", &out->load_dir));
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<JobConfig> ParseJobConfig(YAML::Node root) {
+  JobConfig job;
+  job.root = root;
+  if (!root.IsMap()) return Status::InvalidArgument("job config must be a YAML map");
+  FLEET_RETURN_IF_ERROR(ParseDistributed(root["Distributed"], &job.distributed));
+  FLEET_RETURN_IF_ERROR(ParseServer(root["server"], &job.server));
+  const YAML::Node tables = root["tables"];
+  if (tables.IsDefined() && !tables.IsNull()) {
+    if (!tables.IsSequence()) return Status::InvalidArgument("must be a list", "tables");
+    std::set<uint32_t> ids;
+    for (size_t i = 0; i < tables.size(); ++i) {
+      auto table = ParseTableConfig(tables[i]);
+      if (!table.ok()) return table.status().WithContext(absl::StrCat("tables.", i));
+      if (!ids.insert(table->id).second) {
+        return Status::InvalidArgument(absl::StrCat("duplicate table id ", table->id),
+                                       absl::StrCat("tables.", i));
+      }
+      job.tables.push_back(std::move(table).value());
+    }
+  }
+  return job;
+}
+
+Result<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot open job config", path);
+  YAML::Node root;
+  try {
+    root = YAML::Load(in);
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(absl::StrCat("YAML syntax error: ", e.what()), path);
+  }
+  for (const auto& o : overrides) {
+    FLEET_RETURN_IF_ERROR(ApplyOverride(root, o).WithContext(path));
+  }
+  auto job = ParseJobConfig(root);
+  if (!job.ok()) return job.status().WithContext(path);
+  return job;
+}
+
+}  // namespace fleet::ps
+
+namespace fleet::ps {
+
+Result<JobConfig> JobConfigFromFlagsAndEnv(
+    const std::function<std::optional<std::string>(const std::string&)>& env) {
+  auto pick = [&](const char* flag, const std::string& value, const char* var) {
+    if (!gflags::GetCommandLineFlagInfoOrDie(flag).is_default) return value;
+    return env(var).value_or("");
+  };
+  const std::string path = pick("config", FLAGS_config, "FLEET_CONFIG");
+  if (path.empty()) return Status::InvalidArgument("no job config: pass --config or set FLEET_CONFIG");
+  std::vector<std::string> overrides;
+  for (auto part : absl::StrSplit(pick("override", FLAGS_override, "FLEET_OVERRIDES"), ';')) {
+    if (!part.empty()) overrides.emplace_back(part);
+  }
+  return LoadJobConfig(path, overrides);
+}
+
+}  // namespace fleet::ps

@@ -1,0 +1,99 @@
+// JobConfig: the YAML job file every process of a job reads (configs/*.yaml),
+// after `-o Key.sub=value` overrides. The parameter server reads `tables`,
+// `Distributed` and `server`; the trainer reads its own sections from the
+// same document (JobConfig::root).
+//
+//   Distributed:
+//     mode: sync            # sync | async | geo (default sync)
+//     k_steps: 100          # geo: push deltas every k_steps local steps
+//     max_merge: 10         # async: batches merged per key before a send
+//     timeout_ms: 60000     # deadline of every PS request
+//   server:
+//     threads: 2            # shard-parallel table work per server
+//     save_dir: ""          # save here when stopped (SIGTERM or stop request)
+//     load_dir: ""          # load this checkpoint at start
+//   tables:                 # see ps/table/table_config.h for each key
+//     - {id: 0, kind: sparse, dim: 8, ...}
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "comm/status.h"
+#include "ps/table/table_config.h"
+
+namespace fleet::ps {
+
+enum class SyncMode { kSync, kAsync, kGeo };
+
+std::string_view SyncModeName(SyncMode mode);
+
+struct DistributedConfig {
+  // `Distributed.mode`: default sync. sync is reproducible and converges
+  // like one big batch but waits for the slowest worker every step; async
+  // never waits but applies stale gradients; geo trains local copies and
+  // exchanges deltas every k_steps, the least traffic of the three.
+  SyncMode mode = SyncMode::kSync;
+  // `Distributed.k_steps` (geo): default 100, >= 1. Fewer means fresher
+  // parameters and more traffic.
+  int k_steps = 100;
+  // `Distributed.max_merge` (async): default 10, >= 1. How many batches of
+  // gradients the communicator merges before one send; more means less
+  // traffic and staler updates.
+  int max_merge = 10;
+  // `Distributed.timeout_ms`: default 60000, >= 1. No PS request waits
+  // longer; raise it for very large saves or slow networks.
+  std::chrono::milliseconds timeout{60000};
+};
+
+struct ServerConfig {
+  // `server.threads`: default 2, >= 1. Threads working on table shards in
+  // parallel, per server.
+  int threads = 2;
+  // `server.save_dir`: default empty (no save). When set, a server that is
+  // told to stop (SIGTERM, or the launcher ending the job) first saves a base
+  // checkpoint here.
+  std::string save_dir;
+  // `server.load_dir`: default empty. When set, the server loads this
+  // checkpoint before it starts serving (and refuses to start if it can't).
+  std::string load_dir;
+};
+
+struct JobConfig {
+  YAML::Node root;  // the whole document, overrides applied
+  DistributedConfig distributed;
+  ServerConfig server;
+  std::vector<TableConfig> tables;
+
+  // nullptr when no table has this id.
+  const TableConfig* table(uint32_t id) const;
+};
+
+// Applies one "Key.sub=value" override to root, creating maps as needed;
+// numeric path parts index sequences ("tables.0.dim=16").
+// Errors: InvalidArgument naming the override when it has no '=' or an
+// empty key, or walks through a scalar or past the end of a list.
+Status ApplyOverride(YAML::Node root, const std::string& assignment);
+
+// Reads `path`, applies overrides in order, parses. Errors: NotFound (no
+// file), InvalidArgument (YAML syntax with line, or a bad key; the message
+// names the file and the key).
+Result<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides);
+
+// The job config named by --config (else FLEET_CONFIG) with the overrides
+// of --override (else FLEET_OVERRIDES), both ';'-separated lists of
+// "Key.sub=value". Errors: InvalidArgument when neither names a config,
+// else as LoadJobConfig.
+Result<JobConfig> JobConfigFromFlagsAndEnv(const std::function<std::optional<std::string>(const std::string&)>& env);
+
+// Parses an already loaded document. Errors as LoadJobConfig.
+Result<JobConfig> ParseJobConfig(YAML::Node root);
+
+}  // namespace fleet::ps

@@ -1,0 +1,465 @@
+#include "ps/server.h"
+
+#include "absl/strings/str_cat.h"
+#include "comm/proto/ps.pb.h"
+#include "ps/table/partition.h"
+
+namespace fleet::ps {
+namespace {
+
+Result<pb::PsRequestMeta> ParseMeta(const Message& req) {
+  pb::PsRequestMeta meta;
+  if (!req.header.meta().empty() && !meta.ParseFromString(req.header.meta())) {
+    return Status::InvalidArgument("request metadata does not parse",
+                                   absl::StrCat("from ", req.header.sender()));
+  }
+  return meta;
+}
+
+// The frame count a command must carry, checked before any frame is read.
+Status ExpectFrames(const Message& req, std::initializer_list<int> allowed, const char* what) {
+  for (int n : allowed) {
+    if (req.header.frames_size() == n) return Status::OK();
+  }
+  return Status::InvalidArgument(
+      absl::StrCat(what, " carries ", req.header.frames_size(), " payload frames"),
+      absl::StrCat("from ", req.header.sender()));
+}
+
+}  // namespace
+
+PsServer::PsServer(PsServerOptions options) : options_(std::move(options)) {}
+
+Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
+  if (options.num_servers < 1 || options.rank < 0 || options.rank >= options.num_servers) {
+    return Status::InvalidArgument(
+        absl::StrCat("server rank ", options.rank, " is not in [0, ", options.num_servers, ")"));
+  }
+  if (options.num_workers < 1) {
+    return Status::InvalidArgument("num_workers must be >= 1", std::to_string(options.num_workers));
+  }
+  std::unique_ptr<PsServer> server(new PsServer(std::move(options)));
+  if (server->options_.fs == nullptr) {
+    server->owned_fs_ = std::make_unique<PosixFileSystem>();
+    server->fs_ = server->owned_fs_.get();
+  } else {
+    server->fs_ = server->options_.fs;
+  }
+  server->table_pool_ = std::make_unique<ThreadPool>(server->options_.job.server.threads);
+  FLEET_RETURN_IF_ERROR(server->BuildTables());
+  server->checkpointer_ = std::make_unique<Checkpointer>(
+      server->fs_, server->options_.rank, server->options_.num_servers, server->table_pool_.get());
+  const std::string& load_dir = server->options_.job.server.load_dir;
+  if (!load_dir.empty()) {
+    FLEET_RETURN_IF_ERROR(server->checkpointer_->Load(load_dir, server->AllTables())
+                              .WithContext(absl::StrCat("server.load_dir ", load_dir)));
+    LOG(INFO) << "server " << server->options_.rank << ": loaded checkpoint " << load_dir;
+  }
+  RpcNodeOptions rpc;
+  rpc.name = absl::StrCat("server:", server->options_.rank);
+  rpc.handler_threads = server->options_.handler_threads;
+  rpc.default_timeout = server->options_.job.distributed.timeout;
+  FLEET_ASSIGN_OR_RETURN(server->rpc_, RpcNode::Create(rpc));
+  server->RegisterHandlers();
+  return server;
+}
+
+PsServer::~PsServer() { (void)Shutdown(/*save=*/false); }
+
+Status PsServer::BuildTables() {
+  const auto& job = options_.job;
+  for (const TableConfig& config : job.tables) {
+    const std::string which = absl::StrCat("table ", config.id);
+    if (config.kind == TableKind::kSparse) {
+      auto shards = AssignShards(config.shard_num, options_.num_servers, options_.rank);
+      if (!shards.ok()) return shards.status().WithContext(which);
+      auto table = SparseTable::Create(config, shards.value(), table_pool_.get());
+      if (!table.ok()) return table.status().WithContext(which);
+      if (job.distributed.mode == SyncMode::kSync) {
+        const size_t width = table.value()->push_dim() + 2;  // + show, click
+        SparseTable* raw = table.value().get();
+        const size_t dim = raw->push_dim();
+        sync_[config.id].merger = std::make_unique<GradientMerger>(
+            options_.num_workers, width, /*keyed=*/true,
+            [raw, dim, width](std::span<const uint64_t> keys, std::span<const float> merged) {
+              const size_t n = keys.size();
+              std::vector<float> grads(n * dim), shows(n), clicks(n);
+              for (size_t i = 0; i < n; ++i) {
+                std::copy_n(merged.data() + i * width, dim, grads.data() + i * dim);
+                shows[i] = merged[i * width + dim];
+                clicks[i] = merged[i * width + dim + 1];
+              }
+              return raw->PushGrad(keys, grads, shows, clicks);
+            });
+      }
+      sparse_[config.id] = std::move(table).value();
+    } else {
+      auto range = SplitDenseRange(config.dim, options_.num_servers, options_.rank);
+      if (!range.ok()) return range.status().WithContext(which);
+      auto table = DenseTable::Create(config, range.value());
+      if (!table.ok()) return table.status().WithContext(which);
+      if (job.distributed.mode == SyncMode::kSync && range->size() > 0) {
+        DenseTable* raw = table.value().get();
+        sync_[config.id].merger = std::make_unique<GradientMerger>(
+            options_.num_workers, range->size(), /*keyed=*/false,
+            [raw](std::span<const uint64_t>, std::span<const float> merged) {
+              return raw->PushGrad(merged);
+            });
+      }
+      dense_[config.id] = std::move(table).value();
+    }
+  }
+  return Status::OK();
+}
+
+ServerTables PsServer::AllTables() {
+  ServerTables t;
+  for (auto& [id, table] : sparse_) t.sparse.push_back(table.get());
+  for (auto& [id, table] : dense_) t.dense.push_back(table.get());
+  return t;
+}
+
+SparseTable* PsServer::sparse_table(uint32_t id) {
+  auto it = sparse_.find(id);
+  return it == sparse_.end() ? nullptr : it->second.get();
+}
+
+DenseTable* PsServer::dense_table(uint32_t id) {
+  auto it = dense_.find(id);
+  return it == dense_.end() ? nullptr : it->second.get();
+}
+
+void PsServer::RegisterHandlers() {
+  // Each handler is counted as served or rejected by its reply status.
+  auto sync = [this](auto method) {
+    return [this, method](const Message& req, Message* resp) {
+      Status s = (this->*method)(req, resp);
+      (s.ok() ? served_ : rejected_).fetch_add(1, std::memory_order_relaxed);
+      return s;
+    };
+  };
+  rpc_->RegisterSync(pb::PS_PULL_SPARSE, sync(&PsServer::PullSparse));
+  rpc_->RegisterSync(pb::PS_PULL_DENSE, sync(&PsServer::PullDense));
+  rpc_->RegisterSync(pb::PS_INIT_DENSE, sync(&PsServer::InitDense));
+  rpc_->RegisterSync(pb::PS_SAVE, sync(&PsServer::Save));
+  rpc_->RegisterSync(pb::PS_LOAD, sync(&PsServer::Load));
+  rpc_->RegisterSync(pb::PS_SHRINK, sync(&PsServer::Shrink));
+  rpc_->RegisterSync(pb::PS_END_PASS, sync(&PsServer::EndPass));
+  rpc_->RegisterSync(pb::PS_STATS, sync(&PsServer::Stats));
+  rpc_->RegisterSync(pb::PS_STOP, sync(&PsServer::Stop));
+  rpc_->Register(pb::PS_PUSH_SPARSE_GRAD,
+                 [this](Message req, Responder r) { PushSparse(std::move(req), r, false); });
+  rpc_->Register(pb::PS_PUSH_SPARSE_DELTA,
+                 [this](Message req, Responder r) { PushSparse(std::move(req), r, true); });
+  rpc_->Register(pb::PS_PUSH_DENSE_GRAD,
+                 [this](Message req, Responder r) { PushDense(std::move(req), r, false); });
+  rpc_->Register(pb::PS_PUSH_DENSE_DELTA,
+                 [this](Message req, Responder r) { PushDense(std::move(req), r, true); });
+  rpc_->Register(pb::PS_BARRIER, [this](Message req, Responder r) { Barrier(std::move(req), r); });
+}
+
+Result<std::string> PsServer::Start() {
+  FLEET_ASSIGN_OR_RETURN(std::string bound, rpc_->Listen(options_.endpoint));
+  LOG(INFO) << "server " << options_.rank << "/" << options_.num_servers << " serving on "
+            << bound << " (" << sparse_.size() << " sparse, " << dense_.size()
+            << " dense tables, mode " << SyncModeName(options_.job.distributed.mode) << ")";
+  return bound;
+}
+
+Result<SparseTable*> PsServer::FindSparse(const Message& req) {
+  const uint32_t id = static_cast<uint32_t>(req.header.table_id());
+  if (auto it = sparse_.find(id); it != sparse_.end()) return it->second.get();
+  if (dense_.count(id)) {
+    return Status::InvalidArgument("table is dense, request is for a sparse table",
+                                   absl::StrCat("table ", req.header.table_id()));
+  }
+  return Status::NotFound("no such table", absl::StrCat("table ", req.header.table_id()));
+}
+
+Result<DenseTable*> PsServer::FindDense(const Message& req) {
+  const uint32_t id = static_cast<uint32_t>(req.header.table_id());
+  if (auto it = dense_.find(id); it != dense_.end()) return it->second.get();
+  if (sparse_.count(id)) {
+    return Status::InvalidArgument("table is sparse, request is for a dense table",
+                                   absl::StrCat("table ", req.header.table_id()));
+  }
+  return Status::NotFound("no such table", absl::StrCat("table ", req.header.table_id()));
+}
+
+Status PsServer::PullSparse(const Message& req, Message* resp) {
+  FLEET_ASSIGN_OR_RETURN(SparseTable * table, FindSparse(req));
+  FLEET_RETURN_IF_ERROR(ExpectFrames(req, {1}, "pull_sparse"));
+  FLEET_ASSIGN_OR_RETURN(SArray<uint64_t> keys, req.Frame<uint64_t>(0));
+  auto values = SArray<float>::Uninitialized(keys.size() * table->pull_dim());
+  FLEET_RETURN_IF_ERROR(table->Pull(keys.span(), values.span()));
+  resp->AddFrame(values);
+  return Status::OK();
+}
+
+void PsServer::PushSparse(Message req, Responder r, bool delta) {
+  auto reply_error = [&](const Status& s) {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    r.ReplyError(s);
+  };
+  auto table = FindSparse(req);
+  if (!table.ok()) return reply_error(table.status());
+  const char* what = delta ? "push_sparse_delta" : "push_sparse_grad";
+  if (Status s = ExpectFrames(req, delta ? std::initializer_list<int>{2}
+                                         : std::initializer_list<int>{2, 4}, what);
+      !s.ok()) {
+    return reply_error(s);
+  }
+  auto keys = req.Frame<uint64_t>(0);
+  auto grads = req.Frame<float>(1);
+  if (!keys.ok()) return reply_error(keys.status());
+  if (!grads.ok()) return reply_error(grads.status());
+  SArray<float> shows, clicks;
+  if (req.header.frames_size() == 4) {
+    auto s = req.Frame<float>(2);
+    auto c = req.Frame<float>(3);
+    if (!s.ok()) return reply_error(s.status());
+    if (!c.ok()) return reply_error(c.status());
+    shows = std::move(s).value();
+    clicks = std::move(c).value();
+  }
+  SparseTable* t = table.value();
+  const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
+  if (!sync) {
+    Status s = delta ? t->PushDelta(keys->span(), grads->span())
+                     : t->PushGrad(keys->span(), grads->span(), shows.span(), clicks.span());
+    if (!s.ok()) return reply_error(s);
+    served_.fetch_add(1, std::memory_order_relaxed);
+    return r.Reply(Message());
+  }
+  // Sync: check everything the table would check now, so a bad push is
+  // refused alone instead of failing the whole step later.
+  const size_t n = keys->size();
+  const size_t dim = t->push_dim();
+  if (grads->size() != n * dim || (!shows.empty() && (shows.size() != n || clicks.size() != n))) {
+    return reply_error(Status::InvalidArgument(
+        absl::StrCat(what, ": ", n, " keys need ", n * dim, " gradient floats (dim ", dim,
+                     ") and ", n, " shows and clicks; got ", grads->size(), ", ", shows.size(),
+                     ", ", clicks.size()),
+        absl::StrCat("table ", req.header.table_id())));
+  }
+  const ShardRange owned = t->owned_shards();
+  for (uint64_t key : keys->span()) {
+    const uint32_t shard = ShardOfKey(key, t->config().shard_num);
+    if (!owned.contains(shard)) {
+      return reply_error(Status::InvalidArgument(
+          absl::StrCat("key ", key, " is in shard ", shard, ", not held by server ",
+                       options_.rank),
+          absl::StrCat("table ", req.header.table_id())));
+    }
+  }
+  auto meta = ParseMeta(req);
+  if (!meta.ok()) return reply_error(meta.status());
+  std::vector<float> combined(n * (dim + 2));
+  for (size_t i = 0; i < n; ++i) {
+    float* row = combined.data() + i * (dim + 2);
+    std::copy_n(grads->data() + i * dim, dim, row);
+    row[dim] = shows.empty() ? 1.0f : shows[i];
+    row[dim + 1] = clicks.empty() ? 0.0f : clicks[i];
+  }
+  AddSyncContribution(t->config().id, meta->step(), meta->worker_rank(), keys->span(), combined, r);
+}
+
+Status PsServer::PullDense(const Message& req, Message* resp) {
+  FLEET_ASSIGN_OR_RETURN(DenseTable * table, FindDense(req));
+  FLEET_RETURN_IF_ERROR(ExpectFrames(req, {0}, "pull_dense"));
+  auto values = SArray<float>::Uninitialized(table->range().size());
+  FLEET_RETURN_IF_ERROR(table->Pull(values.span()));
+  resp->AddFrame(values);
+  return Status::OK();
+}
+
+void PsServer::PushDense(Message req, Responder r, bool delta) {
+  auto reply_error = [&](const Status& s) {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    r.ReplyError(s);
+  };
+  auto table = FindDense(req);
+  if (!table.ok()) return reply_error(table.status());
+  if (Status s = ExpectFrames(req, {1}, delta ? "push_dense_delta" : "push_dense_grad"); !s.ok()) {
+    return reply_error(s);
+  }
+  auto values = req.Frame<float>(0);
+  if (!values.ok()) return reply_error(values.status());
+  DenseTable* t = table.value();
+  const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
+  if (!sync || t->range().size() == 0) {
+    Status s = delta ? t->PushDelta(values->span()) : t->PushGrad(values->span());
+    if (!s.ok()) return reply_error(s);
+    served_.fetch_add(1, std::memory_order_relaxed);
+    return r.Reply(Message());
+  }
+  if (values->size() != t->range().size()) {
+    return reply_error(Status::InvalidArgument(
+        absl::StrCat("push_dense_grad: server ", options_.rank, " holds ", t->range().size(),
+                     " elements, got ", values->size()),
+        absl::StrCat("table ", req.header.table_id())));
+  }
+  auto meta = ParseMeta(req);
+  if (!meta.ok()) return reply_error(meta.status());
+  AddSyncContribution(t->config().id, meta->step(), meta->worker_rank(), {}, values->span(), r);
+}
+
+void PsServer::AddSyncContribution(uint32_t table, int64_t step, int rank,
+                                   std::span<const uint64_t> keys, std::span<const float> values,
+                                   Responder r) {
+  std::vector<Responder> done;
+  Status result;
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    SyncTable& st = sync_[table];
+    auto added = st.merger->Add(step, rank, keys, values);
+    if (!added.ok()) {
+      result = added.status().WithContext(absl::StrCat("table ", table, " step ", step));
+      done.push_back(r);
+    } else if (!added.value()) {
+      st.waiting[step].push_back(r);
+      return;  // answered when the last worker's push for this step arrives
+    } else {
+      done = std::move(st.waiting[step]);
+      st.waiting.erase(step);
+      done.push_back(r);
+      // A failed apply fails every push of the step.
+      result = Status::OK();
+    }
+  }
+  for (const Responder& waiting : done) {
+    if (result.ok()) {
+      served_.fetch_add(1, std::memory_order_relaxed);
+      waiting.Reply(Message());
+    } else {
+      rejected_.fetch_add(1, std::memory_order_relaxed);
+      waiting.ReplyError(result);
+    }
+  }
+}
+
+Status PsServer::InitDense(const Message& req, Message* resp) {
+  FLEET_ASSIGN_OR_RETURN(DenseTable * table, FindDense(req));
+  FLEET_RETURN_IF_ERROR(ExpectFrames(req, {1}, "init_dense"));
+  FLEET_ASSIGN_OR_RETURN(SArray<float> values, req.Frame<float>(0));
+  return table->Assign(values.span());
+}
+
+void PsServer::Barrier(Message req, Responder r) {
+  auto meta = ParseMeta(req);
+  if (!meta.ok()) return r.ReplyError(meta.status());
+  if (meta->barrier_size() < 1) {
+    return r.ReplyError(Status::InvalidArgument("barrier_size must be >= 1",
+                                                absl::StrCat("barrier ", meta->barrier_name())));
+  }
+  std::vector<Responder> release;
+  {
+    std::lock_guard<std::mutex> lock(barrier_mu_);
+    auto& waiting = barriers_[meta->barrier_name()];
+    waiting.push_back(r);
+    if (static_cast<int>(waiting.size()) < meta->barrier_size()) return;
+    release = std::move(waiting);
+    barriers_.erase(meta->barrier_name());
+  }
+  for (const Responder& w : release) w.Reply(Message());
+}
+
+Status PsServer::Save(const Message& req, Message* resp) {
+  FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
+  if (meta.path().empty()) return Status::InvalidArgument("save needs a directory");
+  return checkpointer_->Save(meta.path(), meta.delta() ? SaveMode::kDelta : SaveMode::kBase,
+                             AllTables());
+}
+
+Status PsServer::Load(const Message& req, Message* resp) {
+  FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
+  if (meta.path().empty()) return Status::InvalidArgument("load needs a directory");
+  return checkpointer_->Load(meta.path(), AllTables());
+}
+
+Status PsServer::Shrink(const Message& req, Message* resp) {
+  pb::PsShrinkReply reply;
+  uint64_t deleted = 0;
+  if (req.header.table_id() >= 0) {
+    FLEET_ASSIGN_OR_RETURN(SparseTable * table, FindSparse(req));
+    deleted = table->Shrink();
+  } else {
+    for (auto& [id, table] : sparse_) deleted += table->Shrink();
+  }
+  reply.set_rows_deleted(deleted);
+  resp->header.set_meta(reply.SerializeAsString());
+  return Status::OK();
+}
+
+Status PsServer::EndPass(const Message& req, Message* resp) {
+  for (auto& [id, table] : sparse_) table->EndPass();
+  return Status::OK();
+}
+
+Status PsServer::Stats(const Message& req, Message* resp) {
+  pb::PsStatsReply reply;
+  reply.set_server_rank(options_.rank);
+  reply.set_requests_served(served_.load());
+  reply.set_requests_rejected(rejected_.load());
+  for (auto& [id, table] : sparse_) {
+    const SparseTableStats s = table->Stats();
+    auto* t = reply.add_tables();
+    t->set_table_id(id);
+    t->set_sparse(true);
+    t->set_rows(s.rows);
+    t->set_bytes(s.bytes);
+    t->set_ext_rows(s.ext_rows);
+    t->set_pending_keys(s.pending_keys);
+    t->set_dropped_pushes(s.dropped_pushes);
+  }
+  for (auto& [id, table] : dense_) {
+    auto* t = reply.add_tables();
+    t->set_table_id(id);
+    t->set_rows(table->range().size());
+    t->set_bytes(table->memory_bytes());
+  }
+  resp->header.set_meta(reply.SerializeAsString());
+  return Status::OK();
+}
+
+Status PsServer::Stop(const Message& req, Message* resp) {
+  LOG(INFO) << "server " << options_.rank << ": stop requested by " << req.header.sender();
+  RequestStop();
+  return Status::OK();
+}
+
+void PsServer::RequestStop() {
+  std::lock_guard<std::mutex> lock(stop_mu_);
+  stop_requested_ = true;
+  stop_cv_.notify_all();
+}
+
+bool PsServer::WaitForStopRequest(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  return stop_cv_.wait_for(lock, timeout, [this] { return stop_requested_; });
+}
+
+Status PsServer::Shutdown(bool save) {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (shut_down_) return Status::OK();
+    shut_down_ = true;
+  }
+  Status drained = rpc_->StopServing(options_.shutdown_grace);
+  if (!drained.ok()) LOG(WARNING) << "server " << options_.rank << ": " << drained.ToString();
+  Status saved;
+  const std::string& dir = options_.job.server.save_dir;
+  if (save && !dir.empty()) {
+    saved = checkpointer_->Save(dir, SaveMode::kBase, AllTables());
+    if (saved.ok()) {
+      LOG(INFO) << "server " << options_.rank << ": saved checkpoint to " << dir;
+    } else {
+      LOG(ERROR) << "server " << options_.rank << ": save to " << dir
+                 << " failed: " << saved.ToString();
+    }
+  }
+  rpc_->Stop();
+  return saved;
+}
+
+}  // namespace fleet::ps

@@ -1,0 +1,144 @@
+// PsServer: one parameter server. It holds this rank's share of every table
+// of the job (sparse: a contiguous block of global shards; dense: a
+// contiguous range), answers PsCommand requests (comm/proto/ps.proto) over
+// an RpcNode, applies optimizer rules, and saves and loads checkpoints.
+//
+// Modes (JobConfig::distributed.mode):
+//   sync   a gradient push is held until every worker's push for that step
+//          and table arrived; then the rank-ordered sum is applied once and
+//          all of them are answered (so the next pull sees the step);
+//   async  a gradient push is applied on arrival;
+//   geo    workers push deltas (value += delta), applied on arrival.
+// Delta pushes are applied on arrival in every mode.
+//
+// Bad requests (unknown table, wrong kind, wrong sizes, keys of shards held
+// elsewhere) are answered with InvalidArgument naming the problem; the
+// tables are unchanged and the server keeps serving.
+//
+// Thread safety: all public methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "comm/rpc.h"
+#include "comm/thread_pool.h"
+#include "ps/checkpoint.h"
+#include "ps/file_system.h"
+#include "ps/job_config.h"
+#include "ps/table/dense_table.h"
+#include "ps/table/gradient_merger.h"
+#include "ps/table/sparse_table.h"
+
+namespace fleet::ps {
+
+struct PsServerOptions {
+  // "ip:port" to listen on; port 0 picks a free port (see Start()).
+  std::string endpoint = "127.0.0.1:0";
+  int rank = 0;
+  int num_servers = 1;
+  // Workers that push in sync mode; a step is applied when all arrived.
+  int num_workers = 1;
+  JobConfig job;
+  // Request handler threads (the RpcNode's pool).
+  int handler_threads = 2;
+  // Checkpoint I/O; nullptr = the real file system.
+  FileSystem* fs = nullptr;
+  // How long Shutdown waits for requests already being handled.
+  std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
+};
+
+class PsServer {
+ public:
+  // Builds the tables of this rank and, when job.server.load_dir is set,
+  // loads that checkpoint. Errors: InvalidArgument (rank/num_servers, a
+  // table config), and the checkpoint errors of Checkpointer::Load.
+  static Result<std::unique_ptr<PsServer>> Create(PsServerOptions options);
+  ~PsServer();  // Shutdown(/*save=*/false) if still running.
+
+  // Starts serving; returns the bound "ip:port". Errors as RpcNode::Listen.
+  Result<std::string> Start();
+
+  // Waits until a PS_STOP request arrives or RequestStop() is called, for
+  // at most `timeout`. Returns true when stop was requested.
+  bool WaitForStopRequest(std::chrono::milliseconds timeout);
+  // Makes WaitForStopRequest return (e.g. on SIGTERM). Never blocks.
+  void RequestStop();
+
+  // Stops taking requests, lets those being handled finish (up to
+  // shutdown_grace), saves a base checkpoint to job.server.save_dir when
+  // `save` and that is set, and closes the transport. Idempotent. Returns
+  // the save's status.
+  Status Shutdown(bool save);
+
+  // In-process access for tests and tools. Tables keep serving meanwhile.
+  SparseTable* sparse_table(uint32_t id);
+  DenseTable* dense_table(uint32_t id);
+
+ private:
+  explicit PsServer(PsServerOptions options);
+  Status BuildTables();
+  void RegisterHandlers();
+
+  // One handler per command.
+  Status PullSparse(const Message& req, Message* resp);
+  void PushSparse(Message req, Responder r, bool delta);
+  Status PullDense(const Message& req, Message* resp);
+  void PushDense(Message req, Responder r, bool delta);
+  Status InitDense(const Message& req, Message* resp);
+  void Barrier(Message req, Responder r);
+  Status Save(const Message& req, Message* resp);
+  Status Load(const Message& req, Message* resp);
+  Status Shrink(const Message& req, Message* resp);
+  Status EndPass(const Message& req, Message* resp);
+  Status Stats(const Message& req, Message* resp);
+  Status Stop(const Message& req, Message* resp);
+
+  // Sync mode: hands a contribution to the table's merger; replies to every
+  // push of the step once it is applied.
+  void AddSyncContribution(uint32_t table, int64_t step, int rank, std::span<const uint64_t> keys,
+                           std::span<const float> values, Responder r);
+
+  Result<SparseTable*> FindSparse(const Message& req);
+  Result<DenseTable*> FindDense(const Message& req);
+  ServerTables AllTables();
+
+  // Fixed after construction.
+  const PsServerOptions options_;
+  std::unique_ptr<FileSystem> owned_fs_;
+  FileSystem* fs_ = nullptr;
+  std::unique_ptr<ThreadPool> table_pool_;
+  std::map<uint32_t, std::unique_ptr<SparseTable>> sparse_;
+  std::map<uint32_t, std::unique_ptr<DenseTable>> dense_;
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<RpcNode> rpc_;
+
+  // Sync mode; guarded by sync_mu_. A step's responders are answered by the
+  // contribution that completes it, under the same lock, so none is missed.
+  struct SyncTable {
+    std::unique_ptr<GradientMerger> merger;
+    std::map<int64_t, std::vector<Responder>> waiting;
+  };
+  std::mutex sync_mu_;
+  std::map<uint32_t, SyncTable> sync_;
+
+  // Barriers; guarded by barrier_mu_.
+  std::mutex barrier_mu_;
+  std::map<std::string, std::vector<Responder>> barriers_;
+
+  // Lifecycle; guarded by stop_mu_.
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stop_requested_ = false;
+  bool shut_down_ = false;
+
+  std::atomic<uint64_t> served_{0};
+  std::atomic<uint64_t> rejected_{0};
+};
+
+}  // namespace fleet::ps

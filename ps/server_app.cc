@@ -1,0 +1,90 @@
+#include "ps/server_app.h"
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "comm/cluster.h"
+#include "comm/kv_store.h"
+#include "comm/stop_signal.h"
+#include "ps/server.h"
+
+DEFINE_string(endpoint, "",
+              "ip:port this server listens on; port 0 picks a free port. Default: this rank's "
+              "entry of --servers, else 127.0.0.1:0.");
+DEFINE_int32(num_workers, 0,
+             "Workers pushing to this server (sync mode waits for all). Default: the length of "
+             "--workers / FLEET_WORKERS, else 1.");
+
+namespace fleet::ps {
+
+int PsServerMain(int argc, char** argv) {
+  gflags::SetUsageMessage("parameter server: ps_server --endpoint=ip:port --config=job.yaml");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  // Before any thread exists (see StopSignalWatcher).
+  std::atomic<PsServer*> running{nullptr};
+  std::atomic<bool> stop_early{false};
+  StopSignalWatcher signals([&](int sig) {
+    LOG(INFO) << "ps_server: signal " << sig << ", stopping";
+    stop_early.store(true);
+    if (PsServer* s = running.load()) s->RequestStop();
+  });
+
+  auto spec = ClusterSpecFromFlagsAndEnv(ProcessEnv());
+  if (!spec.ok()) {
+    LOG(ERROR) << spec.status().ToString();
+    return 2;
+  }
+  auto job = JobConfigFromFlagsAndEnv(ProcessEnv());
+  if (!job.ok()) {
+    LOG(ERROR) << job.status().ToString();
+    return 2;
+  }
+  PsServerOptions options;
+  options.rank = spec->rank;
+  options.num_servers = std::max<int>(1, static_cast<int>(spec->servers.size()));
+  if (spec->world_size > options.num_servers) options.num_servers = spec->world_size;
+  options.num_workers = FLAGS_num_workers > 0 ? FLAGS_num_workers
+                                              : std::max<int>(1, spec->workers.size());
+  if (!FLAGS_endpoint.empty()) {
+    options.endpoint = FLAGS_endpoint;
+  } else if (spec->rank < static_cast<int>(spec->servers.size())) {
+    options.endpoint = spec->servers[spec->rank].ToString();
+  }
+  options.job = std::move(job).value();
+
+  auto server = PsServer::Create(std::move(options));
+  if (!server.ok()) {
+    LOG(ERROR) << "ps_server: " << server.status().ToString();
+    return 2;
+  }
+  auto bound = server.value()->Start();
+  if (!bound.ok()) {
+    LOG(ERROR) << "ps_server: " << bound.status().ToString();
+    return 2;
+  }
+  running.store(server.value().get());
+  if (stop_early.load()) server.value()->RequestStop();
+
+  if (spec->kv_endpoint) {
+    KvStoreClient kv(spec->kv_endpoint->ToString(), spec->job_id);
+    const std::string key = EndpointKey(Role::kServer, spec->rank);
+    if (Status s = kv.Set(key, bound.value()); !s.ok()) {
+      LOG(ERROR) << "ps_server: cannot publish endpoint at " << key << ": " << s.ToString();
+      return 2;
+    }
+  }
+  LOG(INFO) << "ps_server " << spec->rank << " listening on " << bound.value();
+
+  // A server serves until told to stop; the loop only bounds each wait.
+  while (!server.value()->WaitForStopRequest(std::chrono::seconds(1))) {
+  }
+  Status saved = server.value()->Shutdown(/*save=*/true);
+  running.store(nullptr);
+  return saved.ok() ? 0 : 1;
+}
+
+}  // namespace fleet::ps

@@ -1,0 +1,69 @@
+// GradientMerger: sync-mode determinism. Collects each worker's gradient for
+// a step; when all W workers have contributed it sums them in worker-rank
+// order (rank 0 first), whatever order they arrived in, and applies the sum
+// once through the callback. Float addition is not associative, so a fixed
+// order is what makes sync training bit-reproducible.
+//
+// Keyed (sparse) contributions are (keys, values with `width` floats per
+// key); the merged gradient lists each key once, in order of first
+// appearance scanning ranks 0..W-1, with the rank-ordered sum of its values.
+// Unkeyed (dense) contributions are `width` floats each, summed elementwise.
+//
+// Thread safety: thread-safe. The Add that completes a step runs the apply
+// callback on the calling thread while holding the merger's lock, so steps
+// are applied one at a time and in completion order; other Adds only copy
+// their contribution and return.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "comm/status.h"
+
+namespace fleet::ps {
+
+class GradientMerger {
+ public:
+  // Applies one merged step. keys is empty for an unkeyed merger.
+  using ApplyFn = std::function<Status(std::span<const uint64_t> keys, std::span<const float> values)>;
+
+  // REQUIRES: num_workers >= 1, width >= 1, apply callable.
+  GradientMerger(int num_workers, size_t width, bool keyed, ApplyFn apply);
+
+  // Records rank's gradient for step. Returns true when this was the last
+  // contribution and the merged step was applied (the Status of a failed
+  // apply is returned instead), false when the step still waits for others.
+  // Errors: InvalidArgument for a rank out of range, a second contribution
+  // of a rank to a step, a step already applied, or sizes that do not
+  // match width (keys.size() * width values when keyed, width when not);
+  // the pending step is then unchanged.
+  Result<bool> Add(int64_t step, int rank, std::span<const uint64_t> keys, std::span<const float> values);
+
+  // Steps with some but not all contributions (for stats and tests).
+  size_t pending_steps() const;
+
+ private:
+  struct Pending {
+    std::vector<bool> arrived;
+    int count = 0;
+    std::vector<std::vector<uint64_t>> keys;  // per rank
+    std::vector<std::vector<float>> values;   // per rank
+  };
+  Status Merge(Pending& p);
+
+  // Fixed after construction.
+  const int num_workers_;
+  const size_t width_;
+  const bool keyed_;
+  const ApplyFn apply_;
+
+  mutable std::mutex mu_;
+  std::map<int64_t, Pending> pending_;  // guarded by mu_
+  int64_t applied_below_ = INT64_MIN;   // guarded by mu_; steps < this were applied
+};
+
+}  // namespace fleet::ps

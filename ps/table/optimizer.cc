@@ -1,0 +1,90 @@
+#include "ps/table/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace fleet::ps {
+
+void OptimizerRule::Update(std::span<float> value, std::span<float> state,
+                           std::span<const float> grad) const {
+  if (config_.clip_mode == ClipMode::kNone && config_.l2_decay == 0.0f) {
+    Step(value, state, grad);
+    return;
+  }
+  // Per-thread scratch: the caller's gradient is const (it may be a view of
+  // a received message) and rows are small, so this never reallocates in
+  // steady state.
+  thread_local std::vector<float> scratch;
+  scratch.assign(grad.begin(), grad.end());
+  const float t = config_.clip_threshold;
+  if (config_.clip_mode == ClipMode::kValue) {
+    for (float& g : scratch) g = std::clamp(g, -t, t);
+  } else if (config_.clip_mode == ClipMode::kNorm) {
+    double sq = 0;
+    for (float g : scratch) sq += double(g) * g;
+    const double norm = std::sqrt(sq);
+    if (norm > t) {
+      const float scale = static_cast<float>(t / norm);
+      for (float& g : scratch) g *= scale;
+    }
+  }
+  if (config_.l2_decay != 0.0f) {
+    for (size_t i = 0; i < scratch.size(); ++i) scratch[i] += config_.l2_decay * value[i];
+  }
+  Step(value, state, scratch);
+}
+
+void SgdRule::Step(std::span<float> w, std::span<float>, std::span<const float> g) const {
+  const float lr = config_.learning_rate;
+  for (size_t i = 0; i < w.size(); ++i) w[i] -= lr * g[i];
+}
+
+void AdagradRule::InitState(size_t value_dim, std::span<float> state) const {
+  std::fill(state.begin(), state.begin() + value_dim, config_.initial_g2sum);
+}
+
+void AdagradRule::Step(std::span<float> w, std::span<float> state, std::span<const float> g) const {
+  const float lr = config_.learning_rate;
+  const float eps = config_.epsilon;
+  float* g2 = state.data();
+  for (size_t i = 0; i < w.size(); ++i) {
+    g2[i] += g[i] * g[i];
+    w[i] -= lr * g[i] / (std::sqrt(g2[i]) + eps);
+  }
+}
+
+void AdamRule::InitState(size_t d, std::span<float> state) const {
+  std::fill(state.begin(), state.begin() + 2 * d, 0.0f);
+  state[2 * d] = 1.0f;
+  state[2 * d + 1] = 1.0f;
+}
+
+void AdamRule::Step(std::span<float> w, std::span<float> state, std::span<const float> g) const {
+  const size_t d = w.size();
+  float* m = state.data();
+  float* v = m + d;
+  float& p1 = state[2 * d];
+  float& p2 = state[2 * d + 1];
+  const float b1 = config_.beta1, b2 = config_.beta2;
+  p1 *= b1;
+  p2 *= b2;
+  const float c1 = 1.0f - p1, c2 = 1.0f - p2;
+  const float lr = config_.learning_rate, eps = config_.epsilon;
+  for (size_t i = 0; i < d; ++i) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+  }
+}
+
+std::unique_ptr<OptimizerRule> MakeOptimizerRule(const OptimizerConfig& config) {
+  switch (config.rule) {
+    case OptimizerKind::kSgd: return std::make_unique<SgdRule>(config);
+    case OptimizerKind::kAdagrad: return std::make_unique<AdagradRule>(config);
+    case OptimizerKind::kAdam: return std::make_unique<AdamRule>(config);
+  }
+  LOG(FATAL) << "unhandled optimizer rule " << static_cast<int>(config.rule);
+}
+
+}  // namespace fleet::ps

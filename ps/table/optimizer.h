@@ -1,0 +1,106 @@
+// Server-side optimizer rules. Each rule is one small class: it says how many
+// floats of state it keeps next to a value of a given width, how to
+// initialise that state, and how to apply one gradient. Tables own one rule
+// object per value part and call it with spans into their row storage.
+//
+// Gradient preprocessing is shared by all rules and happens in this order:
+//   1. clipping (OptimizerConfig::clip_mode): by value, each element clamped
+//      to [-t, t]; or by norm, the whole gradient span (one row of one push)
+//      scaled by t / ||g||_2 when ||g||_2 > t;
+//   2. L2 decay: g += l2_decay * w.
+//
+// State layout for a value of width d is
+//   [per-element slot 0: d floats] ... [per-element slot k-1: d floats] [row scalars]
+// so a dense table can split state by element ranges when re-sharding
+// (see per_element_slots() / row_scalars()).
+//
+// Thread safety: rule objects are immutable after construction; Update may
+// be called from many threads at once on disjoint spans.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "comm/status.h"
+#include "ps/table/table_config.h"
+
+namespace fleet::ps {
+
+class OptimizerRule {
+ public:
+  explicit OptimizerRule(const OptimizerConfig& config) : config_(config) {}
+  virtual ~OptimizerRule() = default;
+  OptimizerRule(const OptimizerRule&) = delete;
+  OptimizerRule& operator=(const OptimizerRule&) = delete;
+
+  // Floats of state per value element, and per row regardless of width.
+  virtual int per_element_slots() const = 0;
+  virtual int row_scalars() const = 0;
+  // Floats of state kept for a value of width `dim`.
+  size_t state_size(size_t dim) const { return per_element_slots() * dim + row_scalars(); }
+
+  // Writes the initial state for a value of width value_dim.
+  // REQUIRES: state.size() == state_size(value_dim).
+  virtual void InitState(size_t value_dim, std::span<float> state) const = 0;
+
+  // Clips grad, adds L2 decay, then applies the rule to value and state.
+  // REQUIRES: grad.size() == value.size(), state.size() == state_size(value.size()).
+  // (Sizes are checked by the table against the request before calling.)
+  void Update(std::span<float> value, std::span<float> state, std::span<const float> grad) const;
+
+  const OptimizerConfig& config() const { return config_; }
+
+ protected:
+  // Applies an already preprocessed gradient.
+  virtual void Step(std::span<float> value, std::span<float> state, std::span<const float> grad) const = 0;
+
+  const OptimizerConfig config_;
+};
+
+// w -= lr * g. No state.
+class SgdRule final : public OptimizerRule {
+ public:
+  using OptimizerRule::OptimizerRule;
+  int per_element_slots() const override { return 0; }
+  int row_scalars() const override { return 0; }
+  void InitState(size_t, std::span<float>) const override {}
+
+ protected:
+  void Step(std::span<float> value, std::span<float> state, std::span<const float> grad) const override;
+};
+
+// g2 += g*g;  w -= lr * g / (sqrt(g2) + epsilon);  g2 starts at initial_g2sum.
+// State: one accumulator per element.
+class AdagradRule final : public OptimizerRule {
+ public:
+  using OptimizerRule::OptimizerRule;
+  int per_element_slots() const override { return 1; }
+  int row_scalars() const override { return 0; }
+  void InitState(size_t value_dim, std::span<float> state) const override;
+
+ protected:
+  void Step(std::span<float> value, std::span<float> state, std::span<const float> grad) const override;
+};
+
+// Bias-corrected Adam with a per-row step count. The step count t is kept as
+// the two powers beta1^t and beta2^t (row scalars, starting at 1), which is
+// what the bias correction needs and avoids a pow() per update:
+//   p1 *= b1; p2 *= b2;  m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//   w -= lr * (m / (1-p1)) / (sqrt(v / (1-p2)) + epsilon).
+// State: m and v per element, then p1, p2.
+class AdamRule final : public OptimizerRule {
+ public:
+  using OptimizerRule::OptimizerRule;
+  int per_element_slots() const override { return 2; }
+  int row_scalars() const override { return 2; }
+  void InitState(size_t value_dim, std::span<float> state) const override;
+
+ protected:
+  void Step(std::span<float> value, std::span<float> state, std::span<const float> grad) const override;
+};
+
+// Builds the rule named by config.rule.
+// REQUIRES: the config passed ValidateTableConfig.
+std::unique_ptr<OptimizerRule> MakeOptimizerRule(const OptimizerConfig& config);
+
+}  // namespace fleet::ps

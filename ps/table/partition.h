@@ -1,0 +1,56 @@
+// How keys and dense parameters are spread over global shards and servers.
+// These functions are part of the checkpoint format: changing them makes old
+// checkpoints load keys into the wrong shards (Load detects that and refuses).
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+
+#include "comm/status.h"
+
+namespace fleet::ps {
+
+// The splitmix64 finaliser (Steele, Lea, Flood 2014; constants from
+// Stafford's "Mix13"). A bijection on uint64 whose output bits each depend on
+// every input bit, so sequential ids and ids that share low bits spread
+// evenly over shards. Stable forever: do not change.
+constexpr uint64_t Mix64(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// The global shard of a key. REQUIRES: shard_num >= 1.
+constexpr uint32_t ShardOfKey(uint64_t key, uint32_t shard_num) {
+  return static_cast<uint32_t>(Mix64(key) % shard_num);
+}
+
+// Global shards [begin, end) held by one server.
+struct ShardRange {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+  uint32_t size() const { return end - begin; }
+  bool contains(uint32_t shard) const { return shard >= begin && shard < end; }
+};
+
+// Shards of server `rank` among `num_servers`: the contiguous block
+// [rank * shard_num / S, (rank + 1) * shard_num / S). Every shard goes to
+// exactly one server and block sizes differ by at most one.
+// Errors: InvalidArgument when num_servers < 1, rank is out of [0, S), or
+// shard_num < num_servers (a server would own no shard).
+Result<ShardRange> AssignShards(uint32_t shard_num, int num_servers, int rank);
+
+// Elements [begin, end) of a dense table held by one server.
+struct DenseRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t size() const { return end - begin; }
+};
+
+// Range of server `rank` for a dense table of `total` elements: the block
+// [rank * total / S, (rank + 1) * total / S). Servers may get an empty range
+// when total < S. Errors: InvalidArgument for num_servers < 1 or rank out of range.
+Result<DenseRange> SplitDenseRange(uint64_t total, int num_servers, int rank);
+
+}  // namespace fleet::ps

@@ -1,0 +1,573 @@
+#include "ps/table/sparse_table.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+#include "ps/table/byte_io.h"
+#include "ps/table/row_store.h"
+
+namespace fleet::ps {
+namespace {
+
+// Shard file layout (little-endian), version 1:
+//   char[8] "FPSSHARD", u32 version, u32 table_id, u32 shard, u32 mode (0 base, 1 delta),
+//   u32 row_floats, u32 ext_floats, u64 num_rows, u64 num_deleted,
+//   num_rows x { u64 key, u8 has_ext, f32[row_floats], f32[ext_floats] if has_ext },
+//   num_deleted x u64 key.
+// Integrity (crc32, size) is recorded in the manifest, not here.
+constexpr std::string_view kShardMagic = "FPSSHARD";
+constexpr uint32_t kShardFormatVersion = 1;
+
+constexpr uint8_t kDirty = 1;
+constexpr uint32_t kNoExt = UINT32_MAX;
+
+// The index stores 4-byte slot ids; hashing and equality look the key up in
+// the shard's key column, and lookups by key go through KeyProbe
+// (heterogeneous lookup), so the key is stored once.
+struct KeyProbe {
+  uint64_t key;
+};
+struct SlotHash {
+  using is_transparent = void;
+  const ChunkedColumn<uint64_t>* keys = nullptr;
+  size_t operator()(uint32_t slot) const { return absl::Hash<uint64_t>{}(*keys->at(slot)); }
+  size_t operator()(KeyProbe p) const { return absl::Hash<uint64_t>{}(p.key); }
+};
+struct SlotEq {
+  using is_transparent = void;
+  const ChunkedColumn<uint64_t>* keys = nullptr;
+  bool operator()(uint32_t a, uint32_t b) const { return *keys->at(a) == *keys->at(b); }
+  bool operator()(uint32_t a, KeyProbe b) const { return *keys->at(a) == b.key; }
+  bool operator()(KeyProbe a, uint32_t b) const { return a.key == *keys->at(b); }
+};
+
+}  // namespace
+
+// One global shard: rows, index, admission counts and change marks. Every
+// method expects mu to be held by the caller (SparseTable), which keeps the
+// per-request loop in one critical section.
+class SparseShard {
+ public:
+  SparseShard(const Accessor* accessor, uint32_t id, const TableConfig& config)
+      : accessor_(accessor),
+        id_(id),
+        table_id_(config.id),
+        shard_num_(config.shard_num),
+        min_count_(config.admission_min_count),
+        row_floats_(accessor->row_floats()),
+        ext_floats_(accessor->ext_floats()),
+        rows_(row_floats_),
+        ext_of_(ext_floats_ > 0 ? 1 : 0),
+        ext_(ext_floats_),
+        index_(0, SlotHash{&keys_}, SlotEq{&keys_}) {}
+  SparseShard(const SparseShard&) = delete;
+  SparseShard& operator=(const SparseShard&) = delete;
+
+  absl::Mutex mu;
+
+  void Pull(std::span<const uint64_t> keys, std::span<const uint32_t> which, float* values)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const size_t d = accessor_->pull_dim();
+    for (uint32_t i : which) {
+      std::span<float> out(values + size_t{i} * d, d);
+      const std::optional<uint32_t> slot = FindOrAdmit(keys[i]);
+      if (!slot) {
+        accessor_->InitialPull(keys[i], out);
+      } else {
+        accessor_->Pull(Row(*slot), Ext(*slot), out);
+      }
+    }
+  }
+
+  void PushGrad(std::span<const uint64_t> keys, std::span<const uint32_t> which, const float* grads,
+                std::span<const float> shows, std::span<const float> clicks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const size_t d = accessor_->push_dim();
+    for (uint32_t i : which) {
+      const std::optional<uint32_t> slot = FindOrAdmit(keys[i]);
+      if (!slot) {
+        ++dropped_pushes_;
+        continue;
+      }
+      const float show = shows.empty() ? 1.0f : shows[i];
+      const float click = clicks.empty() ? 0.0f : clicks[i];
+      const bool wants_ext = accessor_->PushGrad(Row(*slot), Ext(*slot),
+                                                 std::span<const float>(grads + size_t{i} * d, d), show, click);
+      *flags_.at(*slot) |= kDirty;
+      if (wants_ext && ext_floats_ > 0) {
+        AttachExt(*slot);
+        accessor_->InitExt(keys[i], Ext(*slot));
+      }
+    }
+  }
+
+  void PushDelta(std::span<const uint64_t> keys, std::span<const uint32_t> which, const float* deltas)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const size_t d = accessor_->push_dim();
+    for (uint32_t i : which) {
+      const std::optional<uint32_t> slot = FindOrAdmit(keys[i]);
+      if (!slot) {
+        ++dropped_pushes_;
+        continue;
+      }
+      accessor_->PushDelta(Row(*slot), Ext(*slot), std::span<const float>(deltas + size_t{i} * d, d));
+      *flags_.at(*slot) |= kDirty;
+    }
+  }
+
+  void EndPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!accessor_->ages_rows()) return;
+    for (uint32_t slot : index_) {
+      accessor_->EndPass(Row(slot));
+      *flags_.at(slot) |= kDirty;
+    }
+  }
+
+  uint64_t Shrink() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<uint32_t> doomed;
+    for (uint32_t slot : index_) {
+      if (accessor_->ShouldDelete(Row(slot))) doomed.push_back(slot);
+    }
+    for (uint32_t slot : doomed) Remove(slot, /*record=*/true);
+    // Counts of keys never admitted would otherwise grow without bound.
+    pending_ = {};
+    return doomed.size();
+  }
+
+  void AddStats(SparseTableStats* s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    s->rows += index_.size();
+    s->ext_rows += ext_slots_.live();
+    s->pending_keys += pending_.size();
+    s->dropped_pushes += dropped_pushes_;
+    s->bytes += keys_.bytes() + flags_.bytes() + rows_.bytes() + ext_of_.bytes() + ext_.bytes() +
+                slots_.bytes() + ext_slots_.bytes() + index_.capacity() * (sizeof(uint32_t) + 1) +
+                pending_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
+                deleted_.capacity() * (sizeof(uint64_t) + 1);
+  }
+
+  bool Lookup(uint64_t key, std::vector<float>* row, std::vector<float>* ext) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = index_.find(KeyProbe{key});
+    if (it == index_.end()) return false;
+    const uint32_t slot = *it;
+    std::span<const float> r(rows_.at(slot), row_floats_);
+    row->assign(r.begin(), r.end());
+    ext->clear();
+    if (ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt) {
+      std::span<const float> e(ext_.at(*ext_of_.at(slot)), ext_floats_);
+      ext->assign(e.begin(), e.end());
+    }
+    return true;
+  }
+
+  ShardFileInfo Serialize(SaveMode mode, std::string* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<uint32_t> chosen;
+    chosen.reserve(mode == SaveMode::kBase ? index_.size() : 0);
+    for (uint32_t slot : index_) {
+      if (mode == SaveMode::kBase || (*flags_.at(slot) & kDirty)) chosen.push_back(slot);
+    }
+    // Delta: write deleted keys too. Base: they are simply absent.
+    std::vector<uint64_t> deleted;
+    if (mode == SaveMode::kDelta) deleted.assign(deleted_.begin(), deleted_.end());
+    std::sort(deleted.begin(), deleted.end());
+
+    ByteWriter w(out);
+    w.PutBytes(kShardMagic);
+    w.Put<uint32_t>(kShardFormatVersion);
+    w.Put<uint32_t>(table_id_);
+    w.Put<uint32_t>(id_);
+    w.Put<uint32_t>(mode == SaveMode::kBase ? 0 : 1);
+    w.Put<uint32_t>(static_cast<uint32_t>(row_floats_));
+    w.Put<uint32_t>(static_cast<uint32_t>(ext_floats_));
+    w.Put<uint64_t>(chosen.size());
+    w.Put<uint64_t>(deleted.size());
+    for (uint32_t slot : chosen) {
+      const bool has_ext = ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt;
+      w.Put<uint64_t>(*keys_.at(slot));
+      w.Put<uint8_t>(has_ext ? 1 : 0);
+      w.PutFloats(Row(slot));
+      if (has_ext) w.PutFloats(Ext(slot));
+    }
+    for (uint64_t k : deleted) w.Put<uint64_t>(k);
+
+    // Clear the change marks now; AbortSave puts them back.
+    save_pending_ = true;
+    save_was_base_ = mode == SaveMode::kBase;
+    for (uint32_t slot : chosen) {
+      if (*flags_.at(slot) & kDirty) {
+        if (!save_was_base_) saved_keys_.push_back(*keys_.at(slot));
+        *flags_.at(slot) &= ~kDirty;
+      }
+    }
+    for (uint64_t k : deleted_) saved_deleted_.push_back(k);
+    deleted_ = {};
+    return ShardFileInfo{chosen.size(), deleted.size()};
+  }
+
+  void CommitSave() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { ResetSaveUndo(); }
+
+  void AbortSave() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!save_pending_) return;
+    // A failed base save may have cleared marks we did not record: mark every
+    // row, which can only make the next delta larger, never wrong.
+    if (save_was_base_) {
+      for (uint32_t slot : index_) *flags_.at(slot) |= kDirty;
+    }
+    for (uint64_t k : saved_keys_) Remark(k);
+    for (uint64_t k : saved_deleted_) Remark(k);
+    ResetSaveUndo();
+  }
+
+  Status Apply(std::string_view image, std::string_view file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    ByteReader r(image);
+    auto bad = [&](const std::string& what) {
+      return Status::Corruption(absl::StrCat(what, " at byte ", r.position()), file);
+    };
+    std::string_view magic;
+    uint32_t version, table_id, shard, mode, row_floats, ext_floats;
+    uint64_t num_rows, num_deleted;
+    if (!r.GetBytes(kShardMagic.size(), &magic) || magic != kShardMagic) return bad("not a shard file (bad magic)");
+    if (!r.Get(&version) || !r.Get(&table_id) || !r.Get(&shard) || !r.Get(&mode) || !r.Get(&row_floats) ||
+        !r.Get(&ext_floats) || !r.Get(&num_rows) || !r.Get(&num_deleted))
+      return bad("truncated shard header");
+    if (version != kShardFormatVersion) return bad(absl::StrCat("unsupported shard format version ", version));
+    if (table_id != table_id_) return bad(absl::StrCat("shard file of table ", table_id, ", expected ", table_id_));
+    if (shard != id_) return bad(absl::StrCat("shard file of shard ", shard, ", expected ", id_));
+    if (mode > 1) return bad(absl::StrCat("bad save mode ", mode));
+    if (row_floats != row_floats_ || ext_floats != ext_floats_)
+      return bad(absl::StrCat("row width ", row_floats, "+", ext_floats, ", table has ", row_floats_, "+",
+                              ext_floats_));
+    for (uint64_t n = 0; n < num_rows; ++n) {
+      uint64_t key;
+      uint8_t has_ext;
+      if (!r.Get(&key) || !r.Get(&has_ext)) return bad(absl::StrCat("truncated row ", n));
+      if (ShardOfKey(key, shard_num_) != id_) return bad(absl::StrCat("key ", key, " does not belong to this shard"));
+      if (has_ext > 1 || (has_ext && ext_floats_ == 0)) return bad(absl::StrCat("bad extension flag of row ", n));
+      std::optional<uint32_t> slot = Find(key);
+      if (!slot) slot = Insert(key, /*init=*/false);
+      *flags_.at(*slot) = 0;
+      if (!r.GetFloats({rows_.at(*slot), row_floats_})) return bad(absl::StrCat("truncated row ", n));
+      if (has_ext) {
+        if (*ext_of_.at(*slot) == kNoExt) AttachExt(*slot);
+        if (!r.GetFloats(Ext(*slot))) return bad(absl::StrCat("truncated row ", n));
+      } else if (ext_floats_ > 0 && *ext_of_.at(*slot) != kNoExt) {
+        ext_slots_.Free(*ext_of_.at(*slot));
+        *ext_of_.at(*slot) = kNoExt;
+      }
+    }
+    for (uint64_t n = 0; n < num_deleted; ++n) {
+      uint64_t key;
+      if (!r.Get(&key)) return bad(absl::StrCat("truncated deleted key ", n));
+      if (std::optional<uint32_t> slot = Find(key)) Remove(*slot, /*record=*/false);
+    }
+    if (r.remaining() != 0) return bad(absl::StrCat(r.remaining(), " trailing bytes"));
+    return Status::OK();
+  }
+
+ private:
+  std::span<float> Row(uint32_t slot) const { return {rows_.at(slot), row_floats_}; }
+  std::span<float> Ext(uint32_t slot) const {
+    if (ext_floats_ == 0 || *ext_of_.at(slot) == kNoExt) return {};
+    return {ext_.at(*ext_of_.at(slot)), ext_floats_};
+  }
+
+  std::optional<uint32_t> Find(uint64_t key) const {
+    auto it = index_.find(KeyProbe{key});
+    if (it == index_.end()) return std::nullopt;
+    return *it;
+  }
+
+  // The row of key, created if the admission rule lets it in now.
+  std::optional<uint32_t> FindOrAdmit(uint64_t key) {
+    if (std::optional<uint32_t> slot = Find(key)) return slot;
+    if (min_count_ > 1) {
+      uint32_t& seen = pending_[key];
+      if (++seen < min_count_) return std::nullopt;
+      pending_.erase(key);
+    }
+    return Insert(key, /*init=*/true);
+  }
+
+  uint32_t Insert(uint64_t key, bool init) {
+    bool grew;
+    const uint32_t slot = slots_.Allocate(&grew);
+    if (grew) {
+      keys_.AddChunk();
+      flags_.AddChunk();
+      rows_.AddChunk();
+      ext_of_.AddChunk();
+    }
+    *keys_.at(slot) = key;
+    *flags_.at(slot) = kDirty;
+    if (ext_floats_ > 0) *ext_of_.at(slot) = kNoExt;
+    if (init) accessor_->InitRow(key, Row(slot));
+    index_.insert(slot);
+    if (!deleted_.empty()) deleted_.erase(key);
+    return slot;
+  }
+
+  void AttachExt(uint32_t slot) {
+    bool grew;
+    const uint32_t e = ext_slots_.Allocate(&grew);
+    if (grew) ext_.AddChunk();
+    *ext_of_.at(slot) = e;
+  }
+
+  // record: remember the key as deleted for the next delta checkpoint.
+  void Remove(uint32_t slot, bool record) {
+    const uint64_t key = *keys_.at(slot);
+    index_.erase(slot);  // hashes the key, so before the slot is reused
+    if (ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt) ext_slots_.Free(*ext_of_.at(slot));
+    slots_.Free(slot);
+    if (record) deleted_.insert(key);
+  }
+
+  // After a failed save: the key changed since the last good save.
+  void Remark(uint64_t key) {
+    if (std::optional<uint32_t> slot = Find(key)) {
+      *flags_.at(*slot) |= kDirty;
+    } else {
+      deleted_.insert(key);
+    }
+  }
+
+  void ResetSaveUndo() {
+    save_pending_ = false;
+    save_was_base_ = false;
+    saved_keys_ = {};
+    saved_deleted_ = {};
+  }
+
+  // Fixed after construction.
+  const Accessor* const accessor_;
+  const uint32_t id_;
+  const uint32_t table_id_;
+  const uint32_t shard_num_;
+  const uint32_t min_count_;
+  const size_t row_floats_;
+  const size_t ext_floats_;
+
+  // Guarded by mu (annotated on the methods; the columns are referenced by
+  // the index's hasher, so they are declared before it).
+  SlotAllocator slots_;
+  ChunkedColumn<uint64_t> keys_{1};
+  ChunkedColumn<uint8_t> flags_{1};
+  ChunkedColumn<float> rows_;
+  ChunkedColumn<uint32_t> ext_of_;  // extension slot per row; width 0 without extensions
+  SlotAllocator ext_slots_;
+  ChunkedColumn<float> ext_;
+  absl::flat_hash_set<uint32_t, SlotHash, SlotEq> index_;
+  absl::flat_hash_map<uint64_t, uint32_t> pending_;  // sightings of keys not admitted yet
+  absl::flat_hash_set<uint64_t> deleted_;            // deleted since the last save
+  uint64_t dropped_pushes_ = 0;
+
+  // Undo record of a save in flight (between Serialize and Commit/AbortSave).
+  bool save_pending_ = false;
+  bool save_was_base_ = false;
+  std::vector<uint64_t> saved_keys_;
+  std::vector<uint64_t> saved_deleted_;
+};
+
+Result<std::unique_ptr<SparseTable>> SparseTable::Create(const TableConfig& config, ShardRange owned,
+                                                         ThreadPool* pool) {
+  FLEET_RETURN_IF_ERROR(ValidateTableConfig(config));
+  if (config.kind != TableKind::kSparse)
+    return Status::InvalidArgument("SparseTable needs a sparse table config", absl::StrCat("table ", config.id));
+  if (owned.begin >= owned.end || owned.end > config.shard_num)
+    return Status::InvalidArgument("owned shard range must be non-empty and within shard_num",
+                                   absl::StrCat("table ", config.id, " [", owned.begin, ", ", owned.end,
+                                                ") of ", config.shard_num));
+  return std::unique_ptr<SparseTable>(
+      new SparseTable(config, owned, pool, std::shared_ptr<const Accessor>(MakeAccessor(config))));
+}
+
+SparseTable::SparseTable(const TableConfig& config, ShardRange owned, ThreadPool* pool,
+                         std::shared_ptr<const Accessor> accessor)
+    : config_(config), owned_(owned), pool_(pool), accessor_(std::move(accessor)) {
+  absl::MutexLock l(&shards_mu_);
+  shards_.reserve(owned.size());
+  for (uint32_t s = owned.begin; s < owned.end; ++s)
+    shards_.push_back(std::make_unique<SparseShard>(accessor_.get(), s, config_));
+}
+
+SparseTable::~SparseTable() = default;
+
+std::unique_ptr<SparseTable> SparseTable::NewEmptyLike() const {
+  return std::unique_ptr<SparseTable>(new SparseTable(config_, owned_, pool_, accessor_));
+}
+
+Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, size_t width,
+                          std::vector<uint32_t>* order, std::vector<uint32_t>* offsets) const {
+  if (values_size != keys.size() * width)
+    return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": ", keys.size(), " keys need ",
+                                                keys.size() * width, " floats (", width, " per key), got ",
+                                                values_size));
+  if (keys.size() > UINT32_MAX) return Status::InvalidArgument("too many keys in one request");
+  std::vector<uint32_t> local(keys.size());
+  offsets->assign(owned_.size() + 1, 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const uint32_t s = ShardOfKey(keys[i], config_.shard_num);
+    if (!owned_.contains(s))
+      return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": key ", keys[i], " is in shard ", s,
+                                                  ", not held by this server (holds [", owned_.begin, ", ",
+                                                  owned_.end, "))"));
+    local[i] = s - owned_.begin;
+    ++(*offsets)[local[i] + 1];
+  }
+  for (size_t s = 0; s < owned_.size(); ++s) (*offsets)[s + 1] += (*offsets)[s];
+  order->resize(keys.size());
+  std::vector<uint32_t> fill(offsets->begin(), offsets->end() - 1);
+  for (size_t i = 0; i < keys.size(); ++i) (*order)[fill[local[i]]++] = static_cast<uint32_t>(i);
+  return Status::OK();
+}
+
+void SparseTable::ForEachGroup(const std::vector<uint32_t>& order, const std::vector<uint32_t>& offsets,
+                               const std::function<void(size_t, std::span<const uint32_t>)>& fn) {
+  std::vector<uint32_t> groups;
+  for (size_t s = 0; s + 1 < offsets.size(); ++s)
+    if (offsets[s + 1] > offsets[s]) groups.push_back(static_cast<uint32_t>(s));
+  auto run = [&](size_t g) {
+    const uint32_t s = groups[g];
+    fn(s, std::span<const uint32_t>(order.data() + offsets[s], offsets[s + 1] - offsets[s]));
+  };
+  // Small requests are cheaper on the calling thread than handed out.
+  constexpr size_t kMinKeysForPool = 512;
+  if (pool_ == nullptr || order.size() < kMinKeysForPool || groups.size() < 2) {
+    for (size_t g = 0; g < groups.size(); ++g) run(g);
+  } else {
+    pool_->ParallelFor(groups.size(), run);
+  }
+}
+
+void SparseTable::ForEachShard(const std::function<void(SparseShard&)>& fn) {
+  absl::ReaderMutexLock l(&shards_mu_);
+  auto run = [&](size_t i) ABSL_NO_THREAD_SAFETY_ANALYSIS { fn(*shards_[i]); };
+  if (pool_ == nullptr) {
+    for (size_t i = 0; i < shards_.size(); ++i) run(i);
+  } else {
+    pool_->ParallelFor(shards_.size(), run);
+  }
+}
+
+Status SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> values) {
+  std::vector<uint32_t> order, offsets;
+  FLEET_RETURN_IF_ERROR(Route(keys, values.size(), pull_dim(), &order, &offsets));
+  absl::ReaderMutexLock l(&shards_mu_);
+  ForEachGroup(order, offsets, [&](size_t s, std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    SparseShard& sh = *shards_[s];
+    absl::MutexLock sl(&sh.mu);
+    sh.Pull(keys, which, values.data());
+  });
+  return Status::OK();
+}
+
+Status SparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
+                             std::span<const float> shows, std::span<const float> clicks) {
+  if (!shows.empty() && shows.size() != keys.size())
+    return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": ", shows.size(), " shows for ",
+                                                keys.size(), " keys"));
+  if (!clicks.empty() && clicks.size() != keys.size())
+    return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": ", clicks.size(), " clicks for ",
+                                                keys.size(), " keys"));
+  std::vector<uint32_t> order, offsets;
+  FLEET_RETURN_IF_ERROR(Route(keys, grads.size(), push_dim(), &order, &offsets));
+  absl::ReaderMutexLock l(&shards_mu_);
+  ForEachGroup(order, offsets, [&](size_t s, std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    SparseShard& sh = *shards_[s];
+    absl::MutexLock sl(&sh.mu);
+    sh.PushGrad(keys, which, grads.data(), shows, clicks);
+  });
+  return Status::OK();
+}
+
+Status SparseTable::PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas) {
+  std::vector<uint32_t> order, offsets;
+  FLEET_RETURN_IF_ERROR(Route(keys, deltas.size(), push_dim(), &order, &offsets));
+  absl::ReaderMutexLock l(&shards_mu_);
+  ForEachGroup(order, offsets, [&](size_t s, std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    SparseShard& sh = *shards_[s];
+    absl::MutexLock sl(&sh.mu);
+    sh.PushDelta(keys, which, deltas.data());
+  });
+  return Status::OK();
+}
+
+void SparseTable::EndPass() {
+  ForEachShard([](SparseShard& sh) {
+    absl::MutexLock l(&sh.mu);
+    sh.EndPass();
+  });
+}
+
+uint64_t SparseTable::Shrink() {
+  std::atomic<uint64_t> deleted{0};
+  ForEachShard([&](SparseShard& sh) {
+    absl::MutexLock l(&sh.mu);
+    deleted += sh.Shrink();
+  });
+  return deleted.load();
+}
+
+SparseTableStats SparseTable::Stats() const {
+  SparseTableStats s;
+  absl::ReaderMutexLock l(&shards_mu_);
+  for (const auto& sh : shards_) {
+    absl::MutexLock sl(&sh->mu);
+    sh->AddStats(&s);
+  }
+  return s;
+}
+
+SparseShard& SparseTable::shard(uint32_t global) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  CHECK(owned_.contains(global)) << "shard " << global << " not held by table " << config_.id;
+  return *shards_[global - owned_.begin];
+}
+
+bool SparseTable::DebugRow(uint64_t key, std::vector<float>* row, std::vector<float>* ext) const {
+  absl::ReaderMutexLock l(&shards_mu_);
+  SparseShard& sh = shard(ShardOfKey(key, config_.shard_num));
+  absl::MutexLock sl(&sh.mu);
+  return sh.Lookup(key, row, ext);
+}
+
+ShardFileInfo SparseTable::SerializeShard(uint32_t s, SaveMode mode, std::string* out) {
+  absl::ReaderMutexLock l(&shards_mu_);
+  SparseShard& sh = shard(s);
+  absl::MutexLock sl(&sh.mu);
+  return sh.Serialize(mode, out);
+}
+
+void SparseTable::CommitSave() {
+  ForEachShard([](SparseShard& sh) {
+    absl::MutexLock l(&sh.mu);
+    sh.CommitSave();
+  });
+}
+
+void SparseTable::AbortSave() {
+  ForEachShard([](SparseShard& sh) {
+    absl::MutexLock l(&sh.mu);
+    sh.AbortSave();
+  });
+}
+
+Status SparseTable::ApplyShardFile(uint32_t s, std::string_view image, std::string_view file) {
+  if (!owned_.contains(s))
+    return Status::InvalidArgument(absl::StrCat("shard ", s, " not held by this table"), file);
+  absl::ReaderMutexLock l(&shards_mu_);
+  SparseShard& sh = shard(s);
+  absl::MutexLock sl(&sh.mu);
+  return sh.Apply(image, file);
+}
+
+void SparseTable::SwapRows(SparseTable& staging) {
+  CHECK(staging.accessor_ == accessor_) << "SwapRows needs a table made by NewEmptyLike";
+  absl::MutexLock l(&shards_mu_);
+  absl::MutexLock sl(&staging.shards_mu_);
+  shards_.swap(staging.shards_);
+}
+
+}  // namespace fleet::ps

@@ -1,0 +1,178 @@
+// SparseTable: uint64 key -> row, for the global shards one server holds.
+//
+// A key lives in global shard ShardOfKey(key, shard_num) (partition.h); this
+// instance holds shards [owned.begin, owned.end) and refuses other keys.
+// Each shard has its own lock, a chunked row arena (row_store.h) and an
+// open-addressing index (absl::flat_hash_set of 4-byte slot ids hashed by the
+// key stored in the arena, which costs ~5 bytes per index slot instead of the
+// 17 of a flat_hash_map<uint64_t, uint32_t>). Requests are split by shard and
+// the shards worked on in parallel on the ThreadPool given at creation.
+//
+// Row contents and what pulls, pushes and passes do are the Accessor's
+// business (accessor.h): PlainAccessor or CtrAccessor, chosen by
+// config.accessor. Admission (config.admission_min_count) is applied here.
+//
+// Bad input (size mismatches, keys of shards this server does not hold)
+// returns InvalidArgument before anything is changed: the table is unchanged.
+//
+// Duplicate keys in one request are processed one after the other, in
+// request order (a push of the same key twice applies two updates); clients
+// normally merge them first.
+//
+// Thread safety: every method is thread-safe. Pull/push/EndPass/Shrink on
+// different shards run in parallel; on one shard they serialise. Methods
+// block only on shard locks (held for the duration of one request's keys of
+// that shard) and never wait for I/O.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "comm/status.h"
+#include "comm/thread_pool.h"
+#include "ps/table/accessor.h"
+#include "ps/table/partition.h"
+#include "ps/table/save_state.h"
+#include "ps/table/table_config.h"
+
+namespace fleet::ps {
+
+class SparseShard;
+
+struct SparseTableStats {
+  uint64_t rows = 0;            // stored rows
+  uint64_t ext_rows = 0;        // rows that have an extension (CTR embedx)
+  uint64_t pending_keys = 0;    // keys seen but not admitted yet
+  uint64_t dropped_pushes = 0;  // pushes to keys not admitted (since creation)
+  uint64_t bytes = 0;           // memory held by rows, indexes and counters
+};
+
+// Row counts of one shard file written by SerializeShard.
+struct ShardFileInfo {
+  uint64_t rows = 0;
+  uint64_t deleted = 0;
+};
+
+class SparseTable {
+ public:
+  // Builds an empty table holding global shards `owned`. `pool` runs
+  // per-shard work; nullptr runs everything on the calling thread. The pool
+  // is not owned and must outlive the table.
+  // Errors: InvalidArgument for a config that fails ValidateTableConfig, a
+  // dense config, or a range outside [0, shard_num) or empty.
+  static Result<std::unique_ptr<SparseTable>> Create(const TableConfig& config, ShardRange owned,
+                                                     ThreadPool* pool);
+  ~SparseTable();
+  SparseTable(const SparseTable&) = delete;
+  SparseTable& operator=(const SparseTable&) = delete;
+
+  const TableConfig& config() const { return config_; }
+  ShardRange owned_shards() const { return owned_; }
+  // Floats per key of a pull response, and of a gradient or delta.
+  size_t pull_dim() const { return accessor_->pull_dim(); }
+  size_t push_dim() const { return accessor_->push_dim(); }
+
+  // Writes pull_dim() floats per key to values (key i at i * pull_dim()).
+  // Missing keys are created with the initializer when admitted; a key not
+  // admitted yet gets its initial value and is not stored.
+  // Errors: InvalidArgument when values.size() != keys.size() * pull_dim()
+  // or a key's shard is not held here; then values is untouched and so is
+  // the table.
+  Status Pull(std::span<const uint64_t> keys, std::span<float> values);
+
+  // Applies one gradient of push_dim() floats per key with the optimizer.
+  // shows/clicks: empty, or one count per key (CTR accessor; empty means
+  // show 1, click 0 each). A missing key counts as a sighting for admission
+  // and, if admitted, is created first; otherwise its gradient is dropped
+  // (counted in Stats().dropped_pushes).
+  // Errors: InvalidArgument for size mismatches or keys not held here; the
+  // table is then unchanged.
+  Status PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
+                  std::span<const float> shows = {}, std::span<const float> clicks = {});
+
+  // value += delta (geo mode), push_dim() floats per key; missing keys as
+  // in PushGrad. Errors as PushGrad.
+  Status PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas);
+
+  // Ends a training pass: the accessor ages every row (CTR: decays
+  // show/click, counts an unseen pass).
+  void EndPass();
+
+  // Deletes the rows the accessor marks for deletion and forgets admission
+  // counts of keys not admitted. Returns the number of rows deleted.
+  uint64_t Shrink();
+
+  SparseTableStats Stats() const;
+
+  // Copies a stored row (row_floats) and its extension (empty if none);
+  // false when the key is not stored. For tests and tools; does not admit.
+  // REQUIRES: key's shard is held here.
+  bool DebugRow(uint64_t key, std::vector<float>* row, std::vector<float>* ext) const;
+
+  // ---- Checkpoint hooks (used by Checkpointer; see checkpoint.h) ----
+
+  // Appends the shard file image of global shard `shard` to *out: all rows
+  // (kBase) or rows changed and keys deleted since the last save (kDelta),
+  // and clears those change marks. The marks come back with AbortSave and
+  // are dropped with CommitSave. REQUIRES: owned_shards().contains(shard).
+  ShardFileInfo SerializeShard(uint32_t shard, SaveMode mode, std::string* out);
+  void CommitSave();
+  void AbortSave();
+
+  // Applies one shard file image (base or delta) to this table, which must
+  // be a staging table that nobody else uses yet. Rows of shards not held
+  // are an error: callers pass only files of held shards.
+  // Errors: Corruption naming `file` when the image is malformed, has the
+  // wrong table, shard or row widths, or holds a key of another shard.
+  Status ApplyShardFile(uint32_t shard, std::string_view image, std::string_view file);
+
+  // An empty table with this one's config, owned range, pool and accessor:
+  // the staging area a load fills before SwapRows.
+  std::unique_ptr<SparseTable> NewEmptyLike() const;
+
+  // Replaces this table's rows with staging's; staging gets the old rows.
+  // Change marks of the new rows are clear: the table now equals the
+  // checkpoint it was loaded from. Blocks until in-flight requests finish.
+  // REQUIRES: staging came from this->NewEmptyLike().
+  void SwapRows(SparseTable& staging);
+
+  SaveState& save_state() { return save_state_; }
+
+ private:
+  SparseTable(const TableConfig& config, ShardRange owned, ThreadPool* pool,
+              std::shared_ptr<const Accessor> accessor);
+
+  // Checks sizes and ownership and groups key indices by local shard:
+  // keys of local shard s are order[offsets[s] .. offsets[s+1]).
+  Status Route(std::span<const uint64_t> keys, size_t values_size, size_t width, std::vector<uint32_t>* order,
+               std::vector<uint32_t>* offsets) const;
+  // Runs fn(local_shard, indices) for every non-empty group, in parallel
+  // when worthwhile.
+  void ForEachGroup(const std::vector<uint32_t>& order, const std::vector<uint32_t>& offsets,
+                    const std::function<void(size_t, std::span<const uint32_t>)>& fn);
+  void ForEachShard(const std::function<void(SparseShard&)>& fn);
+  SparseShard& shard(uint32_t global) const;
+
+  // Fixed after construction.
+  const TableConfig config_;
+  const ShardRange owned_;
+  ThreadPool* const pool_;
+  const std::shared_ptr<const Accessor> accessor_;  // shared with staging tables
+
+  // Owns its own synchronisation.
+  SaveState save_state_;
+
+  // The shard objects; the vector is replaced only by SwapRows. Shared for
+  // every operation, exclusive for SwapRows. Each shard has its own lock
+  // for its rows.
+  mutable absl::Mutex shards_mu_;
+  std::vector<std::unique_ptr<SparseShard>> shards_ ABSL_GUARDED_BY(shards_mu_);
+};
+
+}  // namespace fleet::ps

@@ -1,0 +1,158 @@
+// TableConfig: everything that defines one parameter-server table, and the
+// parser that builds it from a YAML node (one entry of the job config's
+// `tables:` list).
+//
+// Every key below is optional except `id`, `kind` and `dim`. Unknown keys are
+// refused (InvalidArgument naming the key) so a typo never silently falls back
+// to a default.
+//
+// Thread safety: plain values; copy freely.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <yaml-cpp/yaml.h>
+
+#include "comm/status.h"
+
+namespace fleet::ps {
+
+enum class TableKind { kDense, kSparse };
+enum class AccessorKind { kPlain, kCtr };
+enum class OptimizerKind { kSgd, kAdagrad, kAdam };
+enum class ClipMode { kNone, kValue, kNorm };
+enum class InitializerKind { kZeros, kUniform, kGaussian };
+
+struct OptimizerConfig {
+  // `optimizer.rule`: sgd | adagrad | adam. Default sgd.
+  // sgd keeps no state; adagrad keeps one float per value element; adam two
+  // per element plus two per row (the bias-correction powers). More state
+  // means more memory per sparse row: for dim 8, sgd 32 B, adagrad 64 B,
+  // adam 104 B of floats per row.
+  OptimizerKind rule = OptimizerKind::kSgd;
+
+  // `optimizer.learning_rate`: default 0.01. The step size for all rules.
+  float learning_rate = 0.01f;
+
+  // `optimizer.l2_decay`: default 0 (off). Adds l2_decay * w to the gradient
+  // after clipping (coupled L2, as in classic SGD weight decay). Raise it to
+  // fight overfitting of rare sparse features; it also shrinks rows that are
+  // only pulled, never pushed, not at all (decay happens on push only).
+  float l2_decay = 0.0f;
+
+  // `optimizer.clip_mode`: none | value | norm. Default none.
+  //   value: each gradient element is clamped to [-clip_threshold, clip_threshold].
+  //   norm:  the gradient of one push for one sparse row (or for the whole
+  //          range a dense server holds) is scaled so its L2 norm is at most
+  //          clip_threshold. For dense tables the norm is per server slice, so
+  //          results depend on the number of servers; prefer `value` there.
+  // Clipping happens before L2 decay is added.
+  ClipMode clip_mode = ClipMode::kNone;
+  // `optimizer.clip_threshold`: default 0; must be > 0 when clip_mode != none.
+  float clip_threshold = 0.0f;
+
+  // `optimizer.initial_g2sum` (adagrad): default 0.1. The accumulator's start
+  // value. Larger makes the first steps smaller and more uniform.
+  float initial_g2sum = 0.1f;
+
+  // `optimizer.beta1`, `optimizer.beta2` (adam): defaults 0.9, 0.999. Decay
+  // of the first and second moment estimates; each in [0, 1).
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+
+  // `optimizer.epsilon` (adagrad, adam): default 1e-8. Added to the
+  // denominator; raise it (1e-6..1e-4) if rows with tiny gradients take
+  // huge steps.
+  float epsilon = 1e-8f;
+};
+
+struct InitializerConfig {
+  // `initializer.kind`: zeros | uniform | gaussian. Default zeros.
+  // The initial value of a row depends only on (seed, key, element), never on
+  // which server creates it or when, so re-sharding and admission never
+  // change it.
+  InitializerKind kind = InitializerKind::kZeros;
+  // `initializer.seed`: default 0. Change it to decorrelate two tables.
+  uint64_t seed = 0;
+  // `initializer.range` (uniform): values in [-range, range). Default 0.01.
+  float range = 0.01f;
+  // `initializer.std` (gaussian): mean 0, this standard deviation. Default 0.01.
+  float stddev = 0.01f;
+};
+
+struct CtrAccessorConfig {
+  // `ctr.embed_dim`: default 1. Width of `embed_w`, the part every row has.
+  // The extended embedding `embedx` has the table's `dim`.
+  int embed_dim = 1;
+  // `ctr.nonclk_coeff`, `ctr.click_coeff`: defaults 0.1, 1.0.
+  //   score = nonclk_coeff * (show - click) + click_coeff * click.
+  // Raise click_coeff to keep clicked features longer.
+  float nonclk_coeff = 0.1f;
+  float click_coeff = 1.0f;
+  // `ctr.embedx_threshold`: default 10. A row gets its `embedx` (and its
+  // optimizer state) once its score reaches this. Lower means more memory
+  // and more rows learning the wide embedding; 0 creates it on first push.
+  float embedx_threshold = 10.0f;
+  // `ctr.show_click_decay`: default 0.98, in (0, 1]. end_pass multiplies
+  // show and click by it; smaller forgets faster.
+  float show_click_decay = 0.98f;
+  // `ctr.delete_after_unseen_passes`: default 30. shrink deletes a row not
+  // pushed for this many passes.
+  int delete_after_unseen_passes = 30;
+  // `ctr.delete_threshold`: default 0 (off). shrink deletes a row whose
+  // score is below this. Note a row created by a pull and never pushed has
+  // score 0.
+  float delete_threshold = 0.0f;
+};
+
+struct TableConfig {
+  // `id`: required, >= 0. How workers and checkpoints name the table.
+  uint32_t id = 0;
+  // `kind`: required, dense | sparse.
+  TableKind kind = TableKind::kSparse;
+  // `dim`: required, >= 1. Sparse plain: floats per key. Sparse ctr: width of
+  // `embedx` (a pull returns embed_dim + dim floats). Dense: total number of
+  // parameters of the table (split over servers).
+  uint64_t dim = 0;
+  // `accessor`: plain | ctr (sparse only). Default plain.
+  AccessorKind accessor = AccessorKind::kPlain;
+  // `shard_num` (sparse): default 1000, >= 1. Fixed for the life of the
+  // table and of its checkpoints: a key lives in shard Mix64(key) % shard_num
+  // and a checkpoint is one file per shard. More shards balance better over
+  // many servers and let more threads work at once; fewer mean fewer files.
+  // Must be >= the largest number of servers the table will ever run on.
+  uint32_t shard_num = 1000;
+  // `admission.min_count` (sparse): default 1 (admit at once). A missing key
+  // is stored only once it has been seen (pulled or pushed) this many times;
+  // until then a pull returns its initial value and a push is dropped.
+  // Raise it (2..10) to keep one-off keys out of memory. The counts of keys
+  // not yet admitted are not checkpointed.
+  uint32_t admission_min_count = 1;
+
+  OptimizerConfig optimizer;
+  InitializerConfig initializer;
+  CtrAccessorConfig ctr;
+};
+
+// Parses one table entry. Errors: InvalidArgument naming the key (e.g.
+// "optimizer.beta1: must be in [0, 1)") for a missing required key, an
+// unknown key, a value of the wrong type or out of range.
+Result<TableConfig> ParseTableConfig(const YAML::Node& node);
+
+// Checks cross-field rules (used by the parser and by table constructors for
+// configs built in code). Errors: InvalidArgument naming the key.
+Status ValidateTableConfig(const TableConfig& config);
+
+// The config as a YAML document that ParseTableConfig reads back to an equal
+// config (used in checkpoint manifests).
+std::string TableConfigToYaml(const TableConfig& config);
+
+// OK when a checkpoint saved with `saved` can be loaded into a table built
+// with `current`: same kind, dim, accessor (and embed_dim), optimizer rule
+// and shard_num. Learning rate, decay, clipping, initializer and admission
+// may change between runs. Errors: InvalidArgument naming the field and both
+// values.
+Status CheckCheckpointCompatible(const TableConfig& saved, const TableConfig& current);
+
+}  // namespace fleet::ps

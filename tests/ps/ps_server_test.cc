@@ -1,0 +1,328 @@
+// PsServer + PsClient over real sockets, servers and workers in one process.
+#include <algorithm>
+#include <filesystem>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "comm/proto/ps.pb.h"
+#include "tests/ps/ps_cluster.h"
+
+namespace fleet::ps {
+namespace {
+
+using testing::MakeJob;
+using testing::PsCluster;
+using namespace std::chrono_literals;
+
+// Table 0: sparse dim 4, sgd lr 1, zeros; table 1: dense dim 10, sgd lr 1.
+std::string Tables(int shard_num = 16) {
+  return "tables:\n"
+         "  - {id: 0, kind: sparse, dim: 4, shard_num: " + std::to_string(shard_num) + ",\n"
+         "     optimizer: {rule: sgd, learning_rate: 1.0}}\n"
+         "  - {id: 1, kind: dense, dim: 10, optimizer: {rule: sgd, learning_rate: 1.0}}\n";
+}
+
+JobConfig Job(const std::string& mode, int shard_num = 16) {
+  return MakeJob("Distributed: {mode: " + mode + ", timeout_ms: 10000}\n" + Tables(shard_num));
+}
+
+std::vector<float> PullRows(PsClient& c, const std::vector<uint64_t>& keys) {
+  std::vector<float> v(keys.size() * c.PullDim(0));
+  Status s = c.PullSparse(0, keys, v);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return v;
+}
+
+TEST(PsServerTest, ConcurrentPushesFromManyWorkersLoseNoUpdate) {
+  // 2 servers x 3 workers, async: every worker pushes +1 to every key many
+  // times; with sgd lr 1 each value must end at exactly -(workers * rounds).
+  PsCluster cluster(Job("async"), 2, 3);
+  std::vector<uint64_t> keys(500);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 7919 + 3;
+  constexpr int kRounds = 20;
+  cluster.RunWorkers([&](int rank) {
+    std::vector<float> ones(keys.size() * 4, 1.0f);
+    for (int r = 0; r < kRounds; ++r) {
+      Status s = cluster.client(rank).PushSparseGrad(0, keys, ones);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+  });
+  const auto v = PullRows(cluster.client(0), keys);
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], -3.0f * kRounds) << "element " << i;
+  // Both servers got keys, and together they hold each key once.
+  auto stats = cluster.client(0).Stats();
+  ASSERT_TRUE(stats.ok());
+  uint64_t rows = 0;
+  for (const auto& s : stats.value()) {
+    EXPECT_GT(s.tables(0).rows(), 0u);
+    rows += s.tables(0).rows();
+  }
+  EXPECT_EQ(rows, keys.size());
+}
+
+TEST(PsServerTest, DuplicateKeysAreMergedAndScatteredBack) {
+  PsCluster cluster(Job("async"), 2, 1);
+  PsClient& c = cluster.client(0);
+  const std::vector<uint64_t> keys = {5, 9, 5, 5, 1000001};
+  std::vector<float> grads(keys.size() * 4);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i % 4 + 1);
+  ASSERT_TRUE(c.PushSparseGrad(0, keys, grads).ok());
+  const auto v = PullRows(c, keys);
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(v[0 * 4 + d], -3.0f * (d + 1));  // key 5 pushed three times
+    EXPECT_EQ(v[2 * 4 + d], v[0 * 4 + d]);     // duplicates get the same row
+    EXPECT_EQ(v[1 * 4 + d], -1.0f * (d + 1));
+  }
+}
+
+TEST(PsServerTest, PullOfUnseenKeysGivesInitialValues) {
+  PsCluster cluster(Job("async"), 3, 1);
+  for (size_t n : {0u, 1u, 1000u}) {
+    std::vector<uint64_t> keys(n);
+    std::iota(keys.begin(), keys.end(), 42);
+    const auto v = PullRows(cluster.client(0), keys);
+    EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](float x) { return x == 0.0f; }));
+  }
+}
+
+TEST(PsServerTest, DenseTableSplitsOverServersWithUnevenRanges) {
+  // dim 10 over 3 servers: ranges 3, 3, 4.
+  PsCluster cluster(Job("async"), 3, 1);
+  PsClient& c = cluster.client(0);
+  std::vector<float> init(10);
+  std::iota(init.begin(), init.end(), 1.0f);
+  ASSERT_TRUE(c.InitDense(1, init).ok());
+  std::vector<float> grad(10, 0.5f);
+  ASSERT_TRUE(c.PushDenseGrad(1, grad).ok());
+  std::vector<float> got(10);
+  ASSERT_TRUE(c.PullDense(1, got).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(got[i], i + 1.0f - 0.5f);
+  // Zero-copy push of a view.
+  SArray<float> z(10);
+  for (auto& x : z) x = 1.0f;
+  ASSERT_TRUE(c.ZPushDenseGrad(1, z).get().ok());
+  ASSERT_TRUE(c.PullDense(1, got).ok());
+  EXPECT_EQ(got[9], 10.0f - 1.5f);
+}
+
+TEST(PsServerTest, SyncModeWaitsForAllWorkersAndIsOrderIndependent) {
+  // Run the same 2-worker step twice with opposite arrival orders: the
+  // results must be bit-identical and each push must wait for the other.
+  std::vector<std::vector<float>> results;
+  for (int first : {0, 1}) {
+    PsCluster cluster(Job("sync"), 2, 2);
+    const std::vector<uint64_t> keys = {1, 2, 3, 4, 5, 6, 7, 8};
+    std::vector<std::vector<float>> grads(2, std::vector<float>(keys.size() * 4));
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto& g : grads)
+      for (auto& x : g) x = u(rng) * 1e-3f + 1.0f;
+    PushOptions step0;
+    step0.step = 0;
+    auto f_first = cluster.client(first).PushSparseGradAsync(0, keys, grads[first], step0);
+    EXPECT_EQ(f_first.wait_for(300ms), std::future_status::timeout)
+        << "a sync push must wait for the other worker";
+    ASSERT_TRUE(cluster.client(1 - first).PushSparseGrad(0, keys, grads[1 - first], step0).ok());
+    ASSERT_TRUE(f_first.get().ok());
+    results.push_back(PullRows(cluster.client(0), keys));
+  }
+  ASSERT_EQ(results[0], results[1]);
+}
+
+TEST(PsServerTest, SyncModeDensePushes) {
+  PsCluster cluster(Job("sync"), 2, 2);
+  cluster.RunWorkers([&](int rank) {
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> g(10, static_cast<float>(rank + 1));
+      PushOptions o;
+      o.step = step;
+      Status s = cluster.client(rank).PushDenseGrad(1, g, o);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      // After the step applied, every worker sees it.
+      std::vector<float> v(10);
+      ASSERT_TRUE(cluster.client(rank).PullDense(1, v).ok());
+      ASSERT_EQ(v[0], -3.0f * (step + 1));
+    }
+  });
+}
+
+TEST(PsServerTest, SyncPushWithoutStepIsRefused) {
+  PsCluster cluster(Job("sync"), 1, 1);
+  std::vector<uint64_t> keys = {1};
+  std::vector<float> g(4, 1);
+  Status s = cluster.client(0).PushSparseGrad(0, keys, g);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_NE(s.message().find("step"), std::string::npos);
+}
+
+TEST(PsServerTest, GeoDeltasAreAdded) {
+  PsCluster cluster(Job("geo"), 2, 2);
+  const std::vector<uint64_t> keys = {11, 12, 13};
+  cluster.RunWorkers([&](int rank) {
+    std::vector<float> d(keys.size() * 4, 0.25f);
+    ASSERT_TRUE(cluster.client(rank).PushSparseDelta(0, keys, d).ok());
+  });
+  const auto v = PullRows(cluster.client(0), keys);
+  for (float x : v) EXPECT_EQ(x, 0.5f);
+}
+
+TEST(PsServerTest, BarrierReleasesAllAtOnce) {
+  PsCluster cluster(Job("async"), 2, 3);
+  std::atomic<int> arrived{0};
+  cluster.RunWorkers([&](int rank) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50 * rank));
+    arrived.fetch_add(1);
+    ASSERT_TRUE(cluster.client(rank).Barrier("epoch-1").ok());
+    EXPECT_EQ(arrived.load(), 3);
+  });
+  // The same name can be used again once released.
+  cluster.RunWorkers([&](int rank) { ASSERT_TRUE(cluster.client(rank).Barrier("epoch-1").ok()); });
+}
+
+TEST(PsServerTest, BarrierTimesOutNamingTheBarrier) {
+  PsCluster cluster(Job("async"), 1, 2);
+  BarrierOptions o;
+  o.timeout = 300ms;
+  Status s = cluster.client(0).Barrier("lonely", o);
+  ASSERT_TRUE(s.IsTimeout()) << s.ToString();
+  EXPECT_NE(s.message().find("barrier 'lonely' of 2"), std::string::npos) << s.ToString();
+}
+
+TEST(PsServerTest, BadRequestsGetErrorsAndLeaveTablesUnchanged) {
+  PsCluster cluster(Job("async"), 1, 1);
+  PsClient& c = cluster.client(0);
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> g(12, 1.0f);
+  ASSERT_TRUE(c.PushSparseGrad(0, keys, g).ok());
+  const auto before = PullRows(c, keys);
+
+  // Client-side checks.
+  EXPECT_TRUE(c.PushSparseGrad(0, keys, std::vector<float>(11)).IsInvalidArgument());
+  EXPECT_TRUE(c.PushSparseGrad(7, keys, g).IsNotFound());
+  EXPECT_TRUE(c.PushSparseGrad(1, keys, g).IsInvalidArgument());  // dense table
+
+  // Server-side checks, with a raw node that skips the client's validation.
+  auto raw = RpcNode::Create({}).value();
+  const int peer = raw->Connect(cluster.endpoints()[0]).value();
+  auto send = [&](pb::PsCommand cmd, int table, std::vector<uint64_t> k, std::vector<float> v) {
+    Message m;
+    m.header.set_command(cmd);
+    m.header.set_table_id(table);
+    m.AddFrame(SArray<uint64_t>(std::move(k)));
+    m.AddFrame(SArray<float>(std::move(v)));
+    return raw->Call(peer, std::move(m)).get().status();
+  };
+  Status s = send(pb::PS_PUSH_SPARSE_GRAD, 0, {1, 2, 3}, std::vector<float>(11, 5.0f));
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  s = send(pb::PS_PUSH_SPARSE_GRAD, 9, {1}, std::vector<float>(4));
+  EXPECT_TRUE(s.IsNotFound()) << s.ToString();
+  EXPECT_NE(s.message().find("table 9"), std::string::npos);
+  s = send(pb::PS_PUSH_DENSE_GRAD, 0, {1}, std::vector<float>(4));
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("sparse"), std::string::npos);
+  s = send(pb::PS_PUSH_DENSE_GRAD, 1, {}, std::vector<float>(10));  // two frames, wants one
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  Message keys_only;
+  keys_only.header.set_command(pb::PS_PUSH_SPARSE_GRAD);
+  keys_only.header.set_table_id(0);
+  keys_only.AddFrame(SArray<uint64_t>(std::vector<uint64_t>{1, 2}));
+  s = raw->Call(peer, std::move(keys_only)).get().status();
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  Message wrong_type;
+  wrong_type.header.set_command(pb::PS_PULL_SPARSE);
+  wrong_type.header.set_table_id(0);
+  wrong_type.AddFrame(SArray<float>(std::vector<float>{1, 2}));
+  s = raw->Call(peer, std::move(wrong_type)).get().status();
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+
+  EXPECT_EQ(PullRows(c, keys), before);
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_GE(stats.value()[0].requests_rejected(), 6u);
+}
+
+TEST(PsServerTest, AbsentServerTimesOutNamingIt) {
+  JobConfig job = Job("async");
+  job.distributed.timeout = 300ms;
+  PsClientOptions o;
+  o.servers = {"127.0.0.1:1"};
+  auto c = PsClient::Create(o, job).value();
+  std::vector<float> v(4);
+  const std::vector<uint64_t> keys = {1};
+  Status s = c->PullSparse(0, keys, v);
+  ASSERT_TRUE(s.IsTimeout()) << s.ToString();
+  EXPECT_NE(s.message().find("127.0.0.1:1"), std::string::npos);
+  EXPECT_NE(s.message().find("pull_sparse table 0 on server 0"), std::string::npos);
+}
+
+TEST(PsServerTest, SaveAndLoadThroughClientsIncludingResharding) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("fleet_ps_server_test_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  std::vector<uint64_t> keys(300);
+  std::iota(keys.begin(), keys.end(), 1);
+  std::vector<float> saved_rows, saved_dense(10);
+  {
+    PsCluster cluster(Job("async", 12), 2, 1);
+    PsClient& c = cluster.client(0);
+    std::vector<float> g(keys.size() * 4);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 13) * 0.25f;
+    ASSERT_TRUE(c.PushSparseGrad(0, keys, g).ok());
+    std::vector<float> init(10, 2.0f);
+    ASSERT_TRUE(c.InitDense(1, init).ok());
+    ASSERT_TRUE(c.Save(dir.string(), /*delta=*/false).ok());
+    saved_rows = PullRows(c, keys);
+    ASSERT_TRUE(c.PullDense(1, saved_dense).ok());
+    // Change things after the save, then load: the save wins.
+    ASSERT_TRUE(c.PushSparseGrad(0, keys, g).ok());
+    ASSERT_TRUE(c.Load(dir.string()).ok());
+    EXPECT_EQ(PullRows(c, keys), saved_rows);
+  }
+  {
+    // The same checkpoint into 3 servers.
+    PsCluster cluster(Job("async", 12), 3, 1);
+    PsClient& c = cluster.client(0);
+    ASSERT_TRUE(c.Load(dir.string()).ok());
+    EXPECT_EQ(PullRows(c, keys), saved_rows);
+    std::vector<float> dense(10);
+    ASSERT_TRUE(c.PullDense(1, dense).ok());
+    EXPECT_EQ(dense, saved_dense);
+    auto stats = c.Stats();
+    uint64_t rows = 0;
+    for (const auto& s : stats.value()) rows += s.tables(0).rows();
+    EXPECT_EQ(rows, keys.size());
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PsServerTest, StopRequestWakesTheServer) {
+  PsCluster cluster(Job("async"), 2, 1);
+  EXPECT_FALSE(cluster.server(0).WaitForStopRequest(10ms));
+  ASSERT_TRUE(cluster.client(0).StopServers().ok());
+  EXPECT_TRUE(cluster.server(0).WaitForStopRequest(1s));
+  EXPECT_TRUE(cluster.server(1).WaitForStopRequest(1s));
+  EXPECT_TRUE(cluster.server(0).Shutdown(false).ok());
+}
+
+TEST(PsServerTest, ShrinkAndEndPassReachEveryServer) {
+  auto job = MakeJob(
+      "Distributed: {mode: async}\n"
+      "tables:\n"
+      "  - {id: 0, kind: sparse, dim: 2, accessor: ctr, shard_num: 8,\n"
+      "     ctr: {embed_dim: 1, delete_after_unseen_passes: 1, embedx_threshold: 0}}\n");
+  PsCluster cluster(job, 2, 1);
+  PsClient& c = cluster.client(0);
+  std::vector<uint64_t> keys(50);
+  std::iota(keys.begin(), keys.end(), 100);
+  std::vector<float> g(keys.size() * c.PushDim(0), 0.1f);
+  ASSERT_TRUE(c.PushSparseGrad(0, keys, g).ok());
+  ASSERT_TRUE(c.EndPass().ok());
+  ASSERT_TRUE(c.EndPass().ok());
+  auto deleted = c.Shrink(-1);
+  ASSERT_TRUE(deleted.ok()) << deleted.status().ToString();
+  EXPECT_EQ(deleted.value(), keys.size());
+}
+
+}  // namespace
+}  // namespace fleet::ps

@@ -1,0 +1,207 @@
+#include "ps/table/sparse_table.h"
+
+#include <atomic>
+#include <map>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "table_test_util.h"
+
+namespace fleet::ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<SparseTable> Make(const std::string& yaml, ThreadPool* pool, ShardRange owned = {0, 0}) {
+  TableConfig c = ConfigFromYaml(yaml);
+  if (owned.end == 0) owned = {0, c.shard_num};
+  return SparseTable::Create(c, owned, pool).value();
+}
+
+TEST(SparseTableTest, ConcurrentPushesLoseNoUpdate) {
+  ThreadPool pool(2);
+  auto t = Make("{id: 1, kind: sparse, dim: 4, shard_num: 16, optimizer: {rule: sgd, learning_rate: 1}}", &pool);
+  constexpr int kThreads = 8, kRounds = 150, kBatch = 700, kKeys = 1000;
+  std::vector<std::atomic<int>> expected(kKeys);
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      std::vector<uint64_t> keys(kBatch);
+      std::vector<float> ones(kBatch * 4, 1.0f), pulled(kBatch * 4);
+      for (int r = 0; r < kRounds; ++r) {
+        for (int i = 0; i < kBatch; ++i) keys[i] = (uint64_t(th) * 7919 + r * 104729 + i * 31) % kKeys;
+        ASSERT_TRUE(t->PushGrad(keys, ones).ok());
+        for (uint64_t k : keys) expected[k].fetch_add(1);
+        ASSERT_TRUE(t->Pull(keys, pulled).ok());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::vector<uint64_t> all(kKeys);
+  for (int k = 0; k < kKeys; ++k) all[k] = k;
+  std::vector<float> values(kKeys * 4);
+  ASSERT_TRUE(t->Pull(all, values).ok());
+  for (int k = 0; k < kKeys; ++k)
+    for (int j = 0; j < 4; ++j) ASSERT_EQ(values[k * 4 + j], -float(expected[k].load())) << "key " << k;
+  EXPECT_EQ(t->Stats().rows, uint64_t(kKeys));
+}
+
+TEST(SparseTableTest, PullCreatesDeterministicRows) {
+  const std::string yaml =
+      "{id: 1, kind: sparse, dim: 3, shard_num: 8, initializer: {kind: uniform, range: 0.1, seed: 5}}";
+  auto a = Make(yaml, nullptr);
+  auto b = Make(yaml, nullptr);
+  std::vector<uint64_t> keys = {5, 9, 1ull << 40};
+  std::vector<uint64_t> reversed(keys.rbegin(), keys.rend());
+  std::vector<float> va(9), vb(9);
+  ASSERT_TRUE(a->Pull(keys, va).ok());
+  ASSERT_TRUE(b->Pull(reversed, vb).ok());
+  for (int k = 0; k < 3; ++k)
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(va[k * 3 + j], vb[(2 - k) * 3 + j]);
+  EXPECT_NE(va[0], va[3]);
+  EXPECT_EQ(a->Stats().rows, 3u);
+}
+
+TEST(SparseTableTest, AdmissionCountFilter) {
+  auto t = Make(
+      "{id: 1, kind: sparse, dim: 2, shard_num: 4, admission: {min_count: 3}, "
+      "initializer: {kind: uniform, range: 1}, optimizer: {learning_rate: 1}}",
+      nullptr);
+  std::vector<uint64_t> key = {77};
+  std::vector<float> first(2), v(2), grad = {1.0f, 1.0f};
+  ASSERT_TRUE(t->Pull(key, first).ok());  // seen once: not stored
+  EXPECT_EQ(t->Stats().rows, 0u);
+  EXPECT_EQ(t->Stats().pending_keys, 1u);
+  ASSERT_TRUE(t->PushGrad(key, grad).ok());  // seen twice: dropped
+  EXPECT_EQ(t->Stats().dropped_pushes, 1u);
+  EXPECT_EQ(t->Stats().rows, 0u);
+  ASSERT_TRUE(t->Pull(key, v).ok());  // third sighting: admitted with the same initial value
+  EXPECT_EQ(v, first);
+  EXPECT_EQ(t->Stats().rows, 1u);
+  EXPECT_EQ(t->Stats().pending_keys, 0u);
+  ASSERT_TRUE(t->PushGrad(key, grad).ok());
+  ASSERT_TRUE(t->Pull(key, v).ok());
+  EXPECT_FLOAT_EQ(v[0], first[0] - 1.0f);
+}
+
+TEST(SparseTableTest, CtrEmbedxEndPassAndShrink) {
+  auto t = Make(
+      "{id: 2, kind: sparse, dim: 4, accessor: ctr, shard_num: 4, "
+      "initializer: {kind: uniform, range: 0.5}, optimizer: {rule: adagrad, learning_rate: 0.1}, "
+      "ctr: {embed_dim: 1, nonclk_coeff: 1, click_coeff: 2, embedx_threshold: 3, show_click_decay: 0.5, "
+      "delete_after_unseen_passes: 2}}",
+      nullptr);
+  EXPECT_EQ(t->pull_dim(), 5u);
+  const std::vector<uint64_t> keys = {10, 20};
+  std::vector<float> v(10), grads(10, 0.5f);
+  ASSERT_TRUE(t->Pull(keys, v).ok());
+  for (int j = 1; j < 5; ++j) EXPECT_EQ(v[j], 0.0f) << "embedx must be zeros before creation";
+
+  // Key 10: show 1, click 0 -> score 1: no embedx yet.
+  const std::vector<float> shows = {1, 1}, clicks = {0, 1};
+  ASSERT_TRUE(t->PushGrad(keys, grads, shows, clicks).ok());
+  std::vector<float> row, ext;
+  ASSERT_TRUE(t->DebugRow(10, &row, &ext));
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kShow], 1);
+  EXPECT_TRUE(ext.empty());
+  // Key 20: show 1 click 1 -> score 2, then 4 after the second push: embedx created.
+  ASSERT_TRUE(t->DebugRow(20, &row, &ext));
+  EXPECT_TRUE(ext.empty());
+  ASSERT_TRUE(t->PushGrad(keys, grads, shows, clicks).ok());
+  ASSERT_TRUE(t->DebugRow(20, &row, &ext));
+  EXPECT_EQ(ext.size(), 8u);  // embedx 4 + adagrad state 4
+  EXPECT_EQ(t->Stats().ext_rows, 1u);
+  ASSERT_TRUE(t->Pull(keys, v).ok());
+  EXPECT_NE(v[5 + 1], 0.0f);  // key 20's embedx came from the initializer
+  EXPECT_EQ(v[1], 0.0f);      // key 10 still has none
+
+  // end_pass decays show/click and ages rows.
+  t->EndPass();
+  ASSERT_TRUE(t->DebugRow(20, &row, &ext));
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kShow], 1.0f);   // 2 * 0.5
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kClick], 1.0f);  // 2 * 0.5
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kUnseen], 1.0f);
+  EXPECT_EQ(t->Shrink(), 0u);
+
+  // Key 20 is pushed again (unseen resets); key 10 is not and goes after 2 passes.
+  ASSERT_TRUE(t->PushGrad(std::vector<uint64_t>{20}, std::vector<float>(5, 0.1f)).ok());
+  t->EndPass();
+  EXPECT_EQ(t->Shrink(), 1u);
+  EXPECT_FALSE(t->DebugRow(10, &row, &ext));
+  EXPECT_TRUE(t->DebugRow(20, &row, &ext));
+  EXPECT_EQ(t->Stats().rows, 1u);
+}
+
+TEST(SparseTableTest, BadInputLeavesTableUnchanged) {
+  ThreadPool pool(2);
+  auto t = Make("{id: 4, kind: sparse, dim: 2, shard_num: 16, initializer: {kind: uniform}}", &pool, {0, 8});
+  // Keys this server holds, and one it does not.
+  std::vector<uint64_t> held, foreign;
+  for (uint64_t k = 0; held.size() < 50 || foreign.empty(); ++k)
+    (ShardOfKey(k, 16) < 8 ? held : foreign).push_back(k);
+  std::vector<float> v(held.size() * 2), g(held.size() * 2, 0.5f);
+  ASSERT_TRUE(t->Pull(held, v).ok());
+  ASSERT_TRUE(t->PushGrad(held, g).ok());
+  const std::string before = DumpRows(*t);
+  const SparseTableStats stats_before = t->Stats();
+
+  std::vector<uint64_t> mixed = held;
+  mixed.push_back(foreign[0]);
+  std::vector<float> out(mixed.size() * 2, -7.0f);
+  Status s = t->Pull(mixed, out);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_THAT(s.message(), HasSubstr("key " + std::to_string(foreign[0])));
+  EXPECT_THAT(s.message(), HasSubstr("not held"));
+  for (float x : out) EXPECT_EQ(x, -7.0f);  // output untouched
+
+  s = t->PushGrad(mixed, std::vector<float>(mixed.size() * 2, 1.0f));
+  EXPECT_TRUE(s.IsInvalidArgument());
+  s = t->PushGrad(held, std::vector<float>(held.size() * 2 - 1, 1.0f));
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_THAT(s.message(), HasSubstr("2 per key"));
+  s = t->PushGrad(held, g, std::vector<float>(3, 1.0f));
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_THAT(s.message(), HasSubstr("shows"));
+  s = t->PushDelta(held, std::vector<float>(held.size() * 3, 1.0f));
+  EXPECT_TRUE(s.IsInvalidArgument());
+  std::vector<float> tiny(1);
+  s = t->Pull(held, tiny);
+  EXPECT_TRUE(s.IsInvalidArgument());
+
+  EXPECT_EQ(DumpRows(*t), before);
+  EXPECT_EQ(t->Stats().rows, stats_before.rows);
+  EXPECT_EQ(t->Stats().pending_keys, 0u);
+}
+
+TEST(SparseTableTest, PushDeltaAddsToValue) {
+  auto t = Make("{id: 1, kind: sparse, dim: 2, shard_num: 4}", nullptr);
+  std::vector<uint64_t> keys = {1, 2, 1};  // duplicates apply in order
+  ASSERT_TRUE(t->PushDelta(keys, std::vector<float>{1, 2, 3, 4, 5, 6}).ok());
+  std::vector<float> v(4);
+  ASSERT_TRUE(t->Pull(std::vector<uint64_t>{1, 2}, v).ok());
+  EXPECT_EQ(v, (std::vector<float>{6, 8, 3, 4}));
+}
+
+TEST(SparseTableTest, MemoryPerRowWithinBudget) {
+  ThreadPool pool(2);
+  auto t = Make("{id: 1, kind: sparse, dim: 8, shard_num: 1000, optimizer: {rule: adagrad}}", &pool);
+  constexpr size_t kRows = 300000, kBatch = 30000;
+  std::vector<uint64_t> keys(kBatch);
+  std::vector<float> v(kBatch * 8);
+  for (size_t b = 0; b < kRows / kBatch; ++b) {
+    for (size_t i = 0; i < kBatch; ++i) keys[i] = Mix64(b * kBatch + i + 1);
+    ASSERT_TRUE(t->Pull(keys, v).ok());
+  }
+  const SparseTableStats s = t->Stats();
+  ASSERT_EQ(s.rows, kRows);
+  const double raw = 8 + 8 * 4 + 8 * 4;  // key + value + adagrad state
+  const double per_row = double(s.bytes) / s.rows;
+  RecordProperty("bytes_per_row", std::to_string(per_row));
+  EXPECT_LE(per_row, 1.5 * raw) << per_row << " bytes per row";
+}
+
+}  // namespace
+}  // namespace fleet::ps
