@@ -410,17 +410,18 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
 
 void Van::Impl::CloseAll() {
   std::lock_guard<std::mutex> lock(mu);
-  auto close = [](LockedSocket& s) {
+  auto close = [](LockedSocket& s, std::chrono::milliseconds linger) {
     std::lock_guard<std::mutex> socket_lock(s.mu);
     s.closed = true;
+    s.socket.set(zmq::sockopt::linger, static_cast<int>(linger.count()));
     s.socket.close();
   };
   for (auto& c : connections) {
     zmq_socket_monitor(c->dealer.socket.handle(), nullptr, 0);
-    close(c->dealer);
+    close(c->dealer, std::chrono::milliseconds(0));
     c->monitor.close();
   }
-  if (router) close(*router);
+  if (router) close(*router, options.reply_linger);
 }
 
 }  // namespace fleet

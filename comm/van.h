@@ -46,6 +46,10 @@ struct VanOptions {
   std::chrono::milliseconds tick{5};
   // ZeroMQ background I/O threads. One moves well over 1 GB/s on loopback.
   int zmq_io_threads = 1;
+  // How long Stop() lets replies already handed to the bound socket drain
+  // to their callers before closing. Outgoing connections never linger: a
+  // request to a dead peer must not hold up shutdown.
+  std::chrono::milliseconds reply_linger{1000};
 };
 
 // Called on the Van's I/O thread. Implementations must be quick and must

@@ -20,6 +20,9 @@ namespace fleet::ps {
 
 int PsServerMain(int argc, char** argv) {
   gflags::SetUsageMessage("parameter server: ps_server --endpoint=ip:port --config=job.yaml");
+  // This program is a server unless told otherwise (FLEET_ROLE still wins
+  // over a default, and is checked below).
+  gflags::SetCommandLineOptionWithMode("role", "server", gflags::SET_FLAGS_DEFAULT);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
@@ -36,6 +39,10 @@ int PsServerMain(int argc, char** argv) {
   auto spec = ClusterSpecFromFlagsAndEnv(ProcessEnv());
   if (!spec.ok()) {
     LOG(ERROR) << spec.status().ToString();
+    return 2;
+  }
+  if (spec->role != Role::kServer) {
+    LOG(ERROR) << "ps_server: role is " << RoleName(spec->role) << ", not server";
     return 2;
   }
   auto job = JobConfigFromFlagsAndEnv(ProcessEnv());
