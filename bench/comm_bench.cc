@@ -23,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "bench/zmq_echo.h"
 #include "comm/rpc.h"
 
 DEFINE_double(seconds, 1.0, "target duration of each timed measurement");
@@ -38,51 +39,28 @@ constexpr uint32_t kEchoCommand = 1;
 // One round trip of `payload` bytes; returns false when the echo is wrong.
 using RoundTrip = std::function<bool(bool verify)>;
 
+// The reference: a bare DEALER/ROUTER echo (bench/zmq_echo.h), server and
+// client each on a context of its own, as two processes would have (and as
+// the two RpcNodes below have).
 class BareEcho {
  public:
-  explicit BareEcho(size_t size) : payload_(size, 'b') {
-    router_.set(zmq::sockopt::linger, 0);
-    router_.bind("tcp://127.0.0.1:*");
-    const std::string endpoint = router_.get(zmq::sockopt::last_endpoint);
-    server_ = std::thread([this] { Serve(); });
-    dealer_.set(zmq::sockopt::linger, 0);
-    dealer_.connect(endpoint);
+  explicit BareEcho(size_t size) : payload_(size, 'b'), client_({server_.endpoint()}) {
     for (size_t i = 0; i < payload_.size(); ++i) payload_[i] = static_cast<char>(i * 131);
-  }
-  ~BareEcho() {
-    dealer_.send(zmq::str_buffer("stop"), zmq::send_flags::none);
-    server_.join();
   }
 
   bool RoundTrip(bool verify) {
-    dealer_.send(zmq::buffer(payload_), zmq::send_flags::none);
-    zmq::message_t reply;
-    (void)dealer_.recv(reply);
+    client_.Send(0, payload_.data(), payload_.size(), bench::BareEchoServer::kEcho,
+                 /*zero_copy=*/false);
+    zmq::message_t reply = client_.Recv(0);
     if (!verify) return true;
     return reply.size() == payload_.size() &&
            std::equal(payload_.begin(), payload_.end(), static_cast<const char*>(reply.data()));
   }
 
  private:
-  void Serve() {
-    for (;;) {
-      zmq::message_t id, body;
-      (void)router_.recv(id);
-      (void)router_.recv(body);
-      if (body.size() == 4 && body.to_string() == "stop") return;
-      router_.send(id, zmq::send_flags::sndmore);
-      router_.send(body, zmq::send_flags::none);
-    }
-  }
-
-  // Two contexts, as client and server would have in two processes (and as
-  // the two RpcNodes below have).
-  zmq::context_t server_context_;
-  zmq::context_t client_context_;
-  zmq::socket_t router_{server_context_, zmq::socket_type::router};
-  zmq::socket_t dealer_{client_context_, zmq::socket_type::dealer};
   std::string payload_;
-  std::thread server_;
+  bench::BareEchoServer server_;
+  bench::BareEchoClient client_;
 };
 
 class FleetEcho {
@@ -108,7 +86,7 @@ class FleetEcho {
     Message m;
     m.header.set_command(kEchoCommand);
     m.AddFrame(payload_);
-    auto reply = client_->Call(peer_, std::move(m)).get();
+    auto reply = client_->CallSync(peer_, std::move(m));
     if (!reply.ok()) {
       LOG(ERROR) << reply.status().ToString();
       return false;

@@ -148,6 +148,11 @@ std::future<Result<Message>> RpcNode::Call(int peer, Message request, const RpcO
   return future;
 }
 
+Result<Message> RpcNode::CallSync(int peer, Message request, const RpcOptions& options) {
+  const auto budget = options.timeout.count() > 0 ? options.timeout : options_.default_timeout;
+  return Await(Call(peer, std::move(request), options), budget);
+}
+
 bool RpcNode::TakePending(uint64_t request_id, PendingCall* out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(request_id);

@@ -122,6 +122,23 @@ class RpcNode final : private VanReceiver {
   // The same, as a future. The future is always completed by the deadline.
   std::future<Result<Message>> Call(int peer, Message request, const RpcOptions& options = {});
 
+  // Blocking call: Call() and Await() in one.
+  Result<Message> CallSync(int peer, Message request, const RpcOptions& options = {});
+
+  // Waits for a future completed by this node's calls (Call, or CallAsync
+  // callbacks that set a promise), receiving replies on this thread while
+  // it waits when no other thread does (Van::ReceiveWhile), which saves a
+  // thread hand-off per round trip. `budget` bounds the helping; the wait
+  // itself ends when the calls behind `f` complete, which their deadlines
+  // guarantee.
+  template <typename T>
+  T Await(std::future<T> f, std::chrono::milliseconds budget) {
+    van_->ReceiveWhile(
+        [&f] { return f.wait_for(std::chrono::seconds(0)) != std::future_status::ready; },
+        std::chrono::steady_clock::now() + budget);
+    return f.get();
+  }
+
   // Graceful first half of a shutdown: new requests are answered with
   // Unavailable ("shutting down"); requests already handed to handlers run
   // to completion and their replies are sent. Waits at most `grace` for

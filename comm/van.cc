@@ -113,6 +113,8 @@ struct Van::Impl {
   std::vector<std::pair<int, zmq::socket_t*>> polled_monitors;
 
   std::atomic<bool> running{true};
+  // A caller is inside ReceiveWhile, receiving on the outgoing connections.
+  std::atomic<bool> caller_receiving{false};
 
   void Wake() {
     const uint64_t one = 1;
@@ -125,7 +127,8 @@ struct Van::Impl {
   Status SendOn(LockedSocket& target, const Route& to, const Message& message);
   void Loop();
   void RebuildPollItems();
-  void ReceiveReady(LockedSocket& socket, int connection);
+  // Delivers every message ready on `socket`; returns how many.
+  int ReceiveReady(LockedSocket& socket, int connection);
   void HandleMonitor(int connection, zmq::socket_t& monitor);
   void Deliver(const Route& from, std::vector<zmq::message_t>& parts, size_t header_index);
   void CloseAll();
@@ -275,6 +278,43 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& m
   return Status::OK();
 }
 
+bool Van::ReceiveWhile(const std::function<bool()>& keep_waiting,
+                       std::chrono::steady_clock::time_point deadline) {
+  if (impl_->caller_receiving.exchange(true)) return false;
+  std::vector<std::pair<LockedSocket*, int>> dealers;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (!impl_->stopped) {
+      for (size_t c = 0; c < impl_->connections.size(); ++c) {
+        dealers.emplace_back(&impl_->connections[c]->dealer, static_cast<int>(c));
+      }
+    }
+  }
+  std::vector<zmq_pollitem_t> items;
+  for (auto& [socket, connection] : dealers) items.push_back({nullptr, socket->fd, ZMQ_POLLIN, 0});
+  while (!dealers.empty() && keep_waiting()) {
+    int delivered = 0;
+    for (auto& [socket, connection] : dealers) delivered += impl_->ReceiveReady(*socket, connection);
+    if (delivered > 0) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    // Short slices: the call may also complete elsewhere (the I/O thread's
+    // deadline tick, a lost connection), which does not wake this poll.
+    const auto slice = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
+                                impl_->options.tick);
+    try {
+      zmq::poll(items.data(), items.size(), std::max(slice, std::chrono::milliseconds(1)));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) break;
+    }
+  }
+  impl_->caller_receiving.store(false);
+  // Replies that arrive from now on are the I/O thread's again; it may be
+  // asleep without watching the outgoing sockets.
+  impl_->Wake();
+  return true;
+}
+
 // ---- I/O thread ----
 
 void Van::Impl::RebuildPollItems() {
@@ -297,6 +337,14 @@ void Van::Impl::RebuildPollItems() {
 void Van::Impl::Loop() {
   RebuildPollItems();
   while (running.load(std::memory_order_relaxed)) {
+    // While a waiting caller receives on the outgoing connections itself
+    // (ReceiveWhile), this thread does not sleep on them: two threads woken
+    // for one reply would fight over the 2 cores.
+    const bool caller_has_dealers = caller_receiving.load();
+    const size_t first_dealer = 1 + (polled_router ? 1 : 0);
+    for (size_t i = first_dealer; i < 1 + polled_sockets.size(); ++i) {
+      poll_items[i].events = caller_has_dealers ? 0 : ZMQ_POLLIN;
+    }
     try {
       zmq::poll(poll_items.data(), poll_items.size(), options.tick);
     } catch (const zmq::error_t& e) {
@@ -313,6 +361,7 @@ void Van::Impl::Loop() {
     for (size_t i = 0; i < polled_sockets.size(); ++i) {
       // The router, when there is one, is first; dealers follow in id order.
       const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
+      if (connection >= 0 && caller_receiving.load()) continue;
       ReceiveReady(*polled_sockets[i], connection);
     }
     for (auto& [connection, monitor] : polled_monitors) HandleMonitor(connection, *monitor);
@@ -326,14 +375,14 @@ void Van::Impl::Loop() {
   }
 }
 
-void Van::Impl::ReceiveReady(LockedSocket& socket, int connection) {
+int Van::Impl::ReceiveReady(LockedSocket& socket, int connection) {
   // One message per lock hold: delivering may send (an error reply), which
   // needs this lock.
-  for (;;) {
+  for (int delivered = 0;; ++delivered) {
     std::vector<zmq::message_t> parts;
     {
       std::lock_guard<std::mutex> lock(socket.mu);
-      if (!socket.Readable()) return;
+      if (!socket.Readable()) return delivered;
       bool more = true;
       while (more) {
         zmq::message_t part;
@@ -344,7 +393,7 @@ void Van::Impl::ReceiveReady(LockedSocket& socket, int connection) {
         parts.push_back(std::move(part));
       }
     }
-    if (parts.empty()) return;
+    if (parts.empty()) return delivered;
     Route from;
     size_t header_index = 0;
     if (connection >= 0) {

@@ -119,6 +119,10 @@ size_t PsClient::PushDim(uint32_t table) const {
   return 0;
 }
 
+Status PsClient::Wait(std::future<Status> f, std::chrono::milliseconds timeout) const {
+  return rpc_->Await(std::move(f), TimeoutOr(timeout));
+}
+
 std::chrono::milliseconds PsClient::TimeoutOr(std::chrono::milliseconds t) const {
   return t.count() > 0 ? t : job_.distributed.timeout;
 }
@@ -134,7 +138,7 @@ Message PsClient::NewRequest(pb::PsCommand command, int table,
 
 std::future<Status> PsClient::Broadcast(
     std::vector<std::optional<Message>> requests, std::chrono::milliseconds timeout,
-    const std::string& what, std::function<void(int server, const Message&)> on_reply) {
+    const std::string& what, std::function<Status(int server, const Message&)> on_reply) {
   auto gather = std::make_shared<Gather>();
   auto future = gather->promise.get_future();
   int count = 0;
@@ -157,8 +161,8 @@ std::future<Status> PsClient::Broadcast(
                                            : reply.status().WithContext(what));
                         return;
                       }
-                      if (on_reply) on_reply(static_cast<int>(server), reply.value());
-                      gather->Finish(Status::OK());
+                      gather->Finish(on_reply ? on_reply(static_cast<int>(server), reply.value())
+                                              : Status::OK());
                     });
   }
   return future;
@@ -197,7 +201,7 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
 
 Status PsClient::PullSparse(uint32_t table, std::span<const uint64_t> keys,
                             std::span<float> values, const PullOptions& options) {
-  return PullSparseAsync(table, keys, values, options).get();
+  return Wait(PullSparseAsync(table, keys, values, options), options.timeout);
 }
 
 std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const uint64_t> keys,
@@ -223,6 +227,8 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
   // reply is scattered by walking only its own keys.
   auto by_server = std::make_shared<std::vector<std::vector<uint32_t>>>(num_servers());
   for (uint32_t i = 0; i < keys.size(); ++i) (*by_server)[split->server[i]].push_back(i);
+  std::vector<size_t> distinct(num_servers());
+  for (int s = 0; s < num_servers(); ++s) distinct[s] = split->keys[s].size();
   std::vector<std::optional<Message>> requests(num_servers());
   pb::PsRequestMeta meta;
   meta.set_worker_rank(options_.worker_rank);
@@ -233,35 +239,24 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
     requests[s] = std::move(m);
   }
   const size_t dim = r.pull_dim;
-  auto failures = std::make_shared<std::atomic<int>>(0);
-  auto gather_future = Broadcast(
-      std::move(requests), TimeoutOr(options.timeout), absl::StrCat("pull_sparse table ", table),
-      [split, by_server, values, dim, failures](int server, const Message& reply) {
+  const std::string what = absl::StrCat("pull_sparse table ", table);
+  return Broadcast(
+      std::move(requests), TimeoutOr(options.timeout), what,
+      [split, by_server, distinct, values, dim, what](int server, const Message& reply) -> Status {
         auto got = reply.Frame<float>(0);
+        if (!got.ok()) return got.status().WithContext(what);
         const auto& positions = (*by_server)[server];
-        if (!got.ok() || got->size() % dim != 0) {
-          failures->fetch_add(1);
-          return;
+        if (got->size() != distinct[server] * dim) {
+          return Status::Corruption(
+              absl::StrCat(what, ": server ", server, " sent ", got->size(), " floats for ",
+                           distinct[server], " keys of dim ", dim));
         }
-        const size_t rows = got->size() / dim;
         for (uint32_t i : positions) {
-          const uint32_t pos = split->position[i];
-          if (pos >= rows) {
-            failures->fetch_add(1);
-            return;
-          }
-          std::copy_n(got->data() + static_cast<size_t>(pos) * dim, dim, values.data() + i * dim);
+          std::copy_n(got->data() + static_cast<size_t>(split->position[i]) * dim, dim,
+                      values.data() + i * dim);
         }
+        return Status::OK();
       });
-  // Wrap to turn a malformed reply into an error of the call.
-  return std::async(std::launch::deferred, [f = std::move(gather_future), failures, table]() mutable {
-    Status s = f.get();
-    if (s.ok() && failures->load() > 0) {
-      return Status::Corruption("pull_sparse: a server replied with the wrong number of values",
-                                absl::StrCat("table ", table));
-    }
-    return s;
-  });
 }
 
 std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
@@ -338,7 +333,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
 
 Status PsClient::PushSparseGrad(uint32_t table, std::span<const uint64_t> keys,
                                 std::span<const float> grads, const PushOptions& options) {
-  return SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys, grads, options).get();
+  return Wait(SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys, grads, options), options.timeout);
 }
 
 std::future<Status> PsClient::PushSparseGradAsync(uint32_t table, std::span<const uint64_t> keys,
@@ -349,11 +344,11 @@ std::future<Status> PsClient::PushSparseGradAsync(uint32_t table, std::span<cons
 
 Status PsClient::PushSparseDelta(uint32_t table, std::span<const uint64_t> keys,
                                  std::span<const float> deltas, const PushOptions& options) {
-  return SendSparse(pb::PS_PUSH_SPARSE_DELTA, table, keys, deltas, options).get();
+  return Wait(SendSparse(pb::PS_PUSH_SPARSE_DELTA, table, keys, deltas, options), options.timeout);
 }
 
 Status PsClient::PullDense(uint32_t table, std::span<float> values, const PullOptions& options) {
-  return PullDenseAsync(table, values, options).get();
+  return Wait(PullDenseAsync(table, values, options), options.timeout);
 }
 
 std::future<Status> PsClient::PullDenseAsync(uint32_t table, std::span<float> values,
@@ -375,25 +370,20 @@ std::future<Status> PsClient::PullDenseAsync(uint32_t table, std::span<float> va
     if (r.ranges[s].size() == 0) continue;
     requests[s] = NewRequest(pb::PS_PULL_DENSE, static_cast<int>(table), {});
   }
-  auto failures = std::make_shared<std::atomic<int>>(0);
-  auto f = Broadcast(std::move(requests), TimeoutOr(options.timeout),
-                     absl::StrCat("pull_dense table ", table),
-                     [ranges = r.ranges, values, failures](int server, const Message& reply) {
-                       auto got = reply.Frame<float>(0);
-                       if (!got.ok() || got->size() != ranges[server].size()) {
-                         failures->fetch_add(1);
-                         return;
-                       }
-                       std::copy_n(got->data(), got->size(), values.data() + ranges[server].begin);
-                     });
-  return std::async(std::launch::deferred, [f = std::move(f), failures, table]() mutable {
-    Status s = f.get();
-    if (s.ok() && failures->load() > 0) {
-      return Status::Corruption("pull_dense: a server replied with the wrong number of values",
-                                absl::StrCat("table ", table));
-    }
-    return s;
-  });
+  return Broadcast(std::move(requests), TimeoutOr(options.timeout),
+                   absl::StrCat("pull_dense table ", table),
+                   [ranges = r.ranges, values, table](int server, const Message& reply) -> Status {
+                     auto got = reply.Frame<float>(0);
+                     if (!got.ok()) return got.status();
+                     if (got->size() != ranges[server].size()) {
+                       return Status::Corruption(
+                           absl::StrCat("pull_dense: server ", server, " sent ", got->size(),
+                                        " floats for a range of ", ranges[server].size()),
+                           absl::StrCat("table ", table));
+                     }
+                     std::copy_n(got->data(), got->size(), values.data() + ranges[server].begin);
+                     return Status::OK();
+                   });
 }
 
 std::future<Status> PsClient::SendDense(pb::PsCommand command, uint32_t table,
@@ -433,9 +423,9 @@ std::future<Status> PsClient::SendDense(pb::PsCommand command, uint32_t table,
 
 Status PsClient::PushDenseGrad(uint32_t table, std::span<const float> grads,
                                const PushOptions& options) {
-  return SendDense(pb::PS_PUSH_DENSE_GRAD, table, SArray<float>(grads.data(), grads.size()),
-                   options)
-      .get();
+  return Wait(SendDense(pb::PS_PUSH_DENSE_GRAD, table, SArray<float>(grads.data(), grads.size()),
+                        options),
+              options.timeout);
 }
 
 std::future<Status> PsClient::ZPushDenseGrad(uint32_t table, SArray<float> grads,
@@ -445,14 +435,14 @@ std::future<Status> PsClient::ZPushDenseGrad(uint32_t table, SArray<float> grads
 
 Status PsClient::PushDenseDelta(uint32_t table, std::span<const float> deltas,
                                 const PushOptions& options) {
-  return SendDense(pb::PS_PUSH_DENSE_DELTA, table, SArray<float>(deltas.data(), deltas.size()),
-                   options)
-      .get();
+  return Wait(SendDense(pb::PS_PUSH_DENSE_DELTA, table, SArray<float>(deltas.data(), deltas.size()),
+                        options),
+              options.timeout);
 }
 
 Status PsClient::InitDense(uint32_t table, std::span<const float> values) {
-  return SendDense(pb::PS_INIT_DENSE, table, SArray<float>(values.data(), values.size()), {})
-      .get();
+  return Wait(SendDense(pb::PS_INIT_DENSE, table, SArray<float>(values.data(), values.size()), {}),
+              {});
 }
 
 Status PsClient::BroadcastControl(pb::PsCommand command, int table, const pb::PsRequestMeta& meta,
@@ -464,8 +454,9 @@ Status PsClient::BroadcastControl(pb::PsCommand command, int table, const pb::Ps
   auto f = Broadcast(std::move(requests), TimeoutOr(timeout), what,
                      [replies](int server, const Message& reply) {
                        if (replies) (*replies)[server] = reply;
+                       return Status::OK();
                      });
-  return f.get();
+  return Wait(std::move(f), timeout);
 }
 
 Status PsClient::Barrier(const std::string& name, const BarrierOptions& options) {
@@ -475,9 +466,9 @@ Status PsClient::Barrier(const std::string& name, const BarrierOptions& options)
   meta.set_barrier_size(options.size > 0 ? options.size : options_.num_workers);
   std::vector<std::optional<Message>> requests(num_servers());
   requests[0] = NewRequest(pb::PS_BARRIER, -1, meta);
-  return Broadcast(std::move(requests), TimeoutOr(options.timeout),
-                   absl::StrCat("barrier '", name, "' of ", meta.barrier_size()), nullptr)
-      .get();
+  return Wait(Broadcast(std::move(requests), TimeoutOr(options.timeout),
+                        absl::StrCat("barrier '", name, "' of ", meta.barrier_size()), nullptr),
+              options.timeout);
 }
 
 Status PsClient::Save(const std::string& dir, bool delta, std::chrono::milliseconds timeout) {

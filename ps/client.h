@@ -136,10 +136,13 @@ class PsClient {
   Message NewRequest(pb::PsCommand command, int table, const pb::PsRequestMeta& meta) const;
   // Sends one request per server in `requests` (nullopt = skip that server)
   // and completes the returned future when all answered; on_reply runs for
-  // each successful reply (on the transport's I/O thread).
+  // each successful reply (on the thread receiving it) and its error, if
+  // any, becomes the call's.
   std::future<Status> Broadcast(std::vector<std::optional<Message>> requests,
                                 std::chrono::milliseconds timeout, const std::string& what,
-                                std::function<void(int server, const Message&)> on_reply);
+                                std::function<Status(int server, const Message&)> on_reply);
+  // Blocks for a future of this client's calls, helping receive replies.
+  Status Wait(std::future<Status> f, std::chrono::milliseconds timeout) const;
   std::future<Status> SendSparse(pb::PsCommand command, uint32_t table,
                                  std::span<const uint64_t> keys, std::span<const float> values,
                                  const PushOptions& options);
