@@ -154,6 +154,38 @@ TEST_F(RpcTest, ConcurrentCallersFromManyThreads) {
   EXPECT_EQ(ok.load(), 200);
 }
 
+TEST_F(RpcTest, BlockingCallersReceiveForEachOtherAndForAsyncCalls) {
+  // Several threads in CallSync (one of them receives for all, the others
+  // wait) while async calls complete through callbacks: every call must
+  // complete with its own reply, whoever received it.
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  auto client = Client();
+  int peer = client->Connect(endpoint).value();
+  std::atomic<int> sync_ok{0}, async_ok{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 100; ++i) {
+        const float tag = float(t * 1000 + i);
+        auto r = client->CallSync(peer, FloatRequest(kEcho, 2, tag));
+        if (r.ok() && (*r->Frame<float>(0))[0] == tag) sync_ok.fetch_add(1);
+      }
+    });
+  }
+  for (int i = 0; i < 300; ++i) {
+    const float tag = float(100000 + i);
+    client->CallAsync(peer, FloatRequest(kEcho, 2, tag), {}, [&, tag](Result<Message> r) {
+      if (r.ok() && (*r->Frame<float>(0))[0] == tag) async_ok.fetch_add(1);
+    });
+    if (i % 50 == 0) std::this_thread::sleep_for(1ms);
+  }
+  for (auto& t : threads) t.join();
+  for (int spin = 0; spin < 500 && async_ok.load() < 300; ++spin) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(sync_ok.load(), 300);
+  EXPECT_EQ(async_ok.load(), 300);
+}
+
 TEST_F(RpcTest, HandlerErrorTravelsBack) {
   std::string endpoint;
   auto server = StartServer("s", &endpoint);
