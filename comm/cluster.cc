@@ -83,8 +83,11 @@ bool ValidDevice(const std::string& device) {
   return true;
 }
 
+// Port 0 is allowed: in simulation fleetrun passes "ip:0" for processes that
+// bind a free port and publish the real one in the KV store (launch/README.md,
+// "Endpoints and port 0"); a peer resolves such an entry there.
 Result<std::vector<Endpoint>> EndpointsFrom(const Setting& s) {
-  return ParseEndpointList(s.text, s.source);
+  return ParseEndpointList(s.text, s.source, EndpointParseOptions{.allow_port_zero = true});
 }
 
 }  // namespace

@@ -106,7 +106,10 @@ Result<std::vector<Endpoint>> ParseEndpointList(std::string_view text, std::stri
   std::set<std::string> seen;
   for (std::string_view item : Split(text, ',')) {
     FLEET_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(item, source, options));
-    if (!seen.insert(ep.ToString()).second) return Bad(source, item, "listed twice");
+    // Port 0 ("bind a free port") may repeat: several processes on one host.
+    if (ep.port != 0 && !seen.insert(ep.ToString()).second) {
+      return Bad(source, item, "listed twice");
+    }
     out.push_back(std::move(ep));
   }
   return out;

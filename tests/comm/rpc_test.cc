@@ -475,6 +475,10 @@ TEST(RpcProcessTest, FrozenPeerIsDetectedByHeartbeat) {
   int peer = client->Connect(child.endpoint()).value();
   ASSERT_TRUE(client->Call(peer, FloatRequest(kEcho, 1, 0)).get().ok());
   kill(child.pid(), SIGSTOP);  // alive to TCP, silent to heartbeats
+  // kill() returns before the child has stopped; wait until it has.
+  int status = 0;
+  ASSERT_EQ(waitpid(child.pid(), &status, WUNTRACED), child.pid());
+  ASSERT_TRUE(WIFSTOPPED(status));
   RpcOptions opts;
   opts.timeout = 30s;
   const auto start = std::chrono::steady_clock::now();

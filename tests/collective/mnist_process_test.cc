@@ -1,0 +1,210 @@
+// mnist_mlp as real processes, where process death is the point: a rank
+// killed mid-training makes the surviving rank fail within its collective
+// timeout with an error naming itself and the operation, and fleetrun exits
+// non-zero naming the dead rank. Also one clean 2-rank run under fleetrun.
+// Binaries come from FLEET_BIN_DIR (set by fleet_add_test); every process
+// runs on free ports with a bounded wait.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/collective/mnist_test_data.h"
+#include "tests/comm/collective_test_util.h"
+
+namespace fleet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+std::string BinDir() {
+  const char* dir = std::getenv("FLEET_BIN_DIR");
+  return dir ? dir : "bin";
+}
+
+struct Exit {
+  bool exited = false;  // normal exit, with `code`
+  int code = -1;
+  int signal = 0;       // killed by this signal
+  bool timed_out = false;
+  double seconds = 0;   // from start to exit
+};
+
+// A child process with stdout and stderr in `log`.
+class Child {
+ public:
+  Child(const std::vector<std::string>& args, const std::vector<std::string>& env,
+        const std::string& log)
+      : start_(Clock::now()) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<std::string> a = args, e = env;
+    std::vector<char*> argv, envp;
+    for (std::string& s : a) argv.push_back(s.data());
+    for (std::string& s : e) envp.push_back(s.data());
+    argv.push_back(nullptr);
+    envp.push_back(nullptr);
+    const int rc = posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    if (rc != 0) throw std::runtime_error("cannot start " + args[0]);
+  }
+  ~Child() {
+    if (!reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  // Waits at most `timeout`; kills the process after that.
+  Exit Wait(milliseconds timeout) {
+    Exit out;
+    int status = 0;
+    const auto deadline = Clock::now() + timeout;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+      if (Clock::now() > deadline) {
+        out.timed_out = true;
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    reaped_ = true;
+    out.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    out.exited = WIFEXITED(status);
+    out.code = out.exited ? WEXITSTATUS(status) : -1;
+    out.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    return out;
+  }
+
+ private:
+  const Clock::time_point start_;
+  pid_t pid_ = 0;
+  bool reaped_ = false;
+};
+
+std::string ReadAll(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class MnistProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("mnist_process_test_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    files_ = testing::WriteIdxFiles(testing::SyntheticMnist(2048, 256), dir_.string());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // mnist_mlp and its flags for the synthetic data.
+  std::vector<std::string> MnistArgs(std::vector<std::string> extra) const {
+    std::vector<std::string> args = {BinDir() + "/mnist_mlp",
+                                     "--train_images=" + files_.train_images,
+                                     "--train_labels=" + files_.train_labels,
+                                     "--test_images=" + files_.test_images,
+                                     "--test_labels=" + files_.test_labels,
+                                     "--blas_threads=1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  std::filesystem::path dir_;
+  examples::MnistFiles files_;
+};
+
+// Two ranks started by hand (the environment fleetrun would give them);
+// rank 1 SIGKILLs itself after step 5. Rank 0 must exit 1 within its
+// collective timeout with an error naming itself and the all-reduce.
+TEST_F(MnistProcessTest, KilledRankMakesTheOtherFailWithinTheCollectiveTimeout) {
+  testing::LocalKvServer kv;
+  const int timeout_ms = 4000;
+  std::vector<std::unique_ptr<Child>> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::vector<std::string> env = {
+        "FLEET_ROLE=collective", "FLEET_RANK=" + std::to_string(rank), "FLEET_WORLD_SIZE=2",
+        "FLEET_KV_ENDPOINT=" + kv.endpoint(), "FLEET_JOB_ID=crash", "FLEET_DEVICE=cpu"};
+    ranks.push_back(std::make_unique<Child>(
+        MnistArgs({"--epochs=50", "--debug_crash_at_step=5", "--debug_crash_rank=1",
+                   "--collective_timeout_ms=" + std::to_string(timeout_ms)}),
+        env, (dir_ / ("rank" + std::to_string(rank) + ".log")).string()));
+  }
+  const Exit dead = ranks[1]->Wait(milliseconds(60000));
+  const auto died = Clock::now();
+  const Exit survivor = ranks[0]->Wait(milliseconds(60000));
+  const double after_death = std::chrono::duration<double>(Clock::now() - died).count();
+  const std::string log = ReadAll(dir_ / "rank0.log");
+
+  EXPECT_EQ(dead.signal, SIGKILL) << ReadAll(dir_ / "rank1.log");
+  ASSERT_FALSE(survivor.timed_out) << log;
+  EXPECT_TRUE(survivor.exited) << log;
+  EXPECT_EQ(survivor.code, 1) << log;
+  EXPECT_LT(after_death, timeout_ms / 1000.0 + 2.0) << log;
+  const size_t at = log.rfind("mnist_mlp rank 0 of 2");
+  ASSERT_NE(at, std::string::npos) << log;
+  const std::string error = log.substr(at, log.find('\n', at) - at);
+  std::printf("rank 0, %.2f s after rank 1 died: %s\n", after_death, error.c_str());
+  EXPECT_NE(error.find("data parallel rank 0 of 2 (peer: rank 1)"), std::string::npos) << log;
+  EXPECT_NE(error.find("all-reduce"), std::string::npos) << log;
+}
+
+// Under fleetrun: the job fails, fleetrun names the dead rank and exits 1.
+TEST_F(MnistProcessTest, FleetrunExitsNonZeroWhenARankCrashes) {
+  std::vector<std::string> args = {BinDir() + "/fleetrun", "--nproc_per_node=2", "--http_port=0",
+                                   "--grace_period=2", "--log_dir=" + (dir_ / "logs").string()};
+  const std::vector<std::string> mnist =
+      MnistArgs({"--epochs=50", "--debug_crash_at_step=5", "--debug_crash_rank=1",
+                 "--collective_timeout_ms=4000"});
+  args.insert(args.end(), mnist.begin(), mnist.end());
+  Child fleetrun(args, {"PATH=/usr/bin:/bin"}, (dir_ / "fleetrun.log").string());
+  const Exit exit = fleetrun.Wait(milliseconds(60000));
+  const std::string out = ReadAll(dir_ / "fleetrun.log");
+  ASSERT_FALSE(exit.timed_out) << out;
+  EXPECT_TRUE(exit.exited) << out;
+  EXPECT_EQ(exit.code, 1) << out;
+  EXPECT_NE(out.find("collective 1"), std::string::npos) << out;
+  EXPECT_LT(exit.seconds, 30.0) << out;
+}
+
+// A clean 2-rank job under fleetrun prints the loss and accuracy lines and
+// exits 0.
+TEST_F(MnistProcessTest, FleetrunRunsTwoRanksToTheEnd) {
+  std::vector<std::string> args = {BinDir() + "/fleetrun", "--nproc_per_node=2", "--http_port=0",
+                                   "--log_dir=" + (dir_ / "logs").string()};
+  const std::vector<std::string> mnist =
+      MnistArgs({"--epochs=2", "--log_every_steps=8", "--checkpoint_dir=" + (dir_ / "ckpt").string()});
+  args.insert(args.end(), mnist.begin(), mnist.end());
+  Child fleetrun(args, {"PATH=/usr/bin:/bin"}, (dir_ / "fleetrun.log").string());
+  const Exit exit = fleetrun.Wait(milliseconds(60000));
+  const std::string out = ReadAll(dir_ / "fleetrun.log");
+  ASSERT_FALSE(exit.timed_out) << out;
+  EXPECT_EQ(exit.code, 0) << out;
+  // 2048 samples / 128 per step = 16 steps per epoch.
+  EXPECT_NE(out.find("epoch: 0, step: 8, train_loss: "), std::string::npos) << out;
+  EXPECT_NE(out.find("epoch: 1, step: 32, train_loss: "), std::string::npos) << out;
+  EXPECT_NE(out.find("epoch: 1, test_accuracy: "), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir_ / "ckpt" / "mlp.ckpt"));
+}
+
+}  // namespace
+}  // namespace fleet

@@ -1,0 +1,222 @@
+// ps_worker end to end, in process: servers + workers on threads, small data.
+#include <cmath>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/worker/worker_test_util.h"
+#include "trainer/data/ctr_reader.h"
+#include "trainer/data/file_io.h"
+
+namespace fleet::trainer {
+namespace {
+
+using ps::testing::MakeJob;
+using testing::FreshDir;
+using testing::InProcessJob;
+using testing::MakeCtrData;
+using testing::SmallCtrYaml;
+
+// Shared data set of the AUC tests: generated once per process.
+const std::string& CtrData() {
+  static const std::string dir = [] {
+    std::string d = FreshDir("ctr_data");
+    MakeCtrData(d, 75000);
+    return d;
+  }();
+  return dir;
+}
+
+double OracleAuc(const std::string& dir) {
+  auto o = data::ReadOracleFile(dir + "/oracle.txt");
+  CHECK(o.ok());
+  return o->oracle_auc;
+}
+
+std::vector<PsWorkerReport> RunOk(InProcessJob& job) {
+  std::vector<PsWorkerReport> reports;
+  for (auto& r : job.Run()) {
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (r.ok()) reports.push_back(r.value());
+  }
+  return reports;
+}
+
+class WorkerModeTest : public ::testing::TestWithParam<std::string> {};
+
+// The AUC bar of issue 5 at a small size: 2 servers, 2 workers, 150k lines, 4 epochs.
+TEST_P(WorkerModeTest, ReachesOracleAucMinus002) {
+  const std::string& dir = CtrData();
+  InProcessJob job(MakeJob(SmallCtrYaml(dir, GetParam(), 128, 4)), 2, 2);
+  auto reports = RunOk(job);
+  ASSERT_EQ(reports.size(), 2u);
+  const double oracle = OracleAuc(dir);
+  for (const auto& r : reports) {
+    EXPECT_EQ(r.metric_name, "auc");
+    EXPECT_NEAR(r.oracle_auc, oracle, 1e-9);
+    EXPECT_GE(r.heldout_metric, oracle - 0.02) << GetParam() << " oracle " << oracle;
+    EXPECT_EQ(r.malformed_lines, 0);
+    EXPECT_GT(r.train_samples_per_sec, 0);
+  }
+  // Every worker computed the same aggregated metric.
+  EXPECT_DOUBLE_EQ(reports[0].heldout_metric, reports[1].heldout_metric);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WorkerModeTest, ::testing::Values("sync", "async", "geo"),
+                         [](const auto& info) { return info.param; });
+
+// Keys of every training line, for reading the whole sparse table.
+std::vector<uint64_t> AllKeys(const std::string& dir) {
+  auto files = data::ExpandFileSpec(dir + "/train");
+  CHECK(files.ok());
+  auto reader = data::CtrReader::Open(files.value(), {});
+  CHECK(reader.ok());
+  std::set<uint64_t> keys;
+  data::CtrBatch b;
+  while (reader.value()->Next(&b).value() > 0) {
+    for (const auto& slot : b.slots) keys.insert(slot.keys.begin(), slot.keys.end());
+  }
+  return {keys.begin(), keys.end()};
+}
+
+// Sync determinism: 2 workers with batch B and 1 worker with batch 2B see
+// the same lines per step (line i goes to worker i % 2) and the servers
+// apply the rank-ordered sum of per-worker gradients scaled by b/(B*W): the
+// gradient of the global batch mean. SGD on both tables keeps the check
+// about the data path, not optimizer state.
+TEST(WorkerSyncTest, TwoWorkersBatchBEqualOneWorkerBatch2B) {
+  const std::string dir = FreshDir("sync_equivalence");
+  MakeCtrData(dir, 1000);  // 2000 lines: 31.25 global batches of 64 (a short last one)
+  auto yaml = [&](int batch) {
+    std::string y = SmallCtrYaml(dir, "sync", batch, 1);
+    // SGD on both tables.
+    y.replace(y.find("rule: adagrad, learning_rate: 0.15"), 34, "rule: sgd, learning_rate: 0.100");
+    y.replace(y.find("rule: adam, learning_rate: 0.003"), 32, "rule: sgd, learning_rate: 0.050");
+    return y;
+  };
+  InProcessJob two(MakeJob(yaml(32)), 2, 2);
+  InProcessJob one(MakeJob(yaml(64)), 2, 1);
+  RunOk(two);
+  RunOk(one);
+  // The initialisation alone (no epoch), to show the parameters did move.
+  auto init_job = MakeJob(yaml(64));
+  init_job.root["train"]["epochs"] = 0;
+  InProcessJob untrained(init_job, 1, 1);
+  RunOk(untrained);
+
+  std::vector<float> d2(4321), d1(4321);
+  ASSERT_TRUE(two.client().PullDense(1, d2).ok());
+  ASSERT_TRUE(one.client().PullDense(1, d1).ok());
+  double worst = 0;
+  size_t worst_at = 0;
+  for (size_t i = 0; i < d1.size(); ++i) {
+    if (std::abs(d1[i] - d2[i]) > worst) worst = std::abs(d1[i] - d2[i]), worst_at = i;
+  }
+  EXPECT_LE(worst, 1e-5) << "dense param " << worst_at << ": " << d1[worst_at] << " vs "
+                         << d2[worst_at];
+  const std::vector<uint64_t> keys = AllKeys(dir);
+  std::vector<float> s2(keys.size() * 4), s1(keys.size() * 4);
+  ASSERT_TRUE(two.client().PullSparse(0, keys, s2).ok());
+  ASSERT_TRUE(one.client().PullSparse(0, keys, s1).ok());
+  worst = 0;
+  for (size_t i = 0; i < s1.size(); ++i) {
+    if (std::abs(s1[i] - s2[i]) > worst) worst = std::abs(s1[i] - s2[i]), worst_at = i;
+  }
+  EXPECT_LE(worst, 1e-5) << "sparse key " << keys[worst_at / 4] << " element " << worst_at % 4;
+  // The parameters did move: the comparison is not of two untouched tables.
+  std::vector<float> d0(4321);
+  ASSERT_TRUE(untrained.client().PullDense(1, d0).ok());
+  double moved = 0;
+  for (size_t i = 0; i < d0.size(); ++i) moved = std::max<double>(moved, std::abs(d1[i] - d0[i]));
+  EXPECT_GT(moved, 1e-3);
+}
+
+// A checkpoint saved after epoch 1 and loaded into a fresh job evaluates to
+// the same held-out AUC, and training on from it matches the original run's
+// epoch 2 (sync mode is deterministic; the checkpoint holds optimizer state).
+TEST(WorkerCheckpointTest, LoadedCheckpointContinuesWithTheSameMetric) {
+  const std::string data_dir = FreshDir("ckpt_data");
+  MakeCtrData(data_dir, 3000);
+  const std::string ckpt = FreshDir("ckpt");
+  auto base = SmallCtrYaml(data_dir, "sync", 128, 2);
+  {
+    auto job = MakeJob(base);
+    job.root["train"]["save_dir"] = ckpt;
+    job.root["train"]["save_every_epochs"] = 1;
+    InProcessJob a(job, 2, 2);
+    auto ra = RunOk(a);
+    ASSERT_EQ(ra.size(), 2u);
+    ASSERT_EQ(ra[0].epochs.size(), 2u);
+    const double auc1 = ra[0].epochs[0].heldout_metric;
+    const double auc2 = ra[0].epochs[1].heldout_metric;
+
+    // Evaluate only, from the epoch-1 checkpoint.
+    auto eval = ps::ParseJobConfig(YAML::Load(base));
+    ASSERT_TRUE(eval.ok());
+    ASSERT_TRUE(ps::ApplyOverride(eval->root, "server.load_dir=" + ckpt + "/epoch_1").ok());
+    ASSERT_TRUE(ps::ApplyOverride(eval->root, "train.epochs=0").ok());
+    auto eval_job = ps::ParseJobConfig(eval->root);
+    ASSERT_TRUE(eval_job.ok()) << eval_job.status().ToString();
+    InProcessJob b(eval_job.value(), 2, 2);
+    auto rb = RunOk(b);
+    ASSERT_EQ(rb.size(), 2u);
+    EXPECT_NEAR(rb[0].heldout_metric, auc1, 1e-6);
+
+    // Train one more epoch from it.
+    ASSERT_TRUE(ps::ApplyOverride(eval->root, "train.epochs=1").ok());
+    auto cont_job = ps::ParseJobConfig(eval->root);
+    ASSERT_TRUE(cont_job.ok());
+    InProcessJob c(cont_job.value(), 2, 2);
+    auto rc = RunOk(c);
+    ASSERT_EQ(rc.size(), 2u);
+    EXPECT_NEAR(rc[0].heldout_metric, auc2, 1e-4);
+  }
+}
+
+TEST(WorkerDataTest, MalformedLinesAreCountedNotFatal) {
+  const std::string dir = FreshDir("malformed");
+  MakeCtrData(dir, 500);
+  {
+    std::ofstream f(dir + "/train/part-00000.txt", std::ios::app);
+    f << "not a ctr line\n1\t2\n\nzz\t1\n";
+  }
+  InProcessJob job(MakeJob(SmallCtrYaml(dir, "async", 64, 1)), 1, 2);
+  auto reports = RunOk(job);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].malformed_lines, 4);
+  EXPECT_EQ(reports[1].malformed_lines, 4);
+  EXPECT_FALSE(std::isnan(reports[0].heldout_metric));
+}
+
+TEST(WorkerConfigTest, DenseTableDimMustMatchTheModelExactly) {
+  const std::string dir = CtrData();
+  std::string yaml = SmallCtrYaml(dir, "sync", 64, 1);
+  yaml.replace(yaml.find("dim: 4321"), 9, "dim: 4000");
+  InProcessJob job(MakeJob(yaml), 1, 1);
+  auto results = job.Run();
+  ASSERT_FALSE(results[0].ok());
+  const Status& s = results[0].status();
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("set tables.1.dim: 4321"), std::string::npos) << s.ToString();
+}
+
+TEST(WorkerConfigTest, UnknownKeysAndUnusedTablesAreRefused) {
+  const std::string dir = CtrData();
+  auto typo = MakeJob(SmallCtrYaml(dir, "sync", 64, 1));
+  typo.root["train"]["batch_sise"] = 3;
+  InProcessJob a(typo, 1, 1);
+  auto ra = a.Run();
+  ASSERT_FALSE(ra[0].ok());
+  EXPECT_NE(ra[0].status().message().find("train.batch_sise"), std::string::npos);
+
+  std::string extra = SmallCtrYaml(dir, "sync", 64, 1);
+  extra.replace(extra.find("model:"), 0, "  - {id: 7, kind: dense, dim: 3}\n");
+  InProcessJob b(MakeJob(extra), 1, 1);
+  auto rb = b.Run();
+  ASSERT_FALSE(rb[0].ok());
+  EXPECT_NE(rb[0].status().message().find("table id 7 is not used"), std::string::npos)
+      << rb[0].status().ToString();
+}
+
+}  // namespace
+}  // namespace fleet::trainer

@@ -1,0 +1,76 @@
+// The factory and the checks shared by the three policies; each policy lives
+// in its own file (communicator_sync.cc, communicator_async.cc,
+// communicator_geo.cc).
+#include "trainer/communicator.h"
+
+#include <string>
+
+namespace fleet::trainer {
+
+Status ValidateCommunicatorOptions(const ps::PsClient& client, CommunicatorOptions* options) {
+  const ps::JobConfig& job = client.job();
+  auto check_table = [&](const std::optional<uint32_t>& id, ps::TableKind kind,
+                         const char* what) -> Status {
+    if (!id) return Status::OK();
+    const ps::TableConfig* t = job.table(*id);
+    if (t == nullptr) {
+      return Status::InvalidArgument(std::string("communicator: no ") + what + " table with id",
+                                     std::to_string(*id));
+    }
+    if (t->kind != kind) {
+      return Status::InvalidArgument(std::string("communicator: table is not ") + what,
+                                     std::to_string(*id));
+    }
+    return Status::OK();
+  };
+  FLEET_RETURN_IF_ERROR(check_table(options->sparse_table, ps::TableKind::kSparse, "sparse"));
+  FLEET_RETURN_IF_ERROR(check_table(options->dense_table, ps::TableKind::kDense, "dense"));
+  // Every policy hands the worker rows it can add gradients of the same
+  // width to (geo even applies them locally): a table whose pushes differ
+  // in width from its pulls (the ctr accessor) does not fit this interface.
+  if (options->sparse_table &&
+      client.PullDim(*options->sparse_table) != client.PushDim(*options->sparse_table)) {
+    return Status::InvalidArgument(
+        "communicator: sparse table must pull and push the same width (accessor: plain)",
+        std::to_string(*options->sparse_table));
+  }
+  if (options->num_workers < 1) {
+    return Status::InvalidArgument("communicator: num_workers must be >= 1",
+                                   std::to_string(options->num_workers));
+  }
+  if (options->batch_size < 1) {
+    return Status::InvalidArgument("communicator: batch_size must be >= 1",
+                                   std::to_string(options->batch_size));
+  }
+  if (options->max_merge < 1) {
+    return Status::InvalidArgument("communicator: max_merge must be >= 1",
+                                   std::to_string(options->max_merge));
+  }
+  if (options->k_steps < 1) {
+    return Status::InvalidArgument("communicator: k_steps must be >= 1",
+                                   std::to_string(options->k_steps));
+  }
+  if (options->queue_capacity < 0) {
+    return Status::InvalidArgument("communicator: queue_capacity must be >= 0",
+                                   std::to_string(options->queue_capacity));
+  }
+  if (options->queue_capacity == 0) options->queue_capacity = 2 * options->max_merge;
+  if (options->timeout.count() <= 0) options->timeout = job.distributed.timeout;
+  return Status::OK();
+}
+
+Result<std::unique_ptr<Communicator>> CreateCommunicator(ps::PsClient* client,
+                                                         CommunicatorOptions options) {
+  FLEET_RETURN_IF_ERROR(ValidateCommunicatorOptions(*client, &options));
+  switch (client->job().distributed.mode) {
+    case ps::SyncMode::kSync:
+      return std::unique_ptr<Communicator>(std::make_unique<SyncCommunicator>(client, options));
+    case ps::SyncMode::kAsync:
+      return std::unique_ptr<Communicator>(std::make_unique<AsyncCommunicator>(client, options));
+    case ps::SyncMode::kGeo:
+      return std::unique_ptr<Communicator>(std::make_unique<GeoCommunicator>(client, options));
+  }
+  return Status::InvalidArgument("communicator: unknown Distributed.mode");
+}
+
+}  // namespace fleet::trainer

@@ -1,0 +1,249 @@
+// Communicator: how a PS worker reads parameters and hands back gradients,
+// one policy per `Distributed.mode`. The worker's step loop is the same for
+// every mode:
+//
+//   FLEET_RETURN_IF_ERROR(comm->Pull(params));       // rows of the batch's keys + dense
+//   ... forward / backward, gradients of the batch-mean loss ...
+//   scale them by comm->GradientScale(batch_samples)
+//   FLEET_RETURN_IF_ERROR(comm->Push(grads));
+//   ...
+//   FLEET_RETURN_IF_ERROR(comm->Flush());            // before eval, save, exit
+//
+// A communicator serves at most one sparse and one dense table (the models of
+// ps_worker use one of each, or only a dense one).
+//
+//   SyncCommunicator   Pull reads the servers; Push sends the step's sparse
+//                      and dense gradients with PushOptions.step and returns
+//                      once every worker's push of that step was applied.
+//   AsyncCommunicator  Pull reads the servers; Push copies the gradients into
+//                      a bounded queue and returns; a background thread
+//                      merges up to max_merge queued batches (per-key sums,
+//                      dense sums) and sends them while compute goes on.
+//   GeoCommunicator    The worker trains a local copy with the tables' own
+//                      optimizer rules; every k_steps Pushes it sends the
+//                      deltas (local - last synced) / num_workers and
+//                      re-reads fresh values from the servers.
+//
+// Thread safety: a communicator is driven by one thread (the worker's step
+// loop). Internally AsyncCommunicator owns its own sender thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "comm/status.h"
+#include "ps/client.h"
+#include "ps/table/optimizer.h"
+
+namespace fleet::trainer {
+
+struct CommunicatorOptions {
+  // The sparse table read and pushed by Pull/Push (nullopt: none), and the
+  // dense one. Both must exist in the job config of the client.
+  std::optional<uint32_t> sparse_table;
+  std::optional<uint32_t> dense_table;
+  // Workers of the job (sync gradient scale, geo delta scale). >= 1.
+  int num_workers = 1;
+  // Samples per batch of one worker as configured (the last batch of an
+  // epoch may be smaller). Sync scales by actual / (batch_size * workers).
+  int batch_size = 1;
+  // Deadline of every wait: PS requests, a full async queue, Flush.
+  // Default: Distributed.timeout_ms of the client's job.
+  std::chrono::milliseconds timeout{0};
+  // Async: batches merged into one send (Distributed.max_merge).
+  int max_merge = 10;
+  // Async: batches waiting in the queue before Push blocks (back pressure
+  // on a worker that computes faster than the servers absorb). Default
+  // 2 * max_merge when 0.
+  int queue_capacity = 0;
+  // Geo: Pushes between two exchanges with the servers (Distributed.k_steps).
+  int k_steps = 100;
+};
+
+// What one step reads. Spans are the caller's; they must stay valid for the
+// call only.
+struct PullRequest {
+  std::span<const uint64_t> sparse_keys = {};  // any order, duplicates allowed
+  std::span<float> sparse_values = {};         // keys.size() * pull dim
+  std::span<float> dense_values = {};          // the dense table's dim (empty: skip dense)
+};
+
+// What one step hands back: gradients already multiplied by GradientScale().
+struct PushRequest {
+  std::span<const uint64_t> sparse_keys = {};
+  std::span<const float> sparse_grads = {};  // keys.size() * push dim
+  std::span<const float> dense_grads = {};   // the dense table's dim, or empty when
+                                             // the worker had no batch this step
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  // Fills the requested values. Blocks at most the timeout (twice for geo:
+  // a refresh of unseen keys then nothing more). Errors: those of PsClient
+  // (Timeout / Unavailable naming the server, InvalidArgument for sizes);
+  // for async, the first error of the sender thread. Values are unspecified
+  // on error.
+  virtual Status Pull(const PullRequest& request) = 0;
+
+  // Hands over one step's gradients (see each class for when they reach the
+  // servers). Every worker of a sync job must call Push once per step, with
+  // empty spans when it had no batch. Errors as Pull; async also returns
+  // Timeout naming the queue when it stayed full for the whole timeout.
+  virtual Status Push(const PushRequest& request) = 0;
+
+  // Returns once everything pushed so far reached the servers (async: queue
+  // drained and sent; geo: pending deltas sent and the local copy dropped so
+  // the next Pull reads the servers). Blocks at most the timeout; Timeout
+  // names what was still pending.
+  virtual Status Flush() = 0;
+
+  // The factor the worker multiplies the gradients of its batch-mean loss by
+  // before Push, given the samples in its batch.
+  virtual double GradientScale(size_t batch_samples) const = 0;
+
+  // "sync", "async", "geo" for logs.
+  virtual const char* name() const = 0;
+};
+
+// The communicator for the client's `Distributed.mode`. `client` is not
+// owned and must outlive it. InvalidArgument when a named table is missing
+// or of the wrong kind, num_workers/batch_size < 1, max_merge/k_steps < 1.
+Result<std::unique_ptr<Communicator>> CreateCommunicator(ps::PsClient* client,
+                                                         CommunicatorOptions options);
+
+// Checks the options against the client's job (shared by the three classes).
+Status ValidateCommunicatorOptions(const ps::PsClient& client, CommunicatorOptions* options);
+
+// ---------------------------------------------------------------------------
+class SyncCommunicator final : public Communicator {
+ public:
+  // REQUIRES: ValidateCommunicatorOptions(*client, &options) is OK.
+  SyncCommunicator(ps::PsClient* client, CommunicatorOptions options);
+
+  Status Pull(const PullRequest& request) override;
+  // Sends both tables' pushes at once (empty ones too: the servers count
+  // every worker each step) and waits for both. The step number is the
+  // count of earlier Pushes.
+  Status Push(const PushRequest& request) override;
+  Status Flush() override { return Status::OK(); }  // every Push is already applied
+  // batch_samples / (batch_size * num_workers): the servers' sum over
+  // workers is then the gradient of the mean loss over the global batch,
+  // the same as one worker with a batch of batch_size * num_workers.
+  double GradientScale(size_t batch_samples) const override;
+  const char* name() const override { return "sync"; }
+
+  int64_t step() const { return step_; }
+
+ private:
+  // Fixed after construction.
+  ps::PsClient* const client_;
+  const CommunicatorOptions options_;
+  size_t dense_dim_ = 0;
+  std::vector<float> zero_dense_;  // pushed when the worker had no batch
+
+  int64_t step_ = 0;  // driving thread only
+};
+
+// ---------------------------------------------------------------------------
+class AsyncCommunicator final : public Communicator {
+ public:
+  // Starts the sender thread. REQUIRES: validated options.
+  AsyncCommunicator(ps::PsClient* client, CommunicatorOptions options);
+  // Flushes (errors are logged) and joins the sender thread.
+  ~AsyncCommunicator() override;
+
+  Status Pull(const PullRequest& request) override;
+  // Copies the gradients into the queue; blocks while the queue is full, at
+  // most the timeout.
+  Status Push(const PushRequest& request) override;
+  Status Flush() override;
+  double GradientScale(size_t) const override { return 1.0; }
+  const char* name() const override { return "async"; }
+
+  // Sends made so far (each merges 1..max_merge Pushes). Thread-safe.
+  int64_t sends() const;
+
+ private:
+  struct Batch {
+    std::vector<uint64_t> keys;
+    std::vector<float> sparse;
+    std::vector<float> dense;
+  };
+  void SenderLoop();
+  // Merges `batches` (per-key sums, dense sums) and sends them; sender thread.
+  Status Send(std::vector<Batch>& batches);
+
+  // Fixed after construction.
+  ps::PsClient* const client_;
+  const CommunicatorOptions options_;
+  size_t push_dim_ = 0;
+  size_t dense_dim_ = 0;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;   // queue changed, a send finished, or stop
+  std::deque<Batch> queue_;      // guarded by mu_
+  int in_flight_ = 0;            // guarded by mu_; batches taken, not yet sent
+  Status error_;                 // guarded by mu_; first send failure
+  bool stop_ = false;            // guarded by mu_
+  int64_t sends_ = 0;            // guarded by mu_
+
+  std::thread sender_;  // last: started once everything above exists
+};
+
+// ---------------------------------------------------------------------------
+class GeoCommunicator final : public Communicator {
+ public:
+  // REQUIRES: validated options.
+  GeoCommunicator(ps::PsClient* client, CommunicatorOptions options);
+
+  // Sparse rows come from the local copy; keys it lacks are pulled from the
+  // servers first. Dense values are the local copy (pulled on first use).
+  Status Pull(const PullRequest& request) override;
+  // Applies the gradients to the local copy with each table's optimizer rule
+  // (its state is kept locally across exchanges); every k_steps-th Push
+  // also exchanges with the servers (see Flush).
+  Status Push(const PushRequest& request) override;
+  // Sends (local - synced) / num_workers for every row touched since the
+  // last exchange and for the dense table, then drops the local sparse rows
+  // and re-reads the dense table, so the next Pull sees every worker's work.
+  Status Flush() override;
+  double GradientScale(size_t) const override { return 1.0; }
+  const char* name() const override { return "geo"; }
+
+  int64_t exchanges() const { return exchanges_; }
+
+ private:
+  struct Row {
+    std::vector<float> value;   // trained locally
+    std::vector<float> synced;  // as last read from the servers
+  };
+
+  // Fixed after construction.
+  ps::PsClient* const client_;
+  const CommunicatorOptions options_;
+  size_t sparse_dim_ = 0;
+  size_t dense_dim_ = 0;
+  std::unique_ptr<ps::OptimizerRule> sparse_rule_;
+  std::unique_ptr<ps::OptimizerRule> dense_rule_;
+
+  // Driving thread only.
+  std::unordered_map<uint64_t, Row> rows_;                  // touched since the last exchange
+  std::unordered_map<uint64_t, std::vector<float>> state_;  // optimizer state per key, kept
+  std::vector<float> dense_value_, dense_synced_, dense_state_;
+  bool dense_loaded_ = false;
+  int64_t pushes_ = 0;
+  int64_t exchanges_ = 0;
+};
+
+}  // namespace fleet::trainer

@@ -1,0 +1,262 @@
+#include "trainer/data_parallel.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace fleet::trainer {
+namespace {
+
+// Groups tensors from the last one backwards into ranges of at least
+// `bucket_bytes` (see the header).
+std::vector<GradBucket> PlanBuckets(const ParamArena& arena, size_t bucket_bytes) {
+  std::vector<GradBucket> buckets;
+  const size_t n = arena.num_tensors();
+  size_t end = n;
+  while (end > 0) {
+    size_t first = end - 1;
+    while (first > 0 && (arena.offset(end) - arena.offset(first)) * sizeof(float) < bucket_bytes) {
+      --first;
+    }
+    buckets.push_back(GradBucket{first, end, arena.offset(first), arena.offset(end)});
+    end = first;
+  }
+  return buckets;
+}
+
+// A step counter travels as two floats, each an integer below 2^24 and so
+// exact: hi * 2^24 + lo. Steps beyond 2^48 are not representable.
+constexpr int64_t kStepRadix = int64_t{1} << 24;
+
+}  // namespace
+
+Result<std::unique_ptr<DataParallel>> DataParallel::Create(Collective* collective,
+                                                          ParamArena* arena,
+                                                          const DataParallelOptions& options) {
+  if (arena == nullptr) return Status::InvalidArgument("data parallel: no parameter arena");
+  if (options.bucket_bytes == 0) {
+    return Status::InvalidArgument("data parallel: bucket_bytes must be > 0");
+  }
+  if (options.timeout.count() <= 0) {
+    return Status::InvalidArgument("data parallel: timeout must be positive",
+                                   absl::StrCat(options.timeout.count(), " ms"));
+  }
+  std::vector<GradBucket> buckets = PlanBuckets(*arena, options.bucket_bytes);
+  return std::unique_ptr<DataParallel>(
+      new DataParallel(collective, arena, options, std::move(buckets)));
+}
+
+DataParallel::DataParallel(Collective* collective, ParamArena* arena,
+                           const DataParallelOptions& options, std::vector<GradBucket> buckets)
+    : collective_(collective),
+      arena_(arena),
+      options_(options),
+      rank_(collective ? collective->rank() : 0),
+      world_(collective ? collective->size() : 1),
+      buckets_(std::move(buckets)),
+      bucket_of_tensor_(arena->num_tensors()),
+      ready_in_bucket_(buckets_.size(), 0),
+      bucket_sent_(buckets_.size(), false) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (size_t t = buckets_[b].first_tensor; t < buckets_[b].end_tensor; ++t) {
+      bucket_of_tensor_[t] = b;
+    }
+  }
+  if (collective_ != nullptr) comm_thread_ = std::thread([this] { CommLoop(); });
+}
+
+DataParallel::~DataParallel() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  if (comm_thread_.joinable()) comm_thread_.join();
+}
+
+void DataParallel::CommLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (stop_) {
+      // Being destroyed: nobody waits for what is still queued (the caller
+      // gave up on it after an error or timeout), and running it could
+      // block for another collective timeout.
+      queue_.clear();
+      return;
+    }
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    Status st;
+    if (!first_error_.ok()) {
+      // Peers may be mid-operation after a failure; issuing more calls
+      // could pair them with the wrong operation. Skip instead.
+      st = first_error_;
+    } else {
+      running_ = task.what;
+      lock.unlock();
+      st = task.run();
+      lock.lock();
+      running_.clear();
+      if (!st.ok() && first_error_.ok()) {
+        // Gloo names a lost peer by address only; with two ranks the peer
+        // is known, so say which rank it was.
+        const std::string peer =
+            world_ == 2 ? absl::StrCat(" (peer: rank ", 1 - rank_, ")") : std::string();
+        first_error_ = st.WithContext(
+            absl::StrCat("data parallel rank ", rank_, " of ", world_, peer, ": ", task.what));
+      }
+    }
+    --pending_;
+    idle_cv_.notify_all();
+  }
+}
+
+void DataParallel::Enqueue(Task task) {
+  CHECK(collective_ != nullptr) << "data parallel: no collective to run " << task.what;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(task));
+    ++pending_;
+  }
+  work_cv_.notify_one();
+}
+
+Status DataParallel::Broken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (first_error_.ok()) return Status::OK();
+  return Status::FailedPrecondition(
+      absl::StrCat("data parallel rank ", rank_, " of ", world_,
+                   ": unusable after an earlier failure"),
+      first_error_.ToString());
+}
+
+Status DataParallel::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool done = idle_cv_.wait_for(lock, options_.timeout, [this] { return pending_ == 0; });
+  if (!done) {
+    // The communication thread is stuck inside the Collective (which has its
+    // own, shorter, timeout) or the machine is badly overloaded. Break the
+    // helper: later tasks would run out of order with the peers.
+    Status st = Status::Timeout(
+        absl::StrCat("data parallel rank ", rank_, " of ", world_, ": waited ",
+                     options_.timeout.count(), " ms for ", pending_,
+                     " pending collective operation(s)"),
+        running_.empty() ? std::string("queued") : "running: " + running_);
+    if (first_error_.ok()) first_error_ = st;
+    return st;
+  }
+  if (!first_error_.ok()) {
+    return first_error_;
+  }
+  return Status::OK();
+}
+
+Status DataParallel::RunAndWait(std::string what, std::function<Status()> run) {
+  FLEET_RETURN_IF_ERROR(Broken());
+  Enqueue(Task{std::move(what), std::move(run)});
+  return WaitIdle();
+}
+
+Status DataParallel::SyncFromRoot(Optimizer* optimizer) {
+  if (optimizer != nullptr && optimizer->arena() != arena_) {
+    return Status::InvalidArgument("data parallel: optimizer is bound to another arena");
+  }
+  if (collective_ == nullptr) return Status::OK();
+  const size_t n = arena_->size();
+  float* params = arena_->params().data();
+  FLEET_RETURN_IF_ERROR(RunAndWait(absl::StrCat("broadcast of ", n, " parameters from rank 0"),
+                                   [this, params, n] { return collective_->Broadcast(params, n, 0); }));
+  if (optimizer == nullptr) return Status::OK();
+  for (size_t i = 0; i < optimizer->state().size(); ++i) {
+    float* state = optimizer->state()[i].data();
+    FLEET_RETURN_IF_ERROR(RunAndWait(
+        absl::StrCat("broadcast of optimizer state ", i, " (", n, " floats) from rank 0"),
+        [this, state, n] { return collective_->Broadcast(state, n, 0); }));
+  }
+  // The step goes through the backend's memory (device memory under NCCL).
+  Backend* backend = arena_->backend();
+  const int64_t step = optimizer->step();
+  const float host[2] = {static_cast<float>(step / kStepRadix),
+                         static_cast<float>(step % kStepRadix)};
+  std::shared_ptr<float> buffer = backend->AllocateFloats(2);
+  backend->CopyFromHost(buffer.get(), host, sizeof(host));
+  float* data = buffer.get();
+  FLEET_RETURN_IF_ERROR(RunAndWait("broadcast of the optimizer step from rank 0",
+                                   [this, data] { return collective_->Broadcast(data, 2, 0); }));
+  float root[2];
+  backend->CopyToHost(root, buffer.get(), sizeof(root));
+  optimizer->RestoreStep(static_cast<int64_t>(root[0]) * kStepRadix + static_cast<int64_t>(root[1]));
+  return Status::OK();
+}
+
+std::string DataParallel::Describe(const GradBucket& bucket) const {
+  const ParamTable& table = arena_->table();
+  return absl::StrCat(table[bucket.first_tensor].name, "..", table[bucket.end_tensor - 1].name,
+                      ", ", bucket.end - bucket.begin, " floats");
+}
+
+void DataParallel::EnqueueBucket(size_t b) {
+  bucket_sent_[b] = true;
+  const GradBucket& bucket = buckets_[b];
+  Backend* backend = arena_->backend();
+  if (backend->device().is_cuda()) {
+    // Backward's kernels run asynchronously on the backend's stream while
+    // the Collective uses its own stream. The Backend interface has no
+    // explicit synchronise; CopyToHost waits for the stream (see
+    // backend.h), so after this 4-byte copy the bucket's gradients are final.
+    float probe;
+    backend->CopyToHost(&probe, arena_->grads().data() + bucket.end - 1, sizeof(probe));
+  }
+  float* data = arena_->grads().data() + bucket.begin;
+  const size_t count = bucket.end - bucket.begin;
+  Enqueue(Task{absl::StrCat("all-reduce of gradient bucket ", b, " (", Describe(bucket), ")"),
+               [this, data, count] { return collective_->AllReduce(data, count, ReduceOp::kMean); }});
+}
+
+void DataParallel::MarkReady(size_t first, size_t end) {
+  if (collective_ == nullptr) return;  // nothing to exchange
+  CHECK_LE(end, arena_->num_tensors()) << "grad-ready range beyond the parameter table";
+  for (size_t t = first; t < end; ++t) {
+    const size_t b = bucket_of_tensor_[t];
+    const GradBucket& bucket = buckets_[b];
+    if (++ready_in_bucket_[b] == bucket.end_tensor - bucket.first_tensor && !bucket_sent_[b]) {
+      EnqueueBucket(b);
+    }
+  }
+}
+
+GradReadyFn DataParallel::grad_ready() {
+  return [this](size_t first, size_t end) { MarkReady(first, end); };
+}
+
+Status DataParallel::FinishGradients() {
+  if (collective_ == nullptr) return Status::OK();
+  // Buckets never reported complete go out now, in bucket order, which is
+  // the same on every rank. (After a failure the communication thread skips
+  // them and WaitIdle returns the first error.)
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (!bucket_sent_[b]) EnqueueBucket(b);
+  }
+  std::fill(ready_in_bucket_.begin(), ready_in_bucket_.end(), 0);
+  std::fill(bucket_sent_.begin(), bucket_sent_.end(), false);
+  return WaitIdle();
+}
+
+Status DataParallel::SumOverRanks(std::span<float> values) {
+  if (collective_ == nullptr || values.empty()) return Status::OK();
+  Backend* backend = arena_->backend();
+  std::shared_ptr<float> buffer = backend->AllocateFloats(values.size());
+  backend->CopyFromHost(buffer.get(), values.data(), values.size_bytes());
+  float* data = buffer.get();
+  const size_t count = values.size();
+  FLEET_RETURN_IF_ERROR(RunAndWait(absl::StrCat("sum over ranks of ", count, " metric values"),
+                                   [this, data, count] {
+                                     return collective_->AllReduce(data, count, ReduceOp::kSum);
+                                   }));
+  backend->CopyToHost(values.data(), buffer.get(), values.size_bytes());
+  return Status::OK();
+}
+
+}  // namespace fleet::trainer

@@ -1,0 +1,177 @@
+// DataParallel: collective data-parallel training over any Collective (Gloo
+// on CPUs, NCCL on GPUs; the same code path for both).
+//
+// Every rank holds the whole model in a ParamArena. DataParallel
+//   * makes every rank start from rank 0's parameters (and, when resuming,
+//     its optimizer state and step): SyncFromRoot;
+//   * all-reduces the gradients (mean over ranks) in buckets while backward
+//     still runs: pass grad_ready() to the model's Backward; as soon as every
+//     tensor of a bucket is final the bucket is handed to the communication
+//     thread, which all-reduces it while the caller computes earlier layers;
+//     FinishGradients waits for the rest;
+//   * sums small metric vectors over ranks (loss sums, correct counts).
+//
+// Buckets. The arena's tensors are grouped, from the LAST tensor of the
+// table backwards (the order backward finishes them), into contiguous
+// ranges of whole tensors holding at least bucket_bytes each (the last
+// bucket takes what is left; a tensor larger than bucket_bytes is a bucket
+// of its own). Every rank builds the same buckets from the same table, and
+// backward finishes them in the same order, so every rank issues the same
+// sequence of collective calls.
+//
+// Threads. One communication thread, owned here, makes every call on the
+// Collective (its contract: one thread drives a group). Every public method
+// is called from the single thread that drives the model; none is
+// thread-safe. While a step's buckets are in flight the caller must not
+// write the gradients of tensors already reported ready, nor the params
+// (backward only reads params and writes the gradients of layers not yet
+// reported, which is what makes the overlap safe).
+//
+// Failure. The first failed collective call breaks the helper: every later
+// call returns FailedPrecondition carrying that first error. Each wait of
+// the caller is bounded by options.timeout; the Collective bounds each of
+// its own calls by its group timeout, so a dead or stalled peer shows up as
+// an error (naming this rank, the operation and the bucket) rather than a
+// hang.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/collective.h"
+#include "comm/status.h"
+#include "trainer/models/mlp.h"
+#include "trainer/optimizer.h"
+#include "trainer/param_arena.h"
+
+namespace fleet::trainer {
+
+struct DataParallelOptions {
+  // Minimum bytes of gradient per all-reduce call (whole tensors only).
+  // Smaller buckets start communicating earlier in backward but pay the
+  // per-call latency more often; larger ones overlap less. Default 1 MiB
+  // (PyTorch DDP's first bucket). The 784-128-128-10 MLP (~465 KiB of
+  // gradients) is then one bucket: measured on 2 shared cores over Gloo, its
+  // overlap window (the first layer's weight-gradient GEMM, ~0.3 ms) is
+  // shorter than the latency an extra call adds, and 64 KiB buckets (two
+  // calls, one overlapped) ran 10-25% fewer samples/s (bench/collective_bench).
+  // Models whose later layers hold megabytes get several buckets and
+  // overlap. SIZE_MAX makes one bucket whatever the size.
+  size_t bucket_bytes = 1 << 20;
+  // Bounds each wait of the calling thread for the communication thread.
+  // Keep it above the Collective's own timeout (default 30 s) so that the
+  // Collective, which knows which operation and peer failed, reports first.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+// One bucket: tensors [first_tensor, end_tensor) of the arena's table, i.e.
+// floats [begin, end) of params()/grads().
+struct GradBucket {
+  size_t first_tensor = 0;
+  size_t end_tensor = 0;
+  size_t begin = 0;
+  size_t end = 0;
+};
+
+class DataParallel {
+ public:
+  // `collective` may be null for a single process (every operation is then
+  // local and immediate); otherwise it must outlive this object, as must
+  // `arena` (neither is owned). InvalidArgument for a null arena, a zero
+  // bucket_bytes or a non-positive timeout. Starts the communication thread
+  // when collective is non-null.
+  static Result<std::unique_ptr<DataParallel>> Create(Collective* collective, ParamArena* arena,
+                                                      const DataParallelOptions& options);
+  // Stops the communication thread. If it is inside a collective call (after
+  // a failure or timeout) this blocks until that call ends, i.e. at most the
+  // Collective's timeout.
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+
+  // Makes this rank's params equal to rank 0's. When `optimizer` is not null
+  // (it must be bound to this arena), also its state buffers and step, so a
+  // run resumed from a checkpoint that only rank 0 read continues the same
+  // everywhere. Blocks for the broadcasts (each bounded as described above).
+  Status SyncFromRoot(Optimizer* optimizer);
+
+  // The callback to pass to Mlp::Backward (or any model's backward that
+  // reports finished tensor ranges). Marks tensors [first, end) final and
+  // hands every bucket that became complete to the communication thread.
+  // The callback refers to this object and must not outlive it.
+  GradReadyFn grad_ready();
+
+  // Hands over the buckets not yet handed over (all of them if backward ran
+  // without grad_ready()), waits until every bucket of this step is reduced,
+  // and readies the helper for the next step. On OK every rank's grads()
+  // hold the mean of the ranks' gradients. On error the grads are undefined
+  // and the helper is broken.
+  Status FinishGradients();
+
+  // In place: values become their sum over ranks. Blocks for one all-reduce.
+  // Use it for metric sums and counts (exact for integers below 2^24).
+  Status SumOverRanks(std::span<float> values);
+
+ private:
+  DataParallel(Collective* collective, ParamArena* arena, const DataParallelOptions& options,
+               std::vector<GradBucket> buckets);
+
+  struct Task {
+    std::string what;  // "all-reduce of bucket 1 (fc2.weight..fc2.bias, 16512 floats)"
+    std::function<Status()> run;
+  };
+
+  // Queues a task for the communication thread. REQUIRES: a collective.
+  void Enqueue(Task task);
+  // OK, or FailedPrecondition carrying the first error.
+  Status Broken();
+  // Waits until every queued task ran; returns the first error.
+  Status WaitIdle();
+  // Enqueue + WaitIdle for one operation of the caller.
+  Status RunAndWait(std::string what, std::function<Status()> run);
+  void CommLoop();
+  void MarkReady(size_t first, size_t end);
+  void EnqueueBucket(size_t b);
+  std::string Describe(const GradBucket& bucket) const;
+
+  // Fixed after construction.
+  Collective* const collective_;  // null: single process
+  ParamArena* const arena_;
+  const DataParallelOptions options_;
+  const int rank_;
+  const int world_;
+  const std::vector<GradBucket> buckets_;
+  std::vector<size_t> bucket_of_tensor_;  // table index -> bucket index
+
+  // Used only by the caller's thread.
+  std::vector<size_t> ready_in_bucket_;  // tensors of each bucket reported this step
+  std::vector<bool> bucket_sent_;
+
+  // Guarded by mu_; shared with the communication thread.
+  std::mutex mu_;
+  std::condition_variable work_cv_;  // tasks queued or stopping
+  std::condition_variable idle_cv_;  // a task finished
+  std::deque<Task> queue_;
+  size_t pending_ = 0;       // queued or running
+  std::string running_;      // what the communication thread is doing now
+  Status first_error_;       // sticky; OK while usable
+  bool stop_ = false;
+
+  std::thread comm_thread_;  // last: starts after every member above exists
+};
+
+}  // namespace fleet::trainer

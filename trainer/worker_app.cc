@@ -1,0 +1,358 @@
+#include "trainer/worker_app.h"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "comm/cluster.h"
+#include "comm/gloo_collective.h"
+#include "comm/kv_store.h"
+#include "comm/stop_signal.h"
+#include "ps/client.h"
+#include "trainer/communicator.h"
+#include "trainer/data/ctr_generator.h"
+#include "trainer/kernels/cpu_kernels.h"
+#include "trainer/worker_config.h"
+#include "trainer/worker_task.h"
+
+namespace fleet::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+// The metrics group: all-reduces over Gloo, or nothing for a world of one.
+class MetricsGroup {
+ public:
+  static Result<MetricsGroup> Join(const PsWorkerOptions& o) {
+    MetricsGroup g;
+    if (o.num_workers == 1) return g;
+    if (o.kv_endpoint.empty()) {
+      return Status::InvalidArgument(
+          "a job of " + std::to_string(o.num_workers) +
+              " workers needs the KV store (--kv_endpoint / FLEET_KV_ENDPOINT) to aggregate "
+              "metrics; fleetrun sets it",
+          "worker " + std::to_string(o.rank));
+    }
+    KvStoreClient kv(o.kv_endpoint, o.job_id);
+    GlooCollectiveOptions go;
+    go.group = "ps_worker_metrics";
+    go.rank = o.rank;
+    go.size = o.num_workers;
+    go.timeout = o.job.distributed.timeout;
+    FLEET_ASSIGN_OR_RETURN(g.gloo_, GlooCollective::Create(kv, go));
+    return g;
+  }
+
+  Status AllReduce(std::vector<float>* v, ReduceOp op, const char* what) {
+    if (!gloo_ || v->empty()) return Status::OK();
+    return gloo_->AllReduce(v->data(), v->size(), op).WithContext(what);
+  }
+
+ private:
+  std::unique_ptr<GlooCollective> gloo_;
+};
+
+std::string FormatMetric(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.4f", v);
+  return buf;
+}
+
+// Refuses tables the model does not use: a sync step would wait forever for
+// pushes to them.
+Status CheckTables(const WorkerConfig& config, const ps::JobConfig& job, const WorkerTask& task) {
+  std::set<uint32_t> used = {config.model.dense_table};
+  if (config.model.kind == ModelKind::kCtrDnn) used.insert(config.model.sparse_table);
+  for (size_t i = 0; i < job.tables.size(); ++i) {
+    if (!used.contains(job.tables[i].id)) {
+      return Status::InvalidArgument(
+          "table id " + std::to_string(job.tables[i].id) +
+              " is not used by the model (model.sparse_table / model.dense_table); remove it",
+          "tables." + std::to_string(i));
+    }
+  }
+  for (size_t i = 0; i < job.tables.size(); ++i) {
+    const ps::TableConfig& t = job.tables[i];
+    if (t.id != config.model.dense_table) continue;
+    if (t.kind != ps::TableKind::kDense) {
+      return Status::InvalidArgument("model.dense_table must name a dense table",
+                                     "tables." + std::to_string(i));
+    }
+    if (t.dim != task.dense_param_count()) {
+      return Status::InvalidArgument(
+          "dense table " + std::to_string(t.id) + " has dim " + std::to_string(t.dim) +
+              " but the model has " + std::to_string(task.dense_param_count()) +
+              " dense parameters: set tables." + std::to_string(i) +
+              ".dim: " + std::to_string(task.dense_param_count()),
+          "tables." + std::to_string(i) + ".dim");
+    }
+    return Status::OK();
+  }
+  return Status::InvalidArgument("no dense table with the id of model.dense_table",
+                                 std::to_string(config.model.dense_table));
+}
+
+class WorkerRun {
+ public:
+  WorkerRun(const PsWorkerOptions& o, WorkerConfig config)
+      : o_(o), config_(std::move(config)), name_("worker " + std::to_string(o.rank)) {}
+
+  Result<PsWorkerReport> Run();
+
+ private:
+  bool StopRequested() const { return o_.stop != nullptr && o_.stop->load(); }
+  Status Evaluate(int epoch);
+  Status MaybeSave(int epoch);
+
+  const PsWorkerOptions& o_;
+  const WorkerConfig config_;
+  const std::string name_;
+  std::unique_ptr<WorkerTask> task_;
+  std::unique_ptr<ps::PsClient> client_;
+  MetricsGroup group_;
+  PsWorkerReport report_;
+};
+
+Result<PsWorkerReport> WorkerRun::Run() {
+  kernels::SetBlasThreads(config_.train.blas_threads);
+  report_.oracle_auc = kNaN;
+  report_.heldout_metric = kNaN;
+  if (!config_.data.oracle.empty()) {
+    FLEET_ASSIGN_OR_RETURN(data::OracleInfo oracle, data::ReadOracleFile(config_.data.oracle));
+    report_.oracle_auc = oracle.oracle_auc;
+  }
+
+  // 1. Data and model.
+  const auto t_load = Clock::now();
+  FLEET_ASSIGN_OR_RETURN(task_, CreateWorkerTask(config_, o_.job, {o_.rank, o_.num_workers}));
+  report_.metric_name = task_->metric_name();
+  FLEET_RETURN_IF_ERROR(CheckTables(config_, o_.job, *task_));
+  LOG(INFO) << name_ << ": " << task_->num_train_batches() << " local batches of "
+            << config_.train.batch_size << ", " << task_->dense_param_count()
+            << " dense parameters, loaded in " << FormatMetric(Seconds(t_load)) << " s";
+
+  ps::PsClientOptions co;
+  co.servers = o_.servers;
+  co.worker_rank = o_.rank;
+  co.num_workers = o_.num_workers;
+  FLEET_ASSIGN_OR_RETURN(client_, ps::PsClient::Create(co, o_.job));
+
+  // 2. Metrics group; steps per epoch = the largest shard's batch count.
+  FLEET_ASSIGN_OR_RETURN(group_, MetricsGroup::Join(o_));
+  std::vector<float> batches = {static_cast<float>(task_->num_train_batches())};
+  FLEET_RETURN_IF_ERROR(group_.AllReduce(&batches, ReduceOp::kMax, "agreeing on steps per epoch"));
+  const int64_t steps_per_epoch = static_cast<int64_t>(batches[0]);
+
+  // 3. One initialisation for everyone.
+  if (o_.rank == 0 && o_.job.server.load_dir.empty()) {
+    std::vector<float> init = task_->InitialDenseParams();
+    FLEET_RETURN_IF_ERROR(client_->InitDense(config_.model.dense_table, init)
+                              .WithContext("writing the initial dense parameters"));
+  }
+  FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_init").WithContext("start barrier"));
+
+  CommunicatorOptions copts;
+  if (config_.model.kind == ModelKind::kCtrDnn) copts.sparse_table = config_.model.sparse_table;
+  copts.dense_table = config_.model.dense_table;
+  copts.num_workers = o_.num_workers;
+  copts.batch_size = config_.train.batch_size;
+  copts.max_merge = o_.job.distributed.max_merge;
+  copts.k_steps = o_.job.distributed.k_steps;
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                         CreateCommunicator(client_.get(), copts));
+  LOG(INFO) << name_ << ": " << comm->name() << " mode, " << steps_per_epoch
+            << " steps per epoch, " << config_.train.epochs << " epochs";
+
+  // 4. Training.
+  double train_seconds = 0;
+  double train_samples = 0;
+  for (int epoch = 1; epoch <= config_.train.epochs && !report_.stopped; ++epoch) {
+    const auto t_epoch = Clock::now();
+    auto t_window = Clock::now();
+    for (int64_t i = 0; i < steps_per_epoch; ++i) {
+      if (StopRequested()) {
+        report_.stopped = true;
+        break;
+      }
+      if (i < task_->num_train_batches()) {
+        FLEET_RETURN_IF_ERROR(task_->TrainStep(i, *comm).WithContext(
+            name_ + " epoch " + std::to_string(epoch) + " step " + std::to_string(i)));
+      } else {
+        // This shard is done; keep the step count every worker shares.
+        FLEET_RETURN_IF_ERROR(comm->Push({}));
+      }
+      ++report_.steps;
+      const bool last = i + 1 == steps_per_epoch;
+      if ((config_.train.log_interval > 0 && (i + 1) % config_.train.log_interval == 0) || last) {
+        std::vector<float> sums = task_->TakeTrainSums();
+        FLEET_RETURN_IF_ERROR(group_.AllReduce(&sums, ReduceOp::kSum, "training metrics"));
+        const MetricSummary m = task_->Summarize(sums);
+        const double secs = Seconds(t_window);
+        train_samples += m.samples;
+        LOG(INFO) << "epoch " << epoch << " step " << (i + 1) << "/" << steps_per_epoch
+                  << " loss " << FormatMetric(m.loss) << " " << task_->metric_name() << " "
+                  << FormatMetric(m.metric) << " samples/s "
+                  << static_cast<int64_t>(secs > 0 ? m.samples / secs : 0);
+        t_window = Clock::now();
+      }
+    }
+    FLEET_RETURN_IF_ERROR(comm->Flush().WithContext("flush at the end of epoch " +
+                                                    std::to_string(epoch)));
+    train_seconds += Seconds(t_epoch);
+    if (report_.stopped) break;
+    FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_epoch_" + std::to_string(epoch))
+                              .WithContext("end-of-epoch barrier"));
+    FLEET_RETURN_IF_ERROR(Evaluate(epoch));
+    FLEET_RETURN_IF_ERROR(MaybeSave(epoch));
+  }
+  if (config_.train.epochs == 0) FLEET_RETURN_IF_ERROR(Evaluate(0));
+  if (report_.stopped) {
+    LOG(WARNING) << name_ << ": stop requested; gradients flushed, leaving after "
+                 << report_.steps << " steps";
+    return report_;
+  }
+
+  // 5. Summary.
+  std::vector<float> totals = {static_cast<float>(task_->malformed_lines()),
+                               static_cast<float>(train_seconds)};
+  FLEET_RETURN_IF_ERROR(group_.AllReduce(&totals, ReduceOp::kSum, "summary"));
+  report_.malformed_lines = static_cast<int64_t>(totals[0]);
+  const double mean_seconds = totals[1] / o_.num_workers;
+  report_.train_samples_per_sec = mean_seconds > 0 ? train_samples / mean_seconds : 0;
+  std::ostringstream line;
+  line << "summary: held-out " << report_.metric_name << " " << FormatMetric(report_.heldout_metric);
+  if (!std::isnan(report_.oracle_auc)) {
+    line << " (oracle " << FormatMetric(report_.oracle_auc) << ", gap "
+         << FormatMetric(report_.oracle_auc - report_.heldout_metric) << ")";
+  }
+  line << ", " << static_cast<int64_t>(report_.train_samples_per_sec)
+       << " train samples/s over " << o_.num_workers << " workers, "
+       << report_.malformed_lines << " malformed lines skipped";
+  LOG(INFO) << line.str();
+  return report_;
+}
+
+Status WorkerRun::Evaluate(int epoch) {
+  FLEET_ASSIGN_OR_RETURN(std::vector<float> sums, task_->EvaluateSums(*client_));
+  // Every worker takes part in the reduce, even one with no held-out data.
+  std::vector<float> size = {static_cast<float>(sums.size())};
+  FLEET_RETURN_IF_ERROR(group_.AllReduce(&size, ReduceOp::kMax, "held-out metric size"));
+  if (size[0] == 0) return Status::OK();
+  if (sums.empty()) sums = std::vector<float>(static_cast<size_t>(size[0]), 0.0f);
+  FLEET_RETURN_IF_ERROR(group_.AllReduce(&sums, ReduceOp::kSum, "held-out metrics"));
+  const MetricSummary m = task_->Summarize(sums);
+  report_.epochs.push_back({epoch, m.loss, m.metric});
+  report_.heldout_metric = m.metric;
+  std::ostringstream line;
+  line << "epoch " << epoch << " held-out loss " << FormatMetric(m.loss) << " "
+       << task_->metric_name() << " " << FormatMetric(m.metric) << " over "
+       << static_cast<int64_t>(m.samples) << " samples";
+  if (!std::isnan(report_.oracle_auc)) line << " (oracle " << FormatMetric(report_.oracle_auc) << ")";
+  LOG(INFO) << line.str();
+  return Status::OK();
+}
+
+Status WorkerRun::MaybeSave(int epoch) {
+  const WorkerTrainConfig& t = config_.train;
+  if (t.save_dir.empty()) return Status::OK();
+  const bool due = epoch == t.epochs || (t.save_every_epochs > 0 && epoch % t.save_every_epochs == 0);
+  if (!due) return Status::OK();
+  const std::string dir = t.save_dir + "/epoch_" + std::to_string(epoch);
+  if (o_.rank == 0) {
+    FLEET_RETURN_IF_ERROR(client_->Save(dir, /*delta=*/false).WithContext("saving " + dir));
+    LOG(INFO) << "saved checkpoint " << dir;
+  }
+  // Nobody pushes into the next epoch before the checkpoint is complete.
+  return client_->Barrier("ps_worker_saved_" + std::to_string(epoch))
+      .WithContext("checkpoint barrier");
+}
+
+}  // namespace
+
+Result<PsWorkerReport> RunPsWorker(const PsWorkerOptions& options) {
+  if (options.num_workers < 1 || options.rank < 0 || options.rank >= options.num_workers) {
+    return Status::InvalidArgument("rank must be in [0, num_workers)",
+                                   std::to_string(options.rank) + " of " +
+                                       std::to_string(options.num_workers));
+  }
+  if (options.servers.empty()) {
+    return Status::InvalidArgument("no parameter servers given (--servers / FLEET_SERVERS)");
+  }
+  FLEET_ASSIGN_OR_RETURN(WorkerConfig config, ParseWorkerConfig(options.job.root));
+  WorkerRun run(options, std::move(config));
+  return run.Run();
+}
+
+int PsWorkerMain(int argc, char** argv) {
+  gflags::SetUsageMessage("PS worker: ps_worker --config=job.yaml --servers=ip:port,...");
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+
+  // Before any thread exists (see StopSignalWatcher).
+  std::atomic<bool> stop{false};
+  StopSignalWatcher signals([&](int sig) {
+    LOG(INFO) << "ps_worker: signal " << sig << ", stopping after the current step";
+    stop.store(true);
+  });
+
+  auto spec = ClusterSpecFromFlagsAndEnv(ProcessEnv());
+  if (!spec.ok()) {
+    LOG(ERROR) << "ps_worker: " << spec.status().ToString();
+    return 2;
+  }
+  auto job = ps::JobConfigFromFlagsAndEnv(ProcessEnv());
+  if (!job.ok()) {
+    LOG(ERROR) << "ps_worker: " << job.status().ToString();
+    return 2;
+  }
+  PsWorkerOptions o;
+  o.rank = spec->rank;
+  o.num_workers = spec->world_size;
+  o.job_id = spec->job_id;
+  if (spec->kv_endpoint) o.kv_endpoint = spec->kv_endpoint->ToString();
+  o.job = std::move(job).value();
+  o.stop = &stop;
+  for (size_t r = 0; r < spec->servers.size(); ++r) {
+    const Endpoint& e = spec->servers[r];
+    if (e.port != 0) {
+      o.servers.push_back(e.ToString());
+      continue;
+    }
+    // A server bound a free port: its real endpoint is in the KV store.
+    if (o.kv_endpoint.empty()) {
+      LOG(ERROR) << "ps_worker: server " << r << " has port 0 and there is no KV store to look "
+                 << "its endpoint up";
+      return 2;
+    }
+    KvStoreClient kv(o.kv_endpoint, o.job_id);
+    auto real = kv.WaitGet(EndpointKey(Role::kServer, static_cast<int>(r)),
+                           o.job.distributed.timeout);
+    if (!real.ok()) {
+      LOG(ERROR) << "ps_worker: " << real.status().ToString();
+      return 2;
+    }
+    o.servers.push_back(real.value());
+  }
+  LOG(INFO) << "ps_worker: " << spec->ToString();
+
+  auto report = RunPsWorker(o);
+  if (!report.ok()) {
+    LOG(ERROR) << "ps_worker " << o.rank << ": " << report.status().ToString();
+    return report.status().IsInvalidArgument() ? 2 : 1;
+  }
+  return 0;
+}
+
+}  // namespace fleet::trainer

@@ -1,0 +1,97 @@
+// ps_worker: trains the model of a job config against the parameter servers.
+// RunPsWorker is the whole program as a library call (tests run several in
+// threads of one process); PsWorkerMain adds flags, env and signals.
+//
+//   ps_worker --config=job.yaml [--override='a.b=1;c=2'] --rank=R --world_size=W
+//             --servers=ip:port,... [--kv_endpoint=host:port --job_id=J]
+//
+// Every flag falls back to its FLEET_* variable (comm/cluster.h,
+// ps/job_config.h); fleetrun passes both. The config sections the worker
+// reads are described in trainer/worker_config.h.
+//
+// What a run does, in order:
+//   1. loads this worker's shard of the data into memory (line / sample i
+//      belongs to rank i % W), builds the model, and checks the config: the
+//      dense table's dim must equal the model's parameter count, and the
+//      job may hold no table the model does not use (a sync step waits for
+//      a push to every table);
+//   2. joins the metrics group (Gloo over the KV store; a world of one needs
+//      neither) and agrees on the steps per epoch: the largest shard's
+//      batch count, so every worker takes part in every sync step (a worker
+//      whose shard is done pushes empty gradients) and in every all-reduce;
+//   3. worker 0 writes the model's initialisation into the dense table,
+//      unless server.load_dir is set (the servers loaded a checkpoint);
+//      then all workers meet at a PS barrier;
+//   4. per epoch: steps through the Communicator of Distributed.mode; every
+//      train.log_interval steps one line with epoch, step, loss and AUC or
+//      accuracy over all workers since the last line, and samples/s; at
+//      the end Flush, barrier, held-out evaluation over all workers, and,
+//      when due, worker 0 asks the servers to save;
+//   5. a summary line: held-out metric (with the oracle AUC when data.oracle
+//      names one), samples/s, skipped malformed lines over all workers.
+//
+// Sync-mode determinism: worker w's k-th batch holds lines {j*W + w : j in
+// [k*B, (k+1)*B)}, so at step k the W workers together hold exactly the
+// lines [k*W*B, (k+1)*W*B) that one worker with batch W*B holds. Each worker
+// scales its batch-mean gradients by b/(B*W) and the servers sum them in
+// rank order, giving the gradient of the mean loss over the global batch:
+// the same parameters as one worker with batch W*B, up to float rounding.
+// (Malformed lines shift the batches and break this; the data sets it is
+// claimed for have none.)
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/status.h"
+#include "ps/job_config.h"
+
+namespace fleet::trainer {
+
+struct PsWorkerOptions {
+  int rank = 0;
+  int num_workers = 1;
+  // "ip:port" of server 0, 1, ... (real ports).
+  std::vector<std::string> servers;
+  // "host:port" of the KV store for the metrics group; empty = none, which
+  // is only allowed for num_workers == 1.
+  std::string kv_endpoint;
+  std::string job_id = "default";
+  ps::JobConfig job;
+  // When it becomes true the worker finishes its current step, flushes and
+  // returns (report.stopped). Not owned; may be null.
+  const std::atomic<bool>* stop = nullptr;
+};
+
+struct EpochReport {
+  int epoch = 0;        // 1-based
+  double heldout_loss = 0;
+  double heldout_metric = 0;  // NaN when no held-out data / undefined
+};
+
+struct PsWorkerReport {
+  std::string metric_name;                 // "auc" or "accuracy"
+  std::vector<EpochReport> epochs;         // one per evaluation
+  double heldout_metric = 0;               // the last evaluation's (NaN if none)
+  double oracle_auc = 0;                   // from data.oracle; NaN when not given
+  double train_samples_per_sec = 0;        // all workers together, excluding evaluation
+  int64_t steps = 0;                       // steps this worker took part in
+  int64_t malformed_lines = 0;             // over all workers
+  bool stopped = false;                    // stop was requested
+};
+
+// Runs the job as worker `options.rank`. Blocks until done or stopped; each
+// wait on a server or peer is bounded by Distributed.timeout_ms.
+// Errors: InvalidArgument (config, with the key; the dense table dim with
+// the number required), NotFound/IOError/Corruption (data files), Timeout /
+// Unavailable (servers or peers), each naming what failed.
+Result<PsWorkerReport> RunPsWorker(const PsWorkerOptions& options);
+
+// The program: exit 0 on success or a requested stop, 1 when training
+// failed, 2 for bad flags or config.
+int PsWorkerMain(int argc, char** argv);
+
+}  // namespace fleet::trainer

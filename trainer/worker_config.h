@@ -1,0 +1,93 @@
+// WorkerConfig: the sections of the job YAML that ps_worker reads (the
+// servers read `Distributed`, `server` and `tables` of the same file; see
+// ps/job_config.h). Unknown keys in these sections are refused so a typo
+// never falls back to a default silently.
+//
+//   model:
+//     kind: ctr_dnn          # ctr_dnn | mlp. Required.
+//     sparse_table: 0        # ctr_dnn: id of the sparse (plain accessor) table
+//                            # holding the embeddings; the embedding width is
+//                            # that table's `dim`. Default 0.
+//     dense_table: 1         # id of the dense table holding every dense
+//                            # parameter of the model: its `dim` must equal
+//                            # the model's parameter count (the error says
+//                            # the exact number). Default 1 for ctr_dnn, 0 for mlp.
+//     hidden: [400, 400, 400]  # ctr_dnn: FC widths (ReLU after each).
+//     sizes: [784, 128, 128, 10]  # mlp: layer widths, input first.
+//     seed: 1                # initialisation of the dense parameters (worker 0
+//                            # writes it to the dense table unless the servers
+//                            # loaded a checkpoint, i.e. server.load_dir is set).
+//   data:
+//     train: data/ctr/train  # ctr_dnn: file spec (files, dirs, globs; see
+//                            # trainer/data/file_io.h ExpandFileSpec). Required.
+//     test: data/ctr/test    # ctr_dnn: held-out files. Optional (no held-out metric).
+//     oracle: ""             # ctr_dnn: oracle.txt of gen_ctr_data; its AUC is
+//                            # printed beside the held-out AUC. Optional.
+//     train_images / train_labels / test_images / test_labels: mlp IDX files
+//                            # (gzip or not). train_* required, test_* optional.
+//   train:
+//     batch_size: 512        # samples per worker per step. Default 512. The
+//                            # global batch of a sync step is batch_size * workers.
+//     epochs: 1              # passes over the training data. Default 1; 0 only
+//                            # evaluates (e.g. a loaded checkpoint).
+//     log_interval: 50       # steps between progress lines. Default 50; 0 = none.
+//     blas_threads: 1        # OpenBLAS threads per worker. Default 1: on a
+//                            # small machine several workers share the cores.
+//     save_dir: ""           # worker 0 asks the servers to save a checkpoint in
+//                            # <save_dir>/epoch_<E> after epoch E when due (below)
+//                            # and after the last epoch. Default empty (no saves).
+//     save_every_epochs: 0   # also save after every N-th epoch; 0 = only the last.
+//
+// Relative paths are taken from the worker's working directory.
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+#include "comm/status.h"
+
+namespace fleet::trainer {
+
+enum class ModelKind { kCtrDnn, kMlp };
+
+struct WorkerModelConfig {
+  ModelKind kind = ModelKind::kCtrDnn;
+  uint32_t sparse_table = 0;
+  uint32_t dense_table = 1;
+  std::vector<int> hidden = {400, 400, 400};
+  std::vector<int> sizes = {784, 128, 128, 10};
+  uint64_t seed = 1;
+};
+
+struct WorkerDataConfig {
+  std::string train, test, oracle;                   // ctr_dnn
+  std::string train_images, train_labels;            // mlp
+  std::string test_images, test_labels;              // mlp
+};
+
+struct WorkerTrainConfig {
+  int batch_size = 512;
+  int epochs = 1;
+  int log_interval = 50;
+  int blas_threads = 1;
+  std::string save_dir;
+  int save_every_epochs = 0;
+};
+
+struct WorkerConfig {
+  WorkerModelConfig model;
+  WorkerDataConfig data;
+  WorkerTrainConfig train;
+};
+
+// Reads `model`, `data` and `train` of the job document. Errors:
+// InvalidArgument naming the key ("train.batch_size: must be >= 1") for a
+// missing required key, an unknown key, a wrong type or a value out of range.
+Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root);
+
+}  // namespace fleet::trainer
