@@ -23,6 +23,8 @@ constexpr std::string_view kShardMagic = "FPSSHARD";
 constexpr uint32_t kShardFormatVersion = 1;
 
 constexpr uint8_t kDirty = 1;
+// Keys looked up together so their cache misses overlap (SparseShard::LookupBatch).
+constexpr size_t kLookupBatch = 16;
 constexpr uint32_t kNoExt = UINT32_MAX;
 
 // The index stores 4-byte slot ids; hashing and equality look the key up in
@@ -72,13 +74,18 @@ class SparseShard {
   void Pull(std::span<const uint64_t> keys, std::span<const uint32_t> which, float* values)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->pull_dim();
-    for (uint32_t i : which) {
-      std::span<float> out(values + size_t{i} * d, d);
-      const std::optional<uint32_t> slot = FindOrAdmit(keys[i]);
-      if (!slot) {
-        accessor_->InitialPull(keys[i], out);
-      } else {
-        accessor_->Pull(Row(*slot), Ext(*slot), out);
+    std::optional<uint32_t> slots[kLookupBatch];
+    for (size_t b = 0; b < which.size(); b += kLookupBatch) {
+      const std::span<const uint32_t> batch = which.subspan(b, std::min(kLookupBatch, which.size() - b));
+      LookupBatch(keys, batch, slots);
+      for (size_t j = 0; j < batch.size(); ++j) {
+        const uint32_t i = batch[j];
+        std::span<float> out(values + size_t{i} * d, d);
+        if (!slots[j]) {
+          accessor_->InitialPull(keys[i], out);
+        } else {
+          accessor_->Pull(Row(*slots[j]), Ext(*slots[j]), out);
+        }
       }
     }
   }
@@ -86,20 +93,26 @@ class SparseShard {
   void PushGrad(std::span<const uint64_t> keys, std::span<const uint32_t> which, const float* grads,
                 std::span<const float> shows, std::span<const float> clicks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->push_dim();
-    for (uint32_t i : which) {
-      const std::optional<uint32_t> slot = FindOrAdmit(keys[i]);
-      if (!slot) {
-        ++dropped_pushes_;
-        continue;
-      }
-      const float show = shows.empty() ? 1.0f : shows[i];
-      const float click = clicks.empty() ? 0.0f : clicks[i];
-      const bool wants_ext = accessor_->PushGrad(Row(*slot), Ext(*slot),
-                                                 std::span<const float>(grads + size_t{i} * d, d), show, click);
-      *flags_.at(*slot) |= kDirty;
-      if (wants_ext && ext_floats_ > 0) {
-        AttachExt(*slot);
-        accessor_->InitExt(keys[i], Ext(*slot));
+    std::optional<uint32_t> slots[kLookupBatch];
+    for (size_t b = 0; b < which.size(); b += kLookupBatch) {
+      const std::span<const uint32_t> batch = which.subspan(b, std::min(kLookupBatch, which.size() - b));
+      LookupBatch(keys, batch, slots);
+      for (size_t j = 0; j < batch.size(); ++j) {
+        const uint32_t i = batch[j];
+        const std::optional<uint32_t>& slot = slots[j];
+        if (!slot) {
+          ++dropped_pushes_;
+          continue;
+        }
+        const float show = shows.empty() ? 1.0f : shows[i];
+        const float click = clicks.empty() ? 0.0f : clicks[i];
+        const bool wants_ext = accessor_->PushGrad(Row(*slot), Ext(*slot),
+                                                   std::span<const float>(grads + size_t{i} * d, d), show, click);
+        *flags_.at(*slot) |= kDirty;
+        if (wants_ext && ext_floats_ > 0) {
+          AttachExt(*slot);
+          accessor_->InitExt(keys[i], Ext(*slot));
+        }
       }
     }
   }
@@ -278,6 +291,19 @@ class SparseShard {
     auto it = index_.find(KeyProbe{key});
     if (it == index_.end()) return std::nullopt;
     return *it;
+  }
+
+  // FindOrAdmit for keys[batch[j]] into slots[j], in order, with the
+  // memory each lookup needs fetched ahead: first the index positions of
+  // every key of the batch, then (once found) their rows. In a table much
+  // larger than the caches this overlaps the misses of a batch instead of
+  // taking them one after another.
+  void LookupBatch(std::span<const uint64_t> keys, std::span<const uint32_t> batch, std::optional<uint32_t>* slots) {
+    for (uint32_t i : batch) index_.prefetch(KeyProbe{keys[i]});
+    for (size_t j = 0; j < batch.size(); ++j) {
+      slots[j] = FindOrAdmit(keys[batch[j]]);
+      if (slots[j]) __builtin_prefetch(rows_.at(*slots[j]));
+    }
   }
 
   // The row of key, created if the admission rule lets it in now.

@@ -1,0 +1,912 @@
+// ps_bench: parameter-server pull and push through PsServer/PsClient, next
+// to a bare ZeroMQ DEALER/ROUTER exchange of the same bytes with the same
+// window, measured in the same run (bench/zmq_echo.h).
+//
+//   build/bin/ps_bench --preset=all                  # every shape of issue 3, one summary
+//   build/bin/ps_bench --shape=small --window=8 --servers=2 --workers=2
+//   build/bin/ps_bench --keys=4096 --dim=16 --rule=adam --rows=1000000
+//
+// Servers are child processes (this program re-executed with --serve), each
+// on 127.0.0.1 port 0; a child reports its bound endpoints on a pipe and
+// also hosts the bare echo server, so both sides of the reference sit in
+// the same processes as the PS. Workers are threads of this process, each
+// with its own PsClient (and its own DEALERs for the reference).
+//
+// Per case: start servers, verify once (push known gradients, pull, compare
+// with an in-process SparseTable fed the same gradients; exit 1 if wrong),
+// populate the table (all keys the timed requests touch, or --rows rows) with
+// large batched pushes, then for pull and for push: warm up, pick the
+// iteration count from the slowest worker's warm-up rate (all workers run
+// the same count), and alternate bare and FleetPS measurements --rounds
+// times (window 1 uses the blocking PullSparse/PushSparseGrad, a larger
+// window keeps that many *Async calls in flight). Printed: time per op
+// (issue to completion) min/p50/p99/max, ops/s and value GB/s (all workers,
+// wall clock), CPU per op of the bench process and of the servers (robust
+// on a loaded machine, where wall times are not), the ratios to the bare exchange,
+// and server memory per sparse row (PsStatsReply bytes/rows, and RSS growth)
+// against the raw bytes (8 B key + value + optimizer state floats).
+//
+// The reference moves exactly FleetPS's payload bytes: a pull sends keys
+// (8 B each) and gets values (dim floats each) back; a push sends keys and
+// gradients and gets an empty reply. With S servers each op sends 1/S of it
+// to each server, as the client does.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <map>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "bench/bench_util.h"
+#include "bench/zmq_echo.h"
+#include "ps/client.h"
+#include "ps/job_config.h"
+#include "ps/server.h"
+#include "ps/table/accessor.h"
+#include "ps/table/sparse_table.h"
+
+DEFINE_string(preset, "", "all: every shape of issue 3 (1x1 and 2x2) plus the --rows sweep, one summary");
+DEFINE_string(shape, "",
+              "small | small8 | large | embedding | rows100k | rows10m: sets keys, dim, rule, window "
+              "(and rows); flags given explicitly still win");
+DEFINE_int32(servers, 1, "parameter server processes");
+DEFINE_int32(workers, 1, "worker threads, each with its own PsClient");
+DEFINE_int64(keys, 1000, "keys per request");
+DEFINE_int64(dim, 1, "values per key");
+DEFINE_string(rule, "sgd", "optimizer rule: sgd | adagrad | adam");
+DEFINE_int32(window, 1, "requests in flight per worker");
+DEFINE_int32(warmup, 0, "warm-up ops per worker before each measurement; 0 = about 20% of --seconds");
+DEFINE_int32(iterations, 0, "timed ops per worker per round; 0 = from the warm-up rate and --seconds");
+DEFINE_double(seconds, 1.5, "target duration of each timed FleetPS measurement (all rounds together)");
+DEFINE_int32(rounds, 3, "alternations of bare and FleetPS measurements");
+DEFINE_int64(rows, 0,
+             "pre-populate the table with this many rows and draw request keys from them; 0 = just the "
+             "keys the requests use (4 x keys x workers)");
+DEFINE_string(ops, "pull,push", "which operations to measure");
+DEFINE_int32(server_threads, 2, "server.threads (shard-parallel table work per server)");
+// Internal: the server child.
+DEFINE_bool(serve, false, "internal: run as a server child of ps_bench");
+DEFINE_int32(serve_rank, 0, "internal");
+DEFINE_string(serve_job, "", "internal: job config YAML");
+DEFINE_int32(report_fd, -1, "internal: pipe to report the bound endpoints on");
+
+namespace fleet {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using bench::Summary;
+
+constexpr uint32_t kTable = 0;
+constexpr float kLearningRate = 0.01f;
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "ps_bench: %s\n", what.c_str());
+  std::fflush(stdout);
+  std::exit(1);
+}
+
+// ---------------------------------------------------------------- cases
+
+struct Case {
+  std::string name;
+  int servers = 1;
+  int workers = 1;
+  size_t keys = 1000;
+  size_t dim = 1;
+  std::string rule = "sgd";
+  int window = 1;
+  uint64_t rows = 0;
+};
+
+std::string JobYaml(const Case& c) {
+  return absl::StrCat(
+      "Distributed: {mode: async, timeout_ms: 300000}\n"
+      "server: {threads: ", FLAGS_server_threads, "}\n"
+      "tables:\n"
+      "  - {id: ", kTable, ", kind: sparse, dim: ", c.dim,
+      ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate,
+      "}, initializer: {kind: zeros}}\n");
+}
+
+ps::JobConfig ParseJob(const std::string& yaml) {
+  auto job = ps::ParseJobConfig(YAML::Load(yaml));
+  if (!job.ok()) Fail("job config: " + job.status().ToString());
+  return std::move(job).value();
+}
+
+// ---------------------------------------------------------------- server child
+
+int ServeMain() {
+#ifdef NDEBUG
+  // As ps_server does (ps/server_app.cc): no debug-only absl deadlock
+  // detection in an optimized server.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+#endif
+  ps::PsServerOptions o;
+  o.endpoint = "127.0.0.1:0";
+  o.rank = FLAGS_serve_rank;
+  o.num_servers = FLAGS_servers;
+  o.num_workers = FLAGS_workers;
+  o.job = ParseJob(FLAGS_serve_job);
+  auto server = ps::PsServer::Create(std::move(o));
+  if (!server.ok()) {
+    LOG(ERROR) << "ps_bench server: " << server.status().ToString();
+    return 2;
+  }
+  auto bound = server.value()->Start();
+  if (!bound.ok()) {
+    LOG(ERROR) << "ps_bench server: " << bound.status().ToString();
+    return 2;
+  }
+  bench::BareEchoServer echo;
+  const std::string line = absl::StrCat(bound.value(), " ", echo.endpoint(), "\n");
+  if (write(FLAGS_report_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return 2;
+  close(FLAGS_report_fd);
+  while (!server.value()->WaitForStopRequest(std::chrono::seconds(1))) {
+  }
+  (void)server.value()->Shutdown(/*save=*/false);
+  return 0;
+}
+
+struct ServerProcess {
+  pid_t pid = -1;
+  std::string ps_endpoint;
+  std::string echo_endpoint;
+};
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) Fail("cannot read /proc/self/exe");
+  return std::string(buf, n);
+}
+
+ServerProcess SpawnServer(const Case& c, int rank, const std::string& yaml) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) Fail(absl::StrCat("pipe2: ", std::strerror(errno)));
+  const std::string self = SelfPath();
+  std::vector<std::string> args = {self,
+                                   "--serve",
+                                   absl::StrCat("--serve_rank=", rank),
+                                   absl::StrCat("--servers=", c.servers),
+                                   absl::StrCat("--workers=", c.workers),
+                                   "--serve_job=" + yaml,
+                                   absl::StrCat("--report_fd=", fds[1]),
+                                   absl::StrCat("--minloglevel=", FLAGS_minloglevel)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid < 0) Fail(absl::StrCat("fork: ", std::strerror(errno)));
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec. Die with the bench.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    fcntl(fds[1], F_SETFD, 0);
+    execv(self.c_str(), argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  std::string line;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (line.find('\n') == std::string::npos) {
+    const int left = static_cast<int>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
+    pollfd p{fds[0], POLLIN, 0};
+    if (left <= 0 || poll(&p, 1, left) <= 0) {
+      kill(pid, SIGKILL);
+      Fail(absl::StrCat("server ", rank, " (pid ", pid, ") did not report its endpoint within 30 s"));
+    }
+    char buf[512];
+    const ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n <= 0) {
+      int status = 0;
+      waitpid(pid, &status, 0);
+      Fail(absl::StrCat("server ", rank, " (pid ", pid, ") exited before reporting its endpoint (status ",
+                        status, ")"));
+    }
+    line.append(buf, n);
+  }
+  close(fds[0]);
+  ServerProcess s;
+  s.pid = pid;
+  const size_t space = line.find(' ');
+  s.ps_endpoint = line.substr(0, space);
+  s.echo_endpoint = line.substr(space + 1, line.find('\n') - space - 1);
+  return s;
+}
+
+// Waits up to `timeout` for the child to exit, then kills it.
+void Reap(const ServerProcess& s, std::chrono::seconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  int status = 0;
+  while (Clock::now() < deadline) {
+    const pid_t r = waitpid(s.pid, &status, WNOHANG);
+    if (r == s.pid) {
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        std::fprintf(stderr, "ps_bench: server pid %d ended with status %d\n", s.pid, status);
+      return;
+    }
+    if (r < 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::fprintf(stderr, "ps_bench: server pid %d did not stop within %lld s; killing it\n", s.pid,
+               static_cast<long long>(timeout.count()));
+  kill(s.pid, SIGKILL);
+  waitpid(s.pid, &status, 0);
+}
+
+uint64_t RssBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+double SelfCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// CPU time of a process: the sum over its threads of the time on CPU in
+// /proc/<pid>/task/<tid>/schedstat (nanoseconds; the server's threads live
+// as long as the server, so none is missed).
+double ProcessCpuSeconds(pid_t pid) {
+  std::error_code ec;
+  double total = 0;
+  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    std::ifstream in(task.path() / "schedstat");
+    unsigned long long ns = 0;
+    if (in >> ns) total += static_cast<double>(ns) / 1e9;
+  }
+  return total;
+}
+
+// ---------------------------------------------------------------- keys
+
+// Request keys: key(i) for row index i in [0, universe). Consecutive ops of
+// a worker walk the universe with a stride coprime to it, so the keys of one
+// request are distinct, they scatter over shards and rows, and over time
+// every row is touched.
+inline uint64_t KeyOf(uint64_t index) { return index * 0x9E3779B97F4A7C15ull + 0x5bd1e995ull; }
+
+class KeyStream {
+ public:
+  KeyStream(uint64_t universe, uint64_t start) : universe_(universe), pos_(start % universe) {
+    stride_ = 2654435761ull % universe_;
+    if (stride_ == 0) stride_ = 1;
+    while (std::gcd(stride_, universe_) != 1) ++stride_;
+  }
+  void Fill(uint64_t* out, size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      out[i] = KeyOf(pos_);
+      pos_ += stride_;
+      if (pos_ >= universe_) pos_ -= universe_;
+    }
+  }
+
+ private:
+  uint64_t universe_;
+  uint64_t stride_;
+  uint64_t pos_;
+};
+
+// ---------------------------------------------------------------- drivers
+
+// Keeps `window` requests in flight: Issue(slot) starts one, Wait(slot)
+// completes the oldest (slots are reused in issue order).
+class Driver {
+ public:
+  virtual ~Driver() = default;
+  virtual void Issue(int slot) = 0;
+  virtual void Wait(int slot) = 0;
+};
+
+// Runs `ops` requests with `window` in flight; appends each one's issue to
+// completion time (us) to *lat when given.
+void RunWindow(Driver& d, int window, int64_t ops, std::vector<double>* lat) {
+  std::vector<Clock::time_point> start(window);
+  int64_t issued = 0, done = 0;
+  for (; issued < std::min<int64_t>(window, ops); ++issued) {
+    start[issued] = Clock::now();
+    d.Issue(static_cast<int>(issued));
+  }
+  while (done < ops) {
+    const int slot = static_cast<int>(done % window);
+    d.Wait(slot);
+    if (lat) lat->push_back(std::chrono::duration<double, std::micro>(Clock::now() - start[slot]).count());
+    ++done;
+    if (issued < ops) {
+      start[slot] = Clock::now();
+      d.Issue(slot);
+      ++issued;
+    }
+  }
+}
+
+enum class Op { kPull, kPush };
+
+class FleetDriver final : public Driver {
+ public:
+  FleetDriver(ps::PsClient* client, Op op, const Case& c, uint64_t universe, uint64_t start)
+      : client_(client), op_(op), window_(c.window), keys_n_(c.keys), dim_(c.dim), stream_(universe, start),
+        keys_(c.window, std::vector<uint64_t>(c.keys)), futures_(c.window) {
+    if (op == Op::kPull) {
+      values_.assign(c.window, std::vector<float>(c.keys * c.dim));
+    } else {
+      grads_.resize(c.keys * c.dim);
+      for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = 1e-4f * static_cast<float>(1 + i % 7);
+    }
+  }
+  // Window 1 uses the blocking calls (what a worker with one request in
+  // flight calls; the caller then receives its own reply); a larger window
+  // keeps that many *Async futures.
+  void Issue(int slot) override {
+    stream_.Fill(keys_[slot].data(), keys_n_);
+    if (window_ == 1) return;
+    futures_[slot] = op_ == Op::kPull ? client_->PullSparseAsync(kTable, keys_[slot], values_[slot])
+                                      : client_->PushSparseGradAsync(kTable, keys_[slot], grads_);
+  }
+  void Wait(int slot) override {
+    Status s = window_ == 1 ? (op_ == Op::kPull ? client_->PullSparse(kTable, keys_[slot], values_[slot])
+                                                : client_->PushSparseGrad(kTable, keys_[slot], grads_))
+                            : futures_[slot].get();
+    if (!s.ok()) Fail(absl::StrCat(op_ == Op::kPull ? "pull" : "push", " failed: ", s.ToString()));
+  }
+
+ private:
+  ps::PsClient* client_;
+  Op op_;
+  int window_;
+  size_t keys_n_, dim_;
+  KeyStream stream_;
+  std::vector<std::vector<uint64_t>> keys_;
+  std::vector<std::vector<float>> values_;
+  std::vector<float> grads_;
+  std::vector<std::future<Status>> futures_;
+};
+
+// The same bytes over bare ZeroMQ: per server, a request of its share of the
+// keys (pull) or keys and gradients (push); the reply is the share's values
+// (pull) or empty (push). Key generation is the same work as FleetDriver's.
+class BareDriver final : public Driver {
+ public:
+  BareDriver(bench::BareEchoClient* client, Op op, const Case& c, uint64_t universe, uint64_t start)
+      : client_(client), op_(op), dim_(c.dim), stream_(universe, start) {
+    const int s = client->num_servers();
+    for (int i = 0; i < s; ++i) share_.push_back(c.keys / s + (static_cast<size_t>(i) < c.keys % s ? 1 : 0));
+    requests_.resize(c.window);
+    for (auto& per_server : requests_) {
+      for (int i = 0; i < s; ++i) {
+        const size_t bytes = share_[i] * 8 + (op == Op::kPush ? share_[i] * dim_ * 4 : 0);
+        per_server.emplace_back(bytes / 8 + 1, 0);
+        if (op == Op::kPush) {
+          float* g = reinterpret_cast<float*>(per_server.back().data() + share_[i]);
+          for (size_t j = 0; j < share_[i] * dim_; ++j) g[j] = 1e-4f;
+        }
+      }
+    }
+  }
+  void Issue(int slot) override {
+    for (int i = 0; i < client_->num_servers(); ++i) {
+      auto& buf = requests_[slot][i];
+      stream_.Fill(buf.data(), share_[i]);
+      const size_t values = share_[i] * dim_ * 4;
+      const size_t bytes = share_[i] * 8 + (op_ == Op::kPush ? values : 0);
+      client_->Send(i, buf.data(), bytes, op_ == Op::kPull ? values : 0, /*zero_copy=*/true);
+    }
+  }
+  void Wait(int slot) override {
+    for (int i = 0; i < client_->num_servers(); ++i) {
+      zmq::message_t reply = client_->Recv(i);
+      const size_t want = op_ == Op::kPull ? share_[i] * dim_ * 4 : 0;
+      if (reply.size() != want) Fail(absl::StrCat("bare reply of ", reply.size(), " bytes, expected ", want));
+    }
+  }
+
+ private:
+  bench::BareEchoClient* client_;
+  Op op_;
+  size_t dim_;
+  KeyStream stream_;
+  std::vector<size_t> share_;
+  std::vector<std::vector<std::vector<uint64_t>>> requests_;  // [slot][server] keys (+ grads)
+};
+
+// ---------------------------------------------------------------- measurement
+
+struct Measurement {
+  std::vector<double> lat_us;
+  double wall_s = 0;
+  int64_t ops = 0;  // all workers
+  // CPU seconds spent meanwhile by this process (workers, client I/O
+  // threads) and by the server processes. Unlike wall time these hardly
+  // depend on what else runs on the machine.
+  double client_cpu_s = 0, server_cpu_s = 0;
+  double client_cpu_us_per_op() const { return ops ? client_cpu_s * 1e6 / ops : 0; }
+  double server_cpu_us_per_op() const { return ops ? server_cpu_s * 1e6 / ops : 0; }
+  Summary summary() const { return bench::Summarize(lat_us); }
+  double ops_per_s() const { return wall_s > 0 ? ops / wall_s : 0; }
+};
+
+// Runs one driver per worker thread, all starting together; `ops` per worker.
+std::vector<pid_t> g_server_pids;  // of the running case, for CPU accounting
+
+double ServersCpuSeconds() {
+  double total = 0;
+  for (pid_t p : g_server_pids) total += ProcessCpuSeconds(p);
+  return total;
+}
+
+void RunWorkers(std::vector<std::unique_ptr<Driver>>& drivers, int window, int64_t ops, Measurement* m) {
+  const int w = static_cast<int>(drivers.size());
+  const double client0 = m ? SelfCpuSeconds() : 0, server0 = m ? ServersCpuSeconds() : 0;
+  std::vector<std::vector<double>> lat(w);
+  std::barrier sync(w + 1);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < w; ++i) {
+    threads.emplace_back([&, i] {
+      lat[i].reserve(ops);
+      sync.arrive_and_wait();
+      RunWindow(*drivers[i], window, ops, m ? &lat[i] : nullptr);
+    });
+  }
+  sync.arrive_and_wait();
+  const auto t0 = Clock::now();
+  for (auto& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (!m) return;
+  m->client_cpu_s += SelfCpuSeconds() - client0;
+  m->server_cpu_s += ServersCpuSeconds() - server0;
+  m->wall_s += wall;
+  m->ops += ops * w;
+  for (auto& l : lat) m->lat_us.insert(m->lat_us.end(), l.begin(), l.end());
+}
+
+// Warm-up: returns the ops per worker per round that make the FleetPS
+// measurement take about --seconds over all rounds. Every worker runs the
+// same count (the count of the slowest one's rate).
+int64_t ChooseIterations(std::vector<std::unique_ptr<Driver>>& fleet, std::vector<std::unique_ptr<Driver>>& bare,
+                         int window) {
+  const int64_t min_ops = std::max(10, 2 * window);
+  if (FLAGS_warmup > 0) {
+    RunWorkers(bare, window, FLAGS_warmup, nullptr);
+    RunWorkers(fleet, window, FLAGS_warmup, nullptr);
+  } else {
+    RunWorkers(bare, window, min_ops, nullptr);
+  }
+  if (FLAGS_iterations > 0) return FLAGS_iterations;
+  // Time-driven warm-up of the FleetPS side: grow the count until a run
+  // takes >= 20% of the budget (or 2 s), then scale.
+  const double budget = 0.2 * FLAGS_seconds;
+  int64_t n = min_ops;
+  for (;;) {
+    const auto t0 = Clock::now();
+    RunWorkers(fleet, window, n, nullptr);
+    const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (took >= budget || took >= 2.0 || n >= (int64_t{1} << 24)) {
+      const double per_op = took / n;  // wall per op of one worker: the slowest one decides
+      return std::max<int64_t>(min_ops, static_cast<int64_t>(FLAGS_seconds / FLAGS_rounds / per_op));
+    }
+    n = took <= 0 ? n * 10 : std::max(n + 1, static_cast<int64_t>(n * std::min(10.0, 1.2 * budget / took)));
+  }
+}
+
+// ---------------------------------------------------------------- verification
+
+// Pushes known gradients twice to fresh keys (outside the timed key space),
+// pulls them back and compares with an in-process SparseTable given the
+// same pushes. Also checks that a fresh key pulls as the initializer (0).
+void Verify(ps::PsClient& client, const ps::JobConfig& job, const Case& c, uint64_t universe) {
+  const size_t n = std::min<size_t>(c.keys, 4096);
+  std::vector<uint64_t> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = KeyOf(universe + 1000 + i);
+  const size_t d = c.dim;
+  std::vector<float> got(n * d, -1.0f);
+  if (Status s = client.PullSparse(kTable, keys, got); !s.ok()) Fail("verify: pull: " + s.ToString());
+  for (float v : got) {
+    if (v != 0.0f) Fail(absl::StrCat("verify: a fresh row pulled ", v, ", expected 0 (zeros initializer)"));
+  }
+  auto oracle = ps::SparseTable::Create(*job.table(kTable), ps::ShardRange{0, job.table(kTable)->shard_num}, nullptr);
+  if (!oracle.ok()) Fail("verify: oracle table: " + oracle.status().ToString());
+  std::vector<float> g(n * d);
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < n * d; ++i)
+      g[i] = 0.05f * static_cast<float>(static_cast<int>((i * 7 + step * 3) % 11) - 5);
+    if (Status s = client.PushSparseGrad(kTable, keys, g); !s.ok()) Fail("verify: push: " + s.ToString());
+    if (Status s = oracle.value()->PushGrad(keys, g); !s.ok()) Fail("verify: oracle push: " + s.ToString());
+  }
+  std::vector<float> want(n * d);
+  if (Status s = oracle.value()->Pull(keys, want); !s.ok()) Fail("verify: oracle pull: " + s.ToString());
+  if (Status s = client.PullSparse(kTable, keys, got); !s.ok()) Fail("verify: pull: " + s.ToString());
+  size_t moved = 0;
+  for (size_t i = 0; i < n * d; ++i) {
+    if (std::fabs(got[i] - want[i]) > 1e-6f * std::max(1.0f, std::fabs(want[i])))
+      Fail(absl::StrCat("verify: key ", keys[i / d], " element ", i % d, ": pulled ", got[i], ", expected ",
+                        want[i], " (", c.rule, ")"));
+    moved += want[i] != 0.0f;
+  }
+  if (moved == 0) Fail("verify: no value changed after two pushes");
+  // sgd has a closed form: w = -lr * (g1 + g2).
+  if (c.rule == "sgd") {
+    for (size_t i = 0; i < n * d; ++i) {
+      const float g1 = 0.05f * static_cast<float>(static_cast<int>((i * 7) % 11) - 5);
+      const float g2 = 0.05f * static_cast<float>(static_cast<int>((i * 7 + 3) % 11) - 5);
+      const float w = -kLearningRate * g1 - kLearningRate * g2;
+      if (std::fabs(got[i] - w) > 1e-6f)
+        Fail(absl::StrCat("verify: sgd element ", i, ": pulled ", got[i], ", expected ", w));
+    }
+  }
+}
+
+void VerifyBare(bench::BareEchoClient& client) {
+  const std::vector<uint64_t> buf(64, 7);
+  for (int s = 0; s < client.num_servers(); ++s) {
+    client.Send(s, buf.data(), buf.size() * 8, 1000, true);
+    if (client.Recv(s).size() != 1000) Fail("bare exchange: wrong reply size");
+    client.Send(s, buf.data(), buf.size() * 8, bench::BareEchoServer::kEcho, false);
+    zmq::message_t echo = client.Recv(s);
+    if (echo.size() != buf.size() * 8 || std::memcmp(echo.data(), buf.data(), echo.size()) != 0)
+      Fail("bare echo returned wrong bytes");
+  }
+}
+
+// ---------------------------------------------------------------- one case
+
+struct OpResult {
+  Op op;
+  Summary fleet, bare;
+  double fleet_ops = 0, bare_ops = 0;  // ops/s, all workers
+  int64_t iterations = 0;              // per worker per round
+  double value_bytes = 0;              // per op
+  // CPU us per op: [bench process (workers + client I/O), servers].
+  double fleet_cpu[2] = {0, 0}, bare_cpu[2] = {0, 0};
+  double lat_ratio() const { return bare.p50 > 0 ? fleet.p50 / bare.p50 : 0; }
+  double tput_ratio() const { return bare_ops > 0 ? fleet_ops / bare_ops : 0; }
+};
+
+struct CaseResult {
+  Case c;
+  std::vector<OpResult> ops;
+  uint64_t rows = 0, bytes = 0;
+  double raw_per_row = 0;
+  double rss_per_row = 0;
+  double populate_s = 0;
+};
+
+const char* OpName(Op op) { return op == Op::kPull ? "pull" : "push"; }
+
+void PrintMeasureHeader() {
+  std::printf("  %-18s %10s %10s %10s %10s %10s %10s | %13s %13s\n", "", "min us", "p50 us", "p99 us", "max us",
+              "ops/s", "value GB/s", "client cpu/op", "server cpu/op");
+}
+
+void PrintMeasureRow(const std::string& label, const Summary& s, double ops, double value_bytes, const double cpu[2]) {
+  std::printf("  %-18s %10.1f %10.1f %10.1f %10.1f %10.0f %10.3f | %10.1f us %10.1f us\n", label.c_str(), s.min,
+              s.p50, s.p99, s.max, ops, ops * value_bytes / 1e9, cpu[0], cpu[1]);
+}
+
+CaseResult RunCase(const Case& c) {
+  CaseResult result;
+  result.c = c;
+  const uint64_t universe = std::max<uint64_t>(c.rows > 0 ? c.rows : 4 * c.keys * c.workers, c.keys);
+  std::printf("== %s: %d server(s) x %d worker(s), %zu keys x %zu values (%s), window %d, %llu rows\n",
+              c.name.c_str(), c.servers, c.workers, c.keys, c.dim, c.rule.c_str(), c.window,
+              static_cast<unsigned long long>(universe));
+  std::fflush(stdout);
+
+  const std::string yaml = JobYaml(c);
+  const ps::JobConfig job = ParseJob(yaml);
+  std::vector<ServerProcess> servers;
+  for (int r = 0; r < c.servers; ++r) servers.push_back(SpawnServer(c, r, yaml));
+  g_server_pids.clear();
+  for (const auto& s : servers) g_server_pids.push_back(s.pid);
+  std::vector<std::string> ps_endpoints, echo_endpoints;
+  for (const auto& s : servers) {
+    ps_endpoints.push_back(s.ps_endpoint);
+    echo_endpoints.push_back(s.echo_endpoint);
+  }
+  std::vector<std::unique_ptr<ps::PsClient>> clients;
+  std::vector<std::unique_ptr<bench::BareEchoClient>> bare_clients;
+  for (int w = 0; w < c.workers; ++w) {
+    ps::PsClientOptions o;
+    o.servers = ps_endpoints;
+    o.worker_rank = w;
+    o.num_workers = c.workers;
+    auto client = ps::PsClient::Create(o, job);
+    if (!client.ok()) Fail("client: " + client.status().ToString());
+    clients.push_back(std::move(client).value());
+    bare_clients.push_back(std::make_unique<bench::BareEchoClient>(echo_endpoints));
+  }
+
+  // Verify once, before anything is timed.
+  Verify(*clients[0], job, c, universe);
+  VerifyBare(*bare_clients[0]);
+
+  // Populate every row the timed requests touch, with large batched pushes
+  // (zero gradients), two in flight.
+  uint64_t rss0 = 0;
+  for (const auto& s : servers) rss0 += RssBytes(s.pid);
+  {
+    const auto t0 = Clock::now();
+    const size_t batch = std::clamp<size_t>((size_t{1} << 22) / c.dim, 1, 131072);
+    std::vector<uint64_t> keys[2];
+    const std::vector<float> zeros(batch * c.dim, 0.0f);
+    std::future<Status> inflight[2];
+    int k = 0;
+    for (uint64_t first = 0; first < universe; first += batch, k ^= 1) {
+      if (inflight[k].valid()) {
+        if (Status s = inflight[k].get(); !s.ok()) Fail("populate: " + s.ToString());
+      }
+      const size_t n = std::min<uint64_t>(batch, universe - first);
+      keys[k].resize(n);
+      for (size_t i = 0; i < n; ++i) keys[k][i] = KeyOf(first + i);
+      inflight[k] = clients[0]->PushSparseGradAsync(kTable, keys[k], std::span<const float>(zeros.data(), n * c.dim));
+    }
+    for (auto& f : inflight) {
+      if (f.valid()) {
+        if (Status s = f.get(); !s.ok()) Fail("populate: " + s.ToString());
+      }
+    }
+    result.populate_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  uint64_t rss1 = 0;
+  for (const auto& s : servers) rss1 += RssBytes(s.pid);
+
+  auto stats = clients[0]->Stats();
+  if (!stats.ok()) Fail("stats: " + stats.status().ToString());
+  for (const auto& reply : stats.value()) {
+    for (const auto& t : reply.tables()) {
+      if (t.table_id() != kTable) continue;
+      result.rows += t.rows();
+      result.bytes += t.bytes();
+    }
+  }
+  if (result.rows < universe) Fail(absl::StrCat("populate: servers hold ", result.rows, " rows, expected ", universe));
+  const auto accessor = ps::MakeAccessor(*job.table(kTable));
+  result.raw_per_row = 8.0 + 4.0 * accessor->row_floats();
+  result.rss_per_row = static_cast<double>(rss1 > rss0 ? rss1 - rss0 : 0) / universe;
+  std::printf("  populated %llu rows in %.1f s; server memory %.1f B/row (Stats), %.1f B/row (RSS growth), "
+              "raw %.0f B/row (8 key + %zu floats)\n",
+              static_cast<unsigned long long>(result.rows), result.populate_s,
+              static_cast<double>(result.bytes) / result.rows, result.rss_per_row, result.raw_per_row,
+              accessor->row_floats());
+
+  for (Op op : {Op::kPull, Op::kPush}) {
+    if (FLAGS_ops.find(OpName(op)) == std::string::npos) continue;
+    std::vector<std::unique_ptr<Driver>> fleet, bare;
+    for (int w = 0; w < c.workers; ++w) {
+      const uint64_t start = universe / c.workers * w;
+      fleet.push_back(std::make_unique<FleetDriver>(clients[w].get(), op, c, universe, start));
+      bare.push_back(std::make_unique<BareDriver>(bare_clients[w].get(), op, c, universe, start));
+    }
+    OpResult r;
+    r.op = op;
+    r.value_bytes = static_cast<double>(c.keys * c.dim * 4);
+    r.iterations = ChooseIterations(fleet, bare, c.window);
+    Measurement mf, mb;
+    for (int round = 0; round < FLAGS_rounds; ++round) {
+      RunWorkers(bare, c.window, r.iterations, &mb);
+      RunWorkers(fleet, c.window, r.iterations, &mf);
+    }
+    r.fleet = mf.summary();
+    r.bare = mb.summary();
+    r.fleet_ops = mf.ops_per_s();
+    r.bare_ops = mb.ops_per_s();
+    r.fleet_cpu[0] = mf.client_cpu_us_per_op();
+    r.fleet_cpu[1] = mf.server_cpu_us_per_op();
+    r.bare_cpu[0] = mb.client_cpu_us_per_op();
+    r.bare_cpu[1] = mb.server_cpu_us_per_op();
+    std::printf("  %s: %lld ops per worker x %d rounds; request %.0f B, reply %.0f B per op\n", OpName(op),
+                static_cast<long long>(r.iterations), FLAGS_rounds,
+                op == Op::kPull ? c.keys * 8.0 : c.keys * (8.0 + 4.0 * c.dim),
+                op == Op::kPull ? c.keys * 4.0 * c.dim : 0.0);
+    PrintMeasureHeader();
+    PrintMeasureRow(absl::StrCat("bare zmq ", OpName(op)), r.bare, r.bare_ops, r.value_bytes, r.bare_cpu);
+    PrintMeasureRow(absl::StrCat("fleet ", OpName(op)), r.fleet, r.fleet_ops, r.value_bytes, r.fleet_cpu);
+    std::printf("  ratio fleet/bare: p50 time per op %.2fx, throughput %.2fx, CPU per op %.1fx\n", r.lat_ratio(),
+              r.tput_ratio(), (r.fleet_cpu[0] + r.fleet_cpu[1]) / std::max(1e-9, r.bare_cpu[0] + r.bare_cpu[1]));
+    std::fflush(stdout);
+    result.ops.push_back(r);
+  }
+
+  if (Status s = clients[0]->StopServers(); !s.ok())
+    std::fprintf(stderr, "ps_bench: stop servers: %s\n", s.ToString().c_str());
+  clients.clear();
+  bare_clients.clear();
+  for (const auto& s : servers) Reap(s, std::chrono::seconds(15));
+  std::printf("\n");
+  return result;
+}
+
+// ---------------------------------------------------------------- presets and summary
+
+Case ShapeCase(const std::string& shape) {
+  Case c;
+  c.name = shape;
+  if (shape == "small") {
+    c.keys = 1000, c.dim = 1, c.window = 1;
+  } else if (shape == "small8") {
+    c.keys = 1000, c.dim = 1, c.window = 8;
+  } else if (shape == "large") {
+    c.keys = 1024, c.dim = 1024, c.window = 1;
+  } else if (shape == "embedding") {
+    c.keys = 131072, c.dim = 8, c.rule = "adagrad", c.window = 1;
+  } else if (shape == "rows100k") {
+    c.keys = 16384, c.dim = 8, c.window = 1, c.rows = 100000;
+  } else if (shape == "rows10m") {
+    c.keys = 16384, c.dim = 8, c.window = 1, c.rows = 10000000;
+  } else {
+    Fail("unknown --shape '" + shape + "' (small | small8 | large | embedding | rows100k | rows10m)");
+  }
+  return c;
+}
+
+bool Explicit(const char* flag) {
+  gflags::CommandLineFlagInfo info;
+  return gflags::GetCommandLineFlagInfo(flag, &info) && !info.is_default;
+}
+
+Case CaseFromFlags() {
+  Case c = FLAGS_shape.empty() ? Case{} : ShapeCase(FLAGS_shape);
+  if (FLAGS_shape.empty()) c.name = "custom";
+  c.servers = FLAGS_servers;
+  c.workers = FLAGS_workers;
+  if (FLAGS_shape.empty() || Explicit("keys")) c.keys = FLAGS_keys;
+  if (FLAGS_shape.empty() || Explicit("dim")) c.dim = FLAGS_dim;
+  if (FLAGS_shape.empty() || Explicit("rule")) c.rule = FLAGS_rule;
+  if (FLAGS_shape.empty() || Explicit("window")) c.window = FLAGS_window;
+  if (FLAGS_shape.empty() || Explicit("rows")) c.rows = FLAGS_rows;
+  return c;
+}
+
+std::vector<Case> PresetAll() {
+  std::vector<Case> cases;
+  for (auto [s, w] : {std::pair{1, 1}, std::pair{2, 2}}) {
+    for (const char* shape : {"small", "small8", "large", "embedding"}) {
+      Case c = ShapeCase(shape);
+      c.servers = s;
+      c.workers = w;
+      cases.push_back(c);
+    }
+  }
+  cases.push_back(ShapeCase("rows100k"));
+  cases.push_back(ShapeCase("rows10m"));
+  return cases;
+}
+
+std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return absl::StrCat(a, " ", b, " ", c);
+}
+
+void PrintSummary(const std::vector<CaseResult>& results) {
+  std::printf("== summary (load average now: %s)\n", LoadAverage().c_str());
+  std::printf("%-10s %3s %-12s %-7s %3s %-4s | %8s %9s %9s %9s %8s | %9s %9s %8s | %6s %6s | %7s %5s | %15s %13s\n", "shape",
+              "SxW", "keys x dim", "rule", "win", "op", "min us", "p50 us", "p99 us", "ops/s", "GB/s", "bare p50", "bare ops/s",
+              "bare GB/s", "t/bare", "bw/bare", "B/row", "/raw", "cpu us/op c+s", "bare c+s");
+  for (const CaseResult& r : results) {
+    for (const OpResult& o : r.ops) {
+      const double per_row = r.rows ? static_cast<double>(r.bytes) / r.rows : 0;
+      std::printf("%-10s %dx%d %-12s %-7s %3d %-4s | %8.1f %9.1f %9.1f %9.0f %8.3f | %9.1f %9.0f %8.3f | %6.2f %6.2f | %7.1f %5.2f | %7.0f+%-7.0f %6.0f+%-6.0f\n",
+                  r.c.name.c_str(), r.c.servers, r.c.workers, absl::StrCat(r.c.keys, "x", r.c.dim).c_str(),
+                  r.c.rule.c_str(), r.c.window, OpName(o.op), o.fleet.min, o.fleet.p50, o.fleet.p99, o.fleet_ops,
+                  o.fleet_ops * o.value_bytes / 1e9, o.bare.p50, o.bare_ops, o.bare_ops * o.value_bytes / 1e9,
+                  o.lat_ratio(), o.tput_ratio(), per_row, per_row / r.raw_per_row, o.fleet_cpu[0], o.fleet_cpu[1],
+                  o.bare_cpu[0], o.bare_cpu[1]);
+    }
+  }
+  std::printf("  t/bare: p50 time per op, FleetPS / bare ZeroMQ (lower is better); bw/bare: throughput "
+              "(ops/s = bytes/s), FleetPS / bare (higher is better); B/row: server bytes per sparse row from "
+              "Stats(), /raw: over 8 B key + value + optimizer state; cpu us/op c+s: CPU per op in the bench process (workers, "
+              "client I/O) + in the servers, FleetPS and bare\n\n");
+
+  // Targets of issue 3 (1 server, 1 worker), for the cases that were run.
+  auto find = [&](const std::string& name, int s, int w) -> const CaseResult* {
+    for (const CaseResult& r : results)
+      if (r.c.name == name && r.c.servers == s && r.c.workers == w) return &r;
+    return nullptr;
+  };
+  std::vector<std::string> lines;
+  auto verdict = [](bool ok) { return ok ? "MET   " : "MISSED"; };
+  if (const CaseResult* r = find("small", 1, 1)) {
+    for (const OpResult& o : r->ops)
+      lines.push_back(absl::StrFormat("%s small w1 %s round trip %.2fx bare (target <= 1.5x)", verdict(o.lat_ratio() <= 1.5),
+                                      OpName(o.op), o.lat_ratio()));
+  }
+  for (const char* name : {"large", "embedding"}) {
+    if (const CaseResult* r = find(name, 1, 1)) {
+      for (const OpResult& o : r->ops)
+        lines.push_back(absl::StrFormat("%s %s %s bytes/s %.2f of bare (target >= 0.6)", verdict(o.tput_ratio() >= 0.6),
+                                        name, OpName(o.op), o.tput_ratio()));
+    }
+  }
+  const CaseResult* big = nullptr;
+  for (const CaseResult& r : results)
+    if (r.c.rows > 0 && (!big || r.rows > big->rows)) big = &r;
+  if (big) {
+    const double per_row = static_cast<double>(big->bytes) / big->rows;
+    lines.push_back(absl::StrFormat("%s memory per row at %llu rows (%s, dim %zu): %.1f B = %.2fx raw %.0f B, RSS growth "
+                                    "%.1f B/row (target <= 1.5x)",
+                                    verdict(per_row <= 1.5 * big->raw_per_row), static_cast<unsigned long long>(big->rows),
+                                    big->c.rule.c_str(), big->c.dim, per_row, per_row / big->raw_per_row,
+                                    big->raw_per_row, big->rss_per_row));
+  }
+  const CaseResult* r100k = find("rows100k", 1, 1);
+  const CaseResult* r10m = find("rows10m", 1, 1);
+  if (r100k && r10m && !r100k->ops.empty() && !r10m->ops.empty() && r100k->ops[0].op == Op::kPull &&
+      r10m->ops[0].op == Op::kPull) {
+    const double a = r100k->ops[0].fleet_ops, b = r10m->ops[0].fleet_ops;
+    lines.push_back(absl::StrFormat("%s 10M rows of dim 8 fit in one server (%llu rows held); pull %.0f ops/s at 10M vs %.0f "
+                                    "at 100k: %.2fx slower (target <= 1.5x)",
+                                    verdict(a / b <= 1.5), static_cast<unsigned long long>(r10m->rows), b, a, a / b));
+  }
+  if (!lines.empty()) {
+    std::printf("== targets (issue 3; 1 server, 1 worker)\n");
+    for (const auto& l : lines) std::printf("  %s\n", l.c_str());
+  }
+}
+
+int Main() {
+  if (FLAGS_servers < 1 || FLAGS_workers < 1 || FLAGS_keys < 1 || FLAGS_dim < 1 || FLAGS_window < 1 ||
+      FLAGS_rounds < 1 || FLAGS_seconds <= 0 || FLAGS_rows < 0)
+    Fail("--servers, --workers, --keys, --dim, --window, --rounds must be >= 1, --seconds > 0, --rows >= 0");
+  bench::PrintEnvironment("ps_bench");
+  std::printf("load average at start: %s\n\n", LoadAverage().c_str());
+  std::vector<Case> cases;
+  if (FLAGS_preset == "all") {
+    cases = PresetAll();
+  } else if (!FLAGS_preset.empty()) {
+    Fail("unknown --preset '" + FLAGS_preset + "' (all)");
+  } else {
+    cases.push_back(CaseFromFlags());
+  }
+  std::vector<CaseResult> results;
+  const auto t0 = Clock::now();
+  for (const Case& c : cases) results.push_back(RunCase(c));
+  std::printf("total %.0f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
+  PrintSummary(results);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fleet
+
+int main(int argc, char** argv) {
+  FLAGS_minloglevel = 1;  // servers and clients log INFO lines per connection
+  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  if (FLAGS_serve) return fleet::ServeMain();
+  return fleet::Main();
+}
