@@ -234,12 +234,12 @@ TEST(Net, SlurmFirstHostAndGpuCount) {
 TEST(Readme, DocumentsEveryFlag) {
   const char* src = std::getenv("FLEET_SOURCE_DIR");
   ASSERT_NE(src, nullptr);
-  std::ifstream in(std::string(src) + "/launch/README.md");
+  std::ifstream in(std::string(src) + "/README.md");
   std::stringstream s;
   s << in.rdbuf();
   for (const std::string& name : OptionNames()) {
     const std::string flag = name == "o" ? "`-o`" : "`--" + name + "`";
-    EXPECT_NE(s.str().find(flag), std::string::npos) << flag << " missing from launch/README.md";
+    EXPECT_NE(s.str().find(flag), std::string::npos) << flag << " missing from the flag table in README.md";
   }
 }
 
