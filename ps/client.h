@@ -121,6 +121,12 @@ class PsClient {
   // Asks every server to stop (each saves first when its config says so).
   Status StopServers();
 
+  // Blocks for a future returned by this client's *Async calls, receiving
+  // replies on this thread meanwhile (cheaper than future.get(): see
+  // RpcNode::Await). timeout 0 = the job's timeout; it bounds the helping,
+  // the future itself completes by its calls' deadlines.
+  Status Wait(std::future<Status> f, std::chrono::milliseconds timeout = {}) const;
+
   size_t PullDim(uint32_t table) const;
   size_t PushDim(uint32_t table) const;
   int num_servers() const { return static_cast<int>(peers_.size()); }
@@ -141,8 +147,6 @@ class PsClient {
   std::future<Status> Broadcast(std::vector<std::optional<Message>> requests,
                                 std::chrono::milliseconds timeout, const std::string& what,
                                 std::function<Status(int server, const Message&)> on_reply);
-  // Blocks for a future of this client's calls, helping receive replies.
-  Status Wait(std::future<Status> f, std::chrono::milliseconds timeout) const;
   std::future<Status> SendSparse(pb::PsCommand command, uint32_t table,
                                  std::span<const uint64_t> keys, std::span<const float> values,
                                  const PushOptions& options);

@@ -73,4 +73,26 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(ps::PsClient* client,
   return Status::InvalidArgument("communicator: unknown Distributed.mode");
 }
 
+Status PullFromServers(ps::PsClient& client, const CommunicatorOptions& options,
+                       const PullRequest& request) {
+  const ps::PullOptions po{options.timeout};
+  std::future<Status> sparse, dense;
+  if (options.sparse_table && !request.sparse_keys.empty()) {
+    sparse = client.PullSparseAsync(*options.sparse_table, request.sparse_keys,
+                                    request.sparse_values, po);
+  }
+  if (options.dense_table && !request.dense_values.empty()) {
+    dense = client.PullDenseAsync(*options.dense_table, request.dense_values, po);
+  }
+  return WaitBoth(client, std::move(sparse), std::move(dense), options.timeout);
+}
+
+Status WaitBoth(const ps::PsClient& client, std::future<Status> sparse, std::future<Status> dense,
+                std::chrono::milliseconds timeout) {
+  Status s = sparse.valid() ? client.Wait(std::move(sparse), timeout) : Status::OK();
+  Status d = dense.valid() ? client.Wait(std::move(dense), timeout) : Status::OK();
+  FLEET_RETURN_IF_ERROR(s);
+  return d;
+}
+
 }  // namespace fleet::trainer

@@ -126,6 +126,17 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(ps::PsClient* client,
 Status ValidateCommunicatorOptions(const ps::PsClient& client, CommunicatorOptions* options);
 
 // ---------------------------------------------------------------------------
+// Reads the request's sparse rows and dense values from the servers, both
+// requests in flight at once; returns only when both finished, so the
+// caller's buffers are never written after it returns (sync and async Pull).
+Status PullFromServers(ps::PsClient& client, const CommunicatorOptions& options,
+                       const PullRequest& request);
+
+// Waits for a sparse and a dense request of `client` (either may be
+// invalid: not sent) and returns the sparse one's error first.
+Status WaitBoth(const ps::PsClient& client, std::future<Status> sparse, std::future<Status> dense,
+                std::chrono::milliseconds timeout);
+
 class SyncCommunicator final : public Communicator {
  public:
   // REQUIRES: ValidateCommunicatorOptions(*client, &options) is OK.

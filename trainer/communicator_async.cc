@@ -37,19 +37,7 @@ Status AsyncCommunicator::Pull(const PullRequest& request) {
     std::lock_guard<std::mutex> lock(mu_);
     FLEET_RETURN_IF_ERROR(error_);  // surface a failed send at the next step
   }
-  const ps::PullOptions po{options_.timeout};
-  std::future<Status> sparse, dense;
-  if (options_.sparse_table && !request.sparse_keys.empty()) {
-    sparse = client_->PullSparseAsync(*options_.sparse_table, request.sparse_keys,
-                                      request.sparse_values, po);
-  }
-  if (options_.dense_table && !request.dense_values.empty()) {
-    dense = client_->PullDenseAsync(*options_.dense_table, request.dense_values, po);
-  }
-  Status s = sparse.valid() ? sparse.get() : Status::OK();
-  Status d = dense.valid() ? dense.get() : Status::OK();
-  FLEET_RETURN_IF_ERROR(s);
-  return d;
+  return PullFromServers(*client_, options_, request);
 }
 
 Status AsyncCommunicator::Push(const PushRequest& request) {
@@ -174,10 +162,7 @@ Status AsyncCommunicator::Send(std::vector<Batch>& batches) {
   if (options_.dense_table && !dense.empty()) {
     dn = client_->ZPushDenseGrad(*options_.dense_table, SArray<float>(std::move(dense)), po);
   }
-  Status s = sp.valid() ? sp.get() : Status::OK();
-  Status d = dn.valid() ? dn.get() : Status::OK();
-  FLEET_RETURN_IF_ERROR(s);
-  return d;
+  return WaitBoth(*client_, std::move(sp), std::move(dn), options_.timeout);
 }
 
 }  // namespace fleet::trainer

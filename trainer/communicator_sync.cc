@@ -13,21 +13,7 @@ SyncCommunicator::SyncCommunicator(ps::PsClient* client, CommunicatorOptions opt
 }
 
 Status SyncCommunicator::Pull(const PullRequest& request) {
-  const ps::PullOptions po{options_.timeout};
-  // Both reads in flight at once; wait for both before returning so the
-  // caller's buffers are never written after we return.
-  std::future<Status> sparse, dense;
-  if (options_.sparse_table && !request.sparse_keys.empty()) {
-    sparse = client_->PullSparseAsync(*options_.sparse_table, request.sparse_keys,
-                                      request.sparse_values, po);
-  }
-  if (options_.dense_table && !request.dense_values.empty()) {
-    dense = client_->PullDenseAsync(*options_.dense_table, request.dense_values, po);
-  }
-  Status s = sparse.valid() ? sparse.get() : Status::OK();
-  Status d = dense.valid() ? dense.get() : Status::OK();
-  FLEET_RETURN_IF_ERROR(s);
-  return d;
+  return PullFromServers(*client_, options_, request);
 }
 
 Status SyncCommunicator::Push(const PushRequest& request) {
@@ -45,17 +31,13 @@ Status SyncCommunicator::Push(const PushRequest& request) {
     std::span<const float> g = request.dense_grads.empty()
                                    ? std::span<const float>(zero_dense_)
                                    : request.dense_grads;
-    // Zero-copy view of the caller's buffer: we wait for the servers'
-    // replies below, so the buffer outlives the transport's use of it.
-    SArray<float> view(const_cast<float*>(g.data()), g.size(),
-                       std::shared_ptr<void>(nullptr, [](void*) {}));
-    dense = client_->ZPushDenseGrad(*options_.dense_table, std::move(view), po);
+    // A copy the transport owns: a request that times out may still sit in
+    // ZeroMQ's queue after we return, so it must not borrow the caller's buffer.
+    dense = client_->ZPushDenseGrad(*options_.dense_table, SArray<float>(g.data(), g.size()), po);
   }
-  Status s = sparse.valid() ? sparse.get() : Status::OK();
-  Status d = dense.valid() ? dense.get() : Status::OK();
   ++step_;
-  FLEET_RETURN_IF_ERROR(s.ok() ? s : s.WithContext("sync push step " + std::to_string(po.step)));
-  return d.ok() ? d : d.WithContext("sync push step " + std::to_string(po.step));
+  return WaitBoth(*client_, std::move(sparse), std::move(dense), options_.timeout)
+      .WithContext("sync push step " + std::to_string(po.step));
 }
 
 double SyncCommunicator::GradientScale(size_t batch_samples) const {
