@@ -357,8 +357,11 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       Report(ev.index, ev.wait_status,
              "; restarting (" + std::to_string(sup_.restarts(ev.index) + 1) + " of " + std::to_string(opts_.max_restart) + ")");
       // Rendered again so a restarted server keeps the endpoint it published
-      // and a restarted worker gets today's endpoint lists.
-      Status st = sup_.Restart(ev.index, RenderProcess(job_, spec.role, render_rank_[ev.index]));
+      // and a restarted worker gets today's endpoint lists. FLEET_RESTART
+      // tells it that it is a restart (a server then reloads its checkpoint).
+      ProcessSpec again = RenderProcess(job_, spec.role, render_rank_[ev.index]);
+      again.env.emplace_back("FLEET_RESTART", std::to_string(sup_.restarts(ev.index) + 1));
+      Status st = sup_.Restart(ev.index, std::move(again));
       if (st.ok()) {
         std::fprintf(io_.out, "fleetrun: restarted %s pid %d\n", sup_.spec(ev.index).Name().c_str(),
                      static_cast<int>(sup_.pid(ev.index)));

@@ -49,12 +49,7 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
   FLEET_RETURN_IF_ERROR(server->BuildTables());
   server->checkpointer_ = std::make_unique<Checkpointer>(
       server->fs_, server->options_.rank, server->options_.num_servers, server->table_pool_.get());
-  const std::string& load_dir = server->options_.job.server.load_dir;
-  if (!load_dir.empty()) {
-    FLEET_RETURN_IF_ERROR(server->checkpointer_->Load(load_dir, server->AllTables())
-                              .WithContext(absl::StrCat("server.load_dir ", load_dir)));
-    LOG(INFO) << "server " << server->options_.rank << ": loaded checkpoint " << load_dir;
-  }
+  FLEET_RETURN_IF_ERROR(server->LoadAtStart());
   RpcNodeOptions rpc;
   rpc.name = absl::StrCat("server:", server->options_.rank);
   rpc.handler_threads = server->options_.handler_threads;
@@ -109,6 +104,25 @@ Status PsServer::BuildTables() {
       dense_[config.id] = std::move(table).value();
     }
   }
+  return Status::OK();
+}
+
+Status PsServer::LoadAtStart() {
+  const ServerConfig& config = options_.job.server;
+  if (options_.restarted && !config.save_dir.empty()) {
+    // What this server (or its job) saved last, e.g. when it was stopped.
+    Status s = checkpointer_->Load(config.save_dir, AllTables());
+    if (s.ok()) {
+      LOG(INFO) << "server " << options_.rank << ": restarted, loaded checkpoint " << config.save_dir;
+      return s;
+    }
+    if (!s.IsNotFound()) return s.WithContext(absl::StrCat("server.save_dir ", config.save_dir));
+    LOG(INFO) << "server " << options_.rank << ": restarted, no checkpoint in " << config.save_dir;
+  }
+  if (config.load_dir.empty()) return Status::OK();
+  FLEET_RETURN_IF_ERROR(checkpointer_->Load(config.load_dir, AllTables())
+                            .WithContext(absl::StrCat("server.load_dir ", config.load_dir)));
+  LOG(INFO) << "server " << options_.rank << ": loaded checkpoint " << config.load_dir;
   return Status::OK();
 }
 

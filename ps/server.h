@@ -49,14 +49,18 @@ struct PsServerOptions {
   int handler_threads = 2;
   // Checkpoint I/O; nullptr = the real file system.
   FileSystem* fs = nullptr;
+  // A restarted server (fleetrun --max_restart): load the newest checkpoint
+  // in job.server.save_dir when there is one, instead of starting empty.
+  bool restarted = false;
   // How long Shutdown waits for requests already being handled.
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
 };
 
 class PsServer {
  public:
-  // Builds the tables of this rank and, when job.server.load_dir is set,
-  // loads that checkpoint. Errors: InvalidArgument (rank/num_servers, a
+  // Builds the tables of this rank and loads a checkpoint: when `restarted`
+  // the newest one in job.server.save_dir if that holds one, else
+  // job.server.load_dir when set. Errors: InvalidArgument (rank/num_servers, a
   // table config), and the checkpoint errors of Checkpointer::Load.
   static Result<std::unique_ptr<PsServer>> Create(PsServerOptions options);
   ~PsServer();  // Shutdown(/*save=*/false) if still running.
@@ -83,6 +87,7 @@ class PsServer {
  private:
   explicit PsServer(PsServerOptions options);
   Status BuildTables();
+  Status LoadAtStart();
   void RegisterHandlers();
 
   // One handler per command.

@@ -72,6 +72,10 @@ int PsServerMain(int argc, char** argv) {
     options.endpoint = spec->servers[spec->rank].ToString();
   }
   options.job = std::move(job).value();
+  // Set by fleetrun when it restarts this process (--max_restart).
+  if (const char* restart = std::getenv("FLEET_RESTART"); restart && std::atoi(restart) > 0) {
+    options.restarted = true;
+  }
 
   auto server = PsServer::Create(std::move(options));
   if (!server.ok()) {

@@ -65,21 +65,26 @@ class ServerProcesses : public ::testing::Test {
   }
 
   // Starts a process with stderr to `log`; records its pid.
-  void Spawn(std::vector<std::string> args, const fs::path& log) {
+  void Spawn(std::vector<std::string> args, const fs::path& log,
+             std::vector<std::string> extra_env = {}) {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    std::vector<char*> env;
+    for (char** e = environ; *e; ++e) env.push_back(*e);
+    for (auto& e : extra_env) env.push_back(e.data());
+    env.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     pid_t pid = -1;
-    EXPECT_EQ(posix_spawn(&pid, args[0].c_str(), &actions, nullptr, argv.data(), environ), 0);
+    EXPECT_EQ(posix_spawn(&pid, args[0].c_str(), &actions, nullptr, argv.data(), env.data()), 0);
     posix_spawn_file_actions_destroy(&actions);
     pids_.push_back(pid);
   }
 
   // Starts server `rank` of `n`; returns its bound endpoint from the store.
-  std::string StartServer(int rank, int n) {
+  std::string StartServer(int rank, int n, std::vector<std::string> extra_env = {}) {
     std::vector<std::string> args = {
         server_bin_,
         "--endpoint=127.0.0.1:0",
@@ -90,7 +95,9 @@ class ServerProcesses : public ::testing::Test {
         "--kv_endpoint=" + kv_->endpoint(),
         "--job_id=proc",
         "--role=server"};
-    Spawn(std::move(args), dir_ / ("serverlog." + std::to_string(rank)));
+    // A rank started again publishes again: wait for its new value, not the old.
+    (void)KvStoreClient(kv_->endpoint(), "proc").Delete(EndpointKey(Role::kServer, rank));
+    Spawn(std::move(args), dir_ / ("serverlog." + std::to_string(rank)), std::move(extra_env));
     KvStoreClient kv(kv_->endpoint(), "proc");
     auto endpoint = kv.WaitGet(EndpointKey(Role::kServer, rank), 15s);
     EXPECT_TRUE(endpoint.ok()) << endpoint.status().ToString();
@@ -182,6 +189,36 @@ TEST_F(ServerProcesses, TwoServersThreeClientsThenGracefulSigtermSaves) {
     EXPECT_GE(applied, total_acked) << "element " << i;
     EXPECT_LE(applied, total_acked + 3) << "element " << i;
   }
+}
+
+TEST_F(ServerProcesses, RestartedServerReloadsItsSaveDir) {
+  auto job = LoadJobConfig(config_.string(), {});
+  ASSERT_TRUE(job.ok());
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  auto pull = [&](const std::string& endpoint) {
+    PsClientOptions o;
+    o.servers = {endpoint};
+    auto c = PsClient::Create(o, job.value()).value();
+    std::vector<float> v(keys.size() * 2);
+    EXPECT_TRUE(c->PullSparse(0, keys, v).ok());
+    return std::make_pair(std::move(c), v);
+  };
+  {
+    auto [c, v] = pull(StartServer(0, 1));
+    ASSERT_TRUE(c->PushSparseGrad(0, keys, std::vector<float>(6, 1.5f)).ok());
+    kill(pids_[0], SIGTERM);  // graceful: saves into server.save_dir
+    ASSERT_EQ(WaitExit(0, 15s), 0);
+  }
+  // A plain start begins empty; a restart (as fleetrun --max_restart does)
+  // reloads what was saved.
+  {
+    auto [c, v] = pull(StartServer(0, 1));
+    EXPECT_EQ(v, std::vector<float>(6, 0.0f));
+    kill(pids_[1], SIGKILL);
+    WaitExit(1, 5s);
+  }
+  auto [c, v] = pull(StartServer(0, 1, {"FLEET_RESTART=1"}));
+  EXPECT_EQ(v, std::vector<float>(6, -1.5f));
 }
 
 TEST_F(ServerProcesses, BadConfigExitsTwoWithReason) {
