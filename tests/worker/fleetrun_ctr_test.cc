@@ -104,5 +104,24 @@ TEST_F(FleetrunCtrTest, BadOverrideStopsTheJobWithTheReason) {
   EXPECT_NE(run.output.find("Distributed.mode"), std::string::npos) << run.output;
 }
 
+// Issue bar: MNIST-MLP in PS mode, 2 servers x 2 workers, sync, Fashion-MNIST,
+// test accuracy >= 0.86 after 3 epochs (configs/mnist_mlp_ps.yaml).
+TEST(FleetrunMnistPsTest, ThreeEpochsReachTheAccuracyBar) {
+  if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
+  }
+  const std::string bin = std::getenv("FLEET_BIN_DIR");
+  const std::string src = std::getenv("FLEET_SOURCE_DIR");
+  const fs::path logs = fs::temp_directory_path() / ("fleet_mnist_ps_" + std::to_string(getpid()));
+  CommandResult run = RunCommand(bin + "/fleetrun --server_num=2 --worker_num=2 --http_port=0 --log_dir=" +
+                                 logs.string() + " --config=" + src + "/configs/mnist_mlp_ps.yaml");
+  fs::remove_all(logs);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(run.output, m, std::regex(R"(summary: held-out accuracy ([0-9.]+))")))
+      << run.output;
+  EXPECT_GE(std::stod(m[1]), 0.86) << run.output;
+}
+
 }  // namespace
 }  // namespace fleet
