@@ -478,16 +478,24 @@ void SparseTable::ForEachShard(const std::function<void(SparseShard&)>& fn) {
   }
 }
 
-Status SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> values) {
+Status SparseTable::ForEachShardOfKeys(
+    std::span<const uint64_t> keys, size_t values_size, size_t width,
+    const std::function<void(SparseShard&, std::span<const uint32_t>)>& fn) {
   std::vector<uint32_t> order, offsets;
-  FLEET_RETURN_IF_ERROR(Route(keys, values.size(), pull_dim(), &order, &offsets));
+  FLEET_RETURN_IF_ERROR(Route(keys, values_size, width, &order, &offsets));
   absl::ReaderMutexLock l(&shards_mu_);
   ForEachGroup(order, offsets, [&](size_t s, std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     SparseShard& sh = *shards_[s];
     absl::MutexLock sl(&sh.mu);
-    sh.Pull(keys, which, values.data());
+    fn(sh, which);
   });
   return Status::OK();
+}
+
+Status SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> values) {
+  return ForEachShardOfKeys(keys, values.size(), pull_dim(),
+                            [&](SparseShard& sh, std::span<const uint32_t> which)
+                                ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.Pull(keys, which, values.data()); });
 }
 
 Status SparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
@@ -498,27 +506,17 @@ Status SparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const flo
   if (!clicks.empty() && clicks.size() != keys.size())
     return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": ", clicks.size(), " clicks for ",
                                                 keys.size(), " keys"));
-  std::vector<uint32_t> order, offsets;
-  FLEET_RETURN_IF_ERROR(Route(keys, grads.size(), push_dim(), &order, &offsets));
-  absl::ReaderMutexLock l(&shards_mu_);
-  ForEachGroup(order, offsets, [&](size_t s, std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    SparseShard& sh = *shards_[s];
-    absl::MutexLock sl(&sh.mu);
-    sh.PushGrad(keys, which, grads.data(), shows, clicks);
-  });
-  return Status::OK();
+  return ForEachShardOfKeys(keys, grads.size(), push_dim(),
+                            [&](SparseShard& sh, std::span<const uint32_t> which)
+                                ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                  sh.PushGrad(keys, which, grads.data(), shows, clicks);
+                                });
 }
 
 Status SparseTable::PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas) {
-  std::vector<uint32_t> order, offsets;
-  FLEET_RETURN_IF_ERROR(Route(keys, deltas.size(), push_dim(), &order, &offsets));
-  absl::ReaderMutexLock l(&shards_mu_);
-  ForEachGroup(order, offsets, [&](size_t s, std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    SparseShard& sh = *shards_[s];
-    absl::MutexLock sl(&sh.mu);
-    sh.PushDelta(keys, which, deltas.data());
-  });
-  return Status::OK();
+  return ForEachShardOfKeys(keys, deltas.size(), push_dim(),
+                            [&](SparseShard& sh, std::span<const uint32_t> which)
+                                ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.PushDelta(keys, which, deltas.data()); });
 }
 
 void SparseTable::EndPass() {

@@ -152,6 +152,11 @@ class SparseTable {
   // keys of local shard s are order[offsets[s] .. offsets[s+1]).
   Status Route(std::span<const uint64_t> keys, size_t values_size, size_t width, std::vector<uint32_t>* order,
                std::vector<uint32_t>* offsets) const;
+  // Route()s the keys, then runs fn on every shard with keys, under that
+  // shard's lock (in parallel when worthwhile). Errors: those of Route,
+  // before anything ran.
+  Status ForEachShardOfKeys(std::span<const uint64_t> keys, size_t values_size, size_t width,
+                            const std::function<void(SparseShard&, std::span<const uint32_t>)>& fn);
   // Runs fn(local_shard, indices) for every non-empty group, in parallel
   // when worthwhile.
   void ForEachGroup(const std::vector<uint32_t>& order, const std::vector<uint32_t>& offsets,

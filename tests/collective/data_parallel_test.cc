@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/collective/gloo_ranks.h"
+#include "tests/comm/collective_test_util.h"
 #include "trainer/backend.h"
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/collective/gloo_ranks.h"
+#include "tests/comm/collective_test_util.h"
 #include "tests/collective/mnist_test_data.h"
 #include "trainer/kernels/cpu_kernels.h"
 #ifdef FLEET_WITH_NCCL

@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/gloo_collective.h"
 #include "comm/kv_store.h"
 
 namespace fleet::testing {
@@ -102,6 +103,31 @@ inline void ExpectExactly(const std::vector<float>& got, const std::vector<float
 
 inline void ThrowIfError(const Status& st, const std::string& what) {
   if (!st.ok()) throw std::runtime_error(what + ": " + st.ToString());
+}
+
+// Creates rank `rank` of Gloo group "test" through its own KV client, as a
+// separate process would. Throws when creation fails.
+inline std::unique_ptr<GlooCollective> JoinGloo(const LocalKvServer& kv, const std::string& job,
+                                                int rank, int size,
+                                                std::chrono::milliseconds timeout) {
+  auto client = kv.Client(job);
+  GlooCollectiveOptions options;
+  options.group = "test";
+  options.rank = rank;
+  options.size = size;
+  options.timeout = timeout;
+  auto group = GlooCollective::Create(*client, options);
+  ThrowIfError(group.status(), "gloo group of rank " + std::to_string(rank));
+  return std::move(group).value();
+}
+
+// body(rank, group) on `size` threads, each rank with its own GlooCollective
+// over one in-process KV server. Bodies fail by throwing.
+inline void RunGlooRanks(int size, std::chrono::milliseconds timeout,
+                         const std::function<void(int, Collective&)>& body) {
+  LocalKvServer kv;
+  const std::string job = UniqueJob();
+  RunRanks(size, [&](int rank) { body(rank, *JoinGloo(kv, job, rank, size, timeout)); });
 }
 
 }  // namespace fleet::testing

@@ -14,6 +14,7 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using fleet::testing::ExpectExactly;
+using fleet::testing::JoinGloo;
 using fleet::testing::LocalKvServer;
 using fleet::testing::RunRanks;
 using fleet::testing::SeedValue;
@@ -21,20 +22,6 @@ using fleet::testing::SeedVector;
 using fleet::testing::ThrowIfError;
 using fleet::testing::UniqueJob;
 
-// Creates rank `rank` of a group of `size` through its own KV client, as a
-// separate process would. Throws when creation fails.
-std::unique_ptr<GlooCollective> Join(const LocalKvServer& kv, const std::string& job, int rank,
-                                     int size, milliseconds timeout) {
-  auto client = kv.Client(job);
-  GlooCollectiveOptions options;
-  options.group = "test";
-  options.rank = rank;
-  options.size = size;
-  options.timeout = timeout;
-  auto group = GlooCollective::Create(*client, options);
-  ThrowIfError(group.status(), "create rank " + std::to_string(rank));
-  return std::move(group).value();
-}
 
 class GlooCollectiveGridTest : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
 
@@ -45,7 +32,7 @@ TEST_P(GlooCollectiveGridTest, EveryOpMatchesLocalExpectation) {
   LocalKvServer kv;
   const std::string job = UniqueJob();
   RunRanks(size, [&, size = size, count = count](int rank) {
-    auto group = Join(kv, job, rank, size, std::chrono::seconds(20));
+    auto group = JoinGloo(kv, job, rank, size, std::chrono::seconds(20));
     const std::string where = " (rank " + std::to_string(rank) + ")";
 
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
@@ -139,7 +126,7 @@ TEST(GlooCollectiveTest, OpTimesOutWhenAPeerNeverCallsIt) {
   std::promise<void> rank0_done;
   std::shared_future<void> done = rank0_done.get_future().share();
   RunRanks(2, [&](int rank) {
-    auto group = Join(kv, job, rank, 2, timeout);
+    auto group = JoinGloo(kv, job, rank, 2, timeout);
     if (rank == 1) {
       // Stays connected but never joins the allreduce.
       if (done.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
