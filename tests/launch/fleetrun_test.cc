@@ -314,6 +314,9 @@ TEST_F(FleetrunTest, MaxRestartRestartsAFailedProcess) {
   EXPECT_EQ(with.exit_code, 0) << with.err;
   EXPECT_NE(with.err.find("restarting (1 of 1)"), std::string::npos) << with.err;
   EXPECT_NE(ReadFile(log_ / "workerlog.1").find("restart 1 of collective 1"), std::string::npos);
+  // The restarted process knows it is one (a server then reloads its checkpoint).
+  EXPECT_NE(ReadFile(fx / "env.collective.1").find("env FLEET_RESTART=1\n"), std::string::npos)
+      << ReadFile(fx / "env.collective.1");
 }
 
 TEST_F(FleetrunTest, SigintStopsEveryProcessIncludingGrandchildren) {
