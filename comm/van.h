@@ -1,10 +1,11 @@
 // Van: the ZeroMQ transport. It owns one ZeroMQ context, at most one bound
-// ROUTER socket (for peers that call us) and one DEALER socket per peer we
-// connected to, and one I/O thread that is the only thread ever touching
-// those sockets for receiving.
-// Any thread sends directly on a socket under that socket's lock (no
-// hand-off, which would double a small message's round trip); the I/O
-// thread is the only one that receives, and hands messages to a Receiver.
+// ROUTER socket (for peers that call us), one DEALER socket per peer we
+// connected to, and one I/O thread that receives and hands messages to a
+// Receiver.
+// Every socket is used under its own lock, so any thread sends directly (a
+// hand-off to the I/O thread is a wake-up, a large part of a small round
+// trip), and a thread blocked on a reply may receive it itself
+// (ReceiveWhile) while the I/O thread stands back from the outgoing sockets.
 //
 // A message on the wire is one ZeroMQ multipart message:
 //   [routing id (ROUTER side only)] [pb::Header] [frame 0] ... [frame n-1]
