@@ -4,24 +4,10 @@
 #include <cmath>
 #include <numbers>
 
+#include "comm/splitmix.h"
 #include "ps/table/partition.h"
 
 namespace fleet::ps {
-namespace {
-
-// splitmix64 generator: state += golden gamma, output Mix64(state).
-class SplitMix {
- public:
-  explicit SplitMix(uint64_t seed) : state_(seed) {}
-  uint64_t Next() { return Mix64(state_ += 0x9e3779b97f4a7c15ULL); }
-  // Uniform in [0, 1) with 24 bits, exact in float.
-  float Uniform() { return static_cast<float>(Next() >> 40) * (1.0f / 16777216.0f); }
-
- private:
-  uint64_t state_;
-};
-
-}  // namespace
 
 void Initializer::Fill(uint64_t key, uint32_t stream, std::span<float> out) const {
   switch (config_.kind) {
@@ -29,17 +15,17 @@ void Initializer::Fill(uint64_t key, uint32_t stream, std::span<float> out) cons
       std::fill(out.begin(), out.end(), 0.0f);
       return;
     case InitializerKind::kUniform: {
-      SplitMix rng(Mix64(config_.seed) ^ Mix64(key) ^ (uint64_t{stream} << 32));
+      SplitMix64 rng(Mix64(config_.seed) ^ Mix64(key) ^ (uint64_t{stream} << 32));
       const float r = config_.range;
-      for (float& v : out) v = -r + 2.0f * r * rng.Uniform();
+      for (float& v : out) v = -r + 2.0f * r * rng.UniformFloat();
       return;
     }
     case InitializerKind::kGaussian: {
-      SplitMix rng(Mix64(config_.seed) ^ Mix64(key) ^ (uint64_t{stream} << 32));
+      SplitMix64 rng(Mix64(config_.seed) ^ Mix64(key) ^ (uint64_t{stream} << 32));
       for (size_t i = 0; i < out.size(); i += 2) {
         // Box-Muller; 1 - u keeps the log argument in (0, 1].
-        const double u1 = 1.0 - rng.Uniform();
-        const double u2 = rng.Uniform();
+        const double u1 = 1.0 - rng.UniformFloat();
+        const double u2 = rng.UniformFloat();
         const double r = std::sqrt(-2.0 * std::log(u1)) * config_.stddev;
         out[i] = static_cast<float>(r * std::cos(2 * std::numbers::pi * u2));
         if (i + 1 < out.size()) out[i + 1] = static_cast<float>(r * std::sin(2 * std::numbers::pi * u2));

@@ -7,19 +7,15 @@
 
 #include <cstdint>
 
+#include "comm/splitmix.h"
 #include "comm/status.h"
 
 namespace fleet::ps {
 
-// The splitmix64 finaliser (Steele, Lea, Flood 2014; constants from
-// Stafford's "Mix13"). A bijection on uint64 whose output bits each depend on
+// Keys are placed by the splitmix64 finaliser: every output bit depends on
 // every input bit, so sequential ids and ids that share low bits spread
-// evenly over shards. Stable forever: do not change.
-constexpr uint64_t Mix64(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+// evenly over shards. Stable forever (comm/splitmix.h).
+using ::fleet::Mix64;
 
 // The global shard of a key. REQUIRES: shard_num >= 1.
 constexpr uint32_t ShardOfKey(uint64_t key, uint32_t shard_num) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <numbers>
 
+#include "comm/splitmix.h"
 #include "trainer/data/ctr_reader.h"
 #include "trainer/data/file_io.h"
 #include "trainer/data/metrics.h"
@@ -30,11 +31,6 @@ constexpr uint64_t kCalibrationStream = 1;
 constexpr uint64_t kTrainStreamBase = uint64_t{1} << 32;
 constexpr uint64_t kTestStreamBase = uint64_t{2} << 32;
 
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 // MurmurHash3's 32-bit finaliser: a bijection on uint32.
 uint32_t Fmix32(uint32_t h) {
@@ -46,14 +42,13 @@ uint32_t Fmix32(uint32_t h) {
   return h;
 }
 
-// SplitMix64: small, fast, and the same on every platform (unlike the
-// std:: distributions, whose algorithms the standard leaves open).
+// One independent stream of the generator per (seed, stream) pair.
 class Rng {
  public:
   Rng(uint64_t seed, uint64_t stream)
-      : state_(Mix64(seed) ^ Mix64(stream + 0x632BE59BD9B4E019ULL)) {}
-  uint64_t Next() { return Mix64(state_ += 0x9E3779B97F4A7C15ULL); }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }  // [0, 1)
+      : bits_(Mix64(seed) ^ Mix64(stream + 0x632BE59BD9B4E019ULL)) {}
+  uint64_t Next() { return bits_.Next(); }
+  double Uniform() { return bits_.UniformDouble(); }  // [0, 1)
   double Normal() {                     // Box-Muller, one value per call
     const double u1 = 1.0 - Uniform();  // (0, 1]
     const double u2 = Uniform();
@@ -61,7 +56,7 @@ class Rng {
   }
 
  private:
-  uint64_t state_;
+  SplitMix64 bits_;
 };
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
