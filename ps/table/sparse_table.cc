@@ -23,7 +23,7 @@ constexpr std::string_view kShardMagic = "FPSSHARD";
 constexpr uint32_t kShardFormatVersion = 1;
 
 constexpr uint8_t kDirty = 1;
-// Keys looked up together so their cache misses overlap (SparseShard::LookupBatch).
+// Keys looked up together so their cache misses overlap (SparseShard::ForEachSlot).
 constexpr size_t kLookupBatch = 16;
 constexpr uint32_t kNoExt = UINT32_MAX;
 
@@ -74,61 +74,47 @@ class SparseShard {
   void Pull(std::span<const uint64_t> keys, std::span<const uint32_t> which, float* values)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->pull_dim();
-    std::optional<uint32_t> slots[kLookupBatch];
-    for (size_t b = 0; b < which.size(); b += kLookupBatch) {
-      const std::span<const uint32_t> batch = which.subspan(b, std::min(kLookupBatch, which.size() - b));
-      LookupBatch(keys, batch, slots);
-      for (size_t j = 0; j < batch.size(); ++j) {
-        const uint32_t i = batch[j];
-        std::span<float> out(values + size_t{i} * d, d);
-        if (!slots[j]) {
-          accessor_->InitialPull(keys[i], out);
-        } else {
-          accessor_->Pull(Row(*slots[j]), Ext(*slots[j]), out);
-        }
+    ForEachSlot(keys, which, [&](uint32_t i, std::optional<uint32_t> slot) {
+      std::span<float> out(values + size_t{i} * d, d);
+      if (!slot) {
+        accessor_->InitialPull(keys[i], out);
+      } else {
+        accessor_->Pull(Row(*slot), Ext(*slot), out);
       }
-    }
+    });
   }
 
   void PushGrad(std::span<const uint64_t> keys, std::span<const uint32_t> which, const float* grads,
                 std::span<const float> shows, std::span<const float> clicks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->push_dim();
-    std::optional<uint32_t> slots[kLookupBatch];
-    for (size_t b = 0; b < which.size(); b += kLookupBatch) {
-      const std::span<const uint32_t> batch = which.subspan(b, std::min(kLookupBatch, which.size() - b));
-      LookupBatch(keys, batch, slots);
-      for (size_t j = 0; j < batch.size(); ++j) {
-        const uint32_t i = batch[j];
-        const std::optional<uint32_t>& slot = slots[j];
-        if (!slot) {
-          ++dropped_pushes_;
-          continue;
-        }
-        const float show = shows.empty() ? 1.0f : shows[i];
-        const float click = clicks.empty() ? 0.0f : clicks[i];
-        const bool wants_ext = accessor_->PushGrad(Row(*slot), Ext(*slot),
-                                                   std::span<const float>(grads + size_t{i} * d, d), show, click);
-        *flags_.at(*slot) |= kDirty;
-        if (wants_ext && ext_floats_ > 0) {
-          AttachExt(*slot);
-          accessor_->InitExt(keys[i], Ext(*slot));
-        }
+    ForEachSlot(keys, which, [&](uint32_t i, std::optional<uint32_t> slot) {
+      if (!slot) {
+        ++dropped_pushes_;
+        return;
       }
-    }
+      const float show = shows.empty() ? 1.0f : shows[i];
+      const float click = clicks.empty() ? 0.0f : clicks[i];
+      const bool wants_ext = accessor_->PushGrad(Row(*slot), Ext(*slot),
+                                                 std::span<const float>(grads + size_t{i} * d, d), show, click);
+      *flags_.at(*slot) |= kDirty;
+      if (wants_ext && ext_floats_ > 0) {
+        AttachExt(*slot);
+        accessor_->InitExt(keys[i], Ext(*slot));
+      }
+    });
   }
 
   void PushDelta(std::span<const uint64_t> keys, std::span<const uint32_t> which, const float* deltas)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->push_dim();
-    for (uint32_t i : which) {
-      const std::optional<uint32_t> slot = FindOrAdmit(keys[i]);
+    ForEachSlot(keys, which, [&](uint32_t i, std::optional<uint32_t> slot) {
       if (!slot) {
         ++dropped_pushes_;
-        continue;
+        return;
       }
       accessor_->PushDelta(Row(*slot), Ext(*slot), std::span<const float>(deltas + size_t{i} * d, d));
       *flags_.at(*slot) |= kDirty;
-    }
+    });
   }
 
   void EndPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -293,16 +279,23 @@ class SparseShard {
     return *it;
   }
 
-  // FindOrAdmit for keys[batch[j]] into slots[j], in order, with the
-  // memory each lookup needs fetched ahead: first the index positions of
-  // every key of the batch, then (once found) their rows. In a table much
-  // larger than the caches this overlaps the misses of a batch instead of
-  // taking them one after another.
-  void LookupBatch(std::span<const uint64_t> keys, std::span<const uint32_t> batch, std::optional<uint32_t>* slots) {
-    for (uint32_t i : batch) index_.prefetch(KeyProbe{keys[i]});
-    for (size_t j = 0; j < batch.size(); ++j) {
-      slots[j] = FindOrAdmit(keys[batch[j]]);
-      if (slots[j]) __builtin_prefetch(rows_.at(*slots[j]));
+  // Calls fn(i, slot) for each request index i of `which`, in order, where
+  // slot is FindOrAdmit(keys[i]). Keys are looked up kLookupBatch at a time
+  // with the memory each lookup needs fetched ahead: first the index
+  // positions of every key of the batch, then (once found) their rows. In a
+  // table much larger than the caches this overlaps the misses of a batch
+  // instead of taking them one after another.
+  template <typename Fn>
+  void ForEachSlot(std::span<const uint64_t> keys, std::span<const uint32_t> which, Fn&& fn) {
+    std::optional<uint32_t> slots[kLookupBatch];
+    for (size_t b = 0; b < which.size(); b += kLookupBatch) {
+      const std::span<const uint32_t> batch = which.subspan(b, std::min(kLookupBatch, which.size() - b));
+      for (uint32_t i : batch) index_.prefetch(KeyProbe{keys[i]});
+      for (size_t j = 0; j < batch.size(); ++j) {
+        slots[j] = FindOrAdmit(keys[batch[j]]);
+        if (slots[j]) __builtin_prefetch(rows_.at(*slots[j]));
+      }
+      for (size_t j = 0; j < batch.size(); ++j) fn(batch[j], slots[j]);
     }
   }
 
