@@ -306,19 +306,20 @@ Status Checkpointer::Save(const std::string& dir, SaveMode mode, const ServerTab
     for (SparseTable* t : tables.sparse) {
       const ShardRange owned = t->owned_shards();
       std::vector<ManifestFile> files(owned.size());
-      std::vector<bool> present(owned.size(), false);
-      FLEET_RETURN_IF_ERROR(ParallelStatus(pool_, owned.size(), [&](size_t i) -> Status {
-        const uint32_t shard = owned.begin + static_cast<uint32_t>(i);
-        std::string image;
-        const ShardFileInfo info = t->SerializeShard(shard, mode, &image);
-        // A delta lists only shards with changes; a base lists every shard so
-        // Load can tell a missing shard from an empty one.
-        if (mode == SaveMode::kDelta && info.rows == 0 && info.deleted == 0) return Status::OK();
-        present[i] = true;
-        files[i].shard = shard;
-        files[i].rows = info.rows;
-        files[i].deleted = info.deleted;
-        return write(ShardFileName(t->config().id, gen, shard), image, &files[i]);
+      std::vector<uint8_t> present(owned.size(), 0);  // not vector<bool>: written in parallel
+      FLEET_RETURN_IF_ERROR(ParallelStatus(pool_, t->local_shard_count(), [&](size_t local) -> Status {
+        for (ShardImage& im : t->SerializeLocalShard(local, mode)) {
+          // A delta lists only shards with changes; a base lists every shard
+          // so Load can tell a missing shard from an empty one.
+          if (mode == SaveMode::kDelta && im.info.rows == 0 && im.info.deleted == 0) continue;
+          const size_t i = im.shard - owned.begin;
+          present[i] = 1;
+          files[i].shard = im.shard;
+          files[i].rows = im.info.rows;
+          files[i].deleted = im.info.deleted;
+          FLEET_RETURN_IF_ERROR(write(ShardFileName(t->config().id, gen, im.shard), im.image, &files[i]));
+        }
+        return Status::OK();
       }));
       ManifestTable mt{t->config(), {}};
       for (size_t i = 0; i < files.size(); ++i)

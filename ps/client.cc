@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ps/table/accessor.h"
+#include "ps/table/copy_floats.h"
 #include "ps/table/partition.h"
 
 namespace fleet::ps {
@@ -187,12 +188,20 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   split.position.resize(keys.size());
   absl::flat_hash_map<uint64_t, uint32_t> seen;
   seen.reserve(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const uint16_t s = server_of_shard[ShardOfKey(keys[i], shard_num)];
-    auto [it, inserted] = seen.try_emplace(keys[i], static_cast<uint32_t>(split.keys[s].size()));
-    if (inserted) split.keys[s].push_back(keys[i]);
-    split.server[i] = s;
-    split.position[i] = it->second;
+  // A large request's map outgrows the caches; prefetching a batch of slots
+  // before inserting overlaps their misses.
+  constexpr size_t kBatch = 16;
+  for (size_t b = 0; b < keys.size(); b += kBatch) {
+    const size_t end = std::min(keys.size(), b + kBatch);
+    for (size_t i = b; i < end; ++i) seen.prefetch(keys[i]);
+    for (size_t i = b; i < end; ++i) {
+      // With one server there is nothing to route (and the modulo is not free).
+      const uint16_t s = num_servers == 1 ? 0 : server_of_shard[ShardOfKey(keys[i], shard_num)];
+      auto [it, inserted] = seen.try_emplace(keys[i], static_cast<uint32_t>(split.keys[s].size()));
+      if (inserted) split.keys[s].push_back(keys[i]);
+      split.server[i] = s;
+      split.position[i] = it->second;
+    }
   }
   return split;
 }
@@ -225,8 +234,11 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
       SplitKeys(keys, r.server_of_shard, r.shard_num, num_servers()));
   // Positions of the request (in request order) grouped by server, so each
   // reply is scattered by walking only its own keys.
+  // (With one server that is every position: no list.)
   auto by_server = std::make_shared<std::vector<std::vector<uint32_t>>>(num_servers());
-  for (uint32_t i = 0; i < keys.size(); ++i) (*by_server)[split->server[i]].push_back(i);
+  if (num_servers() > 1) {
+    for (uint32_t i = 0; i < keys.size(); ++i) (*by_server)[split->server[i]].push_back(i);
+  }
   std::vector<size_t> distinct(num_servers());
   for (int s = 0; s < num_servers(); ++s) distinct[s] = split->keys[s].size();
   std::vector<std::optional<Message>> requests(num_servers());
@@ -245,15 +257,18 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
       [split, by_server, distinct, values, dim, what](int server, const Message& reply) -> Status {
         auto got = reply.Frame<float>(0);
         if (!got.ok()) return got.status().WithContext(what);
-        const auto& positions = (*by_server)[server];
         if (got->size() != distinct[server] * dim) {
           return Status::Corruption(
               absl::StrCat(what, ": server ", server, " sent ", got->size(), " floats for ",
                            distinct[server], " keys of dim ", dim));
         }
-        for (uint32_t i : positions) {
-          std::copy_n(got->data() + static_cast<size_t>(split->position[i]) * dim, dim,
-                      values.data() + i * dim);
+        auto scatter = [&](size_t i) {
+          CopyFloats(got->data() + static_cast<size_t>(split->position[i]) * dim, dim, values.data() + i * dim);
+        };
+        if (by_server->size() == 1) {
+          for (size_t i = 0; i < split->position.size(); ++i) scatter(i);
+        } else {
+          for (uint32_t i : (*by_server)[server]) scatter(i);
         }
         return Status::OK();
       });

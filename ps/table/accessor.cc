@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ps/table/copy_floats.h"
+
 namespace fleet::ps {
 
 PlainAccessor::PlainAccessor(const TableConfig& config)
@@ -15,7 +17,7 @@ void PlainAccessor::InitRow(uint64_t key, std::span<float> row) const {
 void PlainAccessor::InitialPull(uint64_t key, std::span<float> out) const { init_.Fill(key, 0, out); }
 
 void PlainAccessor::Pull(std::span<const float> row, std::span<const float>, std::span<float> out) const {
-  std::copy_n(row.begin(), dim_, out.begin());
+  CopyFloats(row.data(), dim_, out.data());
 }
 
 bool PlainAccessor::PushGrad(std::span<float> row, std::span<float>, std::span<const float> grad, float,

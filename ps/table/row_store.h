@@ -1,11 +1,14 @@
-// Storage for the rows of one sparse shard: fixed-width slots in chunks of
-// kChunkRows, reused through a free list. Chunks never move, so a row pointer
-// stays valid until its slot is freed, and growth never copies rows (unlike a
-// std::vector arena, whose doubling would cost up to 2x memory and a copy).
+// Storage for the rows of one local shard: fixed-width slots in chunks of a
+// power-of-two number of rows, reused through a free list. Chunks never
+// move, so a row pointer stays valid until its slot is freed, and growth
+// never copies rows (unlike a std::vector arena, whose doubling would cost
+// up to 2x memory and a copy).
 //
 // Internal to SparseTable. Thread safety: none; the shard lock protects it.
 #pragma once
 
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -14,24 +17,35 @@
 
 namespace fleet::ps {
 
-inline constexpr uint32_t kChunkRows = 128;
+// Slots per chunk as a shift: chunks of about kChunkBytes of the widest
+// column, between 1 and 1024 rows. Sized in bytes so a table of 4 KiB rows
+// does not reserve 128 of them per shard, and a table of 4-byte rows does
+// not allocate a chunk every few rows.
+inline constexpr size_t kChunkBytes = 64 << 10;
+inline uint32_t ChunkShiftFor(size_t widest_row_bytes) {
+  const size_t rows = std::clamp<size_t>(kChunkBytes / std::max<size_t>(widest_row_bytes, 1), 1, 1024);
+  return static_cast<uint32_t>(std::bit_width(rows) - 1);  // floor(log2(rows))
+}
 
-// `width` Ts per slot, allocated a chunk at a time.
+// `width` Ts per slot, allocated a chunk of 1 << shift slots at a time.
 template <typename T>
 class ChunkedColumn {
  public:
-  explicit ChunkedColumn(size_t width) : width_(width) {}
+  ChunkedColumn(size_t width, uint32_t shift) : width_(width), shift_(shift) {}
 
   size_t width() const { return width_; }
   void AddChunk() {
     if (width_ == 0) return;
-    chunks_.push_back(std::make_unique_for_overwrite<T[]>(kChunkRows * width_));
+    chunks_.push_back(std::make_unique_for_overwrite<T[]>((size_t{1} << shift_) * width_));
   }
-  T* at(uint32_t slot) const { return chunks_[slot / kChunkRows].get() + (slot % kChunkRows) * width_; }
-  size_t bytes() const { return chunks_.size() * kChunkRows * width_ * sizeof(T); }
+  T* at(uint32_t slot) const {
+    return chunks_[slot >> shift_].get() + (slot & ((uint32_t{1} << shift_) - 1)) * width_;
+  }
+  size_t bytes() const { return chunks_.size() * (size_t{1} << shift_) * width_ * sizeof(T); }
 
  private:
   const size_t width_;
+  const uint32_t shift_;
   std::vector<std::unique_ptr<T[]>> chunks_;
 };
 
@@ -39,6 +53,8 @@ class ChunkedColumn {
 // of their columns (the new slot is the first of the new chunk).
 class SlotAllocator {
  public:
+  explicit SlotAllocator(uint32_t shift) : shift_(shift) {}
+
   uint32_t Allocate(bool* grew) {
     *grew = false;
     if (!free_.empty()) {
@@ -47,7 +63,7 @@ class SlotAllocator {
       return s;
     }
     CHECK_LT(high_, UINT32_MAX) << "shard slot space exhausted";
-    if (high_ % kChunkRows == 0) *grew = true;
+    if ((high_ & ((uint32_t{1} << shift_) - 1)) == 0) *grew = true;
     return high_++;
   }
   void Free(uint32_t slot) { free_.push_back(slot); }
@@ -55,6 +71,7 @@ class SlotAllocator {
   size_t bytes() const { return free_.capacity() * sizeof(uint32_t); }
 
  private:
+  const uint32_t shift_;
   std::vector<uint32_t> free_;
   uint32_t high_ = 0;
 };

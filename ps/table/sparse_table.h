@@ -2,11 +2,15 @@
 //
 // A key lives in global shard ShardOfKey(key, shard_num) (partition.h); this
 // instance holds shards [owned.begin, owned.end) and refuses other keys.
-// Each shard has its own lock, a chunked row arena (row_store.h) and an
+// Global shards are the unit of placement and of checkpoint files; in
+// memory they are grouped into config.local_shard_num local shards. Each
+// local shard has its own lock, a chunked row arena (row_store.h) and an
 // open-addressing index (absl::flat_hash_set of 4-byte slot ids hashed by the
 // key stored in the arena, which costs ~5 bytes per index slot instead of the
-// 17 of a flat_hash_map<uint64_t, uint32_t>). Requests are split by shard and
-// the shards worked on in parallel on the ThreadPool given at creation.
+// 17 of a flat_hash_map<uint64_t, uint32_t>). Requests are split by local
+// shard and large ones worked on in parallel on the ThreadPool given at
+// creation. Grouping matters for small requests: 1000 keys spread over all
+// 1000 global shards would take 1000 locks and as many cold index lookups.
 //
 // Row contents and what pulls, pushes and passes do are the Accessor's
 // business (accessor.h): PlainAccessor or CtrAccessor, chosen by
@@ -43,7 +47,7 @@
 
 namespace fleet::ps {
 
-class SparseShard;
+class LocalShard;
 
 struct SparseTableStats {
   uint64_t rows = 0;            // stored rows
@@ -53,10 +57,17 @@ struct SparseTableStats {
   uint64_t bytes = 0;           // memory held by rows, indexes and counters
 };
 
-// Row counts of one shard file written by SerializeShard.
+// Row counts of one shard file written by SerializeLocalShard.
 struct ShardFileInfo {
   uint64_t rows = 0;
   uint64_t deleted = 0;
+};
+
+// The file image of one global shard.
+struct ShardImage {
+  uint32_t shard = 0;
+  ShardFileInfo info;
+  std::string image;
 };
 
 class SparseTable {
@@ -117,11 +128,16 @@ class SparseTable {
 
   // ---- Checkpoint hooks (used by Checkpointer; see checkpoint.h) ----
 
-  // Appends the shard file image of global shard `shard` to *out: all rows
-  // (kBase) or rows changed and keys deleted since the last save (kDelta),
-  // and clears those change marks. The marks come back with AbortSave and
-  // are dropped with CommitSave. REQUIRES: owned_shards().contains(shard).
-  ShardFileInfo SerializeShard(uint32_t shard, SaveMode mode, std::string* out);
+  // In-memory parts (config.local_shard_num, capped at the shards held);
+  // global shard g lives in part (g - owned_shards().begin) % count.
+  size_t local_shard_count() const { return local_count_; }
+
+  // The shard file images of the global shards in local shard `local`, each
+  // with all rows (kBase) or the rows changed and keys deleted since the
+  // last save (kDelta), and clears those change marks. The marks come back
+  // with AbortSave and are dropped with CommitSave. Holds that part's lock
+  // (not the others') while it copies. REQUIRES: local < local_shard_count().
+  std::vector<ShardImage> SerializeLocalShard(size_t local, SaveMode mode);
   void CommitSave();
   void AbortSave();
 
@@ -156,19 +172,21 @@ class SparseTable {
   // shard's lock (in parallel when worthwhile). Errors: those of Route,
   // before anything ran.
   Status ForEachShardOfKeys(std::span<const uint64_t> keys, size_t values_size, size_t width,
-                            const std::function<void(SparseShard&, std::span<const uint32_t>)>& fn);
+                            const std::function<void(LocalShard&, std::span<const uint32_t>)>& fn);
   // Runs fn(local_shard, indices) for every non-empty group, in parallel
   // when worthwhile.
   void ForEachGroup(const std::vector<uint32_t>& order, const std::vector<uint32_t>& offsets,
                     const std::function<void(size_t, std::span<const uint32_t>)>& fn);
-  void ForEachShard(const std::function<void(SparseShard&)>& fn);
-  SparseShard& shard(uint32_t global) const;
+  void ForEachShard(const std::function<void(LocalShard&)>& fn);
+  LocalShard& shard(uint32_t global) const;
+  uint32_t LocalOf(uint32_t global) const { return (global - owned_.begin) % local_count_; }
 
   // Fixed after construction.
   const TableConfig config_;
   const ShardRange owned_;
   ThreadPool* const pool_;
   const std::shared_ptr<const Accessor> accessor_;  // shared with staging tables
+  const uint32_t local_count_;
 
   // Owns its own synchronisation.
   SaveState save_state_;
@@ -177,7 +195,7 @@ class SparseTable {
   // every operation, exclusive for SwapRows. Each shard has its own lock
   // for its rows.
   mutable absl::Mutex shards_mu_;
-  std::vector<std::unique_ptr<SparseShard>> shards_ ABSL_GUARDED_BY(shards_mu_);
+  std::vector<std::unique_ptr<LocalShard>> shards_ ABSL_GUARDED_BY(shards_mu_);
 };
 
 }  // namespace fleet::ps

@@ -121,6 +121,7 @@ Result<TableConfig> ParseTableConfig(const YAML::Node& node) {
   FLEET_RETURN_IF_ERROR(r.Get("dim", &c.dim, /*required=*/true));
   FLEET_RETURN_IF_ERROR(r.GetEnum("accessor", kAccessors, &c.accessor));
   FLEET_RETURN_IF_ERROR(r.Get("shard_num", &c.shard_num));
+  FLEET_RETURN_IF_ERROR(r.Get("local_shard_num", &c.local_shard_num));
   FLEET_RETURN_IF_ERROR(ParseSection(r, "optimizer", [&](MapReader& o) {
     OptimizerConfig& p = c.optimizer;
     FLEET_RETURN_IF_ERROR(o.GetEnum("rule", kRules, &p.rule));
@@ -163,6 +164,7 @@ Status ValidateTableConfig(const TableConfig& c) {
   if (c.kind == TableKind::kDense && c.accessor != AccessorKind::kPlain)
     return Bad("accessor", "a dense table takes the plain accessor only");
   if (c.shard_num < 1) return Bad("shard_num", "must be >= 1");
+  if (c.local_shard_num < 1) return Bad("local_shard_num", "must be >= 1");
   const OptimizerConfig& o = c.optimizer;
   if (!(o.learning_rate >= 0)) return Bad("optimizer.learning_rate", "must be >= 0");
   if (!(o.l2_decay >= 0)) return Bad("optimizer.l2_decay", "must be >= 0");
@@ -192,6 +194,7 @@ std::string TableConfigToYaml(const TableConfig& c) {
   e << YAML::Key << "dim" << YAML::Value << c.dim;
   e << YAML::Key << "accessor" << YAML::Value << NameOf(kAccessors, c.accessor);
   e << YAML::Key << "shard_num" << YAML::Value << c.shard_num;
+  e << YAML::Key << "local_shard_num" << YAML::Value << c.local_shard_num;
   const OptimizerConfig& o = c.optimizer;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "rule" << YAML::Value << NameOf(kRules, o.rule);

@@ -123,6 +123,14 @@ struct TableConfig {
   // many servers and let more threads work at once; fewer mean fewer files.
   // Must be >= the largest number of servers the table will ever run on.
   uint32_t shard_num = 1000;
+  // `local_shard_num` (sparse): default 64, >= 1. How many in-memory parts a
+  // server splits its global shards into (global shard g of the server's
+  // block [begin, end) goes to part (g - begin) % local_shard_num; capped at
+  // the number of global shards held). Each part has its own lock, row
+  // arena and index, and a request visits each part it touches once, so
+  // fewer parts make small requests cheaper and more parts let more threads
+  // work at once. Not part of the checkpoint format: change it freely.
+  uint32_t local_shard_num = 64;
   // `admission.min_count` (sparse): default 1 (admit at once). A missing key
   // is stored only once it has been seen (pulled or pushed) this many times;
   // until then a pull returns its initial value and a push is dropped.

@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 #include "table_test_util.h"
 
 namespace fleet::ps {
@@ -183,6 +185,39 @@ TEST(SparseTableTest, PushDeltaAddsToValue) {
   std::vector<float> v(4);
   ASSERT_TRUE(t->Pull(std::vector<uint64_t>{1, 2}, v).ok());
   EXPECT_EQ(v, (std::vector<float>{6, 8, 3, 4}));
+}
+
+// How global shards are grouped in memory (local_shard_num) must not change
+// any result: the same requests (duplicate keys, keys below the admission
+// count, pushes of keys never pulled) give the same rows and the same
+// checkpoint images whether the 16 shards live in 1, 5 or 16 local shards.
+TEST(SparseTableTest, LocalShardCountDoesNotChangeResults) {
+  ThreadPool pool(2);
+  std::vector<std::string> dumps;
+  std::vector<std::vector<float>> pulls;
+  for (int locals : {1, 5, 16}) {
+    auto t = Make(absl::StrCat("{id: 1, kind: sparse, dim: 3, shard_num: 16, local_shard_num: ", locals,
+                               ", optimizer: {rule: adagrad}, admission: {min_count: 2},"
+                               " initializer: {kind: uniform, range: 0.1}}"),
+                  &pool);
+    EXPECT_EQ(t->local_shard_count(), static_cast<size_t>(locals));
+    std::vector<float> all_pulled;
+    for (int round = 0; round < 20; ++round) {
+      std::vector<uint64_t> keys(5000);  // >= the pool threshold, with duplicates
+      for (size_t i = 0; i < keys.size(); ++i) keys[i] = Mix64(round * 7 + i % 1700) % 3000;
+      std::vector<float> v(keys.size() * 3), g(keys.size() * 3);
+      for (size_t i = 0; i < g.size(); ++i) g[i] = 0.01f * float(i % 11) - 0.05f;
+      ASSERT_TRUE(t->Pull(keys, v).ok());
+      ASSERT_TRUE(t->PushGrad(keys, g).ok());
+      all_pulled.insert(all_pulled.end(), v.begin(), v.end());
+    }
+    dumps.push_back(DumpRows(*t));
+    pulls.push_back(std::move(all_pulled));
+  }
+  for (size_t i = 1; i < dumps.size(); ++i) {
+    EXPECT_TRUE(dumps[i] == dumps[0]) << "checkpoint images differ for layout " << i;
+    EXPECT_TRUE(pulls[i] == pulls[0]) << "pulled values differ for layout " << i;
+  }
 }
 
 TEST(SparseTableTest, MemoryPerRowWithinBudget) {

@@ -19,6 +19,7 @@ kind: sparse
 dim: 8
 accessor: ctr
 shard_num: 64
+local_shard_num: 8
 optimizer: {rule: adam, learning_rate: 0.5, l2_decay: 0.01, clip_mode: norm, clip_threshold: 2,
             initial_g2sum: 0.2, beta1: 0.8, beta2: 0.99, epsilon: 1.0e-6}
 initializer: {kind: gaussian, seed: 7, range: 0.5, std: 0.02}
@@ -30,6 +31,7 @@ admission: {min_count: 4}
   EXPECT_EQ(c->id, 3u);
   EXPECT_EQ(c->accessor, AccessorKind::kCtr);
   EXPECT_EQ(c->shard_num, 64u);
+  EXPECT_EQ(c->local_shard_num, 8u);
   EXPECT_EQ(c->optimizer.rule, OptimizerKind::kAdam);
   EXPECT_FLOAT_EQ(c->optimizer.beta2, 0.99f);
   EXPECT_EQ(c->optimizer.clip_mode, ClipMode::kNorm);
@@ -50,6 +52,7 @@ TEST(TableConfigTest, DefaultsMatchDocumentation) {
   Result<TableConfig> c = Parse("{id: 1, kind: sparse, dim: 4}");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->shard_num, 1000u);
+  EXPECT_EQ(c->local_shard_num, 64u);
   EXPECT_EQ(c->optimizer.rule, OptimizerKind::kSgd);
   EXPECT_EQ(c->admission_min_count, 1u);
   EXPECT_EQ(c->initializer.kind, InitializerKind::kZeros);
@@ -74,6 +77,7 @@ TEST(TableConfigTest, BadInputNamesTheKey) {
       {"{id: 1, kind: sparse, dim: 4, admission: {min_count: 0}}", "admission.min_count"},
       {"{id: 1, kind: dense, dim: 4, accessor: ctr}", "accessor"},
       {"{id: 1, kind: sparse, dim: 4, shard_num: 0}", "shard_num"},
+      {"{id: 1, kind: sparse, dim: 4, local_shard_num: 0}", "local_shard_num"},
   };
   for (const Case& c : cases) {
     Result<TableConfig> r = Parse(c.yaml);

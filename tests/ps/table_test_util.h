@@ -1,7 +1,9 @@
 // Helpers shared by the PS table and checkpoint tests.
 #pragma once
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include <yaml-cpp/yaml.h>
 
@@ -20,9 +22,14 @@ inline TableConfig ConfigFromYaml(const std::string& yaml) {
 // file images). Clears the change marks, so only for tests that do not
 // exercise delta saves afterwards.
 inline std::string DumpRows(SparseTable& t) {
-  std::string all;
-  for (uint32_t s = t.owned_shards().begin; s < t.owned_shards().end; ++s) t.SerializeShard(s, SaveMode::kBase, &all);
+  std::vector<ShardImage> images;
+  for (size_t l = 0; l < t.local_shard_count(); ++l) {
+    for (ShardImage& im : t.SerializeLocalShard(l, SaveMode::kBase)) images.push_back(std::move(im));
+  }
   t.CommitSave();
+  std::sort(images.begin(), images.end(), [](const ShardImage& a, const ShardImage& b) { return a.shard < b.shard; });
+  std::string all;
+  for (const ShardImage& im : images) all += im.image;
   return all;
 }
 
