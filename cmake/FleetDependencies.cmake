@@ -12,6 +12,8 @@ find_package(Gloo REQUIRED)
 find_package(cppzmq REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(ZLIB REQUIRED)
+# libdivide-dev: header-only division by a runtime constant (shard routing).
+find_path(LIBDIVIDE_INCLUDE_DIR libdivide.h REQUIRED)
 
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)

@@ -150,7 +150,13 @@ std::future<Result<Message>> RpcNode::Call(int peer, Message request, const RpcO
 
 Result<Message> RpcNode::CallSync(int peer, Message request, const RpcOptions& options) {
   const auto budget = options.timeout.count() > 0 ? options.timeout : options_.default_timeout;
-  return Await(Call(peer, std::move(request), options), budget);
+  return IssueAndAwait<Result<Message>>([&] { return Call(peer, std::move(request), options); },
+                                        budget);
+}
+
+bool RpcNode::HasPendingCalls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !pending_.empty();
 }
 
 bool RpcNode::TakePending(uint64_t request_id, PendingCall* out) {
@@ -254,9 +260,13 @@ void RpcNode::Dispatch(const Route& from, Message request) {
     return;
   }
   const RpcHandler* handler = &it->second.handler;
-  if (it->second.options.run_on_io_thread) {
-    (*handler)(std::move(request), std::move(responder));
-    return;
+  if (const RpcHandlerOptions& o = it->second.options; o.run_on_io_thread) {
+    size_t payload = 0;
+    for (const auto& frame : request.frames) payload += frame.size();
+    if (payload <= o.io_thread_max_payload_bytes) {
+      (*handler)(std::move(request), std::move(responder));
+      return;
+    }
   }
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);

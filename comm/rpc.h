@@ -89,6 +89,10 @@ struct RpcHandlerOptions {
   // message), but while it runs no other message moves: only for handlers
   // that take microseconds and never block (echo, stats, a small lookup).
   bool run_on_io_thread = false;
+  // With run_on_io_thread: only requests whose payload frames total at most
+  // this many bytes run there; larger ones go to the pool. For handlers
+  // whose cost grows with the request (a lookup of n keys).
+  size_t io_thread_max_payload_bytes = SIZE_MAX;
 };
 
 class RpcNode final : private VanReceiver {
@@ -134,8 +138,24 @@ class RpcNode final : private VanReceiver {
   template <typename T>
   T Await(std::future<T> f, std::chrono::milliseconds budget) {
     van_->ReceiveWhile(
+        nullptr, [&f] { return f.wait_for(std::chrono::seconds(0)) != std::future_status::ready; },
+        std::chrono::steady_clock::now() + budget, [this] { return HasPendingCalls(); });
+    return f.get();
+  }
+
+  // Await(issue()), with issue() (which makes calls through this node and
+  // returns the future of their outcome) run from inside the wait: then
+  // neither the requests nor their replies wake the I/O thread, one thread
+  // hand-off less again. What blocking calls should use.
+  template <typename T>
+  T IssueAndAwait(const std::function<std::future<T>()>& issue, std::chrono::milliseconds budget) {
+    std::future<T> f;
+    const bool received = van_->ReceiveWhile(
+        [&] { f = issue(); },
         [&f] { return f.wait_for(std::chrono::seconds(0)) != std::future_status::ready; },
-        std::chrono::steady_clock::now() + budget);
+        std::chrono::steady_clock::now() + budget, [this] { return HasPendingCalls(); });
+    // Another thread was receiving: it (or the I/O thread) delivers.
+    if (!received) f = issue();
     return f.get();
   }
 
@@ -174,6 +194,7 @@ class RpcNode final : private VanReceiver {
   void Dispatch(const Route& from, Message request);
   // Removes and returns the pending call, if still there.
   bool TakePending(uint64_t request_id, PendingCall* out);
+  bool HasPendingCalls() const;
   Status TimeoutStatus(const PendingCall& call) const;
 
   // Fixed after construction (handlers_: after Listen).

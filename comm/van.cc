@@ -113,8 +113,14 @@ struct Van::Impl {
   std::vector<std::pair<int, zmq::socket_t*>> polled_monitors;
 
   std::atomic<bool> running{true};
-  // A caller is inside ReceiveWhile, receiving on the outgoing connections.
+  // A caller is inside ReceiveWhile, receiving on the outgoing connections,
+  // and which thread it is.
   std::atomic<bool> caller_receiving{false};
+  std::atomic<std::thread::id> receiving_thread{};
+  // The I/O thread sleeps watching the outgoing connections. When it does
+  // not, a request sent by any thread but the receiving caller wakes it, so
+  // the reply is not left for the next tick.
+  std::atomic<bool> io_polls_dealers{true};
 
   void Wake() {
     const uint64_t one = 1;
@@ -274,13 +280,21 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& m
     // the I/O thread a reply is waiting; if one is, wake it explicitly.
     wake_io = target.Readable();
   }
+  if (to.outgoing() && !io_polls_dealers.load() &&
+      receiving_thread.load() != std::this_thread::get_id()) {
+    wake_io = true;
+  }
   if (wake_io) Wake();
   return Status::OK();
 }
 
-bool Van::ReceiveWhile(const std::function<bool()>& keep_waiting,
-                       std::chrono::steady_clock::time_point deadline) {
+bool Van::ReceiveWhile(const std::function<void()>& start,
+                       const std::function<bool()>& keep_waiting,
+                       std::chrono::steady_clock::time_point deadline,
+                       const std::function<bool()>& wake_io_after) {
   if (impl_->caller_receiving.exchange(true)) return false;
+  impl_->receiving_thread.store(std::this_thread::get_id());
+  if (start) start();
   std::vector<std::pair<LockedSocket*, int>> dealers;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
@@ -308,10 +322,13 @@ bool Van::ReceiveWhile(const std::function<bool()>& keep_waiting,
       if (e.num() != EINTR) break;
     }
   }
+  impl_->receiving_thread.store(std::thread::id());
   impl_->caller_receiving.store(false);
   // Replies that arrive from now on are the I/O thread's again; it may be
-  // asleep without watching the outgoing sockets.
-  impl_->Wake();
+  // asleep without watching the outgoing sockets. Wake it only when some are
+  // still expected: a caller making one blocking call after another then
+  // never wakes it (any later request wakes it in Send).
+  if (!wake_io_after || wake_io_after()) impl_->Wake();
   return true;
 }
 
@@ -340,7 +357,12 @@ void Van::Impl::Loop() {
     // While a waiting caller receives on the outgoing connections itself
     // (ReceiveWhile), this thread does not sleep on them: two threads woken
     // for one reply would fight over the 2 cores.
+    // Cleared before caller_receiving is read and set again only when this
+    // thread will watch the outgoing sockets, so a sender that reads it set
+    // can rely on this thread seeing its reply (see SendOn).
+    io_polls_dealers.store(false);
     const bool caller_has_dealers = caller_receiving.load();
+    if (!caller_has_dealers) io_polls_dealers.store(true);
     const size_t first_dealer = 1 + (polled_router ? 1 : 0);
     for (size_t i = first_dealer; i < 1 + polled_sockets.size(); ++i) {
       poll_items[i].events = caller_has_dealers ? 0 : ZMQ_POLLIN;

@@ -106,12 +106,17 @@ class Van {
   // Lets a thread that waits for replies receive them itself, instead of
   // being woken by the I/O thread: a blocking call then costs one thread
   // hand-off less (the largest part of a small round trip on a VM).
-  // Receives and delivers messages of all outgoing connections (calling the
-  // Receiver on this thread) while keep_waiting() is true and `deadline` has
-  // not passed. Returns false at once, having done nothing, when another
-  // thread is already doing so (then just wait for the reply as usual).
-  bool ReceiveWhile(const std::function<bool()>& keep_waiting,
-                    std::chrono::steady_clock::time_point deadline);
+  // Runs `start` (if any; typically it sends the requests), then receives
+  // and delivers messages of all outgoing connections (calling the Receiver
+  // on this thread) while keep_waiting() is true and `deadline` has not
+  // passed. Requests sent by this thread meanwhile never wake the I/O
+  // thread. On return the I/O thread is woken to take over the outgoing
+  // connections only if wake_io_after() (when given) is true, i.e. replies
+  // are still expected. Returns false at once, having done nothing (not
+  // even `start`), when another thread is already receiving.
+  bool ReceiveWhile(const std::function<void()>& start, const std::function<bool()>& keep_waiting,
+                    std::chrono::steady_clock::time_point deadline,
+                    const std::function<bool()>& wake_io_after = nullptr);
 
   // The endpoint of an outgoing connection, for error messages.
   // REQUIRES: connection was returned by Connect().

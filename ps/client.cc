@@ -14,9 +14,9 @@ namespace fleet::ps {
 struct PsClient::TableRoute {
   uint32_t id = 0;
   bool sparse = false;
-  uint32_t shard_num = 0;
   size_t pull_dim = 0;
   size_t push_dim = 0;
+  std::optional<KeySharder> sharder;      // sparse: key -> global shard
   std::vector<uint16_t> server_of_shard;  // sparse: global shard -> server rank
   std::vector<DenseRange> ranges;         // dense: server rank -> range
 };
@@ -59,7 +59,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, cons
     const std::string which = absl::StrCat("table ", config.id);
     if (route->sparse) {
       if (Status s = ValidateTableConfig(config); !s.ok()) return s.WithContext(which);
-      route->shard_num = config.shard_num;
+      route->sharder.emplace(config.shard_num);
       const auto accessor = MakeAccessor(config);
       route->pull_dim = accessor->pull_dim();
       route->push_dim = accessor->push_dim();
@@ -118,6 +118,11 @@ size_t PsClient::PushDim(uint32_t table) const {
     if (r->id == table) return r->push_dim;
   }
   return 0;
+}
+
+Status PsClient::Blocking(const std::function<std::future<Status>()>& issue,
+                          std::chrono::milliseconds timeout) const {
+  return rpc_->IssueAndAwait(issue, TimeoutOr(timeout));
 }
 
 Status PsClient::Wait(std::future<Status> f, std::chrono::milliseconds timeout) const {
@@ -181,7 +186,7 @@ struct SparseSplit {
 };
 
 SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t>& server_of_shard,
-                      uint32_t shard_num, int num_servers) {
+                      const KeySharder& sharder, int num_servers) {
   SparseSplit split;
   split.keys.resize(num_servers);
   split.server.resize(keys.size());
@@ -196,7 +201,7 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
     for (size_t i = b; i < end; ++i) seen.prefetch(keys[i]);
     for (size_t i = b; i < end; ++i) {
       // With one server there is nothing to route (and the modulo is not free).
-      const uint16_t s = num_servers == 1 ? 0 : server_of_shard[ShardOfKey(keys[i], shard_num)];
+      const uint16_t s = num_servers == 1 ? 0 : server_of_shard[sharder(keys[i])];
       auto [it, inserted] = seen.try_emplace(keys[i], static_cast<uint32_t>(split.keys[s].size()));
       if (inserted) split.keys[s].push_back(keys[i]);
       split.server[i] = s;
@@ -210,7 +215,7 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
 
 Status PsClient::PullSparse(uint32_t table, std::span<const uint64_t> keys,
                             std::span<float> values, const PullOptions& options) {
-  return Wait(PullSparseAsync(table, keys, values, options), options.timeout);
+  return Blocking([&] { return PullSparseAsync(table, keys, values, options); }, options.timeout);
 }
 
 std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const uint64_t> keys,
@@ -230,8 +235,8 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
                      keys.size() * r.pull_dim, " floats, got ", values.size()),
         absl::StrCat("table ", table)));
   }
-  auto split = std::make_shared<SparseSplit>(
-      SplitKeys(keys, r.server_of_shard, r.shard_num, num_servers()));
+  auto split =
+      std::make_shared<SparseSplit>(SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers()));
   // Positions of the request (in request order) grouped by server, so each
   // reply is scattered by walking only its own keys.
   // (With one server that is every position: no list.)
@@ -304,7 +309,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
     return ready(Status::InvalidArgument("sync mode needs PushOptions.step >= 0",
                                          absl::StrCat("table ", table)));
   }
-  SparseSplit split = SplitKeys(keys, r.server_of_shard, r.shard_num, num_servers());
+  SparseSplit split = SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers());
   // Sum duplicates into one row per distinct key, per server.
   std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
   for (int s = 0; s < num_servers(); ++s) {
@@ -348,7 +353,8 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
 
 Status PsClient::PushSparseGrad(uint32_t table, std::span<const uint64_t> keys,
                                 std::span<const float> grads, const PushOptions& options) {
-  return Wait(SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys, grads, options), options.timeout);
+  return Blocking([&] { return SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys, grads, options); },
+                  options.timeout);
 }
 
 std::future<Status> PsClient::PushSparseGradAsync(uint32_t table, std::span<const uint64_t> keys,
@@ -359,11 +365,13 @@ std::future<Status> PsClient::PushSparseGradAsync(uint32_t table, std::span<cons
 
 Status PsClient::PushSparseDelta(uint32_t table, std::span<const uint64_t> keys,
                                  std::span<const float> deltas, const PushOptions& options) {
-  return Wait(SendSparse(pb::PS_PUSH_SPARSE_DELTA, table, keys, deltas, options), options.timeout);
+  return Blocking(
+      [&] { return SendSparse(pb::PS_PUSH_SPARSE_DELTA, table, keys, deltas, options); },
+      options.timeout);
 }
 
 Status PsClient::PullDense(uint32_t table, std::span<float> values, const PullOptions& options) {
-  return Wait(PullDenseAsync(table, values, options), options.timeout);
+  return Blocking([&] { return PullDenseAsync(table, values, options); }, options.timeout);
 }
 
 std::future<Status> PsClient::PullDenseAsync(uint32_t table, std::span<float> values,
@@ -438,9 +446,12 @@ std::future<Status> PsClient::SendDense(pb::PsCommand command, uint32_t table,
 
 Status PsClient::PushDenseGrad(uint32_t table, std::span<const float> grads,
                                const PushOptions& options) {
-  return Wait(SendDense(pb::PS_PUSH_DENSE_GRAD, table, SArray<float>(grads.data(), grads.size()),
-                        options),
-              options.timeout);
+  return Blocking(
+      [&] {
+        return SendDense(pb::PS_PUSH_DENSE_GRAD, table, SArray<float>(grads.data(), grads.size()),
+                         options);
+      },
+      options.timeout);
 }
 
 std::future<Status> PsClient::ZPushDenseGrad(uint32_t table, SArray<float> grads,
@@ -450,14 +461,20 @@ std::future<Status> PsClient::ZPushDenseGrad(uint32_t table, SArray<float> grads
 
 Status PsClient::PushDenseDelta(uint32_t table, std::span<const float> deltas,
                                 const PushOptions& options) {
-  return Wait(SendDense(pb::PS_PUSH_DENSE_DELTA, table, SArray<float>(deltas.data(), deltas.size()),
-                        options),
-              options.timeout);
+  return Blocking(
+      [&] {
+        return SendDense(pb::PS_PUSH_DENSE_DELTA, table,
+                         SArray<float>(deltas.data(), deltas.size()), options);
+      },
+      options.timeout);
 }
 
 Status PsClient::InitDense(uint32_t table, std::span<const float> values) {
-  return Wait(SendDense(pb::PS_INIT_DENSE, table, SArray<float>(values.data(), values.size()), {}),
-              {});
+  return Blocking(
+      [&] {
+        return SendDense(pb::PS_INIT_DENSE, table, SArray<float>(values.data(), values.size()), {});
+      },
+      {});
 }
 
 Status PsClient::BroadcastControl(pb::PsCommand command, int table, const pb::PsRequestMeta& meta,

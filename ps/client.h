@@ -139,6 +139,10 @@ class PsClient {
   PsClient(PsClientOptions options, JobConfig job);
   Result<const TableRoute*> Route(uint32_t table, bool sparse) const;
   std::chrono::milliseconds TimeoutOr(std::chrono::milliseconds t) const;
+  // A blocking call: issue() makes the calls and returns their future,
+  // run inside RpcNode::IssueAndAwait so replies come to this thread.
+  Status Blocking(const std::function<std::future<Status>()>& issue,
+                  std::chrono::milliseconds timeout) const;
   Message NewRequest(pb::PsCommand command, int table, const pb::PsRequestMeta& meta) const;
   // Sends one request per server in `requests` (nullopt = skip that server)
   // and completes the returned future when all answered; on_reply runs for

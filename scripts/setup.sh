@@ -13,7 +13,7 @@ packages=(
   libopenblas-dev
   libyaml-cpp-dev
   libcpp-httplib-dev libssl-dev
-  libabsl-dev
+  libabsl-dev libdivide-dev
   zlib1g-dev
   python3-numpy
   dataset-fashion-mnist

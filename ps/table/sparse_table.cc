@@ -465,7 +465,11 @@ SparseTable::SparseTable(const TableConfig& config, ShardRange owned, ThreadPool
       owned_(owned),
       pool_(pool),
       accessor_(std::move(accessor)),
-      local_count_(std::min(config.local_shard_num, owned.size())) {
+      local_count_(std::min({config.local_shard_num, owned.size(), uint32_t{65535}})),
+      sharder_(config.shard_num) {
+  local_of_.resize(owned.size());
+  for (uint32_t i = 0; i < owned.size(); ++i)
+    local_of_[i] = static_cast<uint16_t>(i % local_count_);
   absl::MutexLock l(&shards_mu_);
   shards_.reserve(local_count_);
   for (uint32_t i = 0; i < local_count_; ++i) {
@@ -491,7 +495,7 @@ Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, si
   std::vector<uint32_t> local(keys.size());
   offsets->assign(local_count_ + 1, 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint32_t s = ShardOfKey(keys[i], config_.shard_num);
+    const uint32_t s = sharder_(keys[i]);
     if (!owned_.contains(s))
       return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": key ", keys[i], " is in shard ", s,
                                                   ", not held by this server (holds [", owned_.begin, ", ",

@@ -85,6 +85,8 @@ class SparseTable {
 
   const TableConfig& config() const { return config_; }
   ShardRange owned_shards() const { return owned_; }
+  // ShardOfKey for this table's shard_num, fast.
+  const KeySharder& sharder() const { return sharder_; }
   // Floats per key of a pull response, and of a gradient or delta.
   size_t pull_dim() const { return accessor_->pull_dim(); }
   size_t push_dim() const { return accessor_->push_dim(); }
@@ -179,7 +181,7 @@ class SparseTable {
                     const std::function<void(size_t, std::span<const uint32_t>)>& fn);
   void ForEachShard(const std::function<void(LocalShard&)>& fn);
   LocalShard& shard(uint32_t global) const;
-  uint32_t LocalOf(uint32_t global) const { return (global - owned_.begin) % local_count_; }
+  uint32_t LocalOf(uint32_t global) const { return local_of_[global - owned_.begin]; }
 
   // Fixed after construction.
   const TableConfig config_;
@@ -187,6 +189,8 @@ class SparseTable {
   ThreadPool* const pool_;
   const std::shared_ptr<const Accessor> accessor_;  // shared with staging tables
   const uint32_t local_count_;
+  const KeySharder sharder_;
+  std::vector<uint16_t> local_of_;  // held global shard - owned.begin -> local shard
 
   // Owns its own synchronisation.
   SaveState save_state_;

@@ -122,6 +122,22 @@ TEST(PartitionTest, ShardBlocksCoverEveryShardOnce) {
   EXPECT_EQ(d.end, 6u);
 }
 
+// KeySharder is ShardOfKey with the division precomputed: it must agree on
+// every key, for any shard_num (it decides where rows live and which file
+// of a checkpoint they are in).
+TEST(PartitionTest, KeySharderAgreesWithShardOfKey) {
+  for (uint32_t shard_num : {1u, 2u, 3u, 7u, 64u, 1000u, 1024u, 65521u, 4000000007u, UINT32_MAX}) {
+    const KeySharder sharder(shard_num);
+    EXPECT_EQ(sharder.shard_num(), shard_num);
+    uint64_t key = 12345;
+    for (int i = 0; i < 20000; ++i) {
+      key = key * 6364136223846793005ull + 1442695040888963407ull;
+      for (uint64_t k : {key, uint64_t(i), ~uint64_t(i)})
+        ASSERT_EQ(sharder(k), ShardOfKey(k, shard_num)) << k;
+    }
+  }
+}
+
 TEST(PartitionTest, HashIsStableAndSpreadsSequentialKeys) {
   // Part of the checkpoint format: these values must never change.
   EXPECT_EQ(Mix64(0), 0u);
