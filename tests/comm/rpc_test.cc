@@ -186,6 +186,36 @@ TEST_F(RpcTest, BlockingCallersReceiveForEachOtherAndForAsyncCalls) {
   EXPECT_EQ(async_ok.load(), 300);
 }
 
+TEST_F(RpcTest, AsyncCallAfterBlockingCallsIsNotLeftForTheNextTick) {
+  // After a blocking call the I/O thread may sleep without watching the
+  // outgoing connections (nothing was pending). A later async call, whose
+  // reply only the I/O thread will receive, must wake it. With a 2 s tick a
+  // missed wake-up shows as a 2 s delay.
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  RpcNodeOptions o = FastOptions("test-client");
+  o.van.tick = 2s;
+  auto client = RpcNode::Create(o).value();
+  int peer = client->Connect(endpoint).value();
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(client->CallSync(peer, FloatRequest(kEcho, 2, float(i))).ok());
+    const auto start = std::chrono::steady_clock::now();
+    std::future<Result<Message>> f = client->Call(peer, FloatRequest(kEcho, 2, float(i)));
+    ASSERT_EQ(f.wait_for(1s), std::future_status::ready) << "async reply " << i << " waited for a tick";
+    EXPECT_TRUE(f.get().ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+  }
+  // Blocking calls issued from inside the wait and awaited futures mix.
+  for (int i = 0; i < 20; ++i) {
+    auto pending = client->Call(peer, FloatRequest(kEcho, 2, 1.0f));
+    auto r = client->IssueAndAwait<Result<Message>>(
+        [&] { return client->Call(peer, FloatRequest(kEcho, 2, float(i))); }, 5s);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ((*r->Frame<float>(0))[0], float(i));
+    ASSERT_EQ(pending.wait_for(1s), std::future_status::ready);
+  }
+}
+
 TEST_F(RpcTest, HandlerErrorTravelsBack) {
   std::string endpoint;
   auto server = StartServer("s", &endpoint);
