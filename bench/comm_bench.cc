@@ -74,7 +74,7 @@ class FleetEcho {
       resp->header.mutable_frames()->CopyFrom(req.header.frames());
       resp->frames = req.frames;
       return Status::OK();
-    }, RpcHandlerOptions{.run_on_io_thread = true});
+    }, RpcHandlerOptions{.run_on_io_thread = true, .io_thread_if = nullptr});
     const std::string endpoint = server_->Listen("127.0.0.1:0").value();
     RpcNodeOptions co;
     co.name = "bench-client";

@@ -260,13 +260,10 @@ void RpcNode::Dispatch(const Route& from, Message request) {
     return;
   }
   const RpcHandler* handler = &it->second.handler;
-  if (const RpcHandlerOptions& o = it->second.options; o.run_on_io_thread) {
-    size_t payload = 0;
-    for (const auto& frame : request.frames) payload += frame.size();
-    if (payload <= o.io_thread_max_payload_bytes) {
-      (*handler)(std::move(request), std::move(responder));
-      return;
-    }
+  if (const RpcHandlerOptions& o = it->second.options;
+      o.run_on_io_thread && (!o.io_thread_if || o.io_thread_if(request))) {
+    (*handler)(std::move(request), std::move(responder));
+    return;
   }
   {
     std::lock_guard<std::mutex> lock(in_flight_mu_);

@@ -89,10 +89,10 @@ struct RpcHandlerOptions {
   // message), but while it runs no other message moves: only for handlers
   // that take microseconds and never block (echo, stats, a small lookup).
   bool run_on_io_thread = false;
-  // With run_on_io_thread: only requests whose payload frames total at most
-  // this many bytes run there; larger ones go to the pool. For handlers
-  // whose cost grows with the request (a lookup of n keys).
-  size_t io_thread_max_payload_bytes = SIZE_MAX;
+  // With run_on_io_thread: when set, only requests it returns true for run
+  // there and the others go to the pool. For handlers whose cost grows with
+  // the request (a lookup of n keys). Runs on the I/O thread; must be quick.
+  std::function<bool(const Message& request)> io_thread_if;
 };
 
 class RpcNode final : private VanReceiver {

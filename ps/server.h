@@ -110,6 +110,8 @@ class PsServer {
                            std::span<const float> values, Responder r);
 
   Result<SparseTable*> FindSparse(const Message& req);
+  // Whether a sparse pull/push is cheap enough to run on the I/O thread.
+  bool IsSmallSparseRequest(const Message& req) const;
   Result<DenseTable*> FindDense(const Message& req);
   ServerTables AllTables();
 
