@@ -267,8 +267,10 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
               absl::StrCat(what, ": server ", server, " sent ", got->size(), " floats for ",
                            distinct[server], " keys of dim ", dim));
         }
+        const float* reply_values = got->data();
         auto scatter = [&](size_t i) {
-          CopyFloats(got->data() + static_cast<size_t>(split->position[i]) * dim, dim, values.data() + i * dim);
+          CopyFloats(reply_values + static_cast<size_t>(split->position[i]) * dim, dim,
+                     values.data() + i * dim);
         };
         if (by_server->size() == 1) {
           for (size_t i = 0; i < split->position.size(); ++i) scatter(i);
