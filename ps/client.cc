@@ -5,7 +5,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "ps/table/accessor.h"
-#include "ps/table/copy_floats.h"
+#include "ps/table/float_rows.h"
 #include "ps/table/partition.h"
 
 namespace fleet::ps {
@@ -180,9 +180,11 @@ namespace {
 struct SparseSplit {
   // Per server: the distinct keys it gets.
   std::vector<std::vector<uint64_t>> keys;
-  // For each key of the request: its server and its position in keys[server].
+  // For each key of the request: its server, its position in keys[server],
+  // and whether it is that key's first occurrence.
   std::vector<uint16_t> server;
   std::vector<uint32_t> position;
+  std::vector<uint8_t> first;
 };
 
 SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t>& server_of_shard,
@@ -191,6 +193,7 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   split.keys.resize(num_servers);
   split.server.resize(keys.size());
   split.position.resize(keys.size());
+  split.first.resize(keys.size());
   absl::flat_hash_map<uint64_t, uint32_t> seen;
   seen.reserve(keys.size());
   // A large request's map outgrows the caches; prefetching a batch of slots
@@ -206,6 +209,7 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
       if (inserted) split.keys[s].push_back(keys[i]);
       split.server[i] = s;
       split.position[i] = it->second;
+      split.first[i] = inserted;
     }
   }
   return split;
@@ -312,13 +316,14 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
                                          absl::StrCat("table ", table)));
   }
   SparseSplit split = SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers());
-  // Sum duplicates into one row per distinct key, per server.
+  // One row per distinct key, per server: the first occurrence is copied,
+  // duplicates are added to it.
   std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
   for (int s = 0; s < num_servers(); ++s) {
-    grads[s] = SArray<float>(split.keys[s].size() * dim);
+    grads[s] = SArray<float>::Uninitialized(split.keys[s].size() * dim);
     if (with_counts) {
-      shows[s] = SArray<float>(split.keys[s].size());
-      clicks[s] = SArray<float>(split.keys[s].size());
+      shows[s] = SArray<float>::Uninitialized(split.keys[s].size());
+      clicks[s] = SArray<float>::Uninitialized(split.keys[s].size());
     }
   }
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -326,10 +331,14 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
     const size_t pos = split.position[i];
     float* out = grads[s].data() + pos * dim;
     const float* in = values.data() + i * dim;
-    for (size_t d = 0; d < dim; ++d) out[d] += in[d];
+    if (split.first[i]) {
+      CopyFloats(in, dim, out);
+    } else {
+      AddFloats(in, dim, out);
+    }
     if (with_counts) {
-      shows[s][pos] += options.shows[i];
-      clicks[s][pos] += options.clicks[i];
+      shows[s][pos] = split.first[i] ? options.shows[i] : shows[s][pos] + options.shows[i];
+      clicks[s][pos] = split.first[i] ? options.clicks[i] : clicks[s][pos] + options.clicks[i];
     }
   }
   pb::PsRequestMeta meta;

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "ps/table/copy_floats.h"
+#include "ps/table/float_rows.h"
 
 namespace fleet::ps {
 
