@@ -123,15 +123,24 @@ void RpcNode::CallAsync(int peer, Message request, const RpcOptions& options,
   call.peer = peer;
   call.what = options.what.empty() ? absl::StrCat("command ", request.header.command())
                                    : options.what;
+  Status refused;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) {
-      done(Status::Unavailable(absl::StrCat(call.what, ": rpc node stopped"), options_.name));
-      return;
+      refused = Status::Unavailable(absl::StrCat(call.what, ": rpc node stopped"), options_.name);
+    } else if (peer < static_cast<int>(peer_lost_.size()) && !peer_lost_[peer].ok()) {
+      // The connection is down (and not back yet): fail now, as the calls
+      // pending when it went down did, instead of at the deadline.
+      refused = peer_lost_[peer].WithContext(call.what);
+    } else {
+      call.done = std::move(done);
+      deadlines_.emplace(call.deadline, id);
+      pending_.emplace(id, std::move(call));
     }
-    call.done = std::move(done);
-    deadlines_.emplace(call.deadline, id);
-    pending_.emplace(id, std::move(call));
+  }
+  if (!refused.ok()) {
+    done(refused);
+    return;
   }
   Status sent = van_->Send(Route{peer, {}}, std::move(request));
   if (!sent.ok()) {
@@ -303,6 +312,7 @@ void RpcNode::OnConnectionUp(int connection) {
     peer_ever_up_.resize(connection + 1, false);
   }
   peer_ever_up_[connection] = true;
+  if (connection < static_cast<int>(peer_lost_.size())) peer_lost_[connection] = Status::OK();
 }
 
 void RpcNode::OnConnectionDown(int connection, const std::string& endpoint, const Status& why) {
@@ -311,6 +321,8 @@ void RpcNode::OnConnectionDown(int connection, const std::string& endpoint, cons
   std::vector<PendingCall> failed;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (static_cast<int>(peer_lost_.size()) <= connection) peer_lost_.resize(connection + 1);
+    peer_lost_[connection] = why;
     for (auto it = pending_.begin(); it != pending_.end();) {
       if (it->second.peer == connection) {
         deadlines_.erase({it->second.deadline, it->first});

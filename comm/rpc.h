@@ -117,7 +117,10 @@ class RpcNode final : private VanReceiver {
   // thread, with the response or with:
   //   Timeout      the deadline passed (message: call, endpoint, ms, whether
   //                the peer was ever reached);
-  //   Unavailable  the connection was lost or the node stopped;
+  //   Unavailable  the connection was lost or the node stopped (a call
+  //                made while the connection is down, before ZeroMQ
+  //                reconnects, fails at once, `done` then running on the
+  //                calling thread);
   //   the status the handler replied with, otherwise.
   // `done` must be quick and must not call Stop().
   // REQUIRES: peer was returned by Connect().
@@ -221,6 +224,9 @@ class RpcNode final : private VanReceiver {
   absl::flat_hash_map<uint64_t, PendingCall> pending_;
   std::set<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deadlines_;
   std::vector<bool> peer_ever_up_;
+  // Why each connection is down since it was lost (OK: up or never lost).
+  // Calls to a lost peer fail at once until ZeroMQ reconnects.
+  std::vector<Status> peer_lost_;
   bool stopped_ = false;
 };
 

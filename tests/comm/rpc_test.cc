@@ -499,6 +499,25 @@ TEST(RpcProcessTest, KilledPeerFailsPendingCallsFast) {
   EXPECT_LT(took, 5s) << r.status().ToString();
 }
 
+TEST(RpcProcessTest, CallMadeAfterThePeerWasLostFailsAtOnce) {
+  // The loss is noticed before the call is made, so no pending call is
+  // there to fail; the call itself must see the connection is down.
+  ChildServer child;
+  auto client = RpcNode::Create(FastOptions("client")).value();
+  int peer = client->Connect(child.endpoint()).value();
+  ASSERT_TRUE(client->Call(peer, FloatRequest(kEcho, 1, 0)).get().ok());
+  kill(child.pid(), SIGKILL);
+  std::this_thread::sleep_for(1s);  // the I/O thread handles the disconnect meanwhile
+  RpcOptions opts;
+  opts.timeout = 20s;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client->Call(peer, FloatRequest(kEcho, 1, 0), opts).get();
+  EXPECT_TRUE(r.status().IsUnavailable()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(child.endpoint()), std::string::npos)
+      << r.status().ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 1s);
+}
+
 TEST(RpcProcessTest, FrozenPeerIsDetectedByHeartbeat) {
   ChildServer child;
   auto client = RpcNode::Create(FastOptions("client")).value();
