@@ -117,6 +117,7 @@ struct Van::Impl {
   // and which thread it is.
   std::atomic<bool> caller_receiving{false};
   std::atomic<std::thread::id> receiving_thread{};
+  std::atomic<std::thread::id> io_thread_id{};  // set by Loop()
   // The I/O thread sleeps watching the outgoing connections. When it does
   // not, a request sent by any thread but the receiving caller wakes it, so
   // the reply is not left for the next tick.
@@ -277,8 +278,14 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& m
       return Status::Unavailable(absl::StrCat("send failed: ", e.what()));
     }
     // Sending may have consumed the edge on the socket's ZMQ_FD that tells
-    // the I/O thread a reply is waiting; if one is, wake it explicitly.
-    wake_io = target.Readable();
+    // the I/O thread a reply is waiting; if one is, wake it explicitly. Not
+    // needed (and a ZeroMQ call saved) when the sender checks this socket
+    // again before it sleeps: the I/O thread itself (a reply from a handler
+    // run inline), or the caller receiving on the outgoing sockets.
+    const std::thread::id self = std::this_thread::get_id();
+    const bool sender_rechecks =
+        self == io_thread_id.load() || (to.outgoing() && receiving_thread.load() == self);
+    wake_io = !sender_rechecks && target.Readable();
   }
   if (to.outgoing() && !io_polls_dealers.load() &&
       receiving_thread.load() != std::this_thread::get_id()) {
@@ -352,6 +359,7 @@ void Van::Impl::RebuildPollItems() {
 }
 
 void Van::Impl::Loop() {
+  io_thread_id.store(std::this_thread::get_id());
   RebuildPollItems();
   while (running.load(std::memory_order_relaxed)) {
     // While a waiting caller receives on the outgoing connections itself

@@ -6,6 +6,9 @@
 // hand-off to the I/O thread is a wake-up, a large part of a small round
 // trip), and a thread blocked on a reply may receive it itself
 // (ReceiveWhile) while the I/O thread stands back from the outgoing sockets.
+// The I/O thread is woken only when it has to take part: a request sent
+// while it is not watching the outgoing sockets (unless the sender is the
+// thread receiving), a wait that ends with replies still due, Stop.
 //
 // A message on the wire is one ZeroMQ multipart message:
 //   [routing id (ROUTER side only)] [pb::Header] [frame 0] ... [frame n-1]
