@@ -296,6 +296,9 @@ class LocalShard {
     for (uint64_t n = 0; n < num_deleted; ++n) {
       uint64_t key;
       if (!r.Get(&key)) return bad(absl::StrCat("truncated deleted key ", n));
+      // Checked like rows: this local shard also holds other global shards.
+      if (ShardOfKey(key, shard_num_) != shard_id)
+        return bad(absl::StrCat("deleted key ", key, " does not belong to this shard"));
       if (std::optional<uint32_t> slot = Find(key)) Remove(*slot, /*record=*/false);
     }
     if (r.remaining() != 0) return bad(absl::StrCat(r.remaining(), " trailing bytes"));

@@ -1,15 +1,15 @@
 #include "ps/table/sparse_table.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <map>
 #include <thread>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "absl/strings/str_cat.h"
-
+#include "ps/table/byte_io.h"
 #include "table_test_util.h"
 
 namespace fleet::ps {
@@ -218,6 +218,32 @@ TEST(SparseTableTest, LocalShardCountDoesNotChangeResults) {
     EXPECT_TRUE(dumps[i] == dumps[0]) << "checkpoint images differ for layout " << i;
     EXPECT_TRUE(pulls[i] == pulls[0]) << "pulled values differ for layout " << i;
   }
+}
+
+// A local shard holds several global shards, so a shard file may only touch
+// keys of its own global shard: a deleted key of another one is refused and
+// nothing changes.
+TEST(SparseTableTest, ShardFileCannotDeleteKeysOfAnotherShardInTheSameLocalShard) {
+  auto t = Make("{id: 1, kind: sparse, dim: 2, shard_num: 4, local_shard_num: 1}", nullptr);
+  ASSERT_EQ(t->local_shard_count(), 1u);
+  uint64_t other = 0;  // a key of shard 1
+  while (ShardOfKey(other, 4) != 1) ++other;
+  std::vector<float> v(2);
+  ASSERT_TRUE(t->Pull(std::vector<uint64_t>{other}, v).ok());
+  const std::string before = DumpRows(*t);
+
+  std::string image;  // a delta file of shard 0 that deletes `other`
+  ByteWriter w(&image);
+  w.PutBytes("FPSSHARD");
+  for (uint32_t field : {1u, 1u, 0u, 1u, 2u, 0u})
+    w.Put<uint32_t>(field);  // version table shard mode widths
+  w.Put<uint64_t>(0);
+  w.Put<uint64_t>(1);
+  w.Put<uint64_t>(other);
+  Status s = t->ApplyShardFile(0, image, "shard0.delta");
+  EXPECT_TRUE(s.IsCorruption()) << s.ToString();
+  EXPECT_THAT(s.ToString(), HasSubstr("does not belong"));
+  EXPECT_EQ(DumpRows(*t), before);
 }
 
 TEST(SparseTableTest, MemoryPerRowWithinBudget) {
