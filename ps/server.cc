@@ -382,13 +382,21 @@ void PsServer::Barrier(Message req, Responder r) {
     return r.ReplyError(Status::InvalidArgument("barrier_size must be >= 1",
                                                 absl::StrCat("barrier ", meta->barrier_name())));
   }
+  // A caller counts once (a retry replaces its earlier arrival) and only
+  // until its call's deadline: one that gave up must not release the
+  // others of a later round of the same barrier.
+  const auto now = std::chrono::steady_clock::now();
+  const auto deadline = req.header.deadline_ms() > 0
+                            ? now + std::chrono::milliseconds(req.header.deadline_ms())
+                            : std::chrono::steady_clock::time_point::max();
   std::vector<Responder> release;
   {
     std::lock_guard<std::mutex> lock(barrier_mu_);
     auto& waiting = barriers_[meta->barrier_name()];
-    waiting.push_back(r);
+    std::erase_if(waiting, [&](const auto& entry) { return entry.second.deadline <= now; });
+    waiting.insert_or_assign(meta->worker_rank(), BarrierArrival{r, deadline});
     if (static_cast<int>(waiting.size()) < meta->barrier_size()) return;
-    release = std::move(waiting);
+    for (auto& [rank, arrival] : waiting) release.push_back(arrival.responder);
     barriers_.erase(meta->barrier_name());
   }
   for (const Responder& w : release) w.Reply(Message());

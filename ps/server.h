@@ -134,9 +134,13 @@ class PsServer {
   std::mutex sync_mu_;
   std::map<uint32_t, SyncTable> sync_;
 
-  // Barriers; guarded by barrier_mu_.
+  // Barriers: name -> callers waiting, by worker rank; guarded by barrier_mu_.
+  struct BarrierArrival {
+    Responder responder;
+    std::chrono::steady_clock::time_point deadline;  // the caller's, from its request
+  };
   std::mutex barrier_mu_;
-  std::map<std::string, std::vector<Responder>> barriers_;
+  std::map<std::string, std::map<int, BarrierArrival>> barriers_;
 
   // Lifecycle; guarded by stop_mu_.
   std::mutex stop_mu_;

@@ -189,6 +189,21 @@ TEST(PsServerTest, BarrierTimesOutNamingTheBarrier) {
   EXPECT_NE(s.message().find("barrier 'lonely' of 2"), std::string::npos) << s.ToString();
 }
 
+// A worker that timed out of a barrier and retries counts once, and a
+// caller whose call already gave up does not count towards a later release.
+TEST(PsServerTest, BarrierCountsEachWorkerOnceAndForgetsCallersThatGaveUp) {
+  PsCluster cluster(Job("async"), 1, 2);
+  BarrierOptions short_wait;
+  short_wait.timeout = 200ms;
+  // Worker 0 gives up twice; the barrier of 2 must not release on its own.
+  ASSERT_TRUE(cluster.client(0).Barrier("b", short_wait).IsTimeout());
+  ASSERT_TRUE(cluster.client(0).Barrier("b", short_wait).IsTimeout());
+  // Worker 1 alone: worker 0's stale arrivals have expired.
+  EXPECT_TRUE(cluster.client(1).Barrier("b", short_wait).IsTimeout());
+  // Both present: released.
+  cluster.RunWorkers([&](int rank) { ASSERT_TRUE(cluster.client(rank).Barrier("b").ok()); });
+}
+
 TEST(PsServerTest, BadRequestsGetErrorsAndLeaveTablesUnchanged) {
   PsCluster cluster(Job("async"), 1, 1);
   PsClient& c = cluster.client(0);
