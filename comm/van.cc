@@ -134,8 +134,10 @@ struct Van::Impl {
   Status SendOn(LockedSocket& target, const Route& to, const Message& message);
   void Loop();
   void RebuildPollItems();
-  // Delivers every message ready on `socket`; returns how many.
-  int ReceiveReady(LockedSocket& socket, int connection);
+  // Delivers every message ready on `socket`, or stops after a delivery
+  // once `keep_going` (when given) says so; returns how many.
+  int ReceiveReady(LockedSocket& socket, int connection,
+                   const std::function<bool()>* keep_going = nullptr);
   void HandleMonitor(int connection, zmq::socket_t& monitor);
   void Deliver(const Route& from, std::vector<zmq::message_t>& parts, size_t header_index);
   void CloseAll();
@@ -315,7 +317,11 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
   for (auto& [socket, connection] : dealers) items.push_back({nullptr, socket->fd, ZMQ_POLLIN, 0});
   while (!dealers.empty() && keep_waiting()) {
     int delivered = 0;
-    for (auto& [socket, connection] : dealers) delivered += impl_->ReceiveReady(*socket, connection);
+    // Once the awaited reply is in, the rest of the socket is left to the
+    // I/O thread (woken at the end when replies are still due): a drain
+    // check costs two system calls inside ZeroMQ.
+    for (auto& [socket, connection] : dealers)
+      delivered += impl_->ReceiveReady(*socket, connection, &keep_waiting);
     if (delivered > 0) continue;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) break;
@@ -405,7 +411,8 @@ void Van::Impl::Loop() {
   }
 }
 
-int Van::Impl::ReceiveReady(LockedSocket& socket, int connection) {
+int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
+                            const std::function<bool()>* keep_going) {
   // One message per lock hold: delivering may send (an error reply), which
   // needs this lock.
   for (int delivered = 0;; ++delivered) {
@@ -433,6 +440,7 @@ int Van::Impl::ReceiveReady(LockedSocket& socket, int connection) {
       header_index = 1;
     }
     Deliver(from, parts, header_index);
+    if (keep_going != nullptr && !(*keep_going)()) return delivered + 1;
   }
 }
 void Van::Impl::Deliver(const Route& from, std::vector<zmq::message_t>& parts,
