@@ -198,6 +198,9 @@ TEST(PsServerTest, BarrierCountsEachWorkerOnceAndForgetsCallersThatGaveUp) {
   // Worker 0 gives up twice; the barrier of 2 must not release on its own.
   ASSERT_TRUE(cluster.client(0).Barrier("b", short_wait).IsTimeout());
   ASSERT_TRUE(cluster.client(0).Barrier("b", short_wait).IsTimeout());
+  // The server counts a deadline from when the request reached it, a little
+  // after the caller started its clock.
+  std::this_thread::sleep_for(100ms);
   // Worker 1 alone: worker 0's stale arrivals have expired.
   EXPECT_TRUE(cluster.client(1).Barrier("b", short_wait).IsTimeout());
   // Both present: released.
