@@ -4,6 +4,9 @@
 // idea of gloo's Fixture::assignValues).
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <exception>
@@ -14,8 +17,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "comm/gloo_collective.h"
 #include "comm/kv_store.h"
@@ -84,6 +85,41 @@ inline std::vector<float> SeedVector(int rank, size_t count, int size) {
   std::vector<float> v(count);
   for (size_t i = 0; i < count; ++i) v[i] = SeedValue(rank, i, size);
   return v;
+}
+
+// What each collective must produce from every rank's SeedVector, computed
+// locally (shared by the Gloo and NCCL tests).
+inline std::vector<float> ExpectedAllReduce(ReduceOp op, size_t count, int size) {
+  std::vector<float> want(count);
+  for (size_t i = 0; i < count; ++i) {
+    float sum = 0, max = SeedValue(0, i, size);
+    for (int r = 0; r < size; ++r) {
+      sum += SeedValue(r, i, size);
+      max = std::max(max, SeedValue(r, i, size));
+    }
+    want[i] = op == ReduceOp::kSum    ? sum
+              : op == ReduceOp::kMean ? sum * (1.0f / static_cast<float>(size))
+                                      : max;
+  }
+  return want;
+}
+
+inline std::vector<float> ExpectedAllGather(size_t count, int size) {
+  std::vector<float> want;
+  for (int r = 0; r < size; ++r) {
+    std::vector<float> part = SeedVector(r, count, size);
+    want.insert(want.end(), part.begin(), part.end());
+  }
+  return want;
+}
+
+// Rank `rank`'s slice of the sum of every rank's SeedVector(r, count * size).
+inline std::vector<float> ExpectedReduceScatter(int rank, size_t count, int size) {
+  std::vector<float> want(count, 0.0f);
+  for (size_t i = 0; i < count; ++i) {
+    for (int r = 0; r < size; ++r) want[i] += SeedValue(r, rank * count + i, size);
+  }
+  return want;
 }
 
 // Throws naming the first index where got != want.

@@ -13,11 +13,13 @@ namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
+using fleet::testing::ExpectedAllGather;
+using fleet::testing::ExpectedAllReduce;
+using fleet::testing::ExpectedReduceScatter;
 using fleet::testing::ExpectExactly;
 using fleet::testing::JoinGloo;
 using fleet::testing::LocalKvServer;
 using fleet::testing::RunRanks;
-using fleet::testing::SeedValue;
 using fleet::testing::SeedVector;
 using fleet::testing::ThrowIfError;
 using fleet::testing::UniqueJob;
@@ -37,19 +39,9 @@ TEST_P(GlooCollectiveGridTest, EveryOpMatchesLocalExpectation) {
 
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
       std::vector<float> data = SeedVector(rank, count, size);
-      std::vector<float> want(count);
-      for (size_t i = 0; i < count; ++i) {
-        float sum = 0, max = SeedValue(0, i, size);
-        for (int r = 0; r < size; ++r) {
-          sum += SeedValue(r, i, size);
-          max = std::max(max, SeedValue(r, i, size));
-        }
-        want[i] = op == ReduceOp::kSum    ? sum
-                  : op == ReduceOp::kMean ? sum * (1.0f / static_cast<float>(size))
-                                          : max;
-      }
       ThrowIfError(group->AllReduce(data.data(), count, op), "allreduce" + where);
-      ExpectExactly(data, want, "allreduce op " + std::to_string(static_cast<int>(op)) + where);
+      ExpectExactly(data, ExpectedAllReduce(op, count, size),
+                    "allreduce op " + std::to_string(static_cast<int>(op)) + where);
     }
 
     for (int root : {0, size - 1}) {
@@ -60,23 +52,16 @@ TEST_P(GlooCollectiveGridTest, EveryOpMatchesLocalExpectation) {
 
     {
       std::vector<float> in = SeedVector(rank, count, size);
-      std::vector<float> out(count * size, -1.0f), want;
-      for (int r = 0; r < size; ++r) {
-        std::vector<float> part = SeedVector(r, count, size);
-        want.insert(want.end(), part.begin(), part.end());
-      }
+      std::vector<float> out(count * size, -1.0f);
       ThrowIfError(group->AllGather(in.data(), out.data(), count), "allgather" + where);
-      ExpectExactly(out, want, "allgather" + where);
+      ExpectExactly(out, ExpectedAllGather(count, size), "allgather" + where);
     }
 
     {
       std::vector<float> in = SeedVector(rank, count * size, size);
-      std::vector<float> out(count, -1.0f), want(count, 0.0f);
-      for (size_t i = 0; i < count; ++i) {
-        for (int r = 0; r < size; ++r) want[i] += SeedValue(r, rank * count + i, size);
-      }
+      std::vector<float> out(count, -1.0f);
       ThrowIfError(group->ReduceScatter(in.data(), out.data(), count), "reducescatter" + where);
-      ExpectExactly(out, want, "reducescatter" + where);
+      ExpectExactly(out, ExpectedReduceScatter(rank, count, size), "reducescatter" + where);
     }
 
     ThrowIfError(group->Barrier(), "barrier" + where);

@@ -12,14 +12,16 @@
 namespace fleet {
 namespace {
 
-using std::chrono::milliseconds;
+using fleet::testing::ExpectedAllGather;
+using fleet::testing::ExpectedAllReduce;
+using fleet::testing::ExpectedReduceScatter;
 using fleet::testing::ExpectExactly;
 using fleet::testing::LocalKvServer;
 using fleet::testing::RunRanks;
-using fleet::testing::SeedValue;
 using fleet::testing::SeedVector;
 using fleet::testing::ThrowIfError;
 using fleet::testing::UniqueJob;
+using std::chrono::milliseconds;
 
 // Number of visible GPUs, and why there are none when 0.
 int GpuCount(std::string* why) {
@@ -102,16 +104,7 @@ TEST(NcclCollectiveTest, EveryOpMatchesLocalExpectation) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
       data.Load(SeedVector(rank, count, size));
       ThrowIfError(group.AllReduce(data.get(), count, op), "allreduce");
-      std::vector<float> want(count);
-      for (size_t i = 0; i < count; ++i) {
-        float sum = 0, max = SeedValue(0, i, size);
-        for (int r = 0; r < size; ++r) {
-          sum += SeedValue(r, i, size);
-          max = std::max(max, SeedValue(r, i, size));
-        }
-        want[i] = op == ReduceOp::kSum ? sum : max;
-      }
-      ExpectExactly(data.Read(), want, "allreduce");
+      ExpectExactly(data.Read(), ExpectedAllReduce(op, count, size), "allreduce");
     }
     data.Load(SeedVector(rank, count, size));
     ThrowIfError(group.Broadcast(data.get(), count, size - 1), "broadcast");
@@ -119,20 +112,11 @@ TEST(NcclCollectiveTest, EveryOpMatchesLocalExpectation) {
 
     data.Load(SeedVector(rank, count, size));
     ThrowIfError(group.AllGather(data.get(), big.get(), count), "allgather");
-    std::vector<float> gathered;
-    for (int r = 0; r < size; ++r) {
-      auto part = SeedVector(r, count, size);
-      gathered.insert(gathered.end(), part.begin(), part.end());
-    }
-    ExpectExactly(big.Read(), gathered, "allgather");
+    ExpectExactly(big.Read(), ExpectedAllGather(count, size), "allgather");
 
     big.Load(SeedVector(rank, count * size, size));
     ThrowIfError(group.ReduceScatter(big.get(), data.get(), count), "reducescatter");
-    std::vector<float> want(count, 0.0f);
-    for (size_t i = 0; i < count; ++i) {
-      for (int r = 0; r < size; ++r) want[i] += SeedValue(r, rank * count + i, size);
-    }
-    ExpectExactly(data.Read(), want, "reducescatter");
+    ExpectExactly(data.Read(), ExpectedReduceScatter(rank, count, size), "reducescatter");
     ThrowIfError(group.Barrier(), "barrier");
   });
 }
