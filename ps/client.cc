@@ -9,6 +9,25 @@
 #include "ps/table/partition.h"
 
 namespace fleet::ps {
+namespace {
+
+// The future of a call refused before anything was sent.
+std::future<Status> Ready(Status s) {
+  std::promise<Status> p;
+  p.set_value(std::move(s));
+  return p.get_future();
+}
+
+// Sync mode applies a gradient to the step it names.
+Status RequireStepInSyncMode(bool sync, const PushOptions& options, uint32_t table) {
+  if (sync && options.step < 0) {
+    return Status::InvalidArgument("sync mode needs PushOptions.step >= 0",
+                                   absl::StrCat("table ", table));
+  }
+  return Status::OK();
+}
+
+}  // namespace
 
 // Where a table's data lives.
 struct PsClient::TableRoute {
@@ -104,6 +123,17 @@ Result<const PsClient::TableRoute*> PsClient::Route(uint32_t table, bool sparse)
     return r.get();
   }
   return Status::NotFound("no such table in the job config", absl::StrCat("table ", table));
+}
+
+Result<const PsClient::TableRoute*> PsClient::DenseRoute(uint32_t table, size_t buffer_size,
+                                                         const char* what) const {
+  FLEET_ASSIGN_OR_RETURN(const TableRoute* r, Route(table, /*sparse=*/false));
+  if (buffer_size != r->ranges.back().end) {
+    return Status::InvalidArgument(absl::StrCat(what, ": table has ", r->ranges.back().end,
+                                                " elements, buffer has ", buffer_size),
+                                   absl::StrCat("table ", table));
+  }
+  return r;
 }
 
 size_t PsClient::PullDim(uint32_t table) const {
@@ -223,18 +253,12 @@ Status PsClient::PullSparse(uint32_t table, std::span<const uint64_t> keys,
 }
 
 std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const uint64_t> keys,
-                                              std::span<float> values,
-                                              const PullOptions& options) {
-  auto ready = [](Status s) {
-    std::promise<Status> p;
-    p.set_value(std::move(s));
-    return p.get_future();
-  };
+                                              std::span<float> values, const PullOptions& options) {
   auto route = Route(table, /*sparse=*/true);
-  if (!route.ok()) return ready(route.status());
+  if (!route.ok()) return Ready(route.status());
   const TableRoute& r = *route.value();
   if (values.size() != keys.size() * r.pull_dim) {
-    return ready(Status::InvalidArgument(
+    return Ready(Status::InvalidArgument(
         absl::StrCat("pull_sparse: ", keys.size(), " keys of dim ", r.pull_dim, " need ",
                      keys.size() * r.pull_dim, " floats, got ", values.size()),
         absl::StrCat("table ", table)));
@@ -289,21 +313,16 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
                                          std::span<const uint64_t> keys,
                                          std::span<const float> values,
                                          const PushOptions& options) {
-  auto ready = [](Status s) {
-    std::promise<Status> p;
-    p.set_value(std::move(s));
-    return p.get_future();
-  };
   const bool delta = command == pb::PS_PUSH_SPARSE_DELTA;
   const char* what = delta ? "push_sparse_delta" : "push_sparse_grad";
   auto route = Route(table, /*sparse=*/true);
-  if (!route.ok()) return ready(route.status());
+  if (!route.ok()) return Ready(route.status());
   const TableRoute& r = *route.value();
   const size_t dim = r.push_dim;
   const bool with_counts = !options.shows.empty() || !options.clicks.empty();
   if (values.size() != keys.size() * dim ||
       (with_counts && (options.shows.size() != keys.size() || options.clicks.size() != keys.size()))) {
-    return ready(Status::InvalidArgument(
+    return Ready(Status::InvalidArgument(
         absl::StrCat(what, ": ", keys.size(), " keys of dim ", dim, " need ", keys.size() * dim,
                      " floats", with_counts ? " and as many shows and clicks as keys" : "",
                      "; got ", values.size(), ", ", options.shows.size(), ", ",
@@ -311,10 +330,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
         absl::StrCat("table ", table)));
   }
   const bool sync = !delta && job_.distributed.mode == SyncMode::kSync;
-  if (sync && options.step < 0) {
-    return ready(Status::InvalidArgument("sync mode needs PushOptions.step >= 0",
-                                         absl::StrCat("table ", table)));
-  }
+  if (Status s = RequireStepInSyncMode(sync, options, table); !s.ok()) return Ready(s);
   SparseSplit split = SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers());
   // One row per distinct key, per server: the first occurrence is copied,
   // duplicates are added to it.
@@ -387,17 +403,8 @@ Status PsClient::PullDense(uint32_t table, std::span<float> values, const PullOp
 
 std::future<Status> PsClient::PullDenseAsync(uint32_t table, std::span<float> values,
                                              const PullOptions& options) {
-  auto route = Route(table, /*sparse=*/false);
-  if (!route.ok() || values.size() != route.value()->ranges.back().end) {
-    std::promise<Status> p;
-    p.set_value(!route.ok() ? route.status()
-                            : Status::InvalidArgument(
-                                  absl::StrCat("pull_dense: table has ",
-                                               route.value()->ranges.back().end,
-                                               " elements, buffer has ", values.size()),
-                                  absl::StrCat("table ", table)));
-    return p.get_future();
-  }
+  auto route = DenseRoute(table, values.size(), "pull_dense");
+  if (!route.ok()) return Ready(route.status());
   const TableRoute& r = *route.value();
   std::vector<std::optional<Message>> requests(num_servers());
   for (int s = 0; s < num_servers(); ++s) {
@@ -422,24 +429,10 @@ std::future<Status> PsClient::PullDenseAsync(uint32_t table, std::span<float> va
 
 std::future<Status> PsClient::SendDense(pb::PsCommand command, uint32_t table,
                                         SArray<float> values, const PushOptions& options) {
-  auto route = Route(table, /*sparse=*/false);
-  if (!route.ok() || values.size() != route.value()->ranges.back().end) {
-    std::promise<Status> p;
-    p.set_value(!route.ok() ? route.status()
-                            : Status::InvalidArgument(
-                                  absl::StrCat("dense push: table has ",
-                                               route.value()->ranges.back().end,
-                                               " elements, buffer has ", values.size()),
-                                  absl::StrCat("table ", table)));
-    return p.get_future();
-  }
+  auto route = DenseRoute(table, values.size(), "dense push");
+  if (!route.ok()) return Ready(route.status());
   const bool sync = command == pb::PS_PUSH_DENSE_GRAD && job_.distributed.mode == SyncMode::kSync;
-  if (sync && options.step < 0) {
-    std::promise<Status> p;
-    p.set_value(Status::InvalidArgument("sync mode needs PushOptions.step >= 0",
-                                        absl::StrCat("table ", table)));
-    return p.get_future();
-  }
+  if (Status s = RequireStepInSyncMode(sync, options, table); !s.ok()) return Ready(s);
   const TableRoute& r = *route.value();
   pb::PsRequestMeta meta;
   meta.set_worker_rank(options_.worker_rank);

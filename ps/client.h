@@ -138,6 +138,9 @@ class PsClient {
 
   PsClient(PsClientOptions options, JobConfig job);
   Result<const TableRoute*> Route(uint32_t table, bool sparse) const;
+  // Route() of a dense table, and InvalidArgument "<what>: table has N
+  // elements, buffer has M" unless buffer_size is the table's size.
+  Result<const TableRoute*> DenseRoute(uint32_t table, size_t buffer_size, const char* what) const;
   std::chrono::milliseconds TimeoutOr(std::chrono::milliseconds t) const;
   // A blocking call: issue() makes the calls and returns their future,
   // run inside RpcNode::IssueAndAwait so replies come to this thread.
