@@ -140,10 +140,7 @@ class RpcNode final : private VanReceiver {
   // guarantee.
   template <typename T>
   T Await(std::future<T> f, std::chrono::milliseconds budget) {
-    van_->ReceiveWhile(
-        nullptr, [&f] { return f.wait_for(std::chrono::seconds(0)) != std::future_status::ready; },
-        std::chrono::steady_clock::now() + budget, [this] { return HasPendingCalls(); });
-    return f.get();
+    return IssueAndAwait<T>([&f] { return std::move(f); }, budget);
   }
 
   // Await(issue()), with issue() (which makes calls through this node and
