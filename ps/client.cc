@@ -210,11 +210,10 @@ namespace {
 struct SparseSplit {
   // Per server: the distinct keys it gets.
   std::vector<std::vector<uint64_t>> keys;
-  // For each key of the request: its server, its position in keys[server],
-  // and whether it is that key's first occurrence.
+  // For each key of the request: its server and its position in
+  // keys[server]. Positions are handed out in order of first occurrence.
   std::vector<uint16_t> server;
   std::vector<uint32_t> position;
-  std::vector<uint8_t> first;
 };
 
 SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t>& server_of_shard,
@@ -223,7 +222,6 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   split.keys.resize(num_servers);
   split.server.resize(keys.size());
   split.position.resize(keys.size());
-  split.first.resize(keys.size());
   absl::flat_hash_map<uint64_t, uint32_t> seen;
   seen.reserve(keys.size());
   // A large request's map outgrows the caches; prefetching a batch of slots
@@ -239,7 +237,6 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
       if (inserted) split.keys[s].push_back(keys[i]);
       split.server[i] = s;
       split.position[i] = it->second;
-      split.first[i] = inserted;
     }
   }
   return split;
@@ -342,19 +339,24 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
       clicks[s] = SArray<float>::Uninitialized(split.keys[s].size());
     }
   }
+  // Walking the request in order, a key's first occurrence is the one whose
+  // position is the next unused one of its server.
+  std::vector<uint32_t> next_position(num_servers(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     const int s = split.server[i];
     const size_t pos = split.position[i];
+    const bool first = pos == next_position[s];
+    if (first) ++next_position[s];
     float* out = grads[s].data() + pos * dim;
     const float* in = values.data() + i * dim;
-    if (split.first[i]) {
+    if (first) {
       CopyFloats(in, dim, out);
     } else {
       AddFloats(in, dim, out);
     }
     if (with_counts) {
-      shows[s][pos] = split.first[i] ? options.shows[i] : shows[s][pos] + options.shows[i];
-      clicks[s][pos] = split.first[i] ? options.clicks[i] : clicks[s][pos] + options.clicks[i];
+      shows[s][pos] = first ? options.shows[i] : shows[s][pos] + options.shows[i];
+      clicks[s][pos] = first ? options.clicks[i] : clicks[s][pos] + options.clicks[i];
     }
   }
   pb::PsRequestMeta meta;
