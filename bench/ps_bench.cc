@@ -31,6 +31,8 @@
 // gradients and gets an empty reply. With S servers each op sends 1/S of it
 // to each server, as the client does.
 #include <fcntl.h>
+#include <gflags/gflags.h>
+#include <glog/logging.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -56,14 +58,11 @@
 #include <thread>
 #include <vector>
 
-#include <gflags/gflags.h>
-#include <glog/logging.h>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
 #include "bench/zmq_echo.h"
+#include "comm/absl_mutex_mode.h"
 #include "ps/client.h"
 #include "ps/job_config.h"
 #include "ps/server.h"
@@ -142,11 +141,7 @@ ps::JobConfig ParseJob(const std::string& yaml) {
 // ---------------------------------------------------------------- server child
 
 int ServeMain() {
-#ifdef NDEBUG
-  // As ps_server does (ps/server_app.cc): no debug-only absl deadlock
-  // detection in an optimized server.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-#endif
+  UseReleaseMutexChecksInOptimizedBuilds();  // as ps_server does
   ps::PsServerOptions o;
   o.endpoint = "127.0.0.1:0";
   o.rank = FLAGS_serve_rank;

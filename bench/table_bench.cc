@@ -25,8 +25,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/mutex.h"
 #include "bench/bench_util.h"
+#include "comm/absl_mutex_mode.h"
 #include "comm/splitmix.h"
 #include "ps/table/optimizer.h"
 #include "ps/table/sparse_table.h"
@@ -95,7 +95,7 @@ PerKey Measure(int n, size_t keys_per_request, const std::function<void(int)>& f
 
 int Main() {
   bench::PrintEnvironment("table_bench");
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  UseReleaseMutexChecksInOptimizedBuilds();  // as ps_server does
   CHECK_GE(FLAGS_rows, FLAGS_keys)
       << "--rows must be >= --keys (requests hold distinct stored keys)";
   // Through the job-config parser, so a bad --rule is refused as a config would be.

@@ -4,7 +4,7 @@
 #include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "comm/absl_mutex_mode.h"
 #include "comm/cluster.h"
 #include "comm/kv_store.h"
 #include "comm/stop_signal.h"
@@ -27,15 +27,7 @@ int PsServerMain(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
-#ifdef NDEBUG
-  // The system libabsl is compiled without NDEBUG, so its debug-only mutex
-  // deadlock detector is on by default: every shard lock taken under the
-  // table lock then updates a global lock graph under a global spinlock
-  // (bench/ps_bench: server CPU per 1000-key pull 430-700 us with it,
-  // 280-350 us without). An optimized build turns it off, as absl's own
-  // NDEBUG default would; debug builds and tests keep it.
-  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-#endif
+  UseReleaseMutexChecksInOptimizedBuilds();
 
   // Before any thread exists (see StopSignalWatcher).
   std::atomic<PsServer*> running{nullptr};
