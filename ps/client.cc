@@ -2,8 +2,8 @@
 
 #include <atomic>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "ps/key_dedup.h"
 #include "ps/table/accessor.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/partition.h"
@@ -222,23 +222,32 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   split.keys.resize(num_servers);
   split.server.resize(keys.size());
   split.position.resize(keys.size());
-  absl::flat_hash_map<uint64_t, uint32_t> seen;
-  seen.reserve(keys.size());
-  // A large request's map outgrows the caches; prefetching a batch of slots
-  // before inserting overlaps their misses.
+  // One table per thread, reused: see KeyDeduper.
+  thread_local KeyDeduper seen;
+  seen.Reset(keys.size());
+  // A large request's table outgrows the caches; prefetching a batch of
+  // slots before inserting overlaps their misses.
   constexpr size_t kBatch = 16;
+  uint64_t hashes[kBatch];
   for (size_t b = 0; b < keys.size(); b += kBatch) {
-    const size_t end = std::min(keys.size(), b + kBatch);
-    for (size_t i = b; i < end; ++i) seen.prefetch(keys[i]);
-    for (size_t i = b; i < end; ++i) {
+    const size_t n = std::min(keys.size() - b, kBatch);
+    for (size_t j = 0; j < n; ++j) {
+      hashes[j] = Mix64(keys[b + j]);
+      seen.Prefetch(hashes[j]);
+    }
+    for (size_t j = 0; j < n; ++j) {
+      const size_t i = b + j;
       // With one server there is nothing to route (and the modulo is not free).
-      const uint16_t s = num_servers == 1 ? 0 : server_of_shard[sharder(keys[i])];
-      auto [it, inserted] = seen.try_emplace(keys[i], static_cast<uint32_t>(split.keys[s].size()));
+      const uint16_t s = num_servers == 1 ? 0 : server_of_shard[sharder.OfHash(hashes[j])];
+      bool inserted;
+      split.position[i] = seen.FindOrInsert(keys[i], hashes[j],
+                                            static_cast<uint32_t>(split.keys[s].size()), &inserted);
       if (inserted) split.keys[s].push_back(keys[i]);
       split.server[i] = s;
-      split.position[i] = it->second;
     }
   }
+  // Keep a few MiB per thread between requests, not the peak of a huge one.
+  if (seen.bytes() > (size_t{64} << 20)) seen.Release();
   return split;
 }
 

@@ -30,9 +30,10 @@ constexpr uint32_t ShardOfKey(uint64_t key, uint32_t shard_num) {
 class KeySharder {
  public:
   explicit KeySharder(uint32_t shard_num) : shard_num_(shard_num), divider_(shard_num) {}
-  uint32_t operator()(uint64_t key) const {
-    const uint64_t h = Mix64(key);
-    return static_cast<uint32_t>(h - divider_.divide(h) * shard_num_);
+  uint32_t operator()(uint64_t key) const { return OfHash(Mix64(key)); }
+  // The same from Mix64(key), for callers that use the hash for more.
+  uint32_t OfHash(uint64_t hash) const {
+    return static_cast<uint32_t>(hash - divider_.divide(hash) * shard_num_);
   }
   uint32_t shard_num() const { return static_cast<uint32_t>(shard_num_); }
 
