@@ -46,12 +46,20 @@ class Accessor {
   virtual void InitialPull(uint64_t key, std::span<float> out) const = 0;
   // `ext` is empty when the row has no extension.
   virtual void Pull(std::span<const float> row, std::span<const float> ext, std::span<float> out) const = 0;
+  // True when Pull copies the row's first pull_dim() floats and nothing
+  // else: the shard then copies them itself instead of calling Pull per key.
+  virtual bool pull_copies_row() const { return false; }
 
   // Applies one gradient with its show/click counts. Returns true when the
   // row has no extension (ext empty) and should get one now; the shard then
   // allocates it and calls InitExt.
   virtual bool PushGrad(std::span<float> row, std::span<float> ext, std::span<const float> grad, float show,
                         float click) const = 0;
+  // When not null: PushGrad of a row is exactly rule->Update of its first
+  // pull_dim() floats (then its state) with the gradient, show and click
+  // unused, and never asks for an extension; the shard then updates a batch
+  // of rows with one OptimizerRule::UpdateRows call.
+  virtual const OptimizerRule* plain_push_rule() const { return nullptr; }
   // value += delta for every value part present.
   virtual void PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta) const = 0;
 
@@ -75,6 +83,8 @@ class PlainAccessor final : public Accessor {
   void InitRow(uint64_t key, std::span<float> row) const override;
   void InitialPull(uint64_t key, std::span<float> out) const override;
   void Pull(std::span<const float> row, std::span<const float> ext, std::span<float> out) const override;
+  bool pull_copies_row() const override { return true; }
+  const OptimizerRule* plain_push_rule() const override { return rule_.get(); }
   bool PushGrad(std::span<float> row, std::span<float> ext, std::span<const float> grad, float show,
                 float click) const override;
   void PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta) const override;

@@ -35,6 +35,17 @@ void OptimizerRule::Update(std::span<float> value, std::span<float> state,
   Step(value, state, scratch);
 }
 
+void OptimizerRule::UpdateRows(std::span<float* const> rows, std::span<const float* const> grads,
+                               size_t dim) const {
+  if (config_.clip_mode == ClipMode::kNone && config_.l2_decay == 0.0f) {
+    StepRows(rows, grads, dim);
+    return;
+  }
+  const size_t state = state_size(dim);
+  for (size_t k = 0; k < rows.size(); ++k)
+    Update({rows[k], dim}, {rows[k] + dim, state}, {grads[k], dim});
+}
+
 void SgdRule::Step(std::span<float> w, std::span<float>, std::span<const float> g) const {
   const float lr = config_.learning_rate;
   for (size_t i = 0; i < w.size(); ++i) w[i] -= lr * g[i];

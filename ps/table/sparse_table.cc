@@ -1,13 +1,14 @@
 #include "ps/table/sparse_table.h"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "ps/table/byte_io.h"
+#include "ps/table/float_rows.h"
 #include "ps/table/row_store.h"
 
 namespace fleet::ps {
@@ -32,20 +33,29 @@ constexpr uint32_t kNoSlot = UINT32_MAX;
 // the shard's key column, and lookups by key go through KeyProbe
 // (heterogeneous lookup), so the key is stored once.
 //
+// The index hash is Mix64(key), which routing computed already, rotated:
+// its low bits pick the key's global shard (hash % shard_num), so within one
+// local shard they repeat, and absl takes the 7-bit tag from the low bits.
+//
 // A probe with `candidate` set compares equal to every slot whose 7-bit
 // hash tag matches, without reading the key column: find() then returns the
 // first slot that may hold the key (or end(): the key is certainly absent)
 // after touching only the index. ForEachSlot uses it to prefetch a batch's
 // rows and keys together and checks each candidate afterwards.
+inline size_t IndexHash(uint64_t mix64) { return std::rotr(mix64, 32); }
 struct KeyProbe {
+  explicit KeyProbe(uint64_t k) : key(k), hash(Mix64(k)) {}
+  KeyProbe(uint64_t k, uint64_t mix64, bool candidate)
+      : key(k), hash(mix64), candidate(candidate) {}
   uint64_t key;
+  uint64_t hash;  // Mix64(key)
   bool candidate = false;
 };
 struct SlotHash {
   using is_transparent = void;
   const ChunkedColumn<uint64_t>* keys = nullptr;
-  size_t operator()(uint32_t slot) const { return absl::Hash<uint64_t>{}(*keys->at(slot)); }
-  size_t operator()(KeyProbe p) const { return absl::Hash<uint64_t>{}(p.key); }
+  size_t operator()(uint32_t slot) const { return IndexHash(Mix64(*keys->at(slot))); }
+  size_t operator()(KeyProbe p) const { return IndexHash(p.hash); }
 };
 struct SlotEq {
   using is_transparent = void;
@@ -64,7 +74,8 @@ struct SlotEq {
 // section.
 class LocalShard {
  public:
-  LocalShard(const Accessor* accessor, const TableConfig& config, uint32_t first, uint32_t stride, uint32_t count)
+  LocalShard(const Accessor* accessor, const TableConfig& config, uint32_t first, uint32_t stride,
+             uint32_t count)
       : accessor_(accessor),
         table_id_(config.id),
         shard_num_(config.shard_num),
@@ -72,6 +83,8 @@ class LocalShard {
         stride_(stride),
         count_(count),
         min_count_(config.admission_min_count),
+        pull_copies_row_(accessor->pull_copies_row()),
+        plain_push_rule_(accessor->plain_push_rule()),
         row_floats_(accessor->row_floats()),
         ext_floats_(accessor->ext_floats()),
         shift_(ChunkShiftFor(std::max(row_floats_ * sizeof(float), sizeof(uint64_t)))),
@@ -89,50 +102,63 @@ class LocalShard {
 
   absl::Mutex mu;
 
-  void Pull(std::span<const uint64_t> keys, std::span<const uint32_t> which, float* values)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  // hashes[i] is Mix64(keys[i]) (see KeyProbe).
+  void Pull(std::span<const uint64_t> keys, const uint64_t* hashes, std::span<const uint32_t> which,
+            float* values) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->pull_dim();
-    ForEachSlot(keys, which, [&](uint32_t i, std::optional<uint32_t> slot) {
+    ForEachSlot(keys, hashes, which, [&](uint32_t i, std::optional<uint32_t> slot) {
       std::span<float> out(values + size_t{i} * d, d);
       if (!slot) {
         accessor_->InitialPull(keys[i], out);
+      } else if (pull_copies_row_) {
+        CopyFloats(rows_.at(*slot), d, out.data());
       } else {
         accessor_->Pull(Row(*slot), Ext(*slot), out);
       }
     });
   }
 
-  void PushGrad(std::span<const uint64_t> keys, std::span<const uint32_t> which, const float* grads,
-                std::span<const float> shows, std::span<const float> clicks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+  void PushGrad(std::span<const uint64_t> keys, const uint64_t* hashes,
+                std::span<const uint32_t> which, const float* grads, std::span<const float> shows,
+                std::span<const float> clicks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->push_dim();
-    ForEachSlot</*writes=*/true>(keys, which, [&](uint32_t i, std::optional<uint32_t> slot) {
-      if (!slot) {
-        ++dropped_pushes_;
-        return;
-      }
-      const float show = shows.empty() ? 1.0f : shows[i];
-      const float click = clicks.empty() ? 0.0f : clicks[i];
-      const bool wants_ext = accessor_->PushGrad(Row(*slot), Ext(*slot),
-                                                 std::span<const float>(grads + size_t{i} * d, d), show, click);
-      *flags_.at(*slot) |= kDirty;
-      if (wants_ext && ext_floats_ > 0) {
-        AttachExt(*slot);
-        accessor_->InitExt(keys[i], Ext(*slot));
-      }
-    });
+    if (plain_push_rule_ != nullptr) {
+      PushPlainGrad(keys, hashes, which, grads);
+      return;
+    }
+    ForEachSlot</*writes=*/true>(
+        keys, hashes, which, [&](uint32_t i, std::optional<uint32_t> slot) {
+          if (!slot) {
+            ++dropped_pushes_;
+            return;
+          }
+          const float show = shows.empty() ? 1.0f : shows[i];
+          const float click = clicks.empty() ? 0.0f : clicks[i];
+          const bool wants_ext =
+              accessor_->PushGrad(Row(*slot), Ext(*slot),
+                                  std::span<const float>(grads + size_t{i} * d, d), show, click);
+          *flags_.at(*slot) |= kDirty;
+          if (wants_ext && ext_floats_ > 0) {
+            AttachExt(*slot);
+            accessor_->InitExt(keys[i], Ext(*slot));
+          }
+        });
   }
 
-  void PushDelta(std::span<const uint64_t> keys, std::span<const uint32_t> which, const float* deltas)
+  void PushDelta(std::span<const uint64_t> keys, const uint64_t* hashes,
+                 std::span<const uint32_t> which, const float* deltas)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->push_dim();
-    ForEachSlot</*writes=*/true>(keys, which, [&](uint32_t i, std::optional<uint32_t> slot) {
-      if (!slot) {
-        ++dropped_pushes_;
-        return;
-      }
-      accessor_->PushDelta(Row(*slot), Ext(*slot), std::span<const float>(deltas + size_t{i} * d, d));
-      *flags_.at(*slot) |= kDirty;
-    });
+    ForEachSlot</*writes=*/true>(
+        keys, hashes, which, [&](uint32_t i, std::optional<uint32_t> slot) {
+          if (!slot) {
+            ++dropped_pushes_;
+            return;
+          }
+          accessor_->PushDelta(Row(*slot), Ext(*slot),
+                               std::span<const float>(deltas + size_t{i} * d, d));
+          *flags_.at(*slot) |= kDirty;
+        });
   }
 
   void EndPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -167,7 +193,7 @@ class LocalShard {
 
   bool Lookup(uint64_t key, std::vector<float>* row, std::vector<float>* ext) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    auto it = index_.find(KeyProbe{key});
+    auto it = index_.find(KeyProbe(key));
     if (it == index_.end()) return false;
     const uint32_t slot = *it;
     std::span<const float> r(rows_.at(slot), row_floats_);
@@ -281,7 +307,7 @@ class LocalShard {
       if (!r.Get(&key) || !r.Get(&has_ext)) return bad(absl::StrCat("truncated row ", n));
       if (ShardOfKey(key, shard_num_) != shard_id) return bad(absl::StrCat("key ", key, " does not belong to this shard"));
       if (has_ext > 1 || (has_ext && ext_floats_ == 0)) return bad(absl::StrCat("bad extension flag of row ", n));
-      std::optional<uint32_t> slot = Find(key);
+      std::optional<uint32_t> slot = Find(KeyProbe(key));
       if (!slot) slot = Insert(key, /*init=*/false);
       *flags_.at(*slot) = 0;
       if (!r.GetFloats({rows_.at(*slot), row_floats_})) return bad(absl::StrCat("truncated row ", n));
@@ -299,13 +325,39 @@ class LocalShard {
       // Checked like rows: this local shard also holds other global shards.
       if (ShardOfKey(key, shard_num_) != shard_id)
         return bad(absl::StrCat("deleted key ", key, " does not belong to this shard"));
-      if (std::optional<uint32_t> slot = Find(key)) Remove(*slot, /*record=*/false);
+      if (std::optional<uint32_t> slot = Find(KeyProbe(key))) Remove(*slot, /*record=*/false);
     }
     if (r.remaining() != 0) return bad(absl::StrCat(r.remaining(), " trailing bytes"));
     return Status::OK();
   }
 
  private:
+  // PushGrad for accessors with a plain_push_rule(): rows are handed to the
+  // rule kLookupBatch at a time, in request order.
+  void PushPlainGrad(std::span<const uint64_t> keys, const uint64_t* hashes,
+                     std::span<const uint32_t> which, const float* grads) {
+    const size_t d = accessor_->push_dim();
+    float* rows[kLookupBatch];
+    const float* row_grads[kLookupBatch];
+    size_t n = 0;
+    auto flush = [&] {
+      plain_push_rule_->UpdateRows({rows, n}, {row_grads, n}, d);
+      n = 0;
+    };
+    ForEachSlot</*writes=*/true>(keys, hashes, which,
+                                 [&](uint32_t i, std::optional<uint32_t> slot) {
+                                   if (!slot) {
+                                     ++dropped_pushes_;
+                                     return;
+                                   }
+                                   *flags_.at(*slot) |= kDirty;
+                                   rows[n] = rows_.at(*slot);
+                                   row_grads[n] = grads + size_t{i} * d;
+                                   if (++n == kLookupBatch) flush();
+                                 });
+    if (n > 0) flush();
+  }
+
   // Index into this shard's list of global shards.
   uint32_t Position(uint32_t global_shard) const { return (global_shard - first_) / stride_; }
 
@@ -315,8 +367,8 @@ class LocalShard {
     return {ext_.at(*ext_of_.at(slot)), ext_floats_};
   }
 
-  std::optional<uint32_t> Find(uint64_t key) const {
-    auto it = index_.find(KeyProbe{key});
+  std::optional<uint32_t> Find(KeyProbe probe) const {
+    auto it = index_.find(probe);
     if (it == index_.end()) return std::nullopt;
     return *it;
   }
@@ -334,13 +386,15 @@ class LocalShard {
   // `writes`: fn changes rows and sets their change marks, so those are
   // fetched for writing too.
   template <bool writes = false, typename Fn>
-  void ForEachSlot(std::span<const uint64_t> keys, std::span<const uint32_t> which, Fn&& fn) {
+  void ForEachSlot(std::span<const uint64_t> keys, const uint64_t* hashes,
+                   std::span<const uint32_t> which, Fn&& fn) {
     uint32_t candidates[kLookupBatch];
     for (size_t b = 0; b < which.size(); b += kLookupBatch) {
       const std::span<const uint32_t> batch = which.subspan(b, std::min(kLookupBatch, which.size() - b));
-      for (uint32_t i : batch) index_.prefetch(KeyProbe{keys[i]});
+      for (uint32_t i : batch) index_.prefetch(KeyProbe(keys[i], hashes[i], /*candidate=*/false));
       for (size_t j = 0; j < batch.size(); ++j) {
-        auto it = index_.find(KeyProbe{keys[batch[j]], /*candidate=*/true});
+        const uint32_t i = batch[j];
+        auto it = index_.find(KeyProbe(keys[i], hashes[i], /*candidate=*/true));
         candidates[j] = it == index_.end() ? kNoSlot : *it;
         if (candidates[j] != kNoSlot) {
           const float* row = rows_.at(candidates[j]);
@@ -355,20 +409,22 @@ class LocalShard {
         const uint32_t c = candidates[j];
         // A missing candidate is checked again too: an earlier key of the
         // batch may have been the same key and inserted it.
-        fn(batch[j], c != kNoSlot && *keys_.at(c) == key ? std::optional<uint32_t>(c) : FindOrAdmit(key));
+        fn(batch[j], c != kNoSlot && *keys_.at(c) == key
+                         ? std::optional<uint32_t>(c)
+                         : FindOrAdmit(KeyProbe(key, hashes[batch[j]], false)));
       }
     }
   }
 
   // The row of key, created if the admission rule lets it in now.
-  std::optional<uint32_t> FindOrAdmit(uint64_t key) {
-    if (std::optional<uint32_t> slot = Find(key)) return slot;
+  std::optional<uint32_t> FindOrAdmit(KeyProbe probe) {
+    if (std::optional<uint32_t> slot = Find(probe)) return slot;
     if (min_count_ > 1) {
-      uint32_t& seen = pending_[key];
+      uint32_t& seen = pending_[probe.key];
       if (++seen < min_count_) return std::nullopt;
-      pending_.erase(key);
+      pending_.erase(probe.key);
     }
-    return Insert(key, /*init=*/true);
+    return Insert(probe.key, /*init=*/true);
   }
 
   uint32_t Insert(uint64_t key, bool init) {
@@ -407,7 +463,7 @@ class LocalShard {
 
   // After a failed save: the key changed since the last good save.
   void Remark(uint64_t key) {
-    if (std::optional<uint32_t> slot = Find(key)) {
+    if (std::optional<uint32_t> slot = Find(KeyProbe(key))) {
       *flags_.at(*slot) |= kDirty;
     } else {
       deleted_.insert(key);
@@ -427,6 +483,8 @@ class LocalShard {
   const uint32_t shard_num_;
   const uint32_t first_, stride_, count_;  // the global shards held here
   const uint32_t min_count_;
+  const bool pull_copies_row_;                  // Accessor::pull_copies_row(), asked once
+  const OptimizerRule* const plain_push_rule_;  // Accessor::plain_push_rule(), asked once
   const size_t row_floats_;
   const size_t ext_floats_;
   const uint32_t shift_, ext_shift_;  // chunk sizes of the row and extension columns
@@ -491,28 +549,46 @@ std::unique_ptr<SparseTable> SparseTable::NewEmptyLike() const {
   return std::unique_ptr<SparseTable>(new SparseTable(config_, owned_, pool_, accessor_));
 }
 
+// A request's keys grouped by local shard: keys of local shard s are
+// order[offsets[s] .. offsets[s+1]); hashes[i] = Mix64(keys[i]), used for
+// both the shard and the index lookup.
+struct SparseTable::RoutedKeys {
+  std::vector<uint32_t> order;
+  std::vector<uint32_t> offsets;
+  std::vector<uint64_t> hashes;
+  std::vector<uint16_t> local;  // scratch: local shard by request index
+};
+
 Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, size_t width,
-                          std::vector<uint32_t>* order, std::vector<uint32_t>* offsets) const {
+                          RoutedKeys* routed) const {
   if (values_size != keys.size() * width)
     return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": ", keys.size(), " keys need ",
                                                 keys.size() * width, " floats (", width, " per key), got ",
                                                 values_size));
   if (keys.size() > UINT32_MAX) return Status::InvalidArgument("too many keys in one request");
-  std::vector<uint32_t> local(keys.size());
-  offsets->assign(local_count_ + 1, 0);
+  routed->hashes.resize(keys.size());
+  routed->local.resize(keys.size());
+  std::vector<uint32_t>& offsets = routed->offsets;
+  offsets.assign(local_count_ + 1, 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    const uint32_t s = sharder_(keys[i]);
+    const uint64_t h = Mix64(keys[i]);
+    const uint32_t s = sharder_.OfHash(h);
     if (!owned_.contains(s))
       return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": key ", keys[i], " is in shard ", s,
                                                   ", not held by this server (holds [", owned_.begin, ", ",
                                                   owned_.end, "))"));
-    local[i] = LocalOf(s);
-    ++(*offsets)[local[i] + 1];
+    routed->hashes[i] = h;
+    routed->local[i] = LocalOf(s);
+    ++offsets[routed->local[i] + 1];
   }
-  for (size_t s = 0; s < local_count_; ++s) (*offsets)[s + 1] += (*offsets)[s];
-  order->resize(keys.size());
-  std::vector<uint32_t> fill(offsets->begin(), offsets->end() - 1);
-  for (size_t i = 0; i < keys.size(); ++i) (*order)[fill[local[i]]++] = static_cast<uint32_t>(i);
+  for (size_t s = 0; s < local_count_; ++s) offsets[s + 1] += offsets[s];
+  routed->order.resize(keys.size());
+  // offsets[s] is the next free place of shard s while filling, and the end
+  // of shard s - 1 ... shifted back below.
+  for (size_t i = 0; i < keys.size(); ++i)
+    routed->order[offsets[routed->local[i]]++] = static_cast<uint32_t>(i);
+  for (size_t s = local_count_; s > 0; --s) offsets[s] = offsets[s - 1];
+  offsets[0] = 0;
   return Status::OK();
 }
 
@@ -549,23 +625,31 @@ void SparseTable::ForEachShard(const std::function<void(LocalShard&)>& fn) {
 
 Status SparseTable::ForEachShardOfKeys(
     std::span<const uint64_t> keys, size_t values_size, size_t width,
-    const std::function<void(LocalShard&, std::span<const uint32_t>)>& fn) {
-  std::vector<uint32_t> order, offsets;
-  FLEET_RETURN_IF_ERROR(Route(keys, values_size, width, &order, &offsets));
+    const std::function<void(LocalShard&, const uint64_t*, std::span<const uint32_t>)>& fn) {
+  // Reused per thread: a small request would otherwise spend a good part of
+  // its time allocating these. (fn never re-enters the table.)
+  thread_local RoutedKeys scratch;
+  // A named reference: a lambda naming the thread_local itself would see
+  // the running pool thread's copy.
+  RoutedKeys& routed = scratch;
+  FLEET_RETURN_IF_ERROR(Route(keys, values_size, width, &routed));
   absl::ReaderMutexLock l(&shards_mu_);
-  ForEachGroup(order, offsets, width,
+  ForEachGroup(routed.order, routed.offsets, width,
                [&](size_t s, std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
                  LocalShard& sh = *shards_[s];
                  absl::MutexLock sl(&sh.mu);
-                 fn(sh, which);
+                 fn(sh, routed.hashes.data(), which);
                });
+  // Keep what a usual request needs, not the peak of a huge one.
+  if (routed.hashes.capacity() > (size_t{1} << 20)) routed = RoutedKeys();
   return Status::OK();
 }
 
 Status SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> values) {
-  return ForEachShardOfKeys(keys, values.size(), pull_dim(),
-                            [&](LocalShard& sh, std::span<const uint32_t> which)
-                                ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.Pull(keys, which, values.data()); });
+  return ForEachShardOfKeys(
+      keys, values.size(), pull_dim(),
+      [&](LocalShard& sh, const uint64_t* hashes, std::span<const uint32_t> which)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.Pull(keys, hashes, which, values.data()); });
 }
 
 Status SparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
@@ -577,16 +661,17 @@ Status SparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const flo
     return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": ", clicks.size(), " clicks for ",
                                                 keys.size(), " keys"));
   return ForEachShardOfKeys(keys, grads.size(), push_dim(),
-                            [&](LocalShard& sh, std::span<const uint32_t> which)
-                                ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                                  sh.PushGrad(keys, which, grads.data(), shows, clicks);
-                                });
+                            [&](LocalShard& sh, const uint64_t* hashes,
+                                std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                              sh.PushGrad(keys, hashes, which, grads.data(), shows, clicks);
+                            });
 }
 
 Status SparseTable::PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas) {
-  return ForEachShardOfKeys(keys, deltas.size(), push_dim(),
-                            [&](LocalShard& sh, std::span<const uint32_t> which)
-                                ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.PushDelta(keys, which, deltas.data()); });
+  return ForEachShardOfKeys(
+      keys, deltas.size(), push_dim(),
+      [&](LocalShard& sh, const uint64_t* hashes, std::span<const uint32_t> which)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.PushDelta(keys, hashes, which, deltas.data()); });
 }
 
 void SparseTable::EndPass() {

@@ -166,15 +166,16 @@ class SparseTable {
   SparseTable(const TableConfig& config, ShardRange owned, ThreadPool* pool,
               std::shared_ptr<const Accessor> accessor);
 
-  // Checks sizes and ownership and groups key indices by local shard:
-  // keys of local shard s are order[offsets[s] .. offsets[s+1]).
-  Status Route(std::span<const uint64_t> keys, size_t values_size, size_t width, std::vector<uint32_t>* order,
-               std::vector<uint32_t>* offsets) const;
-  // Route()s the keys, then runs fn on every shard with keys, under that
-  // shard's lock (in parallel when worthwhile). Errors: those of Route,
-  // before anything ran.
-  Status ForEachShardOfKeys(std::span<const uint64_t> keys, size_t values_size, size_t width,
-                            const std::function<void(LocalShard&, std::span<const uint32_t>)>& fn);
+  struct RoutedKeys;
+  // Checks sizes and ownership and groups key indices by local shard.
+  Status Route(std::span<const uint64_t> keys, size_t values_size, size_t width,
+               RoutedKeys* routed) const;
+  // Route()s the keys, then runs fn(shard, hashes, indices) on every shard
+  // with keys, under that shard's lock (in parallel when worthwhile), where
+  // hashes[i] = Mix64(keys[i]). Errors: those of Route, before anything ran.
+  Status ForEachShardOfKeys(
+      std::span<const uint64_t> keys, size_t values_size, size_t width,
+      const std::function<void(LocalShard&, const uint64_t*, std::span<const uint32_t>)>& fn);
   // Runs fn(local_shard, indices) for every non-empty group, in parallel
   // when worthwhile for keys of `width` floats.
   void ForEachGroup(const std::vector<uint32_t>& order, const std::vector<uint32_t>& offsets,
