@@ -88,6 +88,7 @@ DEFINE_int64(rows, 0,
              "keys the requests use (4 x keys x workers)");
 DEFINE_string(ops, "pull,push", "which operations to measure");
 DEFINE_int32(server_threads, 2, "server.threads (shard-parallel table work per server)");
+DEFINE_int32(local_shards, 0, "the table's local_shard_num (0: its default)");
 // Internal: the server child.
 DEFINE_bool(serve, false, "internal: run as a server child of ps_bench");
 DEFINE_int32(serve_rank, 0, "internal");
@@ -128,8 +129,8 @@ std::string JobYaml(const Case& c) {
       "server: {threads: ", FLAGS_server_threads, "}\n"
       "tables:\n"
       "  - {id: ", kTable, ", kind: sparse, dim: ", c.dim,
-      ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate,
-      "}, initializer: {kind: zeros}}\n");
+      FLAGS_local_shards > 0 ? absl::StrCat(", local_shard_num: ", FLAGS_local_shards) : std::string(),
+      ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate, "}, initializer: {kind: zeros}}\n");
 }
 
 ps::JobConfig ParseJob(const std::string& yaml) {
