@@ -5,9 +5,9 @@
 // what SparseTable's structure costs (or saves: it prefetches and may use
 // the pool) per key.
 //
-//   build/bin/table_bench                                   # 131072-key requests, 528384 rows,
-//   adagrad build/bin/table_bench --rows=10000000 --keys=16384 --rule=sgd build/bin/table_bench
-//   --rows=4000 --keys=1000 --dim=1 --threads=0
+//   build/bin/table_bench            # 131072-key requests, 528384 rows, adagrad
+//   build/bin/table_bench --rows=10000000 --keys=16384 --rule=sgd
+//   build/bin/table_bench --rows=4000 --keys=1000 --dim=1 --threads=0
 //
 // Both sides hold the same rows and serve the same requests (distinct keys
 // drawn at random from the rows, new ones each request); times are per key,
