@@ -7,13 +7,14 @@
 // Internal to SparseTable. Thread safety: none; the shard lock protects it.
 #pragma once
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
-
-#include <glog/logging.h>
 
 namespace fleet::ps {
 
@@ -47,6 +48,44 @@ class ChunkedColumn {
   const size_t width_;
   const uint32_t shift_;
   std::vector<std::unique_ptr<T[]>> chunks_;
+};
+
+// A slot's key and row side by side: [u64 key][row_floats floats]. A
+// lookup confirms the key on the cache line where the row starts, so in a
+// table far larger than the caches it misses once fewer than with a key
+// column beside a row column.
+class KeyedRowColumn {
+ public:
+  static constexpr size_t kKeyFloats = sizeof(uint64_t) / sizeof(float);
+
+  KeyedRowColumn(size_t row_floats, uint32_t shift)
+      : row_floats_(row_floats), column_(kKeyFloats + row_floats, shift) {}
+
+  // Bytes of one slot (key and row), for sizing chunks.
+  static size_t SlotBytes(size_t row_floats) { return (kKeyFloats + row_floats) * sizeof(float); }
+
+  void AddChunk() { column_.AddChunk(); }
+  // Records are 4-byte aligned only, hence memcpy (one plain load on x86).
+  uint64_t key(uint32_t slot) const {
+    uint64_t k;
+    std::memcpy(&k, column_.at(slot), sizeof k);
+    return k;
+  }
+  void set_key(uint32_t slot, uint64_t key) { std::memcpy(column_.at(slot), &key, sizeof key); }
+  float* row(uint32_t slot) const { return column_.at(slot) + kKeyFloats; }
+  // Fetches the slot's key and row into the cache ahead of use.
+  template <bool for_write>
+  void Prefetch(uint32_t slot) const {
+    const float* record = column_.at(slot);
+    __builtin_prefetch(record, for_write);
+    __builtin_prefetch(record + kKeyFloats + row_floats_ - 1,
+                       for_write);  // it may straddle two lines
+  }
+  size_t bytes() const { return column_.bytes(); }
+
+ private:
+  const size_t row_floats_;
+  ChunkedColumn<float> column_;
 };
 
 // Hands out slot numbers; `grew` says when callers must add a chunk to each

@@ -53,16 +53,16 @@ struct KeyProbe {
 };
 struct SlotHash {
   using is_transparent = void;
-  const ChunkedColumn<uint64_t>* keys = nullptr;
-  size_t operator()(uint32_t slot) const { return IndexHash(Mix64(*keys->at(slot))); }
+  const KeyedRowColumn* rows = nullptr;
+  size_t operator()(uint32_t slot) const { return IndexHash(Mix64(rows->key(slot))); }
   size_t operator()(KeyProbe p) const { return IndexHash(p.hash); }
 };
 struct SlotEq {
   using is_transparent = void;
-  const ChunkedColumn<uint64_t>* keys = nullptr;
-  bool operator()(uint32_t a, uint32_t b) const { return *keys->at(a) == *keys->at(b); }
-  bool operator()(uint32_t a, KeyProbe b) const { return b.candidate || *keys->at(a) == b.key; }
-  bool operator()(KeyProbe a, uint32_t b) const { return a.candidate || a.key == *keys->at(b); }
+  const KeyedRowColumn* rows = nullptr;
+  bool operator()(uint32_t a, uint32_t b) const { return rows->key(a) == rows->key(b); }
+  bool operator()(uint32_t a, KeyProbe b) const { return b.candidate || rows->key(a) == b.key; }
+  bool operator()(KeyProbe a, uint32_t b) const { return a.candidate || a.key == rows->key(b); }
 };
 
 }  // namespace
@@ -87,16 +87,15 @@ class LocalShard {
         plain_push_rule_(accessor->plain_push_rule()),
         row_floats_(accessor->row_floats()),
         ext_floats_(accessor->ext_floats()),
-        shift_(ChunkShiftFor(std::max(row_floats_ * sizeof(float), sizeof(uint64_t)))),
+        shift_(ChunkShiftFor(KeyedRowColumn::SlotBytes(row_floats_))),
         ext_shift_(ChunkShiftFor(ext_floats_ * sizeof(float))),
         slots_(shift_),
-        keys_(1, shift_),
         flags_(1, shift_),
         rows_(row_floats_, shift_),
         ext_of_(ext_floats_ > 0 ? 1 : 0, shift_),
         ext_slots_(ext_shift_),
         ext_(ext_floats_, ext_shift_),
-        index_(0, SlotHash{&keys_}, SlotEq{&keys_}) {}
+        index_(0, SlotHash{&rows_}, SlotEq{&rows_}) {}
   LocalShard(const LocalShard&) = delete;
   LocalShard& operator=(const LocalShard&) = delete;
 
@@ -111,7 +110,7 @@ class LocalShard {
       if (!slot) {
         accessor_->InitialPull(keys[i], out);
       } else if (pull_copies_row_) {
-        CopyFloats(rows_.at(*slot), d, out.data());
+        CopyFloats(rows_.row(*slot), d, out.data());
       } else {
         accessor_->Pull(Row(*slot), Ext(*slot), out);
       }
@@ -185,8 +184,8 @@ class LocalShard {
     s->ext_rows += ext_slots_.live();
     s->pending_keys += pending_.size();
     s->dropped_pushes += dropped_pushes_;
-    s->bytes += keys_.bytes() + flags_.bytes() + rows_.bytes() + ext_of_.bytes() + ext_.bytes() +
-                slots_.bytes() + ext_slots_.bytes() + index_.capacity() * (sizeof(uint32_t) + 1) +
+    s->bytes += flags_.bytes() + rows_.bytes() + ext_of_.bytes() + ext_.bytes() + slots_.bytes() +
+                ext_slots_.bytes() + index_.capacity() * (sizeof(uint32_t) + 1) +
                 pending_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
                 deleted_.capacity() * (sizeof(uint64_t) + 1);
   }
@@ -196,7 +195,7 @@ class LocalShard {
     auto it = index_.find(KeyProbe(key));
     if (it == index_.end()) return false;
     const uint32_t slot = *it;
-    std::span<const float> r(rows_.at(slot), row_floats_);
+    std::span<const float> r(rows_.row(slot), row_floats_);
     row->assign(r.begin(), r.end());
     ext->clear();
     if (ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt) {
@@ -213,7 +212,7 @@ class LocalShard {
     std::vector<std::vector<uint32_t>> chosen(count_);
     for (uint32_t slot : index_) {
       if (mode == SaveMode::kBase || (*flags_.at(slot) & kDirty))
-        chosen[Position(ShardOfKey(*keys_.at(slot), shard_num_))].push_back(slot);
+        chosen[Position(ShardOfKey(rows_.key(slot), shard_num_))].push_back(slot);
     }
     // Delta: write deleted keys too. Base: they are simply absent.
     std::vector<std::vector<uint64_t>> deleted(count_);
@@ -226,7 +225,7 @@ class LocalShard {
       // Rows in key order: the same rows give the same file, whatever the
       // index's history or the local shard layout.
       std::sort(chosen[p].begin(), chosen[p].end(),
-                [&](uint32_t a, uint32_t b) { return *keys_.at(a) < *keys_.at(b); });
+                [&](uint32_t a, uint32_t b) { return rows_.key(a) < rows_.key(b); });
       std::sort(deleted[p].begin(), deleted[p].end());
       ShardImage& im = images[p];
       im.shard = first_ + p * stride_;
@@ -243,7 +242,7 @@ class LocalShard {
       w.Put<uint64_t>(deleted[p].size());
       for (uint32_t slot : chosen[p]) {
         const bool has_ext = ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt;
-        w.Put<uint64_t>(*keys_.at(slot));
+        w.Put<uint64_t>(rows_.key(slot));
         w.Put<uint8_t>(has_ext ? 1 : 0);
         w.PutFloats(Row(slot));
         if (has_ext) w.PutFloats(Ext(slot));
@@ -257,7 +256,7 @@ class LocalShard {
     for (const auto& slots : chosen) {
       for (uint32_t slot : slots) {
         if (*flags_.at(slot) & kDirty) {
-          if (!save_was_base_) saved_keys_.push_back(*keys_.at(slot));
+          if (!save_was_base_) saved_keys_.push_back(rows_.key(slot));
           *flags_.at(slot) &= ~kDirty;
         }
       }
@@ -310,7 +309,8 @@ class LocalShard {
       std::optional<uint32_t> slot = Find(KeyProbe(key));
       if (!slot) slot = Insert(key, /*init=*/false);
       *flags_.at(*slot) = 0;
-      if (!r.GetFloats({rows_.at(*slot), row_floats_})) return bad(absl::StrCat("truncated row ", n));
+      if (!r.GetFloats({rows_.row(*slot), row_floats_}))
+        return bad(absl::StrCat("truncated row ", n));
       if (has_ext) {
         if (*ext_of_.at(*slot) == kNoExt) AttachExt(*slot);
         if (!r.GetFloats(Ext(*slot))) return bad(absl::StrCat("truncated row ", n));
@@ -351,7 +351,7 @@ class LocalShard {
                                      return;
                                    }
                                    *flags_.at(*slot) |= kDirty;
-                                   rows[n] = rows_.at(*slot);
+                                   rows[n] = rows_.row(*slot);
                                    row_grads[n] = grads + size_t{i} * d;
                                    if (++n == kLookupBatch) flush();
                                  });
@@ -361,7 +361,7 @@ class LocalShard {
   // Index into this shard's list of global shards.
   uint32_t Position(uint32_t global_shard) const { return (global_shard - first_) / stride_; }
 
-  std::span<float> Row(uint32_t slot) const { return {rows_.at(slot), row_floats_}; }
+  std::span<float> Row(uint32_t slot) const { return {rows_.row(slot), row_floats_}; }
   std::span<float> Ext(uint32_t slot) const {
     if (ext_floats_ == 0 || *ext_of_.at(slot) == kNoExt) return {};
     return {ext_.at(*ext_of_.at(slot)), ext_floats_};
@@ -375,7 +375,7 @@ class LocalShard {
 
   // Calls fn(i, slot) for each request index i of `which`, in order, where
   // slot is FindOrAdmit(keys[i]). In a table much larger than the caches a
-  // lookup costs three dependent misses (index, key column, row); to overlap
+  // lookup costs two dependent misses (index, then key and row); to overlap
   // them, keys go kLookupBatch at a time through three passes: prefetch the
   // index positions of the batch; find each key's candidate slot from the
   // index alone (KeyProbe::candidate) and prefetch its key and row; then
@@ -397,10 +397,7 @@ class LocalShard {
         auto it = index_.find(KeyProbe(keys[i], hashes[i], /*candidate=*/true));
         candidates[j] = it == index_.end() ? kNoSlot : *it;
         if (candidates[j] != kNoSlot) {
-          const float* row = rows_.at(candidates[j]);
-          __builtin_prefetch(keys_.at(candidates[j]));
-          __builtin_prefetch(row, writes);
-          __builtin_prefetch(row + row_floats_ - 1, writes);  // a row may straddle two cache lines
+          rows_.Prefetch<writes>(candidates[j]);
           if constexpr (writes) __builtin_prefetch(flags_.at(candidates[j]), 1);
         }
       }
@@ -409,7 +406,7 @@ class LocalShard {
         const uint32_t c = candidates[j];
         // A missing candidate is checked again too: an earlier key of the
         // batch may have been the same key and inserted it.
-        fn(batch[j], c != kNoSlot && *keys_.at(c) == key
+        fn(batch[j], c != kNoSlot && rows_.key(c) == key
                          ? std::optional<uint32_t>(c)
                          : FindOrAdmit(KeyProbe(key, hashes[batch[j]], false)));
       }
@@ -431,12 +428,11 @@ class LocalShard {
     bool grew;
     const uint32_t slot = slots_.Allocate(&grew);
     if (grew) {
-      keys_.AddChunk();
       flags_.AddChunk();
       rows_.AddChunk();
       ext_of_.AddChunk();
     }
-    *keys_.at(slot) = key;
+    rows_.set_key(slot, key);
     *flags_.at(slot) = kDirty;
     if (ext_floats_ > 0) *ext_of_.at(slot) = kNoExt;
     if (init) accessor_->InitRow(key, Row(slot));
@@ -454,7 +450,7 @@ class LocalShard {
 
   // record: remember the key as deleted for the next delta checkpoint.
   void Remove(uint32_t slot, bool record) {
-    const uint64_t key = *keys_.at(slot);
+    const uint64_t key = rows_.key(slot);
     index_.erase(slot);  // hashes the key, so before the slot is reused
     if (ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt) ext_slots_.Free(*ext_of_.at(slot));
     slots_.Free(slot);
@@ -492,9 +488,8 @@ class LocalShard {
   // Guarded by mu (annotated on the methods; the columns are referenced by
   // the index's hasher, so they are declared before it).
   SlotAllocator slots_;
-  ChunkedColumn<uint64_t> keys_;
   ChunkedColumn<uint8_t> flags_;
-  ChunkedColumn<float> rows_;
+  KeyedRowColumn rows_;
   ChunkedColumn<uint32_t> ext_of_;  // extension slot per row; width 0 without extensions
   SlotAllocator ext_slots_;
   ChunkedColumn<float> ext_;
