@@ -172,36 +172,52 @@ Message PsClient::NewRequest(pb::PsCommand command, int table,
   return m;
 }
 
-std::future<Status> PsClient::Broadcast(
-    std::vector<std::optional<Message>> requests, std::chrono::milliseconds timeout,
-    const std::string& what, std::function<Status(int server, const Message&)> on_reply) {
+std::future<Status> PsClient::SendAll(
+    std::vector<Outgoing> requests, std::chrono::milliseconds timeout, const std::string& what,
+    std::function<Status(size_t index, const Message&)> on_reply) {
   auto gather = std::make_shared<Gather>();
   auto future = gather->promise.get_future();
-  int count = 0;
-  for (const auto& r : requests) count += r.has_value();
-  if (count == 0) {
+  if (requests.empty()) {
     gather->promise.set_value(Status::OK());
     return future;
   }
-  gather->remaining.store(count);
+  gather->remaining.store(static_cast<int>(requests.size()));
   RpcOptions rpc;
   rpc.timeout = timeout;
-  for (size_t server = 0; server < requests.size(); ++server) {
-    if (!requests[server]) continue;
-    rpc.what = absl::StrCat(what, " on server ", server);
-    rpc_->CallAsync(peers_[server], std::move(*requests[server]), rpc,
-                    [gather, server, on_reply, what = rpc.what](Result<Message> reply) {
+  for (size_t index = 0; index < requests.size(); ++index) {
+    Outgoing& out = requests[index];
+    rpc.what = absl::StrCat(what, " on server ", out.server, out.part);
+    rpc_->CallAsync(peers_[out.server], std::move(out.request), rpc,
+                    [gather, index, on_reply, what = rpc.what](Result<Message> reply) {
                       if (!reply.ok()) {
                         gather->Finish(reply.status().ok()
                                            ? reply.status()
                                            : reply.status().WithContext(what));
                         return;
                       }
-                      gather->Finish(on_reply ? on_reply(static_cast<int>(server), reply.value())
-                                              : Status::OK());
+                      gather->Finish(on_reply ? on_reply(index, reply.value()) : Status::OK());
                     });
   }
   return future;
+}
+
+std::future<Status> PsClient::Broadcast(
+    std::vector<std::optional<Message>> requests, std::chrono::milliseconds timeout,
+    const std::string& what, std::function<Status(int server, const Message&)> on_reply) {
+  std::vector<Outgoing> outgoing;
+  std::vector<int> server_of;
+  for (size_t server = 0; server < requests.size(); ++server) {
+    if (!requests[server]) continue;
+    outgoing.push_back({static_cast<int>(server), std::move(*requests[server]), ""});
+    server_of.push_back(static_cast<int>(server));
+  }
+  std::function<Status(size_t, const Message&)> by_index;
+  if (on_reply) {
+    by_index = [on_reply, server_of = std::move(server_of)](size_t index, const Message& reply) {
+      return on_reply(server_of[index], reply);
+    };
+  }
+  return SendAll(std::move(outgoing), timeout, what, std::move(by_index));
 }
 
 namespace {
@@ -251,6 +267,51 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   return split;
 }
 
+// A server's part of a sparse call, sent as one request: its distinct keys
+// [first, first + count) (positions in SparseSplit::keys[server]), piece
+// `part` of `parts` for that server.
+struct Piece {
+  int server;
+  uint32_t first;
+  uint32_t count;
+  uint32_t part;
+  uint32_t parts;
+};
+
+// Cuts each server's keys into pieces of at most max_bytes of values
+// (`width` floats per key), or one piece each when `whole` or max_bytes is
+// 0. Servers without keys get an empty piece when `every_server`, else
+// none. keys_per_piece[s]: the piece length of server s.
+std::vector<Piece> CutPieces(const SparseSplit& split, size_t width, size_t max_bytes, bool whole,
+                             bool every_server, std::vector<uint32_t>* keys_per_piece) {
+  std::vector<Piece> pieces;
+  keys_per_piece->assign(split.keys.size(), 1);
+  const size_t key_bytes = std::max<size_t>(width, 1) * sizeof(float);
+  for (size_t s = 0; s < split.keys.size(); ++s) {
+    const size_t n = split.keys[s].size();
+    if (n == 0) {
+      if (every_server) pieces.push_back({static_cast<int>(s), 0, 0, 0, 1});
+      continue;
+    }
+    const size_t per = whole || max_bytes == 0 || n * key_bytes <= max_bytes
+                           ? n
+                           : std::max<size_t>(1, max_bytes / key_bytes);
+    (*keys_per_piece)[s] = static_cast<uint32_t>(per);
+    const auto parts = static_cast<uint32_t>((n + per - 1) / per);
+    for (uint32_t k = 0; k < parts; ++k) {
+      const size_t first = k * per;
+      pieces.push_back({static_cast<int>(s), static_cast<uint32_t>(first),
+                        static_cast<uint32_t>(std::min(per, n - first)), k, parts});
+    }
+  }
+  return pieces;
+}
+
+// Names a piece among its server's in errors: " (part 2 of 4)", or "".
+std::string PartName(const Piece& p) {
+  return p.parts > 1 ? absl::StrCat(" (part ", p.part + 1, " of ", p.parts, ")") : std::string();
+}
+
 }  // namespace
 
 Status PsClient::PullSparse(uint32_t table, std::span<const uint64_t> keys,
@@ -271,45 +332,57 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
   }
   auto split =
       std::make_shared<SparseSplit>(SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers()));
-  // Positions of the request (in request order) grouped by server, so each
-  // reply is scattered by walking only its own keys.
-  // (With one server that is every position: no list.)
-  auto by_server = std::make_shared<std::vector<std::vector<uint32_t>>>(num_servers());
-  if (num_servers() > 1) {
-    for (uint32_t i = 0; i < keys.size(); ++i) (*by_server)[split->server[i]].push_back(i);
+  const size_t dim = r.pull_dim;
+  std::vector<uint32_t> keys_per_piece;
+  auto pieces = std::make_shared<const std::vector<Piece>>(
+      CutPieces(*split, dim, options_.max_request_bytes, /*whole=*/false, /*every_server=*/false,
+                &keys_per_piece));
+  // Positions of the request (in request order) grouped by piece, so each
+  // reply is scattered by walking only its own keys. (With one piece that
+  // is every position: no list.)
+  auto by_piece = std::make_shared<std::vector<std::vector<uint32_t>>>();
+  if (pieces->size() > 1) {
+    std::vector<uint32_t> first_piece(num_servers(), 0);
+    for (size_t g = pieces->size(); g-- > 0;)
+      first_piece[(*pieces)[g].server] = static_cast<uint32_t>(g);
+    by_piece->resize(pieces->size());
+    for (uint32_t i = 0; i < keys.size(); ++i) {
+      const int s = split->server[i];
+      (*by_piece)[first_piece[s] + split->position[i] / keys_per_piece[s]].push_back(i);
+    }
   }
-  std::vector<size_t> distinct(num_servers());
-  for (int s = 0; s < num_servers(); ++s) distinct[s] = split->keys[s].size();
-  std::vector<std::optional<Message>> requests(num_servers());
+  std::vector<SArray<uint64_t>> server_keys(num_servers());
+  for (int s = 0; s < num_servers(); ++s)
+    server_keys[s] = SArray<uint64_t>(std::move(split->keys[s]));
   pb::PsRequestMeta meta;
   meta.set_worker_rank(options_.worker_rank);
-  for (int s = 0; s < num_servers(); ++s) {
-    if (split->keys[s].empty()) continue;
+  std::vector<Outgoing> requests;
+  for (size_t g = 0; g < pieces->size(); ++g) {
+    const Piece& p = (*pieces)[g];
     Message m = NewRequest(pb::PS_PULL_SPARSE, static_cast<int>(table), meta);
-    m.AddFrame(SArray<uint64_t>(std::move(split->keys[s])));
-    requests[s] = std::move(m);
+    m.AddFrame(server_keys[p.server].Segment(p.first, p.first + p.count));
+    requests.push_back({p.server, std::move(m), PartName(p)});
   }
-  const size_t dim = r.pull_dim;
   const std::string what = absl::StrCat("pull_sparse table ", table);
-  return Broadcast(
+  return SendAll(
       std::move(requests), TimeoutOr(options.timeout), what,
-      [split, by_server, distinct, values, dim, what](int server, const Message& reply) -> Status {
+      [split, pieces, by_piece, values, dim, what](size_t g, const Message& reply) -> Status {
+        const Piece& p = (*pieces)[g];
         auto got = reply.Frame<float>(0);
         if (!got.ok()) return got.status().WithContext(what);
-        if (got->size() != distinct[server] * dim) {
-          return Status::Corruption(
-              absl::StrCat(what, ": server ", server, " sent ", got->size(), " floats for ",
-                           distinct[server], " keys of dim ", dim));
+        if (got->size() != size_t{p.count} * dim) {
+          return Status::Corruption(absl::StrCat(what, ": server ", p.server, " sent ", got->size(),
+                                                 " floats for ", p.count, " keys of dim ", dim));
         }
         const float* reply_values = got->data();
         auto scatter = [&](size_t i) {
-          CopyFloats(reply_values + static_cast<size_t>(split->position[i]) * dim, dim,
+          CopyFloats(reply_values + static_cast<size_t>(split->position[i] - p.first) * dim, dim,
                      values.data() + i * dim);
         };
-        if (by_server->size() == 1) {
+        if (by_piece->empty()) {
           for (size_t i = 0; i < split->position.size(); ++i) scatter(i);
         } else {
-          for (uint32_t i : (*by_server)[server]) scatter(i);
+          for (uint32_t i : (*by_piece)[g]) scatter(i);
         }
         return Status::OK();
       });
@@ -371,22 +444,32 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   pb::PsRequestMeta meta;
   meta.set_worker_rank(options_.worker_rank);
   meta.set_step(options.step);
-  std::vector<std::optional<Message>> requests(num_servers());
-  for (int s = 0; s < num_servers(); ++s) {
-    // In sync mode every server waits for every worker's push of a step, so
-    // servers without keys from us still get an (empty) push.
-    if (split.keys[s].empty() && !sync) continue;
+  // Sync mode: the server merges exactly one push per worker and step, so
+  // a server's part is never cut; and every server waits for every
+  // worker's push of a step, so servers without keys from us still get an
+  // (empty) push.
+  std::vector<uint32_t> keys_per_piece;
+  const std::vector<Piece> pieces =
+      CutPieces(split, dim, options_.max_request_bytes, /*whole=*/sync, /*every_server=*/sync,
+                &keys_per_piece);
+  std::vector<SArray<uint64_t>> server_keys(num_servers());
+  for (int s = 0; s < num_servers(); ++s)
+    server_keys[s] = SArray<uint64_t>(std::move(split.keys[s]));
+  std::vector<Outgoing> requests;
+  for (size_t g = 0; g < pieces.size(); ++g) {
+    const Piece& p = pieces[g];
+    const size_t end = size_t{p.first} + p.count;
     Message m = NewRequest(command, static_cast<int>(table), meta);
-    m.AddFrame(SArray<uint64_t>(std::move(split.keys[s])));
-    m.AddFrame(grads[s]);
+    m.AddFrame(server_keys[p.server].Segment(p.first, end));
+    m.AddFrame(grads[p.server].Segment(p.first * dim, end * dim));
     if (with_counts) {
-      m.AddFrame(shows[s]);
-      m.AddFrame(clicks[s]);
+      m.AddFrame(shows[p.server].Segment(p.first, end));
+      m.AddFrame(clicks[p.server].Segment(p.first, end));
     }
-    requests[s] = std::move(m);
+    requests.push_back({p.server, std::move(m), PartName(p)});
   }
-  return Broadcast(std::move(requests), TimeoutOr(options.timeout),
-                   absl::StrCat(what, " table ", table), nullptr);
+  return SendAll(std::move(requests), TimeoutOr(options.timeout),
+                 absl::StrCat(what, " table ", table), nullptr);
 }
 
 Status PsClient::PushSparseGrad(uint32_t table, std::span<const uint64_t> keys,

@@ -76,6 +76,47 @@ TEST(PsServerTest, DuplicateKeysAreMergedAndScatteredBack) {
   }
 }
 
+// A server's part of a pull or async/geo push larger than
+// max_request_bytes goes out in pieces; the results are exactly those of
+// whole requests, duplicates included, and the servers did see more
+// requests.
+TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 300; ++i)
+    keys.push_back(i % 7 == 0 ? 11 : i * 104729 + 5);  // key 11 repeats
+  std::vector<float> grads(keys.size() * 4), deltas(keys.size() * 4);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    grads[i] = 0.25f * static_cast<float>(i % 13) - 1.0f;
+    deltas[i] = 0.5f * static_cast<float>(i % 5);
+  }
+  std::vector<std::vector<float>> pulled;
+  std::vector<uint64_t> served;
+  for (size_t max_bytes : {size_t{0}, size_t{48}}) {  // whole; 3 keys of dim 4 a piece
+    for (const std::string mode : {"async", "geo"}) {
+      PsCluster cluster(Job(mode), 2, 1, max_bytes);
+      PsClient& c = cluster.client(0);
+      const auto before = PullRows(c, keys);
+      Status s =
+          mode == "geo" ? c.PushSparseDelta(0, keys, deltas) : c.PushSparseGrad(0, keys, grads);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      auto after = PullRows(c, keys);
+      after.insert(after.begin(), before.begin(), before.end());
+      pulled.push_back(std::move(after));
+      auto stats = c.Stats();
+      ASSERT_TRUE(stats.ok());
+      uint64_t n = 0;
+      for (const auto& st : stats.value()) n += st.requests_served();
+      served.push_back(n);
+    }
+  }
+  EXPECT_TRUE(pulled[2] == pulled[0]) << "async results differ when cut";
+  EXPECT_TRUE(pulled[3] == pulled[1]) << "geo results differ when cut";
+  EXPECT_NE(pulled[0], pulled[1]);  // the two modes did different things
+  // Whole: 2 servers x (pull, push, pull) requests plus stats; cut: many more.
+  EXPECT_GT(served[2], 10 * served[0]);
+  EXPECT_GT(served[3], 10 * served[1]);
+}
+
 TEST(PsServerTest, PullOfUnseenKeysGivesInitialValues) {
   PsCluster cluster(Job("async"), 3, 1);
   for (size_t n : {0u, 1u, 1000u}) {
@@ -109,25 +150,28 @@ TEST(PsServerTest, DenseTableSplitsOverServersWithUnevenRanges) {
 TEST(PsServerTest, SyncModeWaitsForAllWorkersAndIsOrderIndependent) {
   // Run the same 2-worker step twice with opposite arrival orders: the
   // results must be bit-identical and each push must wait for the other.
+  // Also with a request limit of one key: sync pushes are never cut (the
+  // server counts one push per worker and step).
   std::vector<std::vector<float>> results;
-  for (int first : {0, 1}) {
-    PsCluster cluster(Job("sync"), 2, 2);
-    const std::vector<uint64_t> keys = {1, 2, 3, 4, 5, 6, 7, 8};
-    std::vector<std::vector<float>> grads(2, std::vector<float>(keys.size() * 4));
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> u(-1, 1);
-    for (auto& g : grads)
-      for (auto& x : g) x = u(rng) * 1e-3f + 1.0f;
-    PushOptions step0;
-    step0.step = 0;
-    auto f_first = cluster.client(first).PushSparseGradAsync(0, keys, grads[first], step0);
-    EXPECT_EQ(f_first.wait_for(300ms), std::future_status::timeout)
-        << "a sync push must wait for the other worker";
-    ASSERT_TRUE(cluster.client(1 - first).PushSparseGrad(0, keys, grads[1 - first], step0).ok());
-    ASSERT_TRUE(f_first.get().ok());
-    results.push_back(PullRows(cluster.client(0), keys));
-  }
-  ASSERT_EQ(results[0], results[1]);
+  for (size_t max_bytes : {PsClientOptions().max_request_bytes, size_t{16}})
+    for (int first : {0, 1}) {
+      PsCluster cluster(Job("sync"), 2, 2, max_bytes);
+      const std::vector<uint64_t> keys = {1, 2, 3, 4, 5, 6, 7, 8};
+      std::vector<std::vector<float>> grads(2, std::vector<float>(keys.size() * 4));
+      std::mt19937 rng(7);
+      std::uniform_real_distribution<float> u(-1, 1);
+      for (auto& g : grads)
+        for (auto& x : g) x = u(rng) * 1e-3f + 1.0f;
+      PushOptions step0;
+      step0.step = 0;
+      auto f_first = cluster.client(first).PushSparseGradAsync(0, keys, grads[first], step0);
+      EXPECT_EQ(f_first.wait_for(300ms), std::future_status::timeout)
+          << "a sync push must wait for the other worker";
+      ASSERT_TRUE(cluster.client(1 - first).PushSparseGrad(0, keys, grads[1 - first], step0).ok());
+      ASSERT_TRUE(f_first.get().ok());
+      results.push_back(PullRows(cluster.client(0), keys));
+    }
+  for (size_t i = 1; i < results.size(); ++i) ASSERT_EQ(results[i], results[0]) << "run " << i;
 }
 
 TEST(PsServerTest, SyncModeDensePushes) {
