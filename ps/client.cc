@@ -173,19 +173,20 @@ Message PsClient::NewRequest(pb::PsCommand command, int table,
 }
 
 std::future<Status> PsClient::SendAll(
-    std::vector<Outgoing> requests, std::chrono::milliseconds timeout, const std::string& what,
+    size_t count, const std::function<Outgoing(size_t index)>& make,
+    std::chrono::milliseconds timeout, const std::string& what,
     std::function<Status(size_t index, const Message&)> on_reply) {
   auto gather = std::make_shared<Gather>();
   auto future = gather->promise.get_future();
-  if (requests.empty()) {
+  if (count == 0) {
     gather->promise.set_value(Status::OK());
     return future;
   }
-  gather->remaining.store(static_cast<int>(requests.size()));
+  gather->remaining.store(static_cast<int>(count));
   RpcOptions rpc;
   rpc.timeout = timeout;
-  for (size_t index = 0; index < requests.size(); ++index) {
-    Outgoing& out = requests[index];
+  for (size_t index = 0; index < count; ++index) {
+    Outgoing out = make(index);
     rpc.what = absl::StrCat(what, " on server ", out.server, out.part);
     rpc_->CallAsync(peers_[out.server], std::move(out.request), rpc,
                     [gather, index, on_reply, what = rpc.what](Result<Message> reply) {
@@ -217,7 +218,9 @@ std::future<Status> PsClient::Broadcast(
       return on_reply(server_of[index], reply);
     };
   }
-  return SendAll(std::move(outgoing), timeout, what, std::move(by_index));
+  return SendAll(
+      outgoing.size(), [&](size_t index) { return std::move(outgoing[index]); }, timeout, what,
+      std::move(by_index));
 }
 
 namespace {
@@ -356,16 +359,15 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
     server_keys[s] = SArray<uint64_t>(std::move(split->keys[s]));
   pb::PsRequestMeta meta;
   meta.set_worker_rank(options_.worker_rank);
-  std::vector<Outgoing> requests;
-  for (size_t g = 0; g < pieces->size(); ++g) {
+  auto make = [&](size_t g) -> Outgoing {
     const Piece& p = (*pieces)[g];
     Message m = NewRequest(pb::PS_PULL_SPARSE, static_cast<int>(table), meta);
     m.AddFrame(server_keys[p.server].Segment(p.first, p.first + p.count));
-    requests.push_back({p.server, std::move(m), PartName(p)});
-  }
+    return {p.server, std::move(m), PartName(p)};
+  };
   const std::string what = absl::StrCat("pull_sparse table ", table);
   return SendAll(
-      std::move(requests), TimeoutOr(options.timeout), what,
+      pieces->size(), make, TimeoutOr(options.timeout), what,
       [split, pieces, by_piece, values, dim, what](size_t g, const Message& reply) -> Status {
         const Piece& p = (*pieces)[g];
         auto got = reply.Frame<float>(0);
@@ -411,39 +413,6 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   const bool sync = !delta && job_.distributed.mode == SyncMode::kSync;
   if (Status s = RequireStepInSyncMode(sync, options, table); !s.ok()) return Ready(s);
   SparseSplit split = SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers());
-  // One row per distinct key, per server: the first occurrence is copied,
-  // duplicates are added to it.
-  std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
-  for (int s = 0; s < num_servers(); ++s) {
-    grads[s] = SArray<float>::Uninitialized(split.keys[s].size() * dim);
-    if (with_counts) {
-      shows[s] = SArray<float>::Uninitialized(split.keys[s].size());
-      clicks[s] = SArray<float>::Uninitialized(split.keys[s].size());
-    }
-  }
-  // Walking the request in order, a key's first occurrence is the one whose
-  // position is the next unused one of its server.
-  std::vector<uint32_t> next_position(num_servers(), 0);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const int s = split.server[i];
-    const size_t pos = split.position[i];
-    const bool first = pos == next_position[s];
-    if (first) ++next_position[s];
-    float* out = grads[s].data() + pos * dim;
-    const float* in = values.data() + i * dim;
-    if (first) {
-      CopyFloats(in, dim, out);
-    } else {
-      AddFloats(in, dim, out);
-    }
-    if (with_counts) {
-      shows[s][pos] = first ? options.shows[i] : shows[s][pos] + options.shows[i];
-      clicks[s][pos] = first ? options.clicks[i] : clicks[s][pos] + options.clicks[i];
-    }
-  }
-  pb::PsRequestMeta meta;
-  meta.set_worker_rank(options_.worker_rank);
-  meta.set_step(options.step);
   // Sync mode: the server merges exactly one push per worker and step, so
   // a server's part is never cut; and every server waits for every
   // worker's push of a step, so servers without keys from us still get an
@@ -452,13 +421,67 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   const std::vector<Piece> pieces =
       CutPieces(split, dim, options_.max_request_bytes, /*whole=*/sync, /*every_server=*/sync,
                 &keys_per_piece);
+  // One row per distinct key, per server: the first occurrence is copied,
+  // duplicates are added to it.
+  std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
+  size_t distinct = 0;
+  for (int s = 0; s < num_servers(); ++s) {
+    distinct += split.keys[s].size();
+    grads[s] = SArray<float>::Uninitialized(split.keys[s].size() * dim);
+    if (with_counts) {
+      shows[s] = SArray<float>::Uninitialized(split.keys[s].size());
+      clicks[s] = SArray<float>::Uninitialized(split.keys[s].size());
+    }
+  }
+  // Without repeated keys each row has one source, found by position, and
+  // a piece is gathered right before it is sent: the first pieces are on
+  // the wire while the later ones are gathered.
+  std::vector<std::vector<uint32_t>> source;
+  if (distinct == keys.size() && pieces.size() > 1) {
+    source.resize(num_servers());
+    for (int s = 0; s < num_servers(); ++s) source[s].resize(split.keys[s].size());
+    for (uint32_t i = 0; i < keys.size(); ++i) source[split.server[i]][split.position[i]] = i;
+  } else {
+    // Walking the request in order, a key's first occurrence is the one
+    // whose position is the next unused one of its server.
+    std::vector<uint32_t> next_position(num_servers(), 0);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int s = split.server[i];
+      const size_t pos = split.position[i];
+      const bool first = pos == next_position[s];
+      if (first) ++next_position[s];
+      float* out = grads[s].data() + pos * dim;
+      const float* in = values.data() + i * dim;
+      if (first) {
+        CopyFloats(in, dim, out);
+      } else {
+        AddFloats(in, dim, out);
+      }
+      if (with_counts) {
+        shows[s][pos] = first ? options.shows[i] : shows[s][pos] + options.shows[i];
+        clicks[s][pos] = first ? options.clicks[i] : clicks[s][pos] + options.clicks[i];
+      }
+    }
+  }
   std::vector<SArray<uint64_t>> server_keys(num_servers());
   for (int s = 0; s < num_servers(); ++s)
     server_keys[s] = SArray<uint64_t>(std::move(split.keys[s]));
-  std::vector<Outgoing> requests;
-  for (size_t g = 0; g < pieces.size(); ++g) {
+  pb::PsRequestMeta meta;
+  meta.set_worker_rank(options_.worker_rank);
+  meta.set_step(options.step);
+  auto make = [&](size_t g) -> Outgoing {
     const Piece& p = pieces[g];
     const size_t end = size_t{p.first} + p.count;
+    if (!source.empty()) {
+      for (size_t pos = p.first; pos < end; ++pos) {
+        const size_t i = source[p.server][pos];
+        CopyFloats(values.data() + i * dim, dim, grads[p.server].data() + pos * dim);
+        if (with_counts) {
+          shows[p.server][pos] = options.shows[i];
+          clicks[p.server][pos] = options.clicks[i];
+        }
+      }
+    }
     Message m = NewRequest(command, static_cast<int>(table), meta);
     m.AddFrame(server_keys[p.server].Segment(p.first, end));
     m.AddFrame(grads[p.server].Segment(p.first * dim, end * dim));
@@ -466,9 +489,9 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
       m.AddFrame(shows[p.server].Segment(p.first, end));
       m.AddFrame(clicks[p.server].Segment(p.first, end));
     }
-    requests.push_back({p.server, std::move(m), PartName(p)});
-  }
-  return SendAll(std::move(requests), TimeoutOr(options.timeout),
+    return {p.server, std::move(m), PartName(p)};
+  };
+  return SendAll(pieces.size(), make, TimeoutOr(options.timeout),
                  absl::StrCat(what, " table ", table), nullptr);
 }
 

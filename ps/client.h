@@ -161,12 +161,14 @@ class PsClient {
     Message request;
     std::string part;
   };
-  // Sends every request in parallel and completes the returned future when
-  // all answered; on_reply(i, reply) runs for each successful reply to
-  // requests[i] (on the thread receiving it; replies may be handled in any
-  // order) and its error, if any, becomes the call's.
-  std::future<Status> SendAll(std::vector<Outgoing> requests, std::chrono::milliseconds timeout,
-                              const std::string& what,
+  // Sends `count` requests, each made by make(i) right before it is sent
+  // (so making the later ones overlaps sending the first), and completes
+  // the returned future when all answered; on_reply(i, reply) runs for
+  // each successful reply to request i (on the thread receiving it;
+  // replies may be handled in any order) and its error, if any, becomes
+  // the call's.
+  std::future<Status> SendAll(size_t count, const std::function<Outgoing(size_t index)>& make,
+                              std::chrono::milliseconds timeout, const std::string& what,
                               std::function<Status(size_t index, const Message&)> on_reply);
   // SendAll of one request per server in `requests` (nullopt = skip that
   // server), with on_reply given the server.

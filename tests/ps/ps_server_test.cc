@@ -1,9 +1,10 @@
 // PsServer + PsClient over real sockets, servers and workers in one process.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "comm/proto/ps.pb.h"
 #include "tests/ps/ps_cluster.h"
@@ -77,44 +78,90 @@ TEST(PsServerTest, DuplicateKeysAreMergedAndScatteredBack) {
 }
 
 // A server's part of a pull or async/geo push larger than
-// max_request_bytes goes out in pieces; the results are exactly those of
-// whole requests, duplicates included, and the servers did see more
-// requests.
+// max_request_bytes goes out in pieces. Whatever the cut and the number of
+// servers, the results are those of one whole request to one server (with
+// and without repeated keys, which take different gather paths; with
+// shows and clicks), and for the plain table they are before - sum(grad)
+// (async) or before + sum(delta) (geo), key by key.
 TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
-  std::vector<uint64_t> keys;
-  for (uint64_t i = 0; i < 300; ++i)
-    keys.push_back(i % 7 == 0 ? 11 : i * 104729 + 5);  // key 11 repeats
-  std::vector<float> grads(keys.size() * 4), deltas(keys.size() * 4);
-  for (size_t i = 0; i < grads.size(); ++i) {
-    grads[i] = 0.25f * static_cast<float>(i % 13) - 1.0f;
-    deltas[i] = 0.5f * static_cast<float>(i % 5);
-  }
-  std::vector<std::vector<float>> pulled;
-  std::vector<uint64_t> served;
-  for (size_t max_bytes : {size_t{0}, size_t{48}}) {  // whole; 3 keys of dim 4 a piece
+  // Table 0: plain sgd lr 1, dim 4. Table 2: CTR (pull/push dim 1 + 2)
+  // whose embedx (random, so visible in pulls) appears once shows and
+  // clicks score 1 (0.5 per show without a click, 1 per click).
+  const std::string tables = Tables() +
+                             "  - {id: 2, kind: sparse, dim: 2, accessor: ctr, shard_num: 8,\n"
+                             "     optimizer: {rule: adagrad, learning_rate: 0.1},\n"
+                             "     initializer: {kind: uniform, range: 0.1},\n"
+                             "     ctr: {embed_dim: 1, embedx_threshold: 1, nonclk_coeff: 0.5}}\n";
+  struct Layout {
+    int servers;
+    size_t max_bytes;  // 48: 3 or 4 keys a piece
+  };
+  const std::vector<Layout> layouts = {{1, 0}, {2, 0}, {2, 48}};
+  for (bool repeats : {false, true}) {
+    std::vector<uint64_t> keys;
+    for (uint64_t i = 0; i < 300; ++i) keys.push_back(repeats && i % 7 == 0 ? 11 : i * 104729 + 5);
+    std::vector<float> shows(keys.size()), clicks(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      shows[i] = 1.0f + static_cast<float>(i % 3);
+      clicks[i] = static_cast<float>(i % 2);
+    }
     for (const std::string mode : {"async", "geo"}) {
-      PsCluster cluster(Job(mode), 2, 1, max_bytes);
-      PsClient& c = cluster.client(0);
-      const auto before = PullRows(c, keys);
-      Status s =
-          mode == "geo" ? c.PushSparseDelta(0, keys, deltas) : c.PushSparseGrad(0, keys, grads);
-      ASSERT_TRUE(s.ok()) << s.ToString();
-      auto after = PullRows(c, keys);
-      after.insert(after.begin(), before.begin(), before.end());
-      pulled.push_back(std::move(after));
-      auto stats = c.Stats();
-      ASSERT_TRUE(stats.ok());
-      uint64_t n = 0;
-      for (const auto& st : stats.value()) n += st.requests_served();
-      served.push_back(n);
+      std::vector<std::vector<float>> pulled;
+      std::vector<uint64_t> served;
+      for (const Layout& layout : layouts) {
+        PsCluster cluster(
+            MakeJob("Distributed: {mode: " + mode + ", timeout_ms: 10000}\n" + tables),
+            layout.servers, 1, layout.max_bytes);
+        PsClient& c = cluster.client(0);
+        std::vector<float> result;
+        for (uint32_t table : {0u, 2u}) {
+          const size_t dim = c.PullDim(table);
+          std::vector<float> grads(keys.size() * dim), before(keys.size() * dim),
+              after(keys.size() * dim);
+          for (size_t i = 0; i < grads.size(); ++i)
+            grads[i] = 0.25f * static_cast<float>(i % 13) - 1.0f;
+          ASSERT_TRUE(c.PullSparse(table, keys, before).ok());
+          PushOptions counts;
+          counts.shows = shows;
+          counts.clicks = clicks;
+          Status s = mode == "geo" ? c.PushSparseDelta(table, keys, grads)
+                     : table == 2  ? c.PushSparseGrad(table, keys, grads, counts)
+                                   : c.PushSparseGrad(table, keys, grads);
+          ASSERT_TRUE(s.ok()) << s.ToString();
+          ASSERT_TRUE(c.PullSparse(table, keys, after).ok());
+          if (table == 0) {
+            // The client sums a key's rows in request order, the server applies the sum once.
+            std::map<uint64_t, std::vector<float>> sum;
+            for (size_t i = 0; i < keys.size(); ++i) {
+              auto [it, fresh] =
+                  sum.try_emplace(keys[i], grads.begin() + i * dim, grads.begin() + (i + 1) * dim);
+              if (!fresh)
+                for (size_t d = 0; d < dim; ++d) it->second[d] += grads[i * dim + d];
+            }
+            for (size_t i = 0; i < keys.size(); ++i)
+              for (size_t d = 0; d < dim; ++d)
+                ASSERT_EQ(after[i * dim + d], mode == "geo" ? before[i * dim + d] + sum[keys[i]][d]
+                                                            : before[i * dim + d] - sum[keys[i]][d])
+                    << "key " << keys[i] << " element " << d << ", " << layout.servers
+                    << " servers, max " << layout.max_bytes << " bytes";
+          }
+          result.insert(result.end(), before.begin(), before.end());
+          result.insert(result.end(), after.begin(), after.end());
+        }
+        pulled.push_back(std::move(result));
+        auto stats = c.Stats();
+        ASSERT_TRUE(stats.ok());
+        uint64_t n = 0;
+        for (const auto& st : stats.value()) n += st.requests_served();
+        served.push_back(n);
+      }
+      for (size_t l = 1; l < layouts.size(); ++l)
+        EXPECT_TRUE(pulled[l] == pulled[0])
+            << mode << ": layout " << l << " differs; repeats " << repeats;
+      // Whole: (pull, push, pull) x 2 tables per server, plus stats; cut: many more.
+      EXPECT_GT(served[2], 10 * served[1]) << mode;
     }
   }
-  EXPECT_TRUE(pulled[2] == pulled[0]) << "async results differ when cut";
-  EXPECT_TRUE(pulled[3] == pulled[1]) << "geo results differ when cut";
-  EXPECT_NE(pulled[0], pulled[1]);  // the two modes did different things
-  // Whole: 2 servers x (pull, push, pull) requests plus stats; cut: many more.
-  EXPECT_GT(served[2], 10 * served[0]);
-  EXPECT_GT(served[3], 10 * served[1]);
 }
 
 TEST(PsServerTest, PullOfUnseenKeysGivesInitialValues) {
