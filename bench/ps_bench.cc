@@ -89,6 +89,7 @@ DEFINE_int64(rows, 0,
 DEFINE_string(ops, "pull,push", "which operations to measure");
 DEFINE_int32(server_threads, 2, "server.threads (shard-parallel table work per server)");
 DEFINE_int32(local_shards, 0, "the table's local_shard_num (0: its default)");
+DEFINE_int64(max_request_bytes, -1, "the job's Distributed.max_request_bytes (-1: its default)");
 // Internal: the server child.
 DEFINE_bool(serve, false, "internal: run as a server child of ps_bench");
 DEFINE_int32(serve_rank, 0, "internal");
@@ -125,12 +126,20 @@ struct Case {
 
 std::string JobYaml(const Case& c) {
   return absl::StrCat(
-      "Distributed: {mode: async, timeout_ms: 300000}\n"
-      "server: {threads: ", FLAGS_server_threads, "}\n"
+      "Distributed: {mode: async, timeout_ms: 300000",
+      FLAGS_max_request_bytes >= 0 ? absl::StrCat(", max_request_bytes: ", FLAGS_max_request_bytes)
+                                   : std::string(),
+      "}\n"
+      "server: {threads: ",
+      FLAGS_server_threads,
+      "}\n"
       "tables:\n"
-      "  - {id: ", kTable, ", kind: sparse, dim: ", c.dim,
-      FLAGS_local_shards > 0 ? absl::StrCat(", local_shard_num: ", FLAGS_local_shards) : std::string(),
-      ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate, "}, initializer: {kind: zeros}}\n");
+      "  - {id: ",
+      kTable, ", kind: sparse, dim: ", c.dim,
+      FLAGS_local_shards > 0 ? absl::StrCat(", local_shard_num: ", FLAGS_local_shards)
+                             : std::string(),
+      ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate,
+      "}, initializer: {kind: zeros}}\n");
 }
 
 ps::JobConfig ParseJob(const std::string& yaml) {

@@ -338,8 +338,8 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
   const size_t dim = r.pull_dim;
   std::vector<uint32_t> keys_per_piece;
   auto pieces = std::make_shared<const std::vector<Piece>>(
-      CutPieces(*split, dim, options_.max_request_bytes, /*whole=*/false, /*every_server=*/false,
-                &keys_per_piece));
+      CutPieces(*split, dim, static_cast<size_t>(job_.distributed.max_request_bytes),
+                /*whole=*/false, /*every_server=*/false, &keys_per_piece));
   // Positions of the request (in request order) grouped by piece, so each
   // reply is scattered by walking only its own keys. (With one piece that
   // is every position: no list.)
@@ -419,8 +419,8 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   // (empty) push.
   std::vector<uint32_t> keys_per_piece;
   const std::vector<Piece> pieces =
-      CutPieces(split, dim, options_.max_request_bytes, /*whole=*/sync, /*every_server=*/sync,
-                &keys_per_piece);
+      CutPieces(split, dim, static_cast<size_t>(job_.distributed.max_request_bytes), /*whole=*/sync,
+                /*every_server=*/sync, &keys_per_piece);
   // One row per distinct key, per server: the first occurrence is copied,
   // duplicates are added to it.
   std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());

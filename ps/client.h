@@ -44,13 +44,6 @@ struct PsClientOptions {
   int num_workers = 1;
   // Used in server logs and errors; default "worker:<rank>".
   std::string name;
-  // A server's part of a sparse pull, or of an async or geo push, whose
-  // values exceed this many bytes goes out as several requests of at most
-  // this size, back to back: the server serves the first while the next
-  // are in flight, and the client scatters replies as they come. (A 4 MiB
-  // pull moved ~2x the bytes/s this way here.) Sync-mode pushes are never
-  // cut: the server merges one push per worker and step. 0 = never cut.
-  size_t max_request_bytes = size_t{1} << 20;
 };
 
 // Per-call options. timeout 0 = JobConfig Distributed.timeout_ms.

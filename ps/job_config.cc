@@ -102,7 +102,8 @@ Status ReadScalar(const YAML::Node& section, const std::string& section_name,
 
 Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
   if (!node.IsDefined() || node.IsNull()) return Status::OK();
-  FLEET_RETURN_IF_ERROR(CheckKeys(node, "Distributed", {"mode", "k_steps", "max_merge", "timeout_ms"}));
+  FLEET_RETURN_IF_ERROR(CheckKeys(
+      node, "Distributed", {"mode", "k_steps", "max_merge", "timeout_ms", "max_request_bytes"}));
   std::string mode = "sync";
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "mode", &mode));
   if (mode == "sync") {
@@ -123,6 +124,10 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "timeout_ms", &timeout_ms));
   if (timeout_ms < 1) return Status::InvalidArgument("must be >= 1", "Distributed.timeout_ms");
   out->timeout = std::chrono::milliseconds(timeout_ms);
+  FLEET_RETURN_IF_ERROR(
+      ReadScalar(node, "Distributed", "max_request_bytes", &out->max_request_bytes));
+  if (out->max_request_bytes < 0)
+    return Status::InvalidArgument("must be >= 0", "Distributed.max_request_bytes");
   return Status::OK();
 }
 

@@ -51,6 +51,12 @@ struct DistributedConfig {
   // `Distributed.timeout_ms`: default 60000, >= 1. No PS request waits
   // longer; raise it for very large saves or slow networks.
   std::chrono::milliseconds timeout{60000};
+  // `Distributed.max_request_bytes`: default 1048576 (1 MiB), >= 0. A
+  // worker's sparse pull, or async/geo push, carrying more values than this
+  // to one server goes out as several requests of at most this size, back
+  // to back, so the server serves the first while the rest are in flight.
+  // 0 never cuts. Sync-mode pushes are never cut.
+  int64_t max_request_bytes = int64_t{1} << 20;
 };
 
 struct ServerConfig {

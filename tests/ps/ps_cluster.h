@@ -25,9 +25,7 @@ inline JobConfig MakeJob(const std::string& yaml) {
 
 class PsCluster {
  public:
-  PsCluster(const JobConfig& job, int num_servers, int num_workers,
-            size_t max_request_bytes = PsClientOptions().max_request_bytes)
-      : job_(job) {
+  PsCluster(const JobConfig& job, int num_servers, int num_workers) : job_(job) {
     for (int s = 0; s < num_servers; ++s) {
       PsServerOptions o;
       o.rank = s;
@@ -46,7 +44,6 @@ class PsCluster {
       o.servers = endpoints_;
       o.worker_rank = w;
       o.num_workers = num_workers;
-      o.max_request_bytes = max_request_bytes;
       auto client = PsClient::Create(o, job);
       CHECK(client.ok()) << client.status().ToString();
       clients_.push_back(std::move(client).value());

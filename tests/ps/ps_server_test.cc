@@ -24,8 +24,12 @@ std::string Tables(int shard_num = 16) {
          "  - {id: 1, kind: dense, dim: 10, optimizer: {rule: sgd, learning_rate: 1.0}}\n";
 }
 
-JobConfig Job(const std::string& mode, int shard_num = 16) {
-  return MakeJob("Distributed: {mode: " + mode + ", timeout_ms: 10000}\n" + Tables(shard_num));
+// max_request_bytes < 0: the default.
+JobConfig Job(const std::string& mode, int shard_num = 16, int64_t max_request_bytes = -1) {
+  const std::string limit =
+      max_request_bytes < 0 ? "" : ", max_request_bytes: " + std::to_string(max_request_bytes);
+  return MakeJob("Distributed: {mode: " + mode + ", timeout_ms: 10000" + limit + "}\n" +
+                 Tables(shard_num));
 }
 
 std::vector<float> PullRows(PsClient& c, const std::vector<uint64_t>& keys) {
@@ -110,8 +114,9 @@ TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
       std::vector<uint64_t> served;
       for (const Layout& layout : layouts) {
         PsCluster cluster(
-            MakeJob("Distributed: {mode: " + mode + ", timeout_ms: 10000}\n" + tables),
-            layout.servers, 1, layout.max_bytes);
+            MakeJob("Distributed: {mode: " + mode + ", timeout_ms: 10000, max_request_bytes: " +
+                    std::to_string(layout.max_bytes) + "}\n" + tables),
+            layout.servers, 1);
         PsClient& c = cluster.client(0);
         std::vector<float> result;
         for (uint32_t table : {0u, 2u}) {
@@ -200,9 +205,9 @@ TEST(PsServerTest, SyncModeWaitsForAllWorkersAndIsOrderIndependent) {
   // Also with a request limit of one key: sync pushes are never cut (the
   // server counts one push per worker and step).
   std::vector<std::vector<float>> results;
-  for (size_t max_bytes : {PsClientOptions().max_request_bytes, size_t{16}})
+  for (int64_t max_bytes : {int64_t{-1}, int64_t{16}})
     for (int first : {0, 1}) {
-      PsCluster cluster(Job("sync"), 2, 2, max_bytes);
+      PsCluster cluster(Job("sync", 16, max_bytes), 2, 2);
       const std::vector<uint64_t> keys = {1, 2, 3, 4, 5, 6, 7, 8};
       std::vector<std::vector<float>> grads(2, std::vector<float>(keys.size() * 4));
       std::mt19937 rng(7);
