@@ -29,8 +29,8 @@ constexpr size_t kLookupBatch = 32;
 constexpr uint32_t kNoExt = UINT32_MAX;
 constexpr uint32_t kNoSlot = UINT32_MAX;
 
-// The index stores 4-byte slot ids; hashing and equality look the key up in
-// the shard's key column, and lookups by key go through KeyProbe
+// The index stores 4-byte slot ids; hashing and equality read the key stored
+// in front of the slot's row, and lookups by key go through KeyProbe
 // (heterogeneous lookup), so the key is stored once.
 //
 // The index hash is Mix64(key), which routing computed already, rotated:
@@ -38,7 +38,7 @@ constexpr uint32_t kNoSlot = UINT32_MAX;
 // local shard they repeat, and absl takes the 7-bit tag from the low bits.
 //
 // A probe with `candidate` set compares equal to every slot whose 7-bit
-// hash tag matches, without reading the key column: find() then returns the
+// hash tag matches, without reading the stored key: find() then returns the
 // first slot that may hold the key (or end(): the key is certainly absent)
 // after touching only the index. ForEachSlot uses it to prefetch a batch's
 // rows and keys together and checks each candidate afterwards.
