@@ -284,11 +284,11 @@ struct Piece {
 // Cuts each server's keys into pieces of at most max_bytes of values
 // (`width` floats per key), or one piece each when `whole` or max_bytes is
 // 0. Servers without keys get an empty piece when `every_server`, else
-// none. keys_per_piece[s]: the piece length of server s.
+// none. keys_per_piece (optional) gets each server's piece length.
 std::vector<Piece> CutPieces(const SparseSplit& split, size_t width, size_t max_bytes, bool whole,
-                             bool every_server, std::vector<uint32_t>* keys_per_piece) {
+                             bool every_server, std::vector<uint32_t>* keys_per_piece = nullptr) {
   std::vector<Piece> pieces;
-  keys_per_piece->assign(split.keys.size(), 1);
+  if (keys_per_piece) keys_per_piece->assign(split.keys.size(), 1);
   const size_t key_bytes = std::max<size_t>(width, 1) * sizeof(float);
   for (size_t s = 0; s < split.keys.size(); ++s) {
     const size_t n = split.keys[s].size();
@@ -299,7 +299,7 @@ std::vector<Piece> CutPieces(const SparseSplit& split, size_t width, size_t max_
     const size_t per = whole || max_bytes == 0 || n * key_bytes <= max_bytes
                            ? n
                            : std::max<size_t>(1, max_bytes / key_bytes);
-    (*keys_per_piece)[s] = static_cast<uint32_t>(per);
+    if (keys_per_piece) (*keys_per_piece)[s] = static_cast<uint32_t>(per);
     const auto parts = static_cast<uint32_t>((n + per - 1) / per);
     for (uint32_t k = 0; k < parts; ++k) {
       const size_t first = k * per;
@@ -417,10 +417,9 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   // a server's part is never cut; and every server waits for every
   // worker's push of a step, so servers without keys from us still get an
   // (empty) push.
-  std::vector<uint32_t> keys_per_piece;
   const std::vector<Piece> pieces =
       CutPieces(split, dim, static_cast<size_t>(job_.distributed.max_request_bytes), /*whole=*/sync,
-                /*every_server=*/sync, &keys_per_piece);
+                /*every_server=*/sync);
   // One row per distinct key, per server: the first occurrence is copied,
   // duplicates are added to it.
   std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
