@@ -52,8 +52,8 @@ class ChunkedColumn {
 
 // A slot's key and row side by side: [u64 key][row_floats floats]. A
 // lookup confirms the key on the cache line where the row starts, so in a
-// table far larger than the caches it misses once fewer than with a key
-// column beside a row column.
+// table far larger than the caches it costs one cache miss fewer than a
+// key column beside a row column.
 class KeyedRowColumn {
  public:
   static constexpr size_t kKeyFloats = sizeof(uint64_t) / sizeof(float);
@@ -73,13 +73,13 @@ class KeyedRowColumn {
   }
   void set_key(uint32_t slot, uint64_t key) { std::memcpy(column_.at(slot), &key, sizeof key); }
   float* row(uint32_t slot) const { return column_.at(slot) + kKeyFloats; }
-  // Fetches the slot's key and row into the cache ahead of use.
+  // Fetches the slot's key and row into the cache ahead of use (both ends:
+  // a record may straddle two cache lines).
   template <bool for_write>
   void Prefetch(uint32_t slot) const {
     const float* record = column_.at(slot);
     __builtin_prefetch(record, for_write);
-    __builtin_prefetch(record + kKeyFloats + row_floats_ - 1,
-                       for_write);  // it may straddle two lines
+    __builtin_prefetch(record + kKeyFloats + row_floats_ - 1, for_write);
   }
   size_t bytes() const { return column_.bytes(); }
 
