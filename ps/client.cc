@@ -270,6 +270,15 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   return split;
 }
 
+// Moves each server's distinct keys into a frame-ready array (pieces are
+// segments of it); split.keys is left empty.
+std::vector<SArray<uint64_t>> TakeServerKeys(SparseSplit& split) {
+  std::vector<SArray<uint64_t>> out;
+  out.reserve(split.keys.size());
+  for (auto& keys : split.keys) out.push_back(SArray<uint64_t>(std::move(keys)));
+  return out;
+}
+
 // A server's part of a sparse call, sent as one request: its distinct keys
 // [first, first + count) (positions in SparseSplit::keys[server]), piece
 // `part` of `parts` for that server.
@@ -354,9 +363,7 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
       (*by_piece)[first_piece[s] + split->position[i] / keys_per_piece[s]].push_back(i);
     }
   }
-  std::vector<SArray<uint64_t>> server_keys(num_servers());
-  for (int s = 0; s < num_servers(); ++s)
-    server_keys[s] = SArray<uint64_t>(std::move(split->keys[s]));
+  const std::vector<SArray<uint64_t>> server_keys = TakeServerKeys(*split);
   pb::PsRequestMeta meta;
   meta.set_worker_rank(options_.worker_rank);
   auto make = [&](size_t g) -> Outgoing {
@@ -462,9 +469,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
       }
     }
   }
-  std::vector<SArray<uint64_t>> server_keys(num_servers());
-  for (int s = 0; s < num_servers(); ++s)
-    server_keys[s] = SArray<uint64_t>(std::move(split.keys[s]));
+  const std::vector<SArray<uint64_t>> server_keys = TakeServerKeys(split);
   pb::PsRequestMeta meta;
   meta.set_worker_rank(options_.worker_rank);
   meta.set_step(options.step);

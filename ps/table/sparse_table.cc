@@ -578,8 +578,8 @@ Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, si
   }
   for (size_t s = 0; s < local_count_; ++s) offsets[s + 1] += offsets[s];
   routed->order.resize(keys.size());
-  // offsets[s] is the next free place of shard s while filling, and the end
-  // of shard s - 1 ... shifted back below.
+  // While filling, offsets[s] is the next free place of shard s, so it ends
+  // at the start of shard s + 1; shifting by one entry restores the starts.
   for (size_t i = 0; i < keys.size(); ++i)
     routed->order[offsets[routed->local[i]]++] = static_cast<uint32_t>(i);
   for (size_t s = local_count_; s > 0; --s) offsets[s] = offsets[s - 1];
