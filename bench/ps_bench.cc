@@ -90,6 +90,10 @@ DEFINE_string(ops, "pull,push", "which operations to measure");
 DEFINE_int32(server_threads, 2, "server.threads (shard-parallel table work per server)");
 DEFINE_int32(local_shards, 0, "the table's local_shard_num (0: its default)");
 DEFINE_int64(max_request_bytes, -1, "the job's Distributed.max_request_bytes (-1: its default)");
+DEFINE_int64(
+    busy_poll_us, 0,
+    "the job's Distributed.busy_poll_us (servers and workers poll this long before sleeping); "
+    "--preset=all also runs the 1x1 small shapes with 100");
 // Internal: the server child.
 DEFINE_bool(serve, false, "internal: run as a server child of ps_bench");
 DEFINE_int32(serve_rank, 0, "internal");
@@ -122,6 +126,12 @@ struct Case {
   std::string rule = "sgd";
   int window = 1;
   uint64_t rows = 0;
+  int64_t busy_poll_us = 0;  // Distributed.busy_poll_us
+
+  // "small", or "small bp100" when busy polling.
+  std::string label() const {
+    return busy_poll_us ? absl::StrCat(name, " bp", busy_poll_us) : name;
+  }
 };
 
 std::string JobYaml(const Case& c) {
@@ -129,6 +139,7 @@ std::string JobYaml(const Case& c) {
       "Distributed: {mode: async, timeout_ms: 300000",
       FLAGS_max_request_bytes >= 0 ? absl::StrCat(", max_request_bytes: ", FLAGS_max_request_bytes)
                                    : std::string(),
+      ", busy_poll_us: ", c.busy_poll_us,
       "}\n"
       "server: {threads: ",
       FLAGS_server_threads,
@@ -623,9 +634,11 @@ CaseResult RunCase(const Case& c) {
   CaseResult result;
   result.c = c;
   const uint64_t universe = std::max<uint64_t>(c.rows > 0 ? c.rows : 4 * c.keys * c.workers, c.keys);
-  std::printf("== %s: %d server(s) x %d worker(s), %zu keys x %zu values (%s), window %d, %llu rows\n",
-              c.name.c_str(), c.servers, c.workers, c.keys, c.dim, c.rule.c_str(), c.window,
-              static_cast<unsigned long long>(universe));
+  std::printf(
+      "== %s: %d server(s) x %d worker(s), %zu keys x %zu values (%s), window %d, %llu rows, "
+      "busy_poll_us %lld\n",
+      c.name.c_str(), c.servers, c.workers, c.keys, c.dim, c.rule.c_str(), c.window,
+      static_cast<unsigned long long>(universe), static_cast<long long>(c.busy_poll_us));
   std::fflush(stdout);
 
   const std::string yaml = JobYaml(c);
@@ -790,21 +803,33 @@ Case CaseFromFlags() {
   if (FLAGS_shape.empty() || Explicit("rule")) c.rule = FLAGS_rule;
   if (FLAGS_shape.empty() || Explicit("window")) c.window = FLAGS_window;
   if (FLAGS_shape.empty() || Explicit("rows")) c.rows = FLAGS_rows;
+  c.busy_poll_us = FLAGS_busy_poll_us;
   return c;
 }
 
+// Busy polling of the extra small cases of --preset=all: long enough to
+// cover a small round trip here (~100-250 us).
+constexpr int64_t kPresetBusyPollUs = 100;
+
 std::vector<Case> PresetAll() {
   std::vector<Case> cases;
+  auto add = [&](const char* shape, int servers, int workers, int64_t busy_poll_us) {
+    Case c = ShapeCase(shape);
+    c.servers = servers;
+    c.workers = workers;
+    c.busy_poll_us = busy_poll_us;
+    cases.push_back(c);
+  };
   for (auto [s, w] : {std::pair{1, 1}, std::pair{2, 2}}) {
-    for (const char* shape : {"small", "small8", "large", "embedding"}) {
-      Case c = ShapeCase(shape);
-      c.servers = s;
-      c.workers = w;
-      cases.push_back(c);
-    }
+    for (const char* shape : {"small", "small8", "large", "embedding"})
+      add(shape, s, w, FLAGS_busy_poll_us);
   }
-  cases.push_back(ShapeCase("rows100k"));
-  cases.push_back(ShapeCase("rows10m"));
+  // The latency / CPU trade of busy polling, where it matters.
+  if (FLAGS_busy_poll_us != kPresetBusyPollUs) {
+    for (const char* shape : {"small", "small8"}) add(shape, 1, 1, kPresetBusyPollUs);
+  }
+  add("rows100k", 1, 1, FLAGS_busy_poll_us);
+  add("rows10m", 1, 1, FLAGS_busy_poll_us);
   return cases;
 }
 
@@ -817,24 +842,32 @@ std::string LoadAverage() {
 
 void PrintSummary(const std::vector<CaseResult>& results) {
   std::printf("== summary (load average now: %s)\n", LoadAverage().c_str());
-  std::printf("%-10s %3s %-12s %-7s %3s %-4s | %8s %9s %9s %9s %8s | %9s %9s %8s | %6s %6s | %7s %5s | %15s %13s\n", "shape",
-              "SxW", "keys x dim", "rule", "win", "op", "min us", "p50 us", "p99 us", "ops/s", "GB/s", "bare p50", "bare ops/s",
-              "bare GB/s", "t/bare", "bw/bare", "B/row", "/raw", "cpu us/op c+s", "bare c+s");
+  std::printf(
+      "%-12s %3s %-12s %-7s %3s %-4s | %8s %9s %9s %9s %8s | %9s %9s %8s | %6s %6s | %7s %5s | "
+      "%15s %13s\n",
+      "shape", "SxW", "keys x dim", "rule", "win", "op", "min us", "p50 us", "p99 us", "ops/s",
+      "GB/s", "bare p50", "bare ops/s", "bare GB/s", "t/bare", "bw/bare", "B/row", "/raw",
+      "cpu us/op c+s", "bare c+s");
   for (const CaseResult& r : results) {
     for (const OpResult& o : r.ops) {
       const double per_row = r.rows ? static_cast<double>(r.bytes) / r.rows : 0;
-      std::printf("%-10s %dx%d %-12s %-7s %3d %-4s | %8.1f %9.1f %9.1f %9.0f %8.3f | %9.1f %9.0f %8.3f | %6.2f %6.2f | %7.1f %5.2f | %7.0f+%-7.0f %6.0f+%-6.0f\n",
-                  r.c.name.c_str(), r.c.servers, r.c.workers, absl::StrCat(r.c.keys, "x", r.c.dim).c_str(),
-                  r.c.rule.c_str(), r.c.window, OpName(o.op), o.fleet.min, o.fleet.p50, o.fleet.p99, o.fleet_ops,
-                  o.fleet_ops * o.value_bytes / 1e9, o.bare.p50, o.bare_ops, o.bare_ops * o.value_bytes / 1e9,
-                  o.lat_ratio(), o.tput_ratio(), per_row, per_row / r.raw_per_row, o.fleet_cpu[0], o.fleet_cpu[1],
-                  o.bare_cpu[0], o.bare_cpu[1]);
+      std::printf(
+          "%-12s %dx%d %-12s %-7s %3d %-4s | %8.1f %9.1f %9.1f %9.0f %8.3f | %9.1f %9.0f %8.3f | "
+          "%6.2f %6.2f | %7.1f %5.2f | %7.0f+%-7.0f %6.0f+%-6.0f\n",
+          r.c.label().c_str(), r.c.servers, r.c.workers,
+          absl::StrCat(r.c.keys, "x", r.c.dim).c_str(), r.c.rule.c_str(), r.c.window, OpName(o.op),
+          o.fleet.min, o.fleet.p50, o.fleet.p99, o.fleet_ops, o.fleet_ops * o.value_bytes / 1e9,
+          o.bare.p50, o.bare_ops, o.bare_ops * o.value_bytes / 1e9, o.lat_ratio(), o.tput_ratio(),
+          per_row, per_row / r.raw_per_row, o.fleet_cpu[0], o.fleet_cpu[1], o.bare_cpu[0],
+          o.bare_cpu[1]);
     }
   }
-  std::printf("  t/bare: p50 time per op, FleetPS / bare ZeroMQ (lower is better); bw/bare: throughput "
-              "(ops/s = bytes/s), FleetPS / bare (higher is better); B/row: server bytes per sparse row from "
-              "Stats(), /raw: over 8 B key + value + optimizer state; cpu us/op c+s: CPU per op in the bench process (workers, "
-              "client I/O) + in the servers, FleetPS and bare\n\n");
+  std::printf(
+      "  t/bare: p50 time per op, FleetPS / bare ZeroMQ (lower is better); bw/bare: throughput "
+      "(ops/s = bytes/s), FleetPS / bare (higher is better); B/row: server bytes per sparse row "
+      "from Stats(), /raw: over 8 B key + value + optimizer state; cpu us/op c+s: CPU per op in "
+      "the bench process (workers, client I/O) + in the servers, FleetPS and bare; bpN: "
+      "Distributed.busy_poll_us N\n\n");
 
   // Targets of issue 3 (1 server, 1 worker), for the cases that were run.
   auto find = [&](const std::string& name, int s, int w) -> const CaseResult* {
@@ -844,10 +877,17 @@ void PrintSummary(const std::vector<CaseResult>& results) {
   };
   std::vector<std::string> lines;
   auto verdict = [](bool ok) { return ok ? "MET   " : "MISSED"; };
-  if (const CaseResult* r = find("small", 1, 1)) {
-    for (const OpResult& o : r->ops)
-      lines.push_back(absl::StrFormat("%s small w1 %s round trip %.2fx bare (target <= 1.5x)", verdict(o.lat_ratio() <= 1.5),
-                                      OpName(o.op), o.lat_ratio()));
+  // Every busy-polling setting that was run, with what it costs in CPU.
+  for (const CaseResult& r : results) {
+    if (r.c.name != "small" || r.c.servers != 1 || r.c.workers != 1) continue;
+    for (const OpResult& o : r.ops) {
+      const double cpu = o.fleet_cpu[0] + o.fleet_cpu[1], bare_cpu = o.bare_cpu[0] + o.bare_cpu[1];
+      lines.push_back(absl::StrFormat(
+          "%s small w1 %s round trip %.2fx bare (target <= 1.5x); busy_poll_us %lld, CPU per "
+          "op %.1fx bare",
+          verdict(o.lat_ratio() <= 1.5), OpName(o.op), o.lat_ratio(),
+          static_cast<long long>(r.c.busy_poll_us), bare_cpu > 0 ? cpu / bare_cpu : 0));
+    }
   }
   for (const char* name : {"large", "embedding"}) {
     if (const CaseResult* r = find(name, 1, 1)) {

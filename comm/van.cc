@@ -1,5 +1,6 @@
 #include "comm/van.h"
 
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -10,7 +11,6 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -122,6 +122,21 @@ struct Van::Impl {
   // not, a request sent by any thread but the receiving caller wakes it, so
   // the reply is not left for the next tick.
   std::atomic<bool> io_polls_dealers{true};
+
+  // zmq::poll with a zero timeout: how many items are ready; 0 on EINTR, -1
+  // on any other error.
+  static int PollNow(std::vector<zmq_pollitem_t>& items) {
+    try {
+      return zmq::poll(items.data(), items.size(), std::chrono::milliseconds(0));
+    } catch (const zmq::error_t& e) {
+      return e.num() == EINTR ? 0 : -1;
+    }
+  }
+
+  // A spinning thread lets any other runnable thread on its CPU go first:
+  // on a machine with few cores that is often ZeroMQ's I/O thread, the one
+  // bringing the awaited message.
+  static void YieldWhileSpinning() { sched_yield(); }
 
   void Wake() {
     const uint64_t one = 1;
@@ -315,6 +330,7 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
   }
   std::vector<zmq_pollitem_t> items;
   for (auto& [socket, connection] : dealers) items.push_back({nullptr, socket->fd, ZMQ_POLLIN, 0});
+  auto spin_until = std::chrono::steady_clock::now() + impl_->options.busy_poll;
   while (!dealers.empty() && keep_waiting()) {
     int delivered = 0;
     // Once the awaited reply is in, the rest of the socket is left to the
@@ -322,9 +338,23 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
     // check costs two system calls inside ZeroMQ.
     for (auto& [socket, connection] : dealers)
       delivered += impl_->ReceiveReady(*socket, connection, &keep_waiting);
-    if (delivered > 0) continue;
-    const auto now = std::chrono::steady_clock::now();
+    auto now = std::chrono::steady_clock::now();
+    if (delivered > 0) {
+      spin_until = now + impl_->options.busy_poll;
+      continue;
+    }
     if (now >= deadline) break;
+    if (now < spin_until) {
+      // Busy polling (VanOptions::busy_poll): one poll system call a turn,
+      // the sockets are read only once one of them signals.
+      int ready;
+      while ((ready = Impl::PollNow(items)) == 0 && keep_waiting() &&
+             (now = std::chrono::steady_clock::now()) < spin_until) {
+        Impl::YieldWhileSpinning();
+      }
+      if (ready < 0) break;
+      continue;
+    }
     // Short slices: the call may also complete elsewhere (the I/O thread's
     // deadline tick, a lost connection), which does not wake this poll.
     const auto slice = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
@@ -367,6 +397,8 @@ void Van::Impl::RebuildPollItems() {
 void Van::Impl::Loop() {
   io_thread_id.store(std::this_thread::get_id());
   RebuildPollItems();
+  auto spin_until = std::chrono::steady_clock::time_point::min();
+  auto next_tick = std::chrono::steady_clock::now() + options.tick;
   while (running.load(std::memory_order_relaxed)) {
     // While a waiting caller receives on the outgoing connections itself
     // (ReceiveWhile), this thread does not sleep on them: two threads woken
@@ -381,12 +413,23 @@ void Van::Impl::Loop() {
     for (size_t i = first_dealer; i < 1 + polled_sockets.size(); ++i) {
       poll_items[i].events = caller_has_dealers ? 0 : ZMQ_POLLIN;
     }
+    // Busy polling (VanOptions::busy_poll) after recent work. A turn in
+    // which nothing signals and no tick is due skips the pass below: the
+    // last pass left every socket drained, and a sender that consumes an
+    // edge since then wakes this thread (SendOn).
+    const bool spinning = std::chrono::steady_clock::now() < spin_until;
+    int ready;
     try {
-      zmq::poll(poll_items.data(), poll_items.size(), options.tick);
+      ready = zmq::poll(poll_items.data(), poll_items.size(),
+                        spinning ? std::chrono::milliseconds(0) : options.tick);
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       LOG(ERROR) << "van poll failed: " << e.what();
       break;
+    }
+    if (spinning && ready == 0 && std::chrono::steady_clock::now() < next_tick) {
+      YieldWhileSpinning();
+      continue;
     }
     if (poll_items[0].revents & ZMQ_POLLIN) {
       uint64_t count;
@@ -394,14 +437,18 @@ void Van::Impl::Loop() {
     }
     // ZMQ_FD is edge-like and may have been consumed by a sender, so every
     // socket is checked on every pass, not only those whose fd fired.
+    int delivered = 0;
     for (size_t i = 0; i < polled_sockets.size(); ++i) {
       // The router, when there is one, is first; dealers follow in id order.
       const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
       if (connection >= 0 && caller_receiving.load()) continue;
-      ReceiveReady(*polled_sockets[i], connection);
+      delivered += ReceiveReady(*polled_sockets[i], connection);
     }
     for (auto& [connection, monitor] : polled_monitors) HandleMonitor(connection, *monitor);
-    receiver->OnTick(std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    if (delivered > 0) spin_until = now + options.busy_poll;
+    next_tick = now + options.tick;
+    receiver->OnTick(now);
     bool changed;
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -103,7 +103,8 @@ Status ReadScalar(const YAML::Node& section, const std::string& section_name,
 Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
   if (!node.IsDefined() || node.IsNull()) return Status::OK();
   FLEET_RETURN_IF_ERROR(CheckKeys(
-      node, "Distributed", {"mode", "k_steps", "max_merge", "timeout_ms", "max_request_bytes"}));
+      node, "Distributed",
+      {"mode", "k_steps", "max_merge", "timeout_ms", "max_request_bytes", "busy_poll_us"}));
   std::string mode = "sync";
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "mode", &mode));
   if (mode == "sync") {
@@ -128,6 +129,11 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
       ReadScalar(node, "Distributed", "max_request_bytes", &out->max_request_bytes));
   if (out->max_request_bytes < 0)
     return Status::InvalidArgument("must be >= 0", "Distributed.max_request_bytes");
+  int64_t busy_poll_us = out->busy_poll.count();
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "busy_poll_us", &busy_poll_us));
+  if (busy_poll_us < 0 || busy_poll_us > 1'000'000)
+    return Status::InvalidArgument("must be 0..1000000 (microseconds)", "Distributed.busy_poll_us");
+  out->busy_poll = std::chrono::microseconds(busy_poll_us);
   return Status::OK();
 }
 

@@ -8,6 +8,8 @@
 //     k_steps: 100          # geo: push deltas every k_steps local steps
 //     max_merge: 10         # async: batches merged per key before a send
 //     timeout_ms: 60000     # deadline of every PS request
+//     max_request_bytes: 1048576  # larger requests to one server go in pieces
+//     busy_poll_us: 0       # poll this long before sleeping (latency vs CPU)
 //   server:
 //     threads: 2            # shard-parallel table work per server
 //     save_dir: ""          # save here when stopped (SIGTERM or stop request)
@@ -57,6 +59,13 @@ struct DistributedConfig {
   // to back, so the server serves the first while the rest are in flight.
   // 0 never cuts. Sync-mode pushes are never cut.
   int64_t max_request_bytes = int64_t{1} << 20;
+  // `Distributed.busy_poll_us`: default 0, 0..1000000. Servers and workers
+  // keep polling their sockets for this long after a message (a worker: while
+  // it waits for a reply) instead of sleeping at once, which saves the
+  // wake-ups that dominate a small request's round trip on VMs, at the price
+  // of a CPU busy meanwhile (VanOptions::busy_poll). For latency-bound jobs
+  // with cores to spare; 0 never spins.
+  std::chrono::microseconds busy_poll{0};
 };
 
 struct ServerConfig {

@@ -1,13 +1,13 @@
 #include "comm/rpc.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <thread>
-
-#include <gtest/gtest.h>
 #include <zmq.hpp>
 
 namespace fleet {
@@ -43,7 +43,10 @@ Status Echo(const Message& request, Message* response) {
 class RpcTest : public ::testing::Test {
  protected:
   std::unique_ptr<RpcNode> StartServer(const std::string& name, std::string* endpoint) {
-    auto server = RpcNode::Create(FastOptions(name));
+    return StartServer(FastOptions(name), endpoint);
+  }
+  std::unique_ptr<RpcNode> StartServer(const RpcNodeOptions& options, std::string* endpoint) {
+    auto server = RpcNode::Create(options);
     EXPECT_TRUE(server.ok()) << server.status().ToString();
     auto node = std::move(server).value();
     node->RegisterSync(kEcho, Echo);
@@ -214,6 +217,72 @@ TEST_F(RpcTest, AsyncCallAfterBlockingCallsIsNotLeftForTheNextTick) {
     EXPECT_EQ((*r->Frame<float>(0))[0], float(i));
     ASSERT_EQ(pending.wait_for(1s), std::future_status::ready);
   }
+}
+
+std::chrono::microseconds CpuTime(clockid_t clock) {
+  timespec t;
+  clock_gettime(clock, &t);
+  return std::chrono::seconds(t.tv_sec) +
+         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::nanoseconds(t.tv_nsec));
+}
+
+TEST_F(RpcTest, BusyPollingMissesNoMessageAndSpinsOnlyForItsWindow) {
+  // Both sides busy-poll. A 2 s tick makes a message that spinning threads
+  // overlooked show as a 2 s delay, as in the test above.
+  RpcNodeOptions server_options = FastOptions("s");
+  server_options.van.busy_poll = 100ms;
+  server_options.van.tick = 2s;
+  std::string endpoint;
+  auto server = StartServer(server_options, &endpoint);
+  RpcNodeOptions client_options = FastOptions("test-client");
+  client_options.van.busy_poll = 60ms;
+  client_options.van.tick = 2s;
+  auto client = RpcNode::Create(client_options).value();
+  int peer = client->Connect(endpoint).value();
+  // A message seen late, only once the spinning ends, shows as a median
+  // round trip near the 100 ms window (here it is well under 1 ms).
+  std::vector<std::chrono::steady_clock::duration> round_trips;
+  for (int i = 0; i < 30; ++i) {
+    // Every third round after the spinning stopped, so sleeping threads are
+    // woken too.
+    if (i % 3 == 0) std::this_thread::sleep_for(150ms);
+    auto start = std::chrono::steady_clock::now();
+    auto sync = client->CallSync(peer, FloatRequest(kEcho, 2, float(i)));
+    ASSERT_TRUE(sync.ok()) << sync.status().ToString();
+    EXPECT_EQ((*sync->Frame<float>(0))[0], float(i));
+    round_trips.push_back(std::chrono::steady_clock::now() - start);
+    ASSERT_LT(round_trips.back(), 1s) << "blocking call " << i << " waited for a tick";
+    start = std::chrono::steady_clock::now();
+    std::future<Result<Message>> f = client->Call(peer, FloatRequest(kEcho, 2, float(i)));
+    ASSERT_EQ(f.wait_for(1s), std::future_status::ready)
+        << "async reply " << i << " waited for a tick";
+    EXPECT_TRUE(f.get().ok());
+    round_trips.push_back(std::chrono::steady_clock::now() - start);
+  }
+  std::nth_element(round_trips.begin(), round_trips.begin() + round_trips.size() / 2,
+                   round_trips.end());
+  EXPECT_LT(round_trips[round_trips.size() / 2], 30ms) << "messages wait for the spinning to end";
+
+  // The server's I/O thread spins for its 100 ms after the request, then
+  // sleeps: the process's CPU over the next 400 ms is well above idle and
+  // well below 400 ms.
+  std::this_thread::sleep_for(200ms);
+  ASSERT_TRUE(client->CallSync(peer, FloatRequest(kEcho, 2, 1.0f)).ok());
+  const auto process_before = CpuTime(CLOCK_PROCESS_CPUTIME_ID);
+  std::this_thread::sleep_for(400ms);
+  const auto process_spin = CpuTime(CLOCK_PROCESS_CPUTIME_ID) - process_before;
+  EXPECT_GE(process_spin, 5ms) << "the server did not busy-poll";
+  EXPECT_LE(process_spin, 250ms) << "busy polling did not stop after its window";
+
+  // A caller waiting 1.5 s for a slow handler spins for its 60 ms, then
+  // sleeps.
+  const auto thread_before = CpuTime(CLOCK_THREAD_CPUTIME_ID);
+  Message slow;
+  slow.header.set_command(kSlow);
+  ASSERT_TRUE(client->CallSync(peer, std::move(slow)).ok());
+  const auto caller_spin = CpuTime(CLOCK_THREAD_CPUTIME_ID) - thread_before;
+  EXPECT_GE(caller_spin, 5ms) << "the waiting caller did not busy-poll";
+  EXPECT_LE(caller_spin, 400ms) << "the waiting caller spun past its window";
 }
 
 TEST_F(RpcTest, HandlerErrorTravelsBack) {

@@ -24,5 +24,22 @@ TEST(JobConfigTest, MaxRequestBytesDefaultsToOneMebibyteAndIsChecked) {
   EXPECT_THAT(negative.status().ToString(), HasSubstr(">= 0"));
 }
 
+TEST(JobConfigTest, BusyPollIsOffByDefaultAndChecked) {
+  auto plain = ParseJobConfig(YAML::Load("Distributed: {mode: async}"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->distributed.busy_poll.count(), 0);
+
+  auto set = ParseJobConfig(YAML::Load("Distributed: {busy_poll_us: 100}"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->distributed.busy_poll, std::chrono::microseconds(100));
+
+  for (const char* bad : {"-1", "1000001", "fast"}) {
+    auto refused =
+        ParseJobConfig(YAML::Load(std::string("Distributed: {busy_poll_us: ") + bad + "}"));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.status().ToString(), HasSubstr("Distributed.busy_poll_us")) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace fleet::ps

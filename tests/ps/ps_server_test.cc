@@ -42,28 +42,34 @@ std::vector<float> PullRows(PsClient& c, const std::vector<uint64_t>& keys) {
 TEST(PsServerTest, ConcurrentPushesFromManyWorkersLoseNoUpdate) {
   // 2 servers x 3 workers, async: every worker pushes +1 to every key many
   // times; with sgd lr 1 each value must end at exactly -(workers * rounds).
-  PsCluster cluster(Job("async"), 2, 3);
-  std::vector<uint64_t> keys(500);
-  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 7919 + 3;
-  constexpr int kRounds = 20;
-  cluster.RunWorkers([&](int rank) {
-    std::vector<float> ones(keys.size() * 4, 1.0f);
-    for (int r = 0; r < kRounds; ++r) {
-      Status s = cluster.client(rank).PushSparseGrad(0, keys, ones);
-      ASSERT_TRUE(s.ok()) << s.ToString();
+  // Also with busy polling, where servers and waiting workers spin.
+  for (const std::string busy_poll : {"", ", busy_poll_us: 200"}) {
+    SCOPED_TRACE("Distributed {mode: async" + busy_poll + "}");
+    PsCluster cluster(
+        MakeJob("Distributed: {mode: async, timeout_ms: 10000" + busy_poll + "}\n" + Tables()), 2,
+        3);
+    std::vector<uint64_t> keys(500);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 7919 + 3;
+    constexpr int kRounds = 20;
+    cluster.RunWorkers([&](int rank) {
+      std::vector<float> ones(keys.size() * 4, 1.0f);
+      for (int r = 0; r < kRounds; ++r) {
+        Status s = cluster.client(rank).PushSparseGrad(0, keys, ones);
+        ASSERT_TRUE(s.ok()) << s.ToString();
+      }
+    });
+    const auto v = PullRows(cluster.client(0), keys);
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], -3.0f * kRounds) << "element " << i;
+    // Both servers got keys, and together they hold each key once.
+    auto stats = cluster.client(0).Stats();
+    ASSERT_TRUE(stats.ok());
+    uint64_t rows = 0;
+    for (const auto& s : stats.value()) {
+      EXPECT_GT(s.tables(0).rows(), 0u);
+      rows += s.tables(0).rows();
     }
-  });
-  const auto v = PullRows(cluster.client(0), keys);
-  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], -3.0f * kRounds) << "element " << i;
-  // Both servers got keys, and together they hold each key once.
-  auto stats = cluster.client(0).Stats();
-  ASSERT_TRUE(stats.ok());
-  uint64_t rows = 0;
-  for (const auto& s : stats.value()) {
-    EXPECT_GT(s.tables(0).rows(), 0u);
-    rows += s.tables(0).rows();
+    EXPECT_EQ(rows, keys.size());
   }
-  EXPECT_EQ(rows, keys.size());
 }
 
 TEST(PsServerTest, DuplicateKeysAreMergedAndScatteredBack) {
