@@ -347,9 +347,10 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
     if (now < spin_until) {
       // Busy polling (VanOptions::busy_poll): one poll system call a turn,
       // the sockets are read only once one of them signals.
+      const auto spin_end = std::min(spin_until, deadline);
       int ready;
       while ((ready = Impl::PollNow(items)) == 0 && keep_waiting() &&
-             (now = std::chrono::steady_clock::now()) < spin_until) {
+             (now = std::chrono::steady_clock::now()) < spin_end) {
         Impl::YieldWhileSpinning();
       }
       if (ready < 0) break;
