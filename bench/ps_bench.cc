@@ -2,9 +2,10 @@
 // to a bare ZeroMQ DEALER/ROUTER exchange of the same bytes with the same
 // window, measured in the same run (bench/zmq_echo.h).
 //
-//   build/bin/ps_bench --preset=all                  # every shape of issue 3, one summary
+//   build/bin/ps_bench --preset=all                  # every shape of issue 3 (small 1x1 also busy-polling), one summary
 //   build/bin/ps_bench --shape=small --window=8 --servers=2 --workers=2
 //   build/bin/ps_bench --keys=4096 --dim=16 --rule=adam --rows=1000000
+//   build/bin/ps_bench --shape=small --busy_poll_us=100   # Distributed.busy_poll_us
 //
 // Servers are child processes (this program re-executed with --serve), each
 // on 127.0.0.1 port 0; a child reports its bound endpoints on a pipe and
