@@ -37,7 +37,10 @@ struct Message {
 
   // Returns frame i as T[], checking that it exists and that its declared
   // type and byte size agree with the header. Misaligned received bytes are
-  // copied into aligned memory (only small frames ever are; see van.cc).
+  // copied into aligned memory: ZeroMQ hands over a frame that arrived inside
+  // its 8 KiB receive batch in place, at whatever offset it landed, so most
+  // frames up to a few KiB are copied once here; larger ones get a buffer of
+  // their own and are used where they are.
   template <typename T>
   Result<SArray<T>> Frame(int i) const {
     FLEET_RETURN_IF_ERROR(CheckFrame(i, DataTypeOf<T>()));
