@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 #include <vector>
+
 #include <zmq.hpp>
 
 #include "absl/strings/str_cat.h"

@@ -1,6 +1,5 @@
 #include "comm/rpc.h"
 
-#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+
+#include <gtest/gtest.h>
 #include <zmq.hpp>
 
 namespace fleet {
