@@ -300,11 +300,17 @@ TEST(PsServerTest, BarrierCountsEachWorkerOnceAndForgetsCallersThatGaveUp) {
   // Worker 0 gives up twice; the barrier of 2 must not release on its own.
   ASSERT_TRUE(cluster.client(0).Barrier("b", short_wait).IsTimeout());
   ASSERT_TRUE(cluster.client(0).Barrier("b", short_wait).IsTimeout());
-  // The server counts a deadline from when the request reached it, a little
-  // after the caller started its clock.
-  std::this_thread::sleep_for(100ms);
+  // The server counts a deadline from when the request reached it, after
+  // the caller started its clock: on a loaded machine (ctest -j2) well
+  // after. Each given-up arrival is left this long to expire at the server
+  // too.
+  constexpr auto kServerLag = 300ms;
+  std::this_thread::sleep_for(kServerLag);
   // Worker 1 alone: worker 0's stale arrivals have expired.
   EXPECT_TRUE(cluster.client(1).Barrier("b", short_wait).IsTimeout());
+  // Otherwise worker 0's next arrival could meet worker 1's stale one and be
+  // released without worker 1's new call.
+  std::this_thread::sleep_for(kServerLag);
   // Both present: released.
   cluster.RunWorkers([&](int rank) { ASSERT_TRUE(cluster.client(rank).Barrier("b").ok()); });
 }
