@@ -21,13 +21,13 @@
 
 #include "bench/bench_util.h"
 #include "ps/server.h"
-#include "trainer/communicator.h"
 #include "trainer/data/ctr_generator.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
-#include "trainer/worker_config.h"
-#include "trainer/worker_task.h"
+#include "worker/communicator.h"
+#include "worker/config.h"
+#include "worker/task.h"
 
 DEFINE_double(seconds, 2.0, "Target seconds of timed iterations per case.");
 DEFINE_int32(batch, 256, "ctr_dnn samples per step (one worker).");
@@ -37,9 +37,9 @@ DEFINE_int32(mlp_batch, 64, "MLP samples per step.");
 namespace fleet::bench {
 namespace {
 
-using trainer::Communicator;
-using trainer::PullRequest;
-using trainer::PushRequest;
+using worker::Communicator;
+using worker::PullRequest;
+using worker::PushRequest;
 
 // (a): parameters in local memory, rows created on first use; Push applies
 // plain SGD so the step does the same amount of memory traffic as a real one.
@@ -84,7 +84,7 @@ std::string JobYaml(const std::string& data_dir, int batch) {
 }
 
 // Times task steps (cycling over its full batches) through `comm`.
-Summary TimeSteps(trainer::WorkerTask& task, Communicator& comm) {
+Summary TimeSteps(worker::WorkerTask& task, Communicator& comm) {
   int64_t full = task.num_train_batches();
   if (task.batch_samples(full - 1) < static_cast<size_t>(FLAGS_batch)) --full;  // short last one
   CHECK_GT(full, 0) << "--lines must give at least one full batch";
@@ -112,9 +112,9 @@ void CtrDnnCases() {
 
   auto job = ps::ParseJobConfig(YAML::Load(JobYaml(dir, FLAGS_batch)));
   CHECK(job.ok()) << job.status().ToString();
-  auto config = trainer::ParseWorkerConfig(job->root);
+  auto config = worker::ParseWorkerConfig(job->root);
   CHECK(config.ok()) << config.status().ToString();
-  auto task = trainer::CreateWorkerTask(config.value(), job.value(), {});
+  auto task = worker::CreateWorkerTask(config.value(), job.value(), {});
   CHECK(task.ok()) << task.status().ToString();
   CHECK_EQ(task.value()->dense_param_count(), 420401u);
 
@@ -146,11 +146,11 @@ void CtrDnnCases() {
   auto client = ps::PsClient::Create(co, job.value());
   CHECK(client.ok());
   CHECK(client.value()->InitDense(1, task.value()->InitialDenseParams()).ok());
-  trainer::CommunicatorOptions copts;
+  worker::CommunicatorOptions copts;
   copts.sparse_table = 0;
   copts.dense_table = 1;
   copts.batch_size = FLAGS_batch;
-  auto comm = trainer::CreateCommunicator(client.value().get(), copts);
+  auto comm = worker::CreateCommunicator(client.value().get(), copts);
   CHECK(comm.ok()) << comm.status().ToString();
   // Verify once: a step through the servers changes the dense table.
   std::vector<float> before(420401), after(420401);

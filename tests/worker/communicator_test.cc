@@ -1,12 +1,12 @@
 // Communicator policies against an in-process PS cluster (tests/ps/ps_cluster.h).
 // Tables use plain SGD so the expected server values are exact sums.
-#include "trainer/communicator.h"
+#include "worker/communicator.h"
 
 #include <gtest/gtest.h>
 
 #include "tests/ps/ps_cluster.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 namespace {
 
 using ps::testing::MakeJob;
@@ -221,4 +221,4 @@ TEST(CommunicatorTest, GeoTrainsLocallyAndExchangesAveragedDeltasEveryKSteps) {
 }
 
 }  // namespace
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

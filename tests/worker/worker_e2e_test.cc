@@ -8,7 +8,7 @@
 #include "trainer/data/ctr_reader.h"
 #include "trainer/data/file_io.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 namespace {
 
 using ps::testing::MakeJob;
@@ -219,4 +219,4 @@ TEST(WorkerConfigTest, UnknownKeysAndUnusedTablesAreRefused) {
 }
 
 }  // namespace
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

@@ -15,9 +15,9 @@
 #include "ps/server.h"
 #include "tests/ps/ps_cluster.h"
 #include "trainer/data/ctr_generator.h"
-#include "trainer/worker_app.h"
+#include "worker/app.h"
 
-namespace fleet::trainer::testing {
+namespace fleet::worker::testing {
 
 // A fresh directory under the test temp dir, removed first if present.
 inline std::string FreshDir(const std::string& name) {
@@ -98,4 +98,4 @@ inline std::string SmallCtrYaml(const std::string& data_dir, const std::string& 
          std::to_string(epochs) + ", log_interval: 0}\n";
 }
 
-}  // namespace fleet::trainer::testing
+}  // namespace fleet::worker::testing

@@ -10,10 +10,17 @@
 #include "trainer/data/file_io.h"
 #include "trainer/data/metrics.h"
 #include "trainer/models/ctr_dnn.h"
-#include "trainer/worker_task.h"
+#include "worker/task.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 namespace {
+
+using trainer::CpuBackend;
+using trainer::CtrDnn;
+using trainer::CtrDnnConfig;
+using trainer::EmbeddingBag;
+using trainer::Shape;
+using trainer::Tensor;
 
 constexpr int kAucBuckets = data::BucketedAuc::kDefaultBuckets;
 
@@ -51,16 +58,20 @@ class CtrDnnTask final : public WorkerTask {
         train_(std::move(train)),
         test_(std::move(test)),
         malformed_(malformed),
-        bags_(data::kCriteoSlots, EmbeddingBag(kernels::PoolMode::kSum)),
+        bags_(data::kCriteoSlots, EmbeddingBag(trainer::kernels::PoolMode::kSum)),
         train_auc_(kAucBuckets) {}
 
   const char* metric_name() const override { return "auc"; }
+  std::optional<uint32_t> sparse_table() const override { return config_.model.sparse_table; }
   size_t dense_param_count() const override { return model_->arena().size(); }
   std::vector<float> InitialDenseParams() const override { return initial_; }
   int64_t num_train_batches() const override { return static_cast<int64_t>(train_.size()); }
   size_t batch_samples(int64_t index) const override { return train_[index].size(); }
   int64_t malformed_lines() const override { return malformed_; }
 
+  // The step in its two parts: the sparse part (pull the batch's rows,
+  // pool them; unpool the pooled gradient into row gradients, push) around
+  // the dense part (the FC tower's forward and backward).
   Status TrainStep(int64_t index, Communicator& comm) override {
     const data::CtrBatch& b = train_[index];
     FLEET_RETURN_IF_ERROR(Lookup(b, [&](std::span<float> values) {
@@ -68,18 +79,8 @@ class CtrDnnTask final : public WorkerTask {
                         .sparse_values = values,
                         .dense_values = ParamSpan()});
     }));
-    model_->arena().ZeroGrad();
-    FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(pooled_, b.dense, b.labels));
-    model_->Backward();
-
-    // Row gradients, position by position (the client sums duplicate keys).
-    const int D = dim_;
-    row_grads_.assign(keys_.size() * D, 0.0f);
-    for (int s = 0; s < data::kCriteoSlots; ++s) {
-      const size_t n = slot_begin_[s + 1] - slot_begin_[s];
-      Tensor drows(row_grads_.data() + slot_begin_[s] * D, Shape{static_cast<int64_t>(n), D});
-      bags_[s].Backward(model_->pooled_grad(s), &drows);
-    }
+    FLEET_ASSIGN_OR_RETURN(float loss, DenseForwardBackward(b));
+    UnpoolGradients();
     const float scale = static_cast<float>(comm.GradientScale(b.size()));
     std::span<float> dense_grads(model_->arena().grads().data(), model_->arena().size());
     if (scale != 1.0f) {
@@ -151,6 +152,28 @@ class CtrDnnTask final : public WorkerTask {
     return {model_->arena().params().data(), model_->arena().size()};
   }
 
+  // The dense part of a step on pooled_: the tower's forward and backward
+  // (gradients of the batch-mean loss in the arena and in the model's
+  // pooled gradients). Returns the loss.
+  Result<float> DenseForwardBackward(const data::CtrBatch& b) {
+    model_->arena().ZeroGrad();
+    FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(pooled_, b.dense, b.labels));
+    model_->Backward();
+    return loss;
+  }
+
+  // Row gradients from the pooled gradients, position by position into
+  // row_grads_ (the client sums duplicate keys).
+  void UnpoolGradients() {
+    const int D = dim_;
+    row_grads_.assign(keys_.size() * D, 0.0f);
+    for (int s = 0; s < data::kCriteoSlots; ++s) {
+      const size_t n = slot_begin_[s + 1] - slot_begin_[s];
+      Tensor drows(row_grads_.data() + slot_begin_[s] * D, Shape{static_cast<int64_t>(n), D});
+      bags_[s].Backward(model_->pooled_grad(s), &drows);
+    }
+  }
+
   // Gathers the batch's keys slot after slot into keys_, has `pull` fill
   // their rows, and sum-pools each slot into pooled_ [slots, B, D].
   template <typename PullFn>
@@ -196,7 +219,12 @@ class CtrDnnTask final : public WorkerTask {
   data::BucketedAuc train_auc_;
 };
 
-}  // namespace
+Status CheckCtrDnnConfig(const WorkerConfig& config) {
+  if (config.data.train.empty()) {
+    return Status::InvalidArgument("required for model.kind ctr_dnn", "data.train");
+  }
+  return Status::OK();
+}
 
 Result<std::unique_ptr<WorkerTask>> CreateCtrDnnTask(const WorkerConfig& config,
                                                      const ps::JobConfig& job,
@@ -231,4 +259,12 @@ Result<std::unique_ptr<WorkerTask>> CreateCtrDnnTask(const WorkerConfig& config,
       config, std::move(backend), std::move(model), std::move(train), std::move(test), malformed));
 }
 
-}  // namespace fleet::trainer
+}  // namespace
+
+// Listed in worker/tasks/registry.cc.
+extern const WorkerTaskType kCtrDnnTaskType = {.kind = "ctr_dnn",
+                                               .default_dense_table = 1,
+                                               .check_config = CheckCtrDnnConfig,
+                                               .create = CreateCtrDnnTask};
+
+}  // namespace fleet::worker

@@ -44,7 +44,7 @@
 #include "ps/client.h"
 #include "ps/table/optimizer.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 
 struct CommunicatorOptions {
   // The sparse table read and pushed by Pull/Push (nullopt: none), and the
@@ -257,4 +257,4 @@ class GeoCommunicator final : public Communicator {
   int64_t exchanges_ = 0;
 };
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

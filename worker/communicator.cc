@@ -1,11 +1,11 @@
 // The factory and the checks shared by the three policies; each policy lives
 // in its own file (communicator_sync.cc, communicator_async.cc,
 // communicator_geo.cc).
-#include "trainer/communicator.h"
+#include "worker/communicator.h"
 
 #include <string>
 
-namespace fleet::trainer {
+namespace fleet::worker {
 
 Status ValidateCommunicatorOptions(const ps::PsClient& client, CommunicatorOptions* options) {
   const ps::JobConfig& job = client.job();
@@ -95,4 +95,4 @@ Status WaitBoth(const ps::PsClient& client, std::future<Status> sparse, std::fut
   return d;
 }
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

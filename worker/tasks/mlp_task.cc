@@ -5,10 +5,14 @@
 #include "trainer/data/idx_reader.h"
 #include "trainer/data/metrics.h"
 #include "trainer/models/mlp.h"
-#include "trainer/worker_task.h"
+#include "worker/task.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 namespace {
+
+using trainer::CpuBackend;
+using trainer::Mlp;
+using trainer::MlpConfig;
 
 // This worker's samples (i % world_size == rank, as for text lines), in order.
 struct Shard {
@@ -52,6 +56,7 @@ class MlpTask final : public WorkerTask {
         test_(std::move(test)) {}
 
   const char* metric_name() const override { return "accuracy"; }
+  std::optional<uint32_t> sparse_table() const override { return std::nullopt; }
   size_t dense_param_count() const override { return model_->arena().size(); }
   std::vector<float> InitialDenseParams() const override { return initial_; }
   int64_t num_train_batches() const override { return (train_.count + batch_ - 1) / batch_; }
@@ -137,9 +142,19 @@ class MlpTask final : public WorkerTask {
   std::array<double, 3> train_sums_{0, 0, 0};
 };
 
-}  // namespace
+Status CheckMlpConfig(const WorkerConfig& config) {
+  if (config.data.train_images.empty() || config.data.train_labels.empty()) {
+    return Status::InvalidArgument("required for model.kind mlp",
+                                   "data.train_images / data.train_labels");
+  }
+  if (config.data.test_images.empty() != config.data.test_labels.empty()) {
+    return Status::InvalidArgument("give both or neither", "data.test_images / data.test_labels");
+  }
+  return Status::OK();
+}
 
 Result<std::unique_ptr<WorkerTask>> CreateMlpTask(const WorkerConfig& config,
+                                                  const ps::JobConfig& /*job*/,
                                                   const WorkerTaskOptions& options) {
   MlpConfig mc;
   mc.sizes = config.model.sizes;
@@ -158,4 +173,12 @@ Result<std::unique_ptr<WorkerTask>> CreateMlpTask(const WorkerConfig& config,
       config, std::move(backend), std::move(model), std::move(train), std::move(test)));
 }
 
-}  // namespace fleet::trainer
+}  // namespace
+
+// Listed in worker/tasks/registry.cc.
+extern const WorkerTaskType kMlpTaskType = {.kind = "mlp",
+                                            .default_dense_table = 0,
+                                            .check_config = CheckMlpConfig,
+                                            .create = CreateMlpTask};
+
+}  // namespace fleet::worker

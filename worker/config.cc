@@ -1,10 +1,12 @@
-#include "trainer/worker_config.h"
+#include "worker/config.h"
 
 #include <functional>
 #include <map>
 #include <set>
 
-namespace fleet::trainer {
+#include "worker/task.h"
+
+namespace fleet::worker {
 namespace {
 
 // Reads the keys of one section; each reader converts and range-checks its
@@ -87,14 +89,13 @@ Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root) {
           seed = v.as<int64_t>();
           return Status::OK();
         }}}));
-  if (kind == "ctr_dnn") {
-    c.model.kind = ModelKind::kCtrDnn;
-  } else if (kind == "mlp") {
-    c.model.kind = ModelKind::kMlp;
-    if (!dense_table_given) dense_table = 0;
-  } else {
-    return Status::InvalidArgument("must be ctr_dnn or mlp, got '" + kind + "'", "model.kind");
+  const WorkerTaskType* type = FindWorkerTaskType(kind);
+  if (type == nullptr) {
+    return Status::InvalidArgument("must be one of " + WorkerTaskKinds() + ", got '" + kind + "'",
+                                   "model.kind");
   }
+  c.model.kind = kind;
+  if (!dense_table_given) dense_table = static_cast<int>(type->default_dense_table);
   c.model.sparse_table = static_cast<uint32_t>(sparse_table);
   c.model.dense_table = static_cast<uint32_t>(dense_table);
   c.model.seed = static_cast<uint64_t>(seed);
@@ -107,18 +108,7 @@ Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root) {
                                      {"train_labels", String(&c.data.train_labels)},
                                      {"test_images", String(&c.data.test_images)},
                                      {"test_labels", String(&c.data.test_labels)}}));
-  if (c.model.kind == ModelKind::kCtrDnn && c.data.train.empty()) {
-    return Status::InvalidArgument("required for model.kind ctr_dnn", "data.train");
-  }
-  if (c.model.kind == ModelKind::kMlp) {
-    if (c.data.train_images.empty() || c.data.train_labels.empty()) {
-      return Status::InvalidArgument("required for model.kind mlp",
-                                      "data.train_images / data.train_labels");
-    }
-    if (c.data.test_images.empty() != c.data.test_labels.empty()) {
-      return Status::InvalidArgument("give both or neither", "data.test_images / data.test_labels");
-    }
-  }
+  FLEET_RETURN_IF_ERROR(type->check_config(c));
 
   FLEET_RETURN_IF_ERROR(ReadSection(root, "train", /*required=*/false,
                                     {{"batch_size", IntAtLeast(&c.train.batch_size, 1)},
@@ -130,4 +120,4 @@ Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root) {
   return c;
 }
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

@@ -1,9 +1,10 @@
-#include "trainer/worker_app.h"
+#include "worker/app.h"
 
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -15,13 +16,13 @@
 #include "comm/kv_store.h"
 #include "comm/stop_signal.h"
 #include "ps/client.h"
-#include "trainer/communicator.h"
+#include "worker/communicator.h"
 #include "trainer/data/ctr_generator.h"
 #include "trainer/kernels/cpu_kernels.h"
-#include "trainer/worker_config.h"
-#include "trainer/worker_task.h"
+#include "worker/config.h"
+#include "worker/task.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -73,7 +74,7 @@ std::string FormatMetric(double v) {
 // pushes to them.
 Status CheckTables(const WorkerConfig& config, const ps::JobConfig& job, const WorkerTask& task) {
   std::set<uint32_t> used = {config.model.dense_table};
-  if (config.model.kind == ModelKind::kCtrDnn) used.insert(config.model.sparse_table);
+  if (std::optional<uint32_t> sparse = task.sparse_table()) used.insert(*sparse);
   for (size_t i = 0; i < job.tables.size(); ++i) {
     if (!used.contains(job.tables[i].id)) {
       return Status::InvalidArgument(
@@ -125,7 +126,7 @@ class WorkerRun {
 };
 
 Result<PsWorkerReport> WorkerRun::Run() {
-  kernels::SetBlasThreads(config_.train.blas_threads);
+  trainer::kernels::SetBlasThreads(config_.train.blas_threads);
   report_.oracle_auc = kNaN;
   report_.heldout_metric = kNaN;
   if (!config_.data.oracle.empty()) {
@@ -163,7 +164,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
   FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_init").WithContext("start barrier"));
 
   CommunicatorOptions copts;
-  if (config_.model.kind == ModelKind::kCtrDnn) copts.sparse_table = config_.model.sparse_table;
+  copts.sparse_table = task_->sparse_table();
   copts.dense_table = config_.model.dense_table;
   copts.num_workers = o_.num_workers;
   copts.batch_size = config_.train.batch_size;
@@ -355,4 +356,4 @@ int PsWorkerMain(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

@@ -1,8 +1,8 @@
 #include <future>
 
-#include "trainer/communicator.h"
+#include "worker/communicator.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 
 SyncCommunicator::SyncCommunicator(ps::PsClient* client, CommunicatorOptions options)
     : client_(client), options_(std::move(options)) {
@@ -45,4 +45,4 @@ double SyncCommunicator::GradientScale(size_t batch_samples) const {
          (static_cast<double>(options_.batch_size) * options_.num_workers);
 }
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

@@ -4,14 +4,17 @@
 // never falls back to a default silently.
 //
 //   model:
-//     kind: ctr_dnn          # ctr_dnn | mlp. Required.
+//     kind: ctr_dnn          # the model: ctr_dnn | mlp (worker/task.h lists them:
+//                            # WorkerTaskTypes). Required.
 //     sparse_table: 0        # ctr_dnn: id of the sparse (plain accessor) table
 //                            # holding the embeddings; the embedding width is
 //                            # that table's `dim`. Default 0.
 //     dense_table: 1         # id of the dense table holding every dense
 //                            # parameter of the model: its `dim` must equal
 //                            # the model's parameter count (the error says
-//                            # the exact number). Default 1 for ctr_dnn, 0 for mlp.
+//                            # the exact number). Default: the model's
+//                            # (WorkerTaskType::default_dense_table): 1 for
+//                            # ctr_dnn, 0 for mlp.
 //     hidden: [400, 400, 400]  # ctr_dnn: FC widths (ReLU after each).
 //     sizes: [784, 128, 128, 10]  # mlp: layer widths, input first.
 //     seed: 1                # initialisation of the dense parameters (worker 0
@@ -51,12 +54,10 @@
 
 #include "comm/status.h"
 
-namespace fleet::trainer {
-
-enum class ModelKind { kCtrDnn, kMlp };
+namespace fleet::worker {
 
 struct WorkerModelConfig {
-  ModelKind kind = ModelKind::kCtrDnn;
+  std::string kind;  // a WorkerTaskType::kind
   uint32_t sparse_table = 0;
   uint32_t dense_table = 1;
   std::vector<int> hidden = {400, 400, 400};
@@ -85,9 +86,10 @@ struct WorkerConfig {
   WorkerTrainConfig train;
 };
 
-// Reads `model`, `data` and `train` of the job document. Errors:
-// InvalidArgument naming the key ("train.batch_size: must be >= 1") for a
-// missing required key, an unknown key, a wrong type or a value out of range.
+// Reads `model`, `data` and `train` of the job document and runs the
+// model's WorkerTaskType::check_config. Errors: InvalidArgument naming the
+// key ("train.batch_size: must be >= 1") for a missing required key, an
+// unknown key or model.kind, a wrong type or a value out of range.
 Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root);
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

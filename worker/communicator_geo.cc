@@ -2,9 +2,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "trainer/communicator.h"
+#include "worker/communicator.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 
 GeoCommunicator::GeoCommunicator(ps::PsClient* client, CommunicatorOptions options)
     : client_(client), options_(std::move(options)) {
@@ -143,4 +143,4 @@ Status GeoCommunicator::Flush() {
   return Status::OK();
 }
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

@@ -4,9 +4,9 @@
 
 #include <glog/logging.h>
 
-#include "trainer/communicator.h"
+#include "worker/communicator.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 
 AsyncCommunicator::AsyncCommunicator(ps::PsClient* client, CommunicatorOptions options)
     : client_(client), options_(std::move(options)) {
@@ -165,4 +165,4 @@ Status AsyncCommunicator::Send(std::vector<Batch>& batches) {
   return WaitBoth(*client_, std::move(sp), std::move(dn), options_.timeout);
 }
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

@@ -7,7 +7,7 @@
 //
 // Every flag falls back to its FLEET_* variable (comm/cluster.h,
 // ps/job_config.h); fleetrun passes both. The config sections the worker
-// reads are described in trainer/worker_config.h.
+// reads are described in worker/config.h.
 //
 // What a run does, in order:
 //   1. loads this worker's shard of the data into memory (line / sample i
@@ -49,7 +49,7 @@
 #include "comm/status.h"
 #include "ps/job_config.h"
 
-namespace fleet::trainer {
+namespace fleet::worker {
 
 struct PsWorkerOptions {
   int rank = 0;
@@ -94,4 +94,4 @@ Result<PsWorkerReport> RunPsWorker(const PsWorkerOptions& options);
 // failed, 2 for bad flags or config.
 int PsWorkerMain(int argc, char** argv);
 
-}  // namespace fleet::trainer
+}  // namespace fleet::worker

@@ -1,0 +1,83 @@
+// The model registry of ps_worker (worker/task.h) as ParseWorkerConfig and
+// CreateWorkerTask see it: kinds are looked up by name, an unknown kind is
+// refused naming the known ones, and each model's own config rules and
+// default dense table apply.
+#include "worker/task.h"
+
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+#include "worker/config.h"
+
+namespace fleet::worker {
+namespace {
+
+Result<WorkerConfig> Parse(const std::string& yaml) { return ParseWorkerConfig(YAML::Load(yaml)); }
+
+TEST(WorkerTaskRegistryTest, ListsEveryModelOnceWithItsFunctions) {
+  std::set<std::string> kinds;
+  for (const WorkerTaskType* type : WorkerTaskTypes()) {
+    ASSERT_NE(type, nullptr);
+    EXPECT_TRUE(kinds.insert(type->kind).second) << "kind listed twice: " << type->kind;
+    EXPECT_NE(type->check_config, nullptr) << type->kind;
+    EXPECT_NE(type->create, nullptr) << type->kind;
+    EXPECT_EQ(FindWorkerTaskType(type->kind), type);
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"ctr_dnn", "mlp"}));
+  EXPECT_EQ(FindWorkerTaskType("wide_deep"), nullptr);
+  EXPECT_EQ(WorkerTaskKinds(), "ctr_dnn, mlp");
+}
+
+TEST(WorkerTaskRegistryTest, UnknownKindIsRefusedNamingTheKnownOnes) {
+  auto c = Parse("model: {kind: wide_deep}\ndata: {train: x}\n");
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(c.status().IsInvalidArgument()) << c.status().ToString();
+  EXPECT_NE(c.status().ToString().find("model.kind"), std::string::npos) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("must be one of ctr_dnn, mlp, got 'wide_deep'"),
+            std::string::npos)
+      << c.status().ToString();
+}
+
+TEST(WorkerTaskRegistryTest, EachModelAppliesItsOwnConfigRulesAndDefaults) {
+  auto ctr = Parse("model: {kind: ctr_dnn}\ndata: {train: x}\n");
+  ASSERT_TRUE(ctr.ok()) << ctr.status().ToString();
+  EXPECT_EQ(ctr->model.kind, "ctr_dnn");
+  EXPECT_EQ(ctr->model.dense_table, 1u);
+
+  auto mlp = Parse("model: {kind: mlp}\ndata: {train_images: a, train_labels: b}\n");
+  ASSERT_TRUE(mlp.ok()) << mlp.status().ToString();
+  EXPECT_EQ(mlp->model.dense_table, 0u);
+  auto mlp_set =
+      Parse("model: {kind: mlp, dense_table: 3}\ndata: {train_images: a, train_labels: b}\n");
+  ASSERT_TRUE(mlp_set.ok()) << mlp_set.status().ToString();
+  EXPECT_EQ(mlp_set->model.dense_table, 3u);
+
+  // ctr_dnn's data key is not mlp's, and the other way round.
+  auto ctr_bad = Parse("model: {kind: ctr_dnn}\ndata: {train_images: a, train_labels: b}\n");
+  ASSERT_FALSE(ctr_bad.ok());
+  EXPECT_NE(ctr_bad.status().ToString().find("data.train"), std::string::npos);
+  EXPECT_NE(ctr_bad.status().message().find("required for model.kind ctr_dnn"), std::string::npos);
+  auto mlp_bad = Parse("model: {kind: mlp}\ndata: {train: x}\n");
+  ASSERT_FALSE(mlp_bad.ok());
+  EXPECT_NE(mlp_bad.status().message().find("required for model.kind mlp"), std::string::npos)
+      << mlp_bad.status().ToString();
+  auto mlp_half =
+      Parse("model: {kind: mlp}\ndata: {train_images: a, train_labels: b, test_images: c}\n");
+  ASSERT_FALSE(mlp_half.ok());
+  EXPECT_NE(mlp_half.status().message().find("give both or neither"), std::string::npos);
+}
+
+TEST(WorkerTaskRegistryTest, CreateWorkerTaskRefusesAKindNoModelHas) {
+  WorkerConfig config;
+  config.model.kind = "wide_deep";
+  auto task = CreateWorkerTask(config, ps::JobConfig{}, {});
+  ASSERT_FALSE(task.ok());
+  EXPECT_TRUE(task.status().IsInvalidArgument());
+  EXPECT_NE(task.status().message().find("ctr_dnn, mlp"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fleet::worker

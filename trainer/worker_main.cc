@@ -1,3 +1,0 @@
-#include "trainer/worker_app.h"
-
-int main(int argc, char** argv) { return fleet::trainer::PsWorkerMain(argc, argv); }

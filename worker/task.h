@@ -1,0 +1,126 @@
+// WorkerTask: what one model needs from ps_worker's loop — its data shard in
+// memory, one training step through a Communicator, held-out evaluation
+// against the servers, and its metrics as sums that an all-reduce merges.
+// One class per model, each in its own file under worker/tasks/; the loop in
+// worker/app.cc knows none of them and finds them by name (model.kind) in
+// the registry below.
+//
+// Adding a model: write worker/tasks/<name>_task.cc defining
+// `extern const WorkerTaskType k<Name>TaskType = {...}` (its name, its
+// factory and its config rules), and add it to the list in
+// worker/tasks/registry.cc (a declaration and one entry). The list is
+// explicit rather than filled by static registrars: objects of a static
+// library that nothing references are dropped by the linker, so
+// self-registration would silently lose models in any program that links
+// fleet_worker without whole-archive, and a global registry filled at
+// start-up would be a mutable global.
+//
+// Metric sums: a flat float vector laid out as
+//   [loss_sum, samples, <model-specific sums>]
+// (ctr_dnn: the positives then negatives of a BucketedAuc with 2^16 buckets;
+// mlp: the count of correct predictions). Summing the vectors of all workers
+// element-wise and calling Summarize gives the global values. Floats count
+// exactly to 2^24 per element, far above one log window or one test set.
+//
+// Thread safety: one thread drives a task. The registry is immutable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/status.h"
+#include "ps/client.h"
+#include "worker/communicator.h"
+#include "worker/config.h"
+
+namespace fleet::worker {
+
+struct MetricSummary {
+  double loss = 0;     // mean over samples
+  double metric = 0;   // AUC or accuracy (NaN when undefined)
+  double samples = 0;
+};
+
+class WorkerTask {
+ public:
+  virtual ~WorkerTask() = default;
+
+  // "auc" or "accuracy".
+  virtual const char* metric_name() const = 0;
+  // The sparse table the model reads and pushes besides model.dense_table
+  // (nullopt: none). The job may hold no other table: a sync step waits for
+  // a push to every table.
+  virtual std::optional<uint32_t> sparse_table() const = 0;
+  // Dense parameters of the model (the dense table's required dim), and
+  // their initial values (model.seed).
+  virtual size_t dense_param_count() const = 0;
+  virtual std::vector<float> InitialDenseParams() const = 0;
+  // Batches of this worker's training shard per epoch.
+  virtual int64_t num_train_batches() const = 0;
+  // Samples in local batch `index`. REQUIRES: index < num_train_batches().
+  virtual size_t batch_samples(int64_t index) const = 0;
+  // Lines skipped as malformed while loading (train + test).
+  virtual int64_t malformed_lines() const = 0;
+
+  // One step on local batch `index`: comm.Pull, forward, backward, scale by
+  // comm.GradientScale, comm.Push; adds to the training metric sums. Errors
+  // of the communicator, or InvalidArgument from the model (bad values).
+  // (ctr_dnn keeps the sparse part of its step — pull, pool, unpool — apart
+  // from the dense part — the FC tower — inside its class, so that a heter
+  // pipeline can run them on different workers.)
+  virtual Status TrainStep(int64_t index, Communicator& comm) = 0;
+  // The training sums since the last call, then resets them.
+  virtual std::vector<float> TakeTrainSums() = 0;
+  // Forward over this worker's held-out shard with the servers' current
+  // parameters (read through `client`); returns its sums, or an empty
+  // vector when the config names no held-out data.
+  virtual Result<std::vector<float>> EvaluateSums(ps::PsClient& client) = 0;
+  virtual MetricSummary Summarize(std::span<const float> sums) const = 0;
+};
+
+struct WorkerTaskOptions {
+  int rank = 0;
+  int world_size = 1;
+};
+
+// A model ps_worker can train: how model.kind names it, how its config is
+// checked, and how it is built.
+struct WorkerTaskType {
+  // model.kind, e.g. "ctr_dnn".
+  const char* kind;
+  // model.dense_table when the config does not set it.
+  uint32_t default_dense_table;
+  // Checks the parts of a parsed config this model requires (e.g. its data
+  // keys): InvalidArgument naming the key. Runs inside ParseWorkerConfig.
+  Status (*check_config)(const WorkerConfig& config);
+  // Builds the model and loads this worker's shard of the data (lines /
+  // samples i with i % world_size == rank). Errors: NotFound / IOError /
+  // Corruption of the data files, InvalidArgument for a model config the
+  // model refuses or a table that `job` lacks.
+  Result<std::unique_ptr<WorkerTask>> (*create)(const WorkerConfig& config,
+                                                const ps::JobConfig& job,
+                                                const WorkerTaskOptions& options);
+};
+
+// Every model ps_worker knows, in a fixed order (worker/tasks/registry.cc).
+// The types are constants with static storage.
+std::span<const WorkerTaskType* const> WorkerTaskTypes();
+
+// The type named `kind`, or nullptr.
+const WorkerTaskType* FindWorkerTaskType(std::string_view kind);
+
+// The model names, comma separated ("ctr_dnn, mlp"), for error messages.
+std::string WorkerTaskKinds();
+
+// Builds the task of config.model.kind (see WorkerTaskType::create).
+// InvalidArgument naming model.kind for a kind no type has.
+Result<std::unique_ptr<WorkerTask>> CreateWorkerTask(const WorkerConfig& config,
+                                                     const ps::JobConfig& job,
+                                                     const WorkerTaskOptions& options);
+
+}  // namespace fleet::worker
