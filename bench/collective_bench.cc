@@ -19,8 +19,9 @@
 // bandwidth of the buffer at p50, and ratio = direct p50 / FleetPS p50
 // (>= 0.95 is the target: the wrapper costs at most 5%).
 //
-// MNIST: steps of the real training loop (TrainMnist: forward, backward,
-// bucketed all-reduce overlapped with backward, Adam) with batch 64 per
+// MNIST: steps of the real training loop (trainer/collective/train_loop.h
+// over the MLP classifier task: forward, backward, bucketed all-reduce
+// overlapped with backward, Adam) with batch 64 per
 // rank: 1 rank with 1 BLAS thread (rank 1 idle), 1 rank with a BLAS thread
 // per core, 2 ranks with 1 BLAS thread each and the default bucket size (one
 // bucket for this MLP), and 2 ranks with 64 KiB buckets (two all-reduces,
@@ -61,14 +62,16 @@
 #include "comm/gloo_collective.h"
 #include "comm/gloo_store.h"
 #include "comm/kv_store.h"
-#include "examples/mnist_mlp/mnist_trainer.h"
+#include "trainer/collective/mlp_classifier.h"
+#include "trainer/collective/train_loop.h"
+#include "trainer/data/mnist.h"
 #include "trainer/kernels/cpu_kernels.h"
 
 DEFINE_double(seconds, 1.0, "target duration of each timed all-reduce measurement (per path)");
 DEFINE_string(sizes, "4096,1048576,16777216,67108864", "all-reduce sizes in bytes, comma separated");
 DEFINE_int32(mnist_steps, 600, "training steps timed per MNIST configuration (0 = skip MNIST)");
 DEFINE_int32(mnist_rounds, 3, "the MNIST configurations alternate this many times");
-DEFINE_string(data_dir, fleet::examples::kDefaultMnistDir, "MNIST-format IDX files");
+DEFINE_string(data_dir, fleet::data::kDefaultMnistDir, "MNIST-format IDX files");
 DEFINE_int32(timeout_ms, 60000, "rendezvous and per-operation timeout");
 DEFINE_int32(bench_rank, -1, "internal: rank of this process (-1 = the launching rank 0)");
 DEFINE_string(bench_kv, "", "internal: KV store endpoint of rank 0");
@@ -209,20 +212,22 @@ struct MnistRow {
 
 // Runs `steps` timed training steps (after 20 warm-up steps) of `row` on
 // this rank and appends their times. Ranks >= row.ranks sit it out.
-void TrainSteps(int rank, Collective& fleet, const examples::MnistData& data, int steps,
+void TrainSteps(int rank, Collective& fleet, const data::MnistData& data, int steps,
                 MnistRow* row) {
   constexpr int kWarmup = 20;
   if (rank >= row->ranks) return;
   trainer::kernels::SetBlasThreads(row->blas_threads);
   trainer::CpuBackend backend;
-  examples::MnistOptions options;
+  auto task = trainer::collective::MlpClassifierTask::Create({}, data.train, data.test, &backend);
+  BENCH_CHECK_OK(task.status());
+  trainer::collective::TrainLoopOptions options;  // batch 64, Adam lr 1e-3
   options.epochs = 1000;  // bounded by max_steps
   options.max_steps = steps + kWarmup;
   options.log_every_steps = 0;
   options.evaluate = false;
   options.data_parallel.bucket_bytes = row->bucket_bytes;
-  auto report = examples::TrainMnist(options, data, row->ranks > 1 ? &fleet : nullptr, &backend,
-                                     nullptr);
+  auto report = trainer::collective::RunTrainLoop(options, **task,
+                                                  row->ranks > 1 ? &fleet : nullptr, nullptr);
   BENCH_CHECK_OK(report.status());
   // Check before trusting the time: training must have learned something.
   const float first = report->step_losses.front(), last = report->step_losses.back();
@@ -235,7 +240,7 @@ void TrainSteps(int rank, Collective& fleet, const examples::MnistData& data, in
 
 void BenchMnist(int rank, Collective& fleet) {
   const size_t kDefaultBucket = trainer::DataParallelOptions{}.bucket_bytes;
-  auto data = examples::LoadMnistData(examples::MnistFilesIn(FLAGS_data_dir));
+  auto data = data::LoadMnistData(data::MnistFilesIn(FLAGS_data_dir));
   BENCH_CHECK_OK(data.status());
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<MnistRow> rows = {

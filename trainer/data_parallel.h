@@ -50,7 +50,6 @@
 
 #include "comm/collective.h"
 #include "comm/status.h"
-#include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 #include "trainer/param_arena.h"
 

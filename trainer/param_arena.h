@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -23,6 +24,11 @@
 #include "trainer/tensor.h"
 
 namespace fleet::trainer {
+
+// Called during Backward when the gradients of table tensors
+// [first, end) are final (last layer first), so a data-parallel helper can
+// start reducing grads [offset(first), offset(end)) while backward goes on.
+using GradReadyFn = std::function<void(size_t first, size_t end)>;
 
 struct ParamSpec {
   std::string name;  // e.g. "fc1.weight"

@@ -20,7 +20,7 @@
 #ifdef FLEET_WITH_NCCL
 #include "comm/nccl_collective.h"
 #endif
-#include "examples/mnist_mlp/mnist_trainer.h"
+#include "examples/mnist_mlp/mnist_mlp.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_kernels.h"
 
@@ -31,7 +31,7 @@ DEFINE_int32(batch_size, 64,
 DEFINE_double(lr, 0.001,
               "Adam learning rate. 0.001 reaches ~0.88 test accuracy in 5 epochs; 0.01 "
               "plateaus near 0.79.");
-DEFINE_string(data_dir, fleet::examples::kDefaultMnistDir,
+DEFINE_string(data_dir, fleet::data::kDefaultMnistDir,
               "Folder with train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
               "t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz (Fashion-MNIST from the "
               "Debian package by default; any MNIST-format IDX files work).");
@@ -112,11 +112,12 @@ Result<MnistOptions> OptionsFromFlags() {
   if (FLAGS_collective_timeout_ms <= 0) {
     return Status::InvalidArgument("--collective_timeout_ms must be > 0");
   }
+  if (!(FLAGS_lr > 0)) return Status::InvalidArgument("--lr must be > 0", absl::StrCat(FLAGS_lr));
   MnistOptions o;
   o.epochs = FLAGS_epochs;
   o.batch_size = FLAGS_batch_size;
-  o.lr = static_cast<float>(FLAGS_lr);
-  o.model_seed = FLAGS_seed;
+  o.optimizer.lr = static_cast<float>(FLAGS_lr);
+  o.model.seed = FLAGS_seed;
   o.shuffle_seed = FLAGS_shuffle_seed;
   o.max_steps = FLAGS_max_steps;
   o.log_every_steps = FLAGS_log_every_steps;
@@ -128,8 +129,8 @@ Result<MnistOptions> OptionsFromFlags() {
   return o;
 }
 
-MnistFiles FilesFromFlags() {
-  MnistFiles files = MnistFilesIn(FLAGS_data_dir);
+data::MnistFiles FilesFromFlags() {
+  data::MnistFiles files = data::MnistFilesIn(FLAGS_data_dir);
   if (!FLAGS_train_images.empty()) files.train_images = FLAGS_train_images;
   if (!FLAGS_train_labels.empty()) files.train_labels = FLAGS_train_labels;
   if (!FLAGS_test_images.empty()) files.test_images = FLAGS_test_images;
@@ -228,7 +229,7 @@ int MnistMain(int argc, char** argv) {
   }
   LOG(INFO) << "mnist_mlp " << spec.ToString();
 
-  Result<MnistData> data = LoadMnistData(FilesFromFlags(), FLAGS_max_train_samples);
+  Result<data::MnistData> data = data::LoadMnistData(FilesFromFlags(), FLAGS_max_train_samples);
   if (!data.ok()) return Fail(spec, data.status(), kExitUsage);
   Result<std::unique_ptr<trainer::Backend>> backend = trainer::CreateBackend(*device, nullptr);
   if (!backend.ok()) return Fail(spec, backend.status(), kExitFailed);

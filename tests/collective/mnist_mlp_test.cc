@@ -2,7 +2,7 @@
 // x batch 64 with 1 rank x batch 128, exact resume from a checkpoint, the
 // checks on resuming, the 5-epoch accuracy run on Fashion-MNIST, and the
 // CUDA path (skipped without a GPU).
-#include "examples/mnist_mlp/mnist_trainer.h"
+#include "examples/mnist_mlp/mnist_mlp.h"
 
 #include <algorithm>
 #include <chrono>
@@ -48,7 +48,7 @@ class MnistMlpTest : public ::testing::Test {
   // Runs TrainMnist on `ranks` ranks (no collective for 1); returns each
   // rank's report and throws the first error.
   static std::vector<MnistReport> Train(int ranks, const MnistOptions& options,
-                                        const MnistData& data) {
+                                        const data::MnistData& data) {
     std::vector<MnistReport> reports(ranks);
     if (ranks == 1) {
       trainer::CpuBackend backend;
@@ -68,7 +68,7 @@ class MnistMlpTest : public ::testing::Test {
 
   // Every rank's Status of a run expected to fail.
   static std::vector<Status> TrainExpectingErrors(int ranks, const MnistOptions& options,
-                                                  const MnistData& data) {
+                                                  const data::MnistData& data) {
     std::vector<Status> out(ranks);
     RunGlooRanks(ranks, kTimeout, [&](int rank, Collective& group) {
       trainer::CpuBackend backend;
@@ -101,7 +101,7 @@ float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b, size_
 }
 
 TEST_F(MnistMlpTest, TwoRanksOfBatch64MatchOneRankOfBatch128) {
-  const MnistData data = SyntheticMnist(128 * 30, 100);
+  const data::MnistData data = SyntheticMnist(128 * 30, 100);
   const std::vector<MnistReport> one = Train(1, Quick(128, 50), data);
   const std::vector<MnistReport> two = Train(2, Quick(64, 50), data);
   ASSERT_EQ(one[0].end_step, 50);
@@ -120,7 +120,7 @@ TEST_F(MnistMlpTest, TwoRanksOfBatch64MatchOneRankOfBatch128) {
 TEST_F(MnistMlpTest, ResumedRunContinuesWithExactlyTheSameLosses) {
   // 1000 samples, global batch 64: 15 steps per epoch; stop at 25 (mid
   // epoch 1), resume to 40.
-  const MnistData data = SyntheticMnist(1000, 200);
+  const data::MnistData data = SyntheticMnist(1000, 200);
   MnistOptions full = Quick(32, 40);
   full.evaluate = true;
   const std::vector<MnistReport> whole = Train(2, full, data);
@@ -146,12 +146,12 @@ TEST_F(MnistMlpTest, ResumedRunContinuesWithExactlyTheSameLosses) {
     EXPECT_EQ(rest[rank].params, whole[rank].params) << "rank " << rank;
   }
   // Epochs 1 and 2 end at steps 30 and 45 > 40: only epoch 1's accuracy, equal.
-  ASSERT_EQ(rest[0].test_accuracy.size(), 1u);
-  EXPECT_EQ(rest[0].test_accuracy[0], whole[0].test_accuracy[1]);
+  ASSERT_EQ(rest[0].eval_metric.size(), 1u);
+  EXPECT_EQ(rest[0].eval_metric[0], whole[0].eval_metric[1]);
 }
 
 TEST_F(MnistMlpTest, ResumeRefusesACheckpointOfAnotherDataLayout) {
-  const MnistData data = SyntheticMnist(1000, 100);
+  const data::MnistData data = SyntheticMnist(1000, 100);
   MnistOptions first = Quick(32, 5);
   first.checkpoint_dir = dir_.string();
   Train(2, first, data);
@@ -168,7 +168,7 @@ TEST_F(MnistMlpTest, ResumeRefusesACheckpointOfAnotherDataLayout) {
 }
 
 TEST_F(MnistMlpTest, CorruptCheckpointFailsEveryRank) {
-  const MnistData data = SyntheticMnist(1000, 100);
+  const data::MnistData data = SyntheticMnist(1000, 100);
   MnistOptions options = Quick(32, 5);
   options.checkpoint_dir = dir_.string();
   Train(2, options, data);
@@ -184,7 +184,7 @@ TEST_F(MnistMlpTest, CorruptCheckpointFailsEveryRank) {
 }
 
 TEST_F(MnistMlpTest, TooLittleDataForOneGlobalBatchIsInvalidArgument) {
-  const MnistData data = SyntheticMnist(100, 10);
+  const data::MnistData data = SyntheticMnist(100, 10);
   trainer::CpuBackend backend;
   auto report = TrainMnist(Quick(128, 5), data, nullptr, &backend, nullptr);
   EXPECT_TRUE(report.status().IsInvalidArgument()) << report.status().ToString();
@@ -193,29 +193,29 @@ TEST_F(MnistMlpTest, TooLittleDataForOneGlobalBatchIsInvalidArgument) {
 // The acceptance run: 2 ranks x batch 64, 5 epochs on Fashion-MNIST reach
 // test accuracy >= 0.87 (0.8740 measured; ~15-30 s on 2 cores).
 TEST_F(MnistMlpTest, FiveEpochsOnFashionMnistWithTwoRanksReach087) {
-  const MnistFiles files = MnistFilesIn(kDefaultMnistDir);
+  const data::MnistFiles files = data::MnistFilesIn(data::kDefaultMnistDir);
   if (!std::filesystem::exists(files.train_images)) {
-    GTEST_SKIP() << "Fashion-MNIST not installed at " << kDefaultMnistDir
+    GTEST_SKIP() << "Fashion-MNIST not installed at " << data::kDefaultMnistDir
                  << " (Debian package fashion-mnist)";
   }
-  auto data = LoadMnistData(files);
+  auto data = data::LoadMnistData(files);
   ASSERT_TRUE(data.ok()) << data.status().ToString();
   MnistOptions options;  // the program's defaults: batch 64, lr 0.001, 5 epochs
   options.log_every_steps = 0;
   const std::vector<MnistReport> reports = Train(2, options, *data);
-  ASSERT_EQ(reports[0].test_accuracy.size(), 5u);
+  ASSERT_EQ(reports[0].eval_metric.size(), 5u);
   for (size_t e = 0; e < 5; ++e) {
-    std::printf("epoch %zu: test accuracy %.4f\n", e, reports[0].test_accuracy[e]);
+    std::printf("epoch %zu: test accuracy %.4f\n", e, reports[0].eval_metric[e]);
   }
-  EXPECT_GE(reports[0].test_accuracy.back(), 0.87);
-  EXPECT_EQ(reports[0].test_accuracy, reports[1].test_accuracy);
+  EXPECT_GE(reports[0].eval_metric.back(), 0.87);
+  EXPECT_EQ(reports[0].eval_metric, reports[1].eval_metric);
 }
 
 // CUDA layers (+ NCCL for 2 GPUs) against the CPU path.
 TEST_F(MnistMlpTest, CudaPathMatchesCpu) {
   const int gpus = trainer::CudaDeviceCount();
   if (gpus == 0) GTEST_SKIP() << "no CUDA GPU present (or built without CUDA): CUDA/NCCL path not run";
-  const MnistData data = SyntheticMnist(128 * 30, 100);
+  const data::MnistData data = SyntheticMnist(128 * 30, 100);
   const std::vector<MnistReport> cpu = Train(1, Quick(128, 20), data);
   std::vector<float> gpu_params;
   if (gpus == 1) {

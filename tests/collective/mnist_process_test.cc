@@ -130,7 +130,7 @@ class MnistProcessTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  examples::MnistFiles files_;
+  data::MnistFiles files_;
 };
 
 // Two ranks started by hand (the environment fleetrun would give them);

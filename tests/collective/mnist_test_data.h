@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/mnist_mlp/mnist_trainer.h"
+#include "trainer/data/mnist.h"
 
 namespace fleet::testing {
 
@@ -43,11 +43,11 @@ inline data::IdxDataset SyntheticIdx(int64_t count, const std::vector<float>& hi
 }
 
 // Same seed, same data.
-inline examples::MnistData SyntheticMnist(int64_t train, int64_t test, uint64_t seed = 7) {
+inline data::MnistData SyntheticMnist(int64_t train, int64_t test, uint64_t seed = 7) {
   std::mt19937_64 rng(seed);
   std::vector<float> hidden(10 * 28 * 28);
   for (float& w : hidden) w = static_cast<float>(static_cast<int64_t>(rng() % 2001) - 1000) / 1000.0f;
-  examples::MnistData data;
+  data::MnistData data;
   data.train = SyntheticIdx(train, hidden, rng);
   data.test = SyntheticIdx(test, hidden, rng);
   return data;
@@ -60,9 +60,9 @@ inline void WriteBigEndian(std::ofstream& out, uint32_t v) {
 }
 
 // Writes plain (uncompressed) IDX files into `dir`; returns their paths.
-inline examples::MnistFiles WriteIdxFiles(const examples::MnistData& data, const std::string& dir) {
-  examples::MnistFiles files{dir + "/train-images", dir + "/train-labels", dir + "/test-images",
-                             dir + "/test-labels"};
+inline data::MnistFiles WriteIdxFiles(const data::MnistData& data, const std::string& dir) {
+  data::MnistFiles files{dir + "/train-images", dir + "/train-labels", dir + "/test-images",
+                         dir + "/test-labels"};
   auto write = [](const data::IdxDataset& d, const std::string& images, const std::string& labels) {
     std::ofstream img(images, std::ios::binary);
     img.write("\0\0\x08\x03", 4);

@@ -24,11 +24,6 @@
 
 namespace fleet::trainer {
 
-// Called during Backward when the gradients of table tensors
-// [first, end) are final (last layer first), so a data-parallel helper can
-// start reducing grads [offset(first), offset(end)) while backward goes on.
-using GradReadyFn = std::function<void(size_t first, size_t end)>;
-
 struct MlpConfig {
   // Layer widths, input first and classes last (Model.sizes). At least two
   // entries, all > 0. Bigger hidden layers learn more and cost more per step.

@@ -1,4 +1,4 @@
-#include "examples/mnist_mlp/mnist_trainer.h"
+#include "trainer/collective/train_loop.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,25 +10,21 @@
 #include <span>
 #include <utility>
 
+#include <glog/logging.h>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/file_io.h"
-#include "trainer/data/metrics.h"
-#include "trainer/models/mlp.h"
-#include "trainer/optimizer.h"
 
-namespace fleet::examples {
+namespace fleet::trainer::collective {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kCheckpointFile[] = "mlp.ckpt";
 constexpr char kPositionFile[] = "data_position";
-// Test-set samples per forward pass during evaluation.
-constexpr int64_t kEvalBatch = 1000;
 
 // The data layout that gives a step its samples; a checkpoint only resumes
 // into a run with the same layout.
@@ -98,19 +94,19 @@ Status CheckPosition(const std::string& path, const DataLayout& want) {
   return Status::OK();
 }
 
-class Trainer {
+class Loop {
  public:
-  Trainer(const MnistOptions& options, const MnistData& data, Collective* collective,
-          trainer::Backend* backend, std::ostream* progress)
+  Loop(const TrainLoopOptions& options, CollectiveTask& task, Collective* collective,
+       std::ostream* progress)
       : options_(options),
-        data_(data),
+        task_(task),
         collective_(collective),
-        backend_(backend),
         progress_(progress),
         rank_(collective ? collective->rank() : 0),
-        world_(collective ? collective->size() : 1) {}
+        world_(collective ? collective->size() : 1),
+        checkpoint_file_(task.name() + ".ckpt") {}
 
-  Result<MnistReport> Run();
+  Result<TrainReport> Run();
 
  private:
   Status Validate() const;
@@ -120,90 +116,71 @@ class Trainer {
   Status ResumeAndSync();
   Status Save(int64_t step);
   Result<float> TrainStep(int64_t step);
+  // The mean of the ranks' gradients, then the optimizer's step.
+  Status Update();
   Result<double> Evaluate();
   void Print(const std::string& line) {
     if (progress_ != nullptr) *progress_ << line << std::endl;
   }
 
-  const MnistOptions& options_;
-  const MnistData& data_;
+  const TrainLoopOptions& options_;
+  CollectiveTask& task_;
   Collective* const collective_;
-  trainer::Backend* const backend_;
   std::ostream* const progress_;
   const int rank_;
   const int world_;
+  const std::string checkpoint_file_;
 
   DataLayout layout_;
-  std::unique_ptr<trainer::Mlp> model_;
-  std::unique_ptr<trainer::Optimizer> optimizer_;
-  std::unique_ptr<trainer::DataParallel> dp_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<DataParallel> dp_;
 
   // The order of the epoch in use, and which epoch it is.
   int64_t order_epoch_ = -1;
   std::vector<int64_t> order_;
-  std::vector<float> batch_x_;
-  std::vector<int32_t> batch_labels_;
 };
 
-Status Trainer::Validate() const {
-  const MnistOptions& o = options_;
-  if (o.sizes.size() < 2) return Status::InvalidArgument("sizes needs an input and an output");
-  if (o.sizes.front() != data_.train.images.pixels_per_image() ||
-      o.sizes.front() != data_.test.images.pixels_per_image()) {
-    return Status::InvalidArgument(
-        "input size differs from the images' pixel count",
-        absl::StrCat(o.sizes.front(), " vs ", data_.train.images.pixels_per_image(), " (train), ",
-                     data_.test.images.pixels_per_image(), " (test)"));
-  }
+Status Loop::Validate() const {
+  const TrainLoopOptions& o = options_;
   if (o.epochs < 1) return Status::InvalidArgument("epochs must be >= 1", absl::StrCat(o.epochs));
   if (o.batch_size < 1) {
     return Status::InvalidArgument("batch_size must be >= 1", absl::StrCat(o.batch_size));
   }
-  if (!(o.lr > 0)) return Status::InvalidArgument("lr must be > 0", absl::StrCat(o.lr));
   if (o.max_steps < 0 || o.log_every_steps < 0 || o.checkpoint_every_steps < 0) {
-    return Status::InvalidArgument("max_steps, log_every_steps and checkpoint_every_steps must be >= 0");
+    return Status::InvalidArgument(
+        "max_steps, log_every_steps and checkpoint_every_steps must be >= 0");
   }
-  if (data_.train.images.count < static_cast<int64_t>(o.batch_size) * world_) {
+  if (task_.num_train_samples() < static_cast<int64_t>(o.batch_size) * world_) {
     return Status::InvalidArgument(
         "too few training samples for one global batch",
-        absl::StrCat(data_.train.images.count, " samples, global batch ",
+        absl::StrCat(task_.num_train_samples(), " samples, global batch ",
                      static_cast<int64_t>(o.batch_size) * world_));
   }
   return Status::OK();
 }
 
-Status Trainer::Setup() {
+Status Loop::Setup() {
   FLEET_RETURN_IF_ERROR(Validate());
-  layout_ = DataLayout{data_.train.images.count, static_cast<int64_t>(options_.batch_size) * world_,
-                       options_.shuffle_seed};
-  trainer::MlpConfig config;
-  config.sizes = options_.sizes;
-  config.seed = options_.model_seed;
-  FLEET_ASSIGN_OR_RETURN(model_, trainer::Mlp::Create(config, backend_));
-  trainer::OptimizerConfig opt;
-  opt.type = "adam";
-  opt.lr = options_.lr;
-  FLEET_ASSIGN_OR_RETURN(optimizer_, trainer::CreateOptimizer(opt, &model_->arena()));
-  FLEET_ASSIGN_OR_RETURN(
-      dp_, trainer::DataParallel::Create(collective_, &model_->arena(), options_.data_parallel));
-  batch_x_.resize(static_cast<size_t>(options_.batch_size) * options_.sizes.front());
-  batch_labels_.resize(options_.batch_size);
+  layout_ = DataLayout{task_.num_train_samples(),
+                       static_cast<int64_t>(options_.batch_size) * world_, options_.shuffle_seed};
+  FLEET_ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(options_.optimizer, &task_.arena()));
+  FLEET_ASSIGN_OR_RETURN(dp_,
+                         DataParallel::Create(collective_, &task_.arena(), options_.data_parallel));
   return Status::OK();
 }
 
-Status Trainer::ResumeAndSync() {
+Status Loop::ResumeAndSync() {
   Status load;
   if (rank_ == 0 && !options_.checkpoint_dir.empty()) {
     const std::filesystem::path dir(options_.checkpoint_dir);
     std::error_code ec;
-    if (std::filesystem::exists(dir / kCheckpointFile, ec)) {
+    if (std::filesystem::exists(dir / checkpoint_file_, ec)) {
       load = CheckPosition((dir / kPositionFile).string(), layout_);
       if (load.ok()) {
-        load = trainer::LoadCheckpoint((dir / kCheckpointFile).string(), &model_->arena(),
-                                       optimizer_.get());
+        load = LoadCheckpoint((dir / checkpoint_file_).string(), &task_.arena(), optimizer_.get());
       }
       if (load.ok()) {
-        LOG(INFO) << "resumed from " << (dir / kCheckpointFile).string() << " at step "
+        LOG(INFO) << "resumed from " << (dir / checkpoint_file_).string() << " at step "
                   << optimizer_->step();
       }
     }
@@ -220,7 +197,7 @@ Status Trainer::ResumeAndSync() {
   return dp_->SyncFromRoot(optimizer_.get());
 }
 
-Status Trainer::Save(int64_t step) {
+Status Loop::Save(int64_t step) {
   if (rank_ != 0 || options_.checkpoint_dir.empty()) return Status::OK();
   const std::filesystem::path dir(options_.checkpoint_dir);
   std::error_code ec;
@@ -230,10 +207,10 @@ Status Trainer::Save(int64_t step) {
   // checkpoint, which the unchanged layout still places (see the header).
   FLEET_RETURN_IF_ERROR(
       data::WriteFileAtomically((dir / kPositionFile).string(), PositionText(layout_, step)));
-  return trainer::SaveCheckpoint((dir / kCheckpointFile).string(), model_->arena(), *optimizer_);
+  return SaveCheckpoint((dir / checkpoint_file_).string(), task_.arena(), *optimizer_);
 }
 
-Result<float> Trainer::TrainStep(int64_t step) {
+Result<float> Loop::TrainStep(int64_t step) {
   const int64_t spe = layout_.steps_per_epoch();
   const int64_t epoch = step / spe;
   if (epoch != order_epoch_) {
@@ -242,47 +219,30 @@ Result<float> Trainer::TrainStep(int64_t step) {
   }
   const int64_t B = options_.batch_size;
   const int64_t first = (step % spe) * layout_.global_batch + rank_ * B;
-  const int64_t pixels = data_.train.images.pixels_per_image();
-  for (int64_t i = 0; i < B; ++i) {
-    const int64_t sample = order_[first + i];
-    std::copy_n(data_.train.images.pixels.begin() + sample * pixels, pixels,
-                batch_x_.begin() + i * pixels);
-    batch_labels_[i] = data_.train.labels[sample];
-  }
-  model_->arena().ZeroGrad();
-  FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(batch_x_, batch_labels_));
-  model_->Backward(dp_->grad_ready());
-  FLEET_RETURN_IF_ERROR(dp_->FinishGradients());
-  optimizer_->Step();
+  FLEET_RETURN_IF_ERROR(task_.LoadBatch(std::span<const int64_t>(order_.data() + first, B)));
+  task_.arena().ZeroGrad();
+  FLEET_ASSIGN_OR_RETURN(float loss, task_.ForwardBackward(dp_->grad_ready()));
+  FLEET_RETURN_IF_ERROR(Update());
   return loss;
 }
 
-Result<double> Trainer::Evaluate() {
-  const data::IdxDataset& test = data_.test;
-  const int64_t n = test.images.count;
-  const int64_t begin = n * rank_ / world_;
-  const int64_t end = n * (rank_ + 1) / world_;
-  const int64_t pixels = test.images.pixels_per_image();
-  float sums[2] = {0.0f, 0.0f};  // correct, count
-  for (int64_t b = begin; b < end; b += kEvalBatch) {
-    const int64_t e = std::min(end, b + kEvalBatch);
-    std::span<const float> x(test.images.pixels.data() + b * pixels, (e - b) * pixels);
-    std::span<const int32_t> labels(test.labels.data() + b, e - b);
-    FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(x, labels));
-    (void)loss;
-    const std::vector<float> probs = model_->Probabilities();
-    sums[0] += static_cast<float>(data::CountCorrectArgmax(probs, model_->num_classes(), labels));
-    sums[1] += static_cast<float>(e - b);
-  }
-  FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(sums));
-  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+Status Loop::Update() {
+  FLEET_RETURN_IF_ERROR(dp_->FinishGradients());
+  optimizer_->Step();
+  return Status::OK();
 }
 
-Result<MnistReport> Trainer::Run() {
+Result<double> Loop::Evaluate() {
+  FLEET_ASSIGN_OR_RETURN(std::vector<float> sums, task_.EvalSums(rank_, world_));
+  FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(sums));
+  return task_.EvalMetric(sums);
+}
+
+Result<TrainReport> Loop::Run() {
   FLEET_RETURN_IF_ERROR(Setup());
   FLEET_RETURN_IF_ERROR(ResumeAndSync());
 
-  MnistReport report;
+  TrainReport report;
   const int64_t spe = layout_.steps_per_epoch();
   int64_t total = spe * options_.epochs;
   if (options_.max_steps > 0) total = std::min(total, options_.max_steps);
@@ -308,18 +268,24 @@ Result<MnistReport> Trainer::Run() {
     if (options_.log_every_steps > 0 && done % options_.log_every_steps == 0) {
       float sums[2] = {loss_sum, static_cast<float>(loss_count)};
       FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(sums));
-      const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
-      Print(absl::StrFormat("epoch: %d, step: %d, train_loss: %.6f, speed: %.2f steps/s", epoch,
-                            done, sums[0] / sums[1], secs > 0 ? loss_count / secs : 0.0));
+      ProgressWindow window;
+      window.epoch = epoch;
+      window.step = done;
+      window.loss = sums[0] / sums[1];
+      window.steps = loss_count;
+      window.seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
+      window.global_batch = layout_.global_batch;
+      window.learning_rate = optimizer_->learning_rate();
+      Print(options_.progress_line(window));
       loss_sum = 0.0f;
       loss_count = 0;
       window_start = Clock::now();
     }
     const bool epoch_end = done % spe == 0;
     if (epoch_end && options_.evaluate) {
-      FLEET_ASSIGN_OR_RETURN(double accuracy, Evaluate());
-      report.test_accuracy.push_back(accuracy);
-      Print(absl::StrFormat("epoch: %d, test_accuracy: %.4f", epoch, accuracy));
+      FLEET_ASSIGN_OR_RETURN(double metric, Evaluate());
+      report.eval_metric.push_back(metric);
+      Print(absl::StrFormat("epoch: %d, %s: %.4f", epoch, task_.eval_metric_name(), metric));
     }
     if (epoch_end || done == total ||
         (options_.checkpoint_every_steps > 0 && done % options_.checkpoint_every_steps == 0)) {
@@ -329,41 +295,21 @@ Result<MnistReport> Trainer::Run() {
     if (epoch_end) window_start = Clock::now();  // evaluation is not training speed
   }
   report.end_step = optimizer_->step();
-  report.params = model_->arena().ParamsToHost();
+  report.params = task_.arena().ParamsToHost();
   return report;
 }
 
 }  // namespace
 
-MnistFiles MnistFilesIn(const std::string& dir) {
-  const std::filesystem::path d(dir);
-  return MnistFiles{(d / "train-images-idx3-ubyte.gz").string(),
-                    (d / "train-labels-idx1-ubyte.gz").string(),
-                    (d / "t10k-images-idx3-ubyte.gz").string(),
-                    (d / "t10k-labels-idx1-ubyte.gz").string()};
+std::string DefaultProgressLine(const ProgressWindow& w) {
+  return absl::StrFormat("epoch: %d, step: %d, train_loss: %.6f, speed: %.2f steps/s", w.epoch,
+                         w.step, w.loss, w.seconds > 0 ? w.steps / w.seconds : 0.0);
 }
 
-Result<MnistData> LoadMnistData(const MnistFiles& files, int64_t max_train_samples) {
-  constexpr int kClasses = 10;
-  MnistData data;
-  FLEET_ASSIGN_OR_RETURN(data.train,
-                         data::ReadIdxDataset(files.train_images, files.train_labels, kClasses));
-  FLEET_ASSIGN_OR_RETURN(data.test,
-                         data::ReadIdxDataset(files.test_images, files.test_labels, kClasses));
-  if (max_train_samples > 0 && max_train_samples < data.train.images.count) {
-    data.train.images.count = max_train_samples;
-    data.train.images.pixels.resize(max_train_samples * data.train.images.pixels_per_image());
-    data.train.labels.resize(max_train_samples);
-  }
-  return data;
+Result<TrainReport> RunTrainLoop(const TrainLoopOptions& options, CollectiveTask& task,
+                                 Collective* collective, std::ostream* progress) {
+  Loop loop(options, task, collective, progress);
+  return loop.Run();
 }
 
-Result<MnistReport> TrainMnist(const MnistOptions& options, const MnistData& data,
-                               Collective* collective, trainer::Backend* backend,
-                               std::ostream* progress) {
-  if (backend == nullptr) return Status::InvalidArgument("TrainMnist: no backend");
-  Trainer trainer(options, data, collective, backend, progress);
-  return trainer.Run();
-}
-
-}  // namespace fleet::examples
+}  // namespace fleet::trainer::collective

@@ -1,0 +1,91 @@
+// The collective training loop's own interface (trainer/collective/
+// train_loop.h), beyond what the MNIST tests exercise through TrainMnist:
+// what a progress line is given, and the default line's format.
+#include "trainer/collective/train_loop.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/collective/mnist_test_data.h"
+#include "tests/comm/collective_test_util.h"
+#include "trainer/collective/mlp_classifier.h"
+#include "trainer/kernels/cpu_kernels.h"
+
+namespace fleet::trainer::collective {
+namespace {
+
+using fleet::testing::RunGlooRanks;
+using fleet::testing::SyntheticMnist;
+using fleet::testing::ThrowIfError;
+
+TEST(TrainLoopTest, DefaultProgressLine) {
+  ProgressWindow w;
+  w.epoch = 1;
+  w.step = 30;
+  w.loss = 0.5;
+  w.steps = 10;
+  w.seconds = 4.0;
+  EXPECT_EQ(DefaultProgressLine(w),
+            "epoch: 1, step: 30, train_loss: 0.500000, speed: 2.50 steps/s");
+  w.seconds = 0;
+  EXPECT_EQ(DefaultProgressLine(w),
+            "epoch: 1, step: 30, train_loss: 0.500000, speed: 0.00 steps/s");
+}
+
+// Two ranks of batch 32 over 1000 samples (15 steps per epoch), a line every
+// 4 steps up to step 18: the windows name the step, epoch, window length,
+// global batch and learning rate, and the loss is the mean of both ranks'
+// losses over the window.
+TEST(TrainLoopTest, ProgressLineGetsEachWindow) {
+  trainer::kernels::SetBlasThreads(1);
+  const data::MnistData data = SyntheticMnist(1000, 100);
+  TrainLoopOptions options;
+  options.epochs = 2;
+  options.batch_size = 32;
+  options.max_steps = 18;
+  options.log_every_steps = 4;
+  options.evaluate = false;
+  options.optimizer.lr = 2e-3f;
+  std::mutex mu;
+  std::vector<ProgressWindow> windows;
+  options.progress_line = [&](const ProgressWindow& w) {
+    std::lock_guard<std::mutex> lock(mu);
+    windows.push_back(w);
+    return DefaultProgressLine(w);
+  };
+  std::vector<TrainReport> reports(2);
+  RunGlooRanks(2, std::chrono::milliseconds(20000), [&](int rank, Collective& group) {
+    CpuBackend backend;
+    auto task = MlpClassifierTask::Create({}, data.train, data.test, &backend);
+    ThrowIfError(task.status(), "MlpClassifierTask");
+    auto report = RunTrainLoop(options, **task, &group, nullptr);
+    ThrowIfError(report.status(), "RunTrainLoop");
+    reports[rank] = std::move(report).value();
+  });
+  ASSERT_EQ(reports[0].step_losses.size(), 18u);
+  ASSERT_EQ(windows.size(), 8u);  // 4 per rank, at steps 4, 8, 12, 16
+  std::sort(windows.begin(), windows.end(),
+            [](const ProgressWindow& a, const ProgressWindow& b) { return a.step < b.step; });
+  for (size_t i = 0; i < windows.size(); ++i) {
+    const ProgressWindow& w = windows[i];
+    const int64_t step = 4 * static_cast<int64_t>(i / 2 + 1);
+    EXPECT_EQ(w.step, step);
+    EXPECT_EQ(w.epoch, (step - 1) / 15);
+    EXPECT_EQ(w.steps, 4);
+    EXPECT_EQ(w.global_batch, 64);
+    EXPECT_FLOAT_EQ(w.learning_rate, 2e-3f);
+    EXPECT_GT(w.seconds, 0);
+    double sum = 0;
+    for (const TrainReport& r : reports) {
+      for (int64_t s = step - 4; s < step; ++s) sum += r.step_losses[s];
+    }
+    EXPECT_NEAR(w.loss, sum / 8, 1e-5) << "step " << step;
+  }
+}
+
+}  // namespace
+}  // namespace fleet::trainer::collective

@@ -1,0 +1,74 @@
+#include "trainer/collective/mlp_classifier.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "trainer/data/metrics.h"
+
+namespace fleet::trainer::collective {
+namespace {
+
+// Test-set samples per forward pass during evaluation.
+constexpr int64_t kEvalBatch = 1000;
+
+}  // namespace
+
+Result<std::unique_ptr<MlpClassifierTask>> MlpClassifierTask::Create(const MlpConfig& config,
+                                                                     const data::IdxDataset& train,
+                                                                     const data::IdxDataset& test,
+                                                                     Backend* backend) {
+  if (config.sizes.size() < 2) return Status::InvalidArgument("sizes needs an input and an output");
+  if (config.sizes.front() != train.images.pixels_per_image() ||
+      config.sizes.front() != test.images.pixels_per_image()) {
+    return Status::InvalidArgument(
+        "input size differs from the images' pixel count",
+        absl::StrCat(config.sizes.front(), " vs ", train.images.pixels_per_image(), " (train), ",
+                     test.images.pixels_per_image(), " (test)"));
+  }
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Mlp> model, Mlp::Create(config, backend));
+  return std::unique_ptr<MlpClassifierTask>(new MlpClassifierTask(std::move(model), train, test));
+}
+
+Status MlpClassifierTask::LoadBatch(std::span<const int64_t> ids) {
+  const int64_t pixels = train_.images.pixels_per_image();
+  batch_x_.resize(ids.size() * pixels);
+  batch_labels_.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t sample = ids[i];
+    std::copy_n(train_.images.pixels.begin() + sample * pixels, pixels,
+                batch_x_.begin() + i * pixels);
+    batch_labels_[i] = train_.labels[sample];
+  }
+  return Status::OK();
+}
+
+Result<float> MlpClassifierTask::ForwardBackward(const GradReadyFn& grad_ready) {
+  FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(batch_x_, batch_labels_));
+  model_->Backward(grad_ready);
+  return loss;
+}
+
+Result<std::vector<float>> MlpClassifierTask::EvalSums(int rank, int world_size) {
+  const int64_t n = test_.images.count;
+  const int64_t begin = n * rank / world_size;
+  const int64_t end = n * (rank + 1) / world_size;
+  const int64_t pixels = test_.images.pixels_per_image();
+  std::vector<float> sums = {0.0f, 0.0f};  // correct, count
+  for (int64_t b = begin; b < end; b += kEvalBatch) {
+    const int64_t e = std::min(end, b + kEvalBatch);
+    std::span<const float> x(test_.images.pixels.data() + b * pixels, (e - b) * pixels);
+    std::span<const int32_t> labels(test_.labels.data() + b, e - b);
+    FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(x, labels));
+    (void)loss;
+    const std::vector<float> probs = model_->Probabilities();
+    sums[0] += static_cast<float>(data::CountCorrectArgmax(probs, model_->num_classes(), labels));
+    sums[1] += static_cast<float>(e - b);
+  }
+  return sums;
+}
+
+double MlpClassifierTask::EvalMetric(std::span<const float> sums) const {
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+}  // namespace fleet::trainer::collective
