@@ -173,6 +173,15 @@ Message PsClient::NewRequest(pb::PsCommand command, int table,
   return m;
 }
 
+pb::PsRequestMeta PsClient::PushMeta(const PushOptions& options) const {
+  pb::PsRequestMeta meta;
+  meta.set_worker_rank(options.contributor >= 0 ? options.contributor : options_.worker_rank);
+  meta.set_step(options.step);
+  meta.set_contributors(options.contributors);
+  meta.set_idempotent(options.idempotent);
+  return meta;
+}
+
 std::future<Status> PsClient::SendAll(
     size_t count, const std::function<Outgoing(size_t index)>& make,
     std::chrono::milliseconds timeout, const std::string& what,
@@ -471,9 +480,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
     }
   }
   const std::vector<SArray<uint64_t>> server_keys = TakeServerKeys(split);
-  pb::PsRequestMeta meta;
-  meta.set_worker_rank(options_.worker_rank);
-  meta.set_step(options.step);
+  const pb::PsRequestMeta meta = PushMeta(options);
   auto make = [&](size_t g) -> Outgoing {
     const Piece& p = pieces[g];
     const size_t end = size_t{p.first} + p.count;
@@ -556,9 +563,7 @@ std::future<Status> PsClient::SendDense(pb::PsCommand command, uint32_t table,
   const bool sync = command == pb::PS_PUSH_DENSE_GRAD && job_.distributed.mode == SyncMode::kSync;
   if (Status s = RequireStepInSyncMode(sync, options, table); !s.ok()) return Ready(s);
   const TableRoute& r = *route.value();
-  pb::PsRequestMeta meta;
-  meta.set_worker_rank(options_.worker_rank);
-  meta.set_step(options.step);
+  const pb::PsRequestMeta meta = PushMeta(options);
   std::vector<std::optional<Message>> requests(num_servers());
   for (int s = 0; s < num_servers(); ++s) {
     if (r.ranges[s].size() == 0) continue;

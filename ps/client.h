@@ -55,6 +55,16 @@ struct PushOptions {
   std::chrono::milliseconds timeout{0};
   // Sync mode: the step the gradient belongs to (required there, >= 0).
   int64_t step = -1;
+  // Sync mode: the slot this push fills in its step (-1: the client's
+  // worker_rank) and how many slots a step has (0: the servers' worker
+  // count). A heter worker pushes the dense gradient of micro-batch m of
+  // CPU worker w's step as slot w * M + m of W * M.
+  int contributor = -1;
+  int contributors = 0;
+  // Sync mode: a second push of the same step and slot is dropped and
+  // answered as the first one is, instead of refused (a micro-batch resent
+  // after its heter worker failed is applied once).
+  bool idempotent = false;
   // CTR accessor: one show and one click count per key (empty = show 1,
   // click 0 for every key).
   std::span<const float> shows;
@@ -147,6 +157,8 @@ class PsClient {
   Status Blocking(const std::function<std::future<Status>()>& issue,
                   std::chrono::milliseconds timeout) const;
   Message NewRequest(pb::PsCommand command, int table, const pb::PsRequestMeta& meta) const;
+  // The metadata of a gradient or delta push.
+  pb::PsRequestMeta PushMeta(const PushOptions& options) const;
   // One request of a call. `part` names it among several to one server
   // in errors (" (part 2 of 4)"), or is empty.
   struct Outgoing {

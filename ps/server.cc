@@ -292,7 +292,7 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
     row[dim] = shows.empty() ? 1.0f : shows[i];
     row[dim + 1] = clicks.empty() ? 0.0f : clicks[i];
   }
-  AddSyncContribution(t->config().id, meta->step(), meta->worker_rank(), keys->span(), combined, r);
+  AddSyncContribution(t->config().id, *meta, keys->span(), combined, r);
 }
 
 Status PsServer::PullDense(const Message& req, Message* resp) {
@@ -332,18 +332,21 @@ void PsServer::PushDense(Message req, Responder r, bool delta) {
   }
   auto meta = ParseMeta(req);
   if (!meta.ok()) return reply_error(meta.status());
-  AddSyncContribution(t->config().id, meta->step(), meta->worker_rank(), {}, values->span(), r);
+  AddSyncContribution(t->config().id, *meta, {}, values->span(), r);
 }
 
-void PsServer::AddSyncContribution(uint32_t table, int64_t step, int rank,
+void PsServer::AddSyncContribution(uint32_t table, const pb::PsRequestMeta& meta,
                                    std::span<const uint64_t> keys, std::span<const float> values,
                                    Responder r) {
+  const int64_t step = meta.step();
   std::vector<Responder> done;
   Status result;
   {
     std::lock_guard<std::mutex> lock(sync_mu_);
     SyncTable& st = sync_[table];
-    auto added = st.merger->Add(step, rank, keys, values);
+    auto added =
+        st.merger->Add(step, meta.worker_rank(), keys, values,
+                       {.contributors = meta.contributors(), .idempotent = meta.idempotent()});
     if (!added.ok()) {
       result = added.status().WithContext(absl::StrCat("table ", table, " step ", step));
       done.push_back(r);

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/proto/ps.pb.h"
 #include "comm/rpc.h"
 #include "comm/thread_pool.h"
 #include "ps/checkpoint.h"
@@ -106,8 +107,11 @@ class PsServer {
 
   // Sync mode: hands a contribution to the table's merger; replies to every
   // push of the step once it is applied.
-  void AddSyncContribution(uint32_t table, int64_t step, int rank, std::span<const uint64_t> keys,
-                           std::span<const float> values, Responder r);
+  // `meta` gives the step, the slot (worker_rank), the slot count and
+  // whether a second push of the slot is dropped (GradientMerger::AddOptions).
+  void AddSyncContribution(uint32_t table, const pb::PsRequestMeta& meta,
+                           std::span<const uint64_t> keys, std::span<const float> values,
+                           Responder r);
 
   Result<SparseTable*> FindSparse(const Message& req);
   // Whether a sparse pull/push is cheap enough to run on the I/O thread.

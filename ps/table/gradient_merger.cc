@@ -14,31 +14,50 @@ GradientMerger::GradientMerger(int num_workers, size_t width, bool keyed, ApplyF
 }
 
 Result<bool> GradientMerger::Add(int64_t step, int rank, std::span<const uint64_t> keys,
-                                 std::span<const float> values) {
-  if (rank < 0 || rank >= num_workers_)
-    return Status::InvalidArgument("worker rank out of range", absl::StrCat(rank, " of ", num_workers_));
+                                 std::span<const float> values, const AddOptions& options) {
+  // A step's slots are allocated up front: bound what a request may ask for.
+  constexpr int kMaxContributors = 1 << 16;
+  if (options.contributors < 0 || options.contributors > kMaxContributors)
+    return Status::InvalidArgument(
+        absl::StrCat("contributors must be in [0, ", kMaxContributors, "]"),
+        std::to_string(options.contributors));
+  const int contributors = options.contributors > 0 ? options.contributors : num_workers_;
+  if (rank < 0 || rank >= contributors)
+    return Status::InvalidArgument("worker rank out of range",
+                                   absl::StrCat(rank, " of ", contributors));
   const size_t expect = keyed_ ? keys.size() * width_ : width_;
   if ((!keyed_ && !keys.empty()) || values.size() != expect)
     return Status::InvalidArgument(absl::StrCat("gradient of step ", step, " from rank ", rank, " has ",
                                                 keys.size(), " keys and ", values.size(),
                                                 " floats, expected ", expect, " floats"));
   std::lock_guard<std::mutex> l(mu_);
-  if (step < applied_below_)
-    return Status::InvalidArgument(absl::StrCat("step ", step, " from rank ", rank, " was already applied"));
+  if (step < applied_below_) {
+    if (options.idempotent) return true;  // a resend of a contribution already applied
+    return Status::InvalidArgument(
+        absl::StrCat("step ", step, " from rank ", rank, " was already applied"));
+  }
+  auto it = pending_.find(step);
+  if (it != pending_.end() && it->second.expected != contributors) {
+    return Status::InvalidArgument(absl::StrCat("step ", step, " waits for ", it->second.expected,
+                                                " contributions, rank ", rank, "'s push says ",
+                                                contributors));
+  }
+  if (it != pending_.end() && it->second.arrived[rank]) {
+    if (options.idempotent) return false;  // a resend: answered with the step
+    return Status::InvalidArgument(absl::StrCat("rank ", rank, " sent step ", step, " twice"));
+  }
   Pending& p = pending_[step];
   if (p.arrived.empty()) {
-    p.arrived.assign(num_workers_, false);
-    p.keys.resize(num_workers_);
-    p.values.resize(num_workers_);
-  }
-  if (p.arrived[rank]) {
-    return Status::InvalidArgument(absl::StrCat("rank ", rank, " sent step ", step, " twice"));
+    p.expected = contributors;
+    p.arrived.assign(contributors, false);
+    p.keys.resize(contributors);
+    p.values.resize(contributors);
   }
   p.arrived[rank] = true;
   ++p.count;
   p.keys[rank].assign(keys.begin(), keys.end());
   p.values[rank].assign(values.begin(), values.end());
-  if (p.count < num_workers_) return false;
+  if (p.count < p.expected) return false;
   Status st = Merge(p);
   pending_.erase(step);
   // Steps are applied in the order they complete; a straggler's earlier
@@ -51,14 +70,14 @@ Result<bool> GradientMerger::Add(int64_t step, int rank, std::span<const uint64_
 Status GradientMerger::Merge(Pending& p) {
   if (!keyed_) {
     std::vector<float> sum = std::move(p.values[0]);
-    for (int r = 1; r < num_workers_; ++r)
+    for (int r = 1; r < p.expected; ++r)
       for (size_t i = 0; i < width_; ++i) sum[i] += p.values[r][i];
     return apply_({}, sum);
   }
   std::vector<uint64_t> keys;
   std::vector<float> sum;
   absl::flat_hash_map<uint64_t, size_t> pos;
-  for (int r = 0; r < num_workers_; ++r) {
+  for (int r = 0; r < p.expected; ++r) {
     for (size_t k = 0; k < p.keys[r].size(); ++k) {
       auto [it, fresh] = pos.try_emplace(p.keys[r][k], keys.size());
       if (fresh) {

@@ -34,20 +34,38 @@ class GradientMerger {
   // REQUIRES: num_workers >= 1, width >= 1, apply callable.
   GradientMerger(int num_workers, size_t width, bool keyed, ApplyFn apply);
 
-  // Records rank's gradient for step. Returns true when this was the last
-  // contribution and the merged step was applied (the Status of a failed
-  // apply is returned instead), false when the step still waits for others.
-  // Errors: InvalidArgument for a rank out of range, a second contribution
-  // of a rank to a step, a step already applied, or sizes that do not
-  // match width (keys.size() * width values when keyed, width when not);
-  // the pending step is then unchanged.
-  Result<bool> Add(int64_t step, int rank, std::span<const uint64_t> keys, std::span<const float> values);
+  struct AddOptions {
+    // Contributions the step waits for; 0 = num_workers. Every contribution
+    // of a step must say the same.
+    int contributors = 0;
+    // A second contribution of the same rank to a step is dropped: Add
+    // returns false while the step waits and true once it was applied,
+    // instead of an error (a resent micro-batch).
+    bool idempotent = false;
+  };
+
+  // Records rank's gradient for step. Returns true when the step is applied
+  // (this was the last contribution and the merged step was applied now; the
+  // Status of a failed apply is returned instead), false when it still waits
+  // for others. Ranks are in [0, contributors) and summed in that order.
+  // Errors: InvalidArgument for a rank out of range, a contributor count
+  // that differs from the step's, a second contribution of a rank to a
+  // step or one to a step already applied (unless idempotent), or sizes that
+  // do not match width (keys.size() * width values when keyed, width when
+  // not); the pending step is then unchanged.
+  Result<bool> Add(int64_t step, int rank, std::span<const uint64_t> keys,
+                   std::span<const float> values, const AddOptions& options);
+  Result<bool> Add(int64_t step, int rank, std::span<const uint64_t> keys,
+                   std::span<const float> values) {
+    return Add(step, rank, keys, values, AddOptions{});
+  }
 
   // Steps with some but not all contributions (for stats and tests).
   size_t pending_steps() const;
 
  private:
   struct Pending {
+    int expected = 0;  // contributions the step waits for
     std::vector<bool> arrived;
     int count = 0;
     std::vector<std::vector<uint64_t>> keys;  // per rank

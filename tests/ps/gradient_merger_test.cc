@@ -103,5 +103,48 @@ TEST(GradientMergerTest, RejectsBadContributions) {
   EXPECT_EQ(m.pending_steps(), 0u);
 }
 
+// Heter workers push one dense contribution per micro-batch: a step waits
+// for the count its pushes name (not the worker count), sums them in slot
+// order, and with `idempotent` a resent slot is dropped, whether the step
+// still waits or was applied.
+TEST(GradientMergerTest, ContributorsPerStepAndIdempotentResends) {
+  std::vector<float> applied;
+  int applies = 0;
+  GradientMerger m(2, 4, /*keyed=*/false, [&](auto, std::span<const float> v) {
+    applied.assign(v.begin(), v.end());
+    ++applies;
+    return Status::OK();
+  });
+  const GradientMerger::AddOptions four{.contributors = 4, .idempotent = true};
+  for (int rank : {3, 0, 2}) ASSERT_FALSE(m.Add(0, rank, {}, Contribution(rank, 4), four).value());
+  // Resent slot 2 while the step waits: dropped, still waiting.
+  ASSERT_FALSE(m.Add(0, 2, {}, std::vector<float>(4, 1e6f), four).value());
+  // A push that disagrees on the count is refused.
+  auto wrong = m.Add(0, 1, {}, Contribution(1, 4), {.contributors = 2, .idempotent = true});
+  EXPECT_TRUE(wrong.status().IsInvalidArgument());
+  EXPECT_NE(wrong.status().message().find("waits for 4 contributions"), std::string::npos);
+  EXPECT_EQ(applies, 0);
+  ASSERT_TRUE(m.Add(0, 1, {}, Contribution(1, 4), four).value());
+  ASSERT_EQ(applies, 1);
+  for (size_t i = 0; i < 4; ++i) {
+    float s = Contribution(0, 4)[i];
+    for (int r = 1; r < 4; ++r) s += Contribution(r, 4)[i];
+    EXPECT_EQ(applied[i], s) << i;  // slot order; the resend's 1e6 is not in it
+  }
+  // Resent after the step was applied: answered as applied, not applied again.
+  ASSERT_TRUE(m.Add(0, 3, {}, Contribution(3, 4), four).value());
+  EXPECT_EQ(applies, 1);
+  // Without idempotent the same resend is an error, as before.
+  EXPECT_TRUE(
+      m.Add(0, 3, {}, Contribution(3, 4), {.contributors = 4}).status().IsInvalidArgument());
+  // Slots out of the step's range, and absurd counts, are refused.
+  EXPECT_TRUE(m.Add(1, 4, {}, Contribution(0, 4), four).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      m.Add(1, 0, {}, Contribution(0, 4), {.contributors = -1}).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      m.Add(1, 0, {}, Contribution(0, 4), {.contributors = 1 << 30}).status().IsInvalidArgument());
+  EXPECT_EQ(m.pending_steps(), 0u);
+}
+
 }  // namespace
 }  // namespace fleet::ps

@@ -249,6 +249,40 @@ TEST(PsServerTest, SyncModeDensePushes) {
   });
 }
 
+// The pushes of heter workers: a 2-worker job's step waits for the three
+// slots the pushes name, whichever client sends them, and a resent slot is
+// answered without being applied twice.
+TEST(PsServerTest, SyncModeDenseContributorsAndIdempotentResends) {
+  PsCluster cluster(Job("sync"), 2, 2);
+  auto push = [&](int client, int slot, float value) {
+    PushOptions o;
+    o.step = 0;
+    o.contributor = slot;
+    o.contributors = 3;
+    o.idempotent = true;
+    return cluster.client(client).ZPushDenseGrad(1, SArray<float>(std::vector<float>(10, value)),
+                                                 o);
+  };
+  auto a = push(0, 0, 1.0f);
+  auto b = push(0, 2, 2.0f);
+  // Slot 2 again, from elsewhere (whichever arrives first is kept: the same
+  // value, so only applying both would show).
+  auto resend = push(1, 2, 2.0f);
+  EXPECT_EQ(a.wait_for(200ms), std::future_status::timeout) << "the step waits for slot 1";
+  ASSERT_TRUE(push(1, 1, 4.0f).get().ok());
+  ASSERT_TRUE(a.get().ok());
+  ASSERT_TRUE(b.get().ok());
+  ASSERT_TRUE(resend.get().ok());
+  std::vector<float> v(10);
+  ASSERT_TRUE(cluster.client(0).PullDense(1, v).ok());
+  EXPECT_EQ(v[0], -7.0f);  // sgd lr 1 on 1 + 4 + 2, not + 2 again
+  EXPECT_EQ(v[9], -7.0f);
+  // A resend after the step was applied: answered at once, not applied.
+  ASSERT_TRUE(push(1, 0, 50.0f).get().ok());
+  ASSERT_TRUE(cluster.client(0).PullDense(1, v).ok());
+  EXPECT_EQ(v[9], -7.0f);
+}
+
 TEST(PsServerTest, SyncPushWithoutStepIsRefused) {
   PsCluster cluster(Job("sync"), 1, 1);
   std::vector<uint64_t> keys = {1};
