@@ -100,11 +100,29 @@ Status ReadScalar(const YAML::Node& section, const std::string& section_name,
   return Status::OK();
 }
 
+Status ParseHeter(const YAML::Node& node, HeterConfig* out) {
+  if (!node.IsDefined() || node.IsNull()) return Status::OK();
+  const std::string section = "Distributed.heter";
+  FLEET_RETURN_IF_ERROR(
+      CheckKeys(node, section, {"pipeline_depth", "micro_batches", "down_timeout_ms"}));
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, section, "pipeline_depth", &out->pipeline_depth));
+  if (out->pipeline_depth < 1)
+    return Status::InvalidArgument("must be >= 1", section + ".pipeline_depth");
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, section, "micro_batches", &out->micro_batches));
+  if (out->micro_batches < 1)
+    return Status::InvalidArgument("must be >= 1", section + ".micro_batches");
+  int64_t down_ms = out->down_timeout.count();
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, section, "down_timeout_ms", &down_ms));
+  if (down_ms < 1) return Status::InvalidArgument("must be >= 1", section + ".down_timeout_ms");
+  out->down_timeout = std::chrono::milliseconds(down_ms);
+  return Status::OK();
+}
+
 Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
   if (!node.IsDefined() || node.IsNull()) return Status::OK();
   FLEET_RETURN_IF_ERROR(CheckKeys(
       node, "Distributed",
-      {"mode", "k_steps", "max_merge", "timeout_ms", "max_request_bytes", "busy_poll_us"}));
+      {"mode", "k_steps", "max_merge", "timeout_ms", "max_request_bytes", "busy_poll_us", "heter"}));
   std::string mode = "sync";
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "mode", &mode));
   if (mode == "sync") {
@@ -134,7 +152,7 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
   if (busy_poll_us < 0 || busy_poll_us > 1'000'000)
     return Status::InvalidArgument("must be 0..1000000 (microseconds)", "Distributed.busy_poll_us");
   out->busy_poll = std::chrono::microseconds(busy_poll_us);
-  return Status::OK();
+  return ParseHeter(node["heter"], &out->heter);
 }
 
 Status ParseServer(const YAML::Node& node, ServerConfig* out) {

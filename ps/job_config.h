@@ -10,6 +10,10 @@
 //     timeout_ms: 60000     # deadline of every PS request
 //     max_request_bytes: 1048576  # larger requests to one server go in pieces
 //     busy_poll_us: 0       # poll this long before sleeping (latency vs CPU)
+//     heter:                # jobs with heter workers (heter/): the CPU-worker side
+//       pipeline_depth: 4   # micro-batches a CPU worker keeps in flight
+//       micro_batches: 1    # pieces each mini-batch is cut into
+//       down_timeout_ms: 4000  # a heter worker unreachable this long fails the job
 //   server:
 //     threads: 2            # shard-parallel table work per server
 //     save_dir: ""          # save here when stopped (SIGTERM or stop request)
@@ -36,6 +40,33 @@ namespace fleet::ps {
 enum class SyncMode { kSync, kAsync, kGeo };
 
 std::string_view SyncModeName(SyncMode mode);
+
+// `Distributed.heter`: how CPU workers use heter workers. Ignored by jobs
+// without heter workers.
+struct HeterConfig {
+  // `Distributed.heter.pipeline_depth`: default 4, >= 1. Micro-batches a CPU
+  // worker keeps in flight to heter workers: while the dense side computes,
+  // the worker reads, pulls and pools the next ones. More hides more of the
+  // round trip and keeps more heter workers busy, at the price of staler
+  // parameters (async, geo) and of the inputs held meanwhile (slots x batch
+  // x dim floats each). In sync mode micro-batches of two steps are never in
+  // flight together (the next step needs this one applied), so there the
+  // depth counts only up to micro_batches.
+  int pipeline_depth = 4;
+  // `Distributed.heter.micro_batches`: default 1, >= 1. Pieces each
+  // mini-batch (train.batch_size samples) is cut into, each one call to a
+  // heter worker. In sync mode this is what overlaps the two sides within a
+  // step; a step's dense gradient then has workers x micro_batches parts,
+  // summed in a fixed order. Smaller pieces mean more, smaller GEMMs.
+  int micro_batches = 1;
+  // `Distributed.heter.down_timeout_ms`: default 4000, >= 1. How long a heter
+  // worker may stay unreachable (its calls failing) before the job fails
+  // naming it; meanwhile its micro-batches go to the others. Raise it when
+  // a heter worker restarted by fleetrun --max_restart needs longer to come
+  // back; a heter worker that stops answering is noticed after the
+  // transport's 5 s heartbeat timeout, and fails the job this much later.
+  std::chrono::milliseconds down_timeout{4000};
+};
 
 struct DistributedConfig {
   // `Distributed.mode`: default sync. sync is reproducible and converges
@@ -66,6 +97,7 @@ struct DistributedConfig {
   // of a CPU busy meanwhile (VanOptions::busy_poll). For latency-bound jobs
   // with cores to spare; 0 never spins.
   std::chrono::microseconds busy_poll{0};
+  HeterConfig heter;
 };
 
 struct ServerConfig {

@@ -24,6 +24,28 @@ TEST(JobConfigTest, MaxRequestBytesDefaultsToOneMebibyteAndIsChecked) {
   EXPECT_THAT(negative.status().ToString(), HasSubstr(">= 0"));
 }
 
+TEST(JobConfigTest, HeterSectionDefaultsAndChecks) {
+  auto plain = ParseJobConfig(YAML::Load("Distributed: {mode: async}"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->distributed.heter.pipeline_depth, 4);
+  EXPECT_EQ(plain->distributed.heter.micro_batches, 1);
+  EXPECT_EQ(plain->distributed.heter.down_timeout.count(), 4000);
+
+  auto set = ParseJobConfig(YAML::Load(
+      "Distributed: {heter: {pipeline_depth: 16, micro_batches: 4, down_timeout_ms: 9000}}"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(set->distributed.heter.pipeline_depth, 16);
+  EXPECT_EQ(set->distributed.heter.micro_batches, 4);
+  EXPECT_EQ(set->distributed.heter.down_timeout.count(), 9000);
+
+  for (const char* bad : {"{pipeline_depth: 0}", "{micro_batches: -1}", "{down_timeout_ms: 0}",
+                          "{pipeline_depth: deep}", "{depth: 3}", "7"}) {
+    auto refused = ParseJobConfig(YAML::Load(std::string("Distributed: {heter: ") + bad + "}"));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.status().ToString(), HasSubstr("Distributed.heter")) << bad;
+  }
+}
+
 TEST(JobConfigTest, BusyPollIsOffByDefaultAndChecked) {
   auto plain = ParseJobConfig(YAML::Load("Distributed: {mode: async}"));
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
