@@ -23,45 +23,20 @@ namespace fleet::trainer {
 namespace {
 
 using testing::AllClose;
-using testing::GoldenTensor;
-using Golden = std::map<std::string, GoldenTensor>;
+using testing::Golden;
+using testing::GoldenData;
+using testing::LoadGoldenParams;
 
 constexpr double kAbs = 1e-5, kRel = 1e-4;
-
-const std::vector<float>& Get(const Golden& g, const std::string& name) {
-  static const std::vector<float> kEmpty;
-  auto it = g.find(name);
-  if (it == g.end()) {
-    ADD_FAILURE() << "golden file has no tensor " << name;
-    return kEmpty;
-  }
-  return it->second.data;
-}
-
-// Params of `arena` set from the golden tensors of the same names.
-void LoadParams(const Golden& g, ParamArena* arena) {
-  std::vector<float> host(arena->size());
-  for (size_t i = 0; i < arena->num_tensors(); ++i) {
-    const ParamSpec& spec = arena->table()[i];
-    const auto& v = Get(g, spec.name);
-    ASSERT_EQ(v.size(), static_cast<size_t>(spec.shape.numel())) << spec.name;
-    std::copy(v.begin(), v.end(), host.begin() + arena->offset(i));
-  }
-  ASSERT_TRUE(arena->ParamsFromHost(host).ok());
-}
 
 // Every tensor of `host` (laid out like `arena`) vs golden "<prefix><name>".
 void ExpectArena(const Golden& g, const ParamArena& arena, const std::vector<float>& host,
                  const std::string& prefix) {
-  for (size_t i = 0; i < arena.num_tensors(); ++i) {
-    const std::string name = prefix + arena.table()[i].name;
-    std::span<const float> got(host.data() + arena.offset(i), arena.table()[i].shape.numel());
-    EXPECT_TRUE(AllClose(name, got, Get(g, name), kAbs, kRel));
-  }
+  testing::ExpectArenaGolden(g, arena, host, prefix, kAbs, kRel);
 }
 
 std::unique_ptr<Adam> MakeAdam(const Golden& g, ParamArena* arena) {
-  const auto& h = Get(g, "adam.hparams");
+  const auto& h = GoldenData(g, "adam.hparams");
   return std::make_unique<Adam>(arena, kernels::AdamHyper{h[0], h[1], h[2], h[3], h[4]});
 }
 
@@ -84,32 +59,33 @@ TEST_P(GoldenTest, Mlp) {
   ASSERT_FALSE(g.empty());
   MlpConfig config;
   config.sizes.clear();
-  for (float s : Get(g, "config.sizes")) config.sizes.push_back(static_cast<int>(s));
+  for (float s : GoldenData(g, "config.sizes")) config.sizes.push_back(static_cast<int>(s));
   auto model = Mlp::Create(config, backend_.get());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   Mlp& mlp = **model;
-  LoadParams(g, &mlp.arena());
+  LoadGoldenParams(g, &mlp.arena());
 
-  const auto& x = Get(g, "x");
+  const auto& x = GoldenData(g, "x");
   std::vector<int32_t> labels;
-  for (float l : Get(g, "labels")) labels.push_back(static_cast<int32_t>(l));
+  for (float l : GoldenData(g, "labels")) labels.push_back(static_cast<int32_t>(l));
 
   mlp.arena().ZeroGrad();
   auto loss = mlp.Forward(x, labels);
   ASSERT_TRUE(loss.ok()) << loss.status().ToString();
-  EXPECT_TRUE(AllClose("loss", std::vector<float>{*loss}, Get(g, "loss"), kAbs, kRel));
-  EXPECT_TRUE(AllClose("probs", mlp.Probabilities(), Get(g, "probs"), kAbs, kRel));
+  EXPECT_TRUE(AllClose("loss", std::vector<float>{*loss}, GoldenData(g, "loss"), kAbs, kRel));
+  EXPECT_TRUE(AllClose("probs", mlp.Probabilities(), GoldenData(g, "probs"), kAbs, kRel));
   mlp.Backward();
   ExpectArena(g, mlp.arena(), mlp.arena().GradsToHost(), "grad.");
 
-  LoadParams(g, &mlp.arena());
+  LoadGoldenParams(g, &mlp.arena());
   auto adam = MakeAdam(g, &mlp.arena());
   for (int t = 1; t <= 3; ++t) {
     const std::string step = "adam.step" + std::to_string(t) + ".";
     mlp.arena().ZeroGrad();
     auto l = mlp.Forward(x, labels);
     ASSERT_TRUE(l.ok());
-    EXPECT_TRUE(AllClose(step + "loss", std::vector<float>{*l}, Get(g, step + "loss"), kAbs, kRel));
+    EXPECT_TRUE(
+        AllClose(step + "loss", std::vector<float>{*l}, GoldenData(g, step + "loss"), kAbs, kRel));
     mlp.Backward();
     adam->Step();
     ExpectArena(g, mlp.arena(), mlp.arena().ParamsToHost(), step);
@@ -119,7 +95,7 @@ TEST_P(GoldenTest, Mlp) {
 TEST_P(GoldenTest, CtrDnn) {
   const Golden g = testing::ReadGolden(testing::GoldenDir() + "/ctr_dnn.golden");
   ASSERT_FALSE(g.empty());
-  const auto& c = Get(g, "config");
+  const auto& c = GoldenData(g, "config");
   ASSERT_GE(c.size(), 4u);
   CtrDnnConfig config;
   config.num_slots = static_cast<int>(c[0]);
@@ -129,10 +105,10 @@ TEST_P(GoldenTest, CtrDnn) {
   auto model = CtrDnn::Create(config, backend_.get());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   CtrDnn& dnn = **model;
-  LoadParams(g, &dnn.arena());
+  LoadGoldenParams(g, &dnn.arena());
 
   const int S = config.num_slots, D = config.embedding_dim;
-  const auto& labels = Get(g, "labels");
+  const auto& labels = GoldenData(g, "labels");
   const int B = static_cast<int>(labels.size());
 
   // Pool each slot's rows the way a PS worker does.
@@ -142,44 +118,46 @@ TEST_P(GoldenTest, CtrDnn) {
   std::vector<float> pooled(size_t(S) * B * D);
   for (int s = 0; s < S; ++s) {
     const std::string slot = "slot" + std::to_string(s);
-    rows[s] = Get(g, slot + ".rows");
-    for (float o : Get(g, slot + ".offsets")) offsets[s].push_back(static_cast<int64_t>(o));
-    bags.emplace_back(Get(g, slot + ".mean")[0] != 0.0f ? kernels::PoolMode::kMean
+    rows[s] = GoldenData(g, slot + ".rows");
+    for (float o : GoldenData(g, slot + ".offsets")) offsets[s].push_back(static_cast<int64_t>(o));
+    bags.emplace_back(GoldenData(g, slot + ".mean")[0] != 0.0f ? kernels::PoolMode::kMean
                                                          : kernels::PoolMode::kSum);
     Tensor out(pooled.data() + size_t(s) * B * D, Shape{B, D});
     const int64_t n = static_cast<int64_t>(rows[s].size()) / D;
     ASSERT_TRUE(bags[s].Forward(Tensor(rows[s].data(), Shape{n, D}), offsets[s], &out).ok());
   }
-  EXPECT_TRUE(AllClose("pooled", pooled, Get(g, "pooled"), kAbs, kRel));
+  EXPECT_TRUE(AllClose("pooled", pooled, GoldenData(g, "pooled"), kAbs, kRel));
 
-  const auto& dense = Get(g, "dense");
+  const auto& dense = GoldenData(g, "dense");
   dnn.arena().ZeroGrad();
   auto loss = dnn.Forward(pooled, dense, labels);
   ASSERT_TRUE(loss.ok()) << loss.status().ToString();
-  EXPECT_TRUE(AllClose("loss", std::vector<float>{*loss}, Get(g, "loss"), kAbs, kRel));
+  EXPECT_TRUE(AllClose("loss", std::vector<float>{*loss}, GoldenData(g, "loss"), kAbs, kRel));
   const Tensor& probs = dnn.probabilities();
-  EXPECT_TRUE(AllClose("probs", {probs.data(), size_t(probs.numel())}, Get(g, "probs"), kAbs, kRel));
+  EXPECT_TRUE(AllClose("probs", {probs.data(), size_t(probs.numel())}, GoldenData(g, "probs"),
+                       kAbs, kRel));
   dnn.Backward();
   ExpectArena(g, dnn.arena(), dnn.arena().GradsToHost(), "grad.");
   const Tensor& dpooled = dnn.pooled_grad();
   EXPECT_TRUE(AllClose("grad.pooled", {dpooled.data(), size_t(dpooled.numel())},
-                       Get(g, "grad.pooled"), kAbs, kRel));
+                       GoldenData(g, "grad.pooled"), kAbs, kRel));
   for (int s = 0; s < S; ++s) {
     std::vector<float> drows(rows[s].size());
     Tensor dt(drows.data(), Shape{static_cast<int64_t>(drows.size()) / D, D});
     bags[s].Backward(dnn.pooled_grad(s), &dt);
     const std::string name = "grad.slot" + std::to_string(s) + ".rows";
-    EXPECT_TRUE(AllClose(name, drows, Get(g, name), kAbs, kRel));
+    EXPECT_TRUE(AllClose(name, drows, GoldenData(g, name), kAbs, kRel));
   }
 
-  LoadParams(g, &dnn.arena());
+  LoadGoldenParams(g, &dnn.arena());
   auto adam = MakeAdam(g, &dnn.arena());
   for (int t = 1; t <= 3; ++t) {
     const std::string step = "adam.step" + std::to_string(t) + ".";
     dnn.arena().ZeroGrad();
     auto l = dnn.Forward(pooled, dense, labels);
     ASSERT_TRUE(l.ok());
-    EXPECT_TRUE(AllClose(step + "loss", std::vector<float>{*l}, Get(g, step + "loss"), kAbs, kRel));
+    EXPECT_TRUE(
+        AllClose(step + "loss", std::vector<float>{*l}, GoldenData(g, step + "loss"), kAbs, kRel));
     dnn.Backward();
     adam->Step();
     ExpectArena(g, dnn.arena(), dnn.arena().ParamsToHost(), step);

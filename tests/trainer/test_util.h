@@ -14,6 +14,9 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/status.h"
+#include "trainer/param_arena.h"
+
 namespace fleet::trainer::testing {
 
 // Passes when |got[i] - want[i]| <= abs_tol + rel_tol * |want[i]| for every
@@ -100,6 +103,54 @@ inline std::map<std::string, GoldenTensor> ReadGolden(const std::string& path) {
     out.emplace(std::move(name), std::move(g));
   }
   return out;
+}
+
+using Golden = std::map<std::string, GoldenTensor>;
+
+// The data of golden tensor `name`. Fails the current test (and returns an
+// empty vector) when the file has no such tensor.
+inline const std::vector<float>& GoldenData(const Golden& g, const std::string& name) {
+  static const std::vector<float> kEmpty;
+  auto it = g.find(name);
+  if (it == g.end()) {
+    ADD_FAILURE() << "golden file has no tensor " << name;
+    return kEmpty;
+  }
+  return it->second.data;
+}
+
+// Params of `arena` set from the golden tensors of the same names.
+inline void LoadGoldenParams(const Golden& g, ParamArena* arena) {
+  std::vector<float> host(arena->size());
+  for (size_t i = 0; i < arena->num_tensors(); ++i) {
+    const ParamSpec& spec = arena->table()[i];
+    const auto& v = GoldenData(g, spec.name);
+    ASSERT_EQ(v.size(), static_cast<size_t>(spec.shape.numel())) << spec.name;
+    std::copy(v.begin(), v.end(), host.begin() + arena->offset(i));
+  }
+  ASSERT_TRUE(arena->ParamsFromHost(host).ok());
+}
+
+// Every tensor of `host` (laid out like `arena`) vs golden "<prefix><name>".
+inline void ExpectArenaGolden(const Golden& g, const ParamArena& arena,
+                              const std::vector<float>& host, const std::string& prefix,
+                              double abs_tol, double rel_tol) {
+  for (size_t i = 0; i < arena.num_tensors(); ++i) {
+    const std::string name = prefix + arena.table()[i].name;
+    std::span<const float> got(host.data() + arena.offset(i), arena.table()[i].shape.numel());
+    EXPECT_TRUE(AllClose(name, got, GoldenData(g, name), abs_tol, rel_tol));
+  }
+}
+
+// Passes when `status` is InvalidArgument and its message contains `needle`
+// (the key, file or value a user must be told about).
+inline ::testing::AssertionResult IsInvalidArgumentNaming(const Status& status,
+                                                          const std::string& needle) {
+  if (status.IsInvalidArgument() && status.message().find(needle) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "expected InvalidArgument naming \"" << needle << "\", got " << status.ToString();
 }
 
 // Directory of the golden files: $FLEET_SOURCE_DIR/tests/trainer/golden

@@ -1,0 +1,144 @@
+// Parameter counts against the published GPT-2 / GPT-3 / FleetX figures, and
+// the dry-run plan's memory and FLOPs formulas (nothing is allocated: the
+// 175B plan below would not fit in this machine's memory).
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "tests/trainer/test_util.h"
+#include "trainer/models/gpt.h"
+#include "trainer/models/gpt_plan.h"
+
+namespace fleet::trainer {
+namespace {
+
+GptConfig Config(int V, int P, int C, int L, int NH) {
+  GptConfig c;
+  c.vocab_size = V;
+  c.max_position_embeddings = P;
+  c.hidden_size = C;
+  c.num_layers = L;
+  c.num_attention_heads = NH;
+  return c;
+}
+
+// Hugging Face's gpt2, gpt2-medium, gpt2-large and gpt2-xl (tied wte counted
+// once): the figures model.num_parameters() prints. The GPT-2 paper's
+// 117M / 345M / 762M / 1542M were counted differently for the same models.
+TEST(GptParamCount, PublishedGpt2Figures) {
+  EXPECT_EQ(GptParamCount(Config(50257, 1024, 768, 12, 12)), 124439808);
+  EXPECT_EQ(GptParamCount(Config(50257, 1024, 1024, 24, 16)), 354823168);
+  EXPECT_EQ(GptParamCount(Config(50257, 1024, 1280, 36, 20)), 774030080);
+  EXPECT_EQ(GptParamCount(Config(50257, 1024, 1600, 48, 25)), 1557611200);
+}
+
+// FleetX's GPT configs pad the vocabulary to 50304; GPT-3's (Brown et al.
+// 2020, table 2.1) use 2048 positions. Their names round these counts.
+TEST(GptParamCount, FleetXAndGpt3Configs) {
+  EXPECT_EQ(GptParamCount(Config(50304, 1024, 1024, 24, 16)), 354871296);        // "345M"
+  EXPECT_EQ(GptParamCount(Config(50304, 1024, 2048, 24, 16)), 1313722368);       // "1.3B"
+  EXPECT_EQ(GptParamCount(Config(50304, 1024, 4096, 32, 32)), 6654402560);       // "6.7B"
+  EXPECT_EQ(GptParamCount(Config(50257, 2048, 2048, 24, 16)), 1315723264);       // GPT-3 XL "1.3B"
+  EXPECT_EQ(GptParamCount(Config(50257, 2048, 4096, 32, 32)), 6658404352);       // GPT-3 "6.7B"
+  EXPECT_NEAR(GptParamCount(Config(50257, 2048, 12288, 96, 96)), 175e9, 0.5e9);  // GPT-3 "175B"
+}
+
+TEST(GptParamCount, EqualsTheTableTheArenaIsBuiltFrom) {
+  GptConfig c = Config(101, 17, 24, 3, 4);
+  c.ffn_hidden_size = 40;
+  int64_t n = 0;
+  for (const ParamSpec& spec : GptParamTable(c)) n += spec.shape.numel();
+  EXPECT_EQ(GptParamCount(c), n);
+  EXPECT_EQ(GptParamTable(c).size(), 2u + 12u * 3u + 2u);
+}
+
+TEST(GptPlan, MemoryPerRankBySharding) {
+  const GptConfig c = Config(50257, 1024, 768, 12, 12);
+  const int64_t N = 124439808;
+  auto plan = [&](Precision p, int degree, int stage) {
+    auto r = PlanGpt(c, {.micro_batch_size = 4,
+                         .seq_len = 256,
+                         .sharding_degree = degree,
+                         .sharding_stage = stage,
+                         .precision = p});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return *r;
+  };
+  const GptPlan fp32 = plan(Precision::kFp32, 1, 0);
+  EXPECT_EQ(fp32.num_params, N);
+  EXPECT_EQ(fp32.param_bytes, 4 * N);
+  EXPECT_EQ(fp32.grad_bytes, 4 * N);
+  EXPECT_EQ(fp32.optimizer_bytes, 8 * N);
+  const int64_t shard = (N + 7) / 8;
+  const GptPlan s1 = plan(Precision::kBf16, 8, 1);
+  EXPECT_EQ(s1.param_bytes, 2 * N);
+  EXPECT_EQ(s1.grad_bytes, 2 * N);
+  EXPECT_EQ(s1.optimizer_bytes, 12 * shard);
+  const GptPlan s2 = plan(Precision::kFp16, 8, 2);
+  EXPECT_EQ(s2.grad_bytes, 2 * shard);
+  EXPECT_EQ(s2.optimizer_bytes, 12 * shard);
+  EXPECT_LT(s2.total_bytes, s1.total_bytes);
+  EXPECT_LT(s1.total_bytes, plan(Precision::kBf16, 8, 0).total_bytes);
+  EXPECT_EQ(fp32.total_bytes,
+            fp32.param_bytes + fp32.grad_bytes + fp32.optimizer_bytes + fp32.activation_bytes);
+  // Activations: bf16 halves them; recompute off here, and on is smaller.
+  // (Not by L: the [B T, V] logits, 206 MB of the 325 MB here, stay.)
+  EXPECT_EQ(s1.activation_bytes * 2, fp32.activation_bytes);
+  EXPECT_EQ(fp32.activation_bytes, fp32.activation_bytes_no_recompute);
+  EXPECT_LT(fp32.activation_bytes_recompute, fp32.activation_bytes_no_recompute / 2);
+}
+
+TEST(GptPlan, FlopsPerToken) {
+  GptConfig c = Config(50257, 1024, 768, 12, 12);
+  auto plan = PlanGpt(c, {.micro_batch_size = 1, .seq_len = 0});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->seq_len, 1024);  // 0 = max_position_embeddings
+  const double matmul = 6.0 * (124439808.0 - 1024.0 * 768.0);
+  const double attention = 12.0 * 12 * 1024 * 768;
+  EXPECT_DOUBLE_EQ(plan->matmul_flops_per_token, matmul);
+  EXPECT_DOUBLE_EQ(plan->attention_flops_per_token, attention);
+  EXPECT_DOUBLE_EQ(plan->flops_per_token, matmul + attention);
+  EXPECT_EQ(plan->recompute_flops_per_token, 0.0);
+  c.use_recompute = true;
+  plan = PlanGpt(c, {.micro_batch_size = 1, .seq_len = 1024});
+  ASSERT_TRUE(plan.ok());
+  EXPECT_DOUBLE_EQ(plan->recompute_flops_per_token,
+                   12.0 * (8.0 * 768 * 768 + 2.0 * 768 * 3072 + 4.0 * 1024 * 768));
+  EXPECT_EQ(plan->activation_bytes, plan->activation_bytes_recompute);
+}
+
+TEST(GptPlan, PlansHugeModelsWithoutAllocating) {
+  GptConfig c = Config(50257, 2048, 12288, 96, 96);
+  c.use_recompute = true;
+  auto plan = PlanGpt(c, {.micro_batch_size = 1,
+                          .seq_len = 2048,
+                          .sharding_degree = 64,
+                          .sharding_stage = 2,
+                          .precision = Precision::kBf16});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_GT(plan->param_bytes, int64_t{300} << 30);  // 350 GB of bf16 parameters
+  const std::string text = plan->ToString();
+  EXPECT_NE(text.find(std::to_string(plan->num_params) + " parameters"), std::string::npos) << text;
+  EXPECT_NE(text.find("optimizer states"), std::string::npos) << text;
+  EXPECT_NE(text.find("recompute adds"), std::string::npos) << text;
+}
+
+TEST(GptPlan, RejectsBadOptionsNamingTheKey) {
+  const GptConfig c = Config(50257, 1024, 768, 12, 12);
+  auto expect_key = [&](GptPlanOptions o, const std::string& key, GptConfig cfg) {
+    EXPECT_TRUE(testing::IsInvalidArgumentNaming(PlanGpt(cfg, o).status(), key));
+  };
+  expect_key({.micro_batch_size = 0}, "Global.micro_batch_size", c);
+  expect_key({.seq_len = 1025}, "Data.seq_len", c);
+  expect_key({.sharding_degree = 0}, "Distributed.sharding.sharding_degree", c);
+  expect_key({.sharding_stage = 3}, "Distributed.sharding.sharding_stage", c);
+  GptConfig bad = c;
+  bad.num_attention_heads = 7;
+  expect_key({}, "Model.num_attention_heads", bad);
+  EXPECT_TRUE(ParsePrecision("bfloat16").ok());
+  EXPECT_EQ(*ParsePrecision("fp16"), Precision::kFp16);
+  EXPECT_TRUE(ParsePrecision("int8").status().IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace fleet::trainer

@@ -1,0 +1,172 @@
+// GptKernels: the compute of a GPT-2 model, llm.c style: explicit forward and
+// backward functions over raw pointers with explicit shapes. One interface,
+// several twins:
+//   * CpuGptKernels (gpt_cpu_kernels.h)  the optimised CPU kernels
+//   * RefGptKernels (gpt_ref_kernels.h)  naive loops, the test oracle
+//   * a CUDA twin (to be added) implementing this same interface
+// GptModel (trainer/models/gpt.h) and AdamW (trainer/adamw.h) hold a
+// GptKernels* and never know which twin they drive.
+//
+// Shapes. B batch, T sequence length (T <= maxT, the position table's rows),
+// C channels (hidden size), NH heads, hs = C / NH head size, F the MLP's
+// hidden size, V vocabulary, N = B * T rows. Every buffer is contiguous,
+// row-major, float32 unless said otherwise, and lives on device(); its shape
+// is in the comment beside it. No kernel allocates.
+//
+// Conventions.
+// * Forward kernels overwrite their outputs.
+// * Backward kernels ADD into their gradient outputs (parameter gradients and
+//   input gradients alike), which the caller zeroed before the step; so
+//   gradient accumulation over micro-batches and tensors used twice (the tied
+//   token embedding) need nothing special. The one exception, GeluBackward,
+//   overwrites (so that it can run in place), and says so.
+// * Outputs never alias inputs unless a kernel says they may.
+// * Token and target ids are validated by the caller (GptModel) first:
+//   kernels REQUIRE ids in range and never check them.
+// * Results are deterministic: the same inputs give the same bits on every
+//   call (no atomics whose order varies, reductions in a fixed order).
+//   Activation recompute relies on it: a recomputed block equals the first.
+//
+// What a CUDA twin must match.
+// * Exactly these signatures, shapes and add/overwrite semantics, with every
+//   pointer in device memory; kernels may run asynchronously on the twin's
+//   stream, and SumOfSquares (which returns a host value) synchronises.
+// * Values within the CPU twin's tolerance of the reference: |got - want| <=
+//   1e-4 + 1e-3 |want| for float32 math, looser where it computes in bf16
+//   (the test comparing twins states its tolerance per kernel).
+// * The interface is float32 at its boundary (parameters are fp32 master
+//   weights in the ParamArena). A twin may compute in bf16 inside a kernel
+//   (cuBLAS GEMMs with CUBLAS_COMPUTE_32F_FAST_16BF, bf16 attention tiles)
+//   as long as what it writes is float32. Storing activations in bf16 would
+//   need an activation dtype on this interface; GptPlan already estimates
+//   that case.
+// * Attention: the twin chooses what it keeps between forward and backward
+//   (AttentionSavedFloats). The CPU twin keeps the T x T probabilities per
+//   head; a CUDA twin should keep only the B * NH * T row log-sum-exps and
+//   never materialise T x T in global memory (flash attention); backward
+//   gets the forward's output for that reason.
+//
+// Thread safety: a GptKernels object is used by one thread at a time (it may
+// use more threads inside a call; see the twin's header).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "trainer/tensor.h"
+
+namespace fleet::trainer {
+
+// The constants of one AdamW step over a range of parameters, computed on the
+// host by AdamWRule (trainer/adamw.h) and applied element-wise:
+//   g' = g * grad_scale
+//   m  = beta1 * m + (1 - beta1) * g'
+//   v  = beta2 * v + (1 - beta2) * g'^2
+//   p -= lr * ((m / bias_correction1) / (sqrt(v / bias_correction2) + eps)
+//              + weight_decay * p)
+// with bias_correction{1,2} = 1 - beta{1,2}^t for step t >= 1 (PyTorch's
+// AdamW; the decay term uses p before the update).
+struct AdamWStep {
+  float lr = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  float bias_correction1 = 1.0f;
+  float bias_correction2 = 1.0f;
+  float grad_scale = 1.0f;  // e.g. the global-norm clipping factor
+};
+
+// LayerNorm's epsilon (GPT-2's and PyTorch's 1e-5).
+inline constexpr float kLayerNormEps = 1e-5f;
+
+class GptKernels {
+ public:
+  virtual ~GptKernels() = default;
+
+  // Where every pointer passed to this twin lives.
+  virtual Device device() const = 0;
+  // "cpu", "cpu-reference", "cuda": for logs and test names.
+  virtual std::string_view name() const = 0;
+
+  // ---- token + position embedding --------------------------------------------
+  // out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :].
+  //   out: [B, T, C], tokens: int32 [B, T] in [0, V), wte: [V, C], wpe: [maxT, C]
+  virtual void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                              int B, int T, int C) = 0;
+  // dwte[tokens[b, t], :] += dout[b, t, :];  dwpe[t, :] += sum_b dout[b, t, :].
+  //   dwte: [V, C], dwpe: [maxT, C], dout: [B, T, C], tokens: int32 [B, T]
+  virtual void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                               int B, int T, int C) = 0;
+
+  // ---- LayerNorm over the last dim (eps kLayerNormEps) --------------------------
+  // out = (inp - mean) * rstd * weight + bias, per row; mean and rstd =
+  // 1 / sqrt(var + eps) (biased variance) are kept for backward.
+  //   out, inp: [N, C], mean, rstd: [N], weight, bias: [C]
+  virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                                const float* weight, const float* bias, int N, int C) = 0;
+  // dinp += d(out)/d(inp)^T dout; dweight += sum_rows dout * xhat; dbias += sum_rows dout.
+  //   dinp, dout, inp: [N, C], dweight, dbias, weight: [C], mean, rstd: [N]
+  virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, const float* mean,
+                                 const float* rstd, int N, int C) = 0;
+
+  // ---- matmul (a Linear layer; weights in PyTorch's [out, in] layout) ----------
+  // out = inp weight^T + bias, or out += that when `accumulate` (used to add a
+  // projection onto the residual stream without another buffer).
+  //   out: [N, OC], inp: [N, IC], weight: [OC, IC], bias: [OC] or null
+  virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
+                             int N, int IC, int OC, bool accumulate) = 0;
+  // dinp += dout weight;  dweight += dout^T inp;  dbias += sum_rows dout.
+  //   dinp: [N, IC] or null (no input gradient wanted), dweight: [OC, IC],
+  //   dbias: [OC] or null, dout: [N, OC], inp: [N, IC], weight: [OC, IC]
+  virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* weight, int N, int IC, int OC) = 0;
+
+  // ---- causal multi-head self-attention ------------------------------------------
+  // qkv[b, t, :] = [q | k | v], each C wide, head h at columns [h hs, (h+1) hs).
+  // out[b, t, h hs + d] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(hs)) v_s[d].
+  // `saved` holds what backward needs (its layout is the twin's own).
+  //   out: [B, T, C], saved: [AttentionSavedFloats(B, T, NH)], qkv: [B, T, 3C]
+  // REQUIRES: C % NH == 0.
+  virtual size_t AttentionSavedFloats(int B, int T, int NH) const = 0;
+  virtual void AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
+                                int NH) = 0;
+  // dqkv += d(out)/d(qkv)^T dout. `scratch` is overwritten (contents
+  // undefined after); `saved` and `out` are the forward's and stay unchanged.
+  //   dqkv, qkv: [B, T, 3C], scratch: [AttentionScratchFloats(B, T, NH)],
+  //   dout, out: [B, T, C], saved: [AttentionSavedFloats(B, T, NH)]
+  virtual size_t AttentionScratchFloats(int B, int T, int NH) const = 0;
+  virtual void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                                 const float* out, const float* saved, int B, int T, int C,
+                                 int NH) = 0;
+
+  // ---- GELU, tanh approximation -------------------------------------------------
+  // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).   out, inp: [n]
+  virtual void GeluForward(float* out, const float* inp, size_t n) = 0;
+  // dinp = dout * gelu'(inp). OVERWRITES dinp (unlike other backward kernels);
+  // dinp may be dout (in place).   dinp, inp, dout: [n]
+  virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+  // ---- fused softmax + cross-entropy ----------------------------------------------
+  // Per row i with targets[i] >= 0:
+  //   losses[i] = logsumexp(logits[i, :]) - logits[i, targets[i]]
+  //   and, when write_dlogits, logits[i, :] = dloss * (softmax(logits[i, :]) - onehot)
+  // i.e. the logits are overwritten IN PLACE by the gradient of dloss * losses[i],
+  // so no probability matrix exists beside them. Rows with targets[i] < 0
+  // (ignored positions) get losses[i] = 0 and, when write_dlogits, a zero row.
+  //   losses: [N], logits: [N, V], targets: int32 [N] in [-1, V)
+  virtual void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N,
+                                   int V, float dloss, bool write_dlogits) = 0;
+
+  // ---- optimizer pieces -------------------------------------------------------------
+  // sum_i x[i]^2, accumulated in double; returned on the host (blocking).
+  //   x: [n]
+  virtual double SumOfSquares(const float* x, size_t n) = 0;
+  // One AdamW step (see AdamWStep).   p, m, v: [n] updated; g: [n]
+  virtual void AdamWUpdate(float* p, const float* g, float* m, float* v, size_t n,
+                           const AdamWStep& step) = 0;
+};
+
+}  // namespace fleet::trainer

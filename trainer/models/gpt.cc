@@ -1,0 +1,543 @@
+#include "trainer/models/gpt.h"
+
+#include <chrono>
+#include <cmath>
+#include <numbers>
+
+#include <glog/logging.h>
+
+#include "comm/splitmix.h"
+
+namespace fleet::trainer {
+
+namespace {
+
+// Each buffer of the activation layout starts on a 64-byte boundary.
+constexpr size_t kActAlignFloats = 16;
+
+Status CheckPositive(int value, std::string_view key) {
+  if (value > 0) return Status::OK();
+  return Status::InvalidArgument("must be > 0, got " + std::to_string(value), key);
+}
+
+}  // namespace
+
+// ---- config and parameter table ---------------------------------------------------------
+
+Status GptConfig::Validate() const {
+  FLEET_RETURN_IF_ERROR(CheckPositive(vocab_size, "Model.vocab_size"));
+  FLEET_RETURN_IF_ERROR(CheckPositive(hidden_size, "Model.hidden_size"));
+  FLEET_RETURN_IF_ERROR(CheckPositive(num_layers, "Model.num_layers"));
+  FLEET_RETURN_IF_ERROR(CheckPositive(num_attention_heads, "Model.num_attention_heads"));
+  FLEET_RETURN_IF_ERROR(CheckPositive(max_position_embeddings, "Model.max_position_embeddings"));
+  if (ffn_hidden_size < 0) {
+    return Status::InvalidArgument(
+        "must be >= 0 (0 = 4 * hidden_size), got " + std::to_string(ffn_hidden_size),
+        "Model.ffn_hidden_size");
+  }
+  if (hidden_size % num_attention_heads != 0) {
+    return Status::InvalidArgument("must divide Model.hidden_size (" + std::to_string(hidden_size) +
+                                       "), got " + std::to_string(num_attention_heads),
+                                   "Model.num_attention_heads");
+  }
+  if (!(initializer_range > 0.0f) || !std::isfinite(initializer_range)) {
+    return Status::InvalidArgument(
+        "must be a finite value > 0, got " + std::to_string(initializer_range),
+        "Model.initializer_range");
+  }
+  return Status::OK();
+}
+
+std::string GptTensorName(GptTensor tensor, int layer) {
+  const std::string block = "h." + std::to_string(layer) + ".";
+  switch (tensor) {
+    case GptTensor::kWte:
+      return "wte";
+    case GptTensor::kWpe:
+      return "wpe";
+    case GptTensor::kLn1W:
+      return block + "ln_1.weight";
+    case GptTensor::kLn1B:
+      return block + "ln_1.bias";
+    case GptTensor::kQkvW:
+      return block + "attn.qkv.weight";
+    case GptTensor::kQkvB:
+      return block + "attn.qkv.bias";
+    case GptTensor::kProjW:
+      return block + "attn.proj.weight";
+    case GptTensor::kProjB:
+      return block + "attn.proj.bias";
+    case GptTensor::kLn2W:
+      return block + "ln_2.weight";
+    case GptTensor::kLn2B:
+      return block + "ln_2.bias";
+    case GptTensor::kFcW:
+      return block + "mlp.fc.weight";
+    case GptTensor::kFcB:
+      return block + "mlp.fc.bias";
+    case GptTensor::kFcProjW:
+      return block + "mlp.proj.weight";
+    case GptTensor::kFcProjB:
+      return block + "mlp.proj.bias";
+    case GptTensor::kLnfW:
+      return "ln_f.weight";
+    case GptTensor::kLnfB:
+      return "ln_f.bias";
+  }
+  LOG(FATAL) << "unknown GptTensor " << static_cast<int>(tensor);
+}
+
+ParamTable GptParamTable(const GptConfig& config) {
+  ParamTable table;
+  ForEachGptTensor(config, [&](GptTensor t, int layer, int64_t rows, int64_t cols) {
+    table.push_back({GptTensorName(t, layer), cols ? Shape{rows, cols} : Shape{rows}});
+  });
+  return table;
+}
+
+int64_t GptParamCount(const GptConfig& config) {
+  int64_t n = 0;
+  ForEachGptTensor(
+      config, [&](GptTensor, int, int64_t rows, int64_t cols) { n += rows * (cols ? cols : 1); });
+  return n;
+}
+
+// ---- activation layout ------------------------------------------------------------------
+
+GptActivationLayout::GptActivationLayout(const GptConfig& c, int B, int T, bool recompute,
+                                         size_t att_saved, size_t att_scratch) {
+  const size_t N = size_t(B) * T, C = c.hidden_size, F = c.ffn(), V = c.vocab_size;
+  const int L = c.num_layers;
+  const int block_copies = recompute ? 1 : L;
+  auto set = [&](GptAct a, size_t floats, int copies) {
+    floats_[Index(a)] = floats;
+    copies_[Index(a)] = copies;
+  };
+  set(GptAct::kResidual, N * C, L + 1);
+  set(GptAct::kLn1, N * C, block_copies);
+  set(GptAct::kLn1Mean, N, block_copies);
+  set(GptAct::kLn1Rstd, N, block_copies);
+  set(GptAct::kQkv, N * 3 * C, block_copies);
+  set(GptAct::kAtt, att_saved, block_copies);
+  set(GptAct::kAtty, N * C, block_copies);
+  set(GptAct::kResidual2, N * C, block_copies);
+  set(GptAct::kLn2, N * C, block_copies);
+  set(GptAct::kLn2Mean, N, block_copies);
+  set(GptAct::kLn2Rstd, N, block_copies);
+  set(GptAct::kFch, N * F, block_copies);
+  set(GptAct::kFchGelu, N * F, block_copies);
+  set(GptAct::kLnf, N * C, 1);
+  set(GptAct::kLnfMean, N, 1);
+  set(GptAct::kLnfRstd, N, 1);
+  set(GptAct::kLogits, N * V, 1);
+  set(GptAct::kLosses, N, 1);
+  set(GptAct::kDResidual, N * C, 1);
+  set(GptAct::kDBufC, N * C, 1);
+  set(GptAct::kDQkv, N * 3 * C, 1);
+  set(GptAct::kDBufF, N * F, 1);
+  set(GptAct::kAttScratch, att_scratch, 1);
+  size_t end = 0;
+  for (size_t i = 0; i < kCount; ++i) {
+    // Round every copy up to the alignment so that copy k starts aligned too.
+    floats_[i] = (floats_[i] + kActAlignFloats - 1) / kActAlignFloats * kActAlignFloats;
+    offsets_[i] = end;
+    end += floats_[i] * copies_[i];
+    if (static_cast<GptAct>(i) == GptAct::kLosses) saved_floats_ = end;
+  }
+  total_floats_ = end;
+}
+
+std::string_view GptActivationLayout::Name(GptAct a) {
+  static constexpr std::array<std::string_view, kCount> kNames = {
+      "residual",  "ln1",       "ln1_mean", "ln1_rstd", "qkv",        "att",
+      "atty",      "residual2", "ln2",      "ln2_mean", "ln2_rstd",   "fch",
+      "fch_gelu",  "lnf",       "lnf_mean", "lnf_rstd", "logits",     "losses",
+      "dresidual", "dbuf_c",    "dqkv",     "dbuf_f",   "att_scratch"};
+  return kNames[Index(a)];
+}
+
+// ---- profile ----------------------------------------------------------------------------
+
+std::string_view GptProfile::Name(GptLayerKind kind) {
+  static constexpr std::array<std::string_view, kKinds> kNames = {
+      "embedding", "layernorm", "matmul", "attention", "gelu", "classifier", "memory"};
+  return kNames[static_cast<size_t>(kind)];
+}
+
+double GptProfile::total() const {
+  double t = 0.0;
+  for (double s : seconds) t += s;
+  return t;
+}
+
+// ---- model ------------------------------------------------------------------------------
+
+namespace {
+
+// GPT-2's initialisation of one tensor, from its own random stream (so a
+// tensor's values depend only on the seed and its index in the table).
+void InitTensor(GptTensor kind, const GptConfig& c, uint64_t seed, size_t index,
+                std::span<float> out) {
+  switch (kind) {
+    case GptTensor::kLn1W:
+    case GptTensor::kLn2W:
+    case GptTensor::kLnfW:
+      std::fill(out.begin(), out.end(), 1.0f);
+      return;
+    case GptTensor::kWte:
+    case GptTensor::kWpe:
+    case GptTensor::kQkvW:
+    case GptTensor::kProjW:
+    case GptTensor::kFcW:
+    case GptTensor::kFcProjW:
+      break;
+    default:  // biases
+      std::fill(out.begin(), out.end(), 0.0f);
+      return;
+  }
+  // The residual projections scaled by 1/sqrt(2 L) (GPT-2 paper, section 2.3).
+  double std_dev = c.initializer_range;
+  if (kind == GptTensor::kProjW || kind == GptTensor::kFcProjW) {
+    std_dev /= std::sqrt(2.0 * c.num_layers);
+  }
+  SplitMix64 rng(Mix64(seed) ^ Mix64(0x6770742d696e6974ULL + index));
+  // Box-Muller: two normals from two uniforms (u1 in (0, 1]).
+  for (size_t i = 0; i < out.size(); i += 2) {
+    const double u1 = 1.0 - rng.UniformDouble();
+    const double u2 = rng.UniformDouble();
+    const double r = std::sqrt(-2.0 * std::log(u1)) * std_dev;
+    out[i] = static_cast<float>(r * std::cos(2.0 * std::numbers::pi * u2));
+    if (i + 1 < out.size())
+      out[i + 1] = static_cast<float>(r * std::sin(2.0 * std::numbers::pi * u2));
+  }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, Backend* backend,
+                                                   GptKernels* kernels) {
+  CHECK(backend != nullptr);
+  CHECK(kernels != nullptr);
+  FLEET_RETURN_IF_ERROR(config.Validate());
+  if (!(backend->device() == kernels->device())) {
+    return Status::InvalidArgument("GPT kernels on " + kernels->device().ToString() +
+                                       " but memory on " + backend->device().ToString(),
+                                   kernels->name());
+  }
+  FLEET_ASSIGN_OR_RETURN(ParamArena arena, ParamArena::Create(GptParamTable(config), backend));
+  // Initialise tensor by tensor through one host buffer of the largest size.
+  std::vector<float> host;
+  size_t index = 0;
+  ForEachGptTensor(config, [&](GptTensor kind, int, int64_t rows, int64_t cols) {
+    host.resize(static_cast<size_t>(rows * (cols ? cols : 1)));
+    InitTensor(kind, config, config.seed, index, host);
+    backend->CopyFromHost(arena.param(index).data(), host.data(), host.size() * sizeof(float));
+    ++index;
+  });
+  return std::unique_ptr<GptModel>(new GptModel(config, backend, kernels, std::move(arena)));
+}
+
+GptModel::GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena)
+    : config_(config), backend_(backend), kernels_(kernels), arena_(std::move(arena)) {
+  // Tensor indices: wte 0, wpe 1, block l at 2 + 12 l, ln_f after the blocks.
+  for (int l = 0; l < config_.num_layers; ++l) {
+    block_offset_.push_back(arena_.offset(2 + size_t(l) * kGptTensorsPerBlock));
+  }
+  lnf_offset_ = arena_.offset(2 + size_t(config_.num_layers) * kGptTensorsPerBlock);
+}
+
+template <typename Fn>
+void GptModel::Timed(GptLayerKind kind, Fn&& fn) {
+  if (profile_ == nullptr) {
+    fn();
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  fn();
+  profile_->seconds[static_cast<size_t>(kind)] +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+GptModel::BlockTensors GptModel::Block(float* base, int layer) const {
+  const int64_t C = config_.hidden_size, F = config_.ffn();
+  float* p = base + block_offset_[layer];
+  BlockTensors t;
+  auto take = [&p](int64_t n) {
+    float* at = p;
+    p += n;
+    return at;
+  };
+  // The order of ForEachGptTensor.
+  t.ln1w = take(C);
+  t.ln1b = take(C);
+  t.qkvw = take(3 * C * C);
+  t.qkvb = take(3 * C);
+  t.projw = take(C * C);
+  t.projb = take(C);
+  t.ln2w = take(C);
+  t.ln2b = take(C);
+  t.fcw = take(F * C);
+  t.fcb = take(F);
+  t.fcprojw = take(C * F);
+  t.fcprojb = take(C);
+  return t;
+}
+
+float* GptModel::Act(GptAct a, int copy) const {
+  DCHECK_LT(copy, layout_.copies(a));
+  return acts_.get() + layout_.offset(a, copy);
+}
+
+GptModel::BlockActs GptModel::BlockBuffers(int layer) const {
+  const int copy = config_.use_recompute ? 0 : layer;
+  return BlockActs{
+      Act(GptAct::kLn1, copy),       Act(GptAct::kLn1Mean, copy), Act(GptAct::kLn1Rstd, copy),
+      Act(GptAct::kQkv, copy),       Act(GptAct::kAtt, copy),     Act(GptAct::kAtty, copy),
+      Act(GptAct::kResidual2, copy), Act(GptAct::kLn2, copy),     Act(GptAct::kLn2Mean, copy),
+      Act(GptAct::kLn2Rstd, copy),   Act(GptAct::kFch, copy),     Act(GptAct::kFchGelu, copy)};
+}
+
+void GptModel::EnsureActivations(int B, int T) {
+  if (B <= cap_b_ && T <= cap_t_) return;
+  cap_b_ = std::max(cap_b_, B);
+  cap_t_ = std::max(cap_t_, T);
+  const int NH = config_.num_attention_heads;
+  acts_.reset();  // free the old buffers before allocating the larger ones
+  ids_.reset();
+  layout_ = GptActivationLayout(config_, cap_b_, cap_t_, config_.use_recompute,
+                                kernels_->AttentionSavedFloats(cap_b_, cap_t_, NH),
+                                kernels_->AttentionScratchFloats(cap_b_, cap_t_, NH));
+  acts_ = backend_->AllocateFloats(layout_.total_floats());
+  ids_ = backend_->AllocateBytes(2 * size_t(cap_b_) * cap_t_ * sizeof(int32_t));
+}
+
+Status GptModel::CheckIds(std::span<const int32_t> ids, int lo, std::string_view what) const {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < lo || ids[i] >= config_.vocab_size) {
+      return Status::InvalidArgument(std::string(what) + " id " + std::to_string(ids[i]) +
+                                         " at position " + std::to_string(i) + " is outside [" +
+                                         std::to_string(lo) + ", " +
+                                         std::to_string(config_.vocab_size) + ")",
+                                     "Model.vocab_size");
+    }
+  }
+  return Status::OK();
+}
+
+Status GptModel::ValidateInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                                int B, int T) const {
+  if (B < 1) return Status::InvalidArgument("batch size must be >= 1, got " + std::to_string(B));
+  if (T < 1 || T > config_.max_position_embeddings) {
+    return Status::InvalidArgument("sequence length " + std::to_string(T) + " outside [1, " +
+                                       std::to_string(config_.max_position_embeddings) + "]",
+                                   "Model.max_position_embeddings");
+  }
+  const size_t n = size_t(B) * T;
+  if (tokens.size() != n) {
+    return Status::InvalidArgument("got " + std::to_string(tokens.size()) +
+                                   " tokens for B x T = " + std::to_string(n));
+  }
+  if (!targets.empty() && targets.size() != n) {
+    return Status::InvalidArgument("got " + std::to_string(targets.size()) +
+                                   " targets for B x T = " + std::to_string(n));
+  }
+  FLEET_RETURN_IF_ERROR(CheckIds(tokens, 0, "token"));
+  return CheckIds(targets, -1, "target");
+}
+
+void GptModel::LoadInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
+                          int T) {
+  EnsureActivations(B, T);
+  B_ = B;
+  T_ = T;
+  backward_ready_ = false;
+  auto* ids = static_cast<int32_t*>(ids_.get());
+  const size_t n = size_t(B) * T, cap = size_t(cap_b_) * cap_t_;
+  Timed(GptLayerKind::kMemory, [&] {
+    backend_->CopyFromHost(ids, tokens.data(), n * sizeof(int32_t));
+    if (!targets.empty()) backend_->CopyFromHost(ids + cap, targets.data(), n * sizeof(int32_t));
+  });
+}
+
+void GptModel::BlockForward(int layer, const float* x, float* y) {
+  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, F = config_.ffn();
+  const int NH = config_.num_attention_heads;
+  const BlockTensors P = Block(arena_.params().data(), layer);
+  const BlockActs A = BlockBuffers(layer);
+  GptKernels* k = kernels_;
+  Timed(GptLayerKind::kLayerNorm,
+        [&] { k->LayerNormForward(A.ln1, A.ln1_mean, A.ln1_rstd, x, P.ln1w, P.ln1b, N, C); });
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulForward(A.qkv, A.ln1, P.qkvw, P.qkvb, N, C, 3 * C, false); });
+  Timed(GptLayerKind::kAttention, [&] { k->AttentionForward(A.atty, A.att, A.qkv, B, T, C, NH); });
+  // residual2 = x + proj(atty): copy, then accumulate the projection onto it.
+  Timed(GptLayerKind::kMemory,
+        [&] { backend_->CopyOnDevice(A.res2, x, size_t(N) * C * sizeof(float)); });
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulForward(A.res2, A.atty, P.projw, P.projb, N, C, C, true); });
+  Timed(GptLayerKind::kLayerNorm,
+        [&] { k->LayerNormForward(A.ln2, A.ln2_mean, A.ln2_rstd, A.res2, P.ln2w, P.ln2b, N, C); });
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulForward(A.fch, A.ln2, P.fcw, P.fcb, N, C, F, false); });
+  Timed(GptLayerKind::kGelu, [&] { k->GeluForward(A.fch_gelu, A.fch, size_t(N) * F); });
+  if (y == nullptr) return;
+  Timed(GptLayerKind::kMemory,
+        [&] { backend_->CopyOnDevice(y, A.res2, size_t(N) * C * sizeof(float)); });
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulForward(y, A.fch_gelu, P.fcprojw, P.fcprojb, N, F, C, true); });
+}
+
+void GptModel::BlockBackward(int layer, const float* x, float* dres) {
+  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, F = config_.ffn();
+  const int NH = config_.num_attention_heads;
+  const BlockTensors P = Block(arena_.params().data(), layer);
+  const BlockTensors G = Block(arena_.grads().data(), layer);
+  const BlockActs A = BlockBuffers(layer);
+  float* dF = Act(GptAct::kDBufF);
+  float* dC = Act(GptAct::kDBufC);
+  float* dqkv = Act(GptAct::kDQkv);
+  GptKernels* k = kernels_;
+  auto zero = [&](float* buf, size_t n) {
+    Timed(GptLayerKind::kMemory, [&] { backend_->Fill(buf, n, 0.0f); });
+  };
+  // MLP: dres flows into the projection; GELU in place; fc; ln_2 adds to dres.
+  zero(dF, size_t(N) * F);
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulBackward(dF, G.fcprojw, G.fcprojb, dres, A.fch_gelu, P.fcprojw, N, F, C); });
+  Timed(GptLayerKind::kGelu, [&] { k->GeluBackward(dF, A.fch, dF, size_t(N) * F); });
+  zero(dC, size_t(N) * C);
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulBackward(dC, G.fcw, G.fcb, dF, A.ln2, P.fcw, N, C, F); });
+  Timed(GptLayerKind::kLayerNorm, [&] {
+    k->LayerNormBackward(dres, G.ln2w, G.ln2b, dC, A.res2, P.ln2w, A.ln2_mean, A.ln2_rstd, N, C);
+  });
+  // Attention: projection, attention, qkv; ln_1 adds to dres.
+  zero(dC, size_t(N) * C);
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulBackward(dC, G.projw, G.projb, dres, A.atty, P.projw, N, C, C); });
+  zero(dqkv, size_t(N) * 3 * C);
+  Timed(GptLayerKind::kAttention, [&] {
+    k->AttentionBackward(dqkv, Act(GptAct::kAttScratch), dC, A.qkv, A.atty, A.att, B, T, C, NH);
+  });
+  zero(dC, size_t(N) * C);
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulBackward(dC, G.qkvw, G.qkvb, dqkv, A.ln1, P.qkvw, N, C, 3 * C); });
+  Timed(GptLayerKind::kLayerNorm, [&] {
+    k->LayerNormBackward(dres, G.ln1w, G.ln1b, dC, x, P.ln1w, A.ln1_mean, A.ln1_rstd, N, C);
+  });
+}
+
+void GptModel::ForwardTrunk() {
+  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, L = config_.num_layers;
+  const float* params = arena_.params().data();
+  const auto* tokens = static_cast<const int32_t*>(ids_.get());
+  Timed(GptLayerKind::kEmbedding, [&] {
+    kernels_->EncoderForward(Act(GptAct::kResidual, 0), tokens, params + arena_.offset(0),
+                             params + arena_.offset(1), B, T, C);
+  });
+  for (int l = 0; l < L; ++l)
+    BlockForward(l, Act(GptAct::kResidual, l), Act(GptAct::kResidual, l + 1));
+  Timed(GptLayerKind::kLayerNorm, [&] {
+    kernels_->LayerNormForward(Act(GptAct::kLnf), Act(GptAct::kLnfMean), Act(GptAct::kLnfRstd),
+                               Act(GptAct::kResidual, L), params + lnf_offset_,
+                               params + lnf_offset_ + C, N, C);
+  });
+}
+
+Result<float> GptModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                                int B, int T, const GptForwardOptions& options) {
+  if (targets.size() != tokens.size()) {
+    return Status::InvalidArgument("got " + std::to_string(targets.size()) + " targets for " +
+                                   std::to_string(tokens.size()) + " tokens");
+  }
+  FLEET_RETURN_IF_ERROR(ValidateInputs(tokens, targets, B, T));
+  size_t count = 0;
+  for (int32_t t : targets) count += t >= 0;
+  if (count == 0) {
+    return Status::InvalidArgument("no position has a target (every target is -1)");
+  }
+  LoadInputs(tokens, targets, B, T);
+  ForwardTrunk();
+  const int N = B * T, C = config_.hidden_size, V = config_.vocab_size;
+  float* logits = Act(GptAct::kLogits);
+  float* losses = Act(GptAct::kLosses);
+  const float* wte = arena_.params().data();
+  const auto* target_ids = static_cast<const int32_t*>(ids_.get()) + size_t(cap_b_) * cap_t_;
+  Timed(GptLayerKind::kMatmul,
+        [&] { kernels_->MatmulForward(logits, Act(GptAct::kLnf), wte, nullptr, N, C, V, false); });
+  const float dloss = options.grad_scale / static_cast<float>(count);
+  Timed(GptLayerKind::kClassifier, [&] {
+    kernels_->CrossEntropyForward(losses, logits, target_ids, N, V, dloss, options.for_backward);
+  });
+  std::vector<float> host(N);
+  backend_->CopyToHost(host.data(), losses, host.size() * sizeof(float));
+  double sum = 0.0;
+  for (float l : host) sum += l;
+  backward_ready_ = options.for_backward;
+  return static_cast<float>(sum / static_cast<double>(count));
+}
+
+void GptModel::Backward(const GradReadyFn& on_grads_ready) {
+  CHECK(backward_ready_) << "GptModel::Backward needs a Forward with for_backward first";
+  backward_ready_ = false;
+  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, V = config_.vocab_size;
+  const int L = config_.num_layers;
+  const float* params = arena_.params().data();
+  float* grads = arena_.grads().data();
+  float* dres = Act(GptAct::kDResidual);
+  float* dC = Act(GptAct::kDBufC);
+  const size_t lnf_tensor = 2 + size_t(L) * kGptTensorsPerBlock;
+  auto ready = [&](size_t first, size_t end) {
+    if (on_grads_ready) on_grads_ready(first, end);
+  };
+  // Head: logits hold dlogits; dwte gets its first part here.
+  Timed(GptLayerKind::kMemory, [&] {
+    backend_->Fill(dC, size_t(N) * C, 0.0f);
+    backend_->Fill(dres, size_t(N) * C, 0.0f);
+  });
+  Timed(GptLayerKind::kMatmul, [&] {
+    kernels_->MatmulBackward(dC, grads + arena_.offset(0), nullptr, Act(GptAct::kLogits),
+                             Act(GptAct::kLnf), params + arena_.offset(0), N, C, V);
+  });
+  Timed(GptLayerKind::kLayerNorm, [&] {
+    kernels_->LayerNormBackward(dres, grads + lnf_offset_, grads + lnf_offset_ + C, dC,
+                                Act(GptAct::kResidual, L), params + lnf_offset_,
+                                Act(GptAct::kLnfMean), Act(GptAct::kLnfRstd), N, C);
+  });
+  ready(lnf_tensor, lnf_tensor + 2);
+  for (int l = L - 1; l >= 0; --l) {
+    if (config_.use_recompute) BlockForward(l, Act(GptAct::kResidual, l), nullptr);
+    BlockBackward(l, Act(GptAct::kResidual, l), dres);
+    const size_t first = 2 + size_t(l) * kGptTensorsPerBlock;
+    ready(first, first + kGptTensorsPerBlock);
+  }
+  Timed(GptLayerKind::kEmbedding, [&] {
+    kernels_->EncoderBackward(grads + arena_.offset(0), grads + arena_.offset(1), dres,
+                              static_cast<const int32_t*>(ids_.get()), B, T, C);
+  });
+  ready(0, 2);
+}
+
+Result<std::vector<float>> GptModel::LastLogits(std::span<const int32_t> tokens, int B, int T) {
+  FLEET_RETURN_IF_ERROR(ValidateInputs(tokens, {}, B, T));
+  LoadInputs(tokens, {}, B, T);
+  ForwardTrunk();
+  const int C = config_.hidden_size, V = config_.vocab_size;
+  // Gather ln_f's output at position T - 1 of each row into [B, C].
+  float* last = Act(GptAct::kDBufC);
+  Timed(GptLayerKind::kMemory, [&] {
+    for (int b = 0; b < B; ++b) {
+      backend_->CopyOnDevice(last + size_t(b) * C, Act(GptAct::kLnf) + (size_t(b) * T + T - 1) * C,
+                             C * sizeof(float));
+    }
+  });
+  float* logits = Act(GptAct::kLogits);
+  Timed(GptLayerKind::kMatmul, [&] {
+    kernels_->MatmulForward(logits, last, arena_.params().data(), nullptr, B, C, V, false);
+  });
+  std::vector<float> host(size_t(B) * V);
+  backend_->CopyToHost(host.data(), logits, host.size() * sizeof(float));
+  return host;
+}
+
+}  // namespace fleet::trainer

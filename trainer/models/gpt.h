@@ -1,0 +1,350 @@
+// GptModel: GPT-2 (Radford et al. 2019) with explicit forward and backward
+// over one ParamArena, on any GptKernels twin (CPU now; CUDA to come).
+//
+//   tokens -> wte[token] + wpe[position]                         (residual 0)
+//   L blocks, pre-LayerNorm:  x += attn_proj(causal_MHA(qkv(ln_1(x))))
+//                             x += mlp_proj(gelu_tanh(mlp_fc(ln_2(x))))
+//   ln_f -> logits = ln_f(x) wte^T   (output projection tied to wte, no bias)
+//   loss = mean over positions with a target of cross_entropy(logits, target)
+//
+// No dropout (GPT-2 pretraining at scale and llm.c train without it; the
+// config side rejects a non-zero dropout). Parameters: every tensor of
+// GptParamTable in one arena, initialised as GPT-2 does: weights N(0, 0.02),
+// the two residual projections N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm
+// weight 1 and bias 0.
+//
+// A training step (gradient accumulation over k micro-batches: call Forward
+// and Backward k times with grad_scale = 1/k before one optimizer step;
+// Backward adds into the gradients):
+//   model->arena().ZeroGrad();
+//   for each micro-batch:
+//     FLEET_ASSIGN_OR_RETURN(float loss, model->Forward(tokens, targets, B, T, {.grad_scale = 1.0f
+//     / k})); model->Backward(dp->grad_ready());
+//   adamw->Step();
+//
+// Activation recompute (GptConfig::use_recompute): Forward keeps only each
+// block's input (the residual stream); Backward recomputes a block's
+// activations from it, into one block-sized workspace, just before that
+// block's backward. Gradients are bit-identical to those without recompute
+// (same kernels on the same inputs; the kernels are deterministic), and the
+// activation memory holds 1 block instead of L (see GptActivationLayout).
+//
+// Thread safety: one thread drives a model at a time.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comm/status.h"
+#include "trainer/backend.h"
+#include "trainer/kernels/gpt_kernels.h"
+#include "trainer/models/mlp.h"  // GradReadyFn
+#include "trainer/param_arena.h"
+
+namespace fleet::trainer {
+
+// The Model section of a GPT job config (FleetX's key names).
+struct GptConfig {
+  // Model.vocab_size: rows of the token embedding and of the logits. FleetX
+  // pads GPT-2's 50257 tokens to 50304 (a multiple of 64 and 128) for faster
+  // GEMMs; the padding ids never occur as targets and learn to score low.
+  int vocab_size = 50304;
+  // Model.hidden_size (C). Model.num_attention_heads must divide it.
+  int hidden_size = 768;
+  // Model.num_layers (L).
+  int num_layers = 12;
+  // Model.num_attention_heads (NH); head size C / NH (64 in every GPT-2/3 size).
+  int num_attention_heads = 12;
+  // Model.ffn_hidden_size (F): the MLP's hidden width; 0 means 4 * hidden_size.
+  int ffn_hidden_size = 0;
+  // Model.max_position_embeddings: rows of the position table, the longest
+  // sequence the model takes.
+  int max_position_embeddings = 1024;
+  // Model.initializer_range: std of the normal initialisation.
+  float initializer_range = 0.02f;
+  // Model.use_recompute: trade ~1/3 more compute for activation memory of one
+  // block instead of L (see above). Turn on when activations do not fit.
+  bool use_recompute = false;
+  // Seed of the initialisation; same seed, same parameters on every machine.
+  uint64_t seed = 1234;
+
+  int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int head_size() const { return hidden_size / num_attention_heads; }
+  // InvalidArgument naming the key (Model.<key>) for a non-positive size,
+  // heads not dividing hidden_size, or initializer_range <= 0.
+  Status Validate() const;
+};
+
+// ---- parameters ----------------------------------------------------------------------
+
+// The tensors of the model, in arena order:
+//   wte [V, C], wpe [maxT, C],
+//   per layer l: h.l.ln_1.weight [C], h.l.ln_1.bias [C],
+//                h.l.attn.qkv.weight [3C, C], h.l.attn.qkv.bias [3C],
+//                h.l.attn.proj.weight [C, C], h.l.attn.proj.bias [C],
+//                h.l.ln_2.weight [C], h.l.ln_2.bias [C],
+//                h.l.mlp.fc.weight [F, C], h.l.mlp.fc.bias [F],
+//                h.l.mlp.proj.weight [C, F], h.l.mlp.proj.bias [C],
+//   ln_f.weight [C], ln_f.bias [C].
+// A block's tensors are contiguous, so backward finishes whole ranges of the
+// table from the last tensor to the first (what DataParallel's buckets want).
+enum class GptTensor {
+  kWte,
+  kWpe,
+  kLn1W,
+  kLn1B,
+  kQkvW,
+  kQkvB,
+  kProjW,
+  kProjB,
+  kLn2W,
+  kLn2B,
+  kFcW,
+  kFcB,
+  kFcProjW,
+  kFcProjB,
+  kLnfW,
+  kLnfB,
+};
+inline constexpr int kGptTensorsPerBlock = 12;
+
+// Calls fn(GptTensor, layer, rows, cols) for every tensor in arena order
+// (layer -1 outside the blocks; cols 0 for vectors). Allocates nothing.
+template <typename Fn>
+void ForEachGptTensor(const GptConfig& c, Fn&& fn) {
+  const int64_t V = c.vocab_size, P = c.max_position_embeddings, C = c.hidden_size, F = c.ffn();
+  fn(GptTensor::kWte, -1, V, C);
+  fn(GptTensor::kWpe, -1, P, C);
+  for (int l = 0; l < c.num_layers; ++l) {
+    fn(GptTensor::kLn1W, l, C, 0);
+    fn(GptTensor::kLn1B, l, C, 0);
+    fn(GptTensor::kQkvW, l, 3 * C, C);
+    fn(GptTensor::kQkvB, l, 3 * C, 0);
+    fn(GptTensor::kProjW, l, C, C);
+    fn(GptTensor::kProjB, l, C, 0);
+    fn(GptTensor::kLn2W, l, C, 0);
+    fn(GptTensor::kLn2B, l, C, 0);
+    fn(GptTensor::kFcW, l, F, C);
+    fn(GptTensor::kFcB, l, F, 0);
+    fn(GptTensor::kFcProjW, l, C, F);
+    fn(GptTensor::kFcProjB, l, C, 0);
+  }
+  fn(GptTensor::kLnfW, -1, C, 0);
+  fn(GptTensor::kLnfB, -1, C, 0);
+}
+
+// "wte", "h.3.attn.qkv.weight", "ln_f.bias", ...
+std::string GptTensorName(GptTensor tensor, int layer);
+ParamTable GptParamTable(const GptConfig& config);
+// Number of parameters (the tied wte counted once). Allocates nothing.
+// GPT-2 small (V 50257, maxT 1024, C 768, L 12): 124,439,808.
+int64_t GptParamCount(const GptConfig& config);
+
+// ---- activations ---------------------------------------------------------------------
+
+// Every activation buffer of a forward + backward of B x T tokens, as floats,
+// in one layout shared by GptModel (which allocates it) and GptPlan (which
+// only sums it). N = B T.
+//   kept from forward to backward:
+//     residual  [L + 1, N, C]   each block's input; the last is ln_f's input
+//     per block (L copies, or 1 reused workspace with recompute):
+//       ln1 [N, C], ln1_mean [N], ln1_rstd [N], qkv [N, 3C],
+//       att [AttentionSavedFloats(B, T, NH)], atty [N, C], residual2 [N, C],
+//       ln2 [N, C], ln2_mean [N], ln2_rstd [N], fch [N, F], fch_gelu [N, F]
+//     head: lnf [N, C], lnf_mean [N], lnf_rstd [N], logits [N, V] (the
+//       gradient in place after Forward), losses [N]
+//   backward only (one copy, reused by every block):
+//     dresidual [N, C], dbuf_c [N, C], dqkv [N, 3C], dbuf_f [N, F],
+//     att_scratch [AttentionScratchFloats(B, T, NH)]
+enum class GptAct {
+  kResidual,
+  kLn1,
+  kLn1Mean,
+  kLn1Rstd,
+  kQkv,
+  kAtt,
+  kAtty,
+  kResidual2,
+  kLn2,
+  kLn2Mean,
+  kLn2Rstd,
+  kFch,
+  kFchGelu,
+  kLnf,
+  kLnfMean,
+  kLnfRstd,
+  kLogits,
+  kLosses,
+  kDResidual,
+  kDBufC,
+  kDQkv,
+  kDBufF,
+  kAttScratch,
+  kCount,
+};
+
+class GptActivationLayout {
+ public:
+  // att_saved / att_scratch: the twin's AttentionSavedFloats(B, T, NH) and
+  // AttentionScratchFloats(B, T, NH).
+  GptActivationLayout(const GptConfig& config, int B, int T, bool recompute, size_t att_saved,
+                      size_t att_scratch);
+  GptActivationLayout() = default;
+
+  static std::string_view Name(GptAct a);
+  // Floats of one copy, number of copies, and offset of copy 0 of buffer a.
+  size_t floats(GptAct a) const { return floats_[Index(a)]; }
+  int copies(GptAct a) const { return copies_[Index(a)]; }
+  size_t offset(GptAct a, int copy = 0) const { return offsets_[Index(a)] + copy * floats(a); }
+  // Buffers kept from forward to backward, the backward-only ones, and all.
+  size_t saved_floats() const { return saved_floats_; }
+  size_t backward_floats() const { return total_floats_ - saved_floats_; }
+  size_t total_floats() const { return total_floats_; }
+
+ private:
+  static size_t Index(GptAct a) { return static_cast<size_t>(a); }
+  static constexpr size_t kCount = static_cast<size_t>(GptAct::kCount);
+  std::array<size_t, kCount> floats_{};
+  std::array<int, kCount> copies_{};
+  std::array<size_t, kCount> offsets_{};
+  size_t saved_floats_ = 0;
+  size_t total_floats_ = 0;
+};
+
+// ---- timing by layer kind ------------------------------------------------------------
+
+enum class GptLayerKind {
+  kEmbedding,
+  kLayerNorm,
+  kMatmul,
+  kAttention,
+  kGelu,
+  kClassifier,
+  kMemory,
+  kCount,
+};
+
+// Wall time of the model's kernel calls by kind (kMemory: copies and
+// zeroing). On an asynchronous device (CUDA) these are launch times unless
+// the twin synchronises; on CPU they are the kernels' times.
+struct GptProfile {
+  static constexpr size_t kKinds = static_cast<size_t>(GptLayerKind::kCount);
+  std::array<double, kKinds> seconds{};
+  static std::string_view Name(GptLayerKind kind);
+  double total() const;
+  void Reset() { seconds.fill(0.0); }
+};
+
+// ---- the model -----------------------------------------------------------------------
+
+struct GptForwardOptions {
+  // Compute the logits' gradient in place (the fused cross-entropy) so that
+  // Backward can follow. False for evaluation: Backward may then not be
+  // called, and the pass costs no gradient work.
+  bool for_backward = true;
+  // Backward produces the gradient of grad_scale * loss. 1/k for k
+  // micro-batches of gradient accumulation; the loss scale of fp16 training.
+  float grad_scale = 1.0f;
+};
+
+class GptModel {
+ public:
+  // InvalidArgument for a bad config (config.Validate()). `backend` allocates
+  // the arena and activations and `kernels` computes; both not owned, must
+  // outlive the model, and must be on the same device (InvalidArgument
+  // otherwise). Parameters are initialised from config.seed.
+  static Result<std::unique_ptr<GptModel>> Create(const GptConfig& config, Backend* backend,
+                                                  GptKernels* kernels);
+
+  const GptConfig& config() const { return config_; }
+  ParamArena& arena() { return arena_; }
+  const ParamArena& arena() const { return arena_; }
+  Backend* backend() const { return backend_; }
+  GptKernels* kernels() const { return kernels_; }
+
+  // tokens, targets: host int32 [B, T]; T <= max_position_embeddings; tokens
+  // in [0, vocab_size); targets in [0, vocab_size), or -1 for a position
+  // without a target (e.g. padding). Returns the mean loss over positions
+  // with a target. InvalidArgument (nothing changed) for B or T out of range,
+  // a size mismatch, an id out of range (naming its position and value) or
+  // no position with a target. Activation buffers grow to the largest B and
+  // T seen and are kept.
+  Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
+                        int T, const GptForwardOptions& options = {});
+  // Adds d(grad_scale * loss)/d(params) into arena().grads(). Calls
+  // on_grads_ready(first, end) as table tensors [first, end) become final,
+  // last tensors first. REQUIRES: a Forward with for_backward since the last
+  // Backward (CHECK).
+  void Backward(const GradReadyFn& on_grads_ready = {});
+
+  // Logits at position T - 1 of each sequence (the next-token scores
+  // generation samples from), host [B, V]. Same errors as Forward for
+  // tokens. Clobbers the activations of the last Forward (call Backward
+  // first).
+  Result<std::vector<float>> LastLogits(std::span<const int32_t> tokens, int B, int T);
+
+  // Bytes of activation buffers allocated now (0 before the first Forward).
+  size_t activation_bytes() const { return layout_.total_floats() * sizeof(float); }
+  const GptActivationLayout& layout() const { return layout_; }
+
+  // Accumulates kernel times into `profile` (not owned; null = off).
+  void set_profile(GptProfile* profile) { profile_ = profile; }
+
+ private:
+  // Views of one block's parameter (or gradient) tensors.
+  struct BlockTensors {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+  };
+  // Views of one block's activation buffers.
+  struct BlockActs {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+        *fch_gelu;
+  };
+
+  GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena);
+  Status CheckIds(std::span<const int32_t> ids, int lo, std::string_view what) const;
+  // Checks shapes and ids (targets may be empty); changes nothing.
+  Status ValidateInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
+                        int T) const;
+  // Sizes the activations for B x T and copies the ids to the device.
+  void LoadInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B, int T);
+  void EnsureActivations(int B, int T);
+  float* Act(GptAct a, int copy = 0) const;
+  BlockTensors Block(float* base, int layer) const;
+  BlockActs BlockBuffers(int layer) const;
+  // Runs block `layer` on x [N, C] into its buffers and writes its output
+  // into y [N, C]; y == nullptr skips the last matmul (recompute needs only
+  // the activations).
+  void BlockForward(int layer, const float* x, float* y);
+  void BlockBackward(int layer, const float* x, float* dres);
+  // Forward up to ln_f (residual stream, blocks, final LayerNorm).
+  void ForwardTrunk();
+  template <typename Fn>
+  void Timed(GptLayerKind kind, Fn&& fn);
+
+  // Fixed after construction.
+  const GptConfig config_;
+  Backend* const backend_;
+  GptKernels* const kernels_;
+  ParamArena arena_;
+  std::vector<size_t> block_offset_;  // arena offset of each block's first tensor
+  size_t lnf_offset_ = 0;
+
+  // Activations, sized for the largest B and T seen (cap_b_, cap_t_).
+  int cap_b_ = 0, cap_t_ = 0;
+  GptActivationLayout layout_;
+  std::shared_ptr<float> acts_;
+  std::shared_ptr<void> ids_;  // int32 tokens [cap], targets [cap]
+  int B_ = 0, T_ = 0;          // shape of the last Forward
+  bool backward_ready_ = false;
+
+  GptProfile* profile_ = nullptr;
+};
+
+}  // namespace fleet::trainer

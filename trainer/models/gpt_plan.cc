@@ -1,0 +1,134 @@
+#include "trainer/models/gpt_plan.h"
+
+#include <cstdio>
+
+#include "trainer/adamw.h"
+
+namespace fleet::trainer {
+
+Result<Precision> ParsePrecision(std::string_view text) {
+  if (text == "fp32" || text == "float32") return Precision::kFp32;
+  if (text == "bf16" || text == "bfloat16") return Precision::kBf16;
+  if (text == "fp16" || text == "float16") return Precision::kFp16;
+  return Status::InvalidArgument("precision must be fp32, bf16 or fp16, got", text);
+}
+
+std::string_view PrecisionName(Precision precision) {
+  switch (precision) {
+    case Precision::kFp32:
+      return "fp32";
+    case Precision::kBf16:
+      return "bf16";
+    case Precision::kFp16:
+      return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+
+// Floats of the activation layout for B x T, with the twin's attention
+// memory or a flash twin's.
+GptActivationLayout Layout(const GptConfig& c, int B, int T, bool recompute,
+                           const GptKernels* kernels) {
+  const int NH = c.num_attention_heads;
+  const size_t saved = kernels ? kernels->AttentionSavedFloats(B, T, NH) : size_t(B) * NH * T;
+  const size_t scratch = kernels ? kernels->AttentionScratchFloats(B, T, NH) : 0;
+  return GptActivationLayout(c, B, T, recompute, saved, scratch);
+}
+
+std::string Bytes(int64_t bytes) {
+  char buf[32];
+  const double b = static_cast<double>(bytes);
+  if (b >= 1024.0 * 1024 * 1024) {
+    std::snprintf(buf, sizeof(buf), "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%.1f MiB", b / (1024.0 * 1024));
+  }
+  return buf;
+}
+
+}  // namespace
+
+Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
+                        const GptKernels* kernels) {
+  FLEET_RETURN_IF_ERROR(config.Validate());
+  if (options.micro_batch_size < 1) {
+    return Status::InvalidArgument("must be >= 1, got " + std::to_string(options.micro_batch_size),
+                                   "Global.micro_batch_size");
+  }
+  if (options.seq_len < 0 || options.seq_len > config.max_position_embeddings) {
+    return Status::InvalidArgument("sequence length " + std::to_string(options.seq_len) +
+                                       " outside [0, Model.max_position_embeddings = " +
+                                       std::to_string(config.max_position_embeddings) + "]",
+                                   "Data.seq_len");
+  }
+  if (options.sharding_degree < 1) {
+    return Status::InvalidArgument("must be >= 1, got " + std::to_string(options.sharding_degree),
+                                   "Distributed.sharding.sharding_degree");
+  }
+  if (options.sharding_stage < 0 || options.sharding_stage > 2) {
+    return Status::InvalidArgument(
+        "must be 0, 1 or 2, got " + std::to_string(options.sharding_stage),
+        "Distributed.sharding.sharding_stage");
+  }
+  GptPlan plan;
+  const int64_t N = GptParamCount(config);
+  const int B = options.micro_batch_size;
+  const int T = options.seq_len ? options.seq_len : config.max_position_embeddings;
+  const int D = options.sharding_degree, stage = options.sharding_stage;
+  plan.num_params = N;
+  plan.micro_batch_size = B;
+  plan.seq_len = T;
+
+  const bool fp32 = options.precision == Precision::kFp32;
+  const int64_t compute_bytes = fp32 ? 4 : 2;
+  const int64_t state_bytes = fp32 ? 8 : 12;  // m, v (+ fp32 master weights)
+  const int64_t shard = static_cast<int64_t>(ShardRange(static_cast<size_t>(N), D, 0).size());
+  plan.param_bytes = compute_bytes * N;
+  plan.grad_bytes = compute_bytes * (stage >= 2 ? shard : N);
+  plan.optimizer_bytes = state_bytes * (stage >= 1 ? shard : N);
+
+  const int64_t act_bytes = compute_bytes;
+  const GptActivationLayout off = Layout(config, B, T, false, kernels);
+  const GptActivationLayout on = Layout(config, B, T, true, kernels);
+  const GptActivationLayout& used = config.use_recompute ? on : off;
+  plan.activation_bytes_no_recompute = act_bytes * static_cast<int64_t>(off.total_floats());
+  plan.activation_bytes_recompute = act_bytes * static_cast<int64_t>(on.total_floats());
+  plan.activation_forward_bytes = act_bytes * static_cast<int64_t>(used.saved_floats());
+  plan.activation_backward_bytes = act_bytes * static_cast<int64_t>(used.backward_floats());
+  plan.activation_bytes = plan.activation_forward_bytes + plan.activation_backward_bytes;
+  plan.total_bytes =
+      plan.param_bytes + plan.grad_bytes + plan.optimizer_bytes + plan.activation_bytes;
+
+  const double L = config.num_layers, C = config.hidden_size, F = config.ffn();
+  const double matmul_params = static_cast<double>(N) - double(config.max_position_embeddings) * C;
+  plan.matmul_flops_per_token = 6.0 * matmul_params;
+  plan.attention_flops_per_token = 12.0 * L * T * C;
+  plan.flops_per_token = plan.matmul_flops_per_token + plan.attention_flops_per_token;
+  plan.recompute_flops_per_token =
+      config.use_recompute ? L * (8.0 * C * C + 2.0 * C * F + 4.0 * T * C) : 0.0;
+  return plan;
+}
+
+std::string GptPlan::ToString() const {
+  char flops[160];
+  std::snprintf(flops, sizeof(flops),
+                "FLOPs per token %.4g (matmuls 6N' %.4g + attention 12LTC %.4g)", flops_per_token,
+                matmul_flops_per_token, attention_flops_per_token);
+  std::string out =
+      std::to_string(num_params) + " parameters; micro batch " + std::to_string(micro_batch_size) +
+      " x " + std::to_string(seq_len) + " tokens\nper rank: parameters " + Bytes(param_bytes) +
+      ", gradients " + Bytes(grad_bytes) + ", optimizer states " + Bytes(optimizer_bytes) +
+      ", activations " + Bytes(activation_bytes) + " (forward " + Bytes(activation_forward_bytes) +
+      " + backward " + Bytes(activation_backward_bytes) + "; recompute off " +
+      Bytes(activation_bytes_no_recompute) + ", on " + Bytes(activation_bytes_recompute) +
+      "), total " + Bytes(total_bytes) + "\n" + flops;
+  if (recompute_flops_per_token > 0) {
+    std::snprintf(flops, sizeof(flops), "; recompute adds %.4g", recompute_flops_per_token);
+    out += flops;
+  }
+  return out;
+}
+
+}  // namespace fleet::trainer

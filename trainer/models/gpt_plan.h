@@ -1,0 +1,98 @@
+// The dry-run plan of a GPT job (--dry_run / Engine.dry_run): parameter
+// count, memory per rank and FLOPs per token for any GptConfig, computed from
+// the same tables the model allocates from (GptParamTable's shapes via
+// ForEachGptTensor, GptActivationLayout), without allocating any of it.
+//
+// Memory per rank (bytes), N parameters, D = sharding degree, shards of
+// ceil(N / D) elements (ShardRange):
+//                       fp32            bf16 / fp16 (fp32 master weights)
+//   parameters          4 N             2 N   (the compute copy)
+//   gradients           4 N             2 N   (4 N / D ... 2 N / D at stage 2)
+//   optimizer states    8 N  (m, v)     12 N  (master, m, v)
+// Stage 1 divides the optimizer states by D, stage 2 also the gradients
+// (ZeRO, Rajbhandari et al. 2020, section 5: the steady state; an
+// implementation also holds a bucket of full gradients while reducing).
+//
+// Activations, per micro-batch of B x T tokens: the buffers of
+// GptActivationLayout, 4 bytes each in fp32 and 2 in bf16/fp16; with
+// recompute one block's worth instead of L (plus the residual stream).
+// Attention's share comes from the kernel twin when one is given (the CPU
+// twin keeps T x T probabilities per head); without one, from a flash
+// attention twin (B x NH x T row statistics, no scratch), what a GPU run
+// keeps.
+//
+// FLOPs per token (a multiply-add counts 2), PaLM's model FLOPs (Chowdhery
+// et al. 2022, appendix B):
+//   6 N'          matmuls forward and backward; N' = N - maxT * C (the
+//                 position table does no multiply-adds; the tied wte counts
+//                 once, for the output projection)
+//   + 12 L T C    attention scores and their weighted sum, forward and
+//                 backward, counted for the full T x T (a causal kernel does
+//                 about half of it: PaLM's convention, kept so that MFU
+//                 figures compare with published ones)
+// Recompute adds a forward of every block but its last matmul:
+//   L (8 C^2 + 2 C F + 4 T C) hardware FLOPs per token, not model FLOPs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "comm/status.h"
+#include "trainer/kernels/gpt_kernels.h"
+#include "trainer/models/gpt.h"
+
+namespace fleet::trainer {
+
+enum class Precision { kFp32, kBf16, kFp16 };
+// "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16". InvalidArgument
+// otherwise (naming the text).
+Result<Precision> ParsePrecision(std::string_view text);
+std::string_view PrecisionName(Precision precision);
+
+struct GptPlanOptions {
+  // Global.micro_batch_size: sequences per forward.
+  int micro_batch_size = 1;
+  // Tokens per sequence; 0 = Model.max_position_embeddings.
+  int seq_len = 0;
+  // Distributed.sharding.sharding_degree (ranks sharing the states) and
+  // sharding_stage (0 none, 1 optimizer states, 2 also gradients).
+  int sharding_degree = 1;
+  int sharding_stage = 0;
+  Precision precision = Precision::kFp32;
+};
+
+struct GptPlan {
+  int64_t num_params = 0;
+  int64_t micro_batch_size = 0, seq_len = 0;
+  // Bytes per rank.
+  int64_t param_bytes = 0;
+  int64_t grad_bytes = 0;
+  int64_t optimizer_bytes = 0;
+  // Activations of one micro-batch with the config's use_recompute, split
+  // into those kept from forward to backward and backward-only buffers; and
+  // the totals with recompute off and on, for comparison.
+  int64_t activation_bytes = 0;
+  int64_t activation_forward_bytes = 0;
+  int64_t activation_backward_bytes = 0;
+  int64_t activation_bytes_no_recompute = 0;
+  int64_t activation_bytes_recompute = 0;
+  int64_t total_bytes = 0;  // params + grads + optimizer + activations
+  // Model FLOPs per trained token and its two terms; recompute's extra.
+  double flops_per_token = 0;
+  double matmul_flops_per_token = 0;
+  double attention_flops_per_token = 0;
+  double recompute_flops_per_token = 0;
+
+  // A few lines for the log of a dry run.
+  std::string ToString() const;
+};
+
+// InvalidArgument naming the key for a bad config (GptConfig::Validate), a
+// micro batch < 1, seq_len outside [0, max_position_embeddings], degree < 1
+// or stage outside {0, 1, 2}. `kernels` (may be null, not kept) supplies the
+// attention memory of the twin that will run.
+Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
+                        const GptKernels* kernels = nullptr);
+
+}  // namespace fleet::trainer
