@@ -44,7 +44,6 @@
 #include "comm/status.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/gpt_kernels.h"
-#include "trainer/models/mlp.h"  // GradReadyFn
 #include "trainer/param_arena.h"
 
 namespace fleet::trainer {
