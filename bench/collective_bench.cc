@@ -19,20 +19,12 @@
 // bandwidth of the buffer at p50, and ratio = direct p50 / FleetPS p50
 // (>= 0.95 is the target: the wrapper costs at most 5%).
 //
-// MNIST: steps of the real training loop (trainer/collective/train_loop.h
-// over the MLP classifier task: forward, backward, bucketed all-reduce
-// overlapped with backward, Adam) with batch 64 per
-// rank: 1 rank with 1 BLAS thread (rank 1 idle), 1 rank with a BLAS thread
-// per core, 2 ranks with 1 BLAS thread each and the default bucket size (one
-// bucket for this MLP), and 2 ranks with 64 KiB buckets (two all-reduces,
-// the first overlapped with the first layer's backward). The
-// configurations alternate over --mnist_rounds rounds so that changes in
-// the machine's other load hit each alike; each round's first 20 steps
-// (allocation, page faults) are not timed, and each round must lower the
-// loss (the check before trusting the time). samples/s = steps x global
-// batch / summed step time, also given at the p50 and at the min step time
-// (the min approximates an idle machine). The target: 2 ranks at least as
-// many samples/s as the best 1-rank figure.
+// MNIST: steps of the real training loop at 1 and 2 ranks (the rows of
+// bench/mnist_rounds.h), alternating over --mnist_rounds rounds.
+// samples/s = steps x global batch / summed step time, also given at the p50
+// and at the min step time (the min approximates an idle machine). The
+// target: 2 ranks at least 1.2x the samples/s of the best 1-rank figure over
+// all steps. train_bench prints the same comparison with ranks as threads.
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 #include <signal.h>
@@ -50,7 +42,6 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,11 +50,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "bench/mnist_rounds.h"
 #include "comm/gloo_collective.h"
 #include "comm/gloo_store.h"
 #include "comm/kv_store.h"
-#include "trainer/collective/mlp_classifier.h"
-#include "trainer/collective/train_loop.h"
 #include "trainer/data/mnist.h"
 #include "trainer/kernels/cpu_kernels.h"
 
@@ -202,88 +192,14 @@ void BenchAllReduce(int rank, Collective& fleet, DirectGloo& direct,
   std::printf("\n");
 }
 
-struct MnistRow {
-  std::string label;
-  int ranks;        // ranks training
-  int blas_threads;
-  size_t bucket_bytes;
-  std::vector<double> micros;  // step times of every round, warm-up dropped
-};
-
-// Runs `steps` timed training steps (after 20 warm-up steps) of `row` on
-// this rank and appends their times. Ranks >= row.ranks sit it out.
-void TrainSteps(int rank, Collective& fleet, const data::MnistData& data, int steps,
-                MnistRow* row) {
-  constexpr int kWarmup = 20;
-  if (rank >= row->ranks) return;
-  trainer::kernels::SetBlasThreads(row->blas_threads);
-  trainer::CpuBackend backend;
-  auto task = trainer::collective::MlpClassifierTask::Create({}, data.train, data.test, &backend);
-  BENCH_CHECK_OK(task.status());
-  trainer::collective::TrainLoopOptions options;  // batch 64, Adam lr 1e-3
-  options.epochs = 1000;  // bounded by max_steps
-  options.max_steps = steps + kWarmup;
-  options.log_every_steps = 0;
-  options.evaluate = false;
-  options.data_parallel.bucket_bytes = row->bucket_bytes;
-  auto report = trainer::collective::RunTrainLoop(options, **task,
-                                                  row->ranks > 1 ? &fleet : nullptr, nullptr);
-  BENCH_CHECK_OK(report.status());
-  // Check before trusting the time: training must have learned something.
-  const float first = report->step_losses.front(), last = report->step_losses.back();
-  if (!(last < 0.8f * first)) {
-    LOG(FATAL) << row->label << ": loss went from " << first << " to " << last;
-  }
-  row->micros.insert(row->micros.end(), report->step_micros.begin() + kWarmup,
-                     report->step_micros.end());
-}
-
 void BenchMnist(int rank, Collective& fleet) {
-  const size_t kDefaultBucket = trainer::DataParallelOptions{}.bucket_bytes;
   auto data = data::LoadMnistData(data::MnistFilesIn(FLAGS_data_dir));
   BENCH_CHECK_OK(data.status());
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<MnistRow> rows = {
-      {"1 rank, 1 BLAS thread", 1, 1, kDefaultBucket, {}},
-      {absl::StrCat("1 rank, ", cores, " BLAS threads"), 1, cores, kDefaultBucket, {}},
-      {"2 ranks, default bucket", 2, 1, kDefaultBucket, {}},
-      {"2 ranks, 64KiB buckets", 2, 1, 64 << 10, {}},
-  };
+  std::vector<bench::MnistRow> rows = bench::DefaultMnistRows();
   const int rounds = std::max(1, FLAGS_mnist_rounds);
   const int steps = std::max(1, FLAGS_mnist_steps / rounds);
-  // Rounds alternate the configurations, so a change in the machine's other
-  // load hits all of them alike.
-  for (int round = 0; round < rounds; ++round) {
-    for (MnistRow& row : rows) {
-      BENCH_CHECK_OK(fleet.Barrier());  // the idle rank waits here
-      TrainSteps(rank, fleet, *data, steps, &row);
-    }
-  }
-  BENCH_CHECK_OK(fleet.Barrier());
-  if (rank != 0) return;
-  std::printf("MNIST-MLP 784-128-128-10 training steps (batch 64 per rank, Adam), %d rounds x %d "
-              "steps each; per-step time and samples/s\n", rounds, steps);
-  bench::PrintHeader();
-  // Best samples/s per rank count: over all steps, at the p50 and at the min
-  // step time (the min approximates an otherwise idle machine).
-  double best[3][3] = {};  // [ranks][all, p50, min]
-  for (const MnistRow& row : rows) {
-    const bench::Summary summary = bench::Summarize(row.micros);
-    const double samples = 64.0 * row.ranks;
-    const double total_s = std::accumulate(row.micros.begin(), row.micros.end(), 0.0) / 1e6;
-    const double figures[3] = {row.micros.size() * samples / total_s, samples * 1e6 / summary.p50,
-                               samples * 1e6 / summary.min};
-    bench::PrintRow(row.label, summary, 0);
-    std::printf("  %-22s samples/s: %.0f over all steps, %.0f at p50, %.0f at min step time\n", "",
-                figures[0], figures[1], figures[2]);
-    for (int i = 0; i < 3; ++i) best[row.ranks][i] = std::max(best[row.ranks][i], figures[i]);
-  }
-  auto verdict = [](double r) { return r >= 1.0 ? "ok" : "BELOW TARGET 1.0"; };
-  const double all = best[2][0] / best[1][0], p50 = best[2][1] / best[1][1],
-               min = best[2][2] / best[1][2];
-  std::printf("  best 2 ranks / best 1 rank, samples/s: %.2fx over all steps (%s), %.2fx at p50 "
-              "(%s), %.2fx at min (%s)\n\n",
-              all, verdict(all), p50, verdict(p50), min, verdict(min));
+  bench::RunMnistRounds(rank, fleet, *data, rounds, steps, &rows);
+  if (rank == 0) bench::PrintMnistRows(rows, rounds, steps, /*target=*/1.2);
 }
 
 int RunRank(int rank, const std::string& kv_endpoint, const std::string& job) {

@@ -1,28 +1,48 @@
-// train_bench: training throughput of the PS worker and of our kernels, each
-// beside a reference measured in the same run.
+// train_bench: training throughput of the PS worker and of the dense models,
+// each beside a reference measured in the same run.
 //
-//   ctr_dnn worker step (pull, pool, forward, backward, push), samples/s:
-//     (a) compute only: the same step through a communicator that keeps the
-//         parameters in local memory (no PS, no network);
-//     (b) against 2 parameter servers in this process (sync mode, 1 worker,
-//         real ZeroMQ over loopback). Target: (b)/(a) >= 0.6.
-//   MLP (784-128-128-10) training step, samples/s: OpenBLAS GEMM vs the
-//   naive triple-loop GEMM (CpuBackend::GemmKind::kNaive).
+//   1. ctr_dnn worker step (pull, pool, forward, backward, unpool, push)
+//      through a communicator that keeps the parameters in local memory (no
+//      PS, no network: "compute only"), at 1 and 2 BLAS threads, each
+//      against its GEMM floor: the same GEMMs (shapes recorded from one step
+//      of the model) timed alone with the same BLAS and thread count, step
+//      and floor alternating. Target: step <= 1.3x floor. Then the step
+//      against 2 parameter servers in this process (sync mode, 1 worker, real
+//      ZeroMQ over loopback) vs compute only: target >= 0.6.
+//   2. MLP 784-128-128-10 step (forward, backward, Adam), batch 64, against
+//      its GEMM floor (target <= 1.3x); the real training loop on real data
+//      (trainer/collective/train_loop.h over the MLP classifier task, 1 rank: batch gather, step,
+//      timing) against the bare step, alternating in rounds (target >= 0.95 of its samples/s).
+//   3. MNIST-MLP at 2 ranks vs 1 rank (bench/mnist_rounds.h; ranks are
+//      threads here, each with its own Gloo group over loopback), samples/s
+//      over all steps (target >= 1.2).
 //
-//   train_bench [--seconds=2] [--batch=256] [--lines=20000]
+//   train_bench [--seconds=2] [--batch=256] [--lines=20000] [--cases=ctr,mlp,ranks]
+//               [--mnist_steps=600] [--mnist_rounds=3] [--data_dir=...]
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <numeric>
+#include <thread>
 #include <unordered_map>
 
-#include <gflags/gflags.h>
-#include <glog/logging.h>
-
+#include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
+#include "bench/mnist_rounds.h"
+#include "comm/gloo_collective.h"
+#include "comm/kv_store.h"
 #include "ps/server.h"
+#include "trainer/collective/mlp_classifier.h"
+#include "trainer/collective/train_loop.h"
 #include "trainer/data/ctr_generator.h"
+#include "trainer/data/mnist.h"
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/models/ctr_dnn.h"
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 #include "worker/communicator.h"
@@ -33,6 +53,10 @@ DEFINE_double(seconds, 2.0, "Target seconds of timed iterations per case.");
 DEFINE_int32(batch, 256, "ctr_dnn samples per step (one worker).");
 DEFINE_int32(lines, 20000, "Synthetic CTR training lines generated for the ctr_dnn cases.");
 DEFINE_int32(mlp_batch, 64, "MLP samples per step.");
+DEFINE_string(cases, "ctr,mlp,ranks", "Which sections to run, comma separated.");
+DEFINE_int32(mnist_steps, 600, "MNIST training steps timed per configuration (loop and ranks).");
+DEFINE_int32(mnist_rounds, 3, "MNIST configurations alternate this many times.");
+DEFINE_string(data_dir, fleet::data::kDefaultMnistDir, "MNIST-format IDX files.");
 
 namespace fleet::bench {
 namespace {
@@ -76,28 +100,87 @@ class LocalCommunicator final : public Communicator {
 std::string JobYaml(const std::string& data_dir, int batch) {
   return "Distributed: {mode: sync, timeout_ms: 60000}\n"
          "tables:\n"
-         "  - {id: 0, kind: sparse, dim: 9, shard_num: 64, optimizer: {rule: adagrad, learning_rate: 0.15}}\n"
+         "  - {id: 0, kind: sparse, dim: 9, shard_num: 64, optimizer: {rule: adagrad, "
+         "learning_rate: 0.15}}\n"
          "  - {id: 1, kind: dense, dim: 420401, optimizer: {rule: adam, learning_rate: 0.002}}\n"
          "model: {kind: ctr_dnn, sparse_table: 0, dense_table: 1, hidden: [400, 400, 400]}\n"
-         "data: {train: " + data_dir + "/train}\n"
-         "train: {batch_size: " + std::to_string(batch) + "}\n";
+         "data: {train: " +
+         data_dir +
+         "/train}\n"
+         "train: {batch_size: " +
+         std::to_string(batch) + "}\n";
 }
 
-// Times task steps (cycling over its full batches) through `comm`.
-Summary TimeSteps(worker::WorkerTask& task, Communicator& comm) {
-  int64_t full = task.num_train_batches();
-  if (task.batch_samples(full - 1) < static_cast<size_t>(FLAGS_batch)) --full;  // short last one
-  CHECK_GT(full, 0) << "--lines must give at least one full batch";
-  int64_t next = 0;
-  auto step = [&] {
-    Status s = task.TrainStep(next, comm);
-    CHECK(s.ok()) << s.ToString();
-    next = (next + 1) % full;
-  };
-  return Summarize(TimeEach(step, IterationsFor(step, FLAGS_seconds)));
+using trainer::CpuBackend;
+
+// A step's GEMMs, recorded from one step of the model, run alone on buffers
+// of their shapes.
+class GemmFloor {
+ public:
+  explicit GemmFloor(std::vector<CpuBackend::GemmCall> calls) : calls_(std::move(calls)) {
+    for (const CpuBackend::GemmCall& c : calls_) {
+      a_.emplace_back(static_cast<size_t>(c.M) * c.K, 0.01f);
+      b_.emplace_back(static_cast<size_t>(c.K) * c.N, 0.02f);
+      c_.emplace_back(static_cast<size_t>(c.M) * c.N, 0.0f);
+    }
+  }
+  void Run() {
+    for (size_t i = 0; i < calls_.size(); ++i) {
+      const CpuBackend::GemmCall& c = calls_[i];
+      trainer::kernels::GemmBlas(c.trans_a, c.trans_b, c.M, c.N, c.K, 1.0f, a_[i].data(),
+                                 b_[i].data(), c.beta, c_[i].data());
+    }
+  }
+  size_t size() const { return calls_.size(); }
+  double flops() const {
+    double f = 0;
+    for (const auto& c : calls_) f += 2.0 * c.M * c.N * c.K;
+    return f;
+  }
+
+ private:
+  std::vector<CpuBackend::GemmCall> calls_;
+  std::vector<std::vector<float>> a_, b_, c_;
+};
+
+// Times `step` and `reference` alternately (one call each per iteration, so
+// the machine's other load hits both alike) for about --seconds in total.
+std::pair<Summary, Summary> TimePaired(const std::function<void()>& step,
+                                       const std::function<void()>& reference) {
+  const int n = IterationsFor([&] { step(), reference(); }, FLAGS_seconds);
+  std::vector<double> a, b;
+  for (int i = 0; i < n; ++i) {
+    a.push_back(TimeEach(step, 1)[0]);
+    b.push_back(TimeEach(reference, 1)[0]);
+  }
+  return {Summarize(a), Summarize(b)};
 }
 
-double SamplesPerSec(const Summary& s, int batch) { return batch / (s.p50 * 1e-6); }
+double SamplesPerSec(double micros, int batch) { return batch / (micros * 1e-6); }
+
+// "step / floor: 1.21x at p50, 1.18x at min (target <= 1.3: ok)".
+void PrintFloorRatio(const Summary& step, const Summary& floor) {
+  const double r = step.p50 / floor.p50;
+  std::printf("  step / GEMM floor: %.2fx at p50 (%s), %.2fx at min\n", r,
+              r <= 1.3 ? "ok, target <= 1.3" : "ABOVE TARGET 1.3", step.min / floor.min);
+}
+
+// The GEMMs of one ctr_dnn forward + backward at batch B, from a model of
+// the same shape as the worker's.
+GemmFloor CtrDnnGemms(const trainer::CtrDnnConfig& config, int B) {
+  CpuBackend backend;
+  auto model = trainer::CtrDnn::Create(config, &backend);
+  CHECK(model.ok()) << model.status().ToString();
+  const int S = config.num_slots, D = config.embedding_dim;
+  std::vector<float> pooled(static_cast<size_t>(S) * B * D, 0.1f),
+      dense(static_cast<size_t>(B) * config.num_dense, 0.5f), labels(B, 1.0f);
+  std::vector<CpuBackend::GemmCall> calls;
+  backend.RecordGemms(&calls);
+  CHECK(model.value()->Forward(pooled, dense, labels).ok());
+  model.value()->Backward();
+  backend.RecordGemms(nullptr);
+  return GemmFloor(std::move(calls));
+}
 
 void CtrDnnCases() {
   const std::string dir =
@@ -118,12 +201,46 @@ void CtrDnnCases() {
   CHECK(task.ok()) << task.status().ToString();
   CHECK_EQ(task.value()->dense_param_count(), 420401u);
 
+  int64_t full = task.value()->num_train_batches();
+  if (task.value()->batch_samples(full - 1) < static_cast<size_t>(FLAGS_batch)) --full;
+  CHECK_GT(full, 0) << "--lines must give at least one full batch";
+  int64_t next = 0;
+  auto step_through = [&](worker::Communicator& comm) {
+    Status s = task.value()->TrainStep(next, comm);
+    CHECK(s.ok()) << s.ToString();
+    next = (next + 1) % full;
+  };
+
   // (a) compute only. Verify once: a step gives a finite loss sum.
   LocalCommunicator local(9, task.value()->dense_param_count());
   CHECK(task.value()->TrainStep(0, local).ok());
   const auto sums = task.value()->TakeTrainSums();
   CHECK(std::isfinite(sums[0]) && sums[1] == static_cast<float>(task.value()->batch_samples(0)));
-  const Summary a = TimeSteps(*task.value(), local);
+
+  trainer::CtrDnnConfig mc;
+  mc.hidden = {400, 400, 400};
+  GemmFloor floor = CtrDnnGemms(mc, FLAGS_batch);
+  std::printf(
+      "\nctr_dnn worker step, batch %d, 26 slots x dim 9, FC 400-400-400 "
+      "(420401 dense params = 1.6 MB pulled and pushed per step); GEMM floor = its %zu "
+      "GEMMs alone (%.0f MFLOP)\n",
+      FLAGS_batch, floor.size(), floor.flops() / 1e6);
+  PrintHeader();
+  Summary a1;
+  double compute_only[3] = {};
+  for (int threads : {1, 2}) {
+    trainer::kernels::SetBlasThreads(threads);
+    auto [step, ref] = TimePaired([&] { step_through(local); }, [&] { floor.Run(); });
+    PrintRow("(a) compute only, " + std::to_string(threads) + "T", step, 0);
+    PrintRow("    GEMM floor, " + std::to_string(threads) + "T", ref, 0);
+    PrintFloorRatio(step, ref);
+    compute_only[threads] = SamplesPerSec(step.p50, FLAGS_batch);
+    if (threads == 1) a1 = step;
+  }
+  std::printf("  compute-only samples/s at p50: 1 thread %.0f, 2 threads %.0f (%.2fx)\n",
+              compute_only[1], compute_only[2], compute_only[2] / compute_only[1]);
+  // One worker process per core in a real job: the rest at 1 BLAS thread.
+  trainer::kernels::SetBlasThreads(1);
 
   // (b) 2 in-process servers, sync mode.
   std::vector<std::unique_ptr<ps::PsServer>> servers;
@@ -158,57 +275,139 @@ void CtrDnnCases() {
   CHECK(task.value()->TrainStep(0, *comm.value()).ok());
   CHECK(client.value()->PullDense(1, after).ok());
   CHECK(before != after) << "a synced step left the dense table unchanged";
-  const Summary b = TimeSteps(*task.value(), *comm.value());
-
-  std::printf("\nctr_dnn worker step, batch %d, 26 slots x dim 9, FC 400-400-400 "
-              "(420401 dense params = 1.6 MB pulled and pushed per step)\n",
-              FLAGS_batch);
-  PrintHeader();
-  PrintRow("(a) compute only", a, 0);
+  auto [b, a] = TimePaired([&] { step_through(*comm.value()); }, [&] { step_through(local); });
   PrintRow("(b) 2 local servers, sync", b, 2.0 * 420401 * 4);
-  std::printf("samples/s: (a) %.0f  (b) %.0f  (b)/(a) = %.2f (target >= 0.6)\n",
-              SamplesPerSec(a, FLAGS_batch), SamplesPerSec(b, FLAGS_batch),
-              SamplesPerSec(b, FLAGS_batch) / SamplesPerSec(a, FLAGS_batch));
+  PrintRow("(a) compute only, 1T", a, 0);
+  std::printf("  samples/s at p50: (a) %.0f  (b) %.0f  (b)/(a) = %.2f (target >= 0.6)\n",
+              SamplesPerSec(a.p50, FLAGS_batch), SamplesPerSec(b.p50, FLAGS_batch), a.p50 / b.p50);
   for (auto& s : servers) CHECK(s->Shutdown(false).ok());
 }
 
+// The bare MLP training step of the MNIST task's model and optimizer (forward,
+// backward, Adam) on fixed host batches.
+class BareMlpStep {
+ public:
+  BareMlpStep(trainer::CpuBackend::GemmKind kind, int B) : backend_(nullptr, kind) {
+    x_.resize(static_cast<size_t>(B) * 784);
+    labels_.resize(B);
+    for (size_t i = 0; i < x_.size(); ++i)
+      x_[i] = static_cast<float>((i * 2654435761u) % 256) / 255.0f;
+    for (int i = 0; i < B; ++i) labels_[i] = i % 10;
+    auto model = trainer::Mlp::Create({}, &backend_);
+    CHECK(model.ok());
+    model_ = std::move(model).value();
+    adam_ = std::make_unique<trainer::Adam>(&model_->arena(), trainer::kernels::AdamHyper{});
+  }
+  float Step() {
+    model_->arena().ZeroGrad();
+    auto loss = model_->Forward(x_, labels_);
+    CHECK(loss.ok());
+    model_->Backward();
+    adam_->Step();
+    return *loss;
+  }
+  trainer::CpuBackend& backend() { return backend_; }
+
+ private:
+  trainer::CpuBackend backend_;
+  std::unique_ptr<trainer::Mlp> model_;
+  std::unique_ptr<trainer::Adam> adam_;
+  std::vector<float> x_;
+  std::vector<int32_t> labels_;
+};
+
 void MlpCases() {
   const int B = FLAGS_mlp_batch;
-  std::vector<float> x(static_cast<size_t>(B) * 784);
-  std::vector<int32_t> labels(B);
-  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 2654435761u) % 256) / 255.0f;
-  for (int i = 0; i < B; ++i) labels[i] = i % 10;
-
-  auto run = [&](trainer::CpuBackend::GemmKind kind, float* first_loss) {
-    trainer::CpuBackend backend(nullptr, kind);
-    auto model = trainer::Mlp::Create({}, &backend);
-    CHECK(model.ok());
-    trainer::Mlp& m = *model.value();
-    auto step = [&] {
-      m.arena().ZeroGrad();
-      auto loss = m.Forward(x, labels);
-      CHECK(loss.ok());
-      m.Backward();
-      backend.SgdUpdate(m.arena().params().data(), m.arena().grads().data(), m.arena().size(),
-                        0.01f, 0.0f);
-    };
-    m.arena().ZeroGrad();
-    *first_loss = m.Forward(x, labels).value();
-    return Summarize(TimeEach(step, IterationsFor(step, FLAGS_seconds)));
-  };
-  float loss_blas = 0, loss_naive = 0;
-  const Summary blas = run(trainer::CpuBackend::GemmKind::kBlas, &loss_blas);
-  const Summary naive = run(trainer::CpuBackend::GemmKind::kNaive, &loss_naive);
-  // Verify: both GEMMs give the same first loss from the same initialisation.
-  CHECK_LT(std::abs(loss_blas - loss_naive), 1e-4) << loss_blas << " vs " << loss_naive;
-
-  std::printf("\nMLP 784-128-128-10 training step (forward, backward, SGD), batch %d, "
-              "OpenBLAS threads %d\n", B, trainer::kernels::BlasThreads());
+  trainer::kernels::SetBlasThreads(1);
+  BareMlpStep blas(trainer::CpuBackend::GemmKind::kBlas, B);
+  {
+    // Verify: OpenBLAS and the naive GEMM give the same first loss.
+    BareMlpStep naive(trainer::CpuBackend::GemmKind::kNaive, B);
+    const float lb = blas.Step(), ln = naive.Step();
+    CHECK_LT(std::abs(lb - ln), 1e-4) << lb << " vs " << ln;
+  }
+  std::vector<CpuBackend::GemmCall> calls;
+  blas.backend().RecordGemms(&calls);
+  blas.Step();
+  blas.backend().RecordGemms(nullptr);
+  GemmFloor floor(std::move(calls));
+  auto [step, ref] = TimePaired([&] { blas.Step(); }, [&] { floor.Run(); });
+  std::printf(
+      "\nMLP 784-128-128-10 training step (forward, backward, Adam), batch %d, OpenBLAS "
+      "threads 1; GEMM floor = its %zu GEMMs alone (%.1f MFLOP)\n",
+      B, floor.size(), floor.flops() / 1e6);
   PrintHeader();
-  PrintRow("OpenBLAS GEMM", blas, 0);
-  PrintRow("naive triple-loop GEMM", naive, 0);
-  std::printf("samples/s: OpenBLAS %.0f  naive %.0f  speed-up %.1fx\n", SamplesPerSec(blas, B),
-              SamplesPerSec(naive, B), SamplesPerSec(blas, B) / SamplesPerSec(naive, B));
+  PrintRow("MLP step", step, 0);
+  PrintRow("    GEMM floor", ref, 0);
+  PrintFloorRatio(step, ref);
+
+  // The real loop (1 rank, real data) vs the bare step, in alternating rounds.
+  auto data = data::LoadMnistData(data::MnistFilesIn(FLAGS_data_dir));
+  CHECK(data.ok()) << data.status().ToString();
+  const int rounds = std::max(1, FLAGS_mnist_rounds);
+  const int steps = std::max(1, FLAGS_mnist_steps / rounds);
+  constexpr int kWarmup = 20;
+  std::vector<double> loop_us, bare_us;
+  for (int r = 0; r < rounds; ++r) {
+    trainer::CpuBackend backend;
+    auto task =
+        trainer::collective::MlpClassifierTask::Create({}, data->train, data->test, &backend);
+    CHECK(task.ok()) << task.status().ToString();
+    trainer::collective::TrainLoopOptions o;  // Adam, lr 1e-3
+    o.batch_size = 64;
+    o.epochs = 1000;
+    o.max_steps = steps + kWarmup;
+    o.log_every_steps = 0;
+    o.evaluate = false;
+    auto report = trainer::collective::RunTrainLoop(o, **task, nullptr, nullptr);
+    CHECK(report.ok()) << report.status().ToString();
+    CHECK_LT(report->step_losses.back(), 0.8f * report->step_losses.front());
+    loop_us.insert(loop_us.end(), report->step_micros.begin() + kWarmup, report->step_micros.end());
+    BareMlpStep bare(trainer::CpuBackend::GemmKind::kBlas, 64);
+    for (int i = 0; i < kWarmup; ++i) bare.Step();
+    const std::vector<double> t = TimeEach([&] { bare.Step(); }, steps);
+    bare_us.insert(bare_us.end(), t.begin(), t.end());
+  }
+  const double loop_total = std::accumulate(loop_us.begin(), loop_us.end(), 0.0);
+  const double bare_total = std::accumulate(bare_us.begin(), bare_us.end(), 0.0);
+  std::printf(
+      "\nMNIST-MLP training loop (RunTrainLoop, 1 rank, %s) vs the bare step, batch 64, "
+      "%d rounds x %d steps\n",
+      FLAGS_data_dir.c_str(), rounds, steps);
+  PrintHeader();
+  PrintRow("loop step", Summarize(loop_us), 0);
+  PrintRow("bare step", Summarize(bare_us), 0);
+  const double ratio = bare_total / loop_total;
+  std::printf("  samples/s over all steps: loop %.0f, bare %.0f, loop/bare = %.2f (%s)\n",
+              64.0 * loop_us.size() / loop_total * 1e6, 64.0 * bare_us.size() / bare_total * 1e6,
+              ratio, ratio >= 0.95 ? "ok, target >= 0.95" : "BELOW TARGET 0.95");
+}
+
+// MNIST-MLP at 1 and 2 ranks, the ranks as threads with their own Gloo groups.
+void RankCases() {
+  auto data = data::LoadMnistData(data::MnistFilesIn(FLAGS_data_dir));
+  CHECK(data.ok()) << data.status().ToString();
+  KvStoreServer kv(KvStoreServerOptions{});
+  CHECK(kv.Start().ok());
+  const int rounds = std::max(1, FLAGS_mnist_rounds);
+  const int steps = std::max(1, FLAGS_mnist_steps / rounds);
+  std::vector<MnistRow> rows[2] = {DefaultMnistRows(), DefaultMnistRows()};
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      KvStoreClient client(kv.endpoint(), "train_bench");
+      GlooCollectiveOptions o;
+      o.group = "train_bench/mnist";
+      o.rank = r;
+      o.size = 2;
+      auto group = GlooCollective::Create(client, o);
+      CHECK(group.ok()) << group.status().ToString();
+      RunMnistRounds(r, **group, *data, rounds, steps, &rows[r]);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  std::printf("\n");
+  PrintMnistRows(rows[0], rounds, steps, /*target=*/1.2);
 }
 
 }  // namespace
@@ -220,10 +419,12 @@ int main(int argc, char** argv) {
   FLAGS_logtostderr = true;
   FLAGS_minloglevel = 1;  // keep the servers' start-up lines out of the table
   fleet::bench::PrintEnvironment("train_bench");
-  // One worker process on this machine: one BLAS thread, as ps_worker runs
-  // (train.blas_threads), so (a) and (b) compare the same compute.
-  fleet::trainer::kernels::SetBlasThreads(1);
-  fleet::bench::CtrDnnCases();
-  fleet::bench::MlpCases();
+  const std::vector<std::string> cases = absl::StrSplit(FLAGS_cases, ',', absl::SkipEmpty());
+  auto wanted = [&](const char* name) {
+    return std::find(cases.begin(), cases.end(), name) != cases.end();
+  };
+  if (wanted("ctr")) fleet::bench::CtrDnnCases();
+  if (wanted("mlp")) fleet::bench::MlpCases();
+  if (wanted("ranks")) fleet::bench::RankCases();
   return 0;
 }

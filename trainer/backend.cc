@@ -71,6 +71,7 @@ void CpuBackend::Fill(float* x, size_t n, float value) {
 
 void CpuBackend::Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                       const float* A, const float* B, float beta, float* C) {
+  if (gemm_log_ != nullptr) gemm_log_->push_back(GemmCall{trans_a, trans_b, M, N, K, beta});
   if (gemm_ == GemmKind::kBlas) {
     kernels::GemmBlas(trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
   } else {

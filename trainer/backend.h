@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "comm/status.h"
 #include "comm/thread_pool.h"
@@ -73,6 +74,17 @@ class CpuBackend final : public Backend {
 
   ThreadPool* pool() const { return pool_; }
 
+  // The shape of one Gemm call (see kernels::GemmBlas).
+  struct GemmCall {
+    bool trans_a = false, trans_b = false;
+    int M = 0, N = 0, K = 0;
+    float beta = 0.0f;
+  };
+  // While `log` is not null, every Gemm call also appends its shape to *log
+  // (not owned; must outlive the recording). Benchmarks use it to time a
+  // step's GEMMs alone (bench/train_bench's "GEMM floor").
+  void RecordGemms(std::vector<GemmCall>* log) { gemm_log_ = log; }
+
   Device device() const override { return Device{}; }
   std::shared_ptr<float> AllocateFloats(size_t n) override;
   std::shared_ptr<void> AllocateBytes(size_t bytes) override;
@@ -98,6 +110,7 @@ class CpuBackend final : public Backend {
  private:
   ThreadPool* const pool_;
   const GemmKind gemm_;
+  std::vector<GemmCall>* gemm_log_ = nullptr;
 };
 
 // The backend for `device`: a CpuBackend over `pool` for "cpu"; a CUDA backend
