@@ -42,6 +42,26 @@ Result<std::unique_ptr<Backend>> CreateBackend(const Device& device, ThreadPool*
 #endif
 }
 
+void Backend::BiasActForward(float* y, const float* bias, int rows, int cols,
+                             kernels::Activation act) {
+  CHECK(act != kernels::Activation::kRelu) << "this backend has no fused ReLU";
+  BiasAddForward(y, bias, rows, cols);
+  if (act == kernels::Activation::kTanh) TanhForward(y, y, size_t(rows) * cols);
+}
+
+void Backend::BiasActBackward(float* dz, float* dbias, const float* y, const float* dy, int rows,
+                              int cols, kernels::Activation act) {
+  CHECK(act != kernels::Activation::kRelu) << "this backend has no fused ReLU";
+  const size_t n = size_t(rows) * cols;
+  if (act == kernels::Activation::kTanh) {
+    Fill(dz, n, 0.0f);
+    TanhBackward(dz, y, dy, n);
+  } else {
+    CopyOnDevice(dz, dy, n * sizeof(float));
+  }
+  BiasBackward(dbias, dz, rows, cols);
+}
+
 // ---- CpuBackend -------------------------------------------------------------
 
 std::shared_ptr<float> CpuBackend::AllocateFloats(size_t n) {
@@ -64,13 +84,12 @@ void CpuBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memmove(dst, src, bytes);
 }
 void CpuBackend::Fill(float* x, size_t n, float value) {
-  kernels::ParallelRange(pool_, n, 4 * kernels::kParallelGrain, [=](size_t b, size_t e) {
-    std::fill(x + b, x + e, value);
-  });
+  kernels::ParallelRange(pool_, n, 4 * kernels::kParallelGrain,
+                         [=](size_t b, size_t e) { std::fill(x + b, x + e, value); });
 }
 
-void CpuBackend::Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                      const float* A, const float* B, float beta, float* C) {
+void CpuBackend::Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                      const float* B, float beta, float* C) {
   if (gemm_log_ != nullptr) gemm_log_->push_back(GemmCall{trans_a, trans_b, M, N, K, beta});
   if (gemm_ == GemmKind::kBlas) {
     kernels::GemmBlas(trans_a, trans_b, M, N, K, alpha, A, B, beta, C);
@@ -83,6 +102,14 @@ void CpuBackend::BiasAddForward(float* y, const float* bias, int rows, int cols)
 }
 void CpuBackend::BiasBackward(float* dbias, const float* dy, int rows, int cols) {
   kernels::BiasBackward(dbias, dy, rows, cols);
+}
+void CpuBackend::BiasActForward(float* y, const float* bias, int rows, int cols,
+                                kernels::Activation act) {
+  kernels::BiasActForward(y, bias, rows, cols, act);
+}
+void CpuBackend::BiasActBackward(float* dz, float* dbias, const float* y, const float* dy, int rows,
+                                 int cols, kernels::Activation act) {
+  kernels::BiasActBackward(dz, dbias, y, dy, rows, cols, act);
 }
 void CpuBackend::TanhForward(float* y, const float* x, size_t n) {
   kernels::TanhForward(y, x, n, pool_);

@@ -47,10 +47,17 @@ class Backend {
   virtual void Fill(float* x, size_t n, float value) = 0;
 
   // ---- kernels --------------------------------------------------------------
-  virtual void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                    const float* A, const float* B, float beta, float* C) = 0;
+  virtual void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                    const float* B, float beta, float* C) = 0;
   virtual void BiasAddForward(float* y, const float* bias, int rows, int cols) = 0;
   virtual void BiasBackward(float* dbias, const float* dy, int rows, int cols) = 0;
+  // Bias + activation fused (kernels::BiasActForward / BiasActBackward).
+  // The defaults compose the primitives here (bias, then tanh) for backends
+  // without a fused kernel, and support kNone and kTanh only.
+  virtual void BiasActForward(float* y, const float* bias, int rows, int cols,
+                              kernels::Activation act);
+  virtual void BiasActBackward(float* dz, float* dbias, const float* y, const float* dy, int rows,
+                               int cols, kernels::Activation act);
   virtual void TanhForward(float* y, const float* x, size_t n) = 0;
   virtual void TanhBackward(float* dx, const float* y, const float* dy, size_t n) = 0;
   virtual void SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,
@@ -97,12 +104,16 @@ class CpuBackend final : public Backend {
             const float* B, float beta, float* C) override;
   void BiasAddForward(float* y, const float* bias, int rows, int cols) override;
   void BiasBackward(float* dbias, const float* dy, int rows, int cols) override;
+  void BiasActForward(float* y, const float* bias, int rows, int cols,
+                      kernels::Activation act) override;
+  void BiasActBackward(float* dz, float* dbias, const float* y, const float* dy, int rows, int cols,
+                       kernels::Activation act) override;
   void TanhForward(float* y, const float* x, size_t n) override;
   void TanhBackward(float* dx, const float* y, const float* dy, size_t n) override;
   void SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,
                                   const int32_t* labels, int B, int C) override;
-  void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* labels,
-                                   int B, int C, float scale) override;
+  void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* labels, int B,
+                                   int C, float scale) override;
   void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) override;
   void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
                   const kernels::AdamHyper& h, int64_t t) override;

@@ -9,16 +9,18 @@
 //
 // Each check also verifies that Backward ADDS: gradients start at 0.25, and
 // the analytic gradient is what was added.
-#include <cmath>
-#include <functional>
-#include <vector>
-
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <tuple>
+#include <vector>
+
+#include "tests/trainer/test_util.h"
 #include "trainer/backend.h"
 #include "trainer/layers/layers.h"
 #include "trainer/param_arena.h"
-#include "tests/trainer/test_util.h"
 
 namespace fleet::trainer {
 namespace {
@@ -61,7 +63,13 @@ double Dot(const Tensor& t, const std::vector<float>& r) {
 
 std::vector<float> Prefilled(size_t n) { return std::vector<float>(n, kPrefill); }
 
-TEST(GradCheck, Linear) {
+// Linear with each fused activation; dx either added (prefilled at 0.25) or
+// overwritten (prefilled with garbage that must not survive).
+class LinearGradCheck : public ::testing::TestWithParam<std::tuple<kernels::Activation, GradMode>> {
+};
+
+TEST_P(LinearGradCheck, MatchesFiniteDifferences) {
+  const auto [act, dx_mode] = GetParam();
   CpuBackend backend;
   const int B = 3, in = 5, out = 4;
   ParamTable table;
@@ -69,7 +77,7 @@ TEST(GradCheck, Linear) {
   auto arena = ParamArena::Create(table, &backend);
   ASSERT_TRUE(arena.ok());
   ASSERT_TRUE(arena->ParamsFromHost(RandomVector(arena->size(), 1)).ok());
-  Linear layer(*arena, "fc");
+  Linear layer(*arena, "fc", act);
 
   auto x = RandomVector(B * in, 2);
   const auto r = RandomVector(B * out, 3);
@@ -79,13 +87,26 @@ TEST(GradCheck, Linear) {
     layer.Forward(xt, &yt);
     return Dot(yt, r);
   };
+  {
+    // Every pre-activation stays away from ReLU's kink (|z| >= 0.05), so
+    // +-eps never crosses it.
+    Linear plain(*arena, "fc");
+    std::vector<float> z(B * out);
+    Tensor zt(z.data(), Shape{B, out});
+    plain.Forward(xt, &zt);
+    ASSERT_TRUE(std::all_of(z.begin(), z.end(), [](float v) { return std::fabs(v) >= 0.05f; }));
+  }
 
   backend.Fill(arena->grads().data(), arena->size(), kPrefill);
-  auto dx = Prefilled(B * in);
+  const bool add = dx_mode == GradMode::kAdd;
+  std::vector<float> dx(B * in, add ? kPrefill : 1e6f);
   Tensor dxt(dx.data(), Shape{B, in});
   std::vector<float> rr = r;
   objective();
-  layer.Backward(Tensor(rr.data(), Shape{B, out}), &dxt);
+  layer.Backward(Tensor(rr.data(), Shape{B, out}), &dxt, dx_mode);
+  if (!add) {
+    for (float& v : dx) v += kPrefill;  // CheckGrad subtracts the prefill
+  }
 
   EXPECT_TRUE(CheckGrad("dx", x.data(), x.size(), dx, objective));
   const Tensor w = arena->param("fc.weight"), b = arena->param("fc.bias");
@@ -93,6 +114,12 @@ TEST(GradCheck, Linear) {
   EXPECT_TRUE(CheckGrad("dW", w.data(), w.numel(), {dw.data(), size_t(dw.numel())}, objective));
   EXPECT_TRUE(CheckGrad("db", b.data(), b.numel(), {db.data(), size_t(db.numel())}, objective));
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Activations, LinearGradCheck,
+    ::testing::Combine(::testing::Values(kernels::Activation::kNone, kernels::Activation::kTanh,
+                                         kernels::Activation::kRelu),
+                       ::testing::Values(GradMode::kAdd, GradMode::kOverwrite)));
 
 // Activations: forward(x) -> y, backward(dy) adds into dx.
 template <typename Layer>

@@ -2,16 +2,16 @@
 // shapes that include 1, odd sizes and every transpose; pool-parallel
 // element-wise kernels vs the serial path; and the numerically delicate
 // losses at extreme inputs.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <limits>
 #include <tuple>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "tests/trainer/test_util.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_kernels.h"
-#include "tests/trainer/test_util.h"
 
 namespace fleet::trainer {
 namespace {
@@ -34,10 +34,11 @@ TEST_P(GemmTest, BlasMatchesNaive) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, GemmTest,
-    ::testing::Combine(::testing::Values(1, 7, 64), ::testing::Values(1, 10, 33),
-                       ::testing::Values(1, 5, 129), ::testing::Bool(), ::testing::Bool()));
+INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
+                         ::testing::Combine(::testing::Values(1, 7, 64),
+                                            ::testing::Values(1, 10, 33),
+                                            ::testing::Values(1, 5, 129), ::testing::Bool(),
+                                            ::testing::Bool()));
 
 TEST(GemmTest, ZeroInnerDimensionScalesC) {
   std::vector<float> c = {1, 2, 3, 4}, c2 = c;
@@ -129,6 +130,69 @@ TEST(EmbeddingBagKernelTest, PointerAndBufferFormsAgree) {
     EXPECT_TRUE(AllClose("pooled", a, b, 0, 0));
     for (int d = 0; d < D; ++d) EXPECT_EQ(a[D + d], 0.0f);  // empty bag
   }
+}
+
+// The vectorised tanh against double-precision tanh: within 3 ulp on a
+// dense grid over [-20, 20] (both branches of its formula and the clamp),
+// exact at 0 and +/-inf, NaN for NaN.
+TEST(ActivationKernelsTest, TanhWithinThreeUlpOfDouble) {
+  std::vector<float> x;
+  for (double v = -20.0; v <= 20.0; v += 3e-4) x.push_back(static_cast<float>(v));
+  for (float v : {0.0f, -0.0f, 1e-30f, -1e-38f, 0.3f, -0.3f, 9.0f, 9.5f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  kernels::TanhForward(y.data(), x.data(), x.size(), nullptr);
+  double worst = 0;
+  float worst_x = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = static_cast<float>(std::tanh(double{x[i]}));
+    const float ulp = std::nextafter(std::fabs(want), 2.0f) - std::fabs(want);
+    const double err = std::fabs(double{y[i]} - std::tanh(double{x[i]})) /
+                       (ulp > 0 ? ulp : std::numeric_limits<float>::denorm_min());
+    if (err > worst) worst = err, worst_x = x[i];
+  }
+  EXPECT_LE(worst, 3.0) << "at x = " << worst_x;
+  const std::vector<float> special = {std::numeric_limits<float>::infinity(),
+                                      -std::numeric_limits<float>::infinity(), std::nanf("")};
+  std::vector<float> out(3);
+  kernels::TanhForward(out.data(), special.data(), 3, nullptr);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -1.0f);
+  EXPECT_TRUE(std::isnan(out[2]));
+}
+
+// The fused bias + activation kernels against their unfused oracle (bias
+// add, then the element-wise activation; bias gradient, then the
+// activation's backward), bit for bit.
+TEST(ActivationKernelsTest, FusedBiasActivationMatchesUnfused) {
+  const int rows = 33, cols = 70;
+  const size_t n = size_t(rows) * cols;
+  const auto x = RandomVector(n, 31, -3, 3);
+  const auto bias = RandomVector(cols, 32);
+  const auto dy = RandomVector(n, 33);
+  using Fwd = void (*)(float*, const float*, size_t, ThreadPool*);
+  using Bwd = void (*)(float*, const float*, const float*, size_t, ThreadPool*);
+  const std::vector<std::tuple<kernels::Activation, Fwd, Bwd>> acts = {
+      {kernels::Activation::kTanh, kernels::TanhForward, kernels::TanhBackward},
+      {kernels::Activation::kRelu, kernels::ReluForward, kernels::ReluBackward}};
+  for (const auto& [act, fwd, bwd] : acts) {
+    const std::string name = act == kernels::Activation::kTanh ? "tanh" : "relu";
+    std::vector<float> fused = x, unfused = x, y(n);
+    kernels::BiasActForward(fused.data(), bias.data(), rows, cols, act);
+    kernels::BiasAddForward(unfused.data(), bias.data(), rows, cols);
+    fwd(y.data(), unfused.data(), n, nullptr);
+    EXPECT_TRUE(AllClose(name + " fwd", fused, y, 0, 0));
+
+    std::vector<float> dz(n, 7.0f), db(cols, 0.25f), dz_oracle(n, 0.0f), db_oracle(cols, 0.25f);
+    kernels::BiasActBackward(dz.data(), db.data(), y.data(), dy.data(), rows, cols, act);
+    bwd(dz_oracle.data(), y.data(), dy.data(), n, nullptr);
+    kernels::BiasBackward(db_oracle.data(), dz_oracle.data(), rows, cols);
+    EXPECT_TRUE(AllClose(name + " dz (written, not added)", dz, dz_oracle, 0, 0));
+    EXPECT_TRUE(AllClose(name + " dbias (added)", db, db_oracle, 1e-6, 1e-6));
+  }
+  std::vector<float> plain = x, oracle = x;
+  kernels::BiasActForward(plain.data(), bias.data(), rows, cols, kernels::Activation::kNone);
+  kernels::BiasAddForward(oracle.data(), bias.data(), rows, cols);
+  EXPECT_TRUE(AllClose("no activation", plain, oracle, 0, 0));
 }
 
 TEST(DeviceTest, ParsesCpuAndCuda) {

@@ -50,17 +50,27 @@ void ParallelRange(ThreadPool* pool, size_t n, size_t grain,
 //   op(B): [K, N]; B is [K, N] when !trans_b, else [N, K]
 //   C:     [M, N]
 // REQUIRES: M, N, K >= 0. With beta == 0, C's old contents are ignored.
-void GemmBlas(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-              const float* A, const float* B, float beta, float* C);
+void GemmBlas(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+              const float* B, float beta, float* C);
 // The triple-loop oracle of GemmBlas (accumulates in double).
-void GemmNaive(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-               const float* A, const float* B, float beta, float* C);
+void GemmNaive(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+               const float* B, float beta, float* C);
 
 // ---- bias -----------------------------------------------------------------
 // y[r, c] += bias[c].           y: [rows, cols], bias: [cols]
 void BiasAddForward(float* y, const float* bias, int rows, int cols);
 // dbias[c] += sum_r dy[r, c].   dbias: [cols], dy: [rows, cols]
 void BiasBackward(float* dbias, const float* dy, int rows, int cols);
+
+// ---- bias + activation, fused (one pass next to the GEMM) ------------------
+enum class Activation { kNone, kTanh, kRelu };
+// y[r, c] = act(y[r, c] + bias[c]), in place.   y: [rows, cols], bias: [cols]
+void BiasActForward(float* y, const float* bias, int rows, int cols, Activation act);
+// dz[r, c] = dy[r, c] * act'(y[r, c]) (WRITTEN, not added) and
+// dbias[c] += sum_r dz[r, c], in one pass. y is the forward OUTPUT.
+//   dz, y, dy: [rows, cols], dbias: [cols]. REQUIRES: dz overlaps none of the others.
+void BiasActBackward(float* dz, float* dbias, const float* y, const float* dy, int rows, int cols,
+                     Activation act);
 
 // ---- activations (element-wise over n elements) ---------------------------
 // Backward kernels take the forward OUTPUT y (cheaper than recomputing).
@@ -88,8 +98,8 @@ void SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logi
                                 const int32_t* labels, int B, int C, ThreadPool* pool);
 // dlogits[b, c] += scale * (probs[b, c] - [c == labels[b]]).
 // For the mean loss, scale = dloss / B.   dlogits, probs: [B, C], labels: [B]
-void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* labels,
-                                 int B, int C, float scale, ThreadPool* pool);
+void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* labels, int B,
+                                 int C, float scale, ThreadPool* pool);
 // Binary cross-entropy on logits, stable for any x:
 //   row_loss[i] = max(x, 0) - x * t + log1p(exp(-|x|)),  probs[i] = sigmoid(x).
 //   probs, row_loss, logits, targets: [n]; targets in [0, 1]
@@ -129,8 +139,7 @@ void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<c
 
 // ---- optimizer updates (element-wise over the parameter arena) --------------
 // p -= lr * (g + weight_decay * p).       p, g: [n]
-void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay,
-               ThreadPool* pool);
+void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay, ThreadPool* pool);
 
 struct AdamHyper {
   float lr = 1e-3f;
@@ -139,9 +148,10 @@ struct AdamHyper {
   float eps = 1e-8f;
   float weight_decay = 0.0f;  // L2 added to the gradient (PyTorch Adam's weight_decay)
 };
-// Bias-corrected Adam step number t (t >= 1):
+// Bias-corrected Adam step number t (t >= 1), in one pass:
 //   g' = g + wd * p; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)
+// (computed as PyTorch does, the corrections folded into two scalars).
 //   p, m, v, g: [n]
 void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n, const AdamHyper& h,
                 int64_t t, ThreadPool* pool);

@@ -18,8 +18,9 @@ void AddLinearParams(ParamTable* table, std::string_view prefix, int in, int out
 
 // ---- Linear -----------------------------------------------------------------
 
-Linear::Linear(const ParamArena& arena, std::string_view prefix)
+Linear::Linear(const ParamArena& arena, std::string_view prefix, kernels::Activation act)
     : backend_(arena.backend()),
+      act_(act),
       w_(arena.param(std::string(prefix) + ".weight")),
       b_(arena.param(std::string(prefix) + ".bias")),
       dw_(arena.grad(std::string(prefix) + ".weight")),
@@ -34,23 +35,32 @@ void Linear::Forward(const Tensor& x, Tensor* y) {
   CHECK_EQ(Rows(*y), B);
   CHECK_EQ(Cols(*y), out);
   x_ = x;
-  // y[B, out] = x[B, in] * W[out, in]^T
+  y_ = *y;
+  // y[B, out] = act(x[B, in] * W[out, in]^T + b)
   backend_->Gemm(false, true, B, out, in, 1.0f, x.data(), w_.data(), 0.0f, y->data());
-  backend_->BiasAddForward(y->data(), b_.data(), B, out);
+  backend_->BiasActForward(y->data(), b_.data(), B, out, act_);
 }
 
-void Linear::Backward(const Tensor& dy, Tensor* dx) {
+void Linear::Backward(const Tensor& dy, Tensor* dx, GradMode dx_mode) {
   const int B = Rows(x_), in = in_features(), out = out_features();
   CHECK_EQ(Rows(dy), B);
   CHECK_EQ(Cols(dy), out);
-  // dW[out, in] += dy[B, out]^T * x[B, in]
-  backend_->Gemm(true, false, out, in, B, 1.0f, dy.data(), x_.data(), 1.0f, dw_.data());
-  backend_->BiasBackward(db_.data(), dy.data(), B, out);
+  const float* dz = dy.data();
+  if (act_ == kernels::Activation::kNone) {
+    backend_->BiasBackward(db_.data(), dy.data(), B, out);
+  } else {
+    if (dz_.numel() < int64_t{B} * out) dz_ = backend_->AllocateTensor(Shape{B, out});
+    backend_->BiasActBackward(dz_.data(), db_.data(), y_.data(), dy.data(), B, out, act_);
+    dz = dz_.data();
+  }
+  // dW[out, in] += dz[B, out]^T * x[B, in]
+  backend_->Gemm(true, false, out, in, B, 1.0f, dz, x_.data(), 1.0f, dw_.data());
   if (dx != nullptr) {
     CHECK_EQ(Rows(*dx), B);
     CHECK_EQ(Cols(*dx), in);
-    // dx[B, in] += dy[B, out] * W[out, in]
-    backend_->Gemm(false, false, B, in, out, 1.0f, dy.data(), w_.data(), 1.0f, dx->data());
+    // dx[B, in] (+)= dz[B, out] * W[out, in]
+    backend_->Gemm(false, false, B, in, out, 1.0f, dz, w_.data(),
+                   dx_mode == GradMode::kAdd ? 1.0f : 0.0f, dx->data());
   }
 }
 
@@ -161,8 +171,7 @@ Status EmbeddingBag::Forward(const Tensor& rows, std::span<const int64_t> offset
   const int D = rows.ndim() == 2 ? static_cast<int>(rows.dim(1)) : 0;
   if (rows.ndim() != 2 || out->numel() != int64_t{B} * D) {
     return Status::InvalidArgument("embedding bag wants rows [N, D] and out [B, D]; got rows " +
-                                   rows.shape().ToString() + ", out " +
-                                   out->shape().ToString());
+                                   rows.shape().ToString() + ", out " + out->shape().ToString());
   }
   kernels::EmbeddingBagForward(out->data(), rows.data(), offsets.data(), B, D, mode_);
   offsets_.assign(offsets.begin(), offsets.end());
@@ -174,8 +183,8 @@ Status EmbeddingBag::ForwardPtr(std::span<const float* const> row_ptrs,
   FLEET_RETURN_IF_ERROR(ValidateBagOffsets(offsets, static_cast<int64_t>(row_ptrs.size())));
   const int B = static_cast<int>(offsets.size() - 1);
   if (out->ndim() != 2 || out->dim(0) != B) {
-    return Status::InvalidArgument("embedding bag wants out [B, D] with B = " +
-                                   std::to_string(B) + ", got " + out->shape().ToString());
+    return Status::InvalidArgument("embedding bag wants out [B, D] with B = " + std::to_string(B) +
+                                   ", got " + out->shape().ToString());
   }
   for (int64_t r = 0; r < offsets.back(); ++r) {
     if (row_ptrs[r] == nullptr) {
@@ -203,26 +212,26 @@ void Concat::Forward(std::span<const Tensor> ins, Tensor* out) {
   CHECK(!ins.empty());
   const int B = Rows(ins[0]);
   widths_.clear();
-  std::vector<const float*> ptrs;
+  in_ptrs_.clear();
   int total = 0;
   for (const Tensor& t : ins) {
     CHECK_EQ(Rows(t), B);
     widths_.push_back(Cols(t));
-    ptrs.push_back(t.data());
+    in_ptrs_.push_back(t.data());
     total += widths_.back();
   }
   CHECK_EQ(out->numel(), int64_t{B} * total);
-  kernels::ConcatForward(out->data(), ptrs, widths_, B);
+  kernels::ConcatForward(out->data(), in_ptrs_, widths_, B);
 }
 
 void Concat::Backward(const Tensor& dout, std::span<Tensor* const> dins) {
   CHECK_EQ(dins.size(), widths_.size());
-  std::vector<float*> ptrs;
+  grad_ptrs_.clear();
   for (size_t i = 0; i < dins.size(); ++i) {
-    ptrs.push_back(dins[i] ? dins[i]->data() : nullptr);
+    grad_ptrs_.push_back(dins[i] ? dins[i]->data() : nullptr);
     if (dins[i]) CHECK_EQ(Cols(*dins[i]), widths_[i]);
   }
-  kernels::ConcatBackward(ptrs, dout.data(), widths_, Rows(dout));
+  kernels::ConcatBackward(grad_ptrs_, dout.data(), widths_, Rows(dout));
 }
 
 }  // namespace fleet::trainer

@@ -8,7 +8,7 @@
 //   them before the step (ParamArena::ZeroGrad and its own activation grads).
 // * Batch rows are the first dim; shapes are in each method's comment.
 //
-// Linear, Tanh and SoftmaxCrossEntropy run on any Backend (CPU or CUDA);
+// Linear (without ReLU), Tanh and SoftmaxCrossEntropy run on any Backend (CPU or CUDA);
 // ReLU, Sigmoid, SigmoidBce, EmbeddingBag and Concat are CPU only (host
 // buffers; optional ThreadPool for the element-wise work).
 //
@@ -32,25 +32,41 @@ namespace fleet::trainer {
 // Adds "<prefix>.weight" [out, in] and "<prefix>.bias" [out] to a table.
 void AddLinearParams(ParamTable* table, std::string_view prefix, int in, int out);
 
-// y = x W^T + b.   W: [out, in], b: [out] (PyTorch's layout).
+// Whether a backward ADDS into a gradient buffer (the default: the caller
+// zeroed it, and a tensor used twice accumulates) or OVERWRITES it (the
+// caller need not zero it first).
+enum class GradMode { kAdd, kOverwrite };
+
+// y = act(x W^T + b).   W: [out, in], b: [out] (PyTorch's layout). The
+// activation (none, tanh or ReLU) is applied in the same pass as the bias,
+// right after the GEMM; backward applies its derivative and sums the bias
+// gradient in one pass before the two GEMMs.
 class Linear {
  public:
   // Views "<prefix>.weight" and "<prefix>.bias" (and their grads) in `arena`,
-  // which must outlive the layer. `backend` is the arena's.
-  Linear(const ParamArena& arena, std::string_view prefix);
+  // which must outlive the layer. `backend` is the arena's; ReLU needs a CPU
+  // backend.
+  Linear(const ParamArena& arena, std::string_view prefix,
+         kernels::Activation act = kernels::Activation::kNone);
 
   int in_features() const { return static_cast<int>(w_.dim(1)); }
   int out_features() const { return static_cast<int>(w_.dim(0)); }
+  kernels::Activation activation() const { return act_; }
 
-  // x: [B, in], y: [B, out]. Keeps a view of x.
+  // x: [B, in], y: [B, out]. Keeps views of x and y (y: the activation's
+  // backward reads it).
   void Forward(const Tensor& x, Tensor* y);
-  // dy: [B, out]. dW += dy^T x; db += sum_rows dy; dx (if not null, [B, in]) += dy W.
-  void Backward(const Tensor& dy, Tensor* dx);
+  // dy: [B, out], the gradient of y. With dz = dy * act'(y):
+  // dW += dz^T x; db += sum_rows dz; dx (if not null, [B, in]) += dz W, or
+  // = dz W with GradMode::kOverwrite.
+  void Backward(const Tensor& dy, Tensor* dx, GradMode dx_mode = GradMode::kAdd);
 
  private:
   Backend* const backend_;
+  const kernels::Activation act_;
   Tensor w_, b_, dw_, db_;
-  Tensor x_;  // saved input
+  Tensor x_, y_;  // saved input and output
+  Tensor dz_;     // [capacity] scratch for dy * act'(y); grows, never shrinks
 };
 
 // y = tanh(x), element-wise on any backend.
@@ -71,8 +87,8 @@ class Tanh {
 class Relu {
  public:
   explicit Relu(ThreadPool* pool = nullptr) : pool_(pool) {}
-  void Forward(const Tensor& x, Tensor* y);      // keeps a view of y
-  void Backward(const Tensor& dy, Tensor* dx);   // dx += dy * (y > 0)
+  void Forward(const Tensor& x, Tensor* y);     // keeps a view of y
+  void Backward(const Tensor& dy, Tensor* dx);  // dx += dy * (y > 0)
 
  private:
   ThreadPool* const pool_;
@@ -83,8 +99,8 @@ class Relu {
 class Sigmoid {
  public:
   explicit Sigmoid(ThreadPool* pool = nullptr) : pool_(pool) {}
-  void Forward(const Tensor& x, Tensor* y);      // keeps a view of y
-  void Backward(const Tensor& dy, Tensor* dx);   // dx += dy * y * (1 - y)
+  void Forward(const Tensor& x, Tensor* y);     // keeps a view of y
+  void Backward(const Tensor& dy, Tensor* dx);  // dx += dy * y * (1 - y)
 
  private:
   ThreadPool* const pool_;
@@ -106,8 +122,8 @@ class SoftmaxCrossEntropy {
   Backend* const backend_;
   Tensor probs_;
   const int32_t* labels_ = nullptr;
-  Tensor row_loss_;              // [capacity] scratch on the device
-  std::vector<float> host_loss_; // [B]
+  Tensor row_loss_;               // [capacity] scratch on the device
+  std::vector<float> host_loss_;  // [B]
 };
 
 // Mean binary cross-entropy on logits (numerically stable). CPU.
@@ -162,6 +178,8 @@ class Concat {
 
  private:
   std::vector<int> widths_;
+  std::vector<const float*> in_ptrs_;  // reused: no allocation per call once warm
+  std::vector<float*> grad_ptrs_;
 };
 
 }  // namespace fleet::trainer

@@ -27,7 +27,8 @@ Result<std::unique_ptr<CtrDnn>> CtrDnn::Create(const CtrDnnConfig& c, CpuBackend
         "CtrDnn needs num_slots >= 0, embedding_dim > 0, num_dense >= 0 and some input");
   }
   for (int h : c.hidden) {
-    if (h <= 0) return Status::InvalidArgument("Model.hidden entries must be > 0, got", std::to_string(h));
+    if (h <= 0)
+      return Status::InvalidArgument("Model.hidden entries must be > 0, got", std::to_string(h));
   }
   FLEET_ASSIGN_OR_RETURN(ParamArena arena, ParamArena::Create(CtrDnnParamTable(c), backend));
   FLEET_RETURN_IF_ERROR(arena.ParamsFromHost(LinearUniformInit(arena.table(), c.seed)));
@@ -38,8 +39,8 @@ CtrDnn::CtrDnn(const CtrDnnConfig& config, CpuBackend* backend, ParamArena arena
     : config_(config), backend_(backend), arena_(std::move(arena)) {
   const size_t L = config_.hidden.size() + 1;
   for (size_t l = 0; l < L; ++l) {
-    linears_.emplace_back(arena_, "fc" + std::to_string(l + 1));
-    if (l + 1 < L) relus_.emplace_back(backend_->pool());
+    linears_.emplace_back(arena_, "fc" + std::to_string(l + 1),
+                          l + 1 < L ? kernels::Activation::kRelu : kernels::Activation::kNone);
   }
 }
 
@@ -52,17 +53,21 @@ void CtrDnn::EnsureBatch(int B) {
   dense_ = backend_->AllocateTensor(Shape{B, config_.num_dense});
   input_ = backend_->AllocateTensor(Shape{B, input_width()});
   dinput_ = backend_->AllocateTensor(Shape{B, input_width()});
-  z_.clear(), dz_.clear(), a_.clear(), da_.clear();
+  y_.clear(), dy_.clear();
   for (size_t l = 0; l < linears_.size(); ++l) {
     const Shape s{B, linears_[l].out_features()};
-    z_.push_back(backend_->AllocateTensor(s));
-    dz_.push_back(backend_->AllocateTensor(s));
-    if (l + 1 < linears_.size()) {
-      a_.push_back(backend_->AllocateTensor(s));
-      da_.push_back(backend_->AllocateTensor(s));
-    }
+    y_.push_back(backend_->AllocateTensor(s));
+    dy_.push_back(backend_->AllocateTensor(s));
   }
   probs_ = backend_->AllocateTensor(Shape{B});
+  slot_parts_.clear(), slot_grads_.clear(), slot_grad_ptrs_.clear();
+  for (int s = 0; s < S; ++s) {
+    slot_parts_.emplace_back(pooled_.data() + int64_t{s} * B * D, Shape{B, D});
+    slot_grads_.push_back(pooled_grad(s));
+  }
+  slot_parts_.push_back(dense_);
+  for (Tensor& t : slot_grads_) slot_grad_ptrs_.push_back(&t);
+  slot_grad_ptrs_.push_back(nullptr);  // dense features get no gradient
 }
 
 Tensor CtrDnn::pooled_grad(int slot) const {
@@ -78,13 +83,12 @@ Result<float> CtrDnn::Forward(std::span<const float> pooled, std::span<const flo
   if (B == 0) return Status::InvalidArgument("empty batch");
   if (static_cast<int64_t>(pooled.size()) != B * S * D) {
     return Status::InvalidArgument("pooled embeddings have " + std::to_string(pooled.size()) +
-                                   " floats, want slots x B x dim = " +
-                                   std::to_string(B * S * D));
+                                   " floats, want slots x B x dim = " + std::to_string(B * S * D));
   }
   if (static_cast<int64_t>(dense.size()) != B * config_.num_dense) {
-    return Status::InvalidArgument("dense features have " + std::to_string(dense.size()) +
-                                   " floats, want B x num_dense = " +
-                                   std::to_string(B * config_.num_dense));
+    return Status::InvalidArgument(
+        "dense features have " + std::to_string(dense.size()) +
+        " floats, want B x num_dense = " + std::to_string(B * config_.num_dense));
   }
   for (int64_t b = 0; b < B; ++b) {
     if (!(labels[b] >= 0.0f && labels[b] <= 1.0f)) {
@@ -102,23 +106,11 @@ Result<float> CtrDnn::Forward(std::span<const float> pooled, std::span<const flo
   std::copy(dense.begin(), dense.end(), dense_.data());
   labels_.assign(labels.begin(), labels.end());
 
-  std::vector<Tensor> parts;
-  for (int s = 0; s < S; ++s) {
-    parts.emplace_back(pooled_.data() + s * B * D, Shape{B, D});
-  }
-  parts.push_back(dense_);
-  concat_.Forward(parts, &input_);
+  concat_.Forward(slot_parts_, &input_);
 
   const size_t L = linears_.size();
-  const Tensor* in_act = &input_;
-  for (size_t l = 0; l < L; ++l) {
-    linears_[l].Forward(*in_act, &z_[l]);
-    if (l + 1 < L) {
-      relus_[l].Forward(z_[l], &a_[l]);
-      in_act = &a_[l];
-    }
-  }
-  const float loss = loss_.Forward(z_[L - 1], labels_.data(), &probs_);
+  for (size_t l = 0; l < L; ++l) linears_[l].Forward(l == 0 ? input_ : y_[l - 1], &y_[l]);
+  const float loss = loss_.Forward(y_[L - 1], labels_.data(), &probs_);
   forward_done_ = true;
   return loss;
 }
@@ -128,27 +120,17 @@ void CtrDnn::Backward(const GradReadyFn& on_grads_ready) {
   forward_done_ = false;
   const size_t L = linears_.size();
   const auto zero = [this](Tensor& t) { backend_->Fill(t.data(), t.numel(), 0.0f); };
-  for (size_t l = 0; l < L; ++l) {
-    zero(dz_[l]);
-    if (l + 1 < L) zero(da_[l]);
-  }
-  zero(dinput_);
+  // The loss and the concat add into their outputs; every other gradient
+  // buffer is overwritten by the layer that produces it.
+  zero(dy_[L - 1]);
   zero(dpooled_);
-  loss_.Backward(1.0f, &dz_[L - 1]);
+  loss_.Backward(1.0f, &dy_[L - 1]);
   for (size_t l = L; l-- > 0;) {
-    Tensor* dx = l > 0 ? &da_[l - 1] : &dinput_;
-    linears_[l].Backward(dz_[l], dx);
+    linears_[l].Backward(dy_[l], l > 0 ? &dy_[l - 1] : &dinput_, GradMode::kOverwrite);
     if (on_grads_ready) on_grads_ready(2 * l, 2 * l + 2);
-    if (l > 0) relus_[l - 1].Backward(da_[l - 1], &dz_[l - 1]);
   }
-  // Split the input gradient back into the slots; dense features get none.
-  const int S = config_.num_slots;
-  std::vector<Tensor> slot_grads;
-  for (int s = 0; s < S; ++s) slot_grads.push_back(pooled_grad(s));
-  std::vector<Tensor*> dins;
-  for (Tensor& t : slot_grads) dins.push_back(&t);
-  dins.push_back(nullptr);
-  concat_.Backward(dinput_, dins);
+  // Split the input gradient back into the slots.
+  concat_.Backward(dinput_, slot_grad_ptrs_);
 }
 
 }  // namespace fleet::trainer

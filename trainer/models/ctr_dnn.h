@@ -87,20 +87,22 @@ class CtrDnn {
   CpuBackend* const backend_;
   ParamArena arena_;
   Concat concat_;
-  std::vector<Linear> linears_;
-  std::vector<Relu> relus_;
+  std::vector<Linear> linears_;  // ReLU fused into every one but the last
   SigmoidBce loss_;
 
   // Per-batch buffers, reallocated when B changes.
   int batch_ = 0;
   bool forward_done_ = false;
-  Tensor pooled_, dpooled_;        // [num_slots, B, D]
-  Tensor dense_;                   // [B, num_dense]
-  std::vector<float> labels_;      // [B]
-  Tensor input_, dinput_;          // [B, input_width()]
-  std::vector<Tensor> z_, dz_;     // output of linear l
-  std::vector<Tensor> a_, da_;     // relu(z_[l]) for hidden l
-  Tensor probs_;                   // [B]
+  Tensor pooled_, dpooled_;     // [num_slots, B, D]
+  Tensor dense_;                // [B, num_dense]
+  std::vector<float> labels_;   // [B]
+  Tensor input_, dinput_;       // [B, input_width()]
+  std::vector<Tensor> y_, dy_;  // output of linear l (ReLU'd for hidden l)
+  // Views reused every step (no per-step allocation).
+  std::vector<Tensor> slot_parts_;       // [num_slots] of pooled_, then dense_
+  std::vector<Tensor> slot_grads_;       // [num_slots] of dpooled_
+  std::vector<Tensor*> slot_grad_ptrs_;  // [num_slots + 1]; the last (dense) is null
+  Tensor probs_;                         // [B]
 };
 
 }  // namespace fleet::trainer

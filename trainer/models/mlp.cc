@@ -20,7 +20,8 @@ Result<std::unique_ptr<Mlp>> Mlp::Create(const MlpConfig& config, Backend* backe
     return Status::InvalidArgument("Model.sizes needs at least an input and an output size");
   }
   for (int s : config.sizes) {
-    if (s <= 0) return Status::InvalidArgument("Model.sizes entries must be > 0, got", std::to_string(s));
+    if (s <= 0)
+      return Status::InvalidArgument("Model.sizes entries must be > 0, got", std::to_string(s));
   }
   FLEET_ASSIGN_OR_RETURN(ParamArena arena, ParamArena::Create(MlpParamTable(config), backend));
   FLEET_RETURN_IF_ERROR(arena.ParamsFromHost(LinearUniformInit(arena.table(), config.seed)));
@@ -31,8 +32,8 @@ Mlp::Mlp(const MlpConfig& config, Backend* backend, ParamArena arena)
     : config_(config), backend_(backend), arena_(std::move(arena)), loss_(backend) {
   const size_t L = config_.sizes.size() - 1;
   for (size_t l = 0; l < L; ++l) {
-    linears_.emplace_back(arena_, "fc" + std::to_string(l + 1));
-    if (l + 1 < L) tanhs_.emplace_back(backend_);
+    linears_.emplace_back(arena_, "fc" + std::to_string(l + 1),
+                          l + 1 < L ? kernels::Activation::kTanh : kernels::Activation::kNone);
   }
 }
 
@@ -40,17 +41,15 @@ void Mlp::EnsureBatch(int B) {
   if (B == batch_) return;
   batch_ = B;
   const size_t L = linears_.size();
-  x_ = backend_->AllocateTensor(Shape{B, config_.sizes[0]});
-  labels_ = backend_->AllocateBytes(sizeof(int32_t) * B);
-  z_.clear(), dz_.clear(), a_.clear(), da_.clear();
+  if (!backend_->device().is_cpu()) {
+    x_buffer_ = backend_->AllocateTensor(Shape{B, config_.sizes[0]});
+    labels_ = backend_->AllocateBytes(sizeof(int32_t) * B);
+  }
+  y_.clear(), dy_.clear();
   for (size_t l = 0; l < L; ++l) {
     const Shape s{B, config_.sizes[l + 1]};
-    z_.push_back(backend_->AllocateTensor(s));
-    dz_.push_back(backend_->AllocateTensor(s));
-    if (l + 1 < L) {
-      a_.push_back(backend_->AllocateTensor(s));
-      da_.push_back(backend_->AllocateTensor(s));
-    }
+    y_.push_back(backend_->AllocateTensor(s));
+    dy_.push_back(backend_->AllocateTensor(s));
   }
   probs_ = backend_->AllocateTensor(Shape{B, num_classes()});
 }
@@ -71,20 +70,21 @@ Result<float> Mlp::Forward(std::span<const float> x, std::span<const int32_t> la
     }
   }
   EnsureBatch(static_cast<int>(B));
-  backend_->CopyFromHost(x_.data(), x.data(), x.size_bytes());
-  backend_->CopyFromHost(labels_.get(), labels.data(), labels.size_bytes());
+  const int32_t* device_labels = labels.data();
+  if (backend_->device().is_cpu()) {
+    // Host memory is the device's: view the caller's batch instead of
+    // copying it (see the header).
+    x_ = Tensor(const_cast<float*>(x.data()), Shape{B, in});
+  } else {
+    x_ = x_buffer_;
+    backend_->CopyFromHost(x_.data(), x.data(), x.size_bytes());
+    backend_->CopyFromHost(labels_.get(), labels.data(), labels.size_bytes());
+    device_labels = static_cast<const int32_t*>(labels_.get());
+  }
 
   const size_t L = linears_.size();
-  const Tensor* in_act = &x_;
-  for (size_t l = 0; l < L; ++l) {
-    linears_[l].Forward(*in_act, &z_[l]);
-    if (l + 1 < L) {
-      tanhs_[l].Forward(z_[l], &a_[l]);
-      in_act = &a_[l];
-    }
-  }
-  const float loss =
-      loss_.Forward(z_[L - 1], static_cast<const int32_t*>(labels_.get()), &probs_);
+  for (size_t l = 0; l < L; ++l) linears_[l].Forward(l == 0 ? x_ : y_[l - 1], &y_[l]);
+  const float loss = loss_.Forward(y_[L - 1], device_labels, &probs_);
   forward_done_ = true;
   return loss;
 }
@@ -93,15 +93,13 @@ void Mlp::Backward(const GradReadyFn& on_grads_ready) {
   CHECK(forward_done_) << "Mlp::Backward without a successful Forward";
   forward_done_ = false;
   const size_t L = linears_.size();
-  for (size_t l = 0; l < L; ++l) {
-    backend_->Fill(dz_[l].data(), dz_[l].numel(), 0.0f);
-    if (l + 1 < L) backend_->Fill(da_[l].data(), da_[l].numel(), 0.0f);
-  }
-  loss_.Backward(1.0f, &dz_[L - 1]);
+  // The loss adds into the logits' gradient; every other dy_ is overwritten
+  // by the next layer's backward.
+  backend_->Fill(dy_[L - 1].data(), dy_[L - 1].numel(), 0.0f);
+  loss_.Backward(1.0f, &dy_[L - 1]);
   for (size_t l = L; l-- > 0;) {
-    linears_[l].Backward(dz_[l], l > 0 ? &da_[l - 1] : nullptr);
+    linears_[l].Backward(dy_[l], l > 0 ? &dy_[l - 1] : nullptr, GradMode::kOverwrite);
     if (on_grads_ready) on_grads_ready(2 * l, 2 * l + 2);  // fc{l+1}.weight, .bias
-    if (l > 0) tanhs_[l - 1].Backward(da_[l - 1], &dz_[l - 1]);
   }
 }
 

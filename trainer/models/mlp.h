@@ -49,7 +49,9 @@ class Mlp {
 
   // x: host [B, sizes[0]]; labels: host [B] in [0, num_classes()).
   // Returns the mean cross-entropy. InvalidArgument (model unchanged) for
-  // B == 0, a size mismatch or a label out of range.
+  // B == 0, a size mismatch or a label out of range. On a CPU backend the
+  // model keeps views of x and labels (no copy): they must stay alive and
+  // unchanged until Backward has run. Other backends copy them.
   Result<float> Forward(std::span<const float> x, std::span<const int32_t> labels);
   // Adds d(loss)/d(params) into arena().grads(). REQUIRES: a successful
   // Forward since the last Backward.
@@ -67,18 +69,17 @@ class Mlp {
   const MlpConfig config_;
   Backend* const backend_;
   ParamArena arena_;
-  std::vector<Linear> linears_;
-  std::vector<Tanh> tanhs_;
+  std::vector<Linear> linears_;  // tanh fused into every one but the last
   SoftmaxCrossEntropy loss_;
 
   // Per-batch buffers, reallocated when B changes.
   int batch_ = 0;
   bool forward_done_ = false;
-  Tensor x_;                   // [B, sizes[0]]
-  std::shared_ptr<void> labels_;  // int32 [B] on the device
-  std::vector<Tensor> z_, dz_;  // z_[l]: [B, sizes[l+1]] output of linear l
-  std::vector<Tensor> a_, da_;  // a_[l] = tanh(z_[l]), l < L-1
-  Tensor probs_;               // [B, classes]
+  Tensor x_;                      // [B, sizes[0]]: the caller's batch (CPU) or x_buffer_
+  Tensor x_buffer_;               // device copy of x (non-CPU backends)
+  std::shared_ptr<void> labels_;  // int32 [B] on the device (non-CPU backends)
+  std::vector<Tensor> y_, dy_;    // y_[l]: [B, sizes[l+1]] output of linear l (tanh'd, l < L-1)
+  Tensor probs_;                  // [B, classes]
 };
 
 }  // namespace fleet::trainer
