@@ -53,7 +53,9 @@ DEFINE_double(seconds, 2.0, "Target seconds of timed iterations per case.");
 DEFINE_int32(batch, 256, "ctr_dnn samples per step (one worker).");
 DEFINE_int32(lines, 20000, "Synthetic CTR training lines generated for the ctr_dnn cases.");
 DEFINE_int32(mlp_batch, 64, "MLP samples per step.");
-DEFINE_string(cases, "ctr,mlp,ranks", "Which sections to run, comma separated.");
+DEFINE_string(cases, "ctr,ctr_ps,mlp,ranks",
+              "Sections to run, comma separated: ctr (compute only vs GEMM floor, 1 and 2 "
+              "threads), ctr_ps (against 2 in-process servers), mlp, ranks.");
 DEFINE_int32(mnist_steps, 600, "MNIST training steps timed per configuration (loop and ranks).");
 DEFINE_int32(mnist_rounds, 3, "MNIST configurations alternate this many times.");
 DEFINE_string(data_dir, fleet::data::kDefaultMnistDir, "MNIST-format IDX files.");
@@ -182,7 +184,7 @@ GemmFloor CtrDnnGemms(const trainer::CtrDnnConfig& config, int B) {
   return GemmFloor(std::move(calls));
 }
 
-void CtrDnnCases() {
+void CtrDnnCases(bool floor_cases, bool server_case) {
   const std::string dir =
       (std::filesystem::temp_directory_path() / "fleet_train_bench_ctr").string();
   data::CtrGeneratorOptions g;
@@ -226,21 +228,23 @@ void CtrDnnCases() {
       "GEMMs alone (%.0f MFLOP)\n",
       FLAGS_batch, floor.size(), floor.flops() / 1e6);
   PrintHeader();
-  Summary a1;
   double compute_only[3] = {};
   for (int threads : {1, 2}) {
+    if (!floor_cases) break;
     trainer::kernels::SetBlasThreads(threads);
     auto [step, ref] = TimePaired([&] { step_through(local); }, [&] { floor.Run(); });
     PrintRow("(a) compute only, " + std::to_string(threads) + "T", step, 0);
     PrintRow("    GEMM floor, " + std::to_string(threads) + "T", ref, 0);
     PrintFloorRatio(step, ref);
     compute_only[threads] = SamplesPerSec(step.p50, FLAGS_batch);
-    if (threads == 1) a1 = step;
   }
-  std::printf("  compute-only samples/s at p50: 1 thread %.0f, 2 threads %.0f (%.2fx)\n",
-              compute_only[1], compute_only[2], compute_only[2] / compute_only[1]);
+  if (floor_cases) {
+    std::printf("  compute-only samples/s at p50: 1 thread %.0f, 2 threads %.0f (%.2fx)\n",
+                compute_only[1], compute_only[2], compute_only[2] / compute_only[1]);
+  }
   // One worker process per core in a real job: the rest at 1 BLAS thread.
   trainer::kernels::SetBlasThreads(1);
+  if (!server_case) return;
 
   // (b) 2 in-process servers, sync mode.
   std::vector<std::unique_ptr<ps::PsServer>> servers;
@@ -423,7 +427,7 @@ int main(int argc, char** argv) {
   auto wanted = [&](const char* name) {
     return std::find(cases.begin(), cases.end(), name) != cases.end();
   };
-  if (wanted("ctr")) fleet::bench::CtrDnnCases();
+  if (wanted("ctr") || wanted("ctr_ps")) fleet::bench::CtrDnnCases(wanted("ctr"), wanted("ctr_ps"));
   if (wanted("mlp")) fleet::bench::MlpCases();
   if (wanted("ranks")) fleet::bench::RankCases();
   return 0;

@@ -132,19 +132,6 @@ static inline float TanhFast(float x) {
   return std::copysign(a < 0.3f ? small : large, x);
 }
 
-// d act(z) / dz from the activation's output y.
-static inline float ActGrad(Activation act, float y) {
-  switch (act) {
-    case Activation::kTanh:
-      return 1.0f - y * y;
-    case Activation::kRelu:
-      return y > 0.0f ? 1.0f : 0.0f;
-    case Activation::kNone:
-      break;
-  }
-  return 1.0f;
-}
-
 FLEET_VECTOR_CLONES
 static void TanhRange(float* __restrict y, const float* __restrict x, size_t n) {
   for (size_t i = 0; i < n; ++i) y[i] = TanhFast(x[i]);
@@ -202,15 +189,33 @@ void BiasActForward(float* y, const float* bias, int rows, int cols, Activation 
   for (int r = 0; r < rows; ++r) BiasActRow(y + int64_t{r} * cols, bias, cols, act);
 }
 
-// One row: dz = dy * act'(y); dbias += dz.
+// One row: dz = dy * act'(y); dbias += dz. One loop per activation: GCC
+// does not unswitch a switch inside the loop, which then stays scalar.
 FLEET_VECTOR_CLONES
 static void BiasActBackwardRow(float* __restrict dz, float* __restrict dbias,
                                const float* __restrict y, const float* __restrict dy, int cols,
                                Activation act) {
-  for (int c = 0; c < cols; ++c) {
-    const float d = dy[c] * ActGrad(act, y[c]);
-    dz[c] = d;
-    dbias[c] += d;
+  switch (act) {
+    case Activation::kNone:
+      for (int c = 0; c < cols; ++c) {
+        dz[c] = dy[c];
+        dbias[c] += dy[c];
+      }
+      break;
+    case Activation::kTanh:
+      for (int c = 0; c < cols; ++c) {
+        const float d = dy[c] * (1.0f - y[c] * y[c]);
+        dz[c] = d;
+        dbias[c] += d;
+      }
+      break;
+    case Activation::kRelu:
+      for (int c = 0; c < cols; ++c) {
+        const float d = y[c] > 0.0f ? dy[c] : 0.0f;
+        dz[c] = d;
+        dbias[c] += d;
+      }
+      break;
   }
 }
 
