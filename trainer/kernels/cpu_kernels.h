@@ -20,6 +20,15 @@
 // SetBlasThreads(1) with a 1-thread pool (the caller is the second worker)
 // OR OpenBLAS at 2 threads with no pool. Measured on the 784-128-128-10 MLP,
 // batch 64: OpenBLAS 2 threads + pool was ~3x slower than either choice.
+//
+// The project's policy, wherever a thread count is set (ps_worker's
+// train.blas_threads, mnist_mlp's --blas_threads, the benchmarks): cores
+// go to processes first (ranks, workers, servers), and each process gives
+// its share to OpenBLAS; the dense models pass no pool, since their
+// element-wise work is now a few percent of a step and runs fused next to
+// the GEMMs on the caller. So processes x BLAS threads <= cores: one
+// process alone on 2 cores runs 2 BLAS threads, 2 ranks or a PS job's
+// several workers and servers run 1 each (bench/README.md has the figures).
 #pragma once
 
 #include <cstddef>
