@@ -1,6 +1,7 @@
 // The collective training loop's own interface (trainer/collective/
 // train_loop.h), beyond what the MNIST tests exercise through TrainMnist:
-// what a progress line is given, and the default line's format.
+// what a progress line is given, and the default line's format; and the
+// MLP classifier task's two ways of gathering a batch.
 #include "trainer/collective/train_loop.h"
 
 #include <algorithm>
@@ -85,6 +86,36 @@ TEST(TrainLoopTest, ProgressLineGetsEachWindow) {
     }
     EXPECT_NEAR(w.loss, sum / 8, 1e-5) << "step " << step;
   }
+}
+
+// The training gather reads the IDX bytes (in huge-page memory) when every
+// pixel is one the reader makes (byte * (1/255)), else the floats: both give
+// the same batch, so the same loss and gradients bit for bit.
+TEST(MlpClassifierTaskTest, BytePixelsGiveTheSameBatchAsFloats) {
+  trainer::kernels::SetBlasThreads(1);
+  data::MnistData bytes_data = SyntheticMnist(200, 10);
+  for (float& p : bytes_data.train.images.pixels) {
+    p = static_cast<float>(static_cast<int>(p * 255.0f + 0.5f)) * (1.0f / 255.0f);
+  }
+  data::MnistData float_data = bytes_data;
+  float_data.train.images.pixels.back() = 0.123456f;  // no byte gives it; a sample not loaded
+  const std::vector<int64_t> ids = {17, 3, 150, 42, 0, 99, 123, 8};
+  std::vector<float> losses, grads[2];
+  int i = 0;
+  for (const data::MnistData* d : {&bytes_data, &float_data}) {
+    CpuBackend backend;
+    auto task = MlpClassifierTask::Create({}, d->train, d->test, &backend);
+    ASSERT_TRUE(task.ok()) << task.status().ToString();
+    EXPECT_EQ((*task)->uses_byte_pixels(), d == &bytes_data);
+    ASSERT_TRUE((*task)->LoadBatch(ids).ok());
+    (*task)->arena().ZeroGrad();
+    auto loss = (*task)->ForwardBackward({});
+    ASSERT_TRUE(loss.ok());
+    losses.push_back(*loss);
+    grads[i++] = (*task)->arena().GradsToHost();
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(grads[0], grads[1]);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <string>
@@ -41,16 +42,33 @@ class MlpClassifierTask final : public CollectiveTask {
   Result<std::vector<float>> EvalSums(int rank, int world_size) override;
   double EvalMetric(std::span<const float> sums) const override;
   std::string eval_metric_name() const override { return "test_accuracy"; }
+  // Whether LoadBatch reads the training pixels as bytes (see train_bytes_).
+  bool uses_byte_pixels() const { return train_bytes_ != nullptr; }
 
  private:
   MlpClassifierTask(std::unique_ptr<Mlp> model, const data::IdxDataset& train,
                     const data::IdxDataset& test)
       : model_(std::move(model)), train_(train), test_(test) {}
 
+  // Frees train_bytes_ (aligned_alloc'd).
+  struct FreeBytes {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  // `pixels` as bytes (see train_bytes_), or null.
+  static std::unique_ptr<uint8_t, FreeBytes> PixelBytes(const std::vector<float>& pixels);
+
   // Fixed after construction.
   std::unique_ptr<Mlp> model_;
   const data::IdxDataset& train_;
   const data::IdxDataset& test_;
+  // The training pixels as the IDX file's bytes (pixel = byte * (1/255), as
+  // the reader computes it), in memory advised to use 2 MiB pages; null when
+  // some pixel is not such a value (then LoadBatch copies the floats). A
+  // step's shuffled gather of 64 rows waited on a TLB miss and DRAM for
+  // every row of the 188 MB float array: a quarter of the bytes, in huge
+  // pages, prefetched before converting, makes it a fraction of that (see
+  // bench/README.md).
+  std::unique_ptr<uint8_t, FreeBytes> train_bytes_;
 
   // The loaded batch: pixels [B, sizes[0]] and labels [B].
   std::vector<float> batch_x_;
