@@ -36,6 +36,9 @@
 //     log_interval: 50       # steps between progress lines. Default 50; 0 = none.
 //     blas_threads: 1        # OpenBLAS threads per worker. Default 1: on a
 //                            # small machine several workers share the cores.
+//                            # Keep workers x blas_threads (+ servers) <= cores
+//                            # (the policy in trainer/kernels/cpu_kernels.h); a
+//                            # worker alone on a machine takes every core.
 //     save_dir: ""           # worker 0 asks the servers to save a checkpoint in
 //                            # <save_dir>/epoch_<E> after epoch E when due (below)
 //                            # and after the last epoch. Default empty (no saves).
