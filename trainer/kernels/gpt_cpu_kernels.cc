@@ -12,10 +12,11 @@
 
 // The element-wise loops below are written so that GCC vectorises them
 // (this file is built with -O3 -fno-math-errno -fopenmp-simd); the hot ones
-// are compiled for AVX-512, AVX2 and baseline x86-64 and picked at load time.
+// are compiled for AVX-512, AVX2 and baseline x86-64 and the resolver picks
+// by CPU feature at load time. (Not "arch=..." clones: those are chosen by
+// exact CPU model, so a Sapphire Rapids would get the baseline clone.)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FLEET_SIMD_CLONES \
-  __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define FLEET_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define FLEET_SIMD_CLONES
 #endif
