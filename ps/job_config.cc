@@ -1,11 +1,10 @@
 #include "ps/job_config.h"
 
-#include <fstream>
-
 #include <gflags/gflags.h>
+
+#include <fstream>
 #include <set>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -18,9 +17,12 @@ namespace fleet::ps {
 
 std::string_view SyncModeName(SyncMode mode) {
   switch (mode) {
-    case SyncMode::kSync: return "sync";
-    case SyncMode::kAsync: return "async";
-    case SyncMode::kGeo: return "geo";
+    case SyncMode::kSync:
+      return "sync";
+    case SyncMode::kAsync:
+      return "async";
+    case SyncMode::kGeo:
+      return "geo";
   }
   return "unknown";
 }
@@ -30,47 +32,6 @@ const TableConfig* JobConfig::table(uint32_t id) const {
     if (t.id == id) return &t;
   }
   return nullptr;
-}
-
-Status ApplyOverride(YAML::Node root, const std::string& assignment) {
-  const size_t eq = assignment.find('=');
-  if (eq == std::string::npos || eq == 0) {
-    return Status::InvalidArgument("override must look like Key.sub=value", assignment);
-  }
-  const std::vector<std::string> path = absl::StrSplit(assignment.substr(0, eq), '.');
-  const std::string value = assignment.substr(eq + 1);
-  // yaml-cpp's operator[] on a non-const node returns a reference-like node;
-  // reset() walks without copying the subtree.
-  YAML::Node node;
-  node.reset(root);
-  for (size_t i = 0; i < path.size(); ++i) {
-    const std::string& part = path[i];
-    if (part.empty()) return Status::InvalidArgument("empty key in override", assignment);
-    size_t index = 0;
-    YAML::Node next;
-    if (node.IsSequence()) {
-      if (!absl::SimpleAtoi(part, &index) || index >= node.size()) {
-        return Status::InvalidArgument(
-            absl::StrCat("'", part, "' is not an index of a list of ", node.size()), assignment);
-      }
-      next.reset(node[index]);
-    } else if (node.IsMap() || node.IsNull() || !node.IsDefined()) {
-      next.reset(node[part]);
-    } else {
-      return Status::InvalidArgument(absl::StrCat("'", part, "' is below a plain value"),
-                                     assignment);
-    }
-    if (i + 1 == path.size()) {
-      // Parsed as YAML so "[1, 2]" or "{a: 1}" work; a plain word stays a string.
-      try {
-        next = YAML::Load(value);
-      } catch (const YAML::Exception&) {
-        next = value;
-      }
-    }
-    node.reset(next);
-  }
-  return Status::OK();
 }
 
 namespace {
@@ -190,7 +151,8 @@ Result<JobConfig> ParseJobConfig(YAML::Node root) {
   return job;
 }
 
-Result<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides) {
+Result<JobConfig> LoadJobConfig(const std::string& path,
+                                const std::vector<std::string>& overrides) {
   std::ifstream in(path);
   if (!in) return Status::NotFound("cannot open job config", path);
   YAML::Node root;
@@ -218,7 +180,8 @@ Result<JobConfig> JobConfigFromFlagsAndEnv(
     return env(var).value_or("");
   };
   const std::string path = pick("config", FLAGS_config, "FLEET_CONFIG");
-  if (path.empty()) return Status::InvalidArgument("no job config: pass --config or set FLEET_CONFIG");
+  if (path.empty())
+    return Status::InvalidArgument("no job config: pass --config or set FLEET_CONFIG");
   std::vector<std::string> overrides;
   for (auto part : absl::StrSplit(pick("override", FLAGS_override, "FLEET_OVERRIDES"), ';')) {
     if (!part.empty()) overrides.emplace_back(part);

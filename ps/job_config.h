@@ -24,15 +24,16 @@
 // Thread safety: plain values.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <yaml-cpp/yaml.h>
-
 #include "comm/status.h"
+#include "comm/yaml_config.h"
 #include "ps/table/table_config.h"
 
 namespace fleet::ps {
@@ -123,11 +124,8 @@ struct JobConfig {
   const TableConfig* table(uint32_t id) const;
 };
 
-// Applies one "Key.sub=value" override to root, creating maps as needed;
-// numeric path parts index sequences ("tables.0.dim=16").
-// Errors: InvalidArgument naming the override when it has no '=' or an
-// empty key, or walks through a scalar or past the end of a list.
-Status ApplyOverride(YAML::Node root, const std::string& assignment);
+// One "Key.sub=value" override onto a YAML tree (comm/yaml_config.h).
+using ::fleet::ApplyOverride;
 
 // Reads `path`, applies overrides in order, parses. Errors: NotFound (no
 // file), InvalidArgument (YAML syntax with line, or a bad key; the message
@@ -138,7 +136,8 @@ Result<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::
 // of --override (else FLEET_OVERRIDES), both ';'-separated lists of
 // "Key.sub=value". Errors: InvalidArgument when neither names a config,
 // else as LoadJobConfig.
-Result<JobConfig> JobConfigFromFlagsAndEnv(const std::function<std::optional<std::string>(const std::string&)>& env);
+Result<JobConfig> JobConfigFromFlagsAndEnv(
+    const std::function<std::optional<std::string>(const std::string&)>& env);
 
 // Parses an already loaded document. Errors as LoadJobConfig.
 Result<JobConfig> ParseJobConfig(YAML::Node root);

@@ -1,0 +1,470 @@
+#include "comm/yaml_config.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace fleet {
+
+Status ApplyOverride(YAML::Node root, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return Status::InvalidArgument("override must look like Key.sub=value", assignment);
+  }
+  const std::vector<std::string> path = absl::StrSplit(assignment.substr(0, eq), '.');
+  const std::string value = assignment.substr(eq + 1);
+  // yaml-cpp's operator[] on a non-const node returns a reference-like node;
+  // reset() walks without copying the subtree.
+  YAML::Node node;
+  node.reset(root);
+  for (size_t i = 0; i < path.size(); ++i) {
+    const std::string& part = path[i];
+    if (part.empty()) return Status::InvalidArgument("empty key in override", assignment);
+    size_t index = 0;
+    YAML::Node next;
+    if (node.IsSequence()) {
+      if (!absl::SimpleAtoi(part, &index) || index >= node.size()) {
+        return Status::InvalidArgument(
+            absl::StrCat("'", part, "' is not an index of a list of ", node.size()), assignment);
+      }
+      next.reset(node[index]);
+    } else if (node.IsMap() || node.IsNull() || !node.IsDefined()) {
+      next.reset(node[part]);
+    } else {
+      return Status::InvalidArgument(absl::StrCat("'", part, "' is below a plain value"),
+                                     assignment);
+    }
+    if (i + 1 == path.size()) {
+      // Parsed as YAML so "[1, 2]" or "{a: 1}" work; a plain word stays a string.
+      try {
+        next = YAML::Load(value);
+      } catch (const YAML::Exception&) {
+        next = value;
+      }
+    }
+    node.reset(next);
+  }
+  return Status::OK();
+}
+
+namespace {
+
+using SourceMap = std::map<std::string, std::string>;
+
+std::string Join(std::string_view prefix, std::string_view key) {
+  return prefix.empty() ? std::string(key) : std::string(prefix) + "." + std::string(key);
+}
+
+// Records `source` for `prefix` and every key below it.
+void RecordAll(const YAML::Node& node, const std::string& prefix, const std::string& source,
+               SourceMap* sources) {
+  if (!prefix.empty()) (*sources)[prefix] = source;
+  if (!node.IsMap()) return;
+  for (const auto& kv : node) {
+    RecordAll(kv.second, Join(prefix, kv.first.as<std::string>()), source, sources);
+  }
+}
+
+// Forgets the sources of `prefix` and of every key below it.
+void EraseUnder(const std::string& prefix, SourceMap* sources) {
+  auto it = sources->lower_bound(prefix);
+  while (it != sources->end() &&
+         (it->first == prefix ||
+          (it->first.size() > prefix.size() && it->first.compare(0, prefix.size(), prefix) == 0 &&
+           it->first[prefix.size()] == '.'))) {
+    it = sources->erase(it);
+  }
+}
+
+bool ReplacesBase(const YAML::Node& child) {
+  if (!child.IsMap()) return false;
+  const YAML::Node flag = child["_inherited_"];
+  if (!flag.IsDefined() || flag.IsNull()) return false;
+  try {
+    return !flag.as<bool>();
+  } catch (const YAML::Exception&) {
+    return false;  // reported as an unknown key by the section that holds it
+  }
+}
+
+// Merges `child` (read from `source`) into `base` under `prefix`.
+void Merge(YAML::Node base, const YAML::Node& child, const std::string& prefix,
+           const std::string& source, SourceMap* sources) {
+  for (const auto& kv : child) {
+    const std::string key = kv.first.as<std::string>();
+    if (key == "_inherited_") continue;
+    const std::string full = Join(prefix, key);
+    YAML::Node target = base[key];
+    if (kv.second.IsMap() && target.IsMap() && !ReplacesBase(kv.second)) {
+      Merge(target, kv.second, full, source, sources);
+      continue;
+    }
+    YAML::Node value = YAML::Clone(kv.second);
+    if (value.IsMap()) value.remove("_inherited_");
+    base[key] = value;
+    EraseUnder(full, sources);
+    RecordAll(value, full, source, sources);
+  }
+}
+
+struct Loaded {
+  YAML::Node root;
+  SourceMap sources;
+};
+
+Result<Loaded> LoadChain(const std::string& path, const std::string* text,
+                         std::vector<std::string>* chain) {
+  YAML::Node file;
+  try {
+    if (text != nullptr) {
+      file = YAML::Load(*text);
+    } else {
+      std::ifstream in(path);
+      if (!in) return Status::NotFound("cannot open config", path);
+      file = YAML::Load(in);
+    }
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(absl::StrCat("YAML syntax error: ", e.what()), path);
+  }
+  if (file.IsNull() || !file.IsDefined()) file = YAML::Node(YAML::NodeType::Map);
+  if (!file.IsMap()) return Status::InvalidArgument("a config must be a YAML map", path);
+
+  Loaded out;
+  const YAML::Node base_name = file["_base_"];
+  if (base_name.IsDefined() && !base_name.IsNull()) {
+    if (!base_name.IsScalar()) {
+      return Status::InvalidArgument("_base_ must be a file name", path);
+    }
+    namespace fs = std::filesystem;
+    const fs::path base_path =
+        (fs::path(path).parent_path() / base_name.Scalar()).lexically_normal();
+    std::error_code ec;
+    const fs::path canonical = fs::weakly_canonical(base_path, ec);
+    const std::string id = ec ? base_path.string() : canonical.string();
+    for (const auto& seen : *chain) {
+      if (seen == id) {
+        return Status::InvalidArgument(
+            absl::StrCat("_base_ files form a cycle: ", absl::StrJoin(*chain, " -> "), " -> ", id),
+            path);
+      }
+    }
+    chain->push_back(id);
+    auto base = LoadChain(base_path.string(), nullptr, chain);
+    chain->pop_back();
+    if (!base.ok()) {
+      if (base.status().IsNotFound()) {
+        return Status::NotFound(
+            absl::StrCat("cannot open _base_ file ", base_path.string(), " named by"), path);
+      }
+      return base.status();
+    }
+    out = std::move(base).value();
+  } else {
+    out.root = YAML::Node(YAML::NodeType::Map);
+  }
+  file.remove("_base_");
+  Merge(out.root, file, "", path, &out.sources);
+  return out;
+}
+
+}  // namespace
+
+Result<ConfigDocument> ConfigDocument::Build(const std::string& path, const std::string* text) {
+  std::vector<std::string> chain;
+  std::error_code ec;
+  const auto canonical = std::filesystem::weakly_canonical(path, ec);
+  chain.push_back(ec ? path : canonical.string());
+  FLEET_ASSIGN_OR_RETURN(Loaded loaded, LoadChain(path, text, &chain));
+  ConfigDocument doc;
+  doc.path_ = text == nullptr ? path : "";
+  doc.root_ = loaded.root;
+  doc.source_ = std::move(loaded.sources);
+  return doc;
+}
+
+Result<ConfigDocument> ConfigDocument::Load(const std::string& path) {
+  return Build(path, nullptr);
+}
+
+Result<ConfigDocument> ConfigDocument::FromString(const std::string& yaml,
+                                                  const std::string& source) {
+  return Build(source, &yaml);
+}
+
+Status ConfigDocument::Override(const std::string& assignment) {
+  FLEET_RETURN_IF_ERROR(ApplyOverride(root_, assignment));
+  const std::string key = assignment.substr(0, assignment.find('='));
+  EraseUnder(key, &source_);
+  source_[key] = absl::StrCat("-o ", assignment);
+  return Status::OK();
+}
+
+std::string ConfigDocument::SourceOf(std::string_view dotted_key) const {
+  std::string key(dotted_key);
+  if (auto it = source_.find(key); it != source_.end()) return it->second;
+  // A key only its children were recorded for (an override that created it).
+  if (auto it = source_.lower_bound(key + ".");
+      it != source_.end() && it->first.starts_with(key + ".")) {
+    return it->second;
+  }
+  while (true) {
+    const size_t dot = key.rfind('.');
+    if (dot == std::string::npos) return "";
+    key.resize(dot);
+    if (auto it = source_.find(key); it != source_.end()) return it->second;
+  }
+}
+
+Status ConfigDocument::Error(std::string_view dotted_key, std::string_view what) const {
+  const std::string source = SourceOf(dotted_key);
+  std::string message = std::string(dotted_key) + ": " + std::string(what);
+  if (!source.empty()) message += " (from " + source + ")";
+  return Status::InvalidArgument(message);
+}
+
+// ---------------------------------------------------------------------------
+
+namespace {
+
+std::string Describe(const YAML::Node& v) {
+  if (v.IsScalar()) return absl::StrCat("'", v.Scalar(), "'");
+  if (v.IsSequence()) return "a list";
+  if (v.IsMap()) return "a map";
+  return "nothing";
+}
+
+}  // namespace
+
+ConfigSection::ConfigSection(const ConfigDocument& doc, std::string path)
+    : doc_(&doc), path_(std::move(path)) {
+  YAML::Node node;
+  node.reset(doc.root());
+  if (!path_.empty()) {
+    for (const auto& part : absl::StrSplit(path_, '.')) {
+      // A missing key yields an invalid node on which type queries throw:
+      // check IsDefined() first. Const lookups never insert into the document.
+      if (!node.IsDefined() || !node.IsMap()) {
+        node.reset(YAML::Node());
+        break;
+      }
+      const YAML::Node& parent = node;
+      YAML::Node next = parent[std::string(part)];
+      if (!next.IsDefined()) {
+        node.reset(YAML::Node());
+        break;
+      }
+      node.reset(next);
+    }
+  }
+  node_.reset(node);
+}
+
+bool ConfigSection::Has(std::string_view key) const {
+  if (!node_.IsMap()) return false;
+  const YAML::Node& map = node_;
+  const YAML::Node v = map[std::string(key)];
+  return v.IsDefined() && !v.IsNull();
+}
+
+std::string ConfigSection::FullKey(std::string_view key) const { return Join(path_, key); }
+
+Status ConfigSection::Error(std::string_view key, std::string_view what) const {
+  return doc_->Error(FullKey(key), what);
+}
+
+Status ConfigSection::ShapeError() const {
+  return doc_->Error(path_, absl::StrCat("must be a map, got ", Describe(node_)));
+}
+
+namespace {
+
+// The scalar `v` as a T, or nothing when it is not a scalar or not a T.
+template <typename T>
+std::optional<T> As(const YAML::Node& v) {
+  if (!v.IsScalar()) return std::nullopt;
+  try {
+    return v.as<T>();
+  } catch (const YAML::Exception&) {
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+Status ConfigSection::Lookup(std::string_view key, std::optional<YAML::Node>* v) {
+  known_.emplace(key);
+  if (present() && !node_.IsMap()) return ShapeError();
+  if (!Has(key)) return Status::OK();
+  const YAML::Node& map = node_;
+  *v = map[std::string(key)];
+  return Status::OK();
+}
+
+Status ConfigSection::Int(std::string_view key, int64_t* out, int64_t min, int64_t max) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  if (!v) return Status::OK();
+  const std::optional<int64_t> x = As<int64_t>(*v);
+  if (!x) return Error(key, absl::StrCat("must be an integer, got ", Describe(*v)));
+  if (*x < min || *x > max) {
+    std::string range = max == INT64_MAX   ? absl::StrCat(">= ", min)
+                        : min == INT64_MIN ? absl::StrCat("<= ", max)
+                                           : absl::StrCat("in [", min, ", ", max, "]");
+    return Error(key, absl::StrCat("must be ", range, ", got ", *x));
+  }
+  *out = *x;
+  return Status::OK();
+}
+
+Status ConfigSection::Int(std::string_view key, int* out, int min, int max) {
+  int64_t x = *out;
+  FLEET_RETURN_IF_ERROR(Int(key, &x, min, max));
+  *out = static_cast<int>(x);
+  return Status::OK();
+}
+
+Status ConfigSection::OptionalInt(std::string_view key, std::optional<int64_t>* out, int64_t min,
+                                  int64_t max) {
+  int64_t x = 0;
+  if (!Has(key)) return Int(key, &x, min, max);  // marks it known, checks the shape
+  FLEET_RETURN_IF_ERROR(Int(key, &x, min, max));
+  *out = x;
+  return Status::OK();
+}
+
+Status ConfigSection::ReadDouble(std::string_view key, const YAML::Node& v, std::string_view what,
+                                 double min, double max, double* out) const {
+  const std::optional<double> x = As<double>(v);
+  if (!x) return Error(key, absl::StrCat(std::string(what), "must be a number, got ", Describe(v)));
+  if (!std::isfinite(*x) || *x < min || *x > max) {
+    return Error(key, absl::StrCat(std::string(what), "must be in [", min, ", ", max, "], got ",
+                                   v.Scalar()));
+  }
+  *out = *x;
+  return Status::OK();
+}
+
+Status ConfigSection::Double(std::string_view key, double* out, double min, double max) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  if (!v) return Status::OK();
+  return ReadDouble(key, *v, "", min, max, out);
+}
+
+Status ConfigSection::Bool(std::string_view key, bool* out) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  if (!v) return Status::OK();
+  const std::optional<bool> x = As<bool>(*v);
+  if (!x) return Error(key, absl::StrCat("must be true or false, got ", Describe(*v)));
+  *out = *x;
+  return Status::OK();
+}
+
+Status ConfigSection::String(std::string_view key, std::string* out) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  if (!v) return Status::OK();
+  if (!v->IsScalar()) return Error(key, absl::StrCat("must be a string, got ", Describe(*v)));
+  *out = v->Scalar();
+  return Status::OK();
+}
+
+Status ConfigSection::Choice(std::string_view key, std::string* out,
+                             const std::vector<std::string>& allowed) {
+  if (!Has(key)) return String(key, out);  // absent: the default stands
+  std::string value;
+  FLEET_RETURN_IF_ERROR(String(key, &value));
+  for (const auto& a : allowed) {
+    if (value == a) {
+      *out = value;
+      return Status::OK();
+    }
+  }
+  return Error(
+      key, absl::StrCat("must be one of ", absl::StrJoin(allowed, ", "), "; got '", value, "'"));
+}
+
+Status ConfigSection::DoubleList(std::string_view key, std::vector<double>* out, size_t min_count,
+                                 size_t max_count, double min, double max) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  if (!v) return Status::OK();
+  if (!v->IsSequence()) return Error(key, absl::StrCat("must be a list, got ", Describe(*v)));
+  if (v->size() < min_count || v->size() > max_count) {
+    return Error(
+        key, absl::StrCat("must have ", min_count, "..", max_count, " entries, got ", v->size()));
+  }
+  std::vector<double> values(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    FLEET_RETURN_IF_ERROR(
+        ReadDouble(key, (*v)[i], absl::StrCat("entry ", i, " "), min, max, &values[i]));
+  }
+  *out = std::move(values);
+  return Status::OK();
+}
+
+void ConfigSection::Accept(std::string_view key) { known_.emplace(key); }
+
+ConfigSection ConfigSection::Sub(std::string_view key) {
+  known_.emplace(key);
+  return ConfigSection(*doc_, FullKey(key));
+}
+
+Status ConfigSection::Finish() const {
+  if (!present()) return Status::OK();
+  if (!node_.IsMap()) return ShapeError();
+  for (const auto& kv : node_) {
+    const std::string key = kv.first.as<std::string>();
+    if (!known_.contains(key)) {
+      return Error(key, absl::StrCat("unknown key; ", path_.empty() ? "the top level" : path_,
+                                     " takes ", absl::StrJoin(known_, ", ")));
+    }
+  }
+  return Status::OK();
+}
+
+// ---------------------------------------------------------------------------
+
+Result<ConfigArgs> ParseConfigArgs(const std::vector<std::string>& args) {
+  ConfigArgs out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value_of = [&](std::string_view flag, std::string* value) -> Status {
+      if (a == flag) {
+        if (i + 1 >= args.size()) return Status::InvalidArgument("needs a value", a);
+        *value = args[++i];
+      } else {
+        *value = a.substr(flag.size() + 1);
+      }
+      return Status::OK();
+    };
+    auto is = [&](std::string_view flag) {
+      return a == flag || (flag.starts_with("--") && a.starts_with(std::string(flag) + "="));
+    };
+    if (is("-c") || is("--config")) {
+      std::string path;
+      FLEET_RETURN_IF_ERROR(value_of(is("-c") ? "-c" : "--config", &path));
+      if (!out.config.empty()) {
+        return Status::InvalidArgument(
+            absl::StrCat("config given twice (", out.config, " and ", path, ")"), "-c");
+      }
+      out.config = path;
+    } else if (is("-o") || is("--override")) {
+      std::string assignment;
+      FLEET_RETURN_IF_ERROR(value_of(is("-o") ? "-o" : "--override", &assignment));
+      out.overrides.push_back(std::move(assignment));
+    } else {
+      out.rest.push_back(a);
+    }
+  }
+  return out;
+}
+
+}  // namespace fleet

@@ -1,0 +1,204 @@
+#include "comm/yaml_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/trainer_data/test_util.h"
+
+namespace fleet {
+namespace {
+
+using data::testing::TempDir;
+using data::testing::WritePlain;
+using ::testing::HasSubstr;
+
+TEST(YamlConfigTest, BaseMergesMapsKeyByKeyAndChildWins) {
+  TempDir dir;
+  WritePlain(dir.File("base.yaml"),
+             "A:\n  x: 1\n  y: 2\n  list: [1, 2, 3]\n  inner: {p: 1, q: 2}\nB:\n  z: 3\n");
+  WritePlain(dir.File("child.yaml"),
+             "_base_: ./base.yaml\nA:\n  y: 20\n  list: [9]\n  inner: {q: 22}\nC: 4\n");
+  auto doc = ConfigDocument::Load(dir.File("child.yaml"));
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  const YAML::Node& r = doc->root();
+  EXPECT_EQ(r["A"]["x"].as<int>(), 1);
+  EXPECT_EQ(r["A"]["y"].as<int>(), 20);
+  ASSERT_EQ(r["A"]["list"].size(), 1u);  // lists replace, not merge
+  EXPECT_EQ(r["A"]["list"][0].as<int>(), 9);
+  EXPECT_EQ(r["A"]["inner"]["p"].as<int>(), 1);
+  EXPECT_EQ(r["A"]["inner"]["q"].as<int>(), 22);
+  EXPECT_EQ(r["B"]["z"].as<int>(), 3);
+  EXPECT_EQ(r["C"].as<int>(), 4);
+  EXPECT_FALSE(r["_base_"].IsDefined());
+  EXPECT_EQ(doc->SourceOf("A.x"), dir.File("base.yaml"));
+  EXPECT_EQ(doc->SourceOf("A.y"), dir.File("child.yaml"));
+  EXPECT_EQ(doc->SourceOf("A.inner.p"), dir.File("base.yaml"));
+  EXPECT_EQ(doc->SourceOf("A.list"), dir.File("child.yaml"));
+  EXPECT_EQ(doc->SourceOf("A.nothing"), dir.File("base.yaml"));  // closest enclosing key
+  EXPECT_EQ(doc->SourceOf("Nothing.at.all"), "");
+}
+
+TEST(YamlConfigTest, BaseChainsAreFollowedRelativeToEachFile) {
+  TempDir dir;
+  WritePlain(dir.File("root.yaml"), "A: {x: 1, y: 1, z: 1}\n");
+  ASSERT_EQ(system(("mkdir -p " + dir.File("sub")).c_str()), 0);
+  WritePlain(dir.File("sub/mid.yaml"), "_base_: ../root.yaml\nA: {y: 2}\n");
+  WritePlain(dir.File("sub/leaf.yaml"), "_base_: mid.yaml\nA: {z: 3}\n");
+  auto doc = ConfigDocument::Load(dir.File("sub/leaf.yaml"));
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  EXPECT_EQ(doc->root()["A"]["x"].as<int>(), 1);
+  EXPECT_EQ(doc->root()["A"]["y"].as<int>(), 2);
+  EXPECT_EQ(doc->root()["A"]["z"].as<int>(), 3);
+}
+
+TEST(YamlConfigTest, InheritedFalseReplacesTheBaseMap) {
+  TempDir dir;
+  WritePlain(dir.File("base.yaml"), "A: {x: 1, y: 2}\n");
+  WritePlain(dir.File("child.yaml"), "_base_: base.yaml\nA: {_inherited_: false, y: 5}\n");
+  auto doc = ConfigDocument::Load(dir.File("child.yaml"));
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  EXPECT_FALSE(doc->root()["A"]["x"].IsDefined());
+  EXPECT_EQ(doc->root()["A"]["y"].as<int>(), 5);
+  EXPECT_FALSE(doc->root()["A"]["_inherited_"].IsDefined());
+}
+
+TEST(YamlConfigTest, CyclesAndMissingBasesAreRefused) {
+  TempDir dir;
+  WritePlain(dir.File("a.yaml"), "_base_: b.yaml\nX: 1\n");
+  WritePlain(dir.File("b.yaml"), "_base_: a.yaml\nY: 1\n");
+  auto cyc = ConfigDocument::Load(dir.File("a.yaml"));
+  ASSERT_FALSE(cyc.ok());
+  EXPECT_TRUE(cyc.status().IsInvalidArgument());
+  EXPECT_THAT(cyc.status().message(), HasSubstr("cycle"));
+  EXPECT_THAT(cyc.status().message(), HasSubstr("b.yaml"));
+
+  WritePlain(dir.File("self.yaml"), "_base_: ./self.yaml\n");
+  EXPECT_THAT(ConfigDocument::Load(dir.File("self.yaml")).status().message(), HasSubstr("cycle"));
+
+  WritePlain(dir.File("orphan.yaml"), "_base_: gone.yaml\n");
+  auto missing = ConfigDocument::Load(dir.File("orphan.yaml"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(missing.status().IsNotFound());
+  EXPECT_THAT(missing.status().message(), HasSubstr("gone.yaml"));
+  EXPECT_THAT(missing.status().message(), HasSubstr("orphan.yaml"));
+
+  EXPECT_TRUE(ConfigDocument::Load(dir.File("none.yaml")).status().IsNotFound());
+  WritePlain(dir.File("bad.yaml"), "A: [1, 2\n");
+  auto bad = ConfigDocument::Load(dir.File("bad.yaml"));
+  EXPECT_TRUE(bad.status().IsInvalidArgument());
+  EXPECT_THAT(bad.status().message(), HasSubstr("bad.yaml"));
+  WritePlain(dir.File("list.yaml"), "- 1\n- 2\n");
+  EXPECT_THAT(ConfigDocument::Load(dir.File("list.yaml")).status().message(),
+              HasSubstr("must be a YAML map"));
+}
+
+TEST(YamlConfigTest, OverridesParseYamlValuesAndRecordTheirSource) {
+  auto doc = ConfigDocument::FromString("A: {x: 1, l: [1, 2]}\n", "inline.yaml");
+  ASSERT_TRUE(doc.ok());
+  ASSERT_TRUE(doc->Override("A.x=2.5e-4").ok());
+  ASSERT_TRUE(doc->Override("A.l=[7, 8, 9]").ok());
+  ASSERT_TRUE(doc->Override("A.l.1=80").ok());
+  ASSERT_TRUE(doc->Override("B.new.deep=True").ok());
+  ASSERT_TRUE(doc->Override("A.name=hello world").ok());
+  EXPECT_DOUBLE_EQ(doc->root()["A"]["x"].as<double>(), 2.5e-4);
+  EXPECT_EQ(doc->root()["A"]["l"][1].as<int>(), 80);
+  EXPECT_EQ(doc->root()["A"]["l"].size(), 3u);
+  EXPECT_TRUE(doc->root()["B"]["new"]["deep"].as<bool>());
+  EXPECT_EQ(doc->root()["A"]["name"].as<std::string>(), "hello world");
+  EXPECT_EQ(doc->SourceOf("A.x"), "-o A.x=2.5e-4");
+  EXPECT_EQ(doc->SourceOf("B.new.deep"), "-o B.new.deep=True");
+
+  EXPECT_TRUE(doc->Override("noequals").IsInvalidArgument());
+  EXPECT_TRUE(doc->Override("=1").IsInvalidArgument());
+  EXPECT_TRUE(doc->Override("A..x=1").IsInvalidArgument());
+  EXPECT_TRUE(doc->Override("A.l.7=1").IsInvalidArgument());
+  EXPECT_TRUE(doc->Override("A.x.y=1").IsInvalidArgument());  // below a plain value
+}
+
+TEST(YamlConfigTest, SectionReadsCheckTypesRangesAndUnknownKeys) {
+  TempDir dir;
+  WritePlain(dir.File("c.yaml"),
+             "S:\n  i: 5\n  d: 0.5\n  b: False\n  s: word\n  c: red\n  l: [1, 2]\n  n:\n"
+             "  sub: {k: 1}\n");
+  auto doc = ConfigDocument::Load(dir.File("c.yaml"));
+  ASSERT_TRUE(doc.ok());
+  ConfigSection s(*doc, "S");
+  int64_t i = 0;
+  double d = 0;
+  bool b = true;
+  std::string str, c = "blue";
+  std::vector<double> l;
+  std::optional<int64_t> n;
+  ASSERT_TRUE(s.Int("i", &i, 1, 10).ok());
+  ASSERT_TRUE(s.Double("d", &d, 0, 1).ok());
+  ASSERT_TRUE(s.Bool("b", &b).ok());
+  ASSERT_TRUE(s.String("s", &str).ok());
+  ASSERT_TRUE(s.Choice("c", &c, {"red", "blue"}).ok());
+  ASSERT_TRUE(s.DoubleList("l", &l, 1, 3, 0, 10).ok());
+  ASSERT_TRUE(s.OptionalInt("n", &n).ok());
+  EXPECT_EQ(i, 5);
+  EXPECT_EQ(d, 0.5);
+  EXPECT_FALSE(b);
+  EXPECT_EQ(str, "word");
+  EXPECT_EQ(c, "red");
+  EXPECT_EQ(l, (std::vector<double>{1, 2}));
+  EXPECT_FALSE(n.has_value());  // null keeps "not given"
+  // "sub" was never read: Finish() names it and the file.
+  Status unknown = s.Finish();
+  ASSERT_TRUE(unknown.IsInvalidArgument());
+  EXPECT_THAT(unknown.message(), HasSubstr("S.sub: unknown key"));
+  EXPECT_THAT(unknown.message(), HasSubstr("c.yaml"));
+  ConfigSection sub = s.Sub("sub");
+  EXPECT_TRUE(s.Finish().ok());
+  EXPECT_THAT(sub.Finish().message(), HasSubstr("S.sub.k: unknown key"));
+
+  // Absent keys keep defaults.
+  int64_t absent = 42;
+  ASSERT_TRUE(s.Int("absent", &absent).ok());
+  EXPECT_EQ(absent, 42);
+
+  // Type and range errors name the key, the value and the file; outputs untouched.
+  i = 7;
+  Status range = s.Int("i", &i, 6, 10);
+  EXPECT_THAT(range.message(), HasSubstr("S.i: must be in [6, 10], got 5"));
+  EXPECT_THAT(range.message(), HasSubstr("c.yaml"));
+  EXPECT_EQ(i, 7);
+  EXPECT_THAT(s.Int("d", &i).message(), HasSubstr("S.d: must be an integer, got '0.5'"));
+  EXPECT_THAT(s.Int("s", &i).message(), HasSubstr("must be an integer, got 'word'"));
+  EXPECT_THAT(s.Int("l", &i).message(), HasSubstr("got a list"));
+  EXPECT_THAT(s.Bool("i", &b).message(), HasSubstr("S.i: must be true or false"));
+  EXPECT_THAT(s.Double("s", &d, 0, 1).message(), HasSubstr("must be a number"));
+  EXPECT_THAT(s.Choice("s", &c, {"red", "blue"}).message(), HasSubstr("must be one of red, blue"));
+  EXPECT_THAT(s.DoubleList("l", &l, 3, 3, 0, 10).message(), HasSubstr("must have 3..3 entries"));
+  EXPECT_THAT(s.DoubleList("l", &l, 1, 3, 0, 1).message(), HasSubstr("entry 1 must be in"));
+  EXPECT_THAT(s.String("l", &str).message(), HasSubstr("must be a string"));
+
+  // An override's error names the override.
+  ASSERT_TRUE(doc->Override("S.i=-3").ok());
+  ConfigSection again(*doc, "S");
+  EXPECT_THAT(again.Int("i", &i, 0).message(), HasSubstr("(from -o S.i=-3)"));
+
+  // A section that is not a map.
+  ASSERT_TRUE(doc->Override("T=3").ok());
+  ConfigSection t(*doc, "T");
+  EXPECT_THAT(t.Finish().message(), HasSubstr("T: must be a map"));
+  EXPECT_FALSE(t.Int("x", &i).ok());
+}
+
+TEST(YamlConfigTest, ParseConfigArgsTakesFleetXFlags) {
+  auto a = ParseConfigArgs(
+      {"-c", "x.yaml", "-o", "A.b=1", "--nproc=2", "--override=C.d=[1, 2]", "-o", "E=f", "tail"});
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->config, "x.yaml");
+  EXPECT_EQ(a->overrides, (std::vector<std::string>{"A.b=1", "C.d=[1, 2]", "E=f"}));
+  EXPECT_EQ(a->rest, (std::vector<std::string>{"--nproc=2", "tail"}));
+  auto b = ParseConfigArgs({"--config=y.yaml"});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->config, "y.yaml");
+  EXPECT_TRUE(ParseConfigArgs({"-c"}).status().IsInvalidArgument());
+  EXPECT_TRUE(ParseConfigArgs({"-o"}).status().IsInvalidArgument());
+  EXPECT_TRUE(ParseConfigArgs({"-c", "a", "-c", "b"}).status().IsInvalidArgument());
+}
+
+}  // namespace
+}  // namespace fleet
