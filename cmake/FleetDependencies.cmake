@@ -12,6 +12,8 @@ find_package(Gloo REQUIRED)
 find_package(cppzmq REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(ZLIB REQUIRED)
+# libzip-dev: reads and writes FleetX's *_idx.npz (NumPy zip) files.
+pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
 # libdivide-dev: header-only division by a runtime constant (shard routing).
 find_path(LIBDIVIDE_INCLUDE_DIR libdivide.h REQUIRED)
 

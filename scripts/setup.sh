@@ -15,6 +15,7 @@ packages=(
   libcpp-httplib-dev libssl-dev
   libabsl-dev libdivide-dev
   zlib1g-dev
+  libzip-dev
   python3-numpy
   dataset-fashion-mnist
   procps iproute2
