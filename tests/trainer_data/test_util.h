@@ -29,6 +29,13 @@ class TempDir {
 void WritePlain(const std::string& path, std::string_view bytes);
 void WriteGzip(const std::string& path, std::string_view bytes);
 
+// `relative` under the source tree (FLEET_SOURCE_DIR, set by fleet_add_test;
+// "." when unset): SourcePath("configs/gpt").
+std::string SourcePath(std::string_view relative);
+
+// A file of tests/trainer_data/fixtures/.
+std::string Fixture(std::string_view name);
+
 // Reads a whole plain file; fails the test on error.
 std::string ReadPlain(const std::string& path);
 

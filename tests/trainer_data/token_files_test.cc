@@ -12,15 +12,11 @@
 namespace fleet::data {
 namespace {
 
+using testing::Fixture;
 using ::testing::HasSubstr;
 using testing::ReadPlain;
 using testing::TempDir;
 using testing::WritePlain;
-
-std::string Fixture(const std::string& name) {
-  const char* src = std::getenv("FLEET_SOURCE_DIR");
-  return std::string(src != nullptr ? src : ".") + "/tests/trainer_data/fixtures/" + name;
-}
 
 // Copies a fixture into `dir` under `name`, optionally cutting or patching it.
 std::string CopyFixture(const TempDir& dir, const std::string& fixture, const std::string& name,
