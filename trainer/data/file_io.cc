@@ -164,7 +164,11 @@ AtomicFileWriter::~AtomicFileWriter() {
 Result<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path) {
   const std::filesystem::path p(path);
   if (p.filename().empty()) return Status::InvalidArgument("output path names no file", path);
-  const std::string tmp = (p.parent_path() / ("." + p.filename().string() + ".tmp")).string();
+  // The pid keeps processes that write the same file at once (ranks building
+  // one token cache) from sharing a temporary file; the last rename wins.
+  const std::string tmp =
+      (p.parent_path() / ("." + p.filename().string() + "." + std::to_string(::getpid()) + ".tmp"))
+          .string();
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) return Status::IOError("cannot create (" + ErrnoText() + ")", tmp);
   return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, tmp, f));

@@ -84,7 +84,9 @@ class LineReader {
 
 class AtomicFileWriter {
  public:
-  // Creates ".<name>.tmp" next to `path`. IOError when it cannot.
+  // Creates ".<name>.<pid>.tmp" next to `path` (distinct per process, so
+  // processes writing the same file at once do not collide). IOError when
+  // it cannot.
   static Result<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
   // Removes the temporary file unless Commit() succeeded.
   ~AtomicFileWriter();
