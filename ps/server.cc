@@ -235,11 +235,7 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
   auto table = FindSparse(req);
   if (!table.ok()) return reply_error(table.status());
   const char* what = delta ? "push_sparse_delta" : "push_sparse_grad";
-  if (Status s = ExpectFrames(req, delta ? std::initializer_list<int>{2}
-                                         : std::initializer_list<int>{2, 4}, what);
-      !s.ok()) {
-    return reply_error(s);
-  }
+  if (Status s = ExpectFrames(req, {2, 4}, what); !s.ok()) return reply_error(s);
   auto keys = req.Frame<uint64_t>(0);
   auto grads = req.Frame<float>(1);
   if (!keys.ok()) return reply_error(keys.status());
@@ -256,7 +252,7 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
   SparseTable* t = table.value();
   const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
   if (!sync) {
-    Status s = delta ? t->PushDelta(keys->span(), grads->span())
+    Status s = delta ? t->PushDelta(keys->span(), grads->span(), shows.span(), clicks.span())
                      : t->PushGrad(keys->span(), grads->span(), shows.span(), clicks.span());
     if (!s.ok()) return reply_error(s);
     served_.fetch_add(1, std::memory_order_relaxed);

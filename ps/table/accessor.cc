@@ -26,8 +26,10 @@ bool PlainAccessor::PushGrad(std::span<float> row, std::span<float>, std::span<c
   return false;
 }
 
-void PlainAccessor::PushDelta(std::span<float> row, std::span<float>, std::span<const float> delta) const {
+bool PlainAccessor::PushDelta(std::span<float> row, std::span<float>, std::span<const float> delta,
+                              float, float) const {
   for (size_t i = 0; i < dim_; ++i) row[i] += delta[i];
+  return false;
 }
 
 CtrAccessor::CtrAccessor(const TableConfig& config)
@@ -75,11 +77,17 @@ bool CtrAccessor::PushGrad(std::span<float> row, std::span<float> ext, std::span
   return Score(row) >= ctr_.embedx_threshold;
 }
 
-void CtrAccessor::PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta) const {
+bool CtrAccessor::PushDelta(std::span<float> row, std::span<float> ext,
+                            std::span<const float> delta, float show, float click) const {
+  row[kShow] += show;
+  row[kClick] += click;
+  if (show > 0.0f) row[kUnseen] = 0.0f;
   for (size_t i = 0; i < embed_dim_; ++i) row[kEmbed + i] += delta[i];
   if (!ext.empty()) {
     for (size_t i = 0; i < embedx_dim_; ++i) ext[i] += delta[embed_dim_ + i];
+    return false;
   }
+  return Score(row) >= ctr_.embedx_threshold;
 }
 
 void CtrAccessor::EndPass(std::span<float> row) const {

@@ -60,8 +60,11 @@ class Accessor {
   // unused, and never asks for an extension; the shard then updates a batch
   // of rows with one OptimizerRule::UpdateRows call.
   virtual const OptimizerRule* plain_push_rule() const { return nullptr; }
-  // value += delta for every value part present.
-  virtual void PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta) const = 0;
+  // value += delta for every value part present, with the show/click counts
+  // the delta's steps saw (geo mode). Returns true, as PushGrad does, when
+  // the row has no extension and should get one now.
+  virtual bool PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta,
+                         float show, float click) const = 0;
 
   // Whether EndPass changes rows (then every row counts as changed for the
   // next delta checkpoint).
@@ -87,7 +90,8 @@ class PlainAccessor final : public Accessor {
   const OptimizerRule* plain_push_rule() const override { return rule_.get(); }
   bool PushGrad(std::span<float> row, std::span<float> ext, std::span<const float> grad, float show,
                 float click) const override;
-  void PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta) const override;
+  bool PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta,
+                 float show, float click) const override;
 
  private:
   const size_t dim_;
@@ -115,7 +119,11 @@ class CtrAccessor final : public Accessor {
   // computed against zeros the row never stored.
   bool PushGrad(std::span<float> row, std::span<float> ext, std::span<const float> grad, float show,
                 float click) const override;
-  void PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta) const override;
+  // Adds show/click (a sighting resets unseen_passes) and the delta to
+  // embed_w and, when present, embedx; a delta for an absent embedx is
+  // dropped, as a gradient is.
+  bool PushDelta(std::span<float> row, std::span<float> ext, std::span<const float> delta,
+                 float show, float click) const override;
   bool ages_rows() const override { return true; }
   // show, click *= show_click_decay; unseen_passes += 1.
   void EndPass(std::span<float> row) const override;

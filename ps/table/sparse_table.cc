@@ -145,8 +145,8 @@ class LocalShard {
   }
 
   void PushDelta(std::span<const uint64_t> keys, const uint64_t* hashes,
-                 std::span<const uint32_t> which, const float* deltas)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+                 std::span<const uint32_t> which, const float* deltas, std::span<const float> shows,
+                 std::span<const float> clicks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->push_dim();
     ForEachSlot</*writes=*/true>(
         keys, hashes, which, [&](uint32_t i, std::optional<uint32_t> slot) {
@@ -154,9 +154,14 @@ class LocalShard {
             ++dropped_pushes_;
             return;
           }
-          accessor_->PushDelta(Row(*slot), Ext(*slot),
-                               std::span<const float>(deltas + size_t{i} * d, d));
+          const bool wants_ext = accessor_->PushDelta(
+              Row(*slot), Ext(*slot), std::span<const float>(deltas + size_t{i} * d, d),
+              shows.empty() ? 0.0f : shows[i], clicks.empty() ? 0.0f : clicks[i]);
           *flags_.at(*slot) |= kDirty;
+          if (wants_ext && ext_floats_ > 0) {
+            AttachExt(*slot);
+            accessor_->InitExt(keys[i], Ext(*slot));
+          }
         });
   }
 
@@ -647,14 +652,20 @@ Status SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> values
           ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.Pull(keys, hashes, which, values.data()); });
 }
 
+Status SparseTable::CheckCounts(size_t keys, std::span<const float> shows,
+                                std::span<const float> clicks) const {
+  if (!shows.empty() && shows.size() != keys)
+    return Status::InvalidArgument(
+        absl::StrCat("table ", config_.id, ": ", shows.size(), " shows for ", keys, " keys"));
+  if (!clicks.empty() && clicks.size() != keys)
+    return Status::InvalidArgument(
+        absl::StrCat("table ", config_.id, ": ", clicks.size(), " clicks for ", keys, " keys"));
+  return Status::OK();
+}
+
 Status SparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
                              std::span<const float> shows, std::span<const float> clicks) {
-  if (!shows.empty() && shows.size() != keys.size())
-    return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": ", shows.size(), " shows for ",
-                                                keys.size(), " keys"));
-  if (!clicks.empty() && clicks.size() != keys.size())
-    return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": ", clicks.size(), " clicks for ",
-                                                keys.size(), " keys"));
+  FLEET_RETURN_IF_ERROR(CheckCounts(keys.size(), shows, clicks));
   return ForEachShardOfKeys(keys, grads.size(), push_dim(),
                             [&](LocalShard& sh, const uint64_t* hashes,
                                 std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -662,11 +673,14 @@ Status SparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const flo
                             });
 }
 
-Status SparseTable::PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas) {
-  return ForEachShardOfKeys(
-      keys, deltas.size(), push_dim(),
-      [&](LocalShard& sh, const uint64_t* hashes, std::span<const uint32_t> which)
-          ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.PushDelta(keys, hashes, which, deltas.data()); });
+Status SparseTable::PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas,
+                              std::span<const float> shows, std::span<const float> clicks) {
+  FLEET_RETURN_IF_ERROR(CheckCounts(keys.size(), shows, clicks));
+  return ForEachShardOfKeys(keys, deltas.size(), push_dim(),
+                            [&](LocalShard& sh, const uint64_t* hashes,
+                                std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                              sh.PushDelta(keys, hashes, which, deltas.data(), shows, clicks);
+                            });
 }
 
 void SparseTable::EndPass() {

@@ -109,9 +109,12 @@ class SparseTable {
   Status PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
                   std::span<const float> shows = {}, std::span<const float> clicks = {});
 
-  // value += delta (geo mode), push_dim() floats per key; missing keys as
-  // in PushGrad. Errors as PushGrad.
-  Status PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas);
+  // value += delta (geo mode), push_dim() floats per key, with the
+  // shows/clicks the delta's steps saw (empty: show 0, click 0 each; the
+  // CTR accessor counts them as PushGrad does); missing keys as in PushGrad.
+  // Errors as PushGrad.
+  Status PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas,
+                   std::span<const float> shows = {}, std::span<const float> clicks = {});
 
   // Ends a training pass: the accessor ages every row (CTR: decays
   // show/click, counts an unseen pass).
@@ -167,6 +170,9 @@ class SparseTable {
               std::shared_ptr<const Accessor> accessor);
 
   struct RoutedKeys;
+  // InvalidArgument unless shows and clicks are empty or one per key.
+  Status CheckCounts(size_t keys, std::span<const float> shows,
+                     std::span<const float> clicks) const;
   // Checks sizes and ownership and groups key indices by local shard.
   Status Route(std::span<const uint64_t> keys, size_t values_size, size_t width,
                RoutedKeys* routed) const;

@@ -137,6 +137,35 @@ TEST(SparseTableTest, CtrEmbedxEndPassAndShrink) {
   EXPECT_EQ(t->Stats().rows, 1u);
 }
 
+// Geo mode with the CTR accessor: a delta carries the shows and clicks of
+// the steps it sums, which count as a gradient's do (and create embedx).
+TEST(SparseTableTest, CtrDeltasCountShowsAndClicks) {
+  auto t = Make(
+      "{id: 2, kind: sparse, dim: 2, accessor: ctr, shard_num: 4, "
+      "ctr: {embed_dim: 1, nonclk_coeff: 1, click_coeff: 2, embedx_threshold: 3}}",
+      nullptr);
+  const std::vector<uint64_t> keys = {10, 20};
+  std::vector<float> v(6), deltas = {0.5f, 1, 1, 0.25f, 1, 1};
+  ASSERT_TRUE(t->Pull(keys, v).ok());
+  // Key 10 seen 4 times, never clicked: score 4, embedx created (its delta
+  // for the absent embedx dropped); key 20 once: score 1.
+  ASSERT_TRUE(t->PushDelta(keys, deltas, std::vector<float>{4, 1}, std::vector<float>{0, 0}).ok());
+  std::vector<float> row, ext;
+  ASSERT_TRUE(t->DebugRow(10, &row, &ext));
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kShow], 4);
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kEmbed], v[0] + 0.5f);
+  EXPECT_EQ(ext.size(), 2u);  // embedx, sgd keeps no state
+  ASSERT_TRUE(t->DebugRow(20, &row, &ext));
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kShow], 1);
+  EXPECT_TRUE(ext.empty());
+  // Without counts a delta only moves values.
+  ASSERT_TRUE(t->PushDelta(keys, deltas).ok());
+  ASSERT_TRUE(t->DebugRow(20, &row, &ext));
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kShow], 1);
+  EXPECT_FLOAT_EQ(row[CtrAccessor::kEmbed], v[3] + 0.5f);
+  EXPECT_TRUE(t->PushDelta(keys, deltas, std::vector<float>{1}, {}).IsInvalidArgument());
+}
+
 TEST(SparseTableTest, BadInputLeavesTableUnchanged) {
   ThreadPool pool(2);
   auto t = Make("{id: 4, kind: sparse, dim: 2, shard_num: 16, initializer: {kind: uniform}}", &pool, {0, 8});
