@@ -125,6 +125,22 @@ void CpuBackend::SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
                                              const int32_t* labels, int B, int C, float scale) {
   kernels::SoftmaxCrossEntropyBackward(dlogits, probs, labels, B, C, scale, pool_);
 }
+void CpuBackend::SigmoidBceForward(float* probs, float* row_loss, const float* logits,
+                                   const float* targets, size_t n) {
+  kernels::SigmoidBceForward(probs, row_loss, logits, targets, n);
+}
+void CpuBackend::SigmoidBceBackward(float* dlogits, const float* probs, const float* targets,
+                                    size_t n, float scale) {
+  kernels::SigmoidBceBackward(dlogits, probs, targets, n, scale);
+}
+void CpuBackend::ConcatForward(float* out, std::span<const float* const> ins,
+                               std::span<const int> widths, int B) {
+  kernels::ConcatForward(out, ins, widths, B);
+}
+void CpuBackend::ConcatBackward(std::span<float* const> dins, const float* dout,
+                                std::span<const int> widths, int B) {
+  kernels::ConcatBackward(dins, dout, widths, B);
+}
 void CpuBackend::SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) {
   kernels::SgdUpdate(p, g, n, lr, weight_decay, pool_);
 }

@@ -1,6 +1,7 @@
-// Backend: the kernels the MLP path needs (GEMM, bias, tanh, softmax-CE, the
+// Backend: the kernels the MLP and CTR-DNN towers need (GEMM, bias with a
+// fused activation, tanh, softmax-CE, sigmoid-BCE, concatenation, the
 // optimizer updates) plus memory, behind one interface with a CPU and a CUDA
-// implementation. Layers and models hold a Backend* and never know which one
+// implementation (both fuse ReLU with the bias). Layers and models hold a Backend* and never know which one
 // they drive; buffers they pass are in the backend's memory (device()).
 //
 // Shapes and semantics of every kernel are those of the same-named function
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +66,16 @@ class Backend {
                                           const int32_t* labels, int B, int C) = 0;
   virtual void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
                                            const int32_t* labels, int B, int C, float scale) = 0;
+  virtual void SigmoidBceForward(float* probs, float* row_loss, const float* logits,
+                                 const float* targets, size_t n) = 0;
+  virtual void SigmoidBceBackward(float* dlogits, const float* probs, const float* targets,
+                                  size_t n, float scale) = 0;
+  // ins / dins hold pointers into this backend's memory (the pointer arrays
+  // themselves are host arrays).
+  virtual void ConcatForward(float* out, std::span<const float* const> ins,
+                             std::span<const int> widths, int B) = 0;
+  virtual void ConcatBackward(std::span<float* const> dins, const float* dout,
+                              std::span<const int> widths, int B) = 0;
   virtual void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) = 0;
   virtual void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
                           const kernels::AdamHyper& h, int64_t t) = 0;
@@ -114,6 +126,14 @@ class CpuBackend final : public Backend {
                                   const int32_t* labels, int B, int C) override;
   void SoftmaxCrossEntropyBackward(float* dlogits, const float* probs, const int32_t* labels, int B,
                                    int C, float scale) override;
+  void SigmoidBceForward(float* probs, float* row_loss, const float* logits, const float* targets,
+                         size_t n) override;
+  void SigmoidBceBackward(float* dlogits, const float* probs, const float* targets, size_t n,
+                          float scale) override;
+  void ConcatForward(float* out, std::span<const float* const> ins, std::span<const int> widths,
+                     int B) override;
+  void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<const int> widths,
+                      int B) override;
   void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) override;
   void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
                   const kernels::AdamHyper& h, int64_t t) override;

@@ -176,7 +176,8 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
 }
 
 TEST(GradCheck, SigmoidBce) {
-  SigmoidBce layer;
+  CpuBackend backend;
+  SigmoidBce layer(&backend);
   const int B = 6;
   auto logits = RandomVector(B, 9, -4, 4);
   const std::vector<float> targets = {0, 1, 1, 0, 0.3f, 1};  // soft labels allowed
@@ -227,7 +228,8 @@ TEST(EmbeddingBagTest, RejectsBadOffsets) {
 }
 
 TEST(GradCheck, Concat) {
-  Concat layer;
+  CpuBackend backend;
+  Concat layer(&backend);
   const int B = 3;
   const std::vector<int> widths = {2, 4, 1};
   std::vector<std::vector<float>> ins;

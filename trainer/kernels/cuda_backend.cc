@@ -28,6 +28,12 @@ namespace {
     CHECK(_s == CUBLAS_STATUS_SUCCESS) << #expr << ": cuBLAS status " << int(_s); \
   } while (0)
 
+// The kernels take the activation as an int (nvcc builds them as C++17,
+// without the host headers): kernels::Activation's values.
+static_assert(static_cast<int>(kernels::Activation::kNone) == 0 &&
+              static_cast<int>(kernels::Activation::kTanh) == 1 &&
+              static_cast<int>(kernels::Activation::kRelu) == 2);
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int index, cudaStream_t stream, cublasHandle_t handle)
@@ -93,6 +99,52 @@ class CudaBackend final : public Backend {
   }
   void TanhBackward(float* dx, const float* y, const float* dy, size_t n) override {
     FLEET_CUDA_CHECK(cuda::TanhBackward(dx, y, dy, n, stream_));
+  }
+  // Bias and activation in one kernel each way (ReLU included, which the
+  // Backend defaults lack).
+  void BiasActForward(float* y, const float* bias, int rows, int cols,
+                      kernels::Activation act) override {
+    FLEET_CUDA_CHECK(cuda::BiasActForward(y, bias, rows, cols, static_cast<int>(act), stream_));
+  }
+  void BiasActBackward(float* dz, float* dbias, const float* y, const float* dy, int rows, int cols,
+                       kernels::Activation act) override {
+    FLEET_CUDA_CHECK(
+        cuda::ActBackward(dz, y, dy, size_t(rows) * cols, static_cast<int>(act), stream_));
+    FLEET_CUDA_CHECK(cuda::BiasBackward(dbias, dz, rows, cols, stream_));
+  }
+  void SigmoidBceForward(float* probs, float* row_loss, const float* logits, const float* targets,
+                         size_t n) override {
+    FLEET_CUDA_CHECK(cuda::SigmoidBceForward(probs, row_loss, logits, targets, n, stream_));
+  }
+  void SigmoidBceBackward(float* dlogits, const float* probs, const float* targets, size_t n,
+                          float scale) override {
+    FLEET_CUDA_CHECK(cuda::SigmoidBceBackward(dlogits, probs, targets, n, scale, stream_));
+  }
+  // One launch per input: a tower concatenates a few dozen slots once per
+  // step, far less work than its GEMMs.
+  void ConcatForward(float* out, std::span<const float* const> ins, std::span<const int> widths,
+                     int B) override {
+    CHECK_EQ(ins.size(), widths.size());
+    int total = 0, offset = 0;
+    for (int w : widths) total += w;
+    for (size_t i = 0; i < ins.size(); ++i) {
+      FLEET_CUDA_CHECK(
+          cuda::ConcatColumnsForward(out, total, offset, ins[i], widths[i], B, stream_));
+      offset += widths[i];
+    }
+  }
+  void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<const int> widths,
+                      int B) override {
+    CHECK_EQ(dins.size(), widths.size());
+    int total = 0, offset = 0;
+    for (int w : widths) total += w;
+    for (size_t i = 0; i < dins.size(); ++i) {
+      if (dins[i] != nullptr) {
+        FLEET_CUDA_CHECK(
+            cuda::ConcatColumnsBackward(dins[i], dout, total, offset, widths[i], B, stream_));
+      }
+      offset += widths[i];
+    }
   }
   void SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,
                                   const int32_t* labels, int B, int C) override {

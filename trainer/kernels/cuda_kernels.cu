@@ -1,6 +1,6 @@
-// CUDA kernels of the MLP path; see cuda_kernels.h for shapes and meaning.
-// Kernels are deliberately plain (one thread per element or row): the MLP's
-// tensors are small and the GEMMs, done by cuBLAS, dominate.
+// CUDA kernels of the MLP and CTR-DNN towers; see cuda_kernels.h for shapes
+// and meaning. Kernels are deliberately plain (one thread per element or
+// row): the towers' tensors are small and the GEMMs, done by cuBLAS, dominate.
 #include "trainer/kernels/cuda_kernels.h"
 
 namespace fleet::trainer::cuda {
@@ -31,6 +31,56 @@ __global__ void TanhForwardKernel(float* y, const float* x, size_t n) {
 __global__ void TanhBackwardKernel(float* dx, const float* y, const float* dy, size_t n) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) dx[i] += dy[i] * (1.0f - y[i] * y[i]);
+}
+// y: [rows, cols], bias: [cols]; act 0 none, 1 tanh, 2 ReLU.
+__global__ void BiasActForwardKernel(float* y, const float* bias, int rows, int cols, int act) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(rows) * cols) return;
+  const float z = y[i] + bias[i % cols];
+  y[i] = act == 1 ? tanhf(z) : act == 2 ? (z > 0.0f ? z : 0.0f) : z;
+}
+// dz, y, dy: [n]
+__global__ void ActBackwardKernel(float* dz, const float* y, const float* dy, size_t n, int act) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  dz[i] = act == 1 ? dy[i] * (1.0f - y[i] * y[i]) : act == 2 ? (y[i] > 0.0f ? dy[i] : 0.0f) : dy[i];
+}
+// The CPU kernel's sigmoid: no overflow for any x.
+__device__ float StableSigmoid(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+  const float e = expf(x);
+  return e / (1.0f + e);
+}
+// probs, row_loss, logits, targets: [n]
+__global__ void SigmoidBceForwardKernel(float* probs, float* row_loss, const float* logits,
+                                        const float* targets, size_t n) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = logits[i];
+  probs[i] = StableSigmoid(x);
+  row_loss[i] = fmaxf(x, 0.0f) - x * targets[i] + log1pf(expf(-fabsf(x)));
+}
+// dlogits, probs, targets: [n]
+__global__ void SigmoidBceBackwardKernel(float* dlogits, const float* probs, const float* targets,
+                                         size_t n, float scale) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dlogits[i] += scale * (probs[i] - targets[i]);
+}
+// out: [B, out_cols], in: [B, width]; one thread per element of in.
+__global__ void ConcatColumnsForwardKernel(float* out, int out_cols, int offset, const float* in,
+                                           int width, int B) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(B) * width) return;
+  const size_t b = i / width, j = i % width;
+  out[b * out_cols + offset + j] = in[i];
+}
+// din: [B, width], dout: [B, out_cols]
+__global__ void ConcatColumnsBackwardKernel(float* din, const float* dout, int out_cols, int offset,
+                                            int width, int B) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(B) * width) return;
+  const size_t b = i / width, j = i % width;
+  din[i] += dout[b * out_cols + offset + j];
 }
 // probs, logits: [B, C], labels, row_loss: [B]; one thread per row (C is small).
 __global__ void SoftmaxCeForwardKernel(float* probs, float* row_loss, const float* logits,
@@ -97,6 +147,43 @@ cudaError_t TanhForward(float* y, const float* x, size_t n, cudaStream_t s) {
 }
 cudaError_t TanhBackward(float* dx, const float* y, const float* dy, size_t n, cudaStream_t s) {
   if (n) TanhBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(dx, y, dy, n);
+  return cudaGetLastError();
+}
+cudaError_t BiasActForward(float* y, const float* bias, int rows, int cols, int act,
+                           cudaStream_t s) {
+  const size_t n = size_t(rows) * cols;
+  if (n) BiasActForwardKernel<<<Blocks(n), kThreads, 0, s>>>(y, bias, rows, cols, act);
+  return cudaGetLastError();
+}
+cudaError_t ActBackward(float* dz, const float* y, const float* dy, size_t n, int act,
+                        cudaStream_t s) {
+  if (n) ActBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(dz, y, dy, n, act);
+  return cudaGetLastError();
+}
+cudaError_t SigmoidBceForward(float* probs, float* row_loss, const float* logits,
+                              const float* targets, size_t n, cudaStream_t s) {
+  if (n)
+    SigmoidBceForwardKernel<<<Blocks(n), kThreads, 0, s>>>(probs, row_loss, logits, targets, n);
+  return cudaGetLastError();
+}
+cudaError_t SigmoidBceBackward(float* dlogits, const float* probs, const float* targets, size_t n,
+                               float scale, cudaStream_t s) {
+  if (n) SigmoidBceBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(dlogits, probs, targets, n, scale);
+  return cudaGetLastError();
+}
+cudaError_t ConcatColumnsForward(float* out, int out_cols, int offset, const float* in, int width,
+                                 int B, cudaStream_t s) {
+  const size_t n = size_t(B) * width;
+  if (n)
+    ConcatColumnsForwardKernel<<<Blocks(n), kThreads, 0, s>>>(out, out_cols, offset, in, width, B);
+  return cudaGetLastError();
+}
+cudaError_t ConcatColumnsBackward(float* din, const float* dout, int out_cols, int offset,
+                                  int width, int B, cudaStream_t s) {
+  const size_t n = size_t(B) * width;
+  if (n)
+    ConcatColumnsBackwardKernel<<<Blocks(n), kThreads, 0, s>>>(din, dout, out_cols, offset, width,
+                                                               B);
   return cudaGetLastError();
 }
 cudaError_t SoftmaxCrossEntropyForward(float* probs, float* row_loss, const float* logits,

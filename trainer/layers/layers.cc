@@ -128,12 +128,16 @@ void SoftmaxCrossEntropy::Backward(float dloss, Tensor* dlogits) {
 float SigmoidBce::Forward(const Tensor& logits, const float* targets, Tensor* probs) {
   const size_t n = static_cast<size_t>(logits.numel());
   CHECK_EQ(probs->numel(), logits.numel());
-  row_loss_.resize(n);
-  kernels::SigmoidBceForward(probs->data(), row_loss_.data(), logits.data(), targets, n);
+  if (static_cast<size_t>(row_loss_.numel()) < n) {
+    row_loss_ = backend_->AllocateTensor(Shape{static_cast<int64_t>(n)});
+  }
+  backend_->SigmoidBceForward(probs->data(), row_loss_.data(), logits.data(), targets, n);
+  host_loss_.resize(n);
+  backend_->CopyToHost(host_loss_.data(), row_loss_.data(), n * sizeof(float));
   probs_ = *probs;
   targets_ = targets;
   double sum = 0.0;
-  for (float l : row_loss_) sum += l;
+  for (float l : host_loss_) sum += l;
   return n == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(n));
 }
 
@@ -141,8 +145,8 @@ void SigmoidBce::Backward(float dloss, Tensor* dlogits) {
   const size_t n = static_cast<size_t>(probs_.numel());
   CHECK_EQ(static_cast<size_t>(dlogits->numel()), n);
   if (n == 0) return;
-  kernels::SigmoidBceBackward(dlogits->data(), probs_.data(), targets_, n,
-                              dloss / static_cast<float>(n));
+  backend_->SigmoidBceBackward(dlogits->data(), probs_.data(), targets_, n,
+                               dloss / static_cast<float>(n));
 }
 
 // ---- embedding bag ------------------------------------------------------------
@@ -221,7 +225,7 @@ void Concat::Forward(std::span<const Tensor> ins, Tensor* out) {
     total += widths_.back();
   }
   CHECK_EQ(out->numel(), int64_t{B} * total);
-  kernels::ConcatForward(out->data(), in_ptrs_, widths_, B);
+  backend_->ConcatForward(out->data(), in_ptrs_, widths_, B);
 }
 
 void Concat::Backward(const Tensor& dout, std::span<Tensor* const> dins) {
@@ -231,7 +235,7 @@ void Concat::Backward(const Tensor& dout, std::span<Tensor* const> dins) {
     grad_ptrs_.push_back(dins[i] ? dins[i]->data() : nullptr);
     if (dins[i]) CHECK_EQ(Cols(*dins[i]), widths_[i]);
   }
-  kernels::ConcatBackward(grad_ptrs_, dout.data(), widths_, Rows(dout));
+  backend_->ConcatBackward(grad_ptrs_, dout.data(), widths_, Rows(dout));
 }
 
 }  // namespace fleet::trainer

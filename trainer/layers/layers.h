@@ -8,8 +8,9 @@
 //   them before the step (ParamArena::ZeroGrad and its own activation grads).
 // * Batch rows are the first dim; shapes are in each method's comment.
 //
-// Linear (without ReLU), Tanh and SoftmaxCrossEntropy run on any Backend (CPU or CUDA);
-// ReLU, Sigmoid, SigmoidBce, EmbeddingBag and Concat are CPU only (host
+// Linear, Tanh, SoftmaxCrossEntropy, SigmoidBce and Concat run on any
+// Backend (CPU or CUDA; Linear's fused ReLU needs a backend with a fused
+// kernel, which both have); Relu, Sigmoid and EmbeddingBag are CPU only (host
 // buffers; optional ThreadPool for the element-wise work).
 //
 // Thread safety: a layer object is used by one thread at a time.
@@ -44,8 +45,8 @@ enum class GradMode { kAdd, kOverwrite };
 class Linear {
  public:
   // Views "<prefix>.weight" and "<prefix>.bias" (and their grads) in `arena`,
-  // which must outlive the layer. `backend` is the arena's; ReLU needs a CPU
-  // backend.
+  // which must outlive the layer. `backend` is the arena's; ReLU needs one
+  // with a fused kernel (the CPU and CUDA backends).
   Linear(const ParamArena& arena, std::string_view prefix,
          kernels::Activation act = kernels::Activation::kNone);
 
@@ -126,20 +127,24 @@ class SoftmaxCrossEntropy {
   std::vector<float> host_loss_;  // [B]
 };
 
-// Mean binary cross-entropy on logits (numerically stable). CPU.
+// Mean binary cross-entropy on logits (numerically stable), on any backend.
 class SigmoidBce {
  public:
-  // logits, probs: [B] or [B, 1]; targets: [B] in [0, 1] (REQUIRES:
-  // validated by the caller). Returns the mean loss; probs = sigmoid(logits).
-  // Keeps views of probs and targets.
+  explicit SigmoidBce(Backend* backend) : backend_(backend) {}
+  // logits, probs: [B] or [B, 1]; targets: [B] in [0, 1] on the backend's
+  // device (REQUIRES: validated by the caller). Returns the mean loss (the
+  // per-sample losses summed in order in double on the host); probs =
+  // sigmoid(logits). Keeps views of probs and targets.
   float Forward(const Tensor& logits, const float* targets, Tensor* probs);
   // dlogits [B] += dloss * (probs - targets) / B.
   void Backward(float dloss, Tensor* dlogits);
 
  private:
+  Backend* const backend_;
   Tensor probs_;
   const float* targets_ = nullptr;
-  std::vector<float> row_loss_;
+  Tensor row_loss_;               // [capacity] scratch on the device
+  std::vector<float> host_loss_;  // [B]
 };
 
 // InvalidArgument unless offsets has >= 1 entry, offsets[0] == 0, is
@@ -168,15 +173,17 @@ class EmbeddingBag {
   std::vector<int64_t> offsets_;
 };
 
-// Concatenation along the last dim of [B, w_i] inputs. CPU.
+// Concatenation along the last dim of [B, w_i] inputs, on any backend.
 class Concat {
  public:
+  explicit Concat(Backend* backend) : backend_(backend) {}
   // ins[i]: [B, w_i]; out: [B, sum w_i]. Keeps the widths.
   void Forward(std::span<const Tensor> ins, Tensor* out);
   // dins[i] ([B, w_i], may be null) += the matching slice of dout.
   void Backward(const Tensor& dout, std::span<Tensor* const> dins);
 
  private:
+  Backend* const backend_;
   std::vector<int> widths_;
   std::vector<const float*> in_ptrs_;  // reused: no allocation per call once warm
   std::vector<float*> grad_ptrs_;

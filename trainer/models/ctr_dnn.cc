@@ -19,7 +19,7 @@ ParamTable CtrDnnParamTable(const CtrDnnConfig& c) {
   return table;
 }
 
-Result<std::unique_ptr<CtrDnn>> CtrDnn::Create(const CtrDnnConfig& c, CpuBackend* backend) {
+Result<std::unique_ptr<CtrDnn>> CtrDnn::Create(const CtrDnnConfig& c, Backend* backend) {
   CHECK(backend != nullptr);
   if (c.num_slots < 0 || c.embedding_dim <= 0 || c.num_dense < 0 ||
       c.num_slots * c.embedding_dim + c.num_dense <= 0) {
@@ -35,8 +35,8 @@ Result<std::unique_ptr<CtrDnn>> CtrDnn::Create(const CtrDnnConfig& c, CpuBackend
   return std::unique_ptr<CtrDnn>(new CtrDnn(c, backend, std::move(arena)));
 }
 
-CtrDnn::CtrDnn(const CtrDnnConfig& config, CpuBackend* backend, ParamArena arena)
-    : config_(config), backend_(backend), arena_(std::move(arena)) {
+CtrDnn::CtrDnn(const CtrDnnConfig& config, Backend* backend, ParamArena arena)
+    : config_(config), backend_(backend), arena_(std::move(arena)), concat_(backend), loss_(backend) {
   const size_t L = config_.hidden.size() + 1;
   for (size_t l = 0; l < L; ++l) {
     linears_.emplace_back(arena_, "fc" + std::to_string(l + 1),
@@ -60,6 +60,7 @@ void CtrDnn::EnsureBatch(int B) {
     dy_.push_back(backend_->AllocateTensor(s));
   }
   probs_ = backend_->AllocateTensor(Shape{B});
+  labels_ = backend_->AllocateTensor(Shape{B});
   slot_parts_.clear(), slot_grads_.clear(), slot_grad_ptrs_.clear();
   for (int s = 0; s < S; ++s) {
     slot_parts_.emplace_back(pooled_.data() + int64_t{s} * B * D, Shape{B, D});
@@ -68,6 +69,16 @@ void CtrDnn::EnsureBatch(int B) {
   slot_parts_.push_back(dense_);
   for (Tensor& t : slot_grads_) slot_grad_ptrs_.push_back(&t);
   slot_grad_ptrs_.push_back(nullptr);  // dense features get no gradient
+}
+
+void CtrDnn::ProbabilitiesToHost(std::span<float> out) const {
+  CHECK_EQ(static_cast<int64_t>(out.size()), probs_.numel());
+  backend_->CopyToHost(out.data(), probs_.data(), out.size() * sizeof(float));
+}
+
+void CtrDnn::PooledGradToHost(std::span<float> out) const {
+  CHECK_EQ(static_cast<int64_t>(out.size()), dpooled_.numel());
+  backend_->CopyToHost(out.data(), dpooled_.data(), out.size() * sizeof(float));
 }
 
 Tensor CtrDnn::pooled_grad(int slot) const {
@@ -102,9 +113,9 @@ Result<float> CtrDnn::Forward(std::span<const float> pooled, std::span<const flo
     }
   }
   EnsureBatch(static_cast<int>(B));
-  std::copy(pooled.begin(), pooled.end(), pooled_.data());
-  std::copy(dense.begin(), dense.end(), dense_.data());
-  labels_.assign(labels.begin(), labels.end());
+  backend_->CopyFromHost(pooled_.data(), pooled.data(), pooled.size_bytes());
+  backend_->CopyFromHost(dense_.data(), dense.data(), dense.size_bytes());
+  backend_->CopyFromHost(labels_.data(), labels.data(), labels.size_bytes());
 
   concat_.Forward(slot_parts_, &input_);
 

@@ -2,7 +2,9 @@
 // embedding of each of `num_slots` sparse slots (dim `embedding_dim`, pooled
 // by the worker with EmbeddingBag from rows pulled from the PS) and
 // `num_dense` dense features, concatenated; then FC layers of `hidden` with
-// ReLU; then one logit with sigmoid binary cross-entropy. CPU only.
+// ReLU; then one logit with sigmoid binary cross-entropy. Runs on any
+// Backend: the CPU worker's own step on the CPU, a heter worker's dense
+// section on CPU or CUDA (the same kernels' math on both).
 //
 // A training step on a PS worker:
 //   model->arena().ZeroGrad();
@@ -48,9 +50,9 @@ ParamTable CtrDnnParamTable(const CtrDnnConfig& config);
 
 class CtrDnn {
  public:
-  // InvalidArgument for a bad config. `backend` (CPU) is not owned and must
-  // outlive the model; its pool runs the element-wise kernels.
-  static Result<std::unique_ptr<CtrDnn>> Create(const CtrDnnConfig& config, CpuBackend* backend);
+  // InvalidArgument for a bad config. `backend` is not owned and must
+  // outlive the model (a CpuBackend's pool runs the element-wise kernels).
+  static Result<std::unique_ptr<CtrDnn>> Create(const CtrDnnConfig& config, Backend* backend);
 
   const CtrDnnConfig& config() const { return config_; }
   const ParamTable& param_table() const { return arena_.table(); }
@@ -60,9 +62,10 @@ class CtrDnn {
 
   // pooled: [num_slots, B, embedding_dim] (slot-major: slot s is one
   // EmbeddingBag output); dense: [B, num_dense]; labels: [B] in [0, 1].
-  // Returns the mean BCE. InvalidArgument (model unchanged) for B == 0,
-  // mismatched sizes, a non-finite dense feature or a label outside [0, 1].
-  // The buffers are copied; they need not outlive the call.
+  // All three are host memory. Returns the mean BCE. InvalidArgument (model
+  // unchanged) for B == 0, mismatched sizes, a non-finite dense feature or a
+  // label outside [0, 1]. The buffers are copied (to the backend's device);
+  // they need not outlive the call.
   Result<float> Forward(std::span<const float> pooled, std::span<const float> dense,
                         std::span<const float> labels);
   // Adds d(loss)/d(params) into arena().grads() and writes d(loss)/d(pooled)
@@ -75,16 +78,20 @@ class CtrDnn {
   // EmbeddingBag::Backward. Valid until the next Forward.
   const Tensor& pooled_grad() const { return dpooled_; }
   Tensor pooled_grad(int slot) const;
-  // Click probabilities of the last Forward, [B].
+  // Click probabilities of the last Forward, [B], in the backend's memory.
   const Tensor& probabilities() const { return probs_; }
+  // Host copies of probabilities() and pooled_grad(). REQUIRES: `out` has
+  // B, resp. num_slots * B * embedding_dim floats.
+  void ProbabilitiesToHost(std::span<float> out) const;
+  void PooledGradToHost(std::span<float> out) const;
 
  private:
-  CtrDnn(const CtrDnnConfig& config, CpuBackend* backend, ParamArena arena);
+  CtrDnn(const CtrDnnConfig& config, Backend* backend, ParamArena arena);
   void EnsureBatch(int B);
 
   // Fixed after construction.
   const CtrDnnConfig config_;
-  CpuBackend* const backend_;
+  Backend* const backend_;
   ParamArena arena_;
   Concat concat_;
   std::vector<Linear> linears_;  // ReLU fused into every one but the last
@@ -95,7 +102,7 @@ class CtrDnn {
   bool forward_done_ = false;
   Tensor pooled_, dpooled_;     // [num_slots, B, D]
   Tensor dense_;                // [B, num_dense]
-  std::vector<float> labels_;   // [B]
+  Tensor labels_;               // [B]
   Tensor input_, dinput_;       // [B, input_width()]
   std::vector<Tensor> y_, dy_;  // output of linear l (ReLU'd for hidden l)
   // Views reused every step (no per-step allocation).
