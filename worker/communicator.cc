@@ -4,6 +4,7 @@
 #include "worker/communicator.h"
 
 #include <string>
+#include <utility>
 
 namespace fleet::worker {
 
@@ -85,6 +86,36 @@ Status PullFromServers(ps::PsClient& client, const CommunicatorOptions& options,
     dense = client.PullDenseAsync(*options.dense_table, request.dense_values, po);
   }
   return WaitBoth(client, std::move(sparse), std::move(dense), options.timeout);
+}
+
+Status CheckCounts(const PushRequest& request, const char* what) {
+  const size_t n = request.sparse_keys.size();
+  const bool none = request.sparse_shows.empty() && request.sparse_clicks.empty();
+  if (none || (request.sparse_shows.size() == n && request.sparse_clicks.size() == n)) {
+    return Status::OK();
+  }
+  return Status::InvalidArgument(std::string(what) + ": " + std::to_string(n) +
+                                     " keys need as many shows and clicks, got " +
+                                     std::to_string(request.sparse_shows.size()) + " and " +
+                                     std::to_string(request.sparse_clicks.size()),
+                                 "sparse_shows / sparse_clicks");
+}
+
+PendingPush::PendingPush(const ps::PsClient* client, std::future<Status> sparse,
+                         std::future<Status> dense, std::chrono::milliseconds timeout,
+                         std::string context)
+    : client_(client),
+      sparse_(std::move(sparse)),
+      dense_(std::move(dense)),
+      timeout_(timeout),
+      context_(std::move(context)) {}
+
+Status PendingPush::Wait() {
+  if (client_ == nullptr) return done_;
+  const ps::PsClient* client = std::exchange(client_, nullptr);
+  done_ = WaitBoth(*client, std::move(sparse_), std::move(dense_), timeout_);
+  if (!done_.ok() && !context_.empty()) done_ = done_.WithContext(context_);
+  return done_;
 }
 
 Status WaitBoth(const ps::PsClient& client, std::future<Status> sparse, std::future<Status> dense,

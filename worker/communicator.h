@@ -24,6 +24,10 @@
 //                      deltas (local - last synced) / num_workers and
 //                      re-reads fresh values from the servers.
 //
+// Shows and clicks (CTR accessor) travel with the sparse gradients: sync
+// sends them with the step, async sums them per key with the gradients it
+// merges, geo sums them per key and sends them with the deltas.
+//
 // Thread safety: a communicator is driven by one thread (the worker's step
 // loop). Internally AsyncCommunicator owns its own sender thread.
 #pragma once
@@ -32,10 +36,12 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <span>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -77,12 +83,55 @@ struct PullRequest {
   std::span<float> dense_values = {};          // the dense table's dim (empty: skip dense)
 };
 
+// Sync mode: where a push made for another worker's step goes (a heter
+// worker pushes the dense gradient of each micro-batch it computed as slot
+// contributor of the step's contributors; see ps::PushOptions).
+struct SyncSlot {
+  int64_t step = 0;
+  int contributor = 0;
+  int contributors = 0;
+};
+
 // What one step hands back: gradients already multiplied by GradientScale().
 struct PushRequest {
   std::span<const uint64_t> sparse_keys = {};
   std::span<const float> sparse_grads = {};  // keys.size() * push dim
   std::span<const float> dense_grads = {};   // the dense table's dim, or empty when
                                              // the worker had no batch this step
+  // CTR accessor: one show and one click count per key (the servers keep
+  // them per row; they decide when a row gets its extended embedding and
+  // when it is shrunk). Empty: none sent (the servers count show 1, click 0).
+  std::span<const float> sparse_shows = {};
+  std::span<const float> sparse_clicks = {};
+  // Sync mode: set for a push made for another worker's step. It is pushed
+  // as idempotent (a resend of the slot is applied once), with zeros for
+  // empty dense_grads, and does not count as one of this communicator's own
+  // steps. Ignored by async and geo.
+  std::optional<SyncSlot> sync_slot;
+};
+
+// A push on its way to the servers; Wait() returns its outcome.
+class PendingPush {
+ public:
+  PendingPush() = default;  // done and OK
+  explicit PendingPush(Status done) : done_(std::move(done)) {}
+  // The sparse and the dense request of a push (either may be invalid: not
+  // sent), waited for through `client` (which must outlive this).
+  PendingPush(const ps::PsClient* client, std::future<Status> sparse, std::future<Status> dense,
+              std::chrono::milliseconds timeout, std::string context);
+  PendingPush(PendingPush&&) = default;
+  PendingPush& operator=(PendingPush&&) = default;
+
+  // Blocks until the servers answered (bounded by the requests' deadlines),
+  // receiving replies on this thread meanwhile. Call once.
+  Status Wait();
+
+ private:
+  Status done_;
+  const ps::PsClient* client_ = nullptr;
+  std::future<Status> sparse_, dense_;
+  std::chrono::milliseconds timeout_{0};
+  std::string context_;
 };
 
 class Communicator {
@@ -99,8 +148,17 @@ class Communicator {
   // Hands over one step's gradients (see each class for when they reach the
   // servers). Every worker of a sync job must call Push once per step, with
   // empty spans when it had no batch. Errors as Pull; async also returns
-  // Timeout naming the queue when it stayed full for the whole timeout.
+  // Timeout naming the queue when it stayed full for the whole timeout;
+  // InvalidArgument for sizes that do not fit the tables.
   virtual Status Push(const PushRequest& request) = 0;
+
+  // Push without waiting for the servers where the mode would: sync sends
+  // the requests and returns (Wait() returns once the step was applied), so
+  // a heter worker computes the next micro-batch while a step waits for the
+  // others. Async and geo Push() and return a done PendingPush (their Push
+  // does not wait for the servers' answer to this step anyway). The request's
+  // spans are read before it returns. Push(r) is StartPush(r).Wait().
+  virtual PendingPush StartPush(const PushRequest& request) { return PendingPush(Push(request)); }
 
   // Returns once everything pushed so far reached the servers (async: queue
   // drained and sent; geo: pending deltas sent and the local copy dropped so
@@ -132,6 +190,10 @@ Status ValidateCommunicatorOptions(const ps::PsClient& client, CommunicatorOptio
 Status PullFromServers(ps::PsClient& client, const CommunicatorOptions& options,
                        const PullRequest& request);
 
+// InvalidArgument (naming `what`) unless the request's shows and clicks are
+// both empty or both have one count per key.
+Status CheckCounts(const PushRequest& request, const char* what);
+
 // Waits for a sparse and a dense request of `client` (either may be
 // invalid: not sent) and returns the sparse one's error first.
 Status WaitBoth(const ps::PsClient& client, std::future<Status> sparse, std::future<Status> dense,
@@ -145,8 +207,9 @@ class SyncCommunicator final : public Communicator {
   Status Pull(const PullRequest& request) override;
   // Sends both tables' pushes at once (empty ones too: the servers count
   // every worker each step) and waits for both. The step number is the
-  // count of earlier Pushes.
-  Status Push(const PushRequest& request) override;
+  // count of earlier Pushes without a sync_slot.
+  Status Push(const PushRequest& request) override { return StartPush(request).Wait(); }
+  PendingPush StartPush(const PushRequest& request) override;
   Status Flush() override { return Status::OK(); }  // every Push is already applied
   // batch_samples / (batch_size * num_workers): the servers' sum over
   // workers is then the gradient of the mean loss over the global batch,
@@ -189,6 +252,7 @@ class AsyncCommunicator final : public Communicator {
   struct Batch {
     std::vector<uint64_t> keys;
     std::vector<float> sparse;
+    std::vector<float> shows, clicks;  // empty, or one per key
     std::vector<float> dense;
   };
   void SenderLoop();
@@ -223,7 +287,9 @@ class GeoCommunicator final : public Communicator {
   Status Pull(const PullRequest& request) override;
   // Applies the gradients to the local copy with each table's optimizer rule
   // (its state is kept locally across exchanges); every k_steps-th Push
-  // also exchanges with the servers (see Flush).
+  // also exchanges with the servers (see Flush). Keys the local copy lacks
+  // (pulled before the last exchange, e.g. by a heter pipeline that pulls
+  // steps ahead) are read from the servers first.
   Status Push(const PushRequest& request) override;
   // Sends (local - synced) / num_workers for every row touched since the
   // last exchange and for the dense table, then drops the local sparse rows
@@ -235,9 +301,12 @@ class GeoCommunicator final : public Communicator {
   int64_t exchanges() const { return exchanges_; }
 
  private:
+  // Reads the keys the local copy lacks from the servers into it.
+  Status FetchMissing(std::span<const uint64_t> keys);
   struct Row {
     std::vector<float> value;   // trained locally
     std::vector<float> synced;  // as last read from the servers
+    float show = 0, click = 0;  // CTR counts pushed since the exchange
   };
 
   // Fixed after construction.
@@ -253,6 +322,7 @@ class GeoCommunicator final : public Communicator {
   std::unordered_map<uint64_t, std::vector<float>> state_;  // optimizer state per key, kept
   std::vector<float> dense_value_, dense_synced_, dense_state_;
   bool dense_loaded_ = false;
+  bool counts_ = false;  // shows and clicks were pushed since the exchange
   int64_t pushes_ = 0;
   int64_t exchanges_ = 0;
 };

@@ -1,8 +1,9 @@
+#include <glog/logging.h>
+
+#include <algorithm>
 #include <future>
 #include <string>
 #include <unordered_map>
-
-#include <glog/logging.h>
 
 #include "worker/communicator.h"
 
@@ -49,9 +50,12 @@ Status AsyncCommunicator::Push(const PushRequest& request) {
     return Status::InvalidArgument("async push: dense grads must have the table's dim",
                                    std::to_string(request.dense_grads.size()));
   }
+  FLEET_RETURN_IF_ERROR(CheckCounts(request, "async push"));
   Batch b;
   b.keys.assign(request.sparse_keys.begin(), request.sparse_keys.end());
   b.sparse.assign(request.sparse_grads.begin(), request.sparse_grads.end());
+  b.shows.assign(request.sparse_shows.begin(), request.sparse_shows.end());
+  b.clicks.assign(request.sparse_clicks.begin(), request.sparse_clicks.end());
   b.dense.assign(request.dense_grads.begin(), request.dense_grads.end());
 
   std::unique_lock<std::mutex> lock(mu_);
@@ -129,9 +133,13 @@ void AsyncCommunicator::SenderLoop() {
 }
 
 Status AsyncCommunicator::Send(std::vector<Batch>& batches) {
-  // Per-key sums, keys in order of first appearance.
+  // Per-key sums, keys in order of first appearance; shows and clicks too
+  // when any batch has them (a batch without counts adds show 1, click 0
+  // per key, what the servers assume for it).
+  const bool counts =
+      std::any_of(batches.begin(), batches.end(), [](const Batch& b) { return !b.shows.empty(); });
   std::vector<uint64_t> keys;
-  std::vector<float> sparse;
+  std::vector<float> sparse, shows, clicks;
   std::unordered_map<uint64_t, size_t> index;
   std::vector<float> dense;
   for (Batch& b : batches) {
@@ -140,10 +148,15 @@ Status AsyncCommunicator::Send(std::vector<Batch>& batches) {
       if (fresh) {
         keys.push_back(b.keys[i]);
         sparse.resize(sparse.size() + push_dim_, 0.0f);
+        if (counts) shows.push_back(0.0f), clicks.push_back(0.0f);
       }
       float* dst = sparse.data() + it->second * push_dim_;
       const float* src = b.sparse.data() + i * push_dim_;
       for (size_t j = 0; j < push_dim_; ++j) dst[j] += src[j];
+      if (counts) {
+        shows[it->second] += b.shows.empty() ? 1.0f : b.shows[i];
+        clicks[it->second] += b.clicks.empty() ? 0.0f : b.clicks[i];
+      }
     }
     if (!b.dense.empty()) {
       if (dense.empty()) {
@@ -155,6 +168,8 @@ Status AsyncCommunicator::Send(std::vector<Batch>& batches) {
   }
   ps::PushOptions po;
   po.timeout = options_.timeout;
+  po.shows = shows;
+  po.clicks = clicks;
   std::future<Status> sp, dn;
   if (options_.sparse_table && !keys.empty()) {
     sp = client_->PushSparseGradAsync(*options_.sparse_table, keys, sparse, po);

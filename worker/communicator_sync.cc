@@ -16,10 +16,19 @@ Status SyncCommunicator::Pull(const PullRequest& request) {
   return PullFromServers(*client_, options_, request);
 }
 
-Status SyncCommunicator::Push(const PushRequest& request) {
+PendingPush SyncCommunicator::StartPush(const PushRequest& request) {
   ps::PushOptions po;
   po.timeout = options_.timeout;
-  po.step = step_;
+  po.shows = request.sparse_shows;
+  po.clicks = request.sparse_clicks;
+  if (request.sync_slot) {
+    po.step = request.sync_slot->step;
+    po.contributor = request.sync_slot->contributor;
+    po.contributors = request.sync_slot->contributors;
+    po.idempotent = true;
+  } else {
+    po.step = step_++;
+  }
   std::future<Status> sparse, dense;
   // Empty pushes are sent too: a sync server applies a step only once every
   // worker's push for it arrived.
@@ -35,9 +44,12 @@ Status SyncCommunicator::Push(const PushRequest& request) {
     // ZeroMQ's queue after we return, so it must not borrow the caller's buffer.
     dense = client_->ZPushDenseGrad(*options_.dense_table, SArray<float>(g.data(), g.size()), po);
   }
-  ++step_;
-  return WaitBoth(*client_, std::move(sparse), std::move(dense), options_.timeout)
-      .WithContext("sync push step " + std::to_string(po.step));
+  std::string context = "sync push step " + std::to_string(po.step);
+  if (request.sync_slot) {
+    context += " slot " + std::to_string(po.contributor) + "/" + std::to_string(po.contributors);
+  }
+  return PendingPush(client_, std::move(sparse), std::move(dense), options_.timeout,
+                     std::move(context));
 }
 
 double SyncCommunicator::GradientScale(size_t batch_samples) const {

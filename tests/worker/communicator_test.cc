@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ps/table/accessor.h"
 #include "tests/ps/ps_cluster.h"
 
 namespace fleet::worker {
@@ -214,11 +215,91 @@ TEST(CommunicatorTest, GeoTrainsLocallyAndExchangesAveragedDeltasEveryKSteps) {
   ASSERT_TRUE(w1->Flush().ok());
   ASSERT_TRUE(w1->Pull({keys, row, dense}).ok());
   EXPECT_NEAR(dense[0], 1.0f - kLr - kLr / 2, 1e-6);
-  // A push of a key never pulled since the last exchange is refused.
+  // A push of a key not pulled since the last exchange (a pipeline pulls
+  // ahead) reads it first and applies the gradient to the fresh value.
   const std::vector<uint64_t> other = {99};
-  Status s = w1->Push({.sparse_keys = other, .sparse_grads = sg});
-  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  const float fresh99 = PullRows(c, other)[0];
+  ASSERT_TRUE(w1->Push({.sparse_keys = other, .sparse_grads = sg}).ok());
+  // That was worker 1's second push: an exchange, the servers moved by half.
+  ASSERT_TRUE(w1->Pull({other, row, dense}).ok());
+  EXPECT_NEAR(row[0], fresh99 - kLr * 2 / 2, 1e-6);
 }
+
+// How a heter worker pushes: a dense-only sync communicator pushes each
+// micro-batch's gradient into a slot of another worker's step, without
+// waiting (StartPush) and idempotently, and empty gradients as zeros; its
+// own step count is not touched.
+TEST(CommunicatorTest, SyncSlotsStartWithoutWaitingAndResendsApplyOnce) {
+  PsCluster c(Job("sync"), 2, 2);
+  std::vector<float> init(kDense, 0.0f);
+  ASSERT_TRUE(c.client(0).InitDense(1, init).ok());
+  CommunicatorOptions o = Options(2);
+  o.sparse_table.reset();
+  auto h0 = Make(c, 0, o);
+  auto h1 = Make(c, 1, o);
+  const std::vector<float> g0 = DenseGrad(0, 0), g2 = DenseGrad(2, 0);
+  // Step 0 has three slots: 0 and 2 computed by h0, slot 1 empty (h1).
+  PendingPush p0 = h0->StartPush({.dense_grads = g0, .sync_slot = SyncSlot{0, 0, 3}});
+  PendingPush p2 = h0->StartPush({.dense_grads = g2, .sync_slot = SyncSlot{0, 2, 3}});
+  // Slot 2 resent elsewhere (the first heter worker was thought dead).
+  PendingPush again = h1->StartPush({.dense_grads = g2, .sync_slot = SyncSlot{0, 2, 3}});
+  EXPECT_NEAR(PullDense(c)[0], 0.0f, 1e-7) << "the step waits for slot 1";
+  ASSERT_TRUE(h1->StartPush({.sync_slot = SyncSlot{0, 1, 3}}).Wait().ok());
+  ASSERT_TRUE(p0.Wait().ok());
+  ASSERT_TRUE(p2.Wait().ok());
+  ASSERT_TRUE(again.Wait().ok());
+  const std::vector<float> v = PullDense(c);
+  for (size_t j = 0; j < kDense; ++j) EXPECT_NEAR(v[j], -kLr * (g0[j] + g2[j]), 1e-6) << j;
+  // The communicators' own steps still start at 0: two plain pushes, one
+  // per worker, make step 0 of a 2-worker step... which was applied above as
+  // a 3-slot step, so the servers refuse it.
+  Status s = h0->Push({.dense_grads = g0});
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("sync push step 0"), std::string::npos) << s.ToString();
+}
+
+// CTR accessor: every mode delivers the shows and clicks of its pushes,
+// summed per key (async merges, geo sums until the exchange).
+class CommunicatorCountsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CommunicatorCountsTest, ShowsAndClicksReachTheServers) {
+  PsCluster c(MakeJob("Distributed: {mode: " + GetParam() +
+                      ", k_steps: 100, max_merge: 4, timeout_ms: 5000}\n"
+                      "tables:\n"
+                      "  - {id: 0, kind: sparse, dim: 2, accessor: ctr, shard_num: 8,\n"
+                      "     ctr: {embed_dim: 1, embedx_threshold: 100}}\n"),
+              1, 1);
+  CommunicatorOptions o = Options(1);
+  o.dense_table.reset();
+  auto comm = Make(c, 0, o);
+  const std::vector<uint64_t> keys = {3, 3, 7};
+  std::vector<float> rows(keys.size() * 3), grads(keys.size() * 3, 0.1f);
+  const std::vector<float> shows = {1, 1, 1}, clicks = {1, 0, 1};
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(comm->Pull({.sparse_keys = keys, .sparse_values = rows}).ok());
+    Status s = comm->Push({.sparse_keys = keys,
+                           .sparse_grads = grads,
+                           .sparse_shows = shows,
+                           .sparse_clicks = clicks});
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_TRUE(comm->Flush().ok());
+  auto counts = [&](uint64_t key) {
+    std::vector<float> row, ext;
+    EXPECT_TRUE(c.server(0).sparse_table(0)->DebugRow(key, &row, &ext)) << key;
+    return std::make_pair(row[ps::CtrAccessor::kShow], row[ps::CtrAccessor::kClick]);
+  };
+  EXPECT_EQ(counts(3), std::make_pair(4.0f, 2.0f));
+  EXPECT_EQ(counts(7), std::make_pair(2.0f, 2.0f));
+  // Counts that do not match the keys are refused.
+  const std::vector<float> one = {1};
+  Status s = comm->Push(
+      {.sparse_keys = keys, .sparse_grads = grads, .sparse_shows = one, .sparse_clicks = one});
+  EXPECT_FALSE(s.ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CommunicatorCountsTest, ::testing::Values("sync", "async", "geo"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace fleet::worker
