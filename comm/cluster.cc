@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "comm/kv_store.h"
 
 // The defaults below apply only when neither the flag nor its FLEET_*
 // variable is given; see the table in comm/cluster.h.
@@ -209,6 +210,36 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
 
 std::string EndpointKey(Role role, int rank) {
   return "endpoints/" + std::string(RoleName(role)) + "/" + std::to_string(rank);
+}
+
+Status PublishEndpoint(const ClusterSpec& spec, const std::string& bound) {
+  if (!spec.kv_endpoint) return Status::OK();
+  KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id);
+  const std::string key = EndpointKey(spec.role, spec.rank);
+  return kv.Set(key, bound).WithContext("cannot publish the endpoint at " + key);
+}
+
+Result<std::vector<std::string>> ResolveEndpoints(const std::vector<Endpoint>& list, Role role,
+                                                  const ClusterSpec& spec,
+                                                  std::chrono::milliseconds timeout) {
+  std::vector<std::string> out;
+  for (size_t r = 0; r < list.size(); ++r) {
+    if (list[r].port != 0) {
+      out.push_back(list[r].ToString());
+      continue;
+    }
+    // The process bound a free port: its real endpoint is in the KV store.
+    if (!spec.kv_endpoint) {
+      return Status::InvalidArgument(absl::StrCat(
+          std::string(RoleName(role)), " ", r,
+          " has port 0 and there is no KV store (--kv_endpoint) to look its endpoint up"));
+    }
+    KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id);
+    FLEET_ASSIGN_OR_RETURN(std::string real,
+                           kv.WaitGet(EndpointKey(role, static_cast<int>(r)), timeout));
+    out.push_back(std::move(real));
+  }
+  return out;
 }
 
 }  // namespace fleet

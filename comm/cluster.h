@@ -25,6 +25,7 @@
 // change flags. The returned spec is a plain value.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <optional>
@@ -76,6 +77,22 @@ EnvLookup EnvFromMap(std::map<std::string, std::string> vars);
 // The KV store key under which a process of `role` publishes the endpoint it
 // actually bound ("endpoints/server/0"), so port 0 works in simulation.
 std::string EndpointKey(Role role, int rank);
+
+// Publishes the endpoint this process bound at EndpointKey(spec.role,
+// spec.rank) in the spec's KV store, so processes given port 0 can be found
+// (ResolveEndpoints); OK without doing anything when there is no KV store.
+// Errors: the store's, with the key.
+Status PublishEndpoint(const ClusterSpec& spec, const std::string& bound);
+
+// The real "ip:port" of every entry of `list` (the endpoints of `role`'s
+// ranks 0, 1, ...). An entry with port 0 was bound by that process itself
+// and is read from the KV store of `spec` at EndpointKey(role, rank),
+// waiting up to `timeout` for it to be published. InvalidArgument when an
+// entry has port 0 and the spec names no KV store; the KV store's errors
+// (Timeout naming the key) otherwise.
+Result<std::vector<std::string>> ResolveEndpoints(const std::vector<Endpoint>& list, Role role,
+                                                  const ClusterSpec& spec,
+                                                  std::chrono::milliseconds timeout);
 
 // Builds the spec from gflags and `env` as described at the top of this
 // file. Returns InvalidArgument for a missing role, a non-numeric or out of

@@ -92,7 +92,7 @@ Result<TrainRequest> DecodeTrainRequest(const Message& m, const DenseShape& expe
                      ": both must read the same job config"),
         which);
   }
-  if (meta.batch() < 1) {
+  if (meta.batch() < 0) {
     return Status::InvalidArgument(absl::StrCat("batch of ", meta.batch(), " samples"), which);
   }
   if (!std::isfinite(r.dense_grad_scale) || r.dense_grad_scale < 0) {

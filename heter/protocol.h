@@ -89,7 +89,7 @@ Message EncodeTrainRequest(const TrainRequest& request, const DenseShape& shape)
 // when: the meta does not parse; an id is out of range (worker rank not in
 // [0, num_workers), micro-batch not in [0, micro_batches), a negative step);
 // the declared shape differs from `expected` (the message says both); the
-// frames are not three float arrays of S*B*D, B*F and B floats (B >= 1);
+// frames are not three float arrays of S*B*D, B*F and B floats (B >= 0);
 // dense_grad_scale is negative or not finite; a pooled value is not finite.
 // (Labels and dense features are checked by the model, which refuses
 // labels outside [0, 1] and non-finite features.)

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "comm/absl_mutex_mode.h"
 #include "comm/cluster.h"
-#include "comm/kv_store.h"
 #include "comm/stop_signal.h"
 #include "ps/server.h"
 
@@ -82,13 +81,9 @@ int PsServerMain(int argc, char** argv) {
   running.store(server.value().get());
   if (stop_early.load()) server.value()->RequestStop();
 
-  if (spec->kv_endpoint) {
-    KvStoreClient kv(spec->kv_endpoint->ToString(), spec->job_id);
-    const std::string key = EndpointKey(Role::kServer, spec->rank);
-    if (Status s = kv.Set(key, bound.value()); !s.ok()) {
-      LOG(ERROR) << "ps_server: cannot publish endpoint at " << key << ": " << s.ToString();
-      return 2;
-    }
+  if (Status s = PublishEndpoint(*spec, bound.value()); !s.ok()) {
+    LOG(ERROR) << "ps_server: " << s.ToString();
+    return 2;
   }
   LOG(INFO) << "ps_server " << spec->rank << " listening on " << bound.value();
 

@@ -113,6 +113,13 @@ class WorkerRun {
 
  private:
   bool StopRequested() const { return o_.stop != nullptr && o_.stop->load(); }
+  // Connects to the heter workers and hands the task's dense part to them.
+  Status UseHeterWorkers();
+  // Finishes the steps in flight to heter workers (Task::Drain).
+  Status Drain(int epoch) {
+    return task_->Drain(*comm_).WithContext("finishing the steps in flight at the end of epoch " +
+                                            std::to_string(epoch));
+  }
   Status Evaluate(int epoch);
   Status MaybeSave(int epoch);
 
@@ -121,6 +128,8 @@ class WorkerRun {
   const std::string name_;
   std::unique_ptr<WorkerTask> task_;
   std::unique_ptr<ps::PsClient> client_;
+  std::unique_ptr<heter::HeterClient> heter_;  // with heter workers only
+  std::unique_ptr<Communicator> comm_;
   MetricsGroup group_;
   PsWorkerReport report_;
 };
@@ -163,15 +172,19 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
   FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_init").WithContext("start barrier"));
 
+  // 3b. Heter workers run the dense part.
+  if (!o_.heter_workers.empty()) FLEET_RETURN_IF_ERROR(UseHeterWorkers());
+
   CommunicatorOptions copts;
   copts.sparse_table = task_->sparse_table();
-  copts.dense_table = config_.model.dense_table;
+  // With heter workers they train the dense table.
+  if (heter_ == nullptr) copts.dense_table = config_.model.dense_table;
   copts.num_workers = o_.num_workers;
   copts.batch_size = config_.train.batch_size;
   copts.max_merge = o_.job.distributed.max_merge;
   copts.k_steps = o_.job.distributed.k_steps;
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                         CreateCommunicator(client_.get(), copts));
+  FLEET_ASSIGN_OR_RETURN(comm_, CreateCommunicator(client_.get(), copts));
+  Communicator* comm = comm_.get();
   LOG(INFO) << name_ << ": " << comm->name() << " mode, " << steps_per_epoch
             << " steps per epoch, " << config_.train.epochs << " epochs";
 
@@ -186,21 +199,25 @@ Result<PsWorkerReport> WorkerRun::Run() {
         report_.stopped = true;
         break;
       }
+      const std::string where =
+          name_ + " epoch " + std::to_string(epoch) + " step " + std::to_string(i);
       if (i < task_->num_train_batches()) {
-        FLEET_RETURN_IF_ERROR(task_->TrainStep(i, *comm).WithContext(
-            name_ + " epoch " + std::to_string(epoch) + " step " + std::to_string(i)));
+        FLEET_RETURN_IF_ERROR(task_->TrainStep(i, *comm).WithContext(where));
       } else {
         // This shard is done; keep the step count every worker shares.
-        FLEET_RETURN_IF_ERROR(comm->Push({}));
+        FLEET_RETURN_IF_ERROR(task_->SkipStep(*comm).WithContext(where));
       }
       ++report_.steps;
       const bool last = i + 1 == steps_per_epoch;
+      // Steps still in flight to heter workers belong to this epoch's last line.
+      if (last) FLEET_RETURN_IF_ERROR(Drain(epoch));
       if ((config_.train.log_interval > 0 && (i + 1) % config_.train.log_interval == 0) || last) {
         std::vector<float> sums = task_->TakeTrainSums();
         FLEET_RETURN_IF_ERROR(group_.AllReduce(&sums, ReduceOp::kSum, "training metrics"));
         const MetricSummary m = task_->Summarize(sums);
         const double secs = Seconds(t_window);
         train_samples += m.samples;
+        report_.train_losses.push_back(m.loss);
         LOG(INFO) << "epoch " << epoch << " step " << (i + 1) << "/" << steps_per_epoch
                   << " loss " << FormatMetric(m.loss) << " " << task_->metric_name() << " "
                   << FormatMetric(m.metric) << " samples/s "
@@ -208,6 +225,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
         t_window = Clock::now();
       }
     }
+    FLEET_RETURN_IF_ERROR(Drain(epoch));  // after a stop; else a no-op
     FLEET_RETURN_IF_ERROR(comm->Flush().WithContext("flush at the end of epoch " +
                                                     std::to_string(epoch)));
     train_seconds += Seconds(t_epoch);
@@ -225,6 +243,10 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
 
   // 5. Summary.
+  if (heter_ != nullptr && train_seconds > 0) {
+    report_.heter_idle_fraction = heter_->blocked_seconds() / train_seconds;
+    report_.heter_resends = heter_->resends();
+  }
   std::vector<float> totals = {static_cast<float>(task_->malformed_lines()),
                                static_cast<float>(train_seconds)};
   FLEET_RETURN_IF_ERROR(group_.AllReduce(&totals, ReduceOp::kSum, "summary"));
@@ -240,8 +262,38 @@ Result<PsWorkerReport> WorkerRun::Run() {
   line << ", " << static_cast<int64_t>(report_.train_samples_per_sec)
        << " train samples/s over " << o_.num_workers << " workers, "
        << report_.malformed_lines << " malformed lines skipped";
+  if (heter_ != nullptr) {
+    line << "; waited for the heter workers " << FormatMetric(100 * report_.heter_idle_fraction)
+         << "% of the training time, " << report_.heter_resends << " micro-batches resent";
+  }
   LOG(INFO) << line.str();
   return report_;
+}
+
+Status WorkerRun::UseHeterWorkers() {
+  const std::optional<heter::DenseShape> shape = task_->heter_shape();
+  if (!shape) {
+    return Status::InvalidArgument(
+        "model " + config_.model.kind +
+            " cannot run its dense part on heter workers; start the job without them",
+        "model.kind");
+  }
+  const ps::HeterConfig& hc = o_.job.distributed.heter;
+  heter::HeterClientOptions ho;
+  ho.heter_workers = o_.heter_workers;
+  ho.worker_rank = o_.rank;
+  ho.num_workers = o_.num_workers;
+  ho.shape = *shape;
+  ho.timeout = o_.job.distributed.timeout;
+  ho.down_timeout = hc.down_timeout;
+  ho.log_dir = o_.log_dir;
+  ho.van.busy_poll = o_.job.distributed.busy_poll;
+  FLEET_ASSIGN_OR_RETURN(heter_, heter::HeterClient::Create(std::move(ho)));
+  task_->UseHeterWorkers(heter_.get(), hc);
+  LOG(INFO) << name_ << ": dense part on " << o_.heter_workers.size() << " heter workers, "
+            << hc.micro_batches << " micro-batches per batch, up to " << hc.pipeline_depth
+            << " in flight";
+  return Status::OK();
 }
 
 Status WorkerRun::Evaluate(int epoch) {
@@ -325,27 +377,17 @@ int PsWorkerMain(int argc, char** argv) {
   if (spec->kv_endpoint) o.kv_endpoint = spec->kv_endpoint->ToString();
   o.job = std::move(job).value();
   o.stop = &stop;
-  for (size_t r = 0; r < spec->servers.size(); ++r) {
-    const Endpoint& e = spec->servers[r];
-    if (e.port != 0) {
-      o.servers.push_back(e.ToString());
-      continue;
-    }
-    // A server bound a free port: its real endpoint is in the KV store.
-    if (o.kv_endpoint.empty()) {
-      LOG(ERROR) << "ps_worker: server " << r << " has port 0 and there is no KV store to look "
-                 << "its endpoint up";
-      return 2;
-    }
-    KvStoreClient kv(o.kv_endpoint, o.job_id);
-    auto real = kv.WaitGet(EndpointKey(Role::kServer, static_cast<int>(r)),
-                           o.job.distributed.timeout);
-    if (!real.ok()) {
-      LOG(ERROR) << "ps_worker: " << real.status().ToString();
-      return 2;
-    }
-    o.servers.push_back(real.value());
+  o.log_dir = spec->log_dir;
+  auto servers = ResolveEndpoints(spec->servers, Role::kServer, *spec, o.job.distributed.timeout);
+  auto heters = servers.ok() ? ResolveEndpoints(spec->heter_workers, Role::kHeterWorker, *spec,
+                                                o.job.distributed.timeout)
+                             : servers.status();
+  if (!heters.ok()) {
+    LOG(ERROR) << "ps_worker: " << heters.status().ToString();
+    return 2;
   }
+  o.servers = std::move(servers).value();
+  o.heter_workers = std::move(heters).value();
   LOG(INFO) << "ps_worker: " << spec->ToString();
 
   auto report = RunPsWorker(o);

@@ -22,6 +22,11 @@
 //   3. worker 0 writes the model's initialisation into the dense table,
 //      unless server.load_dir is set (the servers loaded a checkpoint);
 //      then all workers meet at a PS barrier;
+//   3b. with heter workers (--heter_workers / FLEET_HETER_WORKERS) the model's
+//      dense part runs there: the task cuts each batch into
+//      Distributed.heter.micro_batches, keeps up to pipeline_depth of them
+//      in flight (heter/client.h), and the communicator serves the sparse
+//      table only (the heter workers train the dense table);
 //   4. per epoch: steps through the Communicator of Distributed.mode; every
 //      train.log_interval steps one line with epoch, step, loss and AUC or
 //      accuracy over all workers since the last line, and samples/s; at
@@ -61,6 +66,12 @@ struct PsWorkerOptions {
   std::string kv_endpoint;
   std::string job_id = "default";
   ps::JobConfig job;
+  // "ip:port" of heter worker 0, 1, ... (real ports); empty = none, the
+  // worker runs the whole model itself.
+  std::vector<std::string> heter_workers;
+  // Where the job's processes log (heter worker r: <log_dir>/heterlog.<r>),
+  // named in errors about a heter worker. Empty: not named.
+  std::string log_dir;
   // When it becomes true the worker finishes its current step, flushes and
   // returns (report.stopped). Not owned; may be null.
   const std::atomic<bool>* stop = nullptr;
@@ -81,6 +92,14 @@ struct PsWorkerReport {
   int64_t steps = 0;                       // steps this worker took part in
   int64_t malformed_lines = 0;             // over all workers
   bool stopped = false;                    // stop was requested
+  // The training loss of every progress line (all workers; one per
+  // train.log_interval steps and one at each epoch's end), in order.
+  std::vector<double> train_losses;
+  // With heter workers: this worker's training time spent waiting for the
+  // dense side (HeterClient::blocked_seconds), as a fraction of its
+  // training time (0 without heter workers).
+  double heter_idle_fraction = 0;
+  int64_t heter_resends = 0;  // micro-batches resent after a heter worker failed
 };
 
 // Runs the job as worker `options.rank`. Blocks until done or stopped; each

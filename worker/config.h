@@ -6,9 +6,11 @@
 //   model:
 //     kind: ctr_dnn          # the model: ctr_dnn | mlp (worker/task.h lists them:
 //                            # WorkerTaskTypes). Required.
-//     sparse_table: 0        # ctr_dnn: id of the sparse (plain accessor) table
-//                            # holding the embeddings; the embedding width is
-//                            # that table's `dim`. Default 0.
+//     sparse_table: 0        # ctr_dnn: id of the sparse table holding the
+//                            # embeddings; the embedding width is what a pull
+//                            # returns: the table's `dim` (accessor: plain) or
+//                            # ctr.embed_dim + dim (accessor: ctr, which also
+//                            # gets a show and a click per key). Default 0.
 //     dense_table: 1         # id of the dense table holding every dense
 //                            # parameter of the model: its `dim` must equal
 //                            # the model's parameter count (the error says

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "comm/status.h"
+#include "heter/client.h"
 #include "ps/client.h"
 #include "worker/communicator.h"
 #include "worker/config.h"
@@ -70,10 +71,29 @@ class WorkerTask {
   // One step on local batch `index`: comm.Pull, forward, backward, scale by
   // comm.GradientScale, comm.Push; adds to the training metric sums. Errors
   // of the communicator, or InvalidArgument from the model (bad values).
-  // (ctr_dnn keeps the sparse part of its step — pull, pool, unpool — apart
-  // from the dense part — the FC tower — inside its class, so that a heter
-  // pipeline can run them on different workers.)
+  // With heter workers (UseHeterWorkers) the dense part runs there and, in
+  // async and geo mode, the step may still be in flight when this returns
+  // (Drain finishes it).
   virtual Status TrainStep(int64_t index, Communicator& comm) = 0;
+  // A step this worker has no batch for (its shard is shorter than the
+  // longest): what a sync step needs from every worker. Default: an empty
+  // comm.Push.
+  virtual Status SkipStep(Communicator& comm) { return comm.Push({}); }
+  // Finishes every step still in flight and has the heter workers flush
+  // their dense communicators, so that comm.Flush() then covers everything
+  // trained so far. Default: nothing in flight.
+  virtual Status Drain(Communicator& comm) { return Status::OK(); }
+
+  // Heter workers: the dense section's input widths when the model can run
+  // its dense part on heter workers, nullopt when it cannot (a job with
+  // heter workers is then refused).
+  virtual std::optional<heter::DenseShape> heter_shape() const { return std::nullopt; }
+  // From now on run the dense part of each step on the heter workers behind
+  // `client` (not owned; must outlive the task's use of it), cutting each
+  // batch into config.micro_batches and keeping up to config.pipeline_depth
+  // in flight. The communicator of TrainStep then serves the sparse table
+  // only: the heter workers push the dense table. REQUIRES: heter_shape().
+  virtual void UseHeterWorkers(heter::HeterClient* client, const ps::HeterConfig& config) {}
   // The training sums since the last call, then resets them.
   virtual std::vector<float> TakeTrainSums() = 0;
   // Forward over this worker's held-out shard with the servers' current

@@ -12,26 +12,17 @@ namespace fleet::worker {
 namespace {
 
 using ps::testing::MakeJob;
+using testing::AllKeys;
+using testing::CtrCounts;
 using testing::FreshDir;
 using testing::InProcessJob;
 using testing::MakeCtrData;
+using testing::OracleAuc;
+using testing::ServerCounts;
 using testing::SmallCtrYaml;
+using testing::TrainLineCounts;
 
-// Shared data set of the AUC tests: generated once per process.
-const std::string& CtrData() {
-  static const std::string dir = [] {
-    std::string d = FreshDir("ctr_data");
-    MakeCtrData(d, 75000);
-    return d;
-  }();
-  return dir;
-}
-
-double OracleAuc(const std::string& dir) {
-  auto o = data::ReadOracleFile(dir + "/oracle.txt");
-  CHECK(o.ok());
-  return o->oracle_auc;
-}
+const std::string& CtrData() { return testing::AucData("ctr_data"); }
 
 std::vector<PsWorkerReport> RunOk(InProcessJob& job) {
   std::vector<PsWorkerReport> reports;
@@ -65,19 +56,35 @@ TEST_P(WorkerModeTest, ReachesOracleAucMinus002) {
 INSTANTIATE_TEST_SUITE_P(Modes, WorkerModeTest, ::testing::Values("sync", "async", "geo"),
                          [](const auto& info) { return info.param; });
 
-// Keys of every training line, for reading the whole sparse table.
-std::vector<uint64_t> AllKeys(const std::string& dir) {
-  auto files = data::ExpandFileSpec(dir + "/train");
-  CHECK(files.ok());
-  auto reader = data::CtrReader::Open(files.value(), {});
-  CHECK(reader.ok());
-  std::set<uint64_t> keys;
-  data::CtrBatch b;
-  while (reader.value()->Next(&b).value() > 0) {
-    for (const auto& slot : b.slots) keys.insert(slot.keys.begin(), slot.keys.end());
-  }
-  return {keys.begin(), keys.end()};
+// The same job with the CTR accessor on the sparse table: rows of embed_w (1)
+// + embedx (3), so a pull has the plain table's 4 floats and the dense table
+// is unchanged; the workers push a show and a click per key, and a row gets
+// its embedx once its score reaches the threshold. Reaches the same bar, and
+// the servers counted every sighting.
+class WorkerCtrAccessorTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WorkerCtrAccessorTest, ReachesOracleAucMinus002AndCountsShowsAndClicks) {
+  const std::string& dir = CtrData();
+  std::string yaml = SmallCtrYaml(dir, GetParam(), 128, 4);
+  yaml.replace(yaml.find("dim: 4, shard_num: 8,"), 21,
+               "dim: 3, shard_num: 8, accessor: ctr, ctr: {embed_dim: 1, embedx_threshold: 1000},");
+  InProcessJob job(MakeJob(yaml), 2, 2);
+  auto reports = RunOk(job);
+  ASSERT_EQ(reports.size(), 2u);
+  const double oracle = OracleAuc(dir);
+  EXPECT_GE(reports[0].heldout_metric, oracle - 0.02) << GetParam() << " oracle " << oracle;
+  // Every training line showed each of its 26 keys once per epoch, with its
+  // label as the click.
+  const CtrCounts want = TrainLineCounts(dir, 4);
+  const CtrCounts got = ServerCounts(job, dir);
+  EXPECT_EQ(got.shows, want.shows);
+  EXPECT_EQ(got.clicks, want.clicks);
+  EXPECT_GT(got.ext_rows, 0u);
+  EXPECT_LT(got.ext_rows, got.rows);  // rarely clicked keys never reach the threshold
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, WorkerCtrAccessorTest, ::testing::Values("sync", "geo"),
+                         [](const auto& info) { return info.param; });
 
 // Sync determinism: 2 workers with batch B and 1 worker with batch 2B see
 // the same lines per step (line i goes to worker i % 2) and the servers

@@ -3,18 +3,22 @@
 // threads. Also makes small synthetic CTR data sets.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <filesystem>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "comm/kv_store.h"
 #include "ps/server.h"
+#include "ps/table/accessor.h"
 #include "tests/ps/ps_cluster.h"
 #include "trainer/data/ctr_generator.h"
+#include "trainer/data/ctr_reader.h"
+#include "trainer/data/file_io.h"
 #include "worker/app.h"
 
 namespace fleet::worker::testing {
@@ -41,6 +45,24 @@ inline data::CtrGeneratorReport MakeCtrData(const std::string& dir, int64_t line
   return report.value();
 }
 
+// The data set of the AUC tests (150k training lines, 75k held out),
+// generated once per process in FreshDir(name); give each test program its
+// own name, ctest runs them in parallel.
+inline const std::string& AucData(const std::string& name) {
+  static const std::string dir = [&] {
+    std::string d = FreshDir(name);
+    MakeCtrData(d, 75000);
+    return d;
+  }();
+  return dir;
+}
+
+inline double OracleAuc(const std::string& dir) {
+  auto o = data::ReadOracleFile(dir + "/oracle.txt");
+  CHECK(o.ok()) << o.status().ToString();
+  return o->oracle_auc;
+}
+
 // Servers (kept after Run so tests can read the tables) and workers.
 class InProcessJob {
  public:
@@ -64,6 +86,7 @@ class InProcessJob {
         o.kv_endpoint = num_workers_ > 1 ? kv_->endpoint() : "";
         o.job_id = "job" + std::to_string(run_++ / num_workers_);
         o.job = job_;
+        o.heter_workers = heter_workers_;
         results[w] = RunPsWorker(o);
       });
     }
@@ -72,14 +95,79 @@ class InProcessJob {
   }
 
   ps::PsClient& client() { return cluster_->client(0); }
+  ps::testing::PsCluster& cluster() { return *cluster_; }
+  const std::vector<std::string>& servers() const { return cluster_->endpoints(); }
+  const ps::JobConfig& job() const { return job_; }
+  // The workers of later Runs send their dense part to these heter workers
+  // (tests/heter/heter_job.h starts them).
+  void set_heter_workers(std::vector<std::string> endpoints) {
+    heter_workers_ = std::move(endpoints);
+  }
 
  private:
   ps::JobConfig job_;
   int num_workers_;
   std::unique_ptr<ps::testing::PsCluster> cluster_;
   std::unique_ptr<KvStoreServer> kv_;
+  std::vector<std::string> heter_workers_;
   std::atomic<int> run_{0};
 };
+
+// Keys of every training line, for reading the whole sparse table.
+inline std::vector<uint64_t> AllKeys(const std::string& dir) {
+  auto files = data::ExpandFileSpec(dir + "/train");
+  CHECK(files.ok());
+  auto reader = data::CtrReader::Open(files.value(), {});
+  CHECK(reader.ok());
+  std::set<uint64_t> keys;
+  data::CtrBatch b;
+  while (reader.value()->Next(&b).value() > 0) {
+    for (const auto& slot : b.slots) keys.insert(slot.keys.begin(), slot.keys.end());
+  }
+  return {keys.begin(), keys.end()};
+}
+
+// CTR accessor counts over a sparse table (table 0).
+struct CtrCounts {
+  double shows = 0, clicks = 0;
+  uint64_t rows = 0, ext_rows = 0;
+};
+
+// What `epochs` passes over the training data show: each line's 26 keys
+// once, clicked when the label is 1.
+inline CtrCounts TrainLineCounts(const std::string& dir, int epochs) {
+  auto files = data::ExpandFileSpec(dir + "/train");
+  CHECK(files.ok());
+  auto reader = data::CtrReader::Open(files.value(), {});
+  CHECK(reader.ok());
+  CtrCounts c;
+  data::CtrBatch b;
+  while (reader.value()->Next(&b).value() > 0) {
+    for (float label : b.labels) {
+      c.shows += data::kCriteoSlots * epochs;
+      c.clicks += label * data::kCriteoSlots * epochs;
+    }
+  }
+  return c;
+}
+
+// The counts the servers of `job` hold for every training key.
+inline CtrCounts ServerCounts(InProcessJob& job, const std::string& dir) {
+  CtrCounts c;
+  for (uint64_t key : AllKeys(dir)) {
+    for (int s = 0; s < job.cluster().num_servers(); ++s) {
+      ps::SparseTable* t = job.cluster().server(s).sparse_table(0);
+      if (!t->owned_shards().contains(t->sharder()(key))) continue;
+      std::vector<float> row, ext;
+      if (!t->DebugRow(key, &row, &ext)) continue;
+      c.shows += row[ps::CtrAccessor::kShow];
+      c.clicks += row[ps::CtrAccessor::kClick];
+      ++c.rows;
+      c.ext_rows += !ext.empty();
+    }
+  }
+  return c;
+}
 
 // The job YAML for a small ctr_dnn: embedding dim 4, hidden [32, 16].
 // Dense dim = (26*4+13)*32+32 + 32*16+16 + 16+1 = 3744+32+512+16+17 = 4321.
