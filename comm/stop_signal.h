@@ -2,9 +2,11 @@
 // thread, so a program can stop gracefully (finish requests, save) instead
 // of dying inside a signal handler.
 //
-// REQUIRES: constructed in main() before any other thread starts: it
-// blocks the two signals in the calling thread, and threads started later
-// inherit that mask, so only the watcher ever receives them.
+// Construct it in main() before starting threads: it blocks the two signals
+// in the calling thread, and threads started later inherit that mask. A
+// thread that existed before (a library's, started before main: OpenBLAS)
+// may still receive one; a handler then forwards it to the watcher. At most
+// one watcher at a time (the handler reaches it through a global).
 #pragma once
 
 #include <atomic>

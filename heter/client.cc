@@ -309,6 +309,10 @@ Status HeterClient::Flush() {
         if (r.ok()) {
           flushed[h] = true;
           heters_[h].down_since.reset();
+          // The heter worker's own failure (its push to the servers): final.
+          if (Status failed = ReplyFailure(*r); !failed.ok()) {
+            result = failed.WithContext(Describe(h) + ", flush");
+          }
         } else if (!Retryable(r.status())) {
           result = r.status().WithContext(Describe(h) + ", flush");
         } else {

@@ -105,7 +105,8 @@ void HeterWorker::ComputeLoop() {
     work_.pop_front();
     lock.unlock();
     if (w.request.header.command() == pb::HETER_FLUSH) {
-      QueueReply({worker::PendingPush(comm_->Flush()), Message(), w.responder, name_ + " flush"});
+      QueueReply(
+          {worker::PendingPush(comm_->Flush()), Message(), w.responder, {}, name_ + " flush"});
     } else {
       Train(std::move(w));
     }
@@ -129,7 +130,7 @@ void HeterWorker::ReplyLoop() {
     if (s.ok()) {
       r.responder.Reply(std::move(r.message));
     } else {
-      r.responder.ReplyError(s.WithContext(r.what));
+      r.responder.Reply(EncodeFailureReply(r.id, s.WithContext(r.what)));
     }
     lock.lock();
   }
@@ -170,7 +171,7 @@ void HeterWorker::Train(Work work) {
     if (s.ok()) s = section_->Run(r, &reply, dense_grad_);
     if (!s.ok()) {
       LOG(WARNING) << what << ": " << s.ToString();
-      work.responder.ReplyError(s.WithContext(what));
+      work.responder.Reply(EncodeFailureReply(r.id, s.WithContext(what)));
       return;
     }
     push.dense_grads = dense_grad_;
@@ -186,7 +187,7 @@ void HeterWorker::Train(Work work) {
     // worker that failed: never twice.
     pending = comm_->StartPush(push);
   }
-  QueueReply({std::move(pending), EncodeTrainReply(reply), work.responder, what});
+  QueueReply({std::move(pending), EncodeTrainReply(reply), work.responder, r.id, what});
   if (const int64_t n = ++computed_; n % kLogEvery == 0) {
     LOG(INFO) << name_ << ": " << n << " micro-batches";
   }
@@ -198,14 +199,17 @@ Status HeterWorker::Shutdown(std::chrono::milliseconds grace) {
     if (shut_down_) return Status::OK();
     shut_down_ = true;
   }
+  // (A worker whose Create failed half way has no threads, node or
+  // communicator yet.)
+  if (rpc_ == nullptr) return Status::OK();
   if (Status s = rpc_->StopServing(grace); !s.ok()) LOG(WARNING) << name_ << ": " << s.ToString();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   work_cv_.notify_all();
-  compute_thread_.join();
-  reply_thread_.join();
+  if (compute_thread_.joinable()) compute_thread_.join();
+  if (reply_thread_.joinable()) reply_thread_.join();
   Status flushed = comm_->Flush();
   if (!flushed.ok()) {
     LOG(ERROR) << name_ << ": dense gradients not delivered at shutdown: " << flushed.ToString();

@@ -95,6 +95,7 @@ class HeterWorker {
     worker::PendingPush push;
     Message message;  // sent when the push succeeded
     Responder responder;
+    MicroBatchId id;   // a failed push is answered for it (EncodeFailureReply)
     std::string what;  // names the micro-batch in errors
   };
 

@@ -125,7 +125,7 @@ Result<TrainRequest> DecodeTrainRequest(const Message& m, const DenseShape& expe
 }
 
 Message EncodeTrainReply(const TrainReply& reply) {
-  pb::HeterTrainReplyMeta meta;
+  pb::HeterReplyMeta meta;
   ToProto(reply.id, meta.mutable_id());
   meta.set_batch(static_cast<int32_t>(reply.probs.size()));
   meta.set_loss(reply.loss);
@@ -136,13 +136,33 @@ Message EncodeTrainReply(const TrainReply& reply) {
   return m;
 }
 
+Message EncodeFailureReply(const MicroBatchId& id, const Status& why) {
+  CHECK(!why.ok());
+  pb::HeterReplyMeta meta;
+  ToProto(id, meta.mutable_id());
+  meta.set_error_code(static_cast<int32_t>(why.code()));
+  meta.set_error_message(why.message());
+  Message m;
+  m.header.set_meta(meta.SerializeAsString());
+  return m;
+}
+
+Status ReplyFailure(const Message& reply) {
+  pb::HeterReplyMeta meta;
+  if (!meta.ParseFromString(reply.header.meta()) || meta.error_code() == 0) return Status::OK();
+  return Status::FromWire(meta.error_code(), meta.error_message());
+}
+
 Result<TrainReply> DecodeTrainReply(const Message& m, const TrainRequest& request,
                                     std::string_view from) {
   const std::string which =
       absl::StrCat("reply of ", std::string(from), " to ", request.id.ToString());
-  pb::HeterTrainReplyMeta meta;
+  pb::HeterReplyMeta meta;
   if (!meta.ParseFromString(m.header.meta())) {
     return Status::InvalidArgument("metadata does not parse", which);
+  }
+  if (meta.error_code() != 0) {
+    return Status::FromWire(meta.error_code(), meta.error_message()).WithContext(std::string(from));
   }
   TrainReply reply;
   reply.id = FromProto(meta.id());

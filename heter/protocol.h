@@ -97,11 +97,19 @@ Result<TrainRequest> DecodeTrainRequest(const Message& message, const DenseShape
 
 // Builds the reply. REQUIRES: pooled_grad and probs sized for the request.
 Message EncodeTrainReply(const TrainReply& reply);
+// A reply saying the heter worker's own work for `id` (or a flush) failed
+// with `why` (HeterReplyMeta.error_code): an answer, never resent.
+// REQUIRES: !why.ok().
+Message EncodeFailureReply(const MicroBatchId& id, const Status& why);
+// The failure a HETER_TRAIN / HETER_FLUSH reply carries (OK when none, or
+// when its meta does not parse: DecodeTrainReply then says so).
+Status ReplyFailure(const Message& reply);
 
 // CPU worker side: checks that `message` answers `request`: the same
 // micro-batch id and batch, pooled_grad of request.pooled.size() floats and
 // probs of B floats, a finite loss. InvalidArgument naming `from` (the heter
-// worker) and both ids otherwise.
+// worker) and both ids otherwise; the failure it carries (ReplyFailure),
+// with `from`, when it carries one.
 Result<TrainReply> DecodeTrainReply(const Message& message, const TrainRequest& request,
                                     std::string_view from);
 

@@ -11,7 +11,7 @@
 //     max_request_bytes: 1048576  # larger requests to one server go in pieces
 //     busy_poll_us: 0       # poll this long before sleeping (latency vs CPU)
 //     heter:                # jobs with heter workers (heter/): the CPU-worker side
-//       pipeline_depth: 4   # micro-batches a CPU worker keeps in flight
+//       pipeline_depth: 4   # micro-batches a CPU worker keeps in flight (async, geo)
 //       micro_batches: 1    # pieces each mini-batch is cut into
 //       down_timeout_ms: 4000  # a heter worker unreachable this long fails the job
 //   server:
@@ -46,19 +46,21 @@ std::string_view SyncModeName(SyncMode mode);
 // without heter workers.
 struct HeterConfig {
   // `Distributed.heter.pipeline_depth`: default 4, >= 1. Micro-batches a CPU
-  // worker keeps in flight to heter workers: while the dense side computes,
-  // the worker reads, pulls and pools the next ones. More hides more of the
-  // round trip and keeps more heter workers busy, at the price of staler
-  // parameters (async, geo) and of the inputs held meanwhile (slots x batch
-  // x dim floats each). In sync mode micro-batches of two steps are never in
-  // flight together (the next step needs this one applied), so there the
-  // depth counts only up to micro_batches.
+  // worker keeps in flight to heter workers in async and geo mode: while the
+  // dense side computes, the worker reads, pulls and pools the next ones.
+  // More hides more of the round trip and keeps more heter workers busy, at
+  // the price of staler parameters and of the inputs held meanwhile (slots
+  // x batch x dim floats each). Sync mode does not use it: a step's
+  // micro-batches are all sent at once (their dense gradients are applied
+  // as one step, and each reply waits for that) and the next step starts
+  // once this one is applied.
   int pipeline_depth = 4;
   // `Distributed.heter.micro_batches`: default 1, >= 1. Pieces each
   // mini-batch (train.batch_size samples) is cut into, each one call to a
-  // heter worker. In sync mode this is what overlaps the two sides within a
-  // step; a step's dense gradient then has workers x micro_batches parts,
-  // summed in a fixed order. Smaller pieces mean more, smaller GEMMs.
+  // heter worker. In sync mode this is what overlaps the two sides: the
+  // worker pools piece m + 1 while piece m computes; a step's dense gradient
+  // then has workers x micro_batches parts, summed in a fixed order. Smaller
+  // pieces mean more, smaller GEMMs.
   int micro_batches = 1;
   // `Distributed.heter.down_timeout_ms`: default 4000, >= 1. How long a heter
   // worker may stay unreachable (its calls failing) before the job fails

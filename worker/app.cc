@@ -263,8 +263,10 @@ Result<PsWorkerReport> WorkerRun::Run() {
        << " train samples/s over " << o_.num_workers << " workers, "
        << report_.malformed_lines << " malformed lines skipped";
   if (heter_ != nullptr) {
-    line << "; waited for the heter workers " << FormatMetric(100 * report_.heter_idle_fraction)
-         << "% of the training time, " << report_.heter_resends << " micro-batches resent";
+    char idle[16];
+    std::snprintf(idle, sizeof(idle), "%.1f", 100 * report_.heter_idle_fraction);
+    line << "; waited for the heter workers " << idle << "% of the training time, "
+         << report_.heter_resends << " micro-batches resent";
   }
   LOG(INFO) << line.str();
   return report_;

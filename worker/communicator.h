@@ -107,7 +107,7 @@ struct PushRequest {
   // as idempotent (a resend of the slot is applied once), with zeros for
   // empty dense_grads, and does not count as one of this communicator's own
   // steps. Ignored by async and geo.
-  std::optional<SyncSlot> sync_slot;
+  std::optional<SyncSlot> sync_slot = std::nullopt;
 };
 
 // A push on its way to the servers; Wait() returns its outcome.

@@ -5,16 +5,25 @@
 # Extra arguments go to fleetrun, e.g.  -o Distributed.mode=async
 #
 # Environment: FLEET_BUILD_DIR (default build), FLEET_CTR_DATA (default
-# data/ctr), FLEET_SERVERS_NUM / FLEET_WORKERS_NUM (default 2 / 4).
+# data/ctr), FLEET_SERVERS_NUM / FLEET_WORKERS_NUM (default 2 / 4),
+# FLEET_HETER_WORKERS_NUM (default 0; > 0 runs the dense part on that many
+# heter workers with configs/ctr_dnn_heter.yaml).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build="${FLEET_BUILD_DIR:-build}"
 data="${FLEET_CTR_DATA:-data/ctr}"
+heter="${FLEET_HETER_WORKERS_NUM:-0}"
+config=configs/ctr_dnn.yaml
+targets="fleetrun ps_server ps_worker gen_ctr_data"
+if [ "$heter" -gt 0 ]; then
+  config=configs/ctr_dnn_heter.yaml
+  targets="$targets heter_worker"
+fi
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
-cmake --build "$build" -j"$(nproc)" --target fleetrun ps_server ps_worker gen_ctr_data >/dev/null
+cmake --build "$build" -j"$(nproc)" --target $targets >/dev/null
 
 if [ ! -f "$data/oracle.txt" ]; then
   echo "run.sh: generating CTR data in $data (200k train, 50k test lines)"
@@ -24,5 +33,5 @@ fi
 # --http_port=0: the KV store takes a free port, so two jobs on one machine
 # never clash. Worker 0's log is copied to this terminal.
 exec "$build/bin/fleetrun" --server_num="${FLEET_SERVERS_NUM:-2}" --worker_num="${FLEET_WORKERS_NUM:-4}" \
-  --http_port=0 --log_dir="$build/log/ctr_dnn" --config configs/ctr_dnn.yaml \
+  --heter_worker_num="$heter" --http_port=0 --log_dir="$build/log/ctr_dnn" --config "$config" \
   -o "data.train=$data/train" -o "data.test=$data/test" -o "data.oracle=$data/oracle.txt" "$@"

@@ -306,6 +306,25 @@ TEST(HeterClientTest, AWrongReplyFailsThePipelineNamingTheHeterWorker) {
   EXPECT_NE(c3.status().message().find("heter worker 0"), std::string::npos);
   EXPECT_NE(c3.status().message().find("label outside [0, 1]: sample 3"), std::string::npos);
   EXPECT_EQ(client3->resends(), 0);
+
+  // A failure of the heter worker's own work (here its push to the servers
+  // timed out) travels in the reply: an answer, not a lost heter worker, so
+  // it is not resent even though its code is Timeout.
+  FakeHeter push_failed("127.0.0.1:0", [](TrainRequest r, Responder resp) {
+    resp.Reply(
+        EncodeFailureReply(r.id, Status::Timeout("push_dense_grad got no reply", "server 0")));
+  });
+  auto client4 = MakeClient(ClientOptions({push_failed.endpoint()}, 0));
+  ASSERT_TRUE(client4->Submit(MakeRequest(0, 0, 0, 1, 2)).ok());
+  auto c4 = client4->WaitOldest();
+  ASSERT_FALSE(c4.ok());
+  EXPECT_TRUE(c4.status().IsTimeout()) << c4.status().ToString();
+  EXPECT_NE(c4.status().message().find("heter worker 0"), std::string::npos)
+      << c4.status().ToString();
+  EXPECT_NE(c4.status().message().find("push_dense_grad got no reply: server 0"),
+            std::string::npos);
+  EXPECT_EQ(client4->resends(), 0);
+  EXPECT_EQ(push_failed.served(), 1);
 }
 
 // A heter worker that takes requests and never answers: each call fails at

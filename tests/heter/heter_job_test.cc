@@ -42,6 +42,16 @@ ps::JobConfig HeterYaml(const std::string& dir, const std::string& mode, int bat
   return std::move(parsed).value();
 }
 
+// Every step's training loss of `got` within `rel` (relative) of `want`'s.
+void ExpectSameLosses(const PsWorkerReport& want, const PsWorkerReport& got, double rel) {
+  ASSERT_EQ(got.train_losses.size(), want.train_losses.size());
+  for (size_t i = 0; i < want.train_losses.size(); ++i) {
+    const double a = want.train_losses[i], b = got.train_losses[i];
+    ASSERT_LE(std::abs(a - b), rel * std::abs(a))
+        << "step " << i << ": cpu " << a << " heter " << b;
+  }
+}
+
 // Sync mode, one micro-batch per step, one in flight: every step computes
 // exactly what the CPU-only job computes (the same tower code on the same
 // parameters, the dense contributions summed in the same order), so each
@@ -56,17 +66,87 @@ TEST(HeterJobTest, SyncDepthOneMatchesTheCpuOnlyRunStepByStep) {
   const auto got = Reports(heter.Run());
   ASSERT_EQ(want.size(), 2u);
   ASSERT_EQ(got.size(), 2u);
-  ASSERT_EQ(got[0].train_losses.size(), want[0].train_losses.size());
   ASSERT_GT(want[0].train_losses.size(), 60u);
-  for (size_t i = 0; i < want[0].train_losses.size(); ++i) {
-    const double a = want[0].train_losses[i], b = got[0].train_losses[i];
-    ASSERT_LE(std::abs(a - b), 1e-4 * std::abs(a))
-        << "step " << i << ": cpu " << a << " heter " << b;
-  }
+  ExpectSameLosses(want[0], got[0], 1e-4);
   EXPECT_NEAR(got[0].heldout_metric, want[0].heldout_metric, 1e-4);
   // The dense side did the dense work: every micro-batch went to a heter worker.
   EXPECT_EQ(heter.heter(0).micro_batches() + heter.heter(1).micro_batches(), 2 * 2 * 32);
   EXPECT_GT(got[0].heter_idle_fraction, 0.0);
+}
+
+// Sync mode with each step cut into 3 micro-batches sends them all whatever
+// the depth (each reply waits for the whole step: at depth 1 the job would
+// wait for its own second micro-batch until the deadline). The step's dense
+// gradient is the sum of its pieces' scaled gradients, so every step's loss
+// stays within float rounding of the CPU-only run's.
+TEST(HeterJobTest, SyncSendsAStepsMicroBatchesTogetherAndMatchesTheCpuOnlyRun) {
+  const std::string dir = FreshDir("heter_sync_micro");
+  MakeCtrData(dir, 1000);
+  const ps::JobConfig job = HeterYaml(dir, "sync", 32, 1, /*depth=*/1, /*micro_batches=*/3);
+  InProcessJob cpu(job, 1, 2);
+  HeterJob heter(job, 1, 2, 2);
+  const auto want = Reports(cpu.Run());
+  const auto got = Reports(heter.Run());
+  ASSERT_EQ(want.size(), 2u);
+  ASSERT_EQ(got.size(), 2u);
+  ExpectSameLosses(want[0], got[0], 1e-3);
+  EXPECT_EQ(heter.heter(0).micro_batches() + heter.heter(1).micro_batches(), 2 * 32 * 3);
+}
+
+// A heter worker given a config without a dense section to run refuses to
+// start, saying what is missing; one whose model differs from the CPU
+// workers' refuses their micro-batches, and the job fails naming it.
+TEST(HeterJobTest, ConfigsWithoutADenseSectionOrAnotherModelAreClearErrors) {
+  const std::string dir = FreshDir("heter_bad_config");
+  MakeCtrData(dir, 200);
+  const std::string good = SmallCtrYaml(dir, "sync", 32, 1);
+  auto refused = [&](const std::string& yaml, const std::string& needle) {
+    HeterWorkerOptions o;
+    o.servers = {"127.0.0.1:1"};
+    o.job = MakeJob(yaml);
+    auto h = HeterWorker::Create(o);
+    ASSERT_FALSE(h.ok()) << needle;
+    EXPECT_TRUE(h.status().IsInvalidArgument()) << h.status().ToString();
+    EXPECT_NE(h.status().message().find("no dense section"), std::string::npos)
+        << h.status().ToString();
+    EXPECT_NE(h.status().message().find(needle), std::string::npos) << h.status().ToString();
+  };
+  refused(good.substr(0, good.find("model:")), "missing section: model");
+  std::string mlp = good;
+  mlp.replace(mlp.find("kind: ctr_dnn"), 13, "kind: mlp");
+  refused(mlp + "data: {train_images: a, train_labels: b}\n", "model.kind");
+  std::string no_dense = good;
+  no_dense.replace(no_dense.find("  - {id: 1, kind: dense"), 0, "");
+  no_dense.replace(no_dense.find("dense_table: 1"), 14, "dense_table: 5");
+  refused(no_dense, "names no dense table in `tables`: model.dense_table=5");
+  std::string wrong_dim = good;
+  wrong_dim.replace(wrong_dim.find("dim: 4321"), 9, "dim: 4000");
+  refused(wrong_dim, "has dim 4000 but the tower has 4321 parameters");
+
+  // Heter workers with another embedding width than the CPU workers'.
+  ps::JobConfig cpu_job = MakeJob(good);
+  HeterJob heter(cpu_job, 1, 1, 1);
+  std::string wider = good;
+  wider.replace(wider.find("dim: 4, shard_num"), 6, "dim: 5");
+  wider.replace(wider.find("dim: 4321"), 9, "dim: 5153");
+  HeterWorkerOptions o;
+  o.servers = heter.job().servers();
+  o.job = MakeJob(wider);
+  auto mismatched = HeterWorker::Create(o);
+  ASSERT_TRUE(mismatched.ok()) << mismatched.status().ToString();
+  auto bound = mismatched.value()->Start();
+  ASSERT_TRUE(bound.ok());
+  heter.job().set_heter_workers({bound.value()});
+  auto results = heter.Run();
+  ASSERT_FALSE(results[0].ok());
+  const Status& s = results[0].status();
+  EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+  EXPECT_NE(s.message().find("heter worker 0 (" + bound.value()), std::string::npos)
+      << s.ToString();
+  EXPECT_NE(s.message().find("26 slots x 4 + 13 dense features but this heter worker's model has "
+                             "26 slots x 5"),
+            std::string::npos)
+      << s.ToString();
 }
 
 // The heter pipeline with the CTR accessor: the CPU workers push a show and

@@ -310,8 +310,9 @@ class CtrDnnTask final : public WorkerTask {
 
   // Heter path. Cuts batch b (nullptr: none this step) into micro-batches,
   // pulls and pools each, and hands it to a heter worker, completing older
-  // micro-batches whenever pipeline_depth are in flight. Sync mode finishes
-  // the step before returning: its successor needs it applied.
+  // micro-batches whenever pipeline_depth are in flight (async, geo). Sync
+  // mode sends all of the step's and finishes the step before returning:
+  // its successor needs it applied.
   Status StartHeterStep(const data::CtrBatch* b, Communicator& comm) {
     const int M = heter_config_.micro_batches;
     const size_t n = b == nullptr ? 0 : b->size();
@@ -324,7 +325,10 @@ class CtrDnnTask final : public WorkerTask {
       const size_t begin = n * m / M, end = n * (m + 1) / M;
       // An empty micro-batch matters only to a sync step's dense slots.
       if (begin == end && !sync_) continue;
-      while (static_cast<int>(in_flight_.size()) >= heter_config_.pipeline_depth) {
+      // Sync: the step's micro-batches all go out, whatever the depth: their
+      // dense gradients are applied as one step, and no reply comes before
+      // the last of them is sent.
+      while (!sync_ && static_cast<int>(in_flight_.size()) >= heter_config_.pipeline_depth) {
         FLEET_RETURN_IF_ERROR(CompleteOldest(comm));
       }
       MicroBatch mb;
