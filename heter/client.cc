@@ -1,6 +1,7 @@
 #include "heter/client.h"
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,8 @@ using std::chrono::milliseconds;
 // How often a heter worker marked down gets one micro-batch to find out
 // whether it is back.
 constexpr milliseconds kProbeInterval{200};
+// Lines of a heter worker's log quoted when it fails the job.
+constexpr size_t kLogTailLines = 10;
 
 // Failures of the transport (the heter worker or the way to it), worth a
 // resend; anything else is an answer and final.
@@ -72,6 +75,21 @@ std::string HeterClient::Describe(int h) const {
   std::string s = absl::StrCat("heter worker ", h, " (", heters_[h].endpoint);
   if (!options_.log_dir.empty()) absl::StrAppend(&s, ", log ", options_.log_dir, "/heterlog.", h);
   return s + ")";
+}
+
+std::string HeterClient::LogTail(int h) const {
+  if (options_.log_dir.empty()) return "";
+  // Only where the heter worker's log is on this machine (simulation).
+  std::ifstream in(options_.log_dir + "/heterlog." + std::to_string(h));
+  if (!in) return "";
+  std::deque<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    lines.push_back(std::move(line));
+    if (lines.size() > kLogTailLines) lines.pop_front();
+  }
+  std::string tail = absl::StrCat("; the last ", lines.size(), " lines of its log:");
+  for (const std::string& line : lines) absl::StrAppend(&tail, "\n  | ", line);
+  return tail;
 }
 
 Status HeterClient::Fail(Status s) {
@@ -163,7 +181,7 @@ Status HeterClient::CheckDownTooLong(Clock::time_point now) const {
       return Status::Unavailable(
           absl::StrCat(Describe(static_cast<int>(h)), " unreachable for ", Ms(now - *x.down_since),
                        " ms (Distributed.heter.down_timeout_ms is ", options_.down_timeout.count(),
-                       "); last error: ", x.last_error.ToString()),
+                       "); last error: ", x.last_error.ToString(), LogTail(static_cast<int>(h))),
           absl::StrCat("worker ", options_.worker_rank));
     }
   }

@@ -12,7 +12,8 @@
 // for one probe every 200 ms that finds out whether it is back (fleetrun
 // --max_restart restarts a dead one on the same endpoint). A heter worker
 // that stays down for `down_timeout` fails the pipeline with Unavailable
-// naming it (rank, endpoint, log file) and its last error. A resent
+// naming it (rank, endpoint, log file), its last error and, when its log is
+// on this machine, the log's last lines. A resent
 // micro-batch's dense gradient is never applied twice (heter.proto,
 // HeterTrainMeta.attempt). Any other error (a reply that does not answer
 // its request, an error the heter worker replied with) fails the pipeline
@@ -144,7 +145,10 @@ class HeterClient {
   // Unavailable naming heter worker h when it has been down too long.
   Status CheckDownTooLong(Clock::time_point now) const;
   std::string Describe(int h) const;  // "heter worker 1 (127.0.0.1:4000, log log/heterlog.1)"
-  Status Fail(Status s);              // makes s the sticky error and returns it
+  // "; the last N lines of its log: ..." when heter worker h's log is a file
+  // here (simulation), else empty.
+  std::string LogTail(int h) const;
+  Status Fail(Status s);  // makes s the sticky error and returns it
   // Waits (counting the time as blocked) until pred() or `until`.
   template <typename Pred>
   void BlockUntil(std::unique_lock<std::mutex>& lock, Clock::time_point until, Pred pred);

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <thread>
 
@@ -340,6 +342,13 @@ TEST(HeterClientTest, AHeterWorkerThatStopsAnsweringFailsTheJobInTime) {
   auto o = ClientOptions({silent.endpoint()}, 0);
   o.timeout = 300ms;
   o.down_timeout = 600ms;
+  // Its log is on this machine (as in a simulation): the error quotes it.
+  o.log_dir = ::testing::TempDir() + "/heter_client_silent";
+  std::filesystem::create_directories(o.log_dir);
+  {
+    std::ofstream log(o.log_dir + "/heterlog.0");
+    for (int i = 0; i < 12; ++i) log << "line " << i << "\n";
+  }
   auto client = MakeClient(o);
   const auto t0 = std::chrono::steady_clock::now();
   ASSERT_TRUE(client->Submit(MakeRequest(0, 0, 0, 1, 2)).ok());
@@ -352,6 +361,10 @@ TEST(HeterClientTest, AHeterWorkerThatStopsAnsweringFailsTheJobInTime) {
   EXPECT_NE(c.status().message().find("Distributed.heter.down_timeout_ms is 600"),
             std::string::npos);
   EXPECT_NE(c.status().message().find("Timeout"), std::string::npos) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("the last 10 lines of its log:\n  | line 2\n"),
+            std::string::npos)
+      << c.status().ToString();
+  EXPECT_NE(c.status().message().find("  | line 11"), std::string::npos);
   // First deadline (300 ms) + the window (600 ms), with slack for a loaded machine.
   EXPECT_LT(took, 3s);
   EXPECT_GE(took, 850ms);

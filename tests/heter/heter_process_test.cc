@@ -170,7 +170,7 @@ double HeldOutAuc(const std::string& output, double* oracle) {
 // kill -9 of a heter worker mid-run: fleetrun fails the job within 10 s,
 // naming the heter worker and showing its log tail.
 TEST_F(HeterProcessTest, AKilledHeterWorkerFailsTheJobNamingIt) {
-  Fleetrun run(Args({}), dir_ / "out.txt");
+  Fleetrun run(Args({}), dir_ / "out_kill.txt");
   const std::string pid =
       run.WaitFor(R"(started heter_worker 1 .* pid ([0-9]+))", std::chrono::seconds(60));
   ASSERT_FALSE(pid.empty()) << run.output();
@@ -190,11 +190,37 @@ TEST_F(HeterProcessTest, AKilledHeterWorkerFailsTheJobNamingIt) {
   EXPECT_NE(out.find("heter worker 1/2 serving on"), std::string::npos) << "its log tail\n" << out;
 }
 
+// A heter worker that stops answering (SIGSTOP: alive, silent): the
+// transport's heartbeats declare it lost after 5 s, the CPU workers resend
+// elsewhere, and once it has stayed away for down_timeout_ms (2 s here) the
+// job fails naming it, with its log tail, within 10 s.
+TEST_F(HeterProcessTest, AHeterWorkerThatStopsAnsweringFailsTheJobNamingIt) {
+  Fleetrun run(Args({"-o", "Distributed.heter.down_timeout_ms=2000"}), dir_ / "out_stop.txt");
+  const std::string pid =
+      run.WaitFor(R"(started heter_worker 1 .* pid ([0-9]+))", std::chrono::seconds(60));
+  ASSERT_FALSE(pid.empty()) << run.output();
+  ASSERT_FALSE(run.WaitFor(R"(epoch 1 step 100/)", std::chrono::seconds(120)).empty())
+      << run.output();
+  const auto stopped = Clock::now();
+  ASSERT_EQ(kill(std::stoi(pid), SIGSTOP), 0);
+  const std::string failed = run.WaitFor(R"((job failed))", std::chrono::seconds(30));
+  const double seconds = std::chrono::duration<double>(Clock::now() - stopped).count();
+  kill(std::stoi(pid), SIGCONT);  // so fleetrun's SIGTERM can end it
+  const int code = run.Wait(std::chrono::seconds(30));
+  const std::string out = run.output();
+  ASSERT_FALSE(failed.empty()) << out;
+  EXPECT_LT(seconds, 10.0) << out;
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("heter worker 1 ("), std::string::npos) << out;
+  EXPECT_NE(out.find("unreachable for"), std::string::npos) << out;
+  EXPECT_NE(out.find("lines of its log:"), std::string::npos) << out;
+}
+
 // With --max_restart=1 the killed heter worker is restarted on its endpoint,
 // the micro-batches it had are resent, and the job reaches the bar; each
 // heter worker logs to heterlog.N, the restarted one after a marker.
 TEST_F(HeterProcessTest, WithMaxRestartTheJobFinishesAndReachesTheBar) {
-  Fleetrun run(Args({"--max_restart=1"}), dir_ / "out.txt");
+  Fleetrun run(Args({"--max_restart=1"}), dir_ / "out_restart.txt");
   const std::string pid =
       run.WaitFor(R"(started heter_worker 0 .* pid ([0-9]+))", std::chrono::seconds(60));
   ASSERT_FALSE(pid.empty()) << run.output();
