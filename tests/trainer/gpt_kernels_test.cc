@@ -414,6 +414,68 @@ TEST_P(GptCpuVsReference, Attention) {
   }
 }
 
+// Decoding a sequence chunk by chunk over the KV cache equals attention over
+// the whole sequence, on both twins; the CPU twin equals the oracle chunk by
+// chunk; cache rows past the last position are never written.
+TEST_P(GptCpuVsReference, AttentionDecode) {
+  struct Case {
+    int B, C, NH, maxT;
+    std::vector<int> chunks;  // new positions per call
+  };
+  const std::vector<Case> cases = {
+      {1, 8, 2, 4, {1}},
+      {2, 16, 2, 12, {1, 1, 1, 1, 1, 1, 1}},
+      {2, 32, 4, 150, {70, 1, 1, 64, 3}},
+      {3, 16, 1, 9, {9}},
+  };
+  constexpr float kUnwritten = 7.0f;
+  for (const Case& c : cases) {
+    int T = 0;
+    for (int n : c.chunks) T += n;
+    const int C = c.C, B = c.B;
+    const auto qkv = RandomVector(size_t(B) * T * 3 * C, 52, -2.0f, 2.0f);
+    std::vector<float> want(size_t(B) * T * C), saved(ref_.AttentionSavedFloats(B, T, c.NH));
+    ref_.AttentionForward(want.data(), saved.data(), qkv.data(), B, T, C, c.NH);
+    std::vector<float> got_twin[2];
+    GptKernels* twins[2] = {&ref_, cpu()};
+    for (int w = 0; w < 2; ++w) {
+      std::vector<float> kc(size_t(B) * c.maxT * C, kUnwritten), vc = kc;
+      std::vector<float>& got = got_twin[w];
+      got.assign(size_t(B) * T * C, NAN);
+      int past = 0;
+      for (int n : c.chunks) {
+        // The chunk's rows of every sequence, contiguous [B, n, 3C].
+        std::vector<float> in(size_t(B) * n * 3 * C), out(size_t(B) * n * C, NAN);
+        std::vector<float> scratch(size_t(B) * c.NH * n * (past + n), NAN);
+        for (int b = 0; b < B; ++b)
+          std::copy_n(qkv.begin() + (size_t(b) * T + past) * 3 * C, size_t(n) * 3 * C,
+                      in.begin() + size_t(b) * n * 3 * C);
+        twins[w]->AttentionDecodeForward(out.data(), kc.data(), vc.data(), scratch.data(),
+                                         in.data(), B, n, past, c.maxT, C, c.NH);
+        for (int b = 0; b < B; ++b)
+          std::copy_n(out.begin() + size_t(b) * n * C, size_t(n) * C,
+                      got.begin() + (size_t(b) * T + past) * C);
+        past += n;
+      }
+      const std::string name = std::string(twins[w]->name()) + " B" + std::to_string(B) + " T" +
+                               std::to_string(T) + " chunks " + std::to_string(c.chunks.size());
+      EXPECT_TRUE(AllClose("decode vs full " + name, got, want, kAbs, kRel));
+      for (int b = 0; b < B; ++b) {
+        for (int t = 0; t < c.maxT; ++t) {
+          for (int i = 0; i < C; ++i) {
+            const size_t at = (size_t(b) * c.maxT + t) * C + i;
+            const size_t src = (size_t(b) * T + t) * 3 * C + C + i;
+            ASSERT_EQ(kc[at], t < T ? qkv[src] : kUnwritten) << name << " k b" << b << " t" << t;
+            ASSERT_EQ(vc[at], t < T ? qkv[src + C] : kUnwritten)
+                << name << " v b" << b << " t" << t;
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(AllClose("cpu vs reference decode", got_twin[1], got_twin[0], kAbs, kRel));
+  }
+}
+
 TEST_P(GptCpuVsReference, Gelu) {
   for (size_t n : {size_t{1}, size_t{100}, size_t{100003}}) {
     const auto x = RandomVector(n, 60, -8.0f, 8.0f), dout = RandomVector(n, 61);

@@ -491,6 +491,36 @@ void CpuGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* 
   });
 }
 
+void CpuGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,
+                                           float* scratch, const float* qkv, int B, int T, int past,
+                                           int maxT, int C, int NH) {
+  for (int64_t b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* row = qkv + (b * T + t) * 3 * C;
+      const int64_t dst = (b * maxT + past + t) * C;
+      std::memcpy(k_cache + dst, row + C, C * sizeof(float));
+      std::memcpy(v_cache + dst, row + 2 * C, C * sizeof(float));
+    }
+  }
+  const int hs = C / NH, S = past + T;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+  const Blocks pairs = Split(int64_t{B} * NH, AttentionTasks(B, NH), 1, 1);
+  For(pairs.count, [&](size_t task) {
+    for (int64_t bh = pairs.begin(task); bh < pairs.end(task); ++bh) {
+      const int64_t b = bh / NH, h = bh % NH;
+      const float* q = qkv + b * T * 3 * C + h * hs;
+      const float* k = k_cache + b * maxT * C + h * hs;
+      const float* v = v_cache + b * maxT * C + h * hs;
+      float* att = scratch + bh * T * S;
+      // Scores of the T queries against every key up to the last new one;
+      // query t sees keys [0, past + t].
+      Sgemm(false, true, T, S, hs, scale, q, 3 * C, k, C, 0.0f, att, S);
+      for (int t = 0; t < T; ++t) CausalSoftmaxRow(att + int64_t{t} * S, past + t + 1, S);
+      Sgemm(false, false, T, hs, S, 1.0f, att, S, v, C, 0.0f, out + b * T * C + h * hs, C);
+    }
+  });
+}
+
 void CpuGptKernels::GeluForward(float* out, const float* inp, size_t n) {
   const Blocks blocks =
       Split(static_cast<int64_t>(n), workers_, kMinElements, kBlocksPerWorker, 16);

@@ -67,6 +67,9 @@ class CpuGptKernels final : public GptKernels {
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                          const float* out, const float* saved, int B, int T, int C,
                          int NH) override;
+  void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
+                              const float* qkv, int B, int T, int past, int maxT, int C,
+                              int NH) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N, int V,

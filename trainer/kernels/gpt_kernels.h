@@ -142,6 +142,23 @@ class GptKernels {
                                  const float* out, const float* saved, int B, int T, int C,
                                  int NH) = 0;
 
+  // ---- attention of new positions over a KV cache (generation) ---------------------
+  // The T new positions of each sequence sit at positions [past, past + T);
+  // the caches hold rows [0, past) from earlier calls. Appends the new keys
+  // and values, then attends causally over everything cached:
+  //   k_cache[b, past + t, :] = qkv[b, t, C:2C],  v_cache[b, past + t, :] = qkv[b, t, 2C:3C]
+  //   out[b, t, h hs + d] = sum_{s <= past + t} softmax_s(q_t . k_s / sqrt(hs)) v_s[d]
+  // with q_t = qkv[b, t, 0:C]. With past = 0 and T the whole sequence this is
+  // AttentionForward's output. Rows [past + T, maxT) of the caches are left
+  // unchanged. `scratch` is overwritten (contents undefined after; a twin may
+  // not use it).
+  //   out: [B, T, C], k_cache, v_cache: [B, maxT, C], qkv: [B, T, 3C],
+  //   scratch: [B * NH * T * (past + T)]
+  // REQUIRES: C % NH == 0, T >= 1, past >= 0, past + T <= maxT.
+  virtual void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
+                                      const float* qkv, int B, int T, int past, int maxT, int C,
+                                      int NH) = 0;
+
   // ---- GELU, tanh approximation -------------------------------------------------
   // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).   out, inp: [n]
   virtual void GeluForward(float* out, const float* inp, size_t n) = 0;

@@ -329,6 +329,50 @@ void RefGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* 
                                       int B, int T, int C, int NH) {
   ref::AttentionBackward(dqkv, scratch, dout, qkv, saved, B, T, C, NH);
 }
+void RefGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,
+                                           float* scratch, const float* qkv, int B, int T, int past,
+                                           int maxT, int C, int NH) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* row = qkv + (int64_t{b} * T + t) * 3 * C;
+      const int64_t dst = (int64_t{b} * maxT + past + t) * C;
+      for (int c = 0; c < C; ++c) {
+        k_cache[dst + c] = row[C + c];
+        v_cache[dst + c] = row[2 * C + c];
+      }
+    }
+  }
+  const int hs = C / NH, S = past + T;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        const float* q = qkv + (int64_t{b} * T + t) * 3 * C + h * hs;
+        float* p = scratch + ((int64_t{b} * NH + h) * T + t) * S;
+        const int len = past + t + 1;  // keys this query sees
+        double maxv = -INFINITY;
+        for (int s = 0; s < len; ++s) {
+          const float* k = k_cache + (int64_t{b} * maxT + s) * C + h * hs;
+          double dot = 0.0;
+          for (int d = 0; d < hs; ++d) dot += double{q[d]} * k[d];
+          p[s] = static_cast<float>(dot * scale);
+          maxv = std::max(maxv, double{p[s]});
+        }
+        double sum = 0.0;
+        for (int s = 0; s < len; ++s) sum += std::exp(double{p[s]} - maxv);
+        for (int s = 0; s < len; ++s)
+          p[s] = static_cast<float>(std::exp(double{p[s]} - maxv) / sum);
+        float* o = out + (int64_t{b} * T + t) * C + h * hs;
+        for (int d = 0; d < hs; ++d) {
+          double acc = 0.0;
+          for (int s = 0; s < len; ++s)
+            acc += double{p[s]} * v_cache[(int64_t{b} * maxT + s) * C + h * hs + d];
+          o[d] = static_cast<float>(acc);
+        }
+      }
+    }
+  }
+}
 void RefGptKernels::GeluForward(float* out, const float* inp, size_t n) {
   ref::GeluForward(out, inp, n);
 }
