@@ -3,13 +3,13 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <vector>
-
-#include <zlib.h>
 
 namespace fleet::trainer {
 namespace {
@@ -104,7 +104,8 @@ Status WriteFileAtomically(const std::string& path, const std::vector<char>& byt
   Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync", tmp);
   if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close", tmp);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = ErrnoStatus("rename to " + path, tmp);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
+    st = ErrnoStatus("rename to " + path, tmp);
   if (!st.ok()) {
     ::unlink(tmp.c_str());
     return st;
@@ -154,6 +155,105 @@ uint32_t Crc32(const char* data, size_t n) {
   return static_cast<uint32_t>(crc);
 }
 
+// One entry of a checkpoint's tensor table.
+struct StoredTensor {
+  std::string name;
+  std::vector<int64_t> dims;
+
+  bool Matches(const ParamSpec& spec) const {
+    if (name != spec.name || static_cast<int>(dims.size()) != spec.shape.ndim()) return false;
+    for (size_t d = 0; d < dims.size(); ++d)
+      if (dims[d] != spec.shape[static_cast<int>(d)]) return false;
+    return true;
+  }
+  std::string ToString() const {
+    std::string s = "\"" + name + "\" [";
+    for (size_t d = 0; d < dims.size(); ++d) s += (d ? ", " : "") + std::to_string(dims[d]);
+    return s + "]";
+  }
+};
+
+std::string Describe(const ParamSpec& spec) {
+  return "\"" + spec.name + "\" " + spec.shape.ToString();
+}
+
+// A checkpoint file read and checked against `arena`: magic, version,
+// checksum, tensor table equal to the arena's, data of the stated length.
+struct CheckedCheckpoint {
+  std::vector<char> bytes;
+  std::string optimizer;
+  int64_t step = 0;
+  uint32_t num_states = 0;
+  const char* params = nullptr;  // into bytes: f32 [arena size], then the states
+};
+
+Result<CheckedCheckpoint> ReadCheckedCheckpoint(const std::string& path, const ParamArena& arena) {
+  CheckedCheckpoint ck;
+  FLEET_ASSIGN_OR_RETURN(ck.bytes, ReadFile(path));
+  const std::vector<char>& bytes = ck.bytes;
+  if (bytes.size() < sizeof(kMagic) + sizeof(uint32_t) * 2 ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return Status::Corruption("not a FleetPS checkpoint (bad magic or too short)", path);
+  }
+  uint32_t stored_crc = 0;
+  std::memcpy(&stored_crc, bytes.data() + bytes.size() - sizeof(uint32_t), sizeof(uint32_t));
+  const size_t body = bytes.size() - sizeof(uint32_t);
+  if (Crc32(bytes.data(), body) != stored_crc) {
+    return Status::Corruption("checkpoint checksum mismatch (truncated or damaged)", path);
+  }
+  Reader r(bytes.data() + sizeof(kMagic), body - sizeof(kMagic));
+  const auto truncated = [&] { return Status::Corruption("checkpoint header is truncated", path); };
+
+  uint32_t version = 0;
+  if (!r.Get(&version)) return truncated();
+  if (version != kCheckpointVersion) {
+    return Status::Corruption("unsupported checkpoint version " + std::to_string(version), path);
+  }
+  uint32_t num_tensors = 0;
+  if (!r.GetString(&ck.optimizer) || !r.Get(&ck.step) || !r.Get(&num_tensors)) return truncated();
+  if (ck.step < 0) return Status::Corruption("negative step in checkpoint", path);
+  // The whole table first, then the comparison, so that a model of another
+  // shape is told the first tensor that differs.
+  if (num_tensors > r.remaining() / (2 * sizeof(uint32_t))) return truncated();
+  std::vector<StoredTensor> table(num_tensors);
+  for (StoredTensor& t : table) {
+    uint32_t ndim = 0;
+    if (!r.GetString(&t.name) || !r.Get(&ndim)) return truncated();
+    if (ndim > Shape::kMaxDims) return Status::Corruption("tensor with > 4 dims: " + t.name, path);
+    t.dims.resize(ndim);
+    for (int64_t& d : t.dims)
+      if (!r.Get(&d)) return truncated();
+  }
+  const std::vector<ParamSpec>& model = arena.table();
+  for (size_t i = 0; i < std::min(table.size(), model.size()); ++i) {
+    if (!table[i].Matches(model[i])) {
+      return Status::FailedPrecondition("checkpoint tensors differ from the model's at #" +
+                                            std::to_string(i) + ": checkpoint " +
+                                            table[i].ToString() + ", model " + Describe(model[i]),
+                                        path);
+    }
+  }
+  if (table.size() != model.size()) {
+    const bool more = table.size() > model.size();
+    const size_t first = std::min(table.size(), model.size());
+    return Status::FailedPrecondition(
+        "checkpoint has " + std::to_string(table.size()) + " tensors, the model has " +
+            std::to_string(model.size()) + " (first " + (more ? "extra" : "missing") + ": " +
+            (more ? table[first].ToString() : Describe(model[first])) + ")",
+        path);
+  }
+  uint64_t n = 0;
+  if (!r.Get(&n) || !r.Get(&ck.num_states)) return truncated();
+  if (n != arena.size()) {
+    return Status::Corruption("checkpoint sizes disagree with its own tensor table", path);
+  }
+  if (r.remaining() != (1 + uint64_t{ck.num_states}) * n * sizeof(float)) {
+    return Status::Corruption("checkpoint data has the wrong length", path);
+  }
+  ck.params = r.Take(n * sizeof(float));
+  return ck;
+}
+
 }  // namespace
 
 Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
@@ -184,76 +284,36 @@ Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
 
 Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* optimizer) {
   CHECK(arena != nullptr && optimizer != nullptr);
-  FLEET_ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFile(path));
-  if (bytes.size() < sizeof(kMagic) + sizeof(uint32_t) * 2 ||
-      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
-    return Status::Corruption("not a FleetPS checkpoint (bad magic or too short)", path);
-  }
-  uint32_t stored_crc = 0;
-  std::memcpy(&stored_crc, bytes.data() + bytes.size() - sizeof(uint32_t), sizeof(uint32_t));
-  const size_t body = bytes.size() - sizeof(uint32_t);
-  if (Crc32(bytes.data(), body) != stored_crc) {
-    return Status::Corruption("checkpoint checksum mismatch (truncated or damaged)", path);
-  }
-  Reader r(bytes.data() + sizeof(kMagic), body - sizeof(kMagic));
-  const auto truncated = [&] { return Status::Corruption("checkpoint header is truncated", path); };
-
-  uint32_t version = 0;
-  if (!r.Get(&version)) return truncated();
-  if (version != kCheckpointVersion) {
-    return Status::Corruption("unsupported checkpoint version " + std::to_string(version), path);
-  }
-  std::string opt_name;
-  int64_t step = 0;
-  uint32_t num_tensors = 0;
-  if (!r.GetString(&opt_name) || !r.Get(&step) || !r.Get(&num_tensors)) return truncated();
-  if (opt_name != optimizer->name()) {
-    return Status::FailedPrecondition("checkpoint was written by optimizer \"" + opt_name +
-                                          "\", this job uses \"" +
-                                          std::string(optimizer->name()) + "\"",
+  FLEET_ASSIGN_OR_RETURN(CheckedCheckpoint ck, ReadCheckedCheckpoint(path, *arena));
+  if (ck.optimizer != optimizer->name()) {
+    return Status::FailedPrecondition("checkpoint was written by optimizer \"" + ck.optimizer +
+                                          "\", this job uses \"" + std::string(optimizer->name()) +
+                                          "\"",
                                       path);
   }
-  if (step < 0) return Status::Corruption("negative step in checkpoint", path);
-  if (num_tensors != arena->num_tensors()) {
-    return Status::FailedPrecondition("checkpoint has " + std::to_string(num_tensors) +
-                                          " tensors, the model has " +
-                                          std::to_string(arena->num_tensors()),
-                                      path);
-  }
-  for (uint32_t i = 0; i < num_tensors; ++i) {
-    std::string name;
-    uint32_t ndim = 0;
-    if (!r.GetString(&name) || !r.Get(&ndim)) return truncated();
-    if (ndim > Shape::kMaxDims) return Status::Corruption("tensor with > 4 dims: " + name, path);
-    int64_t dims[Shape::kMaxDims] = {};
-    for (uint32_t d = 0; d < ndim; ++d)
-      if (!r.Get(&dims[d])) return truncated();
-    const ParamSpec& want = arena->table()[i];
-    bool same = name == want.name && static_cast<int>(ndim) == want.shape.ndim();
-    for (uint32_t d = 0; same && d < ndim; ++d) same = dims[d] == want.shape[d];
-    if (!same) {
-      return Status::FailedPrecondition("checkpoint tensor " + std::to_string(i) + " \"" + name +
-                                            "\" differs from the model's \"" + want.name +
-                                            "\" " + want.shape.ToString(),
-                                        path);
-    }
-  }
-  uint64_t n = 0;
-  uint32_t num_states = 0;
-  if (!r.Get(&n) || !r.Get(&num_states)) return truncated();
-  if (n != arena->size() || num_states != optimizer->state().size()) {
-    return Status::Corruption("checkpoint sizes disagree with its own tensor table", path);
-  }
-  if (r.remaining() != (1 + uint64_t{num_states}) * n * sizeof(float)) {
-    return Status::Corruption("checkpoint data has the wrong length", path);
+  if (ck.num_states != optimizer->state().size()) {
+    return Status::Corruption("checkpoint of optimizer \"" + ck.optimizer + "\" has " +
+                                  std::to_string(ck.num_states) + " state buffers, expected " +
+                                  std::to_string(optimizer->state().size()),
+                              path);
   }
   // Everything checked: only now touch the model.
+  const size_t bytes = arena->size() * sizeof(float);
   Backend* be = arena->backend();
-  be->CopyFromHost(arena->params().data(), r.Take(n * sizeof(float)), n * sizeof(float));
+  be->CopyFromHost(arena->params().data(), ck.params, bytes);
+  const char* state = ck.params + bytes;
   for (const Tensor& s : optimizer->state()) {
-    be->CopyFromHost(s.data(), r.Take(n * sizeof(float)), n * sizeof(float));
+    be->CopyFromHost(s.data(), state, bytes);
+    state += bytes;
   }
-  optimizer->RestoreStep(step);
+  optimizer->RestoreStep(ck.step);
+  return Status::OK();
+}
+
+Status LoadCheckpointParams(const std::string& path, ParamArena* arena) {
+  CHECK(arena != nullptr);
+  FLEET_ASSIGN_OR_RETURN(CheckedCheckpoint ck, ReadCheckedCheckpoint(path, *arena));
+  arena->backend()->CopyFromHost(arena->params().data(), ck.params, arena->size() * sizeof(float));
   return Status::OK();
 }
 

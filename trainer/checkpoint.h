@@ -37,8 +37,17 @@ Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
 // Returns NotFound / IOError for a missing or unreadable file; Corruption for
 // a bad magic, unknown version, truncation or checksum mismatch;
 // FailedPrecondition when the file's tensor table or optimizer differs from
-// the model's (the message names the first difference). On any error the
-// arena and optimizer are unchanged.
+// the model's (the message names the first differing tensor, with both
+// shapes, or the optimizers). On any error the arena and optimizer are
+// unchanged. Blocks for the read.
 Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* optimizer);
+
+// Reads only the parameters of `path` into the arena's params, whatever
+// optimizer wrote it and however many state buffers it has (for inference,
+// e.g. gpt_generate). The same checks and Status codes as LoadCheckpoint
+// (magic, version, checksum, tensor table equal to the arena's), without the
+// optimizer's; on any error the arena is unchanged. The optimizer state and
+// step in the file are skipped. Blocks for the read.
+Status LoadCheckpointParams(const std::string& path, ParamArena* arena);
 
 }  // namespace fleet::trainer

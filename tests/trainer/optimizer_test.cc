@@ -3,6 +3,7 @@
 // the same losses and parameters as the run that was never interrupted.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -208,6 +209,83 @@ TEST(CheckpointErrorsTest, EveryBadFileIsRejectedAndLeavesTheModelAlone) {
   Adam adam(&(*m)->arena(), {});
   ASSERT_TRUE(SaveCheckpoint(path, (*m)->arena(), adam).ok());
   expect_rejected(StatusCode::kFailedPrecondition, "tensors");
+}
+
+// LoadCheckpointParams: the parameters of a checkpoint written by any
+// optimizer (any number of state buffers), into a model with no optimizer.
+TEST(CheckpointParamsTest, LoadsOnlyTheParametersWhateverTheOptimizer) {
+  TempDir dir;
+  const std::string path = dir.File("ckpt.bin");
+  for (const char* type : {"adam", "sgd"}) {
+    Trainer a(type);
+    for (int i = 0; i < 3; ++i) a.Step(i);
+    ASSERT_TRUE(SaveCheckpoint(path, a.model->arena(), *a.optimizer).ok());
+    Trainer b("adam");
+    ASSERT_NE(a.model->arena().ParamsToHost(), b.model->arena().ParamsToHost());
+    Status st = LoadCheckpointParams(path, &b.model->arena());
+    ASSERT_TRUE(st.ok()) << type << ": " << st.ToString();
+    EXPECT_EQ(a.model->arena().ParamsToHost(), b.model->arena().ParamsToHost()) << type;
+    EXPECT_EQ(b.optimizer->step(), 0) << type;
+    // The resumed optimizer still steps from its own (zero) state.
+    EXPECT_TRUE(std::isfinite(b.Step(3)));
+  }
+}
+
+TEST(CheckpointParamsTest, EveryBadFileIsRejectedAndLeavesTheArenaAlone) {
+  TempDir dir;
+  const std::string path = dir.File("ckpt.bin");
+  Trainer a("adam");
+  a.Step(0);
+  ASSERT_TRUE(SaveCheckpoint(path, a.model->arena(), *a.optimizer).ok());
+  std::vector<char> good;
+  {
+    std::ifstream f(path, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const auto write = [&](const std::vector<char>& bytes) {
+    std::ofstream f(path, std::ios::binary | std::ios::trunc);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  };
+  Trainer b("sgd");
+  const auto before = b.model->arena().ParamsToHost();
+  const auto expect_rejected = [&](StatusCode code, const std::string& words) {
+    Status st = LoadCheckpointParams(path, &b.model->arena());
+    EXPECT_EQ(st.code(), code) << st.ToString();
+    EXPECT_NE(st.message().find(words), std::string::npos) << st.ToString();
+    EXPECT_NE(st.message().find(path), std::string::npos) << st.ToString();
+    EXPECT_EQ(b.model->arena().ParamsToHost(), before);
+  };
+
+  std::vector<char> bad = good;
+  bad[bad.size() / 2] ^= 0x40;
+  write(bad);
+  expect_rejected(StatusCode::kCorruption, "checksum");
+  write(std::vector<char>(good.begin(), good.end() - 9));
+  expect_rejected(StatusCode::kCorruption, "checksum");
+  write(std::vector<char>{'h', 'e', 'l', 'l', 'o'});
+  expect_rejected(StatusCode::kCorruption, "magic");
+  std::filesystem::remove(path);
+  expect_rejected(StatusCode::kNotFound, "does not exist");
+
+  // Another model shape: the first tensor that differs is named, with both shapes.
+  CpuBackend backend;
+  MlpConfig other;
+  other.sizes = {12, 9, 5, 4};
+  auto m = Mlp::Create(other, &backend);
+  ASSERT_TRUE(m.ok());
+  Adam adam(&(*m)->arena(), {});
+  ASSERT_TRUE(SaveCheckpoint(path, (*m)->arena(), adam).ok());
+  expect_rejected(StatusCode::kFailedPrecondition,
+                  "at #2: checkpoint \"fc2.weight\" [5, 9], model \"fc2.weight\" [7, 9]");
+  // The same tensors and one more: the first extra one is named.
+  MlpConfig deeper;
+  deeper.sizes = {12, 9, 7, 4, 3};
+  auto d = Mlp::Create(deeper, &backend);
+  ASSERT_TRUE(d.ok());
+  Sgd sgd(&(*d)->arena(), 0.1f);
+  ASSERT_TRUE(SaveCheckpoint(path, (*d)->arena(), sgd).ok());
+  expect_rejected(StatusCode::kFailedPrecondition,
+                  "checkpoint has 8 tensors, the model has 6 (first extra: \"fc4.weight\" [3, 4])");
 }
 
 TEST(CheckpointErrorsTest, UnwritableDirectoryIsAnIOError) {
