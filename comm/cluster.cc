@@ -26,6 +26,14 @@ DEFINE_string(kv_endpoint, "",
 DEFINE_string(job_id, "default",
               "Scopes every KV-store key so jobs sharing a store never collide. Give each "
               "concurrent job its own.");
+DEFINE_string(auth, "on",
+              "on: the job's ZeroMQ traffic is encrypted and authenticated (CURVE) and KV store "
+              "requests are signed, all with keys derived from the job secret "
+              "(FLEET_JOB_SECRET or --job_secret_file); off: plain traffic, for trusted "
+              "networks only.");
+DEFINE_string(job_secret_file, "",
+              "File holding the job secret (mode 600; at least 32 characters, e.g. `openssl rand "
+              "-hex 32`). Default: FLEET_JOB_SECRET_FILE, else the secret in FLEET_JOB_SECRET.");
 DEFINE_string(device, "cpu", "cpu, cuda (the first visible GPU) or cuda:N (gpu, gpu:N also accepted).");
 
 namespace fleet {
@@ -129,7 +137,8 @@ std::string ClusterSpec::ToString() const {
   return absl::StrCat(std::string(RoleName(role)), " ", rank, "/", world_size, " job=", job_id,
                       " device=", device, " kv=", kv_endpoint ? kv_endpoint->ToString() : "none",
                       " servers=", JoinEndpoints(servers), " workers=", JoinEndpoints(workers),
-                      " heter_workers=", JoinEndpoints(heter_workers));
+                      " heter_workers=", JoinEndpoints(heter_workers),
+                      " auth=", !auth ? "off" : credentials ? "on" : "on (no secret)");
 }
 
 EnvLookup ProcessEnv() {
@@ -205,7 +214,36 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
   spec.device = device.text;
 
   spec.log_dir = Lookup("log_dir", "FLEET_LOG_DIR", env).text;
+
+  Setting auth = Lookup("auth", "FLEET_AUTH", env);
+  if (auth.text != "on" && auth.text != "off") {
+    return Status::InvalidArgument(absl::StrCat("bad ", auth.source, ": want on or off"),
+                                   absl::StrCat("'", auth.text, "'"));
+  }
+  spec.auth = auth.text == "on";
+  if (spec.auth) {
+    Setting file = Lookup("job_secret_file", "FLEET_JOB_SECRET_FILE", env);
+    if (!file.text.empty()) {
+      auto read = JobAuth::FromFile(file.text);
+      if (!read.ok()) return read.status().WithContext(file.source);
+      spec.credentials = std::move(read).value();
+    } else if (std::optional<std::string> secret = env("FLEET_JOB_SECRET")) {
+      FLEET_ASSIGN_OR_RETURN(spec.credentials, JobAuth::FromSecret(*secret, "FLEET_JOB_SECRET"));
+    }
+  }
   return spec;
+}
+
+Result<std::shared_ptr<const JobAuth>> TransportAuth(const ClusterSpec& spec, bool config_auth) {
+  if (!spec.auth || !config_auth) return std::shared_ptr<const JobAuth>();
+  if (!spec.credentials) {
+    return Status::InvalidArgument(
+        "auth is on (the default) but this process has no job secret: set FLEET_JOB_SECRET, "
+        "pass --job_secret_file=FILE (mode 600), or turn auth off on a trusted network "
+        "(--auth=off / FLEET_AUTH=off, or Distributed.auth: off)",
+        absl::StrCat(std::string(RoleName(spec.role)), " ", spec.rank));
+  }
+  return spec.credentials;
 }
 
 std::string EndpointKey(Role role, int rank) {
@@ -214,7 +252,7 @@ std::string EndpointKey(Role role, int rank) {
 
 Status PublishEndpoint(const ClusterSpec& spec, const std::string& bound) {
   if (!spec.kv_endpoint) return Status::OK();
-  KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id);
+  KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id, {.auth = spec.credentials});
   const std::string key = EndpointKey(spec.role, spec.rank);
   return kv.Set(key, bound).WithContext("cannot publish the endpoint at " + key);
 }
@@ -234,7 +272,7 @@ Result<std::vector<std::string>> ResolveEndpoints(const std::vector<Endpoint>& l
           std::string(RoleName(role)), " ", r,
           " has port 0 and there is no KV store (--kv_endpoint) to look its endpoint up"));
     }
-    KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id);
+    KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id, {.auth = spec.credentials});
     FLEET_ASSIGN_OR_RETURN(std::string real,
                            kv.WaitGet(EndpointKey(role, static_cast<int>(r)), timeout));
     out.push_back(std::move(real));

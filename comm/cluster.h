@@ -16,6 +16,12 @@
 //   --job_id         FLEET_JOB_ID          default  scopes KV keys; [A-Za-z0-9_.-]+
 //   --device         FLEET_DEVICE          cpu      cpu | cuda | cuda:N (gpu[:N] too)
 //   --log_dir (glog) FLEET_LOG_DIR         ""       where <role>log.<rank> goes; empty = stderr
+//   --auth           FLEET_AUTH            on       on | off: authenticate and encrypt the job's
+//                                                   traffic (comm/job_auth.h); off only on a
+//                                                   trusted network
+//   --job_secret_file FLEET_JOB_SECRET_FILE ""      file holding the job secret, mode 600
+//   (no flag)        FLEET_JOB_SECRET      ""       the job secret itself; never a flag (flags
+//                                                   show in `ps`). Used when no file is named.
 //
 // Every value is validated; a bad one is InvalidArgument naming the flag or
 // variable it came from and the offending text.
@@ -34,6 +40,7 @@
 #include <vector>
 
 #include "comm/endpoint.h"
+#include "comm/job_auth.h"
 #include "comm/status.h"
 
 namespace fleet {
@@ -58,6 +65,12 @@ struct ClusterSpec {
   // "cpu", "cuda", "cuda:N" ("gpu", "gpu:N" are synonyms).
   std::string device = "cpu";
   std::string log_dir;
+  // --auth / FLEET_AUTH.
+  bool auth = true;
+  // The job's credentials, from the secret file or FLEET_JOB_SECRET; null
+  // when auth is off or no secret was given. KV store clients sign with
+  // them; the ZeroMQ transport takes them through TransportAuth().
+  std::shared_ptr<const JobAuth> credentials;
 
   // The endpoint list of this process's role (workers for collective).
   const std::vector<Endpoint>& RoleEndpoints() const;
@@ -94,10 +107,18 @@ Result<std::vector<std::string>> ResolveEndpoints(const std::vector<Endpoint>& l
                                                   const ClusterSpec& spec,
                                                   std::chrono::milliseconds timeout);
 
+// The credentials a program's ZeroMQ transport (VanOptions::auth) uses:
+// null when `spec.auth` or `config_auth` (the job config's Distributed.auth)
+// is off; InvalidArgument, saying how to give one, when both are on and no
+// secret was given.
+Result<std::shared_ptr<const JobAuth>> TransportAuth(const ClusterSpec& spec, bool config_auth);
+
 // Builds the spec from gflags and `env` as described at the top of this
 // file. Returns InvalidArgument for a missing role, a non-numeric or out of
 // range rank or world size, a bad endpoint or endpoint list, a bad job id
-// or device.
+// or device, a bad --auth, a secret too short, or a secret file that group
+// or others can read (NotFound / IOError when it cannot be read). A missing
+// secret is not an error here: see TransportAuth.
 Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env);
 
 }  // namespace fleet

@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <charconv>
 #include <condition_variable>
+#include <deque>
 #include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -84,7 +86,10 @@ Status CheckKey(const std::string& key) {
 // ---------------------------------------------------------------- server
 
 struct KvStoreServer::Impl {
-  explicit Impl(KvStoreServerOptions o) : options(std::move(o)) {}
+  explicit Impl(KvStoreServerOptions o)
+      : options(std::move(o)),
+        signer(options.auth ? std::optional<KvRequestSigner>(KvRequestSigner(options.auth))
+                            : std::nullopt) {}
 
   void Install();
   void HandleGet(const httplib::Request& req, httplib::Response& res);
@@ -92,9 +97,20 @@ struct KvStoreServer::Impl {
   void HandleDelete(const httplib::Request& req, httplib::Response& res);
   void HandleList(const httplib::Request& req, httplib::Response& res);
   void HandleAdd(const httplib::Request& req, httplib::Response& res);
+  // With options.auth: false (the reply set: 401 or 403) unless the request
+  // carries a valid credential whose nonce was not seen before.
+  bool Authorized(const httplib::Request& req, httplib::Response& res);
 
   // Fixed after construction.
   const KvStoreServerOptions options;
+  const std::optional<KvRequestSigner> signer;
+
+  // Nonces of accepted requests, each kept for twice the auth window after
+  // it was accepted (the longest its timestamp stays acceptable), in
+  // acceptance order.
+  std::mutex nonce_mu;
+  absl::flat_hash_set<std::string> nonces;              // guarded by nonce_mu
+  std::deque<std::pair<int64_t, std::string>> nonce_age;  // guarded by nonce_mu
 
   // Owns its own synchronisation.
   httplib::Server http;
@@ -138,12 +154,55 @@ void KvStoreServer::Impl::Install() {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  http.Get("/health", [](const httplib::Request&, httplib::Response& res) { Reply(res, 200, "ok"); });
-  http.Get(kKeyRoute, [this](const auto& q, auto& r) { HandleGet(q, r); });
-  http.Put(kKeyRoute, [this](const auto& q, auto& r) { HandlePut(q, r); });
-  http.Delete(kKeyRoute, [this](const auto& q, auto& r) { HandleDelete(q, r); });
-  http.Get(kListRoute, [this](const auto& q, auto& r) { HandleList(q, r); });
-  http.Post(kAddRoute, [this](const auto& q, auto& r) { HandleAdd(q, r); });
+  // Every route checks the credential first. (httplib's pre-routing hook
+  // runs before the body is read, and the signature covers the body.)
+  using Handler = void (Impl::*)(const httplib::Request&, httplib::Response&);
+  auto guarded = [this](Handler h) {
+    return [this, h](const httplib::Request& q, httplib::Response& r) {
+      if (Authorized(q, r)) (this->*h)(q, r);
+    };
+  };
+  http.Get("/health", [this](const httplib::Request& q, httplib::Response& res) {
+    if (Authorized(q, res)) Reply(res, 200, "ok");
+  });
+  http.Get(kKeyRoute, guarded(&Impl::HandleGet));
+  http.Put(kKeyRoute, guarded(&Impl::HandlePut));
+  http.Delete(kKeyRoute, guarded(&Impl::HandleDelete));
+  http.Get(kListRoute, guarded(&Impl::HandleList));
+  http.Post(kAddRoute, guarded(&Impl::HandleAdd));
+}
+
+bool KvStoreServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) {
+  if (!signer) return true;
+  if (!req.has_header(KvRequestSigner::kHeader)) {
+    LOG_EVERY_N(WARNING, 100) << "kv store: refused " << req.method << " from " << req.remote_addr
+                              << " without credential (" << google::COUNTER << " so far)";
+    Reply(res, 401, "this KV store needs the job's credential (X-Fleet-Auth)");
+    return false;
+  }
+  const int64_t now = std::chrono::duration_cast<milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::string nonce;
+  Status st = signer->Verify(req.get_header_value(KvRequestSigner::kHeader), req.method,
+                             req.target, req.body, now, options.auth_window, &nonce);
+  if (st.ok()) {
+    std::lock_guard<std::mutex> lock(nonce_mu);
+    const int64_t keep = 2 * options.auth_window.count();
+    while (!nonce_age.empty() && nonce_age.front().first < now - keep) {
+      nonces.erase(nonce_age.front().second);
+      nonce_age.pop_front();
+    }
+    if (nonces.insert(nonce).second) {
+      nonce_age.emplace_back(now, std::move(nonce));
+      return true;
+    }
+    st = Status::InvalidArgument("replayed credential (nonce seen before)");
+  }
+  LOG_EVERY_N(WARNING, 100) << "kv store: refused " << req.method << " from " << req.remote_addr
+                            << ": " << st.message() << " (" << google::COUNTER << " so far)";
+  Reply(res, 403, absl::StrCat("credential refused: ", st.message()));
+  return false;
 }
 
 void KvStoreServer::Impl::HandleGet(const httplib::Request& req, httplib::Response& res) {
@@ -330,6 +389,7 @@ struct KvStoreClient::Impl {
   std::string endpoint;
   std::string job;
   KvStoreClientOptions options;
+  std::optional<KvRequestSigner> signer;  // with options.auth
   Result<Endpoint> parsed = Status::InvalidArgument("unset");
 };
 
@@ -345,12 +405,18 @@ Result<KvStoreClient::Impl::Reply> KvStoreClient::Impl::Do(Method method, const 
   cli.set_connection_timeout(options.request_timeout);
   cli.set_read_timeout(read_timeout);
   cli.set_write_timeout(options.request_timeout);
+  static constexpr const char* kMethodNames[] = {"GET", "PUT", "DELETE", "POST"};
+  httplib::Headers headers;
+  if (signer) {
+    headers.emplace(KvRequestSigner::kHeader,
+                    signer->Sign(kMethodNames[static_cast<int>(method)], path, body));
+  }
   httplib::Result res{nullptr, httplib::Error::Unknown};
   switch (method) {
-    case Method::kGet: res = cli.Get(path); break;
-    case Method::kPut: res = cli.Put(path, body, "application/octet-stream"); break;
-    case Method::kDelete: res = cli.Delete(path); break;
-    case Method::kPost: res = cli.Post(path, body, "text/plain"); break;
+    case Method::kGet: res = cli.Get(path, headers); break;
+    case Method::kPut: res = cli.Put(path, headers, body, "application/octet-stream"); break;
+    case Method::kDelete: res = cli.Delete(path, headers); break;
+    case Method::kPost: res = cli.Post(path, headers, body, "text/plain"); break;
   }
   if (!res) {
     return Status::Unavailable(absl::StrCat("kv store ", what, " failed: ", httplib::to_string(res.error())),
@@ -368,6 +434,17 @@ Status KvStoreClient::Impl::FromReply(const Reply& reply, const char* what,
     case 503: return Status::Unavailable(absl::StrCat("kv store ", what, ": server stopping"), where);
     case 400: return Status::InvalidArgument(absl::StrCat("kv store ", what, ": ", reply.body), where);
     case 409: return Status::FailedPrecondition(absl::StrCat("kv store ", what, ": ", reply.body), where);
+    case 401:
+      return Status::FailedPrecondition(
+          absl::StrCat("kv store ", what,
+                       ": refused, the store needs the job's credential and this process has "
+                       "no job secret (set FLEET_JOB_SECRET or --job_secret_file; fleetrun "
+                       "passes it to the processes it starts)"),
+          where);
+    case 403:
+      return Status::FailedPrecondition(
+          absl::StrCat("kv store ", what, ": ", reply.body, " (is this the job's secret?)"),
+          where);
     default:
       return Status::Internal(absl::StrCat("kv store ", what, ": HTTP ", reply.code, " ", reply.body), where);
   }
@@ -392,6 +469,7 @@ KvStoreClient::KvStoreClient(std::string endpoint, std::string job_id, KvStoreCl
   impl_->endpoint = endpoint_;
   impl_->job = job_id_;
   impl_->options = options;
+  if (options.auth) impl_->signer.emplace(options.auth);
   impl_->parsed = ParseEndpoint(endpoint_, "kv store endpoint");
 }
 

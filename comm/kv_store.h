@@ -11,6 +11,13 @@
 //   GET    /list/<job>?prefix=P                 keys with prefix P, one per line
 //   POST   /add/<job>/<key>   body: delta       atomic add, returns the new value
 //   GET    /health                              "ok"
+//
+// Authentication: a server given the job's credentials (options.auth)
+// answers every request (/health included) that lacks a valid X-Fleet-Auth
+// header (comm/job_auth.h, KvRequestSigner) with 401 when it has none and
+// 403 when it is wrong, stale (outside auth_window of the server's clock)
+// or replayed, before looking at anything else; a client given them signs
+// every request. Bodies travel in the clear: nothing secret is ever stored.
 #pragma once
 
 #include <chrono>
@@ -18,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/job_auth.h"
 #include "comm/status.h"
 
 namespace fleet {
@@ -27,6 +35,14 @@ struct KvStoreServerOptions {
   std::string listen = "127.0.0.1:0";
   // The longest long poll a client may ask for; longer requests are capped.
   std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
+  // The job's credentials: when set, only signed requests are served (see
+  // the top of this file). Null (default): anyone reaching the port may read
+  // and write every key (auth off, trusted networks only).
+  std::shared_ptr<const JobAuth> auth;
+  // How far a request's timestamp may be from the server's clock. Wider
+  // tolerates worse clock skew between machines; a captured request can be
+  // replayed by nobody (nonces are remembered for this long).
+  std::chrono::milliseconds auth_window{std::chrono::seconds(60)};
 };
 
 // Thread-safe. Serves on its own threads from Start() until Stop() or
@@ -56,12 +72,17 @@ class KvStoreServer {
 struct KvStoreClientOptions {
   // Per-request budget for set/get/delete/list (connect + transfer).
   std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
+  // The job's credentials: every request is signed with them. Null: requests
+  // go unsigned, which a server with auth answers with 401 (reported as
+  // FailedPrecondition naming the missing secret).
+  std::shared_ptr<const JobAuth> auth;
 };
 
 // Talks to a KvStoreServer. Thread-safe: each call uses its own connection.
 // Every call blocks at most its timeout and returns Unavailable (server not
 // reachable, naming the endpoint) or Timeout (naming the keys) instead of
-// hanging.
+// hanging; FailedPrecondition when the server refuses the credential (401:
+// none given, 403: not this job's).
 class KvStoreClient {
  public:
   // endpoint: "host:port" of the server; job_id scopes every key.

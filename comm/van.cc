@@ -41,6 +41,111 @@ Bytes FromZmq(zmq::message_t&& part) {
   return Bytes(static_cast<char*>(owner->data()), owner->size(), owner);
 }
 
+// The ZAP handler (ZeroMQ RFC 27) of one context: ZeroMQ asks it, over
+// inproc "zeromq.zap.01", whether a client that completed its CURVE
+// handshake may in. It admits exactly the job's client public key. It runs
+// on its own thread: a handshake waits for its answer, and the Van's I/O
+// thread must not.
+class ZapHandler {
+ public:
+  // Binds the handler's socket on `context` (one per context) and starts
+  // its thread. Must run before the CURVE server socket accepts.
+  static Result<std::unique_ptr<ZapHandler>> Start(zmq::context_t& context,
+                                                   const std::string& client_public_z85) {
+    std::unique_ptr<ZapHandler> h(new ZapHandler(context));
+    h->admitted_.resize(32);
+    if (zmq_z85_decode(reinterpret_cast<uint8_t*>(h->admitted_.data()),
+                       client_public_z85.c_str()) == nullptr) {
+      return Status::Internal("bad Z85 client key");
+    }
+    h->stop_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (h->stop_fd_ < 0) return Status::IOError("eventfd failed", std::strerror(errno));
+    h->socket_.set(zmq::sockopt::linger, 0);
+    try {
+      h->socket_.bind("inproc://zeromq.zap.01");
+    } catch (const zmq::error_t& e) {
+      return Status::Internal(absl::StrCat("cannot bind the ZAP handler: ", e.what()));
+    }
+    ZapHandler* raw = h.get();
+    h->thread_ = std::thread([raw] { raw->Loop(); });
+    return h;
+  }
+
+  ~ZapHandler() {
+    if (thread_.joinable()) {
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(stop_fd_, &one, sizeof(one));
+      thread_.join();
+    }
+    socket_.close();
+    if (stop_fd_ >= 0) ::close(stop_fd_);
+  }
+
+  uint64_t refused() const { return refused_.load(); }
+
+ private:
+  explicit ZapHandler(zmq::context_t& context) : socket_(context, zmq::socket_type::rep) {}
+
+  void Loop() {
+    zmq_pollitem_t items[] = {{socket_.handle(), -1, ZMQ_POLLIN, 0},
+                              {nullptr, stop_fd_, ZMQ_POLLIN, 0}};
+    while (true) {
+      try {
+        zmq::poll(items, 2, std::chrono::milliseconds(-1));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        LOG(ERROR) << "van: ZAP handler poll failed: " << e.what();
+        return;
+      }
+      if (items[1].revents & ZMQ_POLLIN) return;
+      if (items[0].revents & ZMQ_POLLIN) Answer();
+    }
+  }
+
+  // Request frames: version, request id, domain, address, routing id,
+  // mechanism, credentials...; reply: version, request id, status code,
+  // status text, user id, metadata.
+  void Answer() {
+    std::vector<zmq::message_t> request;
+    bool more = true;
+    while (more) {
+      zmq::message_t part;
+      if (!socket_.recv(part, zmq::recv_flags::dontwait)) break;
+      more = part.more();
+      request.push_back(std::move(part));
+    }
+    if (request.size() < 6) return;  // not from libzmq; REP needs no reply to drop it
+    const bool admit = request.size() >= 7 && request[5].to_string_view() == "CURVE" &&
+                       request[6].to_string_view() == admitted_;
+    if (!admit) {
+      refused_.fetch_add(1);
+      LOG_EVERY_N(WARNING, 100) << "van: refused a client at " << request[3].to_string_view()
+                                << " that does not hold this job's key (" << google::COUNTER
+                                << " so far)";
+    }
+    const std::string_view reply[] = {"1.0", request[1].to_string_view(), admit ? "200" : "400",
+                                      admit ? "OK" : "not this job's key", "", ""};
+    for (size_t i = 0; i < 6; ++i) {
+      socket_.send(zmq::buffer(reply[i]), i + 1 < 6 ? zmq::send_flags::sndmore
+                                                    : zmq::send_flags::none);
+    }
+  }
+
+  zmq::socket_t socket_;  // this handler's thread only, after Start
+  std::string admitted_;  // 32-byte client public key; fixed after Start
+  int stop_fd_ = -1;
+  std::atomic<uint64_t> refused_{0};
+  std::thread thread_;
+};
+
+// CURVE options of an outgoing connection: present the job's client key,
+// accept only the job's server key.
+void SetCurveClient(zmq::socket_t& s, const JobAuth& auth) {
+  s.set(zmq::sockopt::curve_serverkey, auth.curve_server().public_key);
+  s.set(zmq::sockopt::curve_publickey, auth.curve_client().public_key);
+  s.set(zmq::sockopt::curve_secretkey, auth.curve_client().secret_key);
+}
+
 void SetCommonOptions(zmq::socket_t& s, const VanOptions& o) {
   s.set(zmq::sockopt::linger, 0);
   // Flow control is the application's (request windows); a ZeroMQ high-water
@@ -124,6 +229,10 @@ struct Van::Impl {
   // the reply is not left for the next tick.
   std::atomic<bool> io_polls_dealers{true};
 
+  // With options.auth: started by Bind, before the router accepts; stopped
+  // after every socket is closed. Guarded by mu until then.
+  std::unique_ptr<ZapHandler> zap;
+
   // zmq::poll with a zero timeout: how many items are ready; 0 on EINTR, -1
   // on any other error.
   static int PollNow(std::vector<zmq_pollitem_t>& items) {
@@ -161,6 +270,11 @@ struct Van::Impl {
 
 Result<std::unique_ptr<Van>> Van::Create(VanOptions options, VanReceiver* receiver) {
   CHECK(receiver != nullptr);
+  if (options.auth && !zmq_has("curve")) {
+    return Status::FailedPrecondition(
+        "this libzmq has no CURVE (built without libsodium): run with auth off "
+        "(Distributed.auth: off / --auth=off) or install a libzmq with CURVE");
+  }
   auto impl = std::make_unique<Impl>(options, receiver);
   impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (impl->wake_fd < 0) {
@@ -201,6 +315,14 @@ Result<std::string> Van::Bind(const std::string& endpoint) {
   auto router = std::make_unique<LockedSocket>(impl_->context, zmq::socket_type::router);
   SetCommonOptions(router->socket, impl_->options);
   router->socket.set(zmq::sockopt::router_mandatory, 1);
+  if (const JobAuth* auth = impl_->options.auth.get()) {
+    if (!impl_->zap) {
+      FLEET_ASSIGN_OR_RETURN(impl_->zap,
+                             ZapHandler::Start(impl_->context, auth->curve_client().public_key));
+    }
+    router->socket.set(zmq::sockopt::curve_server, 1);
+    router->socket.set(zmq::sockopt::curve_secretkey, auth->curve_server().secret_key);
+  }
   try {
     router->socket.bind(zmq_endpoint);
   } catch (const zmq::error_t& e) {
@@ -221,10 +343,13 @@ Result<int> Van::Connect(const std::string& endpoint) {
   const int id = static_cast<int>(impl_->connections.size());
   auto conn = std::make_unique<Impl::Connection>(impl_->context, zmq_endpoint);
   SetCommonOptions(conn->dealer.socket, impl_->options);
+  if (impl_->options.auth) SetCurveClient(conn->dealer.socket, *impl_->options.auth);
   const std::string monitor_addr =
       absl::StrCat("inproc://van-monitor-", reinterpret_cast<uintptr_t>(impl_.get()), "-", id);
   zmq_socket_monitor(conn->dealer.socket.handle(), monitor_addr.c_str(),
-                     ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED);
+                     ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                         ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
   conn->monitor = zmq::socket_t(impl_->context, zmq::socket_type::pair);
   conn->monitor.set(zmq::sockopt::linger, 0);
   conn->monitor.connect(monitor_addr);
@@ -540,6 +665,24 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
                               endpoint));
     } else if (event == ZMQ_EVENT_CONNECTED) {
       receiver->OnConnectionUp(connection);
+    } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
+               event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+               event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      // The peer refused our keys (or we refused its): calls to it cannot
+      // succeed until someone with the right keys listens there.
+      std::string endpoint;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        endpoint = connections[connection]->endpoint;
+      }
+      receiver->OnConnectionDown(
+          connection, endpoint,
+          Status::Unavailable(options.auth ? "CURVE handshake failed: the peer does not hold "
+                                             "this job's keys (another job, or a different "
+                                             "job secret?)"
+                                           : "handshake failed: the peer requires this job's "
+                                             "credentials (auth is off here, on there?)",
+                              endpoint));
     }
   }
 }
@@ -558,6 +701,8 @@ void Van::Impl::CloseAll() {
     c->monitor.close();
   }
   if (router) close(*router, options.reply_linger);
+  // Its socket must close before the context ends; no handshake needs it now.
+  zap.reset();
 }
 
 }  // namespace fleet

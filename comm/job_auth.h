@@ -1,0 +1,110 @@
+// JobAuth: the credentials of one job, all derived from one per-job secret,
+// so every process that holds the secret computes the same keys and nothing
+// is ever exchanged, published in the KV store or logged.
+//
+// From the secret (HKDF-SHA256, RFC 5869, OpenSSL's libcrypto; the labels
+// below are the HKDF "info"):
+//   "fleet curve server v1"  -> the job's ZeroMQ CURVE server keypair (every
+//                               listening socket of the job uses it);
+//   "fleet curve client v1"  -> the job's CURVE client keypair (every
+//                               connecting socket); a server's ZAP handler
+//                               admits exactly this public key;
+//   "fleet kv hmac v1"       -> the HMAC-SHA256 key that signs KV store
+//                               requests (KvRequestSigner below).
+// One keypair per side is enough: every process of a job is equally trusted,
+// and anyone without the secret can compute neither secret key.
+//
+// Where the secret comes from (comm/cluster.h reads it): FLEET_JOB_SECRET in
+// the environment (fleetrun sets it for its children) or a file
+// (--job_secret_file) readable by its owner only. It must be at least
+// kMinSecretChars characters; `openssl rand -hex 32` makes a good one.
+//
+// Thread safety: a JobAuth is immutable after construction; share it as
+// std::shared_ptr<const JobAuth> between threads freely.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "comm/status.h"
+
+namespace fleet {
+
+// A CURVE keypair, both keys Z85-encoded (40 characters each), the form
+// ZeroMQ's socket options take.
+struct CurveKeyPair {
+  std::string public_key;
+  std::string secret_key;
+};
+
+class JobAuth {
+ public:
+  static constexpr size_t kMinSecretChars = 32;
+
+  // Derives the job's keys from `secret` (surrounding whitespace ignored).
+  // InvalidArgument naming `source` (never the secret) when it is shorter
+  // than kMinSecretChars.
+  static Result<std::shared_ptr<const JobAuth>> FromSecret(std::string_view secret,
+                                                           std::string_view source);
+
+  // Reads the secret from `path`. Refuses (InvalidArgument, telling the user
+  // to chmod 600) a file that group or others may read or write, NotFound /
+  // IOError when it cannot be read, and what FromSecret refuses.
+  static Result<std::shared_ptr<const JobAuth>> FromFile(const std::string& path);
+
+  // A fresh random secret (32 bytes from the OS's CSPRNG, hex: 64
+  // characters), what fleetrun makes for a job on one machine.
+  // IOError when the random generator fails.
+  static Result<std::string> RandomSecret();
+
+  const CurveKeyPair& curve_server() const { return curve_server_; }
+  const CurveKeyPair& curve_client() const { return curve_client_; }
+  // The key KvRequestSigner uses (32 raw bytes).
+  const std::string& kv_key() const { return kv_key_; }
+
+ private:
+  JobAuth() = default;
+  CurveKeyPair curve_server_;
+  CurveKeyPair curve_client_;
+  std::string kv_key_;
+};
+
+// HKDF-SHA256 (RFC 5869): `length` (<= 255 * 32) bytes from input keying
+// material `ikm`, `salt` and `info`. Exposed for its test vectors.
+std::string HkdfSha256(std::string_view ikm, std::string_view salt, std::string_view info,
+                       size_t length);
+
+// The credential on a KV store request: the header
+//   X-Fleet-Auth: v1 <unix ms> <nonce, 32 hex> <HMAC-SHA256, 64 hex>
+// where the HMAC, keyed with JobAuth::kv_key(), covers the method, the
+// request target (path and query as sent), the timestamp, the nonce and the
+// body. The server accepts a timestamp within `window` of its own clock and
+// each nonce once (a replay inside the window is refused), so a captured
+// request cannot be played again. Thread-safe.
+class KvRequestSigner {
+ public:
+  static constexpr char kHeader[] = "X-Fleet-Auth";
+
+  explicit KvRequestSigner(std::shared_ptr<const JobAuth> auth) : auth_(std::move(auth)) {}
+
+  // The header value for one request (a fresh nonce each call).
+  std::string Sign(std::string_view method, std::string_view target, std::string_view body) const;
+  // The same with a given timestamp and nonce (for tests).
+  std::string SignAt(std::string_view method, std::string_view target, std::string_view body,
+                     int64_t unix_ms, std::string_view nonce) const;
+
+  // Checks a header value against the request. OK, or InvalidArgument with
+  // the reason (malformed, stale timestamp, bad signature). Nonce reuse is
+  // the caller's check (it keeps the nonces it saw); `nonce` is set on OK.
+  Status Verify(std::string_view header, std::string_view method, std::string_view target,
+                std::string_view body, int64_t now_unix_ms, std::chrono::milliseconds window,
+                std::string* nonce) const;
+
+ private:
+  std::shared_ptr<const JobAuth> auth_;
+};
+
+}  // namespace fleet

@@ -1,0 +1,380 @@
+// Job authentication: key derivation from the job secret, the secret file's
+// checks, ZeroMQ CURVE with the ZAP handler (strangers refused, the job's
+// clients served throughout) and the KV store's signed requests.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <httplib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include "comm/cluster.h"
+#include "comm/job_auth.h"
+#include "comm/kv_store.h"
+#include "comm/rpc.h"
+
+namespace fleet {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+constexpr uint32_t kEcho = 1;
+const std::string kSecret = "0123456789abcdef0123456789abcdef-test-job";
+const std::string kOtherSecret = "fedcba9876543210fedcba9876543210-other-job";
+
+std::string Hex(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+std::string Unhex(const std::string& hex) {
+  std::string out;
+  for (size_t i = 0; i + 1 < hex.size(); i += 2) {
+    out.push_back(static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  }
+  return out;
+}
+
+std::shared_ptr<const JobAuth> Auth(const std::string& secret) {
+  auto auth = JobAuth::FromSecret(secret, "test");
+  EXPECT_TRUE(auth.ok()) << auth.status().ToString();
+  return auth.value();
+}
+
+// ---- key derivation ----
+
+TEST(HkdfTest, MatchesRfc5869TestCases) {
+  // RFC 5869 A.1 (basic) and A.3 (empty salt and info).
+  EXPECT_EQ(Hex(HkdfSha256(Unhex("0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b"),
+                           Unhex("000102030405060708090a0b0c"), Unhex("f0f1f2f3f4f5f6f7f8f9"), 42)),
+            "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865");
+  EXPECT_EQ(Hex(HkdfSha256(Unhex("0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b"), "", "", 42)),
+            "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8");
+}
+
+TEST(JobAuthTest, SameSecretSameKeysOtherSecretOtherKeys) {
+  auto a = Auth(kSecret), b = Auth("  " + kSecret + "\n"), c = Auth(kOtherSecret);
+  EXPECT_EQ(a->curve_server().public_key, b->curve_server().public_key);
+  EXPECT_EQ(a->curve_client().secret_key, b->curve_client().secret_key);
+  EXPECT_EQ(a->kv_key(), b->kv_key());
+  EXPECT_EQ(a->curve_server().public_key.size(), 40u);
+  EXPECT_NE(a->curve_server().public_key, c->curve_server().public_key);
+  EXPECT_NE(a->curve_client().public_key, c->curve_client().public_key);
+  EXPECT_NE(a->curve_server().public_key, a->curve_client().public_key);
+  EXPECT_NE(a->kv_key(), c->kv_key());
+  // The public key is the one ZeroMQ computes for the secret key.
+  char pub[41];
+  ASSERT_EQ(zmq_curve_public(pub, a->curve_client().secret_key.c_str()), 0);
+  EXPECT_EQ(a->curve_client().public_key, pub);
+}
+
+TEST(JobAuthTest, ShortSecretIsRefusedWithoutEchoingIt) {
+  auto r = JobAuth::FromSecret("short-secret", "FLEET_JOB_SECRET");
+  ASSERT_TRUE(r.status().IsInvalidArgument()) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("FLEET_JOB_SECRET"), std::string::npos);
+  EXPECT_EQ(r.status().message().find("short-secret"), std::string::npos);
+}
+
+TEST(JobAuthTest, RandomSecretsAreLongAndDistinct) {
+  auto a = JobAuth::RandomSecret(), b = JobAuth::RandomSecret();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_NE(*a, *b);
+  EXPECT_TRUE(JobAuth::FromSecret(*a, "random").ok());
+}
+
+class SecretFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("fleet_auth_" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    path_ = (dir_ / "secret").string();
+    std::ofstream(path_) << kSecret << "\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+  std::string path_;
+};
+
+TEST_F(SecretFileTest, OwnerOnlyFileGivesTheSecretsKeys) {
+  ASSERT_EQ(chmod(path_.c_str(), 0600), 0);
+  auto auth = JobAuth::FromFile(path_);
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  EXPECT_EQ(auth.value()->kv_key(), Auth(kSecret)->kv_key());
+}
+
+TEST_F(SecretFileTest, GroupOrWorldReadableFileIsRefusedWithChmodAdvice) {
+  for (mode_t mode : {0644, 0640, 0604, 0620}) {
+    ASSERT_EQ(chmod(path_.c_str(), mode), 0);
+    auto auth = JobAuth::FromFile(path_);
+    ASSERT_TRUE(auth.status().IsInvalidArgument()) << mode << ": " << auth.status().ToString();
+    EXPECT_NE(auth.status().message().find("chmod 600"), std::string::npos);
+    EXPECT_EQ(auth.status().message().find(kSecret), std::string::npos);
+  }
+  EXPECT_TRUE(JobAuth::FromFile((dir_ / "absent").string()).status().IsNotFound());
+}
+
+TEST_F(SecretFileTest, ClusterSpecReadsFileOrEnvironmentAndAuthOff) {
+  ASSERT_EQ(chmod(path_.c_str(), 0600), 0);
+  const std::map<std::string, std::string> base = {{"FLEET_ROLE", "worker"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    extra.insert(base.begin(), base.end());
+    return ClusterSpecFromFlagsAndEnv(EnvFromMap(extra));
+  };
+  auto from_env = with({{"FLEET_JOB_SECRET", kSecret}});
+  ASSERT_TRUE(from_env.ok()) << from_env.status().ToString();
+  ASSERT_NE(from_env->credentials, nullptr);
+  EXPECT_EQ(from_env->credentials->kv_key(), Auth(kSecret)->kv_key());
+  EXPECT_EQ(from_env->ToString().find(kSecret), std::string::npos);
+
+  auto from_file = with({{"FLEET_JOB_SECRET_FILE", path_}, {"FLEET_JOB_SECRET", kOtherSecret}});
+  ASSERT_TRUE(from_file.ok()) << from_file.status().ToString();
+  EXPECT_EQ(from_file->credentials->kv_key(), Auth(kSecret)->kv_key());
+
+  ASSERT_EQ(chmod(path_.c_str(), 0644), 0);
+  EXPECT_TRUE(with({{"FLEET_JOB_SECRET_FILE", path_}}).status().IsInvalidArgument());
+
+  auto off = with({{"FLEET_AUTH", "off"}, {"FLEET_JOB_SECRET", kSecret}});
+  ASSERT_TRUE(off.ok());
+  EXPECT_FALSE(off->auth);
+  EXPECT_EQ(off->credentials, nullptr);
+  EXPECT_EQ(TransportAuth(*off, true).value(), nullptr);
+  EXPECT_TRUE(with({{"FLEET_AUTH", "maybe"}}).status().IsInvalidArgument());
+
+  auto none = with({});
+  ASSERT_TRUE(none.ok());
+  auto transport = TransportAuth(*none, /*config_auth=*/true);
+  ASSERT_TRUE(transport.status().IsInvalidArgument());
+  EXPECT_NE(transport.status().message().find("FLEET_JOB_SECRET"), std::string::npos);
+  EXPECT_EQ(TransportAuth(*none, /*config_auth=*/false).value(), nullptr);
+  EXPECT_EQ(TransportAuth(*from_env, true).value(), from_env->credentials);
+}
+
+// ---- ZeroMQ CURVE ----
+
+RpcNodeOptions Options(const std::string& name, std::shared_ptr<const JobAuth> auth) {
+  RpcNodeOptions o;
+  o.name = name;
+  o.default_timeout = 3s;
+  o.van.heartbeat_interval = 200ms;
+  o.van.heartbeat_timeout = 1000ms;
+  o.van.auth = std::move(auth);
+  return o;
+}
+
+Message EchoRequest(size_t n) {
+  Message m;
+  m.header.set_command(kEcho);
+  SArray<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>(i) * 0.5f;
+  m.AddFrame(v);
+  return m;
+}
+
+class CurveTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(zmq_has("curve")) << "this libzmq has no CURVE";
+    server_ = RpcNode::Create(Options("server", Auth(kSecret))).value();
+    server_->RegisterSync(kEcho, [this](const Message& request, Message* response) {
+      served_.fetch_add(1);
+      response->header.add_frames()->CopyFrom(request.header.frames(0));
+      response->frames.push_back(request.frames[0]);
+      return Status::OK();
+    });
+    endpoint_ = server_->Listen("127.0.0.1:0").value();
+  }
+
+  // A job client's echo of n floats comes back intact.
+  void ExpectJobClientServed(size_t n) {
+    auto client = RpcNode::Create(Options("job-client", Auth(kSecret))).value();
+    const int peer = client->Connect(endpoint_).value();
+    auto reply = client->CallSync(peer, EchoRequest(n));
+    ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+    auto frame = reply->Frame<float>(0);
+    ASSERT_TRUE(frame.ok()) << frame.status().ToString();
+    const SArray<float>& values = frame.value();
+    ASSERT_EQ(values.size(), n);
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(values[i], static_cast<float>(i) * 0.5f);
+  }
+
+  // A raw DEALER (optionally CURVE with the given keys) sends one echo
+  // request; true when anything at all comes back within `wait`.
+  bool RawDealerGetsReply(const std::function<void(zmq::socket_t&)>& setup,
+                          std::chrono::milliseconds wait) {
+    zmq::context_t ctx(1);
+    zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+    dealer.set(zmq::sockopt::linger, 0);
+    setup(dealer);
+    dealer.connect("tcp://" + endpoint_);
+    Message m = EchoRequest(4);
+    m.header.set_request_id(1);
+    m.header.set_sender("stranger");
+    const std::string header = m.header.SerializeAsString();
+    dealer.send(zmq::buffer(header), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    dealer.send(zmq::buffer(m.frames[0].data(), m.frames[0].size()), zmq::send_flags::dontwait);
+    zmq::pollitem_t item{dealer.handle(), 0, ZMQ_POLLIN, 0};
+    return zmq::poll(&item, 1, wait) > 0;
+  }
+
+  std::unique_ptr<RpcNode> server_;
+  std::string endpoint_;
+  std::atomic<int> served_{0};
+};
+
+TEST_F(CurveTest, JobClientsAreServedSmallAndLarge) {
+  ExpectJobClientServed(1);
+  ExpectJobClientServed(1 << 20);
+  EXPECT_EQ(served_.load(), 2);
+}
+
+TEST_F(CurveTest, PlainZeroMqClientIsRefusedAndServerKeepsServing) {
+  EXPECT_FALSE(RawDealerGetsReply([](zmq::socket_t&) {}, 1500ms));
+  EXPECT_EQ(served_.load(), 0);
+  ExpectJobClientServed(16);
+}
+
+TEST_F(CurveTest, ClientWithRandomKeyAndRightServerKeyIsRefusedByZap) {
+  // Knows the server's public key but holds its own keypair: only ZAP
+  // stands between it and the handlers.
+  char pub[41], sec[41];
+  ASSERT_EQ(zmq_curve_keypair(pub, sec), 0);
+  const std::string server_key = Auth(kSecret)->curve_server().public_key;
+  EXPECT_FALSE(RawDealerGetsReply(
+      [&](zmq::socket_t& s) {
+        s.set(zmq::sockopt::curve_serverkey, server_key);
+        s.set(zmq::sockopt::curve_publickey, std::string(pub));
+        s.set(zmq::sockopt::curve_secretkey, std::string(sec));
+      },
+      1500ms));
+  EXPECT_EQ(served_.load(), 0);
+  ExpectJobClientServed(16);
+}
+
+TEST_F(CurveTest, NodeOfAnotherJobOrWithoutAuthFailsAndServerKeepsServing) {
+  for (auto auth : {Auth(kOtherSecret), std::shared_ptr<const JobAuth>()}) {
+    auto stranger = RpcNode::Create(Options("stranger", auth)).value();
+    const int peer = stranger->Connect(endpoint_).value();
+    RpcOptions o;
+    o.timeout = 1500ms;
+    auto reply = stranger->CallSync(peer, EchoRequest(4), o);
+    ASSERT_FALSE(reply.ok());
+    EXPECT_TRUE(reply.status().IsUnavailable() || reply.status().IsTimeout())
+        << reply.status().ToString();
+  }
+  EXPECT_EQ(served_.load(), 0);
+  ExpectJobClientServed(16);
+}
+
+TEST_F(CurveTest, JobClientOfAnAuthOffServerFailsFast) {
+  auto plain = RpcNode::Create(Options("plain", nullptr)).value();
+  plain->RegisterSync(kEcho, [](const Message&, Message*) { return Status::OK(); });
+  const std::string plain_endpoint = plain->Listen("127.0.0.1:0").value();
+  auto client = RpcNode::Create(Options("job-client", Auth(kSecret))).value();
+  const int peer = client->Connect(plain_endpoint).value();
+  RpcOptions o;
+  o.timeout = 3s;
+  const auto start = std::chrono::steady_clock::now();
+  auto reply = client->CallSync(peer, EchoRequest(4), o);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_TRUE(reply.status().IsUnavailable()) << reply.status().ToString();
+  EXPECT_NE(reply.status().message().find("handshake"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2500ms);
+}
+
+// ---- KV store ----
+
+class KvAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<KvStoreServer>(
+        KvStoreServerOptions{.auth = Auth(kSecret), .auth_window = 5000ms});
+    ASSERT_TRUE(server_->Start().ok());
+  }
+  httplib::Client Raw() { return httplib::Client("127.0.0.1", server_->port()); }
+  std::unique_ptr<KvStoreServer> server_;
+};
+
+TEST_F(KvAuthTest, RawRequestsWithoutOrWithWrongCredentialGet401And403) {
+  auto raw = Raw();
+  auto none = raw.Get("/kv/job/key");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(raw.Get("/health")->status, 401);
+  EXPECT_EQ(raw.Put("/kv/job/key", "x", "application/octet-stream")->status, 401);
+
+  const std::string path = "/kv/job/key";
+  KvRequestSigner wrong(Auth(kOtherSecret));
+  auto bad = raw.Get(path, {{KvRequestSigner::kHeader, wrong.Sign("GET", path, "")}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 403);
+  EXPECT_EQ(raw.Get(path, {{KvRequestSigner::kHeader, "v1 garbage"}})->status, 403);
+
+  KvRequestSigner right(Auth(kSecret));
+  // Signed for another path, an old timestamp, or a tampered body: 403.
+  EXPECT_EQ(raw.Get(path, {{KvRequestSigner::kHeader, right.Sign("GET", "/kv/job/other", "")}})
+                ->status,
+            403);
+  EXPECT_EQ(raw.Get(path, {{KvRequestSigner::kHeader,
+                            right.SignAt("GET", path, "", 1000, std::string(32, 'a'))}})
+                ->status,
+            403);
+  EXPECT_EQ(raw.Put(path, {{KvRequestSigner::kHeader, right.Sign("PUT", path, "a")}}, "b",
+                    "application/octet-stream")
+                ->status,
+            403);
+
+  // Signed right: served (404: no such key yet), and the same header again
+  // is a replay: 403.
+  const std::string header = right.Sign("GET", path, "");
+  EXPECT_EQ(raw.Get(path, {{KvRequestSigner::kHeader, header}})->status, 404);
+  EXPECT_EQ(raw.Get(path, {{KvRequestSigner::kHeader, header}})->status, 403);
+  const std::string put = right.Sign("PUT", path, "v");
+  EXPECT_EQ(raw.Put(path, {{KvRequestSigner::kHeader, put}}, "v", "application/octet-stream")
+                ->status,
+            200);
+  EXPECT_EQ(raw.Get("/health", {{KvRequestSigner::kHeader, right.Sign("GET", "/health", "")}})
+                ->status,
+            200);
+}
+
+TEST_F(KvAuthTest, SignedClientWorksOthersGetFailedPrecondition) {
+  KvStoreClient job(server_->endpoint(), "job", {.auth = Auth(kSecret)});
+  ASSERT_TRUE(job.Set("a/b c", "value").ok());
+  EXPECT_EQ(job.Get("a/b c").value(), "value");
+  EXPECT_EQ(job.Add("n", 5).value(), 5);
+  EXPECT_EQ(job.List("a/").value(), std::vector<std::string>{"a/b c"});
+  EXPECT_EQ(job.WaitGet("a/b c", 1s).value(), "value");
+  EXPECT_TRUE(job.Delete("n").ok());
+
+  KvStoreClient unsigned_client(server_->endpoint(), "job");
+  auto none = unsigned_client.Get("a/b c");
+  ASSERT_EQ(none.status().code(), StatusCode::kFailedPrecondition) << none.status().ToString();
+  EXPECT_NE(none.status().message().find("job secret"), std::string::npos);
+  KvStoreClient other(server_->endpoint(), "job", {.auth = Auth(kOtherSecret)});
+  EXPECT_EQ(other.Set("a/b c", "forged").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(job.Get("a/b c").value(), "value");
+}
+
+TEST(KvNoAuthTest, ServerWithoutAuthServesUnsignedAndSignedClients) {
+  KvStoreServer server(KvStoreServerOptions{});
+  ASSERT_TRUE(server.Start().ok());
+  KvStoreClient plain(server.endpoint(), "job");
+  KvStoreClient signed_client(server.endpoint(), "job", {.auth = Auth(kSecret)});
+  ASSERT_TRUE(plain.Set("k", "1").ok());
+  EXPECT_EQ(signed_client.Get("k").value(), "1");
+}
+
+}  // namespace
+}  // namespace fleet
