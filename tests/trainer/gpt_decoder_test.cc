@@ -1,0 +1,153 @@
+// GptDecoder: the KV-cache decoder's logits after the prompt and after every
+// step equal GptModel::LastLogits over the whole prefix, on the oracle and
+// the CPU twin (serial and threaded), with a chunked prefill and several
+// sequences; and the errors a caller can cause, none of which changes the
+// decoder's state.
+#include "trainer/models/gpt_decoder.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tests/trainer/test_util.h"
+#include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/gpt_ref_kernels.h"
+#include "trainer/models/gpt.h"
+
+namespace fleet::trainer {
+namespace {
+
+using testing::AllClose;
+using testing::IsInvalidArgumentNaming;
+using testing::RandomVector;
+
+GptConfig TinyConfig() {
+  GptConfig c;
+  c.vocab_size = 37;
+  c.max_position_embeddings = 24;
+  c.hidden_size = 16;
+  c.num_attention_heads = 2;
+  c.num_layers = 2;
+  return c;
+}
+
+// A model whose parameters are large enough that attention is far from
+// uniform and the logits spread over several units.
+struct Model {
+  Model(const GptConfig& config, int pool_threads) {
+    if (pool_threads < 0) {
+      kernels = std::make_unique<RefGptKernels>();
+    } else {
+      if (pool_threads > 0) pool = std::make_unique<ThreadPool>(pool_threads);
+      kernels = std::make_unique<CpuGptKernels>(pool.get());
+    }
+    model = std::move(GptModel::Create(config, &backend, kernels.get()).value());
+    const auto params = RandomVector(model->arena().size(), 77, -0.4f, 0.4f);
+    CHECK(model->arena().ParamsFromHost(params).ok());
+  }
+  std::unique_ptr<ThreadPool> pool;
+  CpuBackend backend;
+  std::unique_ptr<GptKernels> kernels;
+  std::unique_ptr<GptModel> model;
+};
+
+std::string TwinName(const ::testing::TestParamInfo<int>& info) {
+  return info.param < 0 ? "Reference" : "CpuPool" + std::to_string(info.param);
+}
+
+class GptDecoderTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GptDecoderTest, EveryStepEqualsTheWholePrefixsLastLogits) {
+  const GptConfig config = TinyConfig();
+  Model m(config, GetParam());
+  const int B = 3, V = config.vocab_size, maxT = config.max_position_embeddings;
+  auto decoder = GptDecoder::Create(m.model.get(), {.batch = B, .prefill_chunk = 2});
+  ASSERT_TRUE(decoder.ok()) << decoder.status().ToString();
+  GptDecoder& d = **decoder;
+
+  const std::vector<int32_t> prompt = {3, 36, 0, 17, 17};  // 3 chunks of 2, 2, 1
+  std::vector<std::vector<int32_t>> seqs(B, prompt);
+  auto logits = d.Prefill(prompt);
+  ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  int checked = 0;
+  for (;;) {
+    ASSERT_EQ(logits->size(), size_t(B) * V);
+    for (int b = 0; b < B; ++b) {
+      const int T = static_cast<int>(seqs[b].size());
+      auto want = m.model->LastLogits(seqs[b], 1, T);
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      const std::vector<float> got(logits->begin() + b * V, logits->begin() + (b + 1) * V);
+      ASSERT_TRUE(AllClose("sequence " + std::to_string(b) + " at " + std::to_string(T) + " tokens",
+                           got, *want, 2e-5, 2e-5));
+      ++checked;
+    }
+    if (d.position() == maxT) break;
+    // Different tokens per sequence, so a mixed-up cache row would show.
+    std::vector<int32_t> next(B);
+    for (int b = 0; b < B; ++b) {
+      next[b] = (d.position() * 7 + b * 11) % V;
+      seqs[b].push_back(next[b]);
+    }
+    logits = d.Step(next);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  }
+  EXPECT_EQ(checked, B * (maxT - static_cast<int>(prompt.size()) + 1));
+
+  // The context is full: an error naming the limit, nothing changed.
+  const std::vector<float> before(logits->begin(), logits->end());
+  auto over = d.Step(std::vector<int32_t>(B, 1));
+  EXPECT_TRUE(IsInvalidArgumentNaming(over.status(), "Model.max_position_embeddings"));
+  EXPECT_NE(over.status().message().find("24"), std::string::npos) << over.status().ToString();
+  EXPECT_EQ(d.position(), maxT);
+
+  // A new Prefill starts over: the same logits as the first time.
+  auto again = d.Prefill(prompt);
+  ASSERT_TRUE(again.ok());
+  auto want = m.model->LastLogits(prompt, 1, static_cast<int>(prompt.size()));
+  ASSERT_TRUE(want.ok());
+  EXPECT_TRUE(AllClose("prefill again", std::vector<float>(again->begin(), again->begin() + V),
+                       *want, 2e-5, 2e-5));
+  EXPECT_EQ(d.position(), static_cast<int>(prompt.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Twins, GptDecoderTest, ::testing::Values(-1, 0, 2), TwinName);
+
+TEST(GptDecoderErrors, BadCallsAreErrorsThatChangeNothing) {
+  const GptConfig config = TinyConfig();
+  Model m(config, 0);
+  const int maxT = config.max_position_embeddings;
+  EXPECT_TRUE(GptDecoder::Create(m.model.get(), {.batch = 0}).status().IsInvalidArgument());
+  EXPECT_TRUE(GptDecoder::Create(m.model.get(), {.batch = 1, .prefill_chunk = 0})
+                  .status()
+                  .IsInvalidArgument());
+  auto d = std::move(GptDecoder::Create(m.model.get(), {.batch = 2}).value());
+
+  EXPECT_TRUE(d->Step(std::vector<int32_t>{1, 2}).status().code() ==
+              StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(d->Prefill({}).status().IsInvalidArgument());
+  auto too_long = d->Prefill(std::vector<int32_t>(maxT + 1, 5));
+  EXPECT_TRUE(IsInvalidArgumentNaming(too_long.status(), "Model.max_position_embeddings"));
+  EXPECT_NE(too_long.status().message().find("25 tokens"), std::string::npos);
+  EXPECT_TRUE(IsInvalidArgumentNaming(d->Prefill(std::vector<int32_t>{1, 37}).status(),
+                                      "Model.vocab_size"));
+  EXPECT_EQ(d->position(), 0);
+
+  // A prompt of exactly the context fits; no step is left.
+  ASSERT_TRUE(d->Prefill(std::vector<int32_t>(maxT, 5)).ok());
+  EXPECT_EQ(d->position(), maxT);
+  EXPECT_TRUE(IsInvalidArgumentNaming(d->Step(std::vector<int32_t>{1, 2}).status(),
+                                      "Model.max_position_embeddings"));
+
+  ASSERT_TRUE(d->Prefill(std::vector<int32_t>{4}).ok());
+  EXPECT_TRUE(d->Step(std::vector<int32_t>{1}).status().IsInvalidArgument());  // one per sequence
+  EXPECT_TRUE(
+      IsInvalidArgumentNaming(d->Step(std::vector<int32_t>{1, -1}).status(), "Model.vocab_size"));
+  EXPECT_EQ(d->position(), 1);
+  EXPECT_TRUE(d->Step(std::vector<int32_t>{1, 2}).ok());
+  EXPECT_EQ(d->position(), 2);
+}
+
+}  // namespace
+}  // namespace fleet::trainer

@@ -1,0 +1,171 @@
+#include "trainer/models/gpt_sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fleet::trainer {
+namespace {
+
+Status NoFiniteLogit() {
+  return Status::FailedPrecondition(
+      "no finite logit to choose from (do the model's parameters hold NaN or inf?)");
+}
+
+// A uniform double in [0, 1) from the generator's raw output: 53 bits, the
+// same on every standard library.
+double Uniform(std::mt19937_64* rng) { return static_cast<double>((*rng)() >> 11) * 0x1.0p-53; }
+
+}  // namespace
+
+Result<int32_t> GreedySampler::Sample(std::span<const float> logits,
+                                      std::mt19937_64* /*rng*/) const {
+  int32_t best = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) {
+      best = static_cast<int32_t>(i);
+    }
+  }
+  if (best < 0) return NoFiniteLogit();
+  return best;
+}
+
+Result<std::unique_ptr<RandomSampler>> RandomSampler::Create(const RandomSamplerOptions& options) {
+  if (!(options.temperature > 0.0) || !std::isfinite(options.temperature)) {
+    return Status::InvalidArgument(
+        "temperature must be > 0, got " + std::to_string(options.temperature),
+        "Generation.temperature");
+  }
+  if (options.top_k < 0) {
+    return Status::InvalidArgument("top_k must be >= 0, got " + std::to_string(options.top_k),
+                                   "Generation.top_k");
+  }
+  if (!(options.top_p > 0.0 && options.top_p <= 1.0)) {
+    return Status::InvalidArgument("top_p must be in (0, 1], got " + std::to_string(options.top_p),
+                                   "Generation.top_p");
+  }
+  return std::unique_ptr<RandomSampler>(new RandomSampler(options));
+}
+
+std::vector<RandomSampler::Candidate> RandomSampler::Distribution(
+    std::span<const float> logits) const {
+  // Scaled logits first (in `prob`), turned into probabilities below.
+  std::vector<Candidate> c;
+  c.reserve(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isfinite(logits[i])) {
+      c.push_back({static_cast<int32_t>(i), double{logits[i]} / options_.temperature});
+    }
+  }
+  if (c.empty()) return c;
+  const auto more_likely = [](const Candidate& a, const Candidate& b) {
+    return a.prob > b.prob || (a.prob == b.prob && a.id < b.id);
+  };
+  if (options_.top_k > 0 && static_cast<size_t>(options_.top_k) < c.size()) {
+    std::partial_sort(c.begin(), c.begin() + options_.top_k, c.end(), more_likely);
+    c.resize(static_cast<size_t>(options_.top_k));
+  } else {
+    std::sort(c.begin(), c.end(), more_likely);
+  }
+  const double top = c.front().prob;
+  double sum = 0.0;
+  for (Candidate& x : c) {
+    x.prob = std::exp(x.prob - top);
+    sum += x.prob;
+  }
+  for (Candidate& x : c) x.prob /= sum;
+  if (options_.top_p < 1.0) {
+    double cum = 0.0;
+    size_t keep = c.size();
+    for (size_t i = 0; i < c.size(); ++i) {
+      cum += c[i].prob;
+      if (cum >= options_.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+    c.resize(keep);
+    for (Candidate& x : c) x.prob /= cum;
+  }
+  return c;
+}
+
+Result<int32_t> RandomSampler::Sample(std::span<const float> logits, std::mt19937_64* rng) const {
+  const std::vector<Candidate> c = Distribution(logits);
+  if (c.empty()) return NoFiniteLogit();
+  const double u = Uniform(rng);
+  double cum = 0.0;
+  for (const Candidate& x : c) {
+    cum += x.prob;
+    if (u < cum) return x.id;
+  }
+  // u landed in the rounding gap below 1: the last candidate with mass.
+  for (auto it = c.rbegin(); it != c.rend(); ++it)
+    if (it->prob > 0.0) return it->id;
+  return c.front().id;
+}
+
+Result<std::unique_ptr<TokenSampler>> CreateTokenSampler(const std::string& decode_strategy,
+                                                         const RandomSamplerOptions& options) {
+  if (decode_strategy == "greedy_search") return std::unique_ptr<TokenSampler>(new GreedySampler);
+  if (decode_strategy == "sampling") {
+    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<RandomSampler> s, RandomSampler::Create(options));
+    return std::unique_ptr<TokenSampler>(std::move(s));
+  }
+  return Status::InvalidArgument(
+      "unknown decode strategy \"" + decode_strategy + "\" (sampling or greedy_search)",
+      "Generation.decode_strategy");
+}
+
+Result<GeneratedTokens> GenerateTokens(GptDecoder* decoder, const TokenSampler& sampler,
+                                       std::mt19937_64* rng, std::span<const int32_t> prompt,
+                                       const GenerateOptions& options) {
+  if (options.min_dec_len < 0) {
+    return Status::InvalidArgument(
+        "min_dec_len must be >= 0, got " + std::to_string(options.min_dec_len),
+        "Generation.min_dec_len");
+  }
+  if (options.max_dec_len < 1) {
+    return Status::InvalidArgument(
+        "max_dec_len must be >= 1, got " + std::to_string(options.max_dec_len),
+        "Generation.max_dec_len");
+  }
+  FLEET_ASSIGN_OR_RETURN(std::span<const float> logits, decoder->Prefill(prompt));
+  const size_t B = decoder->batch(), V = logits.size() / B;
+  const bool has_eot = options.eot_id >= 0 && static_cast<size_t>(options.eot_id) < V;
+  GeneratedTokens out;
+  out.sequences.resize(B);
+  std::vector<char> done(B, 0);
+  // The token each sequence is fed next; a finished sequence keeps feeding
+  // its last one (any valid id: its logits are no longer read).
+  std::vector<int32_t> next(B, 0);
+  std::vector<float> masked;
+  for (int64_t step = 0;; ++step) {
+    for (size_t b = 0; b < B; ++b) {
+      if (done[b]) continue;
+      std::span<const float> row = logits.subspan(b * V, V);
+      if (has_eot && step < options.min_dec_len) {
+        masked.assign(row.begin(), row.end());
+        masked[options.eot_id] = -std::numeric_limits<float>::infinity();
+        row = masked;
+      }
+      FLEET_ASSIGN_OR_RETURN(int32_t token, sampler.Sample(row, rng));
+      if (has_eot && token == options.eot_id) {
+        done[b] = 1;
+        continue;
+      }
+      out.sequences[b].push_back(token);
+      next[b] = token;
+      if (static_cast<int64_t>(out.sequences[b].size()) >= options.max_dec_len) done[b] = 1;
+    }
+    if (std::all_of(done.begin(), done.end(), [](char d) { return d != 0; })) break;
+    if (decoder->position() >= decoder->max_positions()) {
+      out.context_full = true;
+      break;
+    }
+    FLEET_ASSIGN_OR_RETURN(logits, decoder->Step(next));
+  }
+  return out;
+}
+
+}  // namespace fleet::trainer
