@@ -254,6 +254,21 @@ TEST(GenerateTokens, HonoursMinAndMaxDecLenAndEndOfText) {
   EXPECT_EQ(r.sequences[0].size(), 11u);
   EXPECT_TRUE(r.context_full);
 
+  // Ids at or beyond vocab_limit are never drawn (ids 6..10 here, the
+  // argmax 5 being masked as end-of-text while min_dec_len lasts).
+  for (const TokenSampler* s : {static_cast<const TokenSampler*>(&greedy),
+                                static_cast<const TokenSampler*>(sampling.get())}) {
+    std::mt19937_64 rng(5);
+    auto limited = GenerateTokens(
+        d.get(), *s, &rng, prompt,
+        {.min_dec_len = 8, .max_dec_len = 8, .eot_id = EotModel::kEot, .vocab_limit = 6});
+    ASSERT_TRUE(limited.ok()) << limited.status().ToString();
+    for (const auto& seq : limited->sequences) {
+      EXPECT_EQ(seq.size(), 8u);
+      for (int32_t t : seq) EXPECT_LT(t, EotModel::kEot);
+    }
+  }
+
   std::mt19937_64 rng(1);
   EXPECT_TRUE(testing::IsInvalidArgumentNaming(
       GenerateTokens(d.get(), greedy, &rng, prompt, {.max_dec_len = 0}).status(),

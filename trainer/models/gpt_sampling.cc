@@ -133,6 +133,12 @@ Result<GeneratedTokens> GenerateTokens(GptDecoder* decoder, const TokenSampler& 
   FLEET_ASSIGN_OR_RETURN(std::span<const float> logits, decoder->Prefill(prompt));
   const size_t B = decoder->batch(), V = logits.size() / B;
   const bool has_eot = options.eot_id >= 0 && static_cast<size_t>(options.eot_id) < V;
+  const size_t limit =
+      options.vocab_limit > 0 ? std::min(V, static_cast<size_t>(options.vocab_limit)) : V;
+  if (limit < 2 && has_eot) {
+    return Status::InvalidArgument("vocab_limit " + std::to_string(options.vocab_limit) +
+                                   " leaves no token to generate");
+  }
   GeneratedTokens out;
   out.sequences.resize(B);
   std::vector<char> done(B, 0);
@@ -144,9 +150,12 @@ Result<GeneratedTokens> GenerateTokens(GptDecoder* decoder, const TokenSampler& 
     for (size_t b = 0; b < B; ++b) {
       if (done[b]) continue;
       std::span<const float> row = logits.subspan(b * V, V);
-      if (has_eot && step < options.min_dec_len) {
+      const bool mask_eot = has_eot && step < options.min_dec_len;
+      if (mask_eot || limit < V) {
+        constexpr float kNever = -std::numeric_limits<float>::infinity();
         masked.assign(row.begin(), row.end());
-        masked[options.eot_id] = -std::numeric_limits<float>::infinity();
+        std::fill(masked.begin() + limit, masked.end(), kNever);
+        if (mask_eot) masked[options.eot_id] = kNever;
         row = masked;
       }
       FLEET_ASSIGN_OR_RETURN(int32_t token, sampler.Sample(row, rng));

@@ -95,6 +95,10 @@ struct GenerateOptions {
   // The end-of-text id (Tokenizer::eot_id()); generation of a sequence stops
   // when it is drawn and it is not part of the output. -1: no end-of-text.
   int32_t eot_id = -1;
+  // Ids >= this are never drawn: a model's vocabulary may be padded beyond
+  // the tokenizer's (GPT-2's 50257 ids to 50304) and those ids decode to
+  // nothing. 0: every id of the model.
+  int64_t vocab_limit = 0;
 };
 
 struct GeneratedTokens {
@@ -109,7 +113,8 @@ struct GeneratedTokens {
 // Feeds `prompt` to every sequence of `decoder` and extends each by sampled
 // tokens until it draws end-of-text, has max_dec_len tokens, or the context
 // is full. Sequences are drawn in order 0..B-1 at each step from *rng.
-// Errors: InvalidArgument for options out of range or those of
+// Errors: InvalidArgument for options out of range (vocab_limit leaving no
+// id besides end-of-text included) or those of
 // GptDecoder::Prefill (empty prompt, longer than the context, bad id);
 // FailedPrecondition from the sampler.
 Result<GeneratedTokens> GenerateTokens(GptDecoder* decoder, const TokenSampler& sampler,
