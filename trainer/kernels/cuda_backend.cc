@@ -9,24 +9,11 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "trainer/kernels/cuda_check.h"
 #include "trainer/kernels/cuda_kernels.h"
 
 namespace fleet::trainer {
 namespace {
-
-// A failing CUDA call in the middle of a step leaves the device state
-// unknown; it is not input we could reject, so it stops the process with the
-// reason (as any broken internal invariant does).
-#define FLEET_CUDA_CHECK(expr)                                                    \
-  do {                                                                            \
-    cudaError_t _e = (expr);                                                      \
-    CHECK(_e == cudaSuccess) << #expr << ": " << cudaGetErrorString(_e);          \
-  } while (0)
-#define FLEET_CUBLAS_CHECK(expr)                                                  \
-  do {                                                                            \
-    cublasStatus_t _s = (expr);                                                   \
-    CHECK(_s == CUBLAS_STATUS_SUCCESS) << #expr << ": cuBLAS status " << int(_s); \
-  } while (0)
 
 // The kernels take the activation as an int (nvcc builds them as C++17,
 // without the host headers): kernels::Activation's values.
@@ -45,6 +32,7 @@ class CudaBackend final : public Backend {
   }
 
   Device device() const override { return Device{Device::Kind::kCuda, index_}; }
+  cudaStream_t stream() const { return stream_; }
 
   std::shared_ptr<float> AllocateFloats(size_t n) override {
     return std::static_pointer_cast<float>(AllocateBytes(n * sizeof(float)));
@@ -182,6 +170,11 @@ int CudaDeviceCountImpl() {
     return 0;
   }
   return count;
+}
+
+cudaStream_t CudaBackendStream(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->stream() : nullptr;
 }
 
 Result<std::unique_ptr<Backend>> CreateCudaBackend(int index) {

@@ -5,6 +5,8 @@
 
 #include <memory>
 
+#include <cuda_runtime.h>
+
 #include "comm/status.h"
 #include "trainer/backend.h"
 
@@ -16,5 +18,11 @@ int CudaDeviceCountImpl();
 // A backend on CUDA device `index` with its own stream and cuBLAS handle.
 // Unavailable when the device does not exist or CUDA cannot start on it.
 Result<std::unique_ptr<Backend>> CreateCudaBackend(int index);
+
+// The stream every operation of `backend` runs on, so that other CUDA code
+// driving the same buffers (CudaGptKernels) orders itself with the backend's
+// copies and fills by using it too; null when `backend` was not made by
+// CreateCudaBackend. The stream lives as long as the backend.
+cudaStream_t CudaBackendStream(const Backend& backend);
 
 }  // namespace fleet::trainer

@@ -1,0 +1,138 @@
+// CudaGptKernels: the CUDA twin of GptKernels (gpt_kernels.h). Built only
+// when FLEET_CUDA is ON; callers get it through CreateGptKernels
+// (gpt_kernels_factory.h) rather than by name.
+//
+// What runs where:
+//   * the matmuls: cuBLAS cublasGemmEx on float32 buffers, with the compute
+//     type of the precision (below) and float32 accumulation; bias adds and
+//     bias gradients are kernels (gpt_cuda_ops.cu);
+//   * attention: flash attention (gpt_cuda_ops.cu): tiles of 32 queries x 32
+//     keys in shared memory with an online softmax. What forward keeps for
+//     backward is the row log-sum-exps only, B * NH * T floats
+//     (AttentionSavedFloats); backward's scratch is another B * NH * T (the
+//     rows' dout . out). No T x T matrix exists in global memory. Decoding
+//     over a KV cache runs the same forward kernel on the caches. Head size
+//     at most cuda::gpt::kMaxHeadSize (256; GPT-2 and GPT-3 use 64 to 128).
+//     Backward stages 4 tiles of 32 x (hs + 1) elements: 66 KiB in float32
+//     at hs 128, within every GPU since Ampere; float32 at hs above ~190
+//     needs more than the 99 KiB of sm_86/sm_89 (the launch fails, CHECK);
+//   * LayerNorm, GELU, embedding, cross-entropy, AdamW, SumOfSquares: plain
+//     kernels, one warp per row or one thread per element.
+//
+// Precision (fixed at construction; the interface stays float32 at its
+// boundary, parameters are float32 master weights):
+//   kFp32  GEMMs in float32 (CUBLAS_COMPUTE_32F, no TF32), float32 tiles.
+//          Within |got - want| <= 1e-4 + 1e-3 |want| of the CPU twin.
+//   kBf16  GEMMs with CUBLAS_COMPUTE_32F_FAST_16BF (inputs rounded to
+//          bfloat16 inside cuBLAS, float32 accumulation and output);
+//          attention tiles of q, k, v and dout in bfloat16 (float arithmetic).
+//   kFp16  the same with float16 (CUBLAS_COMPUTE_32F_FAST_16F, half tiles);
+//          pair it with DynamicLossScaler (trainer/loss_scaler.h): gradients
+//          beyond 65504 overflow to inf inside the GEMMs.
+//   Element-wise kernels, LayerNorm, cross-entropy and the optimizer compute
+//   in float32 in every precision. The tolerances of the reduced precisions
+//   per kernel are stated in tests/trainer/gpt_cuda_kernels_test.cc.
+//
+// Streams and synchronisation: every kernel and GEMM is enqueued on the
+// stream of the CUDA Backend the twin was made for (CudaBackendStream), so
+// they are ordered with that backend's copies and fills, which GptModel and
+// ParamArena use on the same buffers; a backend's CopyToHost therefore sees
+// every result. Calls return once enqueued, except SumOfSquares, which waits
+// for its result. A failing CUDA or cuBLAS call stops the process with the
+// call and the error (the device state is unknown afterwards; nothing here
+// comes from outside the program).
+//
+// Determinism: no atomics; every reduction is summed in an order fixed by
+// the shapes (see gpt_cuda_ops.cu), and cuBLAS on one stream gives the same
+// bits for the same inputs on the same GPU model. Recompute relies on it.
+//
+// Thread safety: one thread at a time (GptKernels' rule). Each call makes
+// the backend's device current on the calling thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "comm/status.h"
+#include "trainer/backend.h"
+#include "trainer/kernels/gpt_kernels.h"
+#include "trainer/models/gpt_plan.h"  // Precision
+
+namespace fleet::trainer {
+
+class CudaGptKernels final : public GptKernels {
+ public:
+  // A twin on `backend`'s device and stream. `backend` is not owned, must
+  // outlive the twin and must come from CreateCudaBackend (InvalidArgument
+  // otherwise). Unavailable when the device or cuBLAS cannot be set up.
+  static Result<std::unique_ptr<CudaGptKernels>> Create(Backend* backend, Precision precision);
+  ~CudaGptKernels() override;
+
+  CudaGptKernels(const CudaGptKernels&) = delete;
+  CudaGptKernels& operator=(const CudaGptKernels&) = delete;
+
+  Precision precision() const { return precision_; }
+
+  Device device() const override { return device_; }
+  std::string_view name() const override { return "cuda"; }
+
+  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                      int T, int C) override;
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                       int T, int C) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override;
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                         const float* inp, const float* weight, const float* mean,
+                         const float* rstd, int N, int C) override;
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                     int IC, int OC, bool accumulate) override;
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                      const float* inp, const float* weight, int N, int IC, int OC) override;
+  // Saved: the row log-sum-exps [B, NH, T]. Scratch: [B, NH, T].
+  // REQUIRES (CHECK): C / NH <= cuda::gpt::kMaxHeadSize (256).
+  size_t AttentionSavedFloats(int B, int T, int NH) const override;
+  void AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
+                        int NH) override;
+  size_t AttentionScratchFloats(int B, int T, int NH) const override;
+  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                         const float* out, const float* saved, int B, int T, int C,
+                         int NH) override;
+  // Flash attention of the new queries over the caches (the forward kernel
+  // reading keys and values from the caches); `scratch` is not used.
+  void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
+                              const float* qkv, int B, int T, int past, int maxT, int C,
+                              int NH) override;
+  void GeluForward(float* out, const float* inp, size_t n) override;
+  void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                           float dloss, bool write_dlogits) override;
+  // Blocks until the sum is on the host.
+  double SumOfSquares(const float* x, size_t n) override;
+  void AdamWUpdate(float* p, const float* g, float* m, float* v, size_t n,
+                   const AdamWStep& step) override;
+
+ private:
+  CudaGptKernels(Device device, Precision precision, cudaStream_t stream, cublasHandle_t handle,
+                 double* partials);
+  // Makes the device current on the calling thread.
+  void Enter() const;
+  // Row-major C [M, N] = op(A) op(B) + beta C with float32 A, B, C and the
+  // precision's compute type (cuBLAS is column-major: the operands swap).
+  void Gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc);
+
+  // Fixed after construction.
+  const Device device_;
+  const Precision precision_;
+  const cudaStream_t stream_;       // the backend's; not owned
+  const cublasHandle_t handle_;     // owned, bound to stream_
+  double* const partials_;          // owned device buffer of SumOfSquares' block sums
+};
+
+}  // namespace fleet::trainer

@@ -1,0 +1,95 @@
+// Launchers of the CUDA kernels behind CudaGptKernels (gpt_cuda_kernels.h),
+// everything of a GPT-2 step but the GEMMs (cuBLAS does those). Each launcher
+// has the shapes and add/overwrite semantics of the GptKernels method it
+// serves (gpt_kernels.h), takes device pointers, enqueues on `s` and returns
+// the launch error (cudaSuccess when there was nothing to do). Kept free of
+// C++20 so nvcc compiles it as C++17 (the interface headers are C++20).
+//
+// Determinism: no kernel uses atomics; every sum is taken in a fixed order
+// that depends only on the shapes, so the same inputs give the same bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace fleet::trainer::cuda::gpt {
+
+// What attention converts its tiles of q, k, v and dout to in shared memory
+// (arithmetic stays float32): float32, bfloat16 or float16.
+enum class TileType { kFloat, kBf16, kFp16 };
+
+// Attention tiles are kAttentionTile queries by kAttentionTile keys; one
+// lane of a warp per key (or query), so the tile is a warp wide.
+inline constexpr int kAttentionTile = 32;
+// Head sizes up to this are supported (each lane keeps hs / 32 output
+// dimensions in registers).
+inline constexpr int kMaxHeadSize = 256;
+
+// out[b, t, :] = wte[tokens[b, t], :] + wpe[t, :].
+//   out: [B, T, C], tokens: [B, T], wte: [V, C], wpe: [maxT, C]
+cudaError_t EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                           int B, int T, int C, cudaStream_t s);
+// dwte[tokens[i], :] += dout[i, :] (each dwte row summed by one block, its
+// positions in order); dwpe[t, :] += sum_b dout[b, t, :].
+//   dwte: [V, C], dwpe: [maxT, C], dout: [B, T, C], tokens: [B, T]
+cudaError_t EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                            int B, int T, int C, cudaStream_t s);
+
+// One warp per row.   out, inp: [N, C], mean, rstd: [N], weight, bias: [C]
+cudaError_t LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
+                             const float* weight, const float* bias, int N, int C, float eps,
+                             cudaStream_t s);
+// dinp += ... (one warp per row), then dweight/dbias += column sums.
+//   dinp, dout, inp: [N, C], dweight, dbias, weight: [C], mean, rstd: [N]
+cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                              const float* inp, const float* weight, const float* mean,
+                              const float* rstd, int N, int C, cudaStream_t s);
+
+// out[r, c] += bias[c].   out: [rows, cols], bias: [cols]
+cudaError_t AddBias(float* out, const float* bias, int rows, int cols, cudaStream_t s);
+// dbias[c] += sum_r dout[r, c], rows summed in a fixed order.
+//   dbias: [cols], dout: [rows, cols]
+cudaError_t BiasBackward(float* dbias, const float* dout, int rows, int cols, cudaStream_t s);
+
+// Flash attention forward: out and the row log-sum-exps lse [B, NH, T] of
+// the scaled scores. qkv: [B, T, 3C], out: [B, T, C].
+// REQUIRES: C % NH == 0, C / NH <= kMaxHeadSize.
+cudaError_t AttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                             TileType tile, cudaStream_t s);
+// Flash attention backward: dqkv += gradient. scratch: [B, NH, T] (the row
+// dot products dout . out), overwritten. dout, out: [B, T, C].
+cudaError_t AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                              const float* out, const float* lse, int B, int T, int C, int NH,
+                              TileType tile, cudaStream_t s);
+
+// Appends the new keys and values to the caches, then flash attention of
+// the T new queries (positions past .. past + T - 1) over cached rows
+// [0, past + T) (GptKernels::AttentionDecodeForward; no scratch).
+//   out: [B, T, C], k_cache, v_cache: [B, maxT, C], qkv: [B, T, 3C]
+cudaError_t AttentionDecodeForward(float* out, float* k_cache, float* v_cache, const float* qkv,
+                                   int B, int T, int past, int maxT, int C, int NH, TileType tile,
+                                   cudaStream_t s);
+
+// GELU (tanh): out = gelu(inp); dinp = dout * gelu'(inp) (overwrites; may be dout).
+cudaError_t GeluForward(float* out, const float* inp, size_t n, cudaStream_t s);
+cudaError_t GeluBackward(float* dinp, const float* inp, const float* dout, size_t n,
+                         cudaStream_t s);
+
+// The fused softmax + cross-entropy of GptKernels::CrossEntropyForward, one
+// block per row.   losses: [N], logits: [N, V], targets: [N] in [-1, V)
+cudaError_t CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N,
+                                int V, float dloss, bool write_dlogits, cudaStream_t s);
+
+// Sum of squares in two passes: `partials` (kSumOfSquaresBlocks doubles) gets
+// one sum per block, then partials[0] the total, summed in block order.
+inline constexpr int kSumOfSquaresBlocks = 1024;
+cudaError_t SumOfSquares(double* partials, const float* x, size_t n, cudaStream_t s);
+
+// AdamW (gpt_kernels.h's AdamWStep, fields passed one by one).   p, g, m, v: [n]
+cudaError_t AdamWUpdate(float* p, const float* g, float* m, float* v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, float bc1,
+                        float bc2, float grad_scale, cudaStream_t s);
+
+}  // namespace fleet::trainer::cuda::gpt
