@@ -84,9 +84,10 @@ Status MlpClassifierTask::LoadBatch(std::span<const int64_t> ids) {
   return Status::OK();
 }
 
-Result<float> MlpClassifierTask::ForwardBackward(const GradReadyFn& grad_ready) {
+Result<float> MlpClassifierTask::ForwardBackward(const GradReadyFn& grad_ready,
+                                                 float grad_scale) {
   FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(batch_x_, batch_labels_));
-  model_->Backward(grad_ready);
+  model_->Backward(grad_ready, grad_scale);
   return loss;
 }
 

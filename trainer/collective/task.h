@@ -7,15 +7,15 @@
 //
 // A step, as the loop drives it on every rank:
 //
-//   task.arena().ZeroGrad();
-//   task.LoadBatch(ids);                        // this rank's samples of the step
-//   loss = task.ForwardBackward(grad_ready);    // adds gradients, reports finished tensors
-//   ... all-reduce (mean over ranks), optimizer step ...
+//   zero the gradients
+//   for each of the step's k micro-batches:
+//     task.LoadBatch(ids);                              // this rank's samples of it
+//     loss = task.ForwardBackward(grad_ready, 1 / k);   // adds gradients, reports finished tensors
+//   ... reduction over ranks, optimizer step (trainer/collective/updater.h) ...
 //
 // LoadBatch and ForwardBackward are separate so the loop can time reading
 // apart from computing, and so that a step can be several micro-batches
-// (LoadBatch + ForwardBackward each; gradients accumulate because
-// ForwardBackward adds to them).
+// (gradients accumulate because ForwardBackward adds to them).
 //
 // Ownership: the task owns its model and data; the loop borrows the task for
 // one run. Thread safety: one thread drives a task (ranks that run as
@@ -55,11 +55,11 @@ class CollectiveTask {
   // reading the data, naming the sample.
   virtual Status LoadBatch(std::span<const int64_t> ids) = 0;
 
-  // Forward and backward on the loaded batch: ADDS the gradient of the
-  // batch's mean loss to arena().grads(), calling grad_ready (may be empty)
-  // as tensors become final, and returns that mean loss. Errors:
-  // InvalidArgument from the model (bad input values).
-  virtual Result<float> ForwardBackward(const GradReadyFn& grad_ready) = 0;
+  // Forward and backward on the loaded batch: ADDS grad_scale times the
+  // gradient of the batch's mean loss to arena().grads(), calling grad_ready
+  // (may be empty) as tensors become final, and returns that mean loss
+  // (unscaled). Errors: InvalidArgument from the model (bad input values).
+  virtual Result<float> ForwardBackward(const GradReadyFn& grad_ready, float grad_scale) = 0;
 
   // Evaluation with the current parameters over this rank's part of the
   // held-out data (ranks split it among themselves by `rank` of

@@ -16,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "trainer/checkpoint.h"
 #include "trainer/data/file_io.h"
 
 namespace fleet::trainer::collective {
@@ -103,22 +102,21 @@ class Loop {
         collective_(collective),
         progress_(progress),
         rank_(collective ? collective->rank() : 0),
-        world_(collective ? collective->size() : 1),
-        checkpoint_file_(task.name() + ".ckpt") {}
+        world_(collective ? collective->size() : 1) {}
 
   Result<TrainReport> Run();
 
  private:
   Status Validate() const;
   Status Setup();
-  // Rank 0 loads the checkpoint if there is one; every rank then learns
-  // whether that worked and takes rank 0's model.
+  // Rank 0 checks the data position of a checkpoint the updater will load;
+  // then the updater resumes (or syncs every rank to rank 0's model).
   Status ResumeAndSync();
   Status Save(int64_t step);
   Result<float> TrainStep(int64_t step);
-  // The mean of the ranks' gradients, then the optimizer's step.
-  Status Update();
   Result<double> Evaluate();
+  // Evaluates, prints the line and records it in the report.
+  Status EvaluateAndReport(int64_t epoch, int64_t step, TrainReport* report);
   void Print(const std::string& line) {
     if (progress_ != nullptr) *progress_ << line << std::endl;
   }
@@ -129,11 +127,11 @@ class Loop {
   std::ostream* const progress_;
   const int rank_;
   const int world_;
-  const std::string checkpoint_file_;
 
   DataLayout layout_;
-  std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<DataParallel> dp_;
+  std::unique_ptr<GradientUpdater> updater_;
+  // LoadBatch time since the last progress line.
+  double reader_seconds_ = 0;
 
   // The order of the epoch in use, and which epoch it is.
   int64_t order_epoch_ = -1;
@@ -146,9 +144,15 @@ Status Loop::Validate() const {
   if (o.batch_size < 1) {
     return Status::InvalidArgument("batch_size must be >= 1", absl::StrCat(o.batch_size));
   }
-  if (o.max_steps < 0 || o.log_every_steps < 0 || o.checkpoint_every_steps < 0) {
+  if (o.micro_batches < 1 || o.batch_size % o.micro_batches != 0) {
     return Status::InvalidArgument(
-        "max_steps, log_every_steps and checkpoint_every_steps must be >= 0");
+        "micro_batches must be >= 1 and divide batch_size",
+        absl::StrCat(o.micro_batches, " micro-batches, batch_size ", o.batch_size));
+  }
+  if (o.max_steps < 0 || o.log_every_steps < 0 || o.checkpoint_every_steps < 0 ||
+      o.eval_every_steps < 0) {
+    return Status::InvalidArgument(
+        "max_steps, log_every_steps, checkpoint_every_steps and eval_every_steps must be >= 0");
   }
   if (task_.num_train_samples() < static_cast<int64_t>(o.batch_size) * world_) {
     return Status::InvalidArgument(
@@ -163,51 +167,58 @@ Status Loop::Setup() {
   FLEET_RETURN_IF_ERROR(Validate());
   layout_ = DataLayout{task_.num_train_samples(),
                        static_cast<int64_t>(options_.batch_size) * world_, options_.shuffle_seed};
-  FLEET_ASSIGN_OR_RETURN(optimizer_, CreateOptimizer(options_.optimizer, &task_.arena()));
-  FLEET_ASSIGN_OR_RETURN(dp_,
-                         DataParallel::Create(collective_, &task_.arena(), options_.data_parallel));
+  if (options_.make_updater) {
+    FLEET_ASSIGN_OR_RETURN(updater_, options_.make_updater(&task_.arena(), collective_));
+  } else {
+    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
+                           CreateOptimizer(options_.optimizer, &task_.arena()));
+    FLEET_ASSIGN_OR_RETURN(updater_,
+                           ReplicatedUpdater::Create(collective_, &task_.arena(),
+                                                     std::move(optimizer), options_.data_parallel,
+                                                     task_.name()));
+  }
   return Status::OK();
 }
 
 Status Loop::ResumeAndSync() {
-  Status load;
-  if (rank_ == 0 && !options_.checkpoint_dir.empty()) {
-    const std::filesystem::path dir(options_.checkpoint_dir);
-    std::error_code ec;
-    if (std::filesystem::exists(dir / checkpoint_file_, ec)) {
-      load = CheckPosition((dir / kPositionFile).string(), layout_);
-      if (load.ok()) {
-        load = LoadCheckpoint((dir / checkpoint_file_).string(), &task_.arena(), optimizer_.get());
-      }
-      if (load.ok()) {
-        LOG(INFO) << "resumed from " << (dir / checkpoint_file_).string() << " at step "
-                  << optimizer_->step();
-      }
-    }
+  const std::filesystem::path dir(options_.resume_dir.empty() ? options_.checkpoint_dir
+                                                               : options_.resume_dir);
+  Status position;
+  if (rank_ == 0 && updater_->HasCheckpoint(dir)) {
+    position = CheckPosition((dir / kPositionFile).string(), layout_);
   }
-  // Every rank learns whether rank 0 could load, so none waits for a
-  // broadcast that will never come.
-  float failed = load.ok() ? 0.0f : 1.0f;
-  FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(std::span<float>(&failed, 1)));
-  if (!load.ok()) return load.WithContext("loading the checkpoint");
-  if (failed > 0) {
-    return Status::FailedPrecondition("rank 0 could not load the checkpoint (see its log)",
-                                      options_.checkpoint_dir);
-  }
-  return dp_->SyncFromRoot(optimizer_.get());
+  // Every rank learns whether rank 0 accepted it, so none waits for a
+  // checkpoint that will never be read.
+  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
+      [this](std::span<float> v) { return updater_->SumOverRanks(v); },
+      position.ok() ? position : position.WithContext("loading the checkpoint"),
+      "rank 0 could not load the checkpoint (its data position)"));
+  return updater_->Resume(dir);
 }
 
 Status Loop::Save(int64_t step) {
-  if (rank_ != 0 || options_.checkpoint_dir.empty()) return Status::OK();
+  if (options_.checkpoint_dir.empty()) return Status::OK();
   const std::filesystem::path dir(options_.checkpoint_dir);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IOError("cannot create the checkpoint directory: " + ec.message(), dir.string());
-  // Position first: a crash before the checkpoint's rename leaves the old
-  // checkpoint, which the unchanged layout still places (see the header).
-  FLEET_RETURN_IF_ERROR(
-      data::WriteFileAtomically((dir / kPositionFile).string(), PositionText(layout_, step)));
-  return SaveCheckpoint((dir / checkpoint_file_).string(), task_.arena(), *optimizer_);
+  Status prepared;
+  if (rank_ == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    // Position first: a crash before the checkpoint's rename leaves the old
+    // checkpoint, which the unchanged layout still places (see the header).
+    prepared = ec ? Status::IOError("cannot create the checkpoint directory: " + ec.message(),
+                                    dir.string())
+                  : data::WriteFileAtomically((dir / kPositionFile).string(),
+                                              PositionText(layout_, step));
+  }
+  if (world_ > 1) {
+    // The other ranks may write their own files into the directory next.
+    FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
+        [this](std::span<float> v) { return updater_->SumOverRanks(v); }, prepared,
+        "preparing the checkpoint directory on rank 0"));
+  } else {
+    FLEET_RETURN_IF_ERROR(prepared);
+  }
+  return updater_->Save(dir);
 }
 
 Result<float> Loop::TrainStep(int64_t step) {
@@ -218,24 +229,43 @@ Result<float> Loop::TrainStep(int64_t step) {
     order_epoch_ = epoch;
   }
   const int64_t B = options_.batch_size;
+  const int k = options_.micro_batches;
+  const int64_t micro = B / k;
   const int64_t first = (step % spe) * layout_.global_batch + rank_ * B;
-  FLEET_RETURN_IF_ERROR(task_.LoadBatch(std::span<const int64_t>(order_.data() + first, B)));
-  task_.arena().ZeroGrad();
-  FLEET_ASSIGN_OR_RETURN(float loss, task_.ForwardBackward(dp_->grad_ready()));
-  FLEET_RETURN_IF_ERROR(Update());
+  updater_->BeginStep();
+  float loss = 0.0f;
+  for (int m = 0; m < k; ++m) {
+    const auto t0 = Clock::now();
+    FLEET_RETURN_IF_ERROR(
+        task_.LoadBatch(std::span<const int64_t>(order_.data() + first + m * micro, micro)));
+    reader_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    FLEET_ASSIGN_OR_RETURN(float micro_loss,
+                           task_.ForwardBackward(updater_->grad_ready(m == k - 1), 1.0f / k));
+    loss += micro_loss / k;
+  }
+  const float lr =
+      options_.learning_rate_at ? options_.learning_rate_at(step) : updater_->learning_rate();
+  FLEET_RETURN_IF_ERROR(updater_->Step(lr));
   return loss;
-}
-
-Status Loop::Update() {
-  FLEET_RETURN_IF_ERROR(dp_->FinishGradients());
-  optimizer_->Step();
-  return Status::OK();
 }
 
 Result<double> Loop::Evaluate() {
   FLEET_ASSIGN_OR_RETURN(std::vector<float> sums, task_.EvalSums(rank_, world_));
-  FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(sums));
+  FLEET_RETURN_IF_ERROR(updater_->SumOverRanks(sums));
   return task_.EvalMetric(sums);
+}
+
+Status Loop::EvaluateAndReport(int64_t epoch, int64_t step, TrainReport* report) {
+  const auto t0 = Clock::now();
+  FLEET_ASSIGN_OR_RETURN(double metric, Evaluate());
+  EvalWindow window{epoch, step, metric,
+                    std::chrono::duration<double>(Clock::now() - t0).count()};
+  report->eval_metric.push_back(metric);
+  report->eval_steps.push_back(step);
+  Print(options_.eval_line ? options_.eval_line(window)
+                           : absl::StrFormat("epoch: %d, %s: %.4f", epoch,
+                                             task_.eval_metric_name(), metric));
+  return Status::OK();
 }
 
 Result<TrainReport> Loop::Run() {
@@ -247,7 +277,7 @@ Result<TrainReport> Loop::Run() {
   int64_t total = spe * options_.epochs;
   if (options_.max_steps > 0) total = std::min(total, options_.max_steps);
   report.steps_per_epoch = spe;
-  report.start_step = optimizer_->step();
+  report.start_step = updater_->step();
   report.step_losses.reserve(std::max<int64_t>(0, total - report.start_step));
   report.step_micros.reserve(report.step_losses.capacity());
 
@@ -262,12 +292,12 @@ Result<TrainReport> Loop::Run() {
     report.step_losses.push_back(loss);
     loss_sum += loss;
     ++loss_count;
-    const int64_t done = step + 1;  // == optimizer_->step()
+    const int64_t done = step + 1;  // == updater_->step()
     const int64_t epoch = step / spe;
 
     if (options_.log_every_steps > 0 && done % options_.log_every_steps == 0) {
       float sums[2] = {loss_sum, static_cast<float>(loss_count)};
-      FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(sums));
+      FLEET_RETURN_IF_ERROR(updater_->SumOverRanks(sums));
       ProgressWindow window;
       window.epoch = epoch;
       window.step = done;
@@ -275,26 +305,29 @@ Result<TrainReport> Loop::Run() {
       window.steps = loss_count;
       window.seconds = std::chrono::duration<double>(Clock::now() - window_start).count();
       window.global_batch = layout_.global_batch;
-      window.learning_rate = optimizer_->learning_rate();
+      window.learning_rate = updater_->learning_rate();
+      window.reader_seconds = reader_seconds_;
+      window.world_size = world_;
       Print(options_.progress_line(window));
       loss_sum = 0.0f;
       loss_count = 0;
+      reader_seconds_ = 0;
       window_start = Clock::now();
     }
     const bool epoch_end = done % spe == 0;
-    if (epoch_end && options_.evaluate) {
-      FLEET_ASSIGN_OR_RETURN(double metric, Evaluate());
-      report.eval_metric.push_back(metric);
-      Print(absl::StrFormat("epoch: %d, %s: %.4f", epoch, task_.eval_metric_name(), metric));
-    }
+    const bool eval_now =
+        (epoch_end && options_.evaluate) ||
+        (options_.eval_every_steps > 0 && done % options_.eval_every_steps == 0);
+    if (eval_now) FLEET_RETURN_IF_ERROR(EvaluateAndReport(epoch, done, &report));
     if (epoch_end || done == total ||
         (options_.checkpoint_every_steps > 0 && done % options_.checkpoint_every_steps == 0)) {
       FLEET_RETURN_IF_ERROR(Save(done));
     }
     if (options_.after_step) FLEET_RETURN_IF_ERROR(options_.after_step(done));
-    if (epoch_end) window_start = Clock::now();  // evaluation is not training speed
+    if (eval_now) window_start = Clock::now();  // evaluation is not training speed
   }
-  report.end_step = optimizer_->step();
+  report.end_step = updater_->step();
+  report.memory = updater_->memory();
   report.params = task_.arena().ParamsToHost();
   return report;
 }

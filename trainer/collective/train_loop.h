@@ -12,40 +12,44 @@
 // gradient) of one rank with batch W*B. The last N mod G samples of each
 // epoch are skipped.
 //
+// Micro-batches. With micro_batches k a rank's batch of a step is cut into
+// k consecutive pieces of batch_size / k samples; each is loaded and run
+// forward and backward with gradient scale 1/k, so the step's gradient is
+// that of the whole batch (gradient accumulation) while only a micro-batch's
+// activations are in memory.
+//
+// The update. What happens to the gradients and which optimizer state each
+// rank holds is the GradientUpdater's (updater.h): by default a
+// ReplicatedUpdater over options.optimizer (all-reduce, every rank the whole
+// state); options.make_updater plugs in another, e.g. AdamW with its state
+// sharded over the ranks (sharded_adamw.h). learning_rate_at, when set,
+// gives the learning rate of each step (a schedule).
+//
 // Data position and checkpoints. The position in the data is a function of
 // the global step alone (epoch = step / steps_per_epoch, batch = step mod
 // steps_per_epoch) once the data layout is fixed: number of training
-// samples, global batch and shuffle seed. Rank 0 saves into checkpoint_dir
-//   <task name>.ckpt  params + optimizer state + step (trainer/checkpoint.h)
+// samples, global batch and shuffle seed. The sample order is a pure function
+// of (shuffle_seed, epoch), so the step is all the random state there is to
+// restore. Into checkpoint_dir rank 0 writes
 //   data_position     the data layout and the position reached (text)
-// data_position is written (atomically) first, then the checkpoint; a crash
-// in between leaves the older checkpoint, whose step the unchanged layout
-// still places exactly. On start, rank 0 loads both when the checkpoint
-// exists, refuses a layout that differs from the run's (FailedPrecondition
-// naming the key), and every rank takes rank 0's params, optimizer state and
-// step (DataParallel::SyncFromRoot): a resumed run continues with exactly the
-// losses of an uninterrupted one. Only rank 0 needs to see checkpoint_dir.
+// first (atomically), then the updater its own files (ReplicatedUpdater:
+// rank 0's <task name>.ckpt, params + optimizer state + step, see
+// trainer/checkpoint.h); a crash in between leaves the older checkpoint,
+// whose step the unchanged layout still places exactly. On start, when the
+// updater finds its checkpoint, rank 0 refuses a data layout that differs
+// from the run's (FailedPrecondition naming the key), and the updater
+// restores params, optimizer state and step on every rank: a resumed run
+// continues with exactly the losses of an uninterrupted one. Which ranks
+// must see checkpoint_dir is the updater's to say (ReplicatedUpdater: rank 0
+// only).
 //
 // Output (to `progress`; lines of rank 0 are what fleetrun shows):
 //   every log_every_steps steps, options.progress_line of the window since
 //   the previous line (DefaultProgressLine:
 //     "epoch: E, step: S, train_loss: L, speed: X steps/s"),
-//   after each epoch when options.evaluate:
-//     "epoch: E, <eval_metric_name>: M"
+//   after each epoch when options.evaluate, and every eval_every_steps steps:
+//     options.eval_line (default "epoch: E, <eval_metric_name>: M")
 // E counts from 0, S is the global step, L the mean loss over all ranks.
-//
-// Where the loop is meant to grow (one place each in train_loop.cc, so that
-// models never copy it; none of these is built yet beyond what is said):
-//   * several micro-batches per step: TrainStep would call LoadBatch and
-//     ForwardBackward once per micro-batch (gradients add up), passing
-//     grad_ready only with the last, before the one all-reduce and update;
-//   * evaluation and saving on other schedules (e.g. every N steps): the
-//     conditions in Run's step loop;
-//   * another log line (e.g. FleetX's): options.progress_line, whose
-//     ProgressWindow already carries the global batch and the learning rate;
-//   * state beyond params + optimizer + step (e.g. RNG state): written
-//     beside data_position by Save, read back by ResumeAndSync;
-//   * a different all-reduce + update (e.g. a sharded optimizer): Update.
 //
 // Thread safety: RunTrainLoop may run on several threads at once (one per
 // rank, each with its own task, Collective and backend).
@@ -60,6 +64,7 @@
 #include "comm/collective.h"
 #include "comm/status.h"
 #include "trainer/collective/task.h"
+#include "trainer/collective/updater.h"
 #include "trainer/data_parallel.h"
 #include "trainer/optimizer.h"
 
@@ -74,6 +79,16 @@ struct ProgressWindow {
   double seconds = 0;        // wall time of the window (evaluation excluded)
   int64_t global_batch = 0;  // samples per step over all ranks
   float learning_rate = 0;   // the optimizer's at the last step
+  double reader_seconds = 0;  // of `seconds`, this rank's time in LoadBatch
+  int world_size = 1;
+};
+
+// An evaluation's result, for its line.
+struct EvalWindow {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  double metric = 0;
+  double seconds = 0;  // wall time of the evaluation
 };
 
 // "epoch: E, step: S, train_loss: L, speed: X steps/s" (L with 6 decimals,
@@ -87,6 +102,10 @@ struct TrainLoopOptions {
   // Larger batches run more samples/s but need more epochs or a larger
   // learning rate for the same accuracy.
   int batch_size = 64;
+  // Micro-batches per step (gradient accumulation, see the top): must
+  // divide batch_size. More of them hold fewer activations at once and cost
+  // more passes of small GEMMs.
+  int micro_batches = 1;
   // Seed of the per-epoch sample order (the same on every rank).
   uint64_t shuffle_seed = 1;
   // Stop once the global step reaches this; 0 = run every epoch.
@@ -95,17 +114,30 @@ struct TrainLoopOptions {
   int log_every_steps = 200;
   // Evaluate (task.EvalSums over all ranks) after each epoch.
   bool evaluate = true;
+  // Also evaluate every this many steps (0 = only after epochs).
+  int64_t eval_every_steps = 0;
   // Save/resume here (see the top of this file); empty = no checkpoints.
   std::string checkpoint_dir;
+  // Resume from this directory instead of checkpoint_dir (FleetX's
+  // Engine.save_load.ckpt_dir beside output_dir); empty = checkpoint_dir.
+  std::string resume_dir;
   // Also save every this many steps (0 = only at the end of each epoch and
   // of the run).
   int64_t checkpoint_every_steps = 0;
   // The optimizer over task.arena() (trainer/optimizer.h; default Adam, lr
-  // 1e-3).
+  // 1e-3), used by the default updater.
   OptimizerConfig optimizer;
   DataParallelOptions data_parallel;
+  // Makes the updater for the task's arena and this rank's group (may be
+  // null); empty: a ReplicatedUpdater over `optimizer` and data_parallel.
+  std::function<Result<std::unique_ptr<GradientUpdater>>(ParamArena*, Collective*)> make_updater;
+  // The learning rate of the step taken after `step` steps; empty: the
+  // updater's own, unchanged.
+  std::function<float(int64_t step)> learning_rate_at;
   // Formats each progress line; DefaultProgressLine unless replaced.
   std::function<std::string(const ProgressWindow&)> progress_line = DefaultProgressLine;
+  // Formats each evaluation line; empty: "epoch: E, <metric name>: M".
+  std::function<std::string(const EvalWindow&)> eval_line;
   // Called after every completed step with the global step reached; a
   // non-OK status ends the run with it. For tests and fault injection.
   std::function<Status(int64_t step)> after_step;
@@ -120,9 +152,12 @@ struct TrainReport {
   // Wall time of each of those steps (load, forward, backward, all-reduce,
   // update), microseconds.
   std::vector<double> step_micros;
-  // The task's evaluation metric over all ranks after each epoch completed
-  // in this run (MNIST: test accuracy).
+  // The task's evaluation metric over all ranks at each evaluation of this
+  // run (MNIST: test accuracy), and the global step it was taken at.
   std::vector<double> eval_metric;
+  std::vector<int64_t> eval_steps;
+  // What this rank's updater held for gradients and optimizer state.
+  UpdaterMemory memory;
   // The final parameters (identical on every rank), host copy.
   std::vector<float> params;
 };

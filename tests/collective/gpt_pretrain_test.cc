@@ -1,0 +1,303 @@
+// GPT pretraining through the collective loop (trainer/collective/
+// gpt_pretrain.h), ranks as threads over Gloo: 2-rank data parallel and
+// ZeRO stage 1 and 2 against one rank with the same global batch, exact
+// resume, a sharded checkpoint loaded with another degree, the memory each
+// stage holds, and the errors of bad configs and checkpoints.
+#include "trainer/collective/gpt_pretrain.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/comm/collective_test_util.h"
+#include "tests/trainer_data/test_util.h"
+#include "trainer/config/gpt_config.h"
+
+namespace fleet::trainer::collective {
+namespace {
+
+using config::GptJobConfig;
+using std::chrono::milliseconds;
+namespace fs = std::filesystem;
+
+// A fresh directory for one test's checkpoints.
+fs::path FreshDir(const std::string& name) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  fs::path dir = fs::path(::testing::TempDir()) /
+                 (std::string("gpt_pretrain_test.") + info->name() + "." + name + "." +
+                  std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// A 2-layer, 64-wide GPT on the fortunes (byte vocabulary, 32 tokens),
+// global batch 8 in micro-batches of 2: 20 steps take a second or two.
+GptJobConfig TinyJob(int world, const fs::path& output_dir, std::vector<std::string> extra = {}) {
+  const std::string cache = (fs::path(::testing::TempDir()) / "gpt_pretrain_test_tokens").string();
+  std::vector<std::string> overrides = {
+      "Model.num_layers=2",
+      "Model.hidden_size=64",
+      "Model.num_attention_heads=2",
+      "Model.ffn_hidden_size=256",
+      "Model.max_position_embeddings=32",
+      "Data.Train.dataset.max_seq_len=32",
+      "Data.Eval.dataset.max_seq_len=32",
+      "Data.Train.dataset.cache_dir=" + cache,
+      "Data.Eval.dataset.cache_dir=" + cache,
+      "Global.global_batch_size=8",
+      "Global.micro_batch_size=2",
+      "Engine.max_steps=20",
+      "Engine.logging_freq=5",
+      "Engine.eval_freq=10",
+      "Engine.eval_iters=2",
+      "Engine.save_load.output_dir=" + output_dir.string(),
+      "Engine.save_load.save_steps=10",
+      "Optimizer.lr.decay_steps=20",
+      "Optimizer.lr.max_lr=3.0e-3",
+  };
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  auto config = config::LoadGptJobConfig(
+      data::testing::SourcePath("configs/gpt/pretrain_gpt_tiny.yaml"), overrides, world);
+  if (!config.ok()) throw std::runtime_error(config.status().ToString());
+  return *std::move(config);
+}
+
+struct RankRun {
+  TrainReport report;
+  std::string log;
+};
+
+// Trains `config` on `world` ranks (threads; one process without a group
+// for 1) and returns each rank's report and log.
+std::vector<RankRun> Train(const GptJobConfig& config, int world) {
+  std::vector<RankRun> runs(world);
+  auto body = [&](int rank, Collective* group) {
+    std::ostringstream log;
+    auto report = RunGptPretrain(config, group, GptPretrainOptions{}, &log);
+    testing::ThrowIfError(report.status(), "rank " + std::to_string(rank));
+    runs[rank] = RankRun{*std::move(report), log.str()};
+  };
+  if (world == 1) {
+    body(0, nullptr);
+  } else {
+    testing::RunGlooRanks(world, milliseconds(30000),
+                          [&](int rank, Collective& group) { body(rank, &group); });
+  }
+  return runs;
+}
+
+// The loss of each step over all ranks: the mean of the ranks' losses (each
+// the mean over its samples; every rank has as many).
+std::vector<double> MeanLosses(const std::vector<RankRun>& runs) {
+  std::vector<double> mean(runs[0].report.step_losses.size(), 0.0);
+  for (const RankRun& run : runs) {
+    EXPECT_EQ(run.report.step_losses.size(), mean.size());
+    for (size_t i = 0; i < mean.size(); ++i) mean[i] += run.report.step_losses[i] / runs.size();
+  }
+  return mean;
+}
+
+void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rel,
+                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i])) << what << ", step " << i + 1;
+  }
+}
+
+// Parameters within 1e-5 + 1e-3 |want| (Adam turns the last-bit differences
+// of near-zero gradients into steps of up to lr, so nearly untrained
+// parameters get an absolute bound).
+void ExpectParamsClose(const std::vector<float>& got, const std::vector<float>& want,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t worst = 0;
+  double worst_excess = -1.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double excess =
+        std::abs(double{got[i]} - want[i]) - (1e-5 + 1e-3 * std::abs(double{want[i]}));
+    if (excess > worst_excess) {
+      worst_excess = excess;
+      worst = i;
+    }
+  }
+  EXPECT_LE(worst_excess, 0.0) << what << ": worst parameter " << worst << " " << got[worst]
+                               << " vs " << want[worst];
+}
+
+std::vector<double> AsDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+TEST(GptPretrainTest, TwoRanksDataParallelAndShardedMatchOneRank) {
+  const fs::path dir = FreshDir("ref");
+  std::vector<RankRun> one = Train(TinyJob(1, dir), 1);
+  const std::vector<double> want = AsDouble(one[0].report.step_losses);
+  ASSERT_EQ(want.size(), 20u);
+  EXPECT_LT(want.back(), want.front()) << "the tiny model should learn something in 20 steps";
+
+  const std::map<std::string, std::vector<std::string>> cases = {
+      {"data parallel", {}},
+      {"sharding stage 1", {"Distributed.sharding.sharding_degree=2",
+                            "Distributed.sharding.sharding_stage=1"}},
+      {"sharding stage 2", {"Distributed.sharding.sharding_degree=2",
+                            "Distributed.sharding.sharding_stage=2"}},
+      // Micro-batches of 4: one per step, no accumulation.
+      {"sharding stage 2, no accumulation",
+       {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2",
+        "Global.micro_batch_size=4"}},
+  };
+  for (const auto& [name, extra] : cases) {
+    SCOPED_TRACE(name);
+    std::vector<RankRun> two = Train(TinyJob(2, FreshDir("two"), extra), 2);
+    ExpectClose(MeanLosses(two), want, 1e-4, name);
+    ExpectParamsClose(two[0].report.params, one[0].report.params, name + ", rank 0");
+    EXPECT_EQ(two[0].report.params, two[1].report.params) << name << ": ranks differ";
+  }
+}
+
+TEST(GptPretrainTest, ShardingHoldsAShareOfTheState) {
+  std::vector<RankRun> dp = Train(TinyJob(2, FreshDir("dp")), 2);
+  std::vector<RankRun> s1 = Train(
+      TinyJob(2, FreshDir("s1"),
+              {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1"}),
+      2);
+  std::vector<RankRun> s2 = Train(
+      TinyJob(2, FreshDir("s2"),
+              {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2"}),
+      2);
+  const size_t full = dp[0].report.params.size() * sizeof(float);
+  EXPECT_EQ(dp[0].report.memory.optimizer_bytes, 2 * full);
+  EXPECT_EQ(dp[0].report.memory.gradient_bytes, full);
+  for (const auto* run : {&s1, &s2}) {
+    // Half of the moments, give or take a float per bucket of padding.
+    EXPECT_LE((*run)[0].report.memory.optimizer_bytes, full + 64 * sizeof(float));
+    EXPECT_GE((*run)[0].report.memory.optimizer_bytes, full);
+  }
+  // The stages differ in what they keep, not in what they compute.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(s1[r].report.step_losses, s2[r].report.step_losses) << "rank " << r;
+    EXPECT_EQ(s1[r].report.params, s2[r].report.params) << "rank " << r;
+  }
+  // Stage 1 keeps the full gradients (and the reduced shard); stage 2 only
+  // the shard.
+  EXPECT_GT(s1[0].report.memory.gradient_bytes, full);
+  EXPECT_LE(s2[0].report.memory.gradient_bytes, full / 2 + 32 * sizeof(float));
+}
+
+TEST(GptPretrainTest, ResumeReproducesTheUninterruptedRunExactly) {
+  const std::vector<std::string> sharded = {"Distributed.sharding.sharding_degree=2",
+                                            "Distributed.sharding.sharding_stage=2"};
+  std::vector<RankRun> whole = Train(TinyJob(2, FreshDir("whole"), sharded), 2);
+
+  const fs::path dir = FreshDir("cut");
+  std::vector<std::string> first = sharded;
+  first.push_back("Engine.max_steps=10");
+  Train(TinyJob(2, dir, first), 2);
+  EXPECT_TRUE(fs::exists(dir / "gpt.ckpt"));
+  EXPECT_TRUE(fs::exists(dir / "gpt.adamw.s10.0-of-2"));
+  EXPECT_TRUE(fs::exists(dir / "gpt.adamw.s10.1-of-2"));
+  EXPECT_TRUE(fs::exists(dir / "data_position"));
+
+  std::vector<RankRun> resumed = Train(TinyJob(2, dir, sharded), 2);
+  EXPECT_EQ(resumed[0].report.start_step, 10);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<float>& all = whole[r].report.step_losses;
+    EXPECT_EQ(resumed[r].report.step_losses, std::vector<float>(all.begin() + 10, all.end()))
+        << "rank " << r;
+    EXPECT_EQ(resumed[r].report.params, whole[r].report.params) << "rank " << r;
+  }
+  // The final save replaced step 10's state files with step 20's.
+  EXPECT_TRUE(fs::exists(dir / "gpt.adamw.s20.0-of-2"));
+  EXPECT_FALSE(fs::exists(dir / "gpt.adamw.s10.0-of-2"));
+}
+
+TEST(GptPretrainTest, ShardedCheckpointLoadsWithAnotherDegree) {
+  const std::vector<std::string> sharded = {"Distributed.sharding.sharding_degree=2",
+                                            "Distributed.sharding.sharding_stage=1"};
+  std::vector<RankRun> whole = Train(TinyJob(2, FreshDir("whole"), sharded), 2);
+  const std::vector<double> want = MeanLosses(whole);
+
+  // Degree 2 saves at step 10; one rank (degree 1) continues.
+  const fs::path dir = FreshDir("cut");
+  std::vector<std::string> first = sharded;
+  first.push_back("Engine.max_steps=10");
+  Train(TinyJob(2, dir, first), 2);
+  std::vector<RankRun> one = Train(TinyJob(1, dir), 1);
+  EXPECT_EQ(one[0].report.start_step, 10);
+  ExpectClose(AsDouble(one[0].report.step_losses),
+              std::vector<double>(want.begin() + 10, want.end()), 1e-4, "degree 2 -> 1");
+  ExpectParamsClose(one[0].report.params, whole[0].report.params, "degree 2 -> 1");
+
+  // And back: the degree-1 checkpoint (step 20) under degree 2 for 5 more.
+  std::vector<std::string> more = sharded;
+  more.push_back("Engine.max_steps=25");
+  more.push_back("Optimizer.lr.decay_steps=25");
+  std::vector<RankRun> again = Train(TinyJob(2, dir, more), 2);
+  EXPECT_EQ(again[0].report.start_step, 20);
+  EXPECT_EQ(again[0].report.step_losses.size(), 5u);
+}
+
+TEST(GptPretrainTest, LogLinesAreFleetXs) {
+  std::vector<RankRun> runs = Train(TinyJob(1, FreshDir("log")), 1);
+  const std::string& log = runs[0].log;
+  for (const char* field :
+       {"[train] epoch: 0, step: 5, loss: ", "avg_reader_cost: ", "avg_batch_cost: ",
+        "speed: ", "ips_total: ", "ips: ", "learning rate: ", "[eval] epoch: 0, step: 10, loss: ",
+        "ppl: ", "[eval] epoch: 0, step: 20, loss: "}) {
+    EXPECT_NE(log.find(field), std::string::npos) << "no '" << field << "' in\n" << log;
+  }
+  EXPECT_EQ(runs[0].report.eval_steps, (std::vector<int64_t>{10, 20}));
+  // The held-out loss falls with training (byte vocabulary: ln 257 = 5.55 at start).
+  EXPECT_LT(runs[0].report.eval_metric.back(), 5.0);
+}
+
+TEST(GptPretrainTest, CheckpointOfAnotherShapeIsRefusedAndKept) {
+  const fs::path dir = FreshDir("shape");
+  Train(TinyJob(1, dir, {"Engine.max_steps=2"}), 1);
+  const auto size_before = fs::file_size(dir / "gpt.ckpt");
+  const auto time_before = fs::last_write_time(dir / "gpt.ckpt");
+  auto report = RunGptPretrain(TinyJob(1, dir, {"Model.ffn_hidden_size=128"}), nullptr, {},
+                               nullptr);
+  ASSERT_FALSE(report.ok());
+  EXPECT_EQ(report.status().code(), StatusCode::kFailedPrecondition) << report.status().ToString();
+  EXPECT_NE(report.status().ToString().find("mlp.fc.weight"), std::string::npos)
+      << report.status().ToString();
+  EXPECT_EQ(fs::file_size(dir / "gpt.ckpt"), size_before);
+  EXPECT_EQ(fs::last_write_time(dir / "gpt.ckpt"), time_before);
+}
+
+TEST(GptPretrainTest, BadConfigsAreClearErrors) {
+  // The group has 1 rank, the config 2.
+  GptJobConfig two = TinyJob(2, FreshDir("bad"));
+  auto report = RunGptPretrain(two, nullptr, {}, nullptr);
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(report.status().IsInvalidArgument());
+  EXPECT_NE(report.status().ToString().find("2"), std::string::npos);
+
+  // A vocabulary too small for the tokenizer's ids is refused when the
+  // config loads, naming the key.
+  try {
+    TinyJob(1, FreshDir("vocab"), {"Model.vocab_size=200"});
+    ADD_FAILURE() << "a vocabulary of 200 for the byte tokenizer's 257 ids was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("Model.vocab_size"), std::string::npos) << e.what();
+  }
+
+  // A missing data file names it.
+  auto missing = RunGptPretrain(
+      TinyJob(1, FreshDir("missing"), {"Data.Train.dataset.input_files=/nonexistent/text.txt"}),
+      nullptr, {}, nullptr);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().ToString().find("/nonexistent/text.txt"), std::string::npos)
+      << missing.status().ToString();
+}
+
+}  // namespace
+}  // namespace fleet::trainer::collective

@@ -1,0 +1,111 @@
+#include "trainer/collective/gpt_pretrain.h"
+
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "comm/thread_pool.h"
+#include "trainer/adamw.h"
+#include "trainer/backend.h"
+#include "trainer/collective/gpt_task.h"
+#include "trainer/collective/sharded_adamw.h"
+#include "trainer/data/gpt_data.h"
+#include "trainer/kernels/gpt_cpu_kernels.h"
+
+namespace fleet::trainer::collective {
+
+std::string GptTrainLine(const ProgressWindow& w, int64_t tokens_per_sample) {
+  const double steps = static_cast<double>(std::max<int64_t>(w.steps, 1));
+  const double speed = w.seconds > 0 ? w.steps / w.seconds : 0.0;
+  const double ips_total = speed * static_cast<double>(w.global_batch * tokens_per_sample);
+  return absl::StrFormat(
+      "[train] epoch: %d, step: %d, loss: %.6f, avg_reader_cost: %.5f sec, avg_batch_cost: %.5f "
+      "sec, speed: %.2f step/s, ips_total: %.0f tokens/s, ips: %.0f tokens/s, learning rate: %.5e",
+      w.epoch, w.step, w.loss, w.reader_seconds / steps, w.seconds / steps, speed, ips_total,
+      ips_total / std::max(w.world_size, 1), w.learning_rate);
+}
+
+std::string GptEvalLine(const EvalWindow& w) {
+  return absl::StrFormat("[eval] epoch: %d, step: %d, loss: %.6f, ppl: %.4f, eval_cost: %.2f sec",
+                         w.epoch, w.step, w.metric, std::exp(w.metric), w.seconds);
+}
+
+Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
+                                   const GptPretrainOptions& options, std::ostream* progress) {
+  const int world = collective ? collective->size() : 1;
+  if (config.data_world_size() != world) {
+    return Status::InvalidArgument(
+        absl::StrCat("the config's dp_degree x sharding_degree is ", config.data_world_size(),
+                     " but the job has ", world, " ranks"),
+        "Distributed.dp_degree");
+  }
+  if (config.global.device != config::Device::kCpu) {
+    return Status::Unavailable(
+        "Global.device gpu: the GPT CUDA kernels are not wired into pretraining in this build; "
+        "set -o Global.device=cpu",
+        "Global.device");
+  }
+  if (options.cpu_threads < 1) {
+    return Status::InvalidArgument("cpu_threads must be >= 1", absl::StrCat(options.cpu_threads));
+  }
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptDataset> train,
+                         data::OpenConfiguredDataset(config, data::DataPart::kTrain));
+  std::unique_ptr<data::GptDataset> eval;
+  if (config.data.eval.present && config.engine.eval_freq > 0) {
+    FLEET_ASSIGN_OR_RETURN(eval, data::OpenConfiguredDataset(config, data::DataPart::kEval));
+  }
+
+  std::unique_ptr<ThreadPool> pool = SetUpGptCpuThreads(options.cpu_threads);
+  CpuBackend backend(pool.get());
+  CpuGptKernels kernels(pool.get());
+  GptTaskOptions task_options;
+  task_options.eval_iters = config.engine.eval_iters;
+  task_options.eval_batch = static_cast<int>(config.global.micro_batch_size);
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptTask> task,
+                         GptTask::Create(config.model, &backend, &kernels, std::move(train),
+                                         std::move(eval), task_options));
+
+  const CosineLrSchedule schedule(config.lr);
+  const config::SaveLoadConfig& save = config.engine.save_load;
+  TrainLoopOptions loop;
+  loop.epochs = static_cast<int>(config.engine.num_train_epochs);
+  loop.batch_size = static_cast<int>(config.global.local_batch_size);
+  loop.micro_batches = static_cast<int>(config.engine.accumulate_steps);
+  loop.shuffle_seed = static_cast<uint64_t>(config.global.seed);
+  loop.max_steps = config.engine.max_steps;
+  loop.log_every_steps = static_cast<int>(config.engine.logging_freq);
+  loop.evaluate = false;  // FleetX evaluates by step (eval_freq), not per epoch
+  loop.eval_every_steps = task->num_train_samples() > 0 && config.engine.eval_freq > 0 &&
+                                  config.data.eval.present
+                              ? config.engine.eval_freq
+                              : 0;
+  loop.checkpoint_dir = save.output_dir;
+  loop.resume_dir = save.ckpt_dir;
+  loop.checkpoint_every_steps = save.save_steps.value_or(0);
+  loop.learning_rate_at = [schedule](int64_t step) { return schedule.At(step); };
+  const AdamWConfig adamw = config.optimizer;
+  ShardingOptions sharding;
+  sharding.degree = static_cast<int>(config.distributed.sharding_degree);
+  sharding.stage = static_cast<int>(config.distributed.sharding_stage);
+  const float first_lr = schedule.At(0);
+  loop.make_updater = [&kernels, adamw, sharding, first_lr, &loop](
+                          ParamArena* arena,
+                          Collective* group) -> Result<std::unique_ptr<GradientUpdater>> {
+    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdamWUpdater> updater,
+                           ShardedAdamWUpdater::Create(group, arena, &kernels, adamw, first_lr,
+                                                       sharding, loop.data_parallel, "gpt"));
+    return std::unique_ptr<GradientUpdater>(std::move(updater));
+  };
+  const int64_t tokens_per_sample = task->seq_len();
+  loop.progress_line = [tokens_per_sample](const ProgressWindow& w) {
+    return GptTrainLine(w, tokens_per_sample);
+  };
+  loop.eval_line = GptEvalLine;
+  loop.after_step = options.after_step;
+  return RunTrainLoop(loop, *task, collective, progress);
+}
+
+}  // namespace fleet::trainer::collective

@@ -1,0 +1,49 @@
+// GPT pretraining from a FleetX-style config (trainer/config/gpt_config.h):
+// what the gpt_pretrain program and the tests run. It opens the Train (and
+// Eval) data the config names, builds the model on the CPU kernels (one
+// thread set, gpt_cpu_kernels.h) or a GPU twin, and trains it with the
+// collective loop (train_loop.h): micro-batches = Engine.accumulate_steps,
+// AdamW with the cosine schedule, its state replicated or sharded per
+// Distributed.sharding (sharded_adamw.h), evaluation every Engine.eval_freq
+// steps, checkpoints into Engine.save_load.output_dir every save_steps
+// steps, after each epoch and at the end, resuming from ckpt_dir (or
+// output_dir when it holds a checkpoint).
+//
+// Log lines (FleetX's, to `progress`):
+//   [train] epoch: E, step: S, loss: L, avg_reader_cost: R sec, avg_batch_cost: B sec,
+//       speed: X step/s, ips_total: T tokens/s, ips: P tokens/s, learning rate: LR
+//   [eval] epoch: E, step: S, loss: L, ppl: P, eval_cost: C sec
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <vector>
+
+#include "comm/collective.h"
+#include "comm/status.h"
+#include "trainer/collective/train_loop.h"
+#include "trainer/config/gpt_config.h"
+
+namespace fleet::trainer::collective {
+
+struct GptPretrainOptions {
+  // CPU threads of this rank's kernels (>= 1): the cores the rank may use.
+  int cpu_threads = 1;
+  // Called after every step (tests: fault injection); may be empty.
+  std::function<Status(int64_t step)> after_step;
+};
+
+// Trains as described above. `collective` is this rank's group (null for
+// one process); its size must equal config.data_world_size(). Errors: those
+// of the data, the model, the loop and the checkpoints, each naming what
+// failed; Unavailable for Global.device gpu in a build or on a machine
+// without CUDA.
+Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
+                                   const GptPretrainOptions& options, std::ostream* progress);
+
+// The FleetX-style lines above, for a run of `tokens_per_sample` tokens a
+// sample.
+std::string GptTrainLine(const ProgressWindow& window, int64_t tokens_per_sample);
+std::string GptEvalLine(const EvalWindow& window);
+
+}  // namespace fleet::trainer::collective

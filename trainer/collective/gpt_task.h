@@ -1,0 +1,89 @@
+// GptTask: GPT-2 pretraining as a CollectiveTask (task.h), so the collective
+// loop (train_loop.h) trains it like any model: samples are GptDataset
+// sequences of seq_len + 1 tokens (trainer/data/gpt_dataset.h), inputs the
+// first seq_len and targets the last seq_len; the loss is the mean
+// next-token cross-entropy; evaluation is the mean loss over the Eval part.
+//
+// Evaluation. eval_iters batches of eval_batch sequences, batch i holding
+// eval samples [i * eval_batch, (i + 1) * eval_batch) (wrapping around a
+// small part), dealt to the ranks round robin (batch i to rank i mod W); the
+// sums are the tokens' summed loss and their count, so the metric is the
+// same whatever the number of ranks.
+//
+// Ownership: the task owns the model; the backend, kernels and datasets are
+// shared or borrowed as stated at Create. Thread safety: one thread drives a
+// task.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/status.h"
+#include "trainer/collective/task.h"
+#include "trainer/data/gpt_dataset.h"
+#include "trainer/kernels/gpt_kernels.h"
+#include "trainer/models/gpt.h"
+
+namespace fleet::trainer::collective {
+
+struct GptTaskOptions {
+  // Batches per evaluation (Engine.eval_iters) and sequences per batch
+  // (Global.micro_batch_size). 0 batches: EvalSums returns zeros.
+  int64_t eval_iters = 10;
+  int eval_batch = 1;
+};
+
+class GptTask final : public CollectiveTask {
+ public:
+  // `backend` and `kernels` (same device) are not owned and outlive the
+  // task; `train` is required, `eval` may be null (no evaluation data: the
+  // metric is then NaN). Errors: GptModel::Create's; InvalidArgument when a
+  // dataset's sequence length exceeds the model's positions, or its id
+  // bound differs from the model's vocabulary.
+  static Result<std::unique_ptr<GptTask>> Create(const GptConfig& model, Backend* backend,
+                                                 GptKernels* kernels,
+                                                 std::shared_ptr<const data::GptDataset> train,
+                                                 std::shared_ptr<const data::GptDataset> eval,
+                                                 const GptTaskOptions& options);
+
+  std::string name() const override { return "gpt"; }
+  ParamArena& arena() override { return model_->arena(); }
+  int64_t num_train_samples() const override { return train_->num_samples(); }
+  Status LoadBatch(std::span<const int64_t> ids) override;
+  Result<float> ForwardBackward(const GradReadyFn& grad_ready, float grad_scale) override;
+  // Sums: {summed token loss, tokens}.
+  Result<std::vector<float>> EvalSums(int rank, int world_size) override;
+  double EvalMetric(std::span<const float> sums) const override;
+  std::string eval_metric_name() const override { return "eval_loss"; }
+
+  GptModel& model() { return *model_; }
+  int64_t seq_len() const { return train_->options().seq_len; }
+
+ private:
+  GptTask(std::unique_ptr<GptModel> model, std::shared_ptr<const data::GptDataset> train,
+          std::shared_ptr<const data::GptDataset> eval, const GptTaskOptions& options)
+      : model_(std::move(model)),
+        train_(std::move(train)),
+        eval_(std::move(eval)),
+        options_(options) {}
+
+  // Reads samples `ids` of `dataset` into tokens_ / targets_ ([n, T] each).
+  Status ReadBatch(const data::GptDataset& dataset, std::span<const int64_t> ids);
+
+  // Fixed after construction.
+  const std::unique_ptr<GptModel> model_;
+  const std::shared_ptr<const data::GptDataset> train_;
+  const std::shared_ptr<const data::GptDataset> eval_;
+  const GptTaskOptions options_;
+
+  // The loaded batch.
+  int batch_ = 0;
+  std::vector<int32_t> samples_;  // [batch, T + 1]
+  std::vector<int32_t> tokens_;   // [batch, T]
+  std::vector<int32_t> targets_;  // [batch, T]
+};
+
+}  // namespace fleet::trainer::collective

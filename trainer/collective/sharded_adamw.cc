@@ -1,0 +1,386 @@
+#include "trainer/collective/sharded_adamw.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <glog/logging.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "trainer/checkpoint.h"
+#include "trainer/data/file_io.h"
+
+namespace fleet::trainer::collective {
+namespace {
+
+constexpr char kStateMagic[8] = {'F', 'L', 'T', 'A', 'D', 'A', 'M', 'W'};
+constexpr uint32_t kStateVersion = 1;
+
+// A state file's header: the arena ranges it holds, in file order.
+struct StateHeader {
+  uint64_t arena_size = 0;
+  int64_t step = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> pieces;  // [begin, end)
+  uint64_t data_offset = 0;                           // bytes before the first piece's data
+};
+
+template <typename T>
+void AppendPod(std::string* out, const T& value) {
+  out->append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+uint32_t Crc(uint32_t crc, const void* data, size_t bytes) {
+  // zlib's length is a uInt: feed large blocks in parts.
+  const auto* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    const uInt n = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
+    crc = static_cast<uint32_t>(crc32(crc, p, n));
+    p += n;
+    bytes -= n;
+  }
+  return crc;
+}
+
+Status ReadExactly(std::ifstream& in, void* out, size_t bytes, const std::string& path,
+                   const char* what) {
+  in.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
+  if (static_cast<size_t>(in.gcount()) != bytes) {
+    return Status::Corruption(absl::StrCat("optimizer state file is truncated in its ", what),
+                              path);
+  }
+  return Status::OK();
+}
+
+Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) {
+  char magic[8];
+  uint32_t version = 0, pieces = 0, crc = 0;
+  StateHeader h;
+  FLEET_RETURN_IF_ERROR(ReadExactly(in, magic, sizeof(magic), path, "magic"));
+  if (std::memcmp(magic, kStateMagic, sizeof(magic)) != 0) {
+    return Status::Corruption("not an optimizer state file (bad magic)", path);
+  }
+  FLEET_RETURN_IF_ERROR(ReadExactly(in, &version, sizeof(version), path, "header"));
+  if (version != kStateVersion) {
+    return Status::Corruption(absl::StrCat("unknown optimizer state version ", version), path);
+  }
+  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.arena_size, sizeof(h.arena_size), path, "header"));
+  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.step, sizeof(h.step), path, "header"));
+  FLEET_RETURN_IF_ERROR(ReadExactly(in, &pieces, sizeof(pieces), path, "header"));
+  if (pieces > (1u << 24)) {
+    return Status::Corruption(absl::StrCat("implausible piece count ", pieces), path);
+  }
+  std::string bytes;
+  AppendPod(&bytes, version);
+  AppendPod(&bytes, h.arena_size);
+  AppendPod(&bytes, h.step);
+  AppendPod(&bytes, pieces);
+  h.pieces.resize(pieces);
+  for (auto& [begin, end] : h.pieces) {
+    FLEET_RETURN_IF_ERROR(ReadExactly(in, &begin, sizeof(begin), path, "piece table"));
+    FLEET_RETURN_IF_ERROR(ReadExactly(in, &end, sizeof(end), path, "piece table"));
+    AppendPod(&bytes, begin);
+    AppendPod(&bytes, end);
+  }
+  FLEET_RETURN_IF_ERROR(ReadExactly(in, &crc, sizeof(crc), path, "header checksum"));
+  if (crc != Crc(Crc(0, kStateMagic, sizeof(kStateMagic)), bytes.data(), bytes.size())) {
+    return Status::Corruption("optimizer state header checksum mismatch", path);
+  }
+  for (const auto& [begin, end] : h.pieces) {
+    if (begin > end || end > h.arena_size) {
+      return Status::Corruption(
+          absl::StrCat("piece [", begin, ", ", end, ") outside the arena of ", h.arena_size),
+          path);
+    }
+  }
+  h.data_offset = sizeof(kStateMagic) + bytes.size() + sizeof(crc);
+  return h;
+}
+
+}  // namespace
+
+// What the params file records as the optimizer: its name and the step.
+// The moments live in the state files.
+class ShardedAdamWUpdater::ParamsFileOptimizer final : public Optimizer {
+ public:
+  explicit ParamsFileOptimizer(ParamArena* arena) : Optimizer(arena) {}
+  std::string_view name() const override { return "adamw"; }
+  void Step() override { ++step_; }
+  float learning_rate() const override { return 0.0f; }
+  void set_learning_rate(float) override {}
+};
+
+Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
+    Collective* collective, ParamArena* arena, GptKernels* kernels, const AdamWConfig& config,
+    float lr, const ShardingOptions& sharding, const DataParallelOptions& options,
+    const std::string& name) {
+  CHECK(arena != nullptr && kernels != nullptr);
+  const int world = collective ? collective->size() : 1;
+  if (sharding.degree != 1 && sharding.degree != world) {
+    return Status::InvalidArgument(
+        absl::StrCat("sharding degree must be 1 or the number of ranks (", world,
+                     "); a degree between needs separate sharding and data-parallel groups, "
+                     "which FleetPS does not have"),
+        absl::StrCat(sharding.degree));
+  }
+  if (sharding.degree > 1 && sharding.stage != 1 && sharding.stage != 2) {
+    return Status::InvalidArgument("sharding stage must be 1 or 2", absl::StrCat(sharding.stage));
+  }
+  DataParallelOptions dp_options = options;
+  dp_options.shard_gradients = sharding.degree > 1;
+  dp_options.release_reduced_gradients = sharding.degree > 1 && sharding.stage == 2;
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp,
+                         DataParallel::Create(collective, arena, dp_options));
+  return std::unique_ptr<ShardedAdamWUpdater>(
+      new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp), name));
+}
+
+ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
+                                         const AdamWConfig& config, float lr,
+                                         const ShardingOptions& sharding,
+                                         std::unique_ptr<DataParallel> dp, const std::string& name)
+    : arena_(arena),
+      kernels_(kernels),
+      rule_(arena->table(), config),
+      sharding_(sharding),
+      dp_(std::move(dp)),
+      name_(name),
+      state_floats_(dp_->sharded() ? dp_->shard_floats() : arena->size()),
+      m_(arena->backend()->AllocateFloats(state_floats_)),
+      v_(arena->backend()->AllocateFloats(state_floats_)),
+      params_file_(std::make_unique<ParamsFileOptimizer>(arena)),
+      lr_(lr) {}
+
+ShardedAdamWUpdater::~ShardedAdamWUpdater() = default;
+
+int64_t ShardedAdamWUpdater::step() const { return params_file_->step(); }
+
+GradReadyFn ShardedAdamWUpdater::grad_ready(bool last_micro_batch) {
+  return last_micro_batch ? dp_->grad_ready() : GradReadyFn();
+}
+
+Status ShardedAdamWUpdater::Step(float lr) {
+  FLEET_RETURN_IF_ERROR(dp_->FinishGradients());
+  const float* grads = dp_->reduced_grads();
+  const float mean = dp_->reduced_grads_scale();
+  float clip = 1.0f;
+  if (rule_.config().clip_norm > 0.0f) {
+    double squares = 0.0;
+    for (const GradPiece& piece : dp_->pieces()) {
+      squares += kernels_->SumOfSquares(grads + piece.offset, piece.size());
+    }
+    if (sharded()) {
+      float sum = static_cast<float>(squares);
+      FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(std::span<float>(&sum, 1)));
+      squares = sum;
+    }
+    last_grad_norm_ = std::sqrt(squares) * mean;
+    clip = ClipFactor(last_grad_norm_, rule_.config().clip_norm);
+  }
+  lr_ = lr;
+  float* params = arena_->params().data();
+  const int64_t t = step() + 1;
+  for (const GradPiece& piece : dp_->pieces()) {
+    rule_.Update(kernels_, params + piece.begin, grads + piece.offset, m_.get() + piece.offset,
+                 v_.get() + piece.offset, piece.begin, piece.end, t, lr, mean * clip);
+  }
+  FLEET_RETURN_IF_ERROR(dp_->GatherParams());
+  params_file_->Step();
+  return Status::OK();
+}
+
+std::string ShardedAdamWUpdater::StateFileName(int64_t step, int rank, int files) const {
+  return absl::StrCat(name_, ".adamw.s", step, ".", rank, "-of-", files);
+}
+
+bool ShardedAdamWUpdater::HasCheckpoint(const std::filesystem::path& dir) const {
+  std::error_code ec;
+  return !dir.empty() && std::filesystem::exists(dir / (name_ + ".ckpt"), ec);
+}
+
+Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
+  const int files = sharded() ? dp_->world_size() : 1;
+  const std::filesystem::path path = dir / StateFileName(step(), dp_->rank(), files);
+  std::string header;
+  AppendPod(&header, kStateVersion);
+  AppendPod(&header, static_cast<uint64_t>(arena_->size()));
+  AppendPod(&header, step());
+  AppendPod(&header, static_cast<uint32_t>(dp_->pieces().size()));
+  for (const GradPiece& piece : dp_->pieces()) {
+    AppendPod(&header, static_cast<uint64_t>(piece.begin));
+    AppendPod(&header, static_cast<uint64_t>(piece.end));
+  }
+  const uint32_t header_crc =
+      Crc(Crc(0, kStateMagic, sizeof(kStateMagic)), header.data(), header.size());
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::AtomicFileWriter> out,
+                         data::AtomicFileWriter::Create(path.string()));
+  FLEET_RETURN_IF_ERROR(out->Append(std::string_view(kStateMagic, sizeof(kStateMagic))));
+  FLEET_RETURN_IF_ERROR(out->Append(header));
+  FLEET_RETURN_IF_ERROR(out->Append(std::string_view(
+      reinterpret_cast<const char*>(&header_crc), sizeof(header_crc))));
+  Backend* backend = arena_->backend();
+  std::vector<float> host;
+  for (const GradPiece& piece : dp_->pieces()) {
+    // m then v of the piece, then the checksum of both.
+    uint32_t crc = 0;
+    for (const float* state : {m_.get(), v_.get()}) {
+      host.resize(piece.size());
+      backend->CopyToHost(host.data(), state + piece.offset, piece.size() * sizeof(float));
+      const std::string_view bytes(reinterpret_cast<const char*>(host.data()),
+                                   host.size() * sizeof(float));
+      crc = Crc(crc, bytes.data(), bytes.size());
+      FLEET_RETURN_IF_ERROR(out->Append(bytes));
+    }
+    FLEET_RETURN_IF_ERROR(
+        out->Append(std::string_view(reinterpret_cast<const char*>(&crc), sizeof(crc))));
+  }
+  return out->Commit();
+}
+
+Status ShardedAdamWUpdater::Save(const std::filesystem::path& dir) {
+  // State files first, every rank its own; the params file, which names
+  // their step, last: until it is renamed the previous checkpoint stands.
+  Status state = writes_state() ? SaveState(dir) : Status::OK();
+  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
+      [this](std::span<float> v) { return dp_->SumOverRanks(v); }, state,
+      "saving the optimizer state"));
+  Status params = dp_->rank() == 0
+                      ? SaveCheckpoint((dir / (name_ + ".ckpt")).string(), *arena_, *params_file_)
+                      : Status::OK();
+  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
+      [this](std::span<float> v) { return dp_->SumOverRanks(v); }, params,
+      "saving the parameters"));
+  if (writes_state()) RemoveOldState(dir);
+  return Status::OK();
+}
+
+void ShardedAdamWUpdater::RemoveOldState(const std::filesystem::path& dir) const {
+  const std::string current = StateFileName(step(), dp_->rank(), sharded() ? dp_->world_size() : 1);
+  const std::string prefix = name_ + ".adamw.s";
+  const std::string mine = absl::StrCat(".", dp_->rank(), "-of-");
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    // Only files this rank wrote under this degree's naming: the other
+    // ranks remove their own.
+    if (file != current && file.starts_with(prefix) && file.find(mine) != std::string::npos) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+}
+
+Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t step) {
+  // Which degree saved it: the count in "<name>.adamw.s<step>.0-of-<D>".
+  const std::string first = absl::StrCat(name_, ".adamw.s", step, ".0-of-");
+  int files = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string file = entry.path().filename().string();
+    if (file.starts_with(first) && absl::SimpleAtoi(file.substr(first.size()), &files)) break;
+  }
+  if (ec) return Status::IOError("cannot list the checkpoint directory: " + ec.message(), dir.string());
+  if (files < 1) {
+    return Status::NotFound(
+        absl::StrCat("no optimizer state of step ", step, " beside the parameters (", first,
+                     "N missing)"),
+        dir.string());
+  }
+  std::vector<float> m(state_floats_), v(state_floats_);
+  std::vector<size_t> filled(dp_->pieces().size(), 0);
+  std::vector<float> block;
+  for (int r = 0; r < files; ++r) {
+    const std::string path = (dir / StateFileName(step, r, files)).string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return Status::NotFound("cannot open optimizer state file", path);
+    FLEET_ASSIGN_OR_RETURN(StateHeader h, ReadStateHeader(in, path));
+    if (h.arena_size != arena_->size() || h.step != step) {
+      return Status::FailedPrecondition(
+          absl::StrCat("optimizer state of ", h.arena_size, " parameters at step ", h.step,
+                       ", but the model has ", arena_->size(), " and the checkpoint step ", step),
+          path);
+    }
+    uint64_t at = h.data_offset;
+    for (const auto& [begin, end] : h.pieces) {
+      const size_t len = end - begin;
+      const uint64_t bytes = 2 * len * sizeof(float) + sizeof(uint32_t);
+      bool needed = false;
+      for (const GradPiece& mine : dp_->pieces()) {
+        needed |= std::max<size_t>(mine.begin, begin) < std::min<size_t>(mine.end, end);
+      }
+      if (needed) {
+        block.resize(2 * len);
+        uint32_t crc = 0;
+        in.seekg(static_cast<std::streamoff>(at));
+        FLEET_RETURN_IF_ERROR(ReadExactly(in, block.data(), 2 * len * sizeof(float), path, "data"));
+        FLEET_RETURN_IF_ERROR(ReadExactly(in, &crc, sizeof(crc), path, "data checksum"));
+        if (crc != Crc(0, block.data(), block.size() * sizeof(float))) {
+          return Status::Corruption(
+              absl::StrCat("checksum mismatch in the moments of [", begin, ", ", end, ")"), path);
+        }
+        for (size_t p = 0; p < dp_->pieces().size(); ++p) {
+          const GradPiece& mine = dp_->pieces()[p];
+          const size_t lo = std::max<size_t>(mine.begin, begin);
+          const size_t hi = std::min<size_t>(mine.end, end);
+          if (lo >= hi) continue;
+          std::copy(block.begin() + (lo - begin), block.begin() + (hi - begin),
+                    m.begin() + mine.offset + (lo - mine.begin));
+          std::copy(block.begin() + len + (lo - begin), block.begin() + len + (hi - begin),
+                    v.begin() + mine.offset + (lo - mine.begin));
+          filled[p] += hi - lo;
+        }
+      }
+      at += bytes;
+    }
+  }
+  for (size_t p = 0; p < filled.size(); ++p) {
+    if (filled[p] != dp_->pieces()[p].size()) {
+      return Status::Corruption(
+          absl::StrCat("the state files of step ", step, " do not cover parameters [",
+                       dp_->pieces()[p].begin, ", ", dp_->pieces()[p].end, ")"),
+          dir.string());
+    }
+  }
+  Backend* backend = arena_->backend();
+  backend->CopyFromHost(m_.get(), m.data(), m.size() * sizeof(float));
+  backend->CopyFromHost(v_.get(), v.data(), v.size() * sizeof(float));
+  return Status::OK();
+}
+
+Status ShardedAdamWUpdater::Resume(const std::filesystem::path& dir) {
+  // Whether there is a checkpoint is rank 0's view, shared, so that every
+  // rank takes the same branch.
+  float found = dp_->rank() == 0 && HasCheckpoint(dir) ? 1.0f : 0.0f;
+  FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(std::span<float>(&found, 1)));
+  if (found == 0) {
+    // A fresh run: every rank starts from rank 0's parameters.
+    return dp_->SyncFromRoot(nullptr);
+  }
+  const std::string params_path = (dir / (name_ + ".ckpt")).string();
+  Status load = LoadCheckpoint(params_path, arena_, params_file_.get());
+  if (load.ok()) load = LoadState(dir, params_file_->step());
+  FLEET_RETURN_IF_ERROR(AgreeOnSuccess([this](std::span<float> v) { return dp_->SumOverRanks(v); },
+                                       load, "loading the checkpoint"));
+  LOG(INFO) << "resumed from " << params_path << " at step " << step();
+  return Status::OK();
+}
+
+UpdaterMemory ShardedAdamWUpdater::memory() const {
+  const size_t full = arena_->size() * sizeof(float);
+  const size_t shard = dp_->shard_floats() * sizeof(float);
+  UpdaterMemory memory;
+  // Stage 2 on the CPU discards the full gradients after each reduction;
+  // elsewhere they stay allocated beside the shard.
+  const bool discarded = sharded() && sharding_.stage == 2 && arena_->backend()->device().is_cpu();
+  memory.gradient_bytes = discarded ? shard : full + shard;
+  memory.optimizer_bytes = 2 * state_floats_ * sizeof(float);
+  return memory;
+}
+
+}  // namespace fleet::trainer::collective

@@ -1,0 +1,126 @@
+// ShardedAdamWUpdater: AdamW (trainer/adamw.h) for the collective loop, its
+// state replicated (data parallel) or split over the ranks (ZeRO, Rajbhandari
+// et al. 2020):
+//
+//   stage 0  every rank all-reduces the gradients and updates every
+//            parameter with its own full copy of m and v (plain data
+//            parallel);
+//   stage 1  the gradients are reduce-scattered: rank r keeps the sum of its
+//            piece of every bucket (DataParallel's sharded mode), updates the
+//            parameters of its pieces with m and v for those pieces only
+//            (1/W of the state), and the ranks all-gather the parameters;
+//   stage 2  as stage 1, and each bucket's full gradients are discarded as
+//            soon as they are reduced (on the CPU the pages go back to the
+//            system), so between steps a rank holds 1/W of the gradients.
+//            With gradient accumulation the full gradients live until the
+//            last micro-batch's backward has reduced them.
+// Every stage computes the same update (up to the order of float sums):
+// global-norm clipping sums the squares of each rank's pieces and
+// all-reduces them; the mean over ranks and 1/accumulation are folded into
+// the update's gradient scale.
+//
+// Checkpoints (directory `dir`, name e.g. "gpt"):
+//   <name>.ckpt                     parameters and step (trainer/checkpoint.h,
+//                                   optimizer "adamw" with no state buffers),
+//                                   written by rank 0, last, atomically
+//   <name>.adamw.s<step>.<r>-of-<D> rank r's m and v for its pieces (stage 0:
+//                                   one file, rank 0's, D = 1), each written
+//                                   atomically before the .ckpt; a rank
+//                                   removes its older ones once the new
+//                                   .ckpt is in place
+// A state file lists the arena ranges it holds, so a checkpoint loads under
+// any sharding degree and stage: each rank reads the parameters and, from
+// whichever state files overlap them, the moments of its own pieces (a
+// degree-2 checkpoint loads with degree 1 and the other way round). Because
+// the .ckpt names the step of the state files and is replaced last, a crash
+// during a save leaves the previous checkpoint whole. Every rank reads the
+// directory, so with several machines it must be shared storage.
+//
+// Thread safety: one thread drives an updater.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "comm/collective.h"
+#include "comm/status.h"
+#include "trainer/adamw.h"
+#include "trainer/collective/updater.h"
+#include "trainer/data_parallel.h"
+#include "trainer/kernels/gpt_kernels.h"
+#include "trainer/param_arena.h"
+
+namespace fleet::trainer::collective {
+
+struct ShardingOptions {
+  // Ranks the optimizer state is split over: 1 (replicated) or the world
+  // size (the whole group); a degree between needs a second process group.
+  int degree = 1;
+  // 1 or 2 when degree > 1 (see the top of this file); ignored when 1.
+  int stage = 1;
+};
+
+class ShardedAdamWUpdater final : public GradientUpdater {
+ public:
+  // `collective` (null for one process), `arena` and `kernels` (on the
+  // arena's device) are not owned and outlive this. `config` as validated
+  // (AdamWConfig::Validate); `lr` is the learning rate until the first Step.
+  // InvalidArgument for a degree other than 1 or the world size, or a stage
+  // outside {1, 2}; DataParallel::Create's errors. Allocates m and v for this
+  // rank's pieces.
+  static Result<std::unique_ptr<ShardedAdamWUpdater>> Create(
+      Collective* collective, ParamArena* arena, GptKernels* kernels, const AdamWConfig& config,
+      float lr, const ShardingOptions& sharding, const DataParallelOptions& options,
+      const std::string& name);
+  ~ShardedAdamWUpdater() override;
+
+  void BeginStep() override { dp_->ZeroGrad(); }
+  GradReadyFn grad_ready(bool last_micro_batch) override;
+  Status Step(float lr) override;
+  int64_t step() const override;
+  float learning_rate() const override { return lr_; }
+  Status SumOverRanks(std::span<float> values) override { return dp_->SumOverRanks(values); }
+  bool HasCheckpoint(const std::filesystem::path& dir) const override;
+  Status Save(const std::filesystem::path& dir) override;
+  Status Resume(const std::filesystem::path& dir) override;
+  UpdaterMemory memory() const override;
+
+  // The global gradient norm of the last Step (before clipping; 0 when
+  // clipping is off).
+  double last_grad_norm() const { return last_grad_norm_; }
+
+ private:
+  class ParamsFileOptimizer;
+  ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels, const AdamWConfig& config, float lr,
+                      const ShardingOptions& sharding, std::unique_ptr<DataParallel> dp,
+                      const std::string& name);
+  std::string StateFileName(int64_t step, int rank, int files) const;
+  Status SaveState(const std::filesystem::path& dir) const;
+  // Reads the moments of this rank's pieces from the state files of `step`.
+  Status LoadState(const std::filesystem::path& dir, int64_t step);
+  // Removes this rank's state files of steps other than the current one.
+  void RemoveOldState(const std::filesystem::path& dir) const;
+  // The state files this rank writes (0 when another rank writes them all).
+  bool writes_state() const { return sharded() || dp_->rank() == 0; }
+  bool sharded() const { return dp_->sharded(); }
+
+  // Fixed after construction.
+  ParamArena* const arena_;
+  GptKernels* const kernels_;
+  const AdamWRule rule_;
+  const ShardingOptions sharding_;
+  const std::unique_ptr<DataParallel> dp_;
+  const std::string name_;
+  const size_t state_floats_;  // m and v each: this rank's pieces (or the arena)
+  std::shared_ptr<float> m_, v_;
+  // The params file's optimizer: name "adamw", the step, no state buffers.
+  const std::unique_ptr<ParamsFileOptimizer> params_file_;
+
+  float lr_;
+  double last_grad_norm_ = 0.0;
+};
+
+}  // namespace fleet::trainer::collective
