@@ -1,0 +1,193 @@
+#include "examples/gpt/generate_app.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "comm/yaml_config.h"
+#include "trainer/backend.h"
+#include "trainer/checkpoint.h"
+#include "trainer/data/gpt_data.h"
+#include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/models/gpt.h"
+#include "trainer/models/gpt_decoder.h"
+#include "trainer/models/gpt_sampling.h"
+
+namespace fleet::examples::gpt {
+
+using trainer::config::GptJobConfig;
+
+Result<GeneratedText> GenerateText(const GptJobConfig& config, const std::string& checkpoint_dir,
+                                   const std::string& prompt, uint64_t seed, ThreadPool* pool) {
+  if (config.global.device != trainer::config::Device::kCpu) {
+    return Status::InvalidArgument(
+        "gpt_generate runs on cpu only for now; set -o Global.device=cpu", "Global.device");
+  }
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tokenizer,
+                         data::OpenConfiguredTokenizer(config.data.train.dataset));
+  // An empty prompt, or one longer than the context, is the decoder's
+  // InvalidArgument (naming Model.max_position_embeddings).
+  const std::vector<int32_t> ids = tokenizer->Encode(prompt);
+
+  trainer::CpuBackend backend(pool);
+  trainer::CpuGptKernels kernels(pool);
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<trainer::GptModel> model,
+                         trainer::GptModel::Create(config.model, &backend, &kernels));
+  const std::string file = (std::filesystem::path(checkpoint_dir) / kGptCheckpointFile).string();
+  FLEET_RETURN_IF_ERROR(trainer::LoadCheckpointParams(file, &model->arena()));
+
+  const auto& g = config.generation;
+  FLEET_ASSIGN_OR_RETURN(
+      std::unique_ptr<trainer::TokenSampler> sampler,
+      trainer::CreateTokenSampler(
+          g.decode_strategy, {.temperature = g.temperature, .top_k = g.top_k, .top_p = g.top_p}));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<trainer::GptDecoder> decoder,
+                         trainer::GptDecoder::Create(
+                             model.get(), {.batch = static_cast<int>(g.num_return_sequences)}));
+  std::mt19937_64 rng(seed);
+  FLEET_ASSIGN_OR_RETURN(trainer::GeneratedTokens tokens,
+                         trainer::GenerateTokens(decoder.get(), *sampler, &rng, ids,
+                                                 {.min_dec_len = g.min_dec_len,
+                                                  .max_dec_len = g.max_dec_len,
+                                                  .eot_id = tokenizer->eot_id(),
+                                                  .vocab_limit = tokenizer->vocab_size()}));
+  GeneratedText out;
+  out.context_full = tokens.context_full;
+  for (std::vector<int32_t>& seq : tokens.sequences) {
+    // Decoded whole, prompt included, so a UTF-8 character split between
+    // the prompt's last token and the first generated one stays whole.
+    seq.insert(seq.begin(), ids.begin(), ids.end());
+    FLEET_ASSIGN_OR_RETURN(std::string text, tokenizer->Decode(seq));
+    out.texts.push_back(std::move(text));
+  }
+  return out;
+}
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gpt_generate -c CONFIG [-o Section.key=value ...] --checkpoint DIR --prompt TEXT\n"
+    "                    [--seed N] [--threads N] [--decode_strategy sampling|greedy_search]\n"
+    "                    [--top_k N] [--top_p P] [--temperature T] [--min_dec_len N]\n"
+    "                    [--max_dec_len N] [--num_return_sequences N]\n";
+
+// Flags that stand for -o Generation.<name>=<value>.
+constexpr const char* kGenerationFlags[] = {"decode_strategy",     "top_k",       "top_p",
+                                            "temperature",         "min_dec_len", "max_dec_len",
+                                            "num_return_sequences"};
+
+struct Flags {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string checkpoint;
+  std::optional<std::string> prompt;
+  std::optional<uint64_t> seed;
+  int threads = 0;
+  bool help = false;
+};
+
+Result<Flags> ParseFlags(const std::vector<std::string>& args) {
+  FLEET_ASSIGN_OR_RETURN(ConfigArgs config_args, ParseConfigArgs(args));
+  Flags f;
+  f.config = config_args.config;
+  f.overrides = config_args.overrides;
+  std::vector<std::string> generation;
+  const std::vector<std::string>& rest = config_args.rest;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& arg = rest[i];
+    if (arg == "-h" || arg == "--help") {
+      f.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return Status::InvalidArgument("unexpected argument \"" + arg + "\" (see --help)");
+    }
+    // --name=value or --name value.
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) name.resize(eq);
+    const bool generation_flag = std::find(std::begin(kGenerationFlags), std::end(kGenerationFlags),
+                                           name) != std::end(kGenerationFlags);
+    if (!generation_flag && name != "checkpoint" && name != "prompt" && name != "seed" &&
+        name != "threads") {
+      return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
+    }
+    if (eq != std::string::npos) {
+      value = arg.substr(2 + eq + 1);
+    } else {
+      if (i + 1 >= rest.size()) return Status::InvalidArgument("--" + name + " needs a value");
+      value = rest[++i];
+    }
+    if (name == "checkpoint") {
+      f.checkpoint = value;
+    } else if (name == "prompt") {
+      f.prompt = value;
+    } else if (name == "seed") {
+      uint64_t seed = 0;
+      if (!absl::SimpleAtoi(value, &seed)) {
+        return Status::InvalidArgument("--seed must be a non-negative integer, got \"" + value +
+                                       "\"");
+      }
+      f.seed = seed;
+    } else if (name == "threads") {
+      if (!absl::SimpleAtoi(value, &f.threads) || f.threads < 1) {
+        return Status::InvalidArgument("--threads must be >= 1, got \"" + value + "\"");
+      }
+    } else {
+      generation.push_back("Generation." + name + "=" + value);
+    }
+  }
+  if (f.help) return f;
+  if (f.config.empty()) return Status::InvalidArgument("-c CONFIG is required (see --help)");
+  if (f.checkpoint.empty()) return Status::InvalidArgument("--checkpoint DIR is required");
+  if (!f.prompt) return Status::InvalidArgument("--prompt TEXT is required");
+  f.overrides.insert(f.overrides.end(), generation.begin(), generation.end());
+  return f;
+}
+
+}  // namespace
+
+int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Result<Flags> flags = ParseFlags(args);
+  if (!flags.ok()) {
+    err << "gpt_generate: " << flags.status().ToString() << "\n";
+    return 2;
+  }
+  if (flags->help) {
+    out << kUsage;
+    return 0;
+  }
+  Result<GptJobConfig> config = trainer::config::LoadGptJobConfig(flags->config, flags->overrides);
+  if (!config.ok()) {
+    err << "gpt_generate: " << config.status().ToString() << "\n";
+    return 2;
+  }
+  const int threads =
+      flags->threads > 0 ? flags->threads : std::max(1u, std::thread::hardware_concurrency());
+  std::unique_ptr<ThreadPool> pool = trainer::SetUpGptCpuThreads(threads);
+  const uint64_t seed = flags->seed ? *flags->seed : static_cast<uint64_t>(config->global.seed);
+  Result<GeneratedText> text =
+      GenerateText(*config, flags->checkpoint, *flags->prompt, seed, pool.get());
+  if (!text.ok()) {
+    err << "gpt_generate: " << text.status().ToString() << "\n";
+    return 1;
+  }
+  const size_t n = text->texts.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (n > 1) out << "=== sample " << i + 1 << "/" << n << " ===\n";
+    out << text->texts[i] << "\n";
+  }
+  out.flush();
+  if (text->context_full) {
+    err << "gpt_generate: note: stopped at the model's context of "
+        << config->model.max_position_embeddings
+        << " tokens (Model.max_position_embeddings) before max_dec_len\n";
+  }
+  return 0;
+}
+
+}  // namespace fleet::examples::gpt

@@ -1,0 +1,69 @@
+// gpt_generate: text from a trained GPT checkpoint.
+//
+//   build/bin/gpt_generate -c configs/gpt/pretrain_gpt_tiny.yaml \
+//       --checkpoint output/gpt_tiny --prompt "A fortune: " [--seed 7] [--max_dec_len 80]
+//
+// The config (-c FILE, -o Section.key=value, as gpt_pretrain takes it) gives
+// the model's shape (Model), the tokenizer (Data.Train.dataset.tokenizer),
+// the device (Global.device) and how to decode (Generation: decode_strategy,
+// top_k, top_p, temperature, min_dec_len, max_dec_len,
+// num_return_sequences). The flags --decode_strategy, --top_k, --top_p,
+// --temperature, --min_dec_len, --max_dec_len and --num_return_sequences
+// are shorthands for -o Generation.<key>=<value> (applied after every -o).
+// The parameters come from <checkpoint>/gpt.ckpt, the file gpt_pretrain
+// saves (any optimizer state in it is skipped).
+//
+// Output (stdout): each sequence's text, the prompt followed by what was
+// generated up to end-of-text or max_dec_len; with num_return_sequences > 1
+// each is preceded by a line "=== sample i/n ===". The same config, prompt
+// and --seed (default Global.seed) print the same text.
+//
+// Exit status: 0 done; 1 generation failed (missing or unreadable
+// checkpoint, a checkpoint of another model shape, a prompt longer than the
+// model's context, no GPU); 2 bad command line or config. Every error is one
+// line on stderr.
+//
+// Runs on CPU (Global.device cpu). Global.device gpu is refused with a clear
+// error until the GPT twin factory is available to this program.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "comm/status.h"
+#include "comm/thread_pool.h"
+#include "trainer/config/gpt_config.h"
+
+namespace fleet::examples::gpt {
+
+// The checkpoint file gpt_pretrain writes into its output directory (its
+// task name is "gpt").
+inline constexpr char kGptCheckpointFile[] = "gpt.ckpt";
+
+struct GeneratedText {
+  // Per sequence: the prompt's text followed by the generated text.
+  std::vector<std::string> texts;
+  // Generation stopped because a sequence filled the model's context.
+  bool context_full = false;
+};
+
+// Builds config.model on CPU (CpuGptKernels over `pool`, not owned, may be
+// null), loads <checkpoint_dir>/gpt.ckpt's parameters, and generates
+// config.generation.num_return_sequences continuations of `prompt` with a
+// mt19937_64 seeded with `seed`. Blocks for the whole generation.
+// Errors: NotFound / Corruption / FailedPrecondition (another shape, naming
+// the tensor) from the checkpoint; InvalidArgument naming
+// Model.max_position_embeddings for a prompt longer than the context, or
+// Global.device for gpu; Unavailable never on CPU.
+Result<GeneratedText> GenerateText(const trainer::config::GptJobConfig& config,
+                                   const std::string& checkpoint_dir, const std::string& prompt,
+                                   uint64_t seed, ThreadPool* pool);
+
+// The whole program over `args` (argv without argv[0]): parses the command
+// line, sets up the CPU threads (--threads, default all cores), calls
+// GenerateText and prints. Returns the exit status above.
+int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
+}  // namespace fleet::examples::gpt
