@@ -102,6 +102,22 @@ Result<std::vector<std::string>> PosixFileSystem::ListDir(const std::string& dir
   return names;
 }
 
+Status CheckWritableDir(FileSystem* fs, const std::string& dir) {
+  auto fail = [&](const Status& s) {
+    return Status::IOError(absl::StrCat("directory is not writable (", s.message(), ")"), dir);
+  };
+  if (Status s = fs->CreateDir(dir); !s.ok()) return fail(s);
+  const std::string probe = absl::StrCat(dir, "/.fleet_write_probe.", ::getpid());
+  auto file = fs->NewWritableFile(probe);
+  if (!file.ok()) return fail(file.status());
+  Status s = file.value()->Append("probe");
+  if (s.ok()) s = file.value()->Close();
+  Status removed = fs->Remove(probe);
+  if (!s.ok()) return fail(s);
+  if (!removed.ok()) return fail(removed);
+  return Status::OK();
+}
+
 Status PosixFileSystem::CreateDir(const std::string& dir) {
   // Create each missing component in turn.
   for (size_t pos = 1; pos <= dir.size(); ++pos) {

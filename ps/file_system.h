@@ -62,6 +62,14 @@ class PosixFileSystem final : public FileSystem {
   Status SyncDir(const std::string& dir) override;
 };
 
+// Creates `dir` (and missing parents) and checks that a file can be
+// created, written, closed and removed in it, with a probe file named
+// ".fleet_write_probe.<pid>". For save and checkpoint directories, checked
+// at start-up so that a typo or a read-only mount is reported before
+// training rather than when the first save fails. Errors: IOError naming
+// the directory and what failed.
+Status CheckWritableDir(FileSystem* fs, const std::string& dir);
+
 // Wraps another FileSystem and makes the Nth call of one kind fail with
 // IOError("injected ...") (N counts from 1 over the life of the object, all
 // threads together; 0 disables). After the failure, calls succeed again.

@@ -2,10 +2,12 @@
 
 #include <gflags/gflags.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 DEFINE_string(config, "", "Job YAML (configs/*.yaml). Env: FLEET_CONFIG.");
@@ -61,20 +63,31 @@ Status ReadScalar(const YAML::Node& section, const std::string& section_name,
   return Status::OK();
 }
 
+// An integer key in [min, max]; the error names the key, range and value.
+template <typename T>
+Status ReadInt(const YAML::Node& section, const std::string& section_name, const std::string& key,
+               int64_t min, int64_t max, T* out) {
+  int64_t v = static_cast<int64_t>(*out);
+  FLEET_RETURN_IF_ERROR(ReadScalar(section, section_name, key, &v));
+  if (v < min || v > max) {
+    return Status::InvalidArgument(absl::StrCat("must be in [", min, ", ", max, "], got ", v),
+                                   absl::StrCat(section_name, ".", key));
+  }
+  *out = static_cast<T>(v);
+  return Status::OK();
+}
+
 Status ParseHeter(const YAML::Node& node, HeterConfig* out) {
   if (!node.IsDefined() || node.IsNull()) return Status::OK();
   const std::string section = "Distributed.heter";
   FLEET_RETURN_IF_ERROR(
       CheckKeys(node, section, {"pipeline_depth", "micro_batches", "down_timeout_ms"}));
-  FLEET_RETURN_IF_ERROR(ReadScalar(node, section, "pipeline_depth", &out->pipeline_depth));
-  if (out->pipeline_depth < 1)
-    return Status::InvalidArgument("must be >= 1", section + ".pipeline_depth");
-  FLEET_RETURN_IF_ERROR(ReadScalar(node, section, "micro_batches", &out->micro_batches));
-  if (out->micro_batches < 1)
-    return Status::InvalidArgument("must be >= 1", section + ".micro_batches");
+  FLEET_RETURN_IF_ERROR(
+      ReadInt(node, section, "pipeline_depth", 1, kMaxPipelineDepth, &out->pipeline_depth));
+  FLEET_RETURN_IF_ERROR(
+      ReadInt(node, section, "micro_batches", 1, kMaxMicroBatches, &out->micro_batches));
   int64_t down_ms = out->down_timeout.count();
-  FLEET_RETURN_IF_ERROR(ReadScalar(node, section, "down_timeout_ms", &down_ms));
-  if (down_ms < 1) return Status::InvalidArgument("must be >= 1", section + ".down_timeout_ms");
+  FLEET_RETURN_IF_ERROR(ReadInt(node, section, "down_timeout_ms", 1, kMaxTimeoutMs, &down_ms));
   out->down_timeout = std::chrono::milliseconds(down_ms);
   return Status::OK();
 }
@@ -96,18 +109,14 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
     return Status::InvalidArgument(absl::StrCat("must be sync, async or geo, got '", mode, "'"),
                                    "Distributed.mode");
   }
-  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "k_steps", &out->k_steps));
-  if (out->k_steps < 1) return Status::InvalidArgument("must be >= 1", "Distributed.k_steps");
-  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "max_merge", &out->max_merge));
-  if (out->max_merge < 1) return Status::InvalidArgument("must be >= 1", "Distributed.max_merge");
-  int64_t timeout_ms = out->timeout.count();
-  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "timeout_ms", &timeout_ms));
-  if (timeout_ms < 1) return Status::InvalidArgument("must be >= 1", "Distributed.timeout_ms");
-  out->timeout = std::chrono::milliseconds(timeout_ms);
+  FLEET_RETURN_IF_ERROR(ReadInt(node, "Distributed", "k_steps", 1, kMaxKSteps, &out->k_steps));
   FLEET_RETURN_IF_ERROR(
-      ReadScalar(node, "Distributed", "max_request_bytes", &out->max_request_bytes));
-  if (out->max_request_bytes < 0)
-    return Status::InvalidArgument("must be >= 0", "Distributed.max_request_bytes");
+      ReadInt(node, "Distributed", "max_merge", 1, kMaxMaxMerge, &out->max_merge));
+  int64_t timeout_ms = out->timeout.count();
+  FLEET_RETURN_IF_ERROR(ReadInt(node, "Distributed", "timeout_ms", 1, kMaxTimeoutMs, &timeout_ms));
+  out->timeout = std::chrono::milliseconds(timeout_ms);
+  FLEET_RETURN_IF_ERROR(ReadInt(node, "Distributed", "max_request_bytes", 0, kMaxRequestBytes,
+                                &out->max_request_bytes));
   int64_t busy_poll_us = out->busy_poll.count();
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "busy_poll_us", &busy_poll_us));
   if (busy_poll_us < 0 || busy_poll_us > 1'000'000)
@@ -119,8 +128,7 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
 Status ParseServer(const YAML::Node& node, ServerConfig* out) {
   if (!node.IsDefined() || node.IsNull()) return Status::OK();
   FLEET_RETURN_IF_ERROR(CheckKeys(node, "server", {"threads", "save_dir", "load_dir"}));
-  FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "threads", &out->threads));
-  if (out->threads < 1) return Status::InvalidArgument("must be >= 1", "server.threads");
+  FLEET_RETURN_IF_ERROR(ReadInt(node, "server", "threads", 1, kMaxServerThreads, &out->threads));
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "save_dir", &out->save_dir));
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "load_dir", &out->load_dir));
   return Status::OK();
@@ -132,6 +140,18 @@ Result<JobConfig> ParseJobConfig(YAML::Node root) {
   JobConfig job;
   job.root = root;
   if (!root.IsMap()) return Status::InvalidArgument("job config must be a YAML map");
+  // A misspelt section ("Distribued", "trian") would otherwise leave every
+  // key of it at its default without a word.
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    if (std::find(std::begin(kJobSections), std::end(kJobSections), key) ==
+        std::end(kJobSections)) {
+      return Status::InvalidArgument(
+          absl::StrCat("unknown top-level section; a job config takes ",
+                       absl::StrJoin(kJobSections, ", ")),
+          key);
+    }
+  }
   FLEET_RETURN_IF_ERROR(ParseDistributed(root["Distributed"], &job.distributed));
   FLEET_RETURN_IF_ERROR(ParseServer(root["server"], &job.server));
   const YAML::Node tables = root["tables"];

@@ -1,13 +1,18 @@
 // JobConfig: the YAML job file every process of a job reads (configs/*.yaml),
 // after `-o Key.sub=value` overrides. The parameter server reads `tables`,
 // `Distributed` and `server`; the trainer reads its own sections from the
-// same document (JobConfig::root).
+// same document (JobConfig::root): `model`, `data`, `train`
+// (worker/config.h). Any other top-level key, and any unknown key inside a
+// section, is refused with an error naming it, so a typo ("Distribued",
+// "trian.epochs") never leaves a default in place silently. Every count
+// and size has a maximum (below), so a huge value is an error naming the
+// key, not a failed allocation.
 //
 //   Distributed:
 //     mode: sync            # sync | async | geo (default sync)
 //     k_steps: 100          # geo: push deltas every k_steps local steps
 //     max_merge: 10         # async: batches merged per key before a send
-//     timeout_ms: 60000     # deadline of every PS request
+//     timeout_ms: 60000     # deadline of every PS request (<= 86400000, one day)
 //     max_request_bytes: 1048576  # larger requests to one server go in pieces
 //     busy_poll_us: 0       # poll this long before sleeping (latency vs CPU)
 //     heter:                # jobs with heter workers (heter/): the CPU-worker side
@@ -15,8 +20,9 @@
 //       micro_batches: 1    # pieces each mini-batch is cut into
 //       down_timeout_ms: 4000  # a heter worker unreachable this long fails the job
 //   server:
-//     threads: 2            # shard-parallel table work per server
-//     save_dir: ""          # save here when stopped (SIGTERM or stop request)
+//     threads: 2            # shard-parallel table work per server (<= 256)
+//     save_dir: ""          # save here when stopped (SIGTERM or stop request);
+//                           # checked writable at start
 //     load_dir: ""          # load this checkpoint at start
 //   tables:                 # see ps/table/table_config.h for each key
 //     - {id: 0, kind: sparse, dim: 8, ...}
@@ -40,12 +46,25 @@ namespace fleet::ps {
 
 enum class SyncMode { kSync, kAsync, kGeo };
 
+// The top-level sections of a job document: the servers' and the workers'.
+inline constexpr const char* kJobSections[] = {"Distributed", "server", "tables",
+                                               "model",       "data",   "train"};
+
+// Maxima of the count and size keys (each key's comment names its own).
+inline constexpr int64_t kMaxKSteps = 1'000'000;
+inline constexpr int64_t kMaxMaxMerge = 1'000'000;
+inline constexpr int64_t kMaxTimeoutMs = 86'400'000;         // one day
+inline constexpr int64_t kMaxRequestBytes = int64_t{1} << 30;  // 1 GiB
+inline constexpr int64_t kMaxPipelineDepth = 1024;
+inline constexpr int64_t kMaxMicroBatches = 1024;
+inline constexpr int64_t kMaxServerThreads = 256;
+
 std::string_view SyncModeName(SyncMode mode);
 
 // `Distributed.heter`: how CPU workers use heter workers. Ignored by jobs
 // without heter workers.
 struct HeterConfig {
-  // `Distributed.heter.pipeline_depth`: default 4, >= 1. Micro-batches a CPU
+  // `Distributed.heter.pipeline_depth`: default 4, 1..1024. Micro-batches a CPU
   // worker keeps in flight to heter workers in async and geo mode: while the
   // dense side computes, the worker reads, pulls and pools the next ones.
   // More hides more of the round trip and keeps more heter workers busy, at
@@ -55,14 +74,14 @@ struct HeterConfig {
   // as one step, and each reply waits for that) and the next step starts
   // once this one is applied.
   int pipeline_depth = 4;
-  // `Distributed.heter.micro_batches`: default 1, >= 1. Pieces each
+  // `Distributed.heter.micro_batches`: default 1, 1..1024. Pieces each
   // mini-batch (train.batch_size samples) is cut into, each one call to a
   // heter worker. In sync mode this is what overlaps the two sides: the
   // worker pools piece m + 1 while piece m computes; a step's dense gradient
   // then has workers x micro_batches parts, summed in a fixed order. Smaller
   // pieces mean more, smaller GEMMs.
   int micro_batches = 1;
-  // `Distributed.heter.down_timeout_ms`: default 4000, >= 1. How long a heter
+  // `Distributed.heter.down_timeout_ms`: default 4000, 1..86400000. How long a heter
   // worker may stay unreachable (its calls failing) before the job fails
   // naming it; meanwhile its micro-batches go to the others. Raise it when
   // a heter worker restarted by fleetrun --max_restart needs longer to come
@@ -77,17 +96,19 @@ struct DistributedConfig {
   // never waits but applies stale gradients; geo trains local copies and
   // exchanges deltas every k_steps, the least traffic of the three.
   SyncMode mode = SyncMode::kSync;
-  // `Distributed.k_steps` (geo): default 100, >= 1. Fewer means fresher
+  // `Distributed.k_steps` (geo): default 100, 1..1000000. Fewer means fresher
   // parameters and more traffic.
   int k_steps = 100;
-  // `Distributed.max_merge` (async): default 10, >= 1. How many batches of
+  // `Distributed.max_merge` (async): default 10, 1..1000000. How many batches of
   // gradients the communicator merges before one send; more means less
   // traffic and staler updates.
   int max_merge = 10;
-  // `Distributed.timeout_ms`: default 60000, >= 1. No PS request waits
-  // longer; raise it for very large saves or slow networks.
+  // `Distributed.timeout_ms`: default 60000, 1..86400000. No PS request
+  // waits longer; raise it for very large saves or slow networks. A worker
+  // waiting at a sync step or barrier for another that never comes is told
+  // which worker is missing a tenth of this (at most 2 s) before it expires.
   std::chrono::milliseconds timeout{60000};
-  // `Distributed.max_request_bytes`: default 1048576 (1 MiB), >= 0. A
+  // `Distributed.max_request_bytes`: default 1048576 (1 MiB), 0..2^30. A
   // worker's sparse pull, or async/geo push, carrying more values than this
   // to one server goes out as several requests of at most this size, back
   // to back, so the server serves the first while the rest are in flight.
@@ -104,12 +125,14 @@ struct DistributedConfig {
 };
 
 struct ServerConfig {
-  // `server.threads`: default 2, >= 1. Threads working on table shards in
+  // `server.threads`: default 2, 1..256. Threads working on table shards in
   // parallel, per server.
   int threads = 2;
   // `server.save_dir`: default empty (no save). When set, a server that is
   // told to stop (SIGTERM, or the launcher ending the job) first saves a base
-  // checkpoint here.
+  // checkpoint here. Created if missing and checked writable at start (a
+  // probe file is created and removed): the server refuses to start
+  // otherwise.
   std::string save_dir;
   // `server.load_dir`: default empty. When set, the server loads this
   // checkpoint before it starts serving (and refuses to start if it can't).

@@ -1,11 +1,58 @@
 #include "ps/server.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "comm/proto/ps.pb.h"
+#include "ps/table/float_rows.h"
 #include "ps/table/partition.h"
 
 namespace fleet::ps {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// How often the watchdog looks for waits to answer; the reply margin below
+// is larger, so an answer is never late because of it.
+constexpr milliseconds kWatchTick{20};
+
+// When to answer a caller that waits for others: a little before its own
+// deadline (the request's budget, counted from arrival here, so a bit after
+// the caller's), so that our explanation reaches it before its call gives
+// up with a bare timeout.
+Clock::time_point ReplyBy(const Message& req, Clock::time_point now) {
+  if (req.header.deadline_ms() == 0) return Clock::time_point::max();
+  const milliseconds budget(req.header.deadline_ms());
+  const milliseconds margin = std::clamp(budget / 10, 2 * kWatchTick, milliseconds(2000));
+  return now + budget - std::min(margin, budget);
+}
+
+// A sender's gradient, delta, counts or dense values with a NaN or an Inf
+// would poison the table for good: refused, naming the table and the
+// first bad element. AllFinite is one branch-free pass (hot path).
+Status CheckFinite(const Message& req, const char* what,
+                   std::initializer_list<std::span<const float>> frames) {
+  size_t frame = 0;
+  for (std::span<const float> f : frames) {
+    if (!AllFinite(f)) {
+      const size_t i = FirstNonFinite(f);
+      return Status::InvalidArgument(
+          absl::StrCat(what, ": non-finite value ", f[i], " at element ", i, " of frame ", frame,
+                       "; NaN and Inf are refused"),
+          absl::StrCat("table ", req.header.table_id(), " from ", req.header.sender()));
+    }
+    ++frame;
+  }
+  return Status::OK();
+}
+
+// "worker(s) 1, 3 of 4" for the ranks that did not arrive.
+std::string MissingRanks(const std::vector<int>& missing, int of) {
+  return absl::StrCat(missing.size() == 1 ? "worker " : "workers ", absl::StrJoin(missing, ", "),
+                      " of ", of);
+}
 
 Result<pb::PsRequestMeta> ParseMeta(const Message& req) {
   pb::PsRequestMeta meta;
@@ -44,6 +91,10 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
     server->fs_ = server->owned_fs_.get();
   } else {
     server->fs_ = server->options_.fs;
+  }
+  if (const std::string& dir = server->options_.job.server.save_dir; !dir.empty()) {
+    // Found now, not when the job ends and the save fails.
+    FLEET_RETURN_IF_ERROR(CheckWritableDir(server->fs_, dir).WithContext("server.save_dir"));
   }
   server->table_pool_ = std::make_unique<ThreadPool>(server->options_.job.server.threads);
   FLEET_RETURN_IF_ERROR(server->BuildTables());
@@ -182,6 +233,10 @@ void PsServer::RegisterHandlers() {
 
 Result<std::string> PsServer::Start() {
   FLEET_ASSIGN_OR_RETURN(std::string bound, rpc_->Listen(options_.endpoint));
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (!watchdog_.joinable() && !shut_down_) watchdog_ = std::thread([this] { WatchWaits(); });
+  }
   LOG(INFO) << "server " << options_.rank << "/" << options_.num_servers << " serving on "
             << bound << " (" << sparse_.size() << " sparse, " << dense_.size()
             << " dense tables, mode " << SyncModeName(options_.job.distributed.mode) << ")";
@@ -249,6 +304,9 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
     shows = std::move(s).value();
     clicks = std::move(c).value();
   }
+  if (Status s = CheckFinite(req, what, {grads->span(), shows.span(), clicks.span()}); !s.ok()) {
+    return reply_error(s);
+  }
   SparseTable* t = table.value();
   const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
   if (!sync) {
@@ -288,7 +346,8 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
     row[dim] = shows.empty() ? 1.0f : shows[i];
     row[dim + 1] = clicks.empty() ? 0.0f : clicks[i];
   }
-  AddSyncContribution(t->config().id, *meta, keys->span(), combined, r);
+  AddSyncContribution(t->config().id, *meta, keys->span(), combined, r,
+                      ReplyBy(req, Clock::now()));
 }
 
 Status PsServer::PullDense(const Message& req, Message* resp) {
@@ -307,11 +366,11 @@ void PsServer::PushDense(Message req, Responder r, bool delta) {
   };
   auto table = FindDense(req);
   if (!table.ok()) return reply_error(table.status());
-  if (Status s = ExpectFrames(req, {1}, delta ? "push_dense_delta" : "push_dense_grad"); !s.ok()) {
-    return reply_error(s);
-  }
+  const char* what = delta ? "push_dense_delta" : "push_dense_grad";
+  if (Status s = ExpectFrames(req, {1}, what); !s.ok()) return reply_error(s);
   auto values = req.Frame<float>(0);
   if (!values.ok()) return reply_error(values.status());
+  if (Status s = CheckFinite(req, what, {values->span()}); !s.ok()) return reply_error(s);
   DenseTable* t = table.value();
   const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
   if (!sync || t->range().size() == 0) {
@@ -328,12 +387,12 @@ void PsServer::PushDense(Message req, Responder r, bool delta) {
   }
   auto meta = ParseMeta(req);
   if (!meta.ok()) return reply_error(meta.status());
-  AddSyncContribution(t->config().id, *meta, {}, values->span(), r);
+  AddSyncContribution(t->config().id, *meta, {}, values->span(), r, ReplyBy(req, Clock::now()));
 }
 
 void PsServer::AddSyncContribution(uint32_t table, const pb::PsRequestMeta& meta,
                                    std::span<const uint64_t> keys, std::span<const float> values,
-                                   Responder r) {
+                                   Responder r, Clock::time_point reply_by) {
   const int64_t step = meta.step();
   std::vector<Responder> done;
   Status result;
@@ -347,10 +406,10 @@ void PsServer::AddSyncContribution(uint32_t table, const pb::PsRequestMeta& meta
       result = added.status().WithContext(absl::StrCat("table ", table, " step ", step));
       done.push_back(r);
     } else if (!added.value()) {
-      st.waiting[step].push_back(r);
+      st.waiting[step].push_back({r, reply_by});
       return;  // answered when the last worker's push for this step arrives
     } else {
-      done = std::move(st.waiting[step]);
+      for (Waiter& w : st.waiting[step]) done.push_back(std::move(w.responder));
       st.waiting.erase(step);
       done.push_back(r);
       // A failed apply fails every push of the step.
@@ -372,34 +431,119 @@ Status PsServer::InitDense(const Message& req, Message* resp) {
   FLEET_ASSIGN_OR_RETURN(DenseTable * table, FindDense(req));
   FLEET_RETURN_IF_ERROR(ExpectFrames(req, {1}, "init_dense"));
   FLEET_ASSIGN_OR_RETURN(SArray<float> values, req.Frame<float>(0));
+  FLEET_RETURN_IF_ERROR(CheckFinite(req, "init_dense", {values.span()}));
   return table->Assign(values.span());
 }
 
 void PsServer::Barrier(Message req, Responder r) {
   auto meta = ParseMeta(req);
   if (!meta.ok()) return r.ReplyError(meta.status());
-  if (meta->barrier_size() < 1) {
-    return r.ReplyError(Status::InvalidArgument("barrier_size must be >= 1",
-                                                absl::StrCat("barrier ", meta->barrier_name())));
+  const std::string which = absl::StrCat("barrier ", meta->barrier_name());
+  if (meta->barrier_size() < 1 || meta->barrier_size() > options_.num_workers) {
+    return r.ReplyError(Status::InvalidArgument(
+        absl::StrCat("barrier_size ", meta->barrier_size(), " is not in [1, ",
+                     options_.num_workers, "] (the job's workers)"),
+        which));
+  }
+  if (meta->worker_rank() < 0 || meta->worker_rank() >= meta->barrier_size()) {
+    return r.ReplyError(Status::InvalidArgument(
+        absl::StrCat("worker rank ", meta->worker_rank(), " is not in [0, ",
+                     meta->barrier_size(), ")"),
+        which));
   }
   // A caller counts once (a retry replaces its earlier arrival) and only
-  // until its call's deadline: one that gave up must not release the
-  // others of a later round of the same barrier.
-  const auto now = std::chrono::steady_clock::now();
-  const auto deadline = req.header.deadline_ms() > 0
-                            ? now + std::chrono::milliseconds(req.header.deadline_ms())
-                            : std::chrono::steady_clock::time_point::max();
+  // until shortly before its call's deadline, when ExpireWaits answers it:
+  // one that gave up must not release the others of a later round.
   std::vector<Responder> release;
   {
     std::lock_guard<std::mutex> lock(barrier_mu_);
-    auto& waiting = barriers_[meta->barrier_name()];
-    std::erase_if(waiting, [&](const auto& entry) { return entry.second.deadline <= now; });
-    waiting.insert_or_assign(meta->worker_rank(), BarrierArrival{r, deadline});
-    if (static_cast<int>(waiting.size()) < meta->barrier_size()) return;
-    for (auto& [rank, arrival] : waiting) release.push_back(arrival.responder);
+    BarrierWait& wait = barriers_[meta->barrier_name()];
+    if (!wait.arrived.empty() && wait.size != meta->barrier_size()) {
+      return r.ReplyError(Status::InvalidArgument(
+          absl::StrCat("barrier_size ", meta->barrier_size(), " differs from the ", wait.size,
+                       " of the callers waiting"),
+          which));
+    }
+    wait.size = meta->barrier_size();
+    wait.arrived.insert_or_assign(meta->worker_rank(), Waiter{r, ReplyBy(req, Clock::now())});
+    if (static_cast<int>(wait.arrived.size()) < wait.size) return;
+    for (auto& [rank, arrival] : wait.arrived) release.push_back(arrival.responder);
     barriers_.erase(meta->barrier_name());
   }
   for (const Responder& w : release) w.Reply(Message());
+}
+
+void PsServer::ExpireWaits(Clock::time_point now) {
+  std::vector<std::pair<Responder, Status>> answers;
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    for (auto& [table, st] : sync_) {
+      for (auto it = st.waiting.begin(); it != st.waiting.end();) {
+        const int64_t step = it->first;
+        auto first = std::min_element(it->second.begin(), it->second.end(),
+                                      [](const Waiter& a, const Waiter& b) { return a.reply_by < b.reply_by; });
+        if (first == it->second.end() || first->reply_by > now) {
+          ++it;
+          continue;
+        }
+        // The whole step fails: its contributions are dropped so that no
+        // later arrival applies a step whose pushers were told it failed.
+        int contributors = 0;
+        const std::vector<int> missing = st.merger->Missing(step, &contributors);
+        st.merger->Abandon(step);
+        const Status timeout = Status::Timeout(
+            absl::StrCat("sync step ", step, " of table ", table, ": no push from ",
+                         MissingRanks(missing, contributors), " within the request deadline (",
+                         "Distributed.timeout_ms ", options_.job.distributed.timeout.count(),
+                         " ms; answered a tenth early); a worker that stopped or hangs"),
+            absl::StrCat("server ", options_.rank));
+        LOG(WARNING) << "server " << options_.rank << ": " << timeout.ToString();
+        for (Waiter& w : it->second) answers.emplace_back(std::move(w.responder), timeout);
+        it = st.waiting.erase(it);
+      }
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(barrier_mu_);
+    for (auto it = barriers_.begin(); it != barriers_.end();) {
+      BarrierWait& wait = it->second;
+      std::vector<int> missing;
+      for (int rank = 0; rank < wait.size; ++rank) {
+        if (!wait.arrived.contains(rank)) missing.push_back(rank);
+      }
+      for (auto a = wait.arrived.begin(); a != wait.arrived.end();) {
+        if (a->second.reply_by > now) {
+          ++a;
+          continue;
+        }
+        answers.emplace_back(
+            std::move(a->second.responder),
+            Status::Timeout(
+                absl::StrCat("barrier '", it->first, "' of ", wait.size, ": ",
+                             MissingRanks(missing, wait.size),
+                             " did not arrive within worker ", a->first, "'s deadline (",
+                             "Distributed.timeout_ms ", options_.job.distributed.timeout.count(),
+                             " ms unless the call set its own; answered a tenth early)"),
+                absl::StrCat("server ", options_.rank)));
+        a = wait.arrived.erase(a);
+      }
+      it = wait.arrived.empty() ? barriers_.erase(it) : std::next(it);
+    }
+  }
+  for (auto& [responder, status] : answers) {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    responder.ReplyError(status);
+  }
+}
+
+void PsServer::WatchWaits() {
+  std::unique_lock<std::mutex> lock(stop_mu_);
+  while (!watch_stop_) {
+    watch_cv_.wait_for(lock, kWatchTick, [this] { return watch_stop_; });
+    lock.unlock();
+    ExpireWaits(Clock::now());
+    lock.lock();
+  }
 }
 
 Status PsServer::Save(const Message& req, Message* resp) {
@@ -482,7 +626,13 @@ Status PsServer::Shutdown(bool save) {
     std::lock_guard<std::mutex> lock(stop_mu_);
     if (shut_down_) return Status::OK();
     shut_down_ = true;
+    watch_stop_ = true;
   }
+  watch_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  // A server whose Create failed half way has no transport and no
+  // checkpointer: destroying it must not crash the program reporting why.
+  if (rpc_ == nullptr) return Status::OK();
   Status drained = rpc_->StopServing(options_.shutdown_grace);
   if (!drained.ok()) LOG(WARNING) << "server " << options_.rank << ": " << drained.ToString();
   Status saved;

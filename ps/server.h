@@ -12,8 +12,20 @@
 // Delta pushes are applied on arrival in every mode.
 //
 // Bad requests (unknown table, wrong kind, wrong sizes, keys of shards held
-// elsewhere) are answered with InvalidArgument naming the problem; the
-// tables are unchanged and the server keeps serving.
+// elsewhere, NaN or Inf in a gradient, delta, show/click count or dense
+// init, a sync step more than GradientMerger::kMaxStepsAhead ahead of the
+// table's next step, a barrier rank or size outside the job's workers) are
+// answered with InvalidArgument naming the problem and the table; the
+// tables are unchanged and the server keeps serving. New keys beyond a
+// table's max_rows_per_server get FailedPrecondition (sparse_table.h).
+//
+// Waits for other workers are bounded and explained: a sync push waiting
+// for a step's other pushes, and a barrier arrival waiting for the others,
+// is answered with Timeout shortly before its caller's deadline (the
+// request's, i.e. Distributed.timeout_ms; a tenth of it earlier, at most
+// 2 s, at least 20 ms), naming the step or barrier, the worker ranks that
+// did not arrive and the bound, instead of leaving the caller to report
+// "no reply from server N". The step's contributions are dropped.
 //
 // Thread safety: all public methods are thread-safe.
 #pragma once
@@ -24,6 +36,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/proto/ps.pb.h"
@@ -61,8 +74,10 @@ class PsServer {
  public:
   // Builds the tables of this rank and loads a checkpoint: when `restarted`
   // the newest one in job.server.save_dir if that holds one, else
-  // job.server.load_dir when set. Errors: InvalidArgument (rank/num_servers, a
-  // table config), and the checkpoint errors of Checkpointer::Load.
+  // job.server.load_dir when set. Checks that job.server.save_dir (when set)
+  // is writable (CheckWritableDir). Errors: InvalidArgument (rank/num_servers,
+  // a table config), IOError (save_dir), and the checkpoint errors of
+  // Checkpointer::Load.
   static Result<std::unique_ptr<PsServer>> Create(PsServerOptions options);
   ~PsServer();  // Shutdown(/*save=*/false) if still running.
 
@@ -98,6 +113,10 @@ class PsServer {
   void PushDense(Message req, Responder r, bool delta);
   Status InitDense(const Message& req, Message* resp);
   void Barrier(Message req, Responder r);
+  // Answers, with a Timeout naming who is missing, the sync steps and
+  // barriers whose first waiter's reply time has come. Runs on watchdog_.
+  void ExpireWaits(std::chrono::steady_clock::time_point now);
+  void WatchWaits();
   Status Save(const Message& req, Message* resp);
   Status Load(const Message& req, Message* resp);
   Status Shrink(const Message& req, Message* resp);
@@ -109,9 +128,10 @@ class PsServer {
   // push of the step once it is applied.
   // `meta` gives the step, the slot (worker_rank), the slot count and
   // whether a second push of the slot is dropped (GradientMerger::AddOptions).
+  // `reply_by`: when to answer r with a Timeout if the step is incomplete.
   void AddSyncContribution(uint32_t table, const pb::PsRequestMeta& meta,
                            std::span<const uint64_t> keys, std::span<const float> values,
-                           Responder r);
+                           Responder r, std::chrono::steady_clock::time_point reply_by);
 
   Result<SparseTable*> FindSparse(const Message& req);
   // Whether a sparse pull/push is cheap enough to run on the I/O thread.
@@ -129,28 +149,42 @@ class PsServer {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<RpcNode> rpc_;
 
+  // A caller waiting for others: answered by the arrival that completes its
+  // step or barrier, or with a Timeout at reply_by (ExpireWaits).
+  struct Waiter {
+    Responder responder;
+    std::chrono::steady_clock::time_point reply_by;
+  };
+
   // Sync mode; guarded by sync_mu_. A step's responders are answered by the
   // contribution that completes it, under the same lock, so none is missed.
   struct SyncTable {
     std::unique_ptr<GradientMerger> merger;
-    std::map<int64_t, std::vector<Responder>> waiting;
+    std::map<int64_t, std::vector<Waiter>> waiting;
   };
   std::mutex sync_mu_;
   std::map<uint32_t, SyncTable> sync_;
 
-  // Barriers: name -> callers waiting, by worker rank; guarded by barrier_mu_.
-  struct BarrierArrival {
-    Responder responder;
-    std::chrono::steady_clock::time_point deadline;  // the caller's, from its request
+  // Barriers: name -> callers waiting, by worker rank, and the barrier's
+  // size; guarded by barrier_mu_.
+  struct BarrierWait {
+    int size = 0;
+    std::map<int, Waiter> arrived;
   };
   std::mutex barrier_mu_;
-  std::map<std::string, std::map<int, BarrierArrival>> barriers_;
+  std::map<std::string, BarrierWait> barriers_;
 
   // Lifecycle; guarded by stop_mu_.
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stop_requested_ = false;
   bool shut_down_ = false;
+
+  // The thread running WatchWaits from Start() until Shutdown(); it stops
+  // when watch_stop_ is set (guarded by stop_mu_, signalled on watch_cv_).
+  std::thread watchdog_;
+  std::condition_variable watch_cv_;
+  bool watch_stop_ = false;
 
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> rejected_{0};

@@ -16,6 +16,7 @@
 #include "comm/kv_store.h"
 #include "comm/stop_signal.h"
 #include "ps/client.h"
+#include "ps/file_system.h"
 #include "worker/communicator.h"
 #include "trainer/data/ctr_generator.h"
 #include "trainer/kernels/cpu_kernels.h"
@@ -148,6 +149,12 @@ Result<PsWorkerReport> WorkerRun::Run() {
   FLEET_ASSIGN_OR_RETURN(task_, CreateWorkerTask(config_, o_.job, {o_.rank, o_.num_workers}));
   report_.metric_name = task_->metric_name();
   FLEET_RETURN_IF_ERROR(CheckTables(config_, o_.job, *task_));
+  if (o_.rank == 0 && !config_.train.save_dir.empty()) {
+    // Before training, not when the first save fails after it.
+    ps::PosixFileSystem fs;
+    FLEET_RETURN_IF_ERROR(
+        ps::CheckWritableDir(&fs, config_.train.save_dir).WithContext("train.save_dir"));
+  }
   LOG(INFO) << name_ << ": " << task_->num_train_batches() << " local batches of "
             << config_.train.batch_size << ", " << task_->dense_param_count()
             << " dense parameters, loaded in " << FormatMetric(Seconds(t_load)) << " s";
@@ -206,6 +213,14 @@ Result<PsWorkerReport> WorkerRun::Run() {
       } else {
         // This shard is done; keep the step count every worker shares.
         FLEET_RETURN_IF_ERROR(task_->SkipStep(*comm).WithContext(where));
+      }
+      // A diverged model must fail the job, not be trained on and saved.
+      if (const double loss = task_->train_loss_sum(); !std::isfinite(loss)) {
+        return Status::FailedPrecondition(
+            "training loss is " + std::string(std::isnan(loss) ? "NaN" : "Inf") +
+                " (diverged: lower the learning rate, or check the data); stopping before "
+                "pushing more or saving the model",
+            where);
       }
       ++report_.steps;
       const bool last = i + 1 == steps_per_epoch;

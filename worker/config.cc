@@ -34,10 +34,16 @@ Status ReadSection(const YAML::Node& root, const std::string& section, bool requ
   return Status::OK();
 }
 
-KeyReader IntAtLeast(int* out, int min) {
-  return [out, min](const YAML::Node& v, const std::string& key) {
-    *out = v.as<int>();
-    if (*out < min) return Status::InvalidArgument("must be >= " + std::to_string(min), key);
+KeyReader IntIn(int* out, int min, int max = INT32_MAX) {
+  return [out, min, max](const YAML::Node& v, const std::string& key) {
+    const int64_t x = v.as<int64_t>();
+    if (x < min || x > max) {
+      return Status::InvalidArgument(
+          "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+              std::to_string(x),
+          key);
+    }
+    *out = static_cast<int>(x);
     return Status::OK();
   };
 }
@@ -54,12 +60,27 @@ KeyReader Widths(std::vector<int>* out, size_t min_count) {
     if (!v.IsSequence()) return Status::InvalidArgument("must be a list of widths", key);
     out->clear();
     for (const auto& e : v) {
-      int w = e.as<int>();
-      if (w < 1) return Status::InvalidArgument("every width must be >= 1", key);
-      out->push_back(w);
+      const int64_t w = e.as<int64_t>();
+      if (w < 1 || w > kMaxWidth) {
+        return Status::InvalidArgument("every width must be in [1, " + std::to_string(kMaxWidth) +
+                                           "], got " + std::to_string(w),
+                                       key);
+      }
+      out->push_back(static_cast<int>(w));
     }
-    if (out->size() < min_count) {
-      return Status::InvalidArgument("needs at least " + std::to_string(min_count) + " widths",
+    if (out->size() < min_count || out->size() > kMaxLayers) {
+      return Status::InvalidArgument("needs " + std::to_string(min_count) + ".." +
+                                         std::to_string(kMaxLayers) + " widths",
+                                     key);
+    }
+    // The weights between consecutive layers, checked before any is
+    // allocated (the dense table's own bound is the same).
+    int64_t weights = 0;
+    for (size_t i = 1; i < out->size(); ++i) weights += int64_t{(*out)[i - 1]} * (*out)[i];
+    if (weights > kMaxLayerWeights) {
+      return Status::InvalidArgument("the layers have " + std::to_string(weights) +
+                                         " weights, more than the " +
+                                         std::to_string(kMaxLayerWeights) + " allowed",
                                      key);
     }
     return Status::OK();
@@ -77,11 +98,11 @@ Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root) {
   FLEET_RETURN_IF_ERROR(ReadSection(
       root, "model", /*required=*/true,
       {{"kind", String(&kind)},
-       {"sparse_table", IntAtLeast(&sparse_table, 0)},
+       {"sparse_table", IntIn(&sparse_table, 0)},
        {"dense_table",
         [&](const YAML::Node& v, const std::string& key) {
           dense_table_given = true;
-          return IntAtLeast(&dense_table, 0)(v, key);
+          return IntIn(&dense_table, 0)(v, key);
         }},
        {"hidden", Widths(&c.model.hidden, 1)},
        {"sizes", Widths(&c.model.sizes, 2)},
@@ -111,12 +132,12 @@ Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root) {
   FLEET_RETURN_IF_ERROR(type->check_config(c));
 
   FLEET_RETURN_IF_ERROR(ReadSection(root, "train", /*required=*/false,
-                                    {{"batch_size", IntAtLeast(&c.train.batch_size, 1)},
-                                     {"epochs", IntAtLeast(&c.train.epochs, 0)},
-                                     {"log_interval", IntAtLeast(&c.train.log_interval, 0)},
-                                     {"blas_threads", IntAtLeast(&c.train.blas_threads, 1)},
+                                    {{"batch_size", IntIn(&c.train.batch_size, 1, kMaxBatchSize)},
+                                     {"epochs", IntIn(&c.train.epochs, 0, kMaxEpochs)},
+                                     {"log_interval", IntIn(&c.train.log_interval, 0)},
+                                     {"blas_threads", IntIn(&c.train.blas_threads, 1, kMaxBlasThreads)},
                                      {"save_dir", String(&c.train.save_dir)},
-                                     {"save_every_epochs", IntAtLeast(&c.train.save_every_epochs, 0)}}));
+                                     {"save_every_epochs", IntIn(&c.train.save_every_epochs, 0)}}));
   return c;
 }
 

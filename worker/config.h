@@ -19,6 +19,8 @@
 //                            # ctr_dnn, 0 for mlp.
 //     hidden: [400, 400, 400]  # ctr_dnn: FC widths (ReLU after each).
 //     sizes: [784, 128, 128, 10]  # mlp: layer widths, input first.
+//                            # hidden and sizes: each width 1..65536, at most
+//                            # 64 layers, at most 2^30 weights between them.
 //     seed: 1                # initialisation of the dense parameters (worker 0
 //                            # writes it to the dense table unless the servers
 //                            # loaded a checkpoint, i.e. server.load_dir is set).
@@ -31,22 +33,31 @@
 //     train_images / train_labels / test_images / test_labels: mlp IDX files
 //                            # (gzip or not). train_* required, test_* optional.
 //   train:
-//     batch_size: 512        # samples per worker per step. Default 512. The
-//                            # global batch of a sync step is batch_size * workers.
-//     epochs: 1              # passes over the training data. Default 1; 0 only
-//                            # evaluates (e.g. a loaded checkpoint).
+//     batch_size: 512        # samples per worker per step. Default 512, at most
+//                            # 2^20. The global batch of a sync step is
+//                            # batch_size * workers.
+//     epochs: 1              # passes over the training data. Default 1, at most
+//                            # 10^6; 0 only evaluates (e.g. a loaded checkpoint).
 //     log_interval: 50       # steps between progress lines. Default 50; 0 = none.
 //     blas_threads: 1        # OpenBLAS threads per worker. Default 1: on a
 //                            # small machine several workers share the cores.
 //                            # Keep workers x blas_threads (+ servers) <= cores
 //                            # (the policy in trainer/kernels/cpu_kernels.h); a
-//                            # worker alone on a machine takes every core.
+//                            # worker alone on a machine takes every core. At
+//                            # most 256.
 //     save_dir: ""           # worker 0 asks the servers to save a checkpoint in
 //                            # <save_dir>/epoch_<E> after epoch E when due (below)
 //                            # and after the last epoch. Default empty (no saves).
+//                            # Worker 0 checks at start that it can create it
+//                            # and write a file in it (the servers write it: a
+//                            # shared file system, or one machine).
 //     save_every_epochs: 0   # also save after every N-th epoch; 0 = only the last.
 //
 // Relative paths are taken from the worker's working directory.
+//
+// A worker whose training loss turns NaN or Inf fails the job (ps_worker
+// exits 1 naming the worker, epoch and step) instead of training on and
+// saving a diverged model.
 //
 // Thread safety: plain values.
 #pragma once
@@ -60,6 +71,14 @@
 #include "comm/status.h"
 
 namespace fleet::worker {
+
+// Bounds of the count and size keys above.
+inline constexpr int kMaxWidth = 1 << 16;
+inline constexpr size_t kMaxLayers = 64;
+inline constexpr int64_t kMaxLayerWeights = int64_t{1} << 30;
+inline constexpr int kMaxBatchSize = 1 << 20;
+inline constexpr int kMaxEpochs = 1'000'000;
+inline constexpr int kMaxBlasThreads = 256;
 
 struct WorkerModelConfig {
   std::string kind;  // a WorkerTaskType::kind

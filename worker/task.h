@@ -96,6 +96,10 @@ class WorkerTask {
   virtual void UseHeterWorkers(heter::HeterClient* client, const ps::HeterConfig& config) {}
   // The training sums since the last call, then resets them.
   virtual std::vector<float> TakeTrainSums() = 0;
+  // The loss sum of the training steps since the last TakeTrainSums (the
+  // first of its sums), without resetting it: NaN or Inf once any of those
+  // steps' loss was.
+  virtual double train_loss_sum() const = 0;
   // Forward over this worker's held-out shard with the servers' current
   // parameters (read through `client`); returns its sums, or an empty
   // vector when the config names no held-out data.

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <span>
 
 namespace fleet::ps {
 
@@ -23,6 +25,37 @@ inline void CopyFloats(const float* src, size_t n, float* dst) {
 // dst[0, n) += src[0, n). The ranges must not overlap.
 inline void AddFloats(const float* __restrict src, size_t n, float* __restrict dst) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+// True when no element is NaN or +-Inf. One pass without a branch per
+// element (requests are checked on the hot path): a float is not finite
+// when its exponent bits are all ones, and adding one to such an exponent
+// carries into the sign bit. Blocks of 16 have a fixed trip count, so GCC
+// vectorises them at -O2 too.
+inline bool AllFinite(std::span<const float> v) {
+  constexpr uint32_t kExponent = 0x7f800000u, kExponentOne = 0x00800000u;
+  auto bits = [&](size_t i) {
+    uint32_t b;
+    std::memcpy(&b, v.data() + i, sizeof b);
+    return (b & kExponent) + kExponentOne;
+  };
+  uint32_t carry = 0;
+  size_t i = 0;
+  for (; i + 16 <= v.size(); i += 16) {
+    uint32_t block = 0;
+    for (size_t j = 0; j < 16; ++j) block |= bits(i + j);
+    carry |= block;
+  }
+  for (; i < v.size(); ++i) carry |= bits(i);
+  return (carry & 0x80000000u) == 0;
+}
+
+// The index of the first NaN or +-Inf of v, or v.size(). For error messages.
+inline size_t FirstNonFinite(std::span<const float> v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!AllFinite(v.subspan(i, 1))) return i;
+  }
+  return v.size();
 }
 
 }  // namespace fleet::ps

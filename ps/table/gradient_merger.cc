@@ -30,7 +30,16 @@ Result<bool> GradientMerger::Add(int64_t step, int rank, std::span<const uint64_
     return Status::InvalidArgument(absl::StrCat("gradient of step ", step, " from rank ", rank, " has ",
                                                 keys.size(), " keys and ", values.size(),
                                                 " floats, expected ", expect, " floats"));
+  if (step < 0) {
+    return Status::InvalidArgument(absl::StrCat("step ", step, " from rank ", rank, " is negative"));
+  }
   std::lock_guard<std::mutex> l(mu_);
+  if (step > applied_below_ + kMaxStepsAhead) {
+    return Status::InvalidArgument(absl::StrCat(
+        "step ", step, " from rank ", rank, " is more than ", kMaxStepsAhead,
+        " step ahead of step ", applied_below_,
+        ", the next one to apply (a worker pushes a step only after its previous one was applied)"));
+  }
   if (step < applied_below_) {
     if (options.idempotent) return true;  // a resend of a contribution already applied
     return Status::InvalidArgument(
@@ -90,6 +99,28 @@ Status GradientMerger::Merge(Pending& p) {
     }
   }
   return apply_(keys, sum);
+}
+
+int64_t GradientMerger::next_step() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return applied_below_;
+}
+
+std::vector<int> GradientMerger::Missing(int64_t step, int* contributors) const {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<int> missing;
+  auto it = pending_.find(step);
+  if (it == pending_.end()) return missing;
+  *contributors = it->second.expected;
+  for (int r = 0; r < it->second.expected; ++r) {
+    if (!it->second.arrived[r]) missing.push_back(r);
+  }
+  return missing;
+}
+
+void GradientMerger::Abandon(int64_t step) {
+  std::lock_guard<std::mutex> l(mu_);
+  pending_.erase(step);
 }
 
 size_t GradientMerger::pending_steps() const {

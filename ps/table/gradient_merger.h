@@ -44,13 +44,20 @@ class GradientMerger {
     bool idempotent = false;
   };
 
+  // Steps more than this ahead of next_step() are refused: a worker pushes
+  // step k + 1 only after its push of step k was answered, i.e. applied, so
+  // only a forged or broken push can be further ahead (and would otherwise
+  // mark every real step below it as applied).
+  static constexpr int64_t kMaxStepsAhead = 1;
+
   // Records rank's gradient for step. Returns true when the step is applied
   // (this was the last contribution and the merged step was applied now; the
   // Status of a failed apply is returned instead), false when it still waits
   // for others. Ranks are in [0, contributors) and summed in that order.
   // Errors: InvalidArgument for a rank out of range, a contributor count
   // that differs from the step's, a second contribution of a rank to a
-  // step or one to a step already applied (unless idempotent), or sizes that
+  // step or one to a step already applied (unless idempotent), a negative
+  // step or one more than kMaxStepsAhead beyond next_step(), or sizes that
   // do not match width (keys.size() * width values when keyed, width when
   // not); the pending step is then unchanged.
   Result<bool> Add(int64_t step, int rank, std::span<const uint64_t> keys,
@@ -62,6 +69,15 @@ class GradientMerger {
 
   // Steps with some but not all contributions (for stats and tests).
   size_t pending_steps() const;
+  // The lowest step not applied yet (0 at first): steps are numbered from 0.
+  int64_t next_step() const;
+  // The ranks (in [0, contributors)) whose contribution to a pending step
+  // has not arrived, with the step's contributor count; empty when the
+  // step is not pending.
+  std::vector<int> Missing(int64_t step, int* contributors) const;
+  // Drops a pending step's contributions (its waiters were answered with an
+  // error); the step is not applied and may be pushed again.
+  void Abandon(int64_t step);
 
  private:
   struct Pending {
@@ -81,7 +97,7 @@ class GradientMerger {
 
   mutable std::mutex mu_;
   std::map<int64_t, Pending> pending_;  // guarded by mu_
-  int64_t applied_below_ = INT64_MIN;   // guarded by mu_; steps < this were applied
+  int64_t applied_below_ = 0;  // guarded by mu_; steps < this were applied
 };
 
 }  // namespace fleet::ps

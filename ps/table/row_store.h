@@ -7,13 +7,13 @@
 // Internal to SparseTable. Thread safety: none; the shard lock protects it.
 #pragma once
 
-#include <glog/logging.h>
-
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace fleet::ps {
@@ -92,16 +92,23 @@ class KeyedRowColumn {
 // of their columns (the new slot is the first of the new chunk).
 class SlotAllocator {
  public:
-  explicit SlotAllocator(uint32_t shift) : shift_(shift) {}
+  // Slot ids are uint32; UINT32_MAX is the tables' "no slot" marker.
+  static constexpr uint32_t kMaxSlots = UINT32_MAX;
 
-  uint32_t Allocate(bool* grew) {
+  // `capacity`: slots this allocator may hand out at most (tests lower it).
+  explicit SlotAllocator(uint32_t shift, uint32_t capacity = kMaxSlots)
+      : shift_(shift), capacity_(capacity) {}
+
+  // A free slot, or nullopt when all `capacity` slots are in use: a flood of
+  // new keys from a peer must become an error reply, never an abort.
+  std::optional<uint32_t> Allocate(bool* grew) {
     *grew = false;
     if (!free_.empty()) {
       const uint32_t s = free_.back();
       free_.pop_back();
       return s;
     }
-    CHECK_LT(high_, UINT32_MAX) << "shard slot space exhausted";
+    if (high_ >= capacity_) return std::nullopt;
     if ((high_ & ((uint32_t{1} << shift_) - 1)) == 0) *grew = true;
     return high_++;
   }
@@ -111,8 +118,40 @@ class SlotAllocator {
 
  private:
   const uint32_t shift_;
+  const uint32_t capacity_;
   std::vector<uint32_t> free_;
   uint32_t high_ = 0;
+};
+
+// The row quota of one table on one server (max_rows_per_server), shared
+// by the table's local shards. Without a quota (0) nothing is counted.
+// Thread-safe.
+class RowQuota {
+ public:
+  explicit RowQuota(uint64_t max_rows) : max_(max_rows) {}
+
+  uint64_t max() const { return max_; }
+  // Reserves one row; false when the quota is full.
+  bool Take() {
+    if (max_ == 0) return true;
+    if (rows_.fetch_add(1, std::memory_order_relaxed) >= max_) {
+      rows_.fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    return true;
+  }
+  // Counts a row even above the quota (a checkpoint being loaded).
+  void Force() {
+    if (max_ != 0) rows_.fetch_add(1, std::memory_order_relaxed);
+  }
+  // Returns a row taken or forced.
+  void Give() {
+    if (max_ != 0) rows_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+ private:
+  const uint64_t max_;
+  std::atomic<uint64_t> rows_{0};
 };
 
 }  // namespace fleet::ps

@@ -1,12 +1,14 @@
 #include "ps/table/sparse_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include <glog/logging.h>
 #include "ps/table/byte_io.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/row_store.h"
@@ -75,8 +77,9 @@ struct SlotEq {
 class LocalShard {
  public:
   LocalShard(const Accessor* accessor, const TableConfig& config, uint32_t first, uint32_t stride,
-             uint32_t count)
+             uint32_t count, RowQuota* quota)
       : accessor_(accessor),
+        quota_(quota),
         table_id_(config.id),
         shard_num_(config.shard_num),
         first_(first),
@@ -137,8 +140,7 @@ class LocalShard {
               accessor_->PushGrad(Row(*slot), Ext(*slot),
                                   std::span<const float>(grads + size_t{i} * d, d), show, click);
           *flags_.at(*slot) |= kDirty;
-          if (wants_ext && ext_floats_ > 0) {
-            AttachExt(*slot);
+          if (wants_ext && ext_floats_ > 0 && AttachExt(*slot)) {
             accessor_->InitExt(keys[i], Ext(*slot));
           }
         });
@@ -158,12 +160,15 @@ class LocalShard {
               Row(*slot), Ext(*slot), std::span<const float>(deltas + size_t{i} * d, d),
               shows.empty() ? 0.0f : shows[i], clicks.empty() ? 0.0f : clicks[i]);
           *flags_.at(*slot) |= kDirty;
-          if (wants_ext && ext_floats_ > 0) {
-            AttachExt(*slot);
+          if (wants_ext && ext_floats_ > 0 && AttachExt(*slot)) {
             accessor_->InitExt(keys[i], Ext(*slot));
           }
         });
   }
+
+  // Keys refused a row so far (quota or slot space), for the caller to
+  // report per request.
+  uint64_t refused() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return refused_; }
 
   void EndPass() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (!accessor_->ages_rows()) return;
@@ -312,12 +317,19 @@ class LocalShard {
       if (ShardOfKey(key, shard_num_) != shard_id) return bad(absl::StrCat("key ", key, " does not belong to this shard"));
       if (has_ext > 1 || (has_ext && ext_floats_ == 0)) return bad(absl::StrCat("bad extension flag of row ", n));
       std::optional<uint32_t> slot = Find(KeyProbe(key));
-      if (!slot) slot = Insert(key, /*init=*/false);
+      if (!slot) {
+        // A checkpoint is loaded whole even above the row quota (lowered
+        // since it was saved): only new keys are refused afterwards.
+        slot = Insert(key, /*init=*/false);
+        if (!slot) return bad(absl::StrCat("row ", n, " exceeds the slot space of a local shard"));
+        quota_->Force();
+      }
       *flags_.at(*slot) = 0;
       if (!r.GetFloats({rows_.row(*slot), row_floats_}))
         return bad(absl::StrCat("truncated row ", n));
       if (has_ext) {
-        if (*ext_of_.at(*slot) == kNoExt) AttachExt(*slot);
+        if (*ext_of_.at(*slot) == kNoExt && !AttachExt(*slot))
+          return bad(absl::StrCat("row ", n, " exceeds the extension slot space of a local shard"));
         if (!r.GetFloats(Ext(*slot))) return bad(absl::StrCat("truncated row ", n));
       } else if (ext_floats_ > 0 && *ext_of_.at(*slot) != kNoExt) {
         ext_slots_.Free(*ext_of_.at(*slot));
@@ -418,7 +430,8 @@ class LocalShard {
     }
   }
 
-  // The row of key, created if the admission rule lets it in now.
+  // The row of key, created if the admission rule lets it in now and the
+  // row quota and slot space have room (else counted in refused_).
   std::optional<uint32_t> FindOrAdmit(KeyProbe probe) {
     if (std::optional<uint32_t> slot = Find(probe)) return slot;
     if (min_count_ > 1) {
@@ -426,12 +439,24 @@ class LocalShard {
       if (++seen < min_count_) return std::nullopt;
       pending_.erase(probe.key);
     }
-    return Insert(probe.key, /*init=*/true);
+    if (!quota_->Take()) {
+      ++refused_;
+      return std::nullopt;
+    }
+    std::optional<uint32_t> slot = Insert(probe.key, /*init=*/true);
+    if (!slot) {
+      quota_->Give();
+      ++refused_;
+    }
+    return slot;
   }
 
-  uint32_t Insert(uint64_t key, bool init) {
+  // nullopt when the slot space is used up.
+  std::optional<uint32_t> Insert(uint64_t key, bool init) {
     bool grew;
-    const uint32_t slot = slots_.Allocate(&grew);
+    const std::optional<uint32_t> allocated = slots_.Allocate(&grew);
+    if (!allocated) return std::nullopt;
+    const uint32_t slot = *allocated;
     if (grew) {
       flags_.AddChunk();
       rows_.AddChunk();
@@ -446,11 +471,17 @@ class LocalShard {
     return slot;
   }
 
-  void AttachExt(uint32_t slot) {
+  // False when the extension slot space is used up (the row keeps none).
+  bool AttachExt(uint32_t slot) {
     bool grew;
-    const uint32_t e = ext_slots_.Allocate(&grew);
+    const std::optional<uint32_t> e = ext_slots_.Allocate(&grew);
+    if (!e) {
+      ++refused_;
+      return false;
+    }
     if (grew) ext_.AddChunk();
-    *ext_of_.at(slot) = e;
+    *ext_of_.at(slot) = *e;
+    return true;
   }
 
   // record: remember the key as deleted for the next delta checkpoint.
@@ -459,6 +490,7 @@ class LocalShard {
     index_.erase(slot);  // hashes the key, so before the slot is reused
     if (ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt) ext_slots_.Free(*ext_of_.at(slot));
     slots_.Free(slot);
+    quota_->Give();
     if (record) deleted_.insert(key);
   }
 
@@ -480,6 +512,7 @@ class LocalShard {
 
   // Fixed after construction.
   const Accessor* const accessor_;
+  RowQuota* const quota_;  // the table's; owns its own synchronisation
   const uint32_t table_id_;
   const uint32_t shard_num_;
   const uint32_t first_, stride_, count_;  // the global shards held here
@@ -502,6 +535,7 @@ class LocalShard {
   absl::flat_hash_map<uint64_t, uint32_t> pending_;  // sightings of keys not admitted yet
   absl::flat_hash_set<uint64_t> deleted_;            // deleted since the last save
   uint64_t dropped_pushes_ = 0;
+  uint64_t refused_ = 0;  // new keys refused a row (quota or slot space)
 
   // Undo record of a save in flight (between Serialize and Commit/AbortSave).
   bool save_pending_ = false;
@@ -529,6 +563,7 @@ SparseTable::SparseTable(const TableConfig& config, ShardRange owned, ThreadPool
       owned_(owned),
       pool_(pool),
       accessor_(std::move(accessor)),
+      quota_(std::make_unique<RowQuota>(config.max_rows_per_server)),
       local_count_(std::min({config.local_shard_num, owned.size(), uint32_t{65535}})),
       sharder_(config.shard_num) {
   local_of_.resize(owned.size());
@@ -539,7 +574,8 @@ SparseTable::SparseTable(const TableConfig& config, ShardRange owned, ThreadPool
   for (uint32_t i = 0; i < local_count_; ++i) {
     // Global shards owned.begin + i, + i + L, + i + 2L, ...
     const uint32_t count = (owned.size() - i + local_count_ - 1) / local_count_;
-    shards_.push_back(std::make_unique<LocalShard>(accessor_.get(), config_, owned.begin + i, local_count_, count));
+    shards_.push_back(std::make_unique<LocalShard>(accessor_.get(), config_, owned.begin + i, local_count_, count,
+                                                   quota_.get()));
   }
 }
 
@@ -645,11 +681,32 @@ Status SparseTable::ForEachShardOfKeys(
   return Status::OK();
 }
 
+Status SparseTable::RefusedKeys(uint64_t refused, const char* op) const {
+  if (refused == 0) return Status::OK();
+  // One line per 100 refusals: a flood must not flood the log too.
+  LOG_EVERY_N(WARNING, 100) << "table " << config_.id << ": " << refused << " new keys of a "
+                            << op << " refused a row (max_rows_per_server "
+                            << quota_->max() << ", or a local shard's slot space)";
+  const std::string limit =
+      quota_->max() > 0 ? absl::StrCat("max_rows_per_server = ", quota_->max(), " rows reached")
+                        : "a local shard's 2^32 - 1 slot ids are used up";
+  return Status::FailedPrecondition(
+      absl::StrCat(op, ": ", refused, " new keys were not stored (", limit,
+                   "); a pull got their initial values, a push to them was dropped"),
+      absl::StrCat("table ", config_.id));
+}
+
 Status SparseTable::Pull(std::span<const uint64_t> keys, std::span<float> values) {
-  return ForEachShardOfKeys(
+  std::atomic<uint64_t> refused{0};
+  FLEET_RETURN_IF_ERROR(ForEachShardOfKeys(
       keys, values.size(), pull_dim(),
       [&](LocalShard& sh, const uint64_t* hashes, std::span<const uint32_t> which)
-          ABSL_NO_THREAD_SAFETY_ANALYSIS { sh.Pull(keys, hashes, which, values.data()); });
+          ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            const uint64_t before = sh.refused();
+            sh.Pull(keys, hashes, which, values.data());
+            if (sh.refused() != before) refused += sh.refused() - before;
+          }));
+  return RefusedKeys(refused.load(), "pull");
 }
 
 Status SparseTable::CheckCounts(size_t keys, std::span<const float> shows,
@@ -666,21 +723,31 @@ Status SparseTable::CheckCounts(size_t keys, std::span<const float> shows,
 Status SparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
                              std::span<const float> shows, std::span<const float> clicks) {
   FLEET_RETURN_IF_ERROR(CheckCounts(keys.size(), shows, clicks));
-  return ForEachShardOfKeys(keys, grads.size(), push_dim(),
-                            [&](LocalShard& sh, const uint64_t* hashes,
-                                std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                              sh.PushGrad(keys, hashes, which, grads.data(), shows, clicks);
-                            });
+  std::atomic<uint64_t> refused{0};
+  FLEET_RETURN_IF_ERROR(ForEachShardOfKeys(
+      keys, grads.size(), push_dim(),
+      [&](LocalShard& sh, const uint64_t* hashes, std::span<const uint32_t> which)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            const uint64_t before = sh.refused();
+            sh.PushGrad(keys, hashes, which, grads.data(), shows, clicks);
+            if (sh.refused() != before) refused += sh.refused() - before;
+          }));
+  return RefusedKeys(refused.load(), "push");
 }
 
 Status SparseTable::PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas,
                               std::span<const float> shows, std::span<const float> clicks) {
   FLEET_RETURN_IF_ERROR(CheckCounts(keys.size(), shows, clicks));
-  return ForEachShardOfKeys(keys, deltas.size(), push_dim(),
-                            [&](LocalShard& sh, const uint64_t* hashes,
-                                std::span<const uint32_t> which) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                              sh.PushDelta(keys, hashes, which, deltas.data(), shows, clicks);
-                            });
+  std::atomic<uint64_t> refused{0};
+  FLEET_RETURN_IF_ERROR(ForEachShardOfKeys(
+      keys, deltas.size(), push_dim(),
+      [&](LocalShard& sh, const uint64_t* hashes, std::span<const uint32_t> which)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            const uint64_t before = sh.refused();
+            sh.PushDelta(keys, hashes, which, deltas.data(), shows, clicks);
+            if (sh.refused() != before) refused += sh.refused() - before;
+          }));
+  return RefusedKeys(refused.load(), "push_delta");
 }
 
 void SparseTable::EndPass() {
@@ -757,6 +824,7 @@ void SparseTable::SwapRows(SparseTable& staging) {
   absl::MutexLock l(&shards_mu_);
   absl::MutexLock sl(&staging.shards_mu_);
   shards_.swap(staging.shards_);
+  quota_.swap(staging.quota_);  // each table keeps the counter its shards use
 }
 
 }  // namespace fleet::ps

@@ -48,6 +48,7 @@
 namespace fleet::ps {
 
 class LocalShard;
+class RowQuota;
 
 struct SparseTableStats {
   uint64_t rows = 0;            // stored rows
@@ -96,7 +97,10 @@ class SparseTable {
   // admitted yet gets its initial value and is not stored.
   // Errors: InvalidArgument when values.size() != keys.size() * pull_dim()
   // or a key's shard is not held here; then values is untouched and so is
-  // the table.
+  // the table. FailedPrecondition naming the table when new keys were
+  // refused a row (config.max_rows_per_server reached, or a local shard's
+  // slot space used up): values is complete (refused keys get their
+  // initial value) and the other keys were served.
   Status Pull(std::span<const uint64_t> keys, std::span<float> values);
 
   // Applies one gradient of push_dim() floats per key with the optimizer.
@@ -105,7 +109,8 @@ class SparseTable {
   // and, if admitted, is created first; otherwise its gradient is dropped
   // (counted in Stats().dropped_pushes).
   // Errors: InvalidArgument for size mismatches or keys not held here; the
-  // table is then unchanged.
+  // table is then unchanged. FailedPrecondition as Pull: the gradients of
+  // the refused keys were dropped, the others applied.
   Status PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
                   std::span<const float> shows = {}, std::span<const float> clicks = {});
 
@@ -170,6 +175,8 @@ class SparseTable {
               std::shared_ptr<const Accessor> accessor);
 
   struct RoutedKeys;
+  // FailedPrecondition describing `refused` keys of one `op` (OK for 0).
+  Status RefusedKeys(uint64_t refused, const char* op) const;
   // InvalidArgument unless shows and clicks are empty or one per key.
   Status CheckCounts(size_t keys, std::span<const float> shows,
                      std::span<const float> clicks) const;
@@ -195,6 +202,10 @@ class SparseTable {
   const ShardRange owned_;
   ThreadPool* const pool_;
   const std::shared_ptr<const Accessor> accessor_;  // shared with staging tables
+  // Counts this table's rows against config.max_rows_per_server; used by
+  // the shards and swapped with them by SwapRows (guarded by shards_mu_
+  // for that swap; owns its own synchronisation otherwise).
+  std::unique_ptr<RowQuota> quota_;
   const uint32_t local_count_;
   const KeySharder sharder_;
   std::vector<uint16_t> local_of_;  // held global shard - owned.begin -> local shard

@@ -151,6 +151,7 @@ Result<TableConfig> ParseTableConfig(const YAML::Node& node) {
     FLEET_RETURN_IF_ERROR(o.Get("delete_after_unseen_passes", &p.delete_after_unseen_passes));
     return o.Get("delete_threshold", &p.delete_threshold);
   }));
+  FLEET_RETURN_IF_ERROR(r.Get("max_rows_per_server", &c.max_rows_per_server));
   FLEET_RETURN_IF_ERROR(ParseSection(
       r, "admission", [&](MapReader& o) { return o.Get("min_count", &c.admission_min_count); }));
   FLEET_RETURN_IF_ERROR(r.Finish());
@@ -160,11 +161,17 @@ Result<TableConfig> ParseTableConfig(const YAML::Node& node) {
 
 Status ValidateTableConfig(const TableConfig& c) {
   if (c.dim < 1) return Bad("dim", "must be >= 1");
-  if (c.kind == TableKind::kSparse && c.dim > (1u << 20)) return Bad("dim", "must be <= 1048576 for a sparse table");
+  if (c.kind == TableKind::kSparse && c.dim > kMaxSparseDim)
+    return Bad("dim", absl::StrCat("must be <= ", kMaxSparseDim, " for a sparse table, got ", c.dim));
+  if (c.kind == TableKind::kDense && c.dim > kMaxDenseDim)
+    return Bad("dim", absl::StrCat("must be <= ", kMaxDenseDim, " for a dense table, got ", c.dim));
   if (c.kind == TableKind::kDense && c.accessor != AccessorKind::kPlain)
     return Bad("accessor", "a dense table takes the plain accessor only");
-  if (c.shard_num < 1) return Bad("shard_num", "must be >= 1");
-  if (c.local_shard_num < 1) return Bad("local_shard_num", "must be >= 1");
+  if (c.shard_num < 1 || c.shard_num > kMaxShardNum)
+    return Bad("shard_num", absl::StrCat("must be in [1, ", kMaxShardNum, "], got ", c.shard_num));
+  if (c.local_shard_num < 1 || c.local_shard_num > kMaxLocalShardNum)
+    return Bad("local_shard_num",
+               absl::StrCat("must be in [1, ", kMaxLocalShardNum, "], got ", c.local_shard_num));
   const OptimizerConfig& o = c.optimizer;
   if (!(o.learning_rate >= 0)) return Bad("optimizer.learning_rate", "must be >= 0");
   if (!(o.l2_decay >= 0)) return Bad("optimizer.l2_decay", "must be >= 0");
@@ -224,6 +231,7 @@ std::string TableConfigToYaml(const TableConfig& c) {
   e << YAML::Key << "delete_after_unseen_passes" << YAML::Value << t.delete_after_unseen_passes;
   e << YAML::Key << "delete_threshold" << YAML::Value << t.delete_threshold;
   e << YAML::EndMap;
+  e << YAML::Key << "max_rows_per_server" << YAML::Value << c.max_rows_per_server;
   e << YAML::Key << "admission" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "min_count" << YAML::Value << c.admission_min_count;
   e << YAML::EndMap;

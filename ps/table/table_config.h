@@ -106,6 +106,12 @@ struct CtrAccessorConfig {
   float delete_threshold = 0.0f;
 };
 
+// Bounds of the size keys below, checked by ValidateTableConfig.
+inline constexpr uint64_t kMaxSparseDim = uint64_t{1} << 20;
+inline constexpr uint64_t kMaxDenseDim = uint64_t{1} << 30;
+inline constexpr uint32_t kMaxShardNum = uint32_t{1} << 20;
+inline constexpr uint32_t kMaxLocalShardNum = 65535;
+
 struct TableConfig {
   // `id`: required, >= 0. How workers and checkpoints name the table.
   uint32_t id = 0;
@@ -113,7 +119,10 @@ struct TableConfig {
   TableKind kind = TableKind::kSparse;
   // `dim`: required, >= 1. Sparse plain: floats per key. Sparse ctr: width of
   // `embedx` (a pull returns embed_dim + dim floats). Dense: total number of
-  // parameters of the table (split over servers).
+  // parameters of the table (split over servers). At most kMaxSparseDim
+  // (2^20) for a sparse table and kMaxDenseDim (2^30, 4 GiB of floats before
+  // optimizer state) for a dense one: larger values are refused by the
+  // parser rather than failing an allocation at start.
   uint64_t dim = 0;
   // `accessor`: plain | ctr (sparse only). Default plain.
   AccessorKind accessor = AccessorKind::kPlain;
@@ -121,7 +130,8 @@ struct TableConfig {
   // table and of its checkpoints: a key lives in shard Mix64(key) % shard_num
   // and a checkpoint is one file per shard. More shards balance better over
   // many servers and let more threads work at once; fewer mean fewer files.
-  // Must be >= the largest number of servers the table will ever run on.
+  // Must be >= the largest number of servers the table will ever run on,
+  // and <= kMaxShardNum (2^20).
   uint32_t shard_num = 1000;
   // `local_shard_num` (sparse): default 64, >= 1. How many in-memory parts a
   // server splits its global shards into (global shard g of the server's
@@ -130,6 +140,7 @@ struct TableConfig {
   // arena and index, and a request visits each part it touches once, so
   // fewer parts make small requests cheaper and more parts let more threads
   // work at once. Not part of the checkpoint format: change it freely.
+  // At most kMaxLocalShardNum (65535).
   uint32_t local_shard_num = 64;
   // `admission.min_count` (sparse): default 1 (admit at once). A missing key
   // is stored only once it has been seen (pulled or pushed) this many times;
@@ -137,6 +148,20 @@ struct TableConfig {
   // Raise it (2..10) to keep one-off keys out of memory. The counts of keys
   // not yet admitted are not checkpointed.
   uint32_t admission_min_count = 1;
+  // `max_rows_per_server` (sparse): default 0 (no quota). The most rows of
+  // this table one server stores. Once a server holds this many, a pull or
+  // push of a key it does not hold yet is answered FailedPrecondition naming
+  // the table and the quota (the key is not stored: a pull got its initial
+  // value, a push to it was dropped; keys already stored are served as
+  // usual), and the server logs it. Set it to what a server's memory allows
+  // (Stats() bytes / rows gives the cost of a row) to protect servers from a
+  // runaway or hostile client creating keys without end. The default is no
+  // quota because the right bound depends on the row width and the server's
+  // memory, which the job config does not know, and a default that is too
+  // low would fail a legitimate large job hours into training. Without a
+  // quota a local shard still refuses new keys, with the same error, once
+  // its 2^32 - 1 slot ids are used.
+  uint64_t max_rows_per_server = 0;
 
   OptimizerConfig optimizer;
   InitializerConfig initializer;

@@ -21,7 +21,66 @@ TEST(JobConfigTest, MaxRequestBytesDefaultsToOneMebibyteAndIsChecked) {
   auto negative = ParseJobConfig(YAML::Load("Distributed: {max_request_bytes: -5}"));
   ASSERT_FALSE(negative.ok());
   EXPECT_THAT(negative.status().ToString(), HasSubstr("Distributed.max_request_bytes"));
-  EXPECT_THAT(negative.status().ToString(), HasSubstr(">= 0"));
+  EXPECT_THAT(negative.status().ToString(), HasSubstr("must be in [0, "));
+}
+
+// The sections of configs/ctr_dnn.yaml, each present: all of them are
+// known, and a typo of any section or key is refused naming it.
+constexpr char kFullJob[] =
+    "Distributed: {mode: sync}\n"
+    "server: {threads: 1}\n"
+    "tables: [{id: 0, kind: sparse, dim: 9}, {id: 1, kind: dense, dim: 10}]\n"
+    "model: {kind: ctr_dnn}\n"
+    "data: {train: x}\n"
+    "train: {epochs: 1}\n";
+
+Status ParseWith(const std::string& override_text) {
+  YAML::Node root = YAML::Load(kFullJob);
+  Status s = ApplyOverride(root, override_text);
+  if (!s.ok()) return s;
+  return ParseJobConfig(root).status();
+}
+
+TEST(JobConfigTest, UnknownSectionsAndKeysAnywhereAreRefusedNamingThem) {
+  ASSERT_TRUE(ParseWith("train.epochs=2").ok());
+  for (const char* typo : {"Distribued.mode=async", "trian.epochs=5", "Server.threads=2",
+                           "Distributed.mdoe=async", "server.thread=2", "tables.0.dimm=3",
+                           "tables.0.optimizer.lr=1"}) {
+    Status s = ParseWith(typo);
+    ASSERT_FALSE(s.ok()) << typo;
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    const std::string key(typo, std::string(typo).find('='));
+    const std::string last = key.substr(key.rfind('.') + 1);
+    const std::string first = key.substr(0, key.find('.'));
+    EXPECT_THAT(s.ToString(), ::testing::AnyOf(HasSubstr(last), HasSubstr(first))) << typo;
+  }
+  Status top = ParseWith("trian.epochs=5");
+  EXPECT_THAT(top.ToString(), HasSubstr("unknown top-level section"));
+  EXPECT_THAT(top.ToString(), HasSubstr("trian"));
+}
+
+TEST(JobConfigTest, HugeCountsAndSizesAreRefusedNamingTheKeyAndBound) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"server.threads=100000", "server.threads"},
+      {"tables.1.dim=100000000000", "1073741824"},
+      {"tables.1.dim=1e11", "dim"},
+      {"tables.0.dim=100000000", "1048576"},
+      {"tables.0.shard_num=4000000000", "shard_num"},
+      {"tables.0.local_shard_num=100000", "local_shard_num"},
+      {"Distributed.timeout_ms=100000000000", "Distributed.timeout_ms"},
+      {"Distributed.k_steps=1000000000000", "Distributed.k_steps"},
+      {"Distributed.heter.micro_batches=1000000", "Distributed.heter.micro_batches"},
+      {"Distributed.max_request_bytes=10000000000000", "Distributed.max_request_bytes"},
+  };
+  for (const auto& [override_text, named] : cases) {
+    Status s = ParseWith(override_text);
+    ASSERT_FALSE(s.ok()) << override_text;
+    EXPECT_TRUE(s.IsInvalidArgument()) << s.ToString();
+    EXPECT_THAT(s.ToString(), HasSubstr(named)) << override_text;
+  }
+  // The maxima themselves are accepted.
+  EXPECT_TRUE(ParseWith("server.threads=256").ok());
+  EXPECT_TRUE(ParseWith("tables.1.dim=1073741824").ok());
 }
 
 TEST(JobConfigTest, HeterSectionDefaultsAndChecks) {

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -229,6 +230,76 @@ TEST_F(ServerProcesses, BadConfigExitsTwoWithReason) {
   std::ifstream in(log);
   std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_NE(text.find("dim"), std::string::npos) << text;
+}
+
+// Every start-up error is printed and ends the program with exit code 2,
+// never a signal: ~PsServer of a half-built server used to dereference its
+// missing transport (SIGSEGV, exit 139, empty log), which lost the reason
+// of a missing, corrupt, truncated or mismatched checkpoint, a bad shard
+// count or an unwritable save_dir.
+TEST_F(ServerProcesses, StartupErrorsArePrintedAndExitTwoNotASignal) {
+  // A real checkpoint of the job's tables, saved by an in-process server.
+  const fs::path ckpt = dir_ / "good_ckpt";
+  {
+    auto job = LoadJobConfig(config_.string(), {});
+    ASSERT_TRUE(job.ok()) << job.status().ToString();
+    testing::PsCluster cluster(job.value(), 1, 1);
+    ASSERT_TRUE(cluster.client(0).PushSparseGrad(0, std::vector<uint64_t>{1, 2, 3},
+                                                 std::vector<float>(6, 1.0f))
+                    .ok());
+    ASSERT_TRUE(cluster.client(0).Save(ckpt.string(), false).ok());
+  }
+  // A copy of it with one shard file damaged by `damage`.
+  auto damaged = [&](const std::string& name, const std::function<void(const fs::path&)>& damage) {
+    const fs::path copy = dir_ / name;
+    fs::copy(ckpt, copy, fs::copy_options::recursive);
+    for (const auto& entry : fs::recursive_directory_iterator(copy)) {
+      if (entry.is_regular_file() && entry.path().filename().string().find("shard") != std::string::npos &&
+          fs::file_size(entry.path()) > 40) {
+        damage(entry.path());
+        break;
+      }
+    }
+    return copy.string();
+  };
+  const std::string corrupt = damaged("corrupt", [](const fs::path& f) {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(40);
+    io.put('\x5a');
+  });
+  const std::string truncated =
+      damaged("truncated", [](const fs::path& f) { fs::resize_file(f, fs::file_size(f) - 3); });
+  const fs::path plain_file = dir_ / "plain_file";
+  std::ofstream(plain_file) << "x";
+
+  struct Case {
+    std::string override_text;
+    int world_size;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"server.load_dir=/tmp/fleet_nonexistent_ckpt_dir", 1, "load_dir"},
+      {"server.load_dir=" + corrupt, 1, "Corruption"},
+      {"server.load_dir=" + truncated, 1, "Corruption"},
+      {"server.load_dir=" + ckpt.string() + ";tables.1.dim=8", 1, "dim differs"},
+      {"tables.0.shard_num=1", 2, "shard"},
+      {"server.save_dir=" + (plain_file / "ckpt").string(), 1, "not writable"},
+      {"server.threads=100000", 1, "server.threads"},
+      {"Distribued.mode=async", 1, "Distribued"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    SCOPED_TRACE(c.override_text);
+    const fs::path log = dir_ / ("start_error." + std::to_string(i));
+    Spawn({server_bin_, "--endpoint=127.0.0.1:0", "--config=" + config_.string(),
+           "--override=" + c.override_text, "--rank=0", "--role=server",
+           "--world_size=" + std::to_string(c.world_size)},
+          log, {"FLEET_AUTH=off"});
+    EXPECT_EQ(WaitExit(pids_.size() - 1, 15s), 2) << "exit code (128 + N: killed by signal N)";
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_NE(text.find(c.reason), std::string::npos) << text;
+  }
 }
 
 }  // namespace

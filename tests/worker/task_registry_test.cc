@@ -6,6 +6,8 @@
 
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
@@ -29,6 +31,28 @@ TEST(WorkerTaskRegistryTest, ListsEveryModelOnceWithItsFunctions) {
   EXPECT_EQ(kinds, (std::set<std::string>{"ctr_dnn", "mlp"}));
   EXPECT_EQ(FindWorkerTaskType("wide_deep"), nullptr);
   EXPECT_EQ(WorkerTaskKinds(), "ctr_dnn, mlp");
+}
+
+TEST(WorkerTaskRegistryTest, HugeSizesAreRefusedNamingTheKeyBeforeAnyAllocation) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"model: {kind: ctr_dnn, hidden: [100000000]}\ndata: {train: x}\n", "model.hidden"},
+      {"model: {kind: ctr_dnn, hidden: [60000, 60000, 60000]}\ndata: {train: x}\n",
+       "weights"},
+      {"model: {kind: mlp, sizes: [784, 100000000]}\ndata: {train_images: a, train_labels: b}\n",
+       "model.sizes"},
+      {"model: {kind: ctr_dnn}\ndata: {train: x}\ntrain: {batch_size: 100000000}\n",
+       "train.batch_size"},
+      {"model: {kind: ctr_dnn}\ndata: {train: x}\ntrain: {blas_threads: 100000}\n",
+       "train.blas_threads"},
+      {"model: {kind: ctr_dnn}\ndata: {train: x}\ntrain: {epochs: 10000000000}\n",
+       "train.epochs"},
+  };
+  for (const auto& [yaml, named] : cases) {
+    auto c = Parse(yaml);
+    ASSERT_FALSE(c.ok()) << yaml;
+    EXPECT_TRUE(c.status().IsInvalidArgument()) << c.status().ToString();
+    EXPECT_NE(c.status().ToString().find(named), std::string::npos) << c.status().ToString();
+  }
 }
 
 TEST(WorkerTaskRegistryTest, UnknownKindIsRefusedNamingTheKnownOnes) {

@@ -205,6 +205,8 @@ class CtrDnnTask final : public WorkerTask {
     return Status::OK();
   }
 
+  double train_loss_sum() const override { return train_loss_.Mean() * train_loss_.count(); }
+
   std::vector<float> TakeTrainSums() override {
     std::vector<float> sums = Sums(train_loss_, train_auc_);
     train_loss_.Reset();

@@ -82,6 +82,8 @@ class MlpTask final : public WorkerTask {
     return Status::OK();
   }
 
+  double train_loss_sum() const override { return train_sums_[0]; }
+
   std::vector<float> TakeTrainSums() override {
     std::vector<float> s(train_sums_.begin(), train_sums_.end());
     train_sums_ = {0, 0, 0};
