@@ -13,7 +13,8 @@
 #include "trainer/collective/gpt_task.h"
 #include "trainer/collective/sharded_adamw.h"
 #include "trainer/data/gpt_data.h"
-#include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
+#include "trainer/loss_scaler.h"
 
 namespace fleet::trainer::collective {
 
@@ -42,15 +43,11 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
                      " but the job has ", world, " ranks"),
         "Distributed.dp_degree");
   }
-  if (config.global.device != config::Device::kCpu) {
-    return Status::Unavailable(
-        "Global.device gpu: the GPT CUDA kernels are not wired into pretraining in this build; "
-        "set -o Global.device=cpu",
-        "Global.device");
-  }
-  if (options.cpu_threads < 1) {
-    return Status::InvalidArgument("cpu_threads must be >= 1", absl::StrCat(options.cpu_threads));
-  }
+  const Precision precision = config.engine.mix_precision.precision;
+  const std::string device =
+      config.global.device == config::Device::kCpu ? std::string("cpu") : options.gpu_device;
+  FLEET_ASSIGN_OR_RETURN(GptCompute compute,
+                         CreateGptCompute(device, precision, options.cpu_threads));
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptDataset> train,
                          data::OpenConfiguredDataset(config, data::DataPart::kTrain));
   std::unique_ptr<data::GptDataset> eval;
@@ -58,14 +55,12 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
     FLEET_ASSIGN_OR_RETURN(eval, data::OpenConfiguredDataset(config, data::DataPart::kEval));
   }
 
-  std::unique_ptr<ThreadPool> pool = SetUpGptCpuThreads(options.cpu_threads);
-  CpuBackend backend(pool.get());
-  CpuGptKernels kernels(pool.get());
+  GptKernels* kernels = compute.kernels.get();
   GptTaskOptions task_options;
   task_options.eval_iters = config.engine.eval_iters;
   task_options.eval_batch = static_cast<int>(config.global.micro_batch_size);
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptTask> task,
-                         GptTask::Create(config.model, &backend, &kernels, std::move(train),
+                         GptTask::Create(config.model, compute.backend.get(), kernels, std::move(train),
                                          std::move(eval), task_options));
 
   const CosineLrSchedule schedule(config.lr);
@@ -87,16 +82,22 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   loop.checkpoint_every_steps = save.save_steps.value_or(0);
   loop.learning_rate_at = [schedule](int64_t step) { return schedule.At(step); };
   const AdamWConfig adamw = config.optimizer;
-  ShardingOptions sharding;
-  sharding.degree = static_cast<int>(config.distributed.sharding_degree);
-  sharding.stage = static_cast<int>(config.distributed.sharding_stage);
+  ShardedAdamWOptions updater_options;
+  updater_options.sharding.degree = static_cast<int>(config.distributed.sharding_degree);
+  updater_options.sharding.stage = static_cast<int>(config.distributed.sharding_stage);
+  updater_options.data_parallel = loop.data_parallel;
+  if (precision == Precision::kFp16 && compute.backend->device().is_cuda()) {
+    LossScalerConfig scaler;
+    scaler.init_scale = config.engine.mix_precision.scale_loss;
+    updater_options.loss_scaler = scaler;
+  }
   const float first_lr = schedule.At(0);
-  loop.make_updater = [&kernels, adamw, sharding, first_lr, &loop](
+  loop.make_updater = [kernels, adamw, updater_options, first_lr](
                           ParamArena* arena,
                           Collective* group) -> Result<std::unique_ptr<GradientUpdater>> {
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdamWUpdater> updater,
-                           ShardedAdamWUpdater::Create(group, arena, &kernels, adamw, first_lr,
-                                                       sharding, loop.data_parallel, "gpt"));
+                           ShardedAdamWUpdater::Create(group, arena, kernels, adamw, first_lr,
+                                                       updater_options, "gpt"));
     return std::unique_ptr<GradientUpdater>(std::move(updater));
   };
   const int64_t tokens_per_sample = task->seq_len();

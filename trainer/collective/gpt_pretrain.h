@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include "comm/collective.h"
@@ -27,17 +28,23 @@
 namespace fleet::trainer::collective {
 
 struct GptPretrainOptions {
+  // This rank's device when Global.device is gpu: "cuda:K" (fleetrun's
+  // FLEET_DEVICE). Ignored for Global.device cpu.
+  std::string gpu_device = "cuda:0";
   // CPU threads of this rank's kernels (>= 1): the cores the rank may use.
+  // SetUpGptCpuThreads sets OpenBLAS to one thread process-wide.
   int cpu_threads = 1;
   // Called after every step (tests: fault injection); may be empty.
   std::function<Status(int64_t step)> after_step;
 };
 
 // Trains as described above. `collective` is this rank's group (null for
-// one process); its size must equal config.data_world_size(). Errors: those
-// of the data, the model, the loop and the checkpoints, each naming what
-// failed; Unavailable for Global.device gpu in a build or on a machine
-// without CUDA.
+// one process); its size must equal config.data_world_size(), and on GPUs
+// it must be an NCCL group on gpu_device. Engine.mix_precision: bfloat16 or
+// float16 GEMMs on GPUs (the CPU computes in float32), float16 with dynamic
+// loss scaling from scale_loss. Errors: those of the data, the model, the
+// loop and the checkpoints, each naming what failed; Unavailable for
+// Global.device gpu in a build or on a machine without CUDA.
 Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
                                    const GptPretrainOptions& options, std::ostream* progress);
 

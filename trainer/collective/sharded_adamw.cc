@@ -28,6 +28,8 @@ constexpr uint32_t kStateVersion = 1;
 struct StateHeader {
   uint64_t arena_size = 0;
   int64_t step = 0;
+  double loss_scale = 1.0;  // float16's dynamic loss scale and its clean run
+  int64_t loss_scale_clean_steps = 0;
   std::vector<std::pair<uint64_t, uint64_t>> pieces;  // [begin, end)
   uint64_t data_offset = 0;                           // bytes before the first piece's data
 };
@@ -73,6 +75,9 @@ Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) 
   }
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.arena_size, sizeof(h.arena_size), path, "header"));
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.step, sizeof(h.step), path, "header"));
+  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.loss_scale, sizeof(h.loss_scale), path, "header"));
+  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.loss_scale_clean_steps,
+                                    sizeof(h.loss_scale_clean_steps), path, "header"));
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &pieces, sizeof(pieces), path, "header"));
   if (pieces > (1u << 24)) {
     return Status::Corruption(absl::StrCat("implausible piece count ", pieces), path);
@@ -81,6 +86,8 @@ Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) 
   AppendPod(&bytes, version);
   AppendPod(&bytes, h.arena_size);
   AppendPod(&bytes, h.step);
+  AppendPod(&bytes, h.loss_scale);
+  AppendPod(&bytes, h.loss_scale_clean_steps);
   AppendPod(&bytes, pieces);
   h.pieces.resize(pieces);
   for (auto& [begin, end] : h.pieces) {
@@ -119,9 +126,9 @@ class ShardedAdamWUpdater::ParamsFileOptimizer final : public Optimizer {
 
 Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
     Collective* collective, ParamArena* arena, GptKernels* kernels, const AdamWConfig& config,
-    float lr, const ShardingOptions& sharding, const DataParallelOptions& options,
-    const std::string& name) {
+    float lr, const ShardedAdamWOptions& options, const std::string& name) {
   CHECK(arena != nullptr && kernels != nullptr);
+  const ShardingOptions& sharding = options.sharding;
   const int world = collective ? collective->size() : 1;
   if (sharding.degree != 1 && sharding.degree != world) {
     return Status::InvalidArgument(
@@ -133,19 +140,27 @@ Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
   if (sharding.degree > 1 && sharding.stage != 1 && sharding.stage != 2) {
     return Status::InvalidArgument("sharding stage must be 1 or 2", absl::StrCat(sharding.stage));
   }
-  DataParallelOptions dp_options = options;
+  std::optional<DynamicLossScaler> scaler;
+  if (options.loss_scaler) {
+    FLEET_ASSIGN_OR_RETURN(DynamicLossScaler created, DynamicLossScaler::Create(*options.loss_scaler));
+    scaler = created;
+  }
+  DataParallelOptions dp_options = options.data_parallel;
   dp_options.shard_gradients = sharding.degree > 1;
   dp_options.release_reduced_gradients = sharding.degree > 1 && sharding.stage == 2;
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp,
                          DataParallel::Create(collective, arena, dp_options));
   return std::unique_ptr<ShardedAdamWUpdater>(
-      new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp), name));
+      new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp), std::move(scaler),
+                              name));
 }
 
 ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
                                          const AdamWConfig& config, float lr,
                                          const ShardingOptions& sharding,
-                                         std::unique_ptr<DataParallel> dp, const std::string& name)
+                                         std::unique_ptr<DataParallel> dp,
+                                         std::optional<DynamicLossScaler> scaler,
+                                         const std::string& name)
     : arena_(arena),
       kernels_(kernels),
       rule_(arena->table(), config),
@@ -156,7 +171,8 @@ ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
       m_(arena->backend()->AllocateFloats(state_floats_)),
       v_(arena->backend()->AllocateFloats(state_floats_)),
       params_file_(std::make_unique<ParamsFileOptimizer>(arena)),
-      lr_(lr) {}
+      lr_(lr),
+      scaler_(std::move(scaler)) {}
 
 ShardedAdamWUpdater::~ShardedAdamWUpdater() = default;
 
@@ -169,9 +185,10 @@ GradReadyFn ShardedAdamWUpdater::grad_ready(bool last_micro_batch) {
 Status ShardedAdamWUpdater::Step(float lr) {
   FLEET_RETURN_IF_ERROR(dp_->FinishGradients());
   const float* grads = dp_->reduced_grads();
-  const float mean = dp_->reduced_grads_scale();
+  // What turns the reduced gradients into the mean gradient of the step.
+  float scale = dp_->reduced_grads_scale();
   float clip = 1.0f;
-  if (rule_.config().clip_norm > 0.0f) {
+  if (rule_.config().clip_norm > 0.0f || scaler_) {
     double squares = 0.0;
     for (const GradPiece& piece : dp_->pieces()) {
       squares += kernels_->SumOfSquares(grads + piece.offset, piece.size());
@@ -181,15 +198,31 @@ Status ShardedAdamWUpdater::Step(float lr) {
       FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(std::span<float>(&sum, 1)));
       squares = sum;
     }
-    last_grad_norm_ = std::sqrt(squares) * mean;
-    clip = ClipFactor(last_grad_norm_, rule_.config().clip_norm);
+    squares *= double{scale} * scale;
+    if (scaler_) {
+      // Every rank sees the same sum, so every rank skips alike.
+      const LossScaleDecision decision = scaler_->Update(squares);
+      if (!decision.apply) {
+        ++skipped_steps_;
+        LOG(WARNING) << "float16 gradients overflowed at step " << step() + 1
+                     << ": step skipped, loss scale now " << scaler_->scale();
+        params_file_->Step();
+        return Status::OK();
+      }
+      scale *= decision.inv_scale;
+      squares = decision.grad_sum_of_squares;
+    }
+    if (rule_.config().clip_norm > 0.0f) {
+      last_grad_norm_ = std::sqrt(squares);
+      clip = ClipFactor(last_grad_norm_, rule_.config().clip_norm);
+    }
   }
   lr_ = lr;
   float* params = arena_->params().data();
   const int64_t t = step() + 1;
   for (const GradPiece& piece : dp_->pieces()) {
     rule_.Update(kernels_, params + piece.begin, grads + piece.offset, m_.get() + piece.offset,
-                 v_.get() + piece.offset, piece.begin, piece.end, t, lr, mean * clip);
+                 v_.get() + piece.offset, piece.begin, piece.end, t, lr, scale * clip);
   }
   FLEET_RETURN_IF_ERROR(dp_->GatherParams());
   params_file_->Step();
@@ -212,6 +245,8 @@ Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
   AppendPod(&header, kStateVersion);
   AppendPod(&header, static_cast<uint64_t>(arena_->size()));
   AppendPod(&header, step());
+  AppendPod(&header, scaler_ ? double{scaler_->scale()} : 1.0);
+  AppendPod(&header, scaler_ ? scaler_->clean_steps() : int64_t{0});
   AppendPod(&header, static_cast<uint32_t>(dp_->pieces().size()));
   for (const GradPiece& piece : dp_->pieces()) {
     AppendPod(&header, static_cast<uint64_t>(piece.begin));
@@ -305,6 +340,14 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
           absl::StrCat("optimizer state of ", h.arena_size, " parameters at step ", h.step,
                        ", but the model has ", arena_->size(), " and the checkpoint step ", step),
           path);
+    }
+    if (scaler_ && r == 0) {
+      // A checkpoint of a float32 or bfloat16 run (scale 1) starts float16's
+      // scaling afresh.
+      if (h.loss_scale != 1.0 || h.loss_scale_clean_steps != 0) {
+        FLEET_RETURN_IF_ERROR(scaler_->Restore(h.loss_scale, h.loss_scale_clean_steps)
+                                  .WithContext(absl::StrCat("loss scale in ", path)));
+      }
     }
     uint64_t at = h.data_offset;
     for (const auto& [begin, end] : h.pieces) {

@@ -16,8 +16,14 @@
 //            last micro-batch's backward has reduced them.
 // Every stage computes the same update (up to the order of float sums):
 // global-norm clipping sums the squares of each rank's pieces and
-// all-reduces them; the mean over ranks and 1/accumulation are folded into
-// the update's gradient scale.
+// all-reduces them; the mean over ranks is folded into the update's
+// gradient scale.
+//
+// float16 (options.loss_scaler set): the losses are scaled by a
+// DynamicLossScaler (trainer/loss_scaler.h) whose overflow check reuses the
+// clipping's sum of squares (so every rank decides alike); an overflowing
+// step changes no parameter or moment but counts as a step, and the scale
+// travels in the state files so a resumed run scales as the first would.
 //
 // Checkpoints (directory `dir`, name e.g. "gpt"):
 //   <name>.ckpt                     parameters and step (trainer/checkpoint.h,
@@ -42,6 +48,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -51,6 +58,7 @@
 #include "trainer/collective/updater.h"
 #include "trainer/data_parallel.h"
 #include "trainer/kernels/gpt_kernels.h"
+#include "trainer/loss_scaler.h"
 #include "trainer/param_arena.h"
 
 namespace fleet::trainer::collective {
@@ -63,18 +71,24 @@ struct ShardingOptions {
   int stage = 1;
 };
 
+struct ShardedAdamWOptions {
+  ShardingOptions sharding;
+  DataParallelOptions data_parallel;
+  // Dynamic loss scaling (float16 training); none for float32 and bfloat16.
+  std::optional<LossScalerConfig> loss_scaler;
+};
+
 class ShardedAdamWUpdater final : public GradientUpdater {
  public:
   // `collective` (null for one process), `arena` and `kernels` (on the
   // arena's device) are not owned and outlive this. `config` as validated
   // (AdamWConfig::Validate); `lr` is the learning rate until the first Step.
   // InvalidArgument for a degree other than 1 or the world size, or a stage
-  // outside {1, 2}; DataParallel::Create's errors. Allocates m and v for this
-  // rank's pieces.
+  // outside {1, 2}; DataParallel::Create's and DynamicLossScaler::Create's
+  // errors. Allocates m and v for this rank's pieces.
   static Result<std::unique_ptr<ShardedAdamWUpdater>> Create(
       Collective* collective, ParamArena* arena, GptKernels* kernels, const AdamWConfig& config,
-      float lr, const ShardingOptions& sharding, const DataParallelOptions& options,
-      const std::string& name);
+      float lr, const ShardedAdamWOptions& options, const std::string& name);
   ~ShardedAdamWUpdater() override;
 
   void BeginStep() override { dp_->ZeroGrad(); }
@@ -82,6 +96,7 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   Status Step(float lr) override;
   int64_t step() const override;
   float learning_rate() const override { return lr_; }
+  float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
   Status SumOverRanks(std::span<float> values) override { return dp_->SumOverRanks(values); }
   bool HasCheckpoint(const std::filesystem::path& dir) const override;
   Status Save(const std::filesystem::path& dir) override;
@@ -91,12 +106,14 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   // The global gradient norm of the last Step (before clipping; 0 when
   // clipping is off).
   double last_grad_norm() const { return last_grad_norm_; }
+  // Steps skipped for a float16 overflow so far (this run).
+  int64_t skipped_steps() const { return skipped_steps_; }
 
  private:
   class ParamsFileOptimizer;
   ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels, const AdamWConfig& config, float lr,
                       const ShardingOptions& sharding, std::unique_ptr<DataParallel> dp,
-                      const std::string& name);
+                      std::optional<DynamicLossScaler> scaler, const std::string& name);
   std::string StateFileName(int64_t step, int rank, int files) const;
   Status SaveState(const std::filesystem::path& dir) const;
   // Reads the moments of this rank's pieces from the state files of `step`.
@@ -121,6 +138,8 @@ class ShardedAdamWUpdater final : public GradientUpdater {
 
   float lr_;
   double last_grad_norm_ = 0.0;
+  std::optional<DynamicLossScaler> scaler_;
+  int64_t skipped_steps_ = 0;
 };
 
 }  // namespace fleet::trainer::collective

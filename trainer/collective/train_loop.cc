@@ -240,7 +240,8 @@ Result<float> Loop::TrainStep(int64_t step) {
         task_.LoadBatch(std::span<const int64_t>(order_.data() + first + m * micro, micro)));
     reader_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
     FLEET_ASSIGN_OR_RETURN(float micro_loss,
-                           task_.ForwardBackward(updater_->grad_ready(m == k - 1), 1.0f / k));
+                           task_.ForwardBackward(updater_->grad_ready(m == k - 1),
+                                                 updater_->loss_scale() / k));
     loss += micro_loss / k;
   }
   const float lr =

@@ -59,6 +59,10 @@ class GradientUpdater {
   virtual int64_t step() const = 0;
   // The learning rate of the last Step (or the configured one before).
   virtual float learning_rate() const = 0;
+  // The factor the next step's losses are multiplied by before backward
+  // (float16's dynamic loss scale; 1 otherwise). The loop passes it, over
+  // the number of micro-batches, as ForwardBackward's gradient scale.
+  virtual float loss_scale() const { return 1.0f; }
   // In place: values become their sum over ranks (metrics).
   virtual Status SumOverRanks(std::span<float> values) = 0;
 
