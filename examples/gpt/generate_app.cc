@@ -12,7 +12,7 @@
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/gpt_data.h"
-#include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_decoder.h"
 #include "trainer/models/gpt_sampling.h"
@@ -21,22 +21,22 @@ namespace fleet::examples::gpt {
 
 using trainer::config::GptJobConfig;
 
+std::string DefaultDevice(const GptJobConfig& config) {
+  return config.global.device == trainer::config::Device::kCpu ? "cpu" : "cuda:0";
+}
+
 Result<GeneratedText> GenerateText(const GptJobConfig& config, const std::string& checkpoint_dir,
-                                   const std::string& prompt, uint64_t seed, ThreadPool* pool) {
-  if (config.global.device != trainer::config::Device::kCpu) {
-    return Status::InvalidArgument(
-        "gpt_generate runs on cpu only for now; set -o Global.device=cpu", "Global.device");
-  }
+                                   const std::string& prompt, uint64_t seed,
+                                   trainer::GptCompute* compute) {
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::Tokenizer> tokenizer,
                          data::OpenConfiguredTokenizer(config.data.train.dataset));
   // An empty prompt, or one longer than the context, is the decoder's
   // InvalidArgument (naming Model.max_position_embeddings).
   const std::vector<int32_t> ids = tokenizer->Encode(prompt);
 
-  trainer::CpuBackend backend(pool);
-  trainer::CpuGptKernels kernels(pool);
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<trainer::GptModel> model,
-                         trainer::GptModel::Create(config.model, &backend, &kernels));
+  FLEET_ASSIGN_OR_RETURN(
+      std::unique_ptr<trainer::GptModel> model,
+      trainer::GptModel::Create(config.model, compute->backend.get(), compute->kernels.get()));
   const std::string file = (std::filesystem::path(checkpoint_dir) / kGptCheckpointFile).string();
   FLEET_RETURN_IF_ERROR(trainer::LoadCheckpointParams(file, &model->arena()));
 
@@ -71,7 +71,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: gpt_generate -c CONFIG [-o Section.key=value ...] --checkpoint DIR --prompt TEXT\n"
-    "                    [--seed N] [--threads N] [--decode_strategy sampling|greedy_search]\n"
+    "                    [--seed N] [--device cpu|cuda:K] [--threads N]\n"
+    "                    [--decode_strategy sampling|greedy_search]\n"
     "                    [--top_k N] [--top_p P] [--temperature T] [--min_dec_len N]\n"
     "                    [--max_dec_len N] [--num_return_sequences N]\n";
 
@@ -86,6 +87,7 @@ struct Flags {
   std::string checkpoint;
   std::optional<std::string> prompt;
   std::optional<uint64_t> seed;
+  std::string device;
   int threads = 0;
   bool help = false;
 };
@@ -113,7 +115,7 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
     const bool generation_flag = std::find(std::begin(kGenerationFlags), std::end(kGenerationFlags),
                                            name) != std::end(kGenerationFlags);
     if (!generation_flag && name != "checkpoint" && name != "prompt" && name != "seed" &&
-        name != "threads") {
+        name != "device" && name != "threads") {
       return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
     }
     if (eq != std::string::npos) {
@@ -133,6 +135,8 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
                                        "\"");
       }
       f.seed = seed;
+    } else if (name == "device") {
+      f.device = value;
     } else if (name == "threads") {
       if (!absl::SimpleAtoi(value, &f.threads) || f.threads < 1) {
         return Status::InvalidArgument("--threads must be >= 1, got \"" + value + "\"");
@@ -168,10 +172,16 @@ int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std
   }
   const int threads =
       flags->threads > 0 ? flags->threads : std::max(1u, std::thread::hardware_concurrency());
-  std::unique_ptr<ThreadPool> pool = trainer::SetUpGptCpuThreads(threads);
+  const std::string device = flags->device.empty() ? DefaultDevice(*config) : flags->device;
+  Result<trainer::GptCompute> compute =
+      trainer::CreateGptCompute(device, config->engine.mix_precision.precision, threads);
+  if (!compute.ok()) {
+    err << "gpt_generate: " << compute.status().ToString() << "\n";
+    return 1;
+  }
   const uint64_t seed = flags->seed ? *flags->seed : static_cast<uint64_t>(config->global.seed);
   Result<GeneratedText> text =
-      GenerateText(*config, flags->checkpoint, *flags->prompt, seed, pool.get());
+      GenerateText(*config, flags->checkpoint, *flags->prompt, seed, &*compute);
   if (!text.ok()) {
     err << "gpt_generate: " << text.status().ToString() << "\n";
     return 1;

@@ -18,13 +18,13 @@
 // each is preceded by a line "=== sample i/n ===". The same config, prompt
 // and --seed (default Global.seed) print the same text.
 //
+// Device: --device cpu|cuda:K, by default cpu for Global.device cpu and
+// cuda:0 for gpu (one GPU is enough: a single process decodes).
+//
 // Exit status: 0 done; 1 generation failed (missing or unreadable
 // checkpoint, a checkpoint of another model shape, a prompt longer than the
-// model's context, no GPU); 2 bad command line or config. Every error is one
-// line on stderr.
-//
-// Runs on CPU (Global.device cpu). Global.device gpu is refused with a clear
-// error until the GPT twin factory is available to this program.
+// model's context, no such GPU or no CUDA in this build); 2 bad command line
+// or config. Every error is one line on stderr.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "comm/status.h"
-#include "comm/thread_pool.h"
 #include "trainer/config/gpt_config.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
 
 namespace fleet::examples::gpt {
 
@@ -49,21 +49,26 @@ struct GeneratedText {
   bool context_full = false;
 };
 
-// Builds config.model on CPU (CpuGptKernels over `pool`, not owned, may be
-// null), loads <checkpoint_dir>/gpt.ckpt's parameters, and generates
+// The device a config asks for: "cpu" for Global.device cpu, "cuda:0" for gpu.
+std::string DefaultDevice(const trainer::config::GptJobConfig& config);
+
+// Builds config.model on `compute` (CreateGptCompute's backend and twin, not
+// owned), loads <checkpoint_dir>/gpt.ckpt's parameters, and generates
 // config.generation.num_return_sequences continuations of `prompt` with a
 // mt19937_64 seeded with `seed`. Blocks for the whole generation.
 // Errors: NotFound / Corruption / FailedPrecondition (another shape, naming
 // the tensor) from the checkpoint; InvalidArgument naming
-// Model.max_position_embeddings for a prompt longer than the context, or
-// Global.device for gpu; Unavailable never on CPU.
+// Model.max_position_embeddings for an empty prompt or one longer than the
+// context, or naming the Generation key that is out of range.
 Result<GeneratedText> GenerateText(const trainer::config::GptJobConfig& config,
                                    const std::string& checkpoint_dir, const std::string& prompt,
-                                   uint64_t seed, ThreadPool* pool);
+                                   uint64_t seed, trainer::GptCompute* compute);
 
 // The whole program over `args` (argv without argv[0]): parses the command
-// line, sets up the CPU threads (--threads, default all cores), calls
-// GenerateText and prints. Returns the exit status above.
+// line, creates the compute for --device (default DefaultDevice(config);
+// on cpu with --threads threads, default all cores, which sets OpenBLAS to
+// one thread process-wide), calls GenerateText and prints. Returns the exit
+// status above.
 int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace fleet::examples::gpt

@@ -28,6 +28,7 @@
 #include "trainer/checkpoint.h"
 #include "trainer/config/gpt_config.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt.h"
 #include "trainer/optimizer.h"
 
@@ -115,12 +116,14 @@ TEST_F(GptGenerateTest, PrintsTextAndTheSameSeedPrintsTheSameText) {
       TinyConfig(), {"Generation.decode_strategy=greedy_search",
                      "Generation.num_return_sequences=2", "Generation.max_dec_len=10"});
   ASSERT_TRUE(greedy.ok()) << greedy.status().ToString();
-  auto texts = GenerateText(*greedy, ckpt_.path(), "Hi", 1, nullptr);
+  auto compute = trainer::CreateGptCompute("cpu", trainer::Precision::kFp32, 1);
+  ASSERT_TRUE(compute.ok()) << compute.status().ToString();
+  auto texts = GenerateText(*greedy, ckpt_.path(), "Hi", 1, &*compute);
   ASSERT_TRUE(texts.ok()) << texts.status().ToString();
   ASSERT_EQ(texts->texts.size(), 2u);
   EXPECT_EQ(texts->texts[0], texts->texts[1]);
   EXPECT_EQ(texts->texts[0].rfind("Hi", 0), 0u);
-  EXPECT_EQ(GenerateText(*greedy, ckpt_.path(), "Hi", 99, nullptr)->texts, texts->texts);
+  EXPECT_EQ(GenerateText(*greedy, ckpt_.path(), "Hi", 99, &*compute)->texts, texts->texts);
 
   EXPECT_EQ(Main({"--help"}).code, 0);
 }
@@ -149,7 +152,12 @@ TEST_F(GptGenerateTest, ErrorsAreOneLineAndAnExitStatus) {
   ExpectError(Main({"--checkpoint", ckpt_.path(), "--prompt", "x"}), 2, "-c CONFIG");
   ExpectError(Main(Args("x", "1", {"-o", "Model.bogus=1"})), 2, "Model.bogus");
   ExpectError(Main(Args("x", "1", {"--top_p", "2"})), 2, "Generation.top_p");
-  ExpectError(Main(Args("x", "1", {"-o", "Global.device=gpu"})), 1, "Global.device");
+  // No GPU on the test machines (or no CUDA in the build): the device is named.
+  if (trainer::CudaDeviceCount() == 0) {
+    ExpectError(Main(Args("x", "1", {"-o", "Global.device=gpu"})), 1, "cuda:0");
+    ExpectError(Main(Args("x", "1", {"--device", "cuda:3"})), 1, "cuda:3");
+  }
+  ExpectError(Main(Args("x", "1", {"--device", "tpu"})), 1, "tpu");
 }
 
 // ---- as a process ------------------------------------------------------------------------
