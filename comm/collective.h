@@ -33,6 +33,8 @@ class Collective {
   // In place: data[0..count) on every rank becomes root's.
   virtual Status Broadcast(float* data, size_t count, int root) = 0;
   // out[r*count .. (r+1)*count) = in of rank r. out has size()*count floats.
+  // `in` may be this rank's own slot of `out` (in place); otherwise the two
+  // must not overlap.
   virtual Status AllGather(const float* in, float* out, size_t count) = 0;
   // in has size()*count floats; out (count floats) = sum over ranks of
   // in[rank()*count .. (rank()+1)*count).

@@ -160,6 +160,14 @@ Status GlooCollective::AllGather(const float* in, float* out, size_t count) {
   return Run("allgather", count, [&] {
     if (count == 0) return;
     gloo::AllgatherOptions opts(context_);
+    // In place (the input is this rank's slot of the output, as sharded
+    // training passes it): give Gloo a copy, since it copies the input into
+    // that slot with memcpy, which must not overlap.
+    std::vector<float> own;
+    if (in == out + static_cast<size_t>(options_.rank) * count) {
+      own.assign(in, in + count);
+      in = own.data();
+    }
     // Gloo's input is non-const by type only; it is never written.
     opts.setInput(const_cast<float*>(in), count);
     opts.setOutput(out, count * options_.size);

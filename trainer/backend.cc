@@ -1,6 +1,10 @@
 #include "trainer/backend.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -86,6 +90,24 @@ void CpuBackend::CopyOnDevice(void* dst, const void* src, size_t bytes) {
 void CpuBackend::Fill(float* x, size_t n, float value) {
   kernels::ParallelRange(pool_, n, 4 * kernels::kParallelGrain,
                          [=](size_t b, size_t e) { std::fill(x + b, x + e, value); });
+}
+
+void CpuBackend::Discard(float* x, size_t n) {
+  // Whole pages inside the range are handed back (they read as zeros after);
+  // the partial pages at either end are zeroed by hand. No pool: this runs on
+  // a communication thread while the pool computes.
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(x);
+  const uintptr_t end = begin + n * sizeof(float);
+  const uintptr_t inner_begin = (begin + page - 1) / page * page;
+  const uintptr_t inner_end = end / page * page;
+  if (inner_begin >= inner_end ||
+      madvise(reinterpret_cast<void*>(inner_begin), inner_end - inner_begin, MADV_DONTNEED) != 0) {
+    std::memset(x, 0, n * sizeof(float));
+    return;
+  }
+  std::memset(x, 0, inner_begin - begin);
+  std::memset(reinterpret_cast<void*>(inner_end), 0, end - inner_end);
 }
 
 void CpuBackend::Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,

@@ -47,6 +47,12 @@ class Backend {
   virtual void CopyToHost(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void CopyOnDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void Fill(float* x, size_t n, float value) = 0;
+  // x[0, n) = 0, and where the device can, the memory's pages go back to the
+  // system until they are written again (the CPU: madvise MADV_DONTNEED on
+  // the whole pages inside the range). Sharded training (ZeRO stage 2) drops
+  // each gradient bucket this way once it is reduced. Safe to call from a
+  // thread other than the one computing, for memory nothing else touches.
+  virtual void Discard(float* x, size_t n) { Fill(x, n, 0.0f); }
 
   // ---- kernels --------------------------------------------------------------
   virtual void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
@@ -111,6 +117,7 @@ class CpuBackend final : public Backend {
   void CopyToHost(void* host_dst, const void* src, size_t bytes) override;
   void CopyOnDevice(void* dst, const void* src, size_t bytes) override;
   void Fill(float* x, size_t n, float value) override;
+  void Discard(float* x, size_t n) override;
 
   void Gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
             const float* B, float beta, float* C) override;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "trainer/adamw.h"  // ShardRange
 
 namespace fleet::trainer {
 namespace {
@@ -56,12 +57,28 @@ DataParallel::DataParallel(Collective* collective, ParamArena* arena,
       world_(collective ? collective->size() : 1),
       buckets_(std::move(buckets)),
       bucket_of_tensor_(arena->num_tensors()),
+      shard_(options.shard_gradients && world_ > 1),
+      discarded_(buckets_.size(), false),
       ready_in_bucket_(buckets_.size(), 0),
       bucket_sent_(buckets_.size(), false) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (size_t t = buckets_[b].first_tensor; t < buckets_[b].end_tensor; ++t) {
       bucket_of_tensor_[t] = b;
     }
+  }
+  if (!shard_) {
+    pieces_.push_back(GradPiece{0, arena->size(), 0});
+  } else {
+    size_t staging = 0;
+    for (size_t b = 0; b < buckets_.size(); ++b) {
+      const ElementRange r = ShardRange(buckets_[b].end - buckets_[b].begin, world_, rank_);
+      pieces_.push_back(GradPiece{buckets_[b].begin + r.begin, buckets_[b].begin + r.end,
+                                  shard_floats_});
+      shard_floats_ += PieceCount(b);
+      staging = std::max(staging, PieceCount(b) * world_);
+    }
+    shard_grads_ = arena->backend()->AllocateFloats(shard_floats_);
+    staging_ = arena->backend()->AllocateFloats(staging);
   }
   if (collective_ != nullptr) comm_thread_ = std::thread([this] { CommLoop(); });
 }
@@ -197,6 +214,82 @@ std::string DataParallel::Describe(const GradBucket& bucket) const {
                       ", ", bucket.end - bucket.begin, " floats");
 }
 
+size_t DataParallel::PieceCount(size_t b) const {
+  return (buckets_[b].end - buckets_[b].begin + world_ - 1) / world_;
+}
+
+float* DataParallel::reduced_grads() const {
+  return shard_ ? shard_grads_.get() : arena_->grads().data();
+}
+
+Status DataParallel::ReduceScatterBucket(size_t b) {
+  const GradBucket& bucket = buckets_[b];
+  Backend* backend = arena_->backend();
+  const size_t length = bucket.end - bucket.begin;
+  const size_t count = PieceCount(b);
+  float* grads = arena_->grads().data() + bucket.begin;
+  const float* in = grads;
+  if (count * world_ != length) {
+    // The collective wants W pieces of `count`: copy into the padded staging
+    // buffer (the pad is zero and its sums are never read).
+    backend->CopyOnDevice(staging_.get(), grads, length * sizeof(float));
+    backend->Fill(staging_.get() + length, count * world_ - length, 0.0f);
+    in = staging_.get();
+  }
+  FLEET_RETURN_IF_ERROR(
+      collective_->ReduceScatter(in, shard_grads_.get() + pieces_[b].offset, count));
+  if (options_.release_reduced_gradients) {
+    backend->Discard(grads, length);
+    discarded_[b] = true;
+  }
+  return Status::OK();
+}
+
+void DataParallel::ZeroGrad() {
+  if (!shard_ || !options_.release_reduced_gradients) {
+    arena_->ZeroGrad();
+    return;
+  }
+  Backend* backend = arena_->backend();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    // A discarded bucket already reads as zeros; writing them would bring
+    // its pages back.
+    if (!discarded_[b]) {
+      backend->Fill(arena_->grads().data() + buckets_[b].begin, buckets_[b].end - buckets_[b].begin,
+                    0.0f);
+    }
+    discarded_[b] = false;
+  }
+}
+
+Status DataParallel::GatherParams() {
+  if (!shard_) return Status::OK();
+  Backend* backend = arena_->backend();
+  float* params = arena_->params().data();
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const GradBucket& bucket = buckets_[b];
+    const size_t length = bucket.end - bucket.begin;
+    const size_t count = PieceCount(b);
+    // Every rank's piece starts at rank * count inside the bucket, so the
+    // all-gather can write the bucket in place (the Collective contract
+    // allows the input to be this rank's slot of the output) when W pieces
+    // fill it exactly; otherwise it goes through the padded staging buffer.
+    const bool in_place = count * world_ == length;
+    float* out = in_place ? params + bucket.begin : staging_.get();
+    const float* in = params + pieces_[b].begin;
+    if (!in_place) {
+      // Our piece may be short (or empty): the collective sends `count`.
+      backend->CopyOnDevice(out + rank_ * count, in, pieces_[b].size() * sizeof(float));
+      in = out + rank_ * count;
+    }
+    FLEET_RETURN_IF_ERROR(RunAndWait(
+        absl::StrCat("all-gather of parameter bucket ", b, " (", Describe(bucket), ")"),
+        [this, in, out, count] { return collective_->AllGather(in, out, count); }));
+    if (!in_place) backend->CopyOnDevice(params + bucket.begin, out, length * sizeof(float));
+  }
+  return Status::OK();
+}
+
 void DataParallel::EnqueueBucket(size_t b) {
   bucket_sent_[b] = true;
   const GradBucket& bucket = buckets_[b];
@@ -208,6 +301,11 @@ void DataParallel::EnqueueBucket(size_t b) {
     // backend.h), so after this 4-byte copy the bucket's gradients are final.
     float probe;
     backend->CopyToHost(&probe, arena_->grads().data() + bucket.end - 1, sizeof(probe));
+  }
+  if (shard_) {
+    Enqueue(Task{absl::StrCat("reduce-scatter of gradient bucket ", b, " (", Describe(bucket), ")"),
+                 [this, b] { return ReduceScatterBucket(b); }});
+    return;
   }
   float* data = arena_->grads().data() + bucket.begin;
   const size_t count = bucket.end - bucket.begin;

@@ -11,6 +11,21 @@
 //     FinishGradients waits for the rest;
 //   * sums small metric vectors over ranks (loss sums, correct counts).
 //
+// Sharded gradients (ZeRO stage 1 and 2, options.shard_gradients). Instead
+// of all-reducing a bucket, the ranks reduce-scatter it: rank r of W keeps
+// the SUM over ranks of its piece of every bucket, ShardRange(bucket length,
+// W, r) of the bucket, in its own shard buffer (shard_grads(), pieces() says
+// where each piece sits). The ranks' pieces of all buckets are what an
+// optimizer owning 1/W of the state updates (trainer/collective/
+// sharded_adamw.h); GatherParams() then all-gathers every bucket's updated
+// parameters so each rank holds the whole model again. Cutting every bucket
+// (rather than the arena) into W pieces lets a bucket be reduced the moment
+// backward finishes it, as in the all-reduce mode. With
+// options.release_reduced_gradients (stage 2) a bucket's full gradients are
+// discarded once reduced (Backend::Discard: on the CPU its pages go back to
+// the system and read as zeros), so between steps a rank holds only its
+// pieces; ZeroGrad() then leaves those buckets alone.
+//
 // Buckets. The arena's tensors are grouped, from the LAST tensor of the
 // table backwards (the order backward finishes them), into contiguous
 // ranges of whole tensors holding at least bucket_bytes each (the last
@@ -71,6 +86,25 @@ struct DataParallelOptions {
   // Keep it above the Collective's own timeout (default 30 s) so that the
   // Collective, which knows which operation and peer failed, reports first.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // Reduce-scatter every bucket instead of all-reducing it (see the top of
+  // this file): each rank keeps the sum over ranks of its 1/W of every
+  // bucket. For an optimizer whose state is sharded (ZeRO stage 1 and 2).
+  bool shard_gradients = false;
+  // With shard_gradients: discard each bucket's full gradients once reduced
+  // (ZeRO stage 2). Costs nothing on the CPU (the pages are zero-filled again
+  // by the kernel when backward next writes them).
+  bool release_reduced_gradients = false;
+};
+
+// This rank's piece of one bucket in sharded mode: arena floats [begin,
+// end) (possibly empty), stored at shard_grads()[offset, offset + end -
+// begin). In all-reduce mode one piece covers the whole arena at offset 0 of
+// the arena's own gradients.
+struct GradPiece {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t offset = 0;
+  size_t size() const { return end - begin; }
 };
 
 // One bucket: tensors [first_tensor, end_tensor) of the arena's table, i.e.
@@ -125,6 +159,26 @@ class DataParallel {
   // Use it for metric sums and counts (exact for integers below 2^24).
   Status SumOverRanks(std::span<float> values);
 
+  // ---- sharded mode (options.shard_gradients) and its all-reduce twin ----
+  bool sharded() const { return shard_; }
+  // Where this rank's reduced gradients are after FinishGradients: the
+  // pieces it owns and the buffer holding them. Sharded: the sum over ranks
+  // in shard_grads(); all-reduce mode: one piece, the whole arena, the mean
+  // in the arena's grads(). reduced_grads_scale() turns what is there into
+  // the mean (1/W sharded, 1 otherwise).
+  const std::vector<GradPiece>& pieces() const { return pieces_; }
+  float* reduced_grads() const;
+  float reduced_grads_scale() const { return shard_ ? 1.0f / static_cast<float>(world_) : 1.0f; }
+  // Floats of the shard buffer (0 in all-reduce mode).
+  size_t shard_floats() const { return shard_floats_; }
+  // Zeroes the arena's gradients before a step's first backward, except
+  // buckets already discarded after their reduction (stage 2).
+  void ZeroGrad();
+  // Sharded mode: after the caller updated the parameters of its pieces,
+  // every rank's parameters become the union of all ranks' pieces. Blocks
+  // for one all-gather per bucket. A no-op in all-reduce mode.
+  Status GatherParams();
+
  private:
   DataParallel(Collective* collective, ParamArena* arena, const DataParallelOptions& options,
                std::vector<GradBucket> buckets);
@@ -146,6 +200,11 @@ class DataParallel {
   void MarkReady(size_t first, size_t end);
   void EnqueueBucket(size_t b);
   std::string Describe(const GradBucket& bucket) const;
+  // Floats each rank's piece of bucket b takes in the collective calls:
+  // ceil(length / W), the last pieces padded.
+  size_t PieceCount(size_t b) const;
+  // Reduce-scatter of bucket b into this rank's piece (sharded mode).
+  Status ReduceScatterBucket(size_t b);
 
   // Fixed after construction.
   Collective* const collective_;  // null: single process
@@ -155,6 +214,15 @@ class DataParallel {
   const int world_;
   const std::vector<GradBucket> buckets_;
   std::vector<size_t> bucket_of_tensor_;  // table index -> bucket index
+  const bool shard_;
+  std::vector<GradPiece> pieces_;  // sharded: one per bucket, in bucket order
+  size_t shard_floats_ = 0;
+  std::shared_ptr<float> shard_grads_;  // sharded: [shard_floats_]
+  // Sharded: W x the largest piece, for buckets whose length W does not
+  // divide (the collectives take W equal pieces). Used by the communication
+  // thread during FinishGradients and by GatherParams, never at once.
+  std::shared_ptr<float> staging_;
+  std::vector<bool> discarded_;  // stage 2: bucket's gradients discarded since its reduction
 
   // Used only by the caller's thread.
   std::vector<size_t> ready_in_bucket_;  // tensors of each bucket reported this step

@@ -109,7 +109,7 @@ TEST(MlpClassifierTaskTest, BytePixelsGiveTheSameBatchAsFloats) {
     EXPECT_EQ((*task)->uses_byte_pixels(), d == &bytes_data);
     ASSERT_TRUE((*task)->LoadBatch(ids).ok());
     (*task)->arena().ZeroGrad();
-    auto loss = (*task)->ForwardBackward({});
+    auto loss = (*task)->ForwardBackward({}, 1.0f);
     ASSERT_TRUE(loss.ok());
     losses.push_back(*loss);
     grads[i++] = (*task)->arena().GradsToHost();

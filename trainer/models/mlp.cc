@@ -89,14 +89,14 @@ Result<float> Mlp::Forward(std::span<const float> x, std::span<const int32_t> la
   return loss;
 }
 
-void Mlp::Backward(const GradReadyFn& on_grads_ready) {
+void Mlp::Backward(const GradReadyFn& on_grads_ready, float grad_scale) {
   CHECK(forward_done_) << "Mlp::Backward without a successful Forward";
   forward_done_ = false;
   const size_t L = linears_.size();
   // The loss adds into the logits' gradient; every other dy_ is overwritten
   // by the next layer's backward.
   backend_->Fill(dy_[L - 1].data(), dy_[L - 1].numel(), 0.0f);
-  loss_.Backward(1.0f, &dy_[L - 1]);
+  loss_.Backward(grad_scale, &dy_[L - 1]);
   for (size_t l = L; l-- > 0;) {
     linears_[l].Backward(dy_[l], l > 0 ? &dy_[l - 1] : nullptr, GradMode::kOverwrite);
     if (on_grads_ready) on_grads_ready(2 * l, 2 * l + 2);  // fc{l+1}.weight, .bias

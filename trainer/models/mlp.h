@@ -53,9 +53,10 @@ class Mlp {
   // model keeps views of x and labels (no copy): they must stay alive and
   // unchanged until Backward has run. Other backends copy them.
   Result<float> Forward(std::span<const float> x, std::span<const int32_t> labels);
-  // Adds d(loss)/d(params) into arena().grads(). REQUIRES: a successful
+  // Adds d(grad_scale * loss)/d(params) into arena().grads() (grad_scale
+  // 1/k for one of k accumulated micro-batches). REQUIRES: a successful
   // Forward since the last Backward.
-  void Backward(const GradReadyFn& on_grads_ready = {});
+  void Backward(const GradReadyFn& on_grads_ready = {}, float grad_scale = 1.0f);
 
   int batch_size() const { return batch_; }
   // Class probabilities of the last Forward, host [B, num_classes()].
