@@ -3,7 +3,8 @@
 // several twins:
 //   * CpuGptKernels (gpt_cpu_kernels.h)  the optimised CPU kernels
 //   * RefGptKernels (gpt_ref_kernels.h)  naive loops, the test oracle
-//   * a CUDA twin (to be added) implementing this same interface
+//   * CudaGptKernels (gpt_cuda_kernels.h) the CUDA twin (flash attention);
+//     gpt_kernels_factory.h picks a twin by device
 // GptModel (trainer/models/gpt.h) and AdamW (trainer/adamw.h) hold a
 // GptKernels* and never know which twin they drive.
 //
