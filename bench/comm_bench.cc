@@ -8,7 +8,9 @@
 // sent, then picks an iteration count from a warm-up so each measurement
 // takes about --seconds, alternates the two measurements --rounds times and
 // prints min/p50/p99/max round trip, payload bandwidth (both directions) and
-// the ratio ours / bare.
+// the ratio ours / bare. The FleetPS echo runs twice, plain and with the
+// job's CURVE encryption and authentication (VanOptions::auth, keys from a
+// random job secret), and the CURVE on / off ratio is printed too.
 #include <gflags/gflags.h>
 
 #include <algorithm>
@@ -65,10 +67,11 @@ class BareEcho {
 
 class FleetEcho {
  public:
-  explicit FleetEcho(size_t size) : payload_(size) {
+  FleetEcho(size_t size, std::shared_ptr<const JobAuth> auth) : payload_(size) {
     for (size_t i = 0; i < size; ++i) payload_[i] = static_cast<char>(i * 131);
     RpcNodeOptions so;
     so.name = "bench-server";
+    so.van.auth = auth;
     server_ = RpcNode::Create(so).value();
     server_->RegisterSync(kEchoCommand, [](const Message& req, Message* resp) {
       resp->header.mutable_frames()->CopyFrom(req.header.frames());
@@ -78,6 +81,7 @@ class FleetEcho {
     const std::string endpoint = server_->Listen("127.0.0.1:0").value();
     RpcNodeOptions co;
     co.name = "bench-client";
+    co.van.auth = auth;
     client_ = RpcNode::Create(co).value();
     peer_ = client_->Connect(endpoint).value();
   }
@@ -104,32 +108,40 @@ class FleetEcho {
   int peer_ = -1;
 };
 
-void Run(size_t size) {
+void Run(size_t size, const std::shared_ptr<const JobAuth>& auth) {
   BareEcho bare(size);
-  FleetEcho fleet(size);
+  FleetEcho fleet(size, nullptr);
+  FleetEcho curve(size, auth);
   RoundTrip bare_rt = [&](bool v) { return bare.RoundTrip(v); };
   RoundTrip fleet_rt = [&](bool v) { return fleet.RoundTrip(v); };
-  if (!bare_rt(true) || !fleet_rt(true)) {
+  RoundTrip curve_rt = [&](bool v) { return curve.RoundTrip(v); };
+  if (!bare_rt(true) || !fleet_rt(true) || !curve_rt(true)) {
     std::fprintf(stderr, "echo returned wrong bytes for size %zu; not timing\n", size);
     std::exit(1);
   }
   const int iterations = bench::IterationsFor([&] { fleet_rt(false); }, FLAGS_seconds);
-  std::vector<double> bare_us, fleet_us;
+  std::vector<double> bare_us, fleet_us, curve_us;
   for (int round = 0; round < FLAGS_rounds; ++round) {
     auto b = bench::TimeEach([&] { bare_rt(false); }, iterations);
     auto f = bench::TimeEach([&] { fleet_rt(false); }, iterations);
+    auto c = bench::TimeEach([&] { curve_rt(false); }, iterations);
     bare_us.insert(bare_us.end(), b.begin(), b.end());
     fleet_us.insert(fleet_us.end(), f.begin(), f.end());
+    curve_us.insert(curve_us.end(), c.begin(), c.end());
   }
   const auto bs = bench::Summarize(bare_us);
   const auto fs = bench::Summarize(fleet_us);
+  const auto cs = bench::Summarize(curve_us);
   const double bytes_per_rt = 2.0 * size;  // request and echo
   std::printf("payload %zu bytes, %d round trips x %d rounds\n", size, iterations, FLAGS_rounds);
   bench::PrintHeader();
   bench::PrintRow("bare zmq echo", bs, bytes_per_rt);
   bench::PrintRow("fleet rpc", fs, bytes_per_rt);
-  std::printf("  ratio fleet/bare: p50 round trip %.2fx, bandwidth %.2fx\n\n", fs.p50 / bs.p50,
+  bench::PrintRow("fleet rpc, CURVE", cs, bytes_per_rt);
+  std::printf("  ratio fleet/bare: p50 round trip %.2fx, bandwidth %.2fx\n", fs.p50 / bs.p50,
               bs.p50 / fs.p50);
+  std::printf("  ratio CURVE on/off: p50 round trip %.2fx, bandwidth %.2fx\n\n",
+              cs.p50 / fs.p50, fs.p50 / cs.p50);
 }
 
 }  // namespace
@@ -139,13 +151,19 @@ int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   google::InitGoogleLogging(argv[0]);
   fleet::bench::PrintEnvironment("comm_bench");
+  auto secret = fleet::JobAuth::RandomSecret();
+  auto auth = fleet::JobAuth::FromSecret(secret.ok() ? *secret : "", "a random job secret");
+  if (!auth.ok()) {
+    std::fprintf(stderr, "%s\n", auth.status().ToString().c_str());
+    return 1;
+  }
   for (const auto& s : absl::StrSplit(FLAGS_sizes, ',')) {
     size_t size = 0;
     if (!absl::SimpleAtoi(s, &size)) {
       std::fprintf(stderr, "--sizes: '%s' is not a byte count\n", std::string(s).c_str());
       return 2;
     }
-    fleet::Run(size);
+    fleet::Run(size, auth.value());
   }
   return 0;
 }

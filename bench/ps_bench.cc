@@ -96,7 +96,12 @@ DEFINE_int64(
     "the job's Distributed.busy_poll_us (servers and workers poll this long before sleeping); "
     "--preset=all also runs the 1x1 small shapes with 100");
 // Internal: the server child.
+DEFINE_string(curve, "both",
+              "off | on | both: run each case with plain ZeroMQ, with the job's CURVE encryption "
+              "and authentication (keys from a random job secret), or both, then print the CURVE "
+              "on/off ratios");
 DEFINE_bool(serve, false, "internal: run as a server child of ps_bench");
+DEFINE_bool(serve_curve, false, "internal: CURVE with the secret in FLEET_JOB_SECRET");
 DEFINE_int32(serve_rank, 0, "internal");
 DEFINE_string(serve_job, "", "internal: job config YAML");
 DEFINE_int32(report_fd, -1, "internal: pipe to report the bound endpoints on");
@@ -128,10 +133,12 @@ struct Case {
   int window = 1;
   uint64_t rows = 0;
   int64_t busy_poll_us = 0;  // Distributed.busy_poll_us
+  bool curve = false;        // ZeroMQ CURVE (Distributed.auth on, with a secret)
 
-  // "small", or "small bp100" when busy polling.
+  // "small", "small bp100" when busy polling, "small curve" with CURVE.
   std::string label() const {
-    return busy_poll_us ? absl::StrCat(name, " bp", busy_poll_us) : name;
+    return absl::StrCat(name, busy_poll_us ? absl::StrCat(" bp", busy_poll_us) : std::string(),
+                        curve ? " curve" : "");
   }
 };
 
@@ -162,6 +169,17 @@ ps::JobConfig ParseJob(const std::string& yaml) {
 
 // ---------------------------------------------------------------- server child
 
+// The job's credentials for the CURVE cases: a random secret made by the
+// parent and handed to the server children in FLEET_JOB_SECRET, as fleetrun
+// does.
+std::shared_ptr<const JobAuth> BenchAuth() {
+  const char* secret = std::getenv("FLEET_JOB_SECRET");
+  if (secret == nullptr) Fail("no FLEET_JOB_SECRET for a CURVE case");
+  auto auth = JobAuth::FromSecret(secret, "FLEET_JOB_SECRET");
+  if (!auth.ok()) Fail(auth.status().ToString());
+  return auth.value();
+}
+
 int ServeMain() {
   UseReleaseMutexChecksInOptimizedBuilds();  // as ps_server does
   ps::PsServerOptions o;
@@ -170,6 +188,7 @@ int ServeMain() {
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
   o.job = ParseJob(FLAGS_serve_job);
+  if (FLAGS_serve_curve) o.auth = BenchAuth();
   auto server = ps::PsServer::Create(std::move(o));
   if (!server.ok()) {
     LOG(ERROR) << "ps_bench server: " << server.status().ToString();
@@ -214,6 +233,7 @@ ServerProcess SpawnServer(const Case& c, int rank, const std::string& yaml) {
                                    absl::StrCat("--workers=", c.workers),
                                    "--serve_job=" + yaml,
                                    absl::StrCat("--report_fd=", fds[1]),
+                                   absl::StrCat("--serve_curve=", c.curve),
                                    absl::StrCat("--minloglevel=", FLAGS_minloglevel)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -660,6 +680,7 @@ CaseResult RunCase(const Case& c) {
     o.servers = ps_endpoints;
     o.worker_rank = w;
     o.num_workers = c.workers;
+    if (c.curve) o.auth = BenchAuth();
     auto client = ps::PsClient::Create(o, job);
     if (!client.ok()) Fail("client: " + client.status().ToString());
     clients.push_back(std::move(client).value());
@@ -923,6 +944,39 @@ void PrintSummary(const std::vector<CaseResult>& results) {
   }
 }
 
+// Each CURVE case against the same case without: p50 time per op and
+// throughput, on / off.
+void PrintCurveRatios(const std::vector<CaseResult>& results) {
+  bool header = false;
+  for (const CaseResult& on : results) {
+    if (!on.c.curve) continue;
+    for (const CaseResult& off : results) {
+      Case plain = on.c;
+      plain.curve = false;
+      if (off.c.curve || off.c.label() != plain.label() || off.c.servers != on.c.servers ||
+          off.c.workers != on.c.workers || off.ops.size() != on.ops.size()) {
+        continue;
+      }
+      if (!header) {
+        std::printf("== CURVE on / off (same run)\n%-12s %3s %-12s %-4s | %9s %9s %7s | %9s %9s %7s\n",
+                    "shape", "SxW", "keys x dim", "op", "p50 off", "p50 on", "ratio", "ops/s off",
+                    "ops/s on", "ratio");
+        header = true;
+      }
+      for (size_t i = 0; i < on.ops.size(); ++i) {
+        const OpResult& a = off.ops[i];
+        const OpResult& b = on.ops[i];
+        std::printf("%-12s %dx%d %-12s %-4s | %9.1f %9.1f %6.2fx | %9.0f %9.0f %6.2fx\n",
+                    plain.label().c_str(), on.c.servers, on.c.workers,
+                    absl::StrCat(on.c.keys, "x", on.c.dim).c_str(), OpName(b.op), a.fleet.p50,
+                    b.fleet.p50, a.fleet.p50 > 0 ? b.fleet.p50 / a.fleet.p50 : 0, a.fleet_ops,
+                    b.fleet_ops, a.fleet_ops > 0 ? b.fleet_ops / a.fleet_ops : 0);
+      }
+    }
+  }
+  if (header) std::printf("  ratio: CURVE on / off (p50: lower is better for off; ops/s: higher)\n\n");
+}
+
 int Main() {
   if (FLAGS_servers < 1 || FLAGS_workers < 1 || FLAGS_keys < 1 || FLAGS_dim < 1 || FLAGS_window < 1 ||
       FLAGS_rounds < 1 || FLAGS_seconds <= 0 || FLAGS_rows < 0)
@@ -937,11 +991,27 @@ int Main() {
   } else {
     cases.push_back(CaseFromFlags());
   }
+  if (FLAGS_curve != "off" && FLAGS_curve != "on" && FLAGS_curve != "both") {
+    Fail("--curve must be off, on or both");
+  }
+  if (FLAGS_curve != "off") {
+    auto secret = JobAuth::RandomSecret();
+    if (!secret.ok()) Fail(secret.status().ToString());
+    setenv("FLEET_JOB_SECRET", secret->c_str(), 1);
+    std::vector<Case> expanded;
+    for (Case c : cases) {
+      if (FLAGS_curve == "both") expanded.push_back(c);
+      c.curve = true;
+      expanded.push_back(c);
+    }
+    cases = std::move(expanded);
+  }
   std::vector<CaseResult> results;
   const auto t0 = Clock::now();
   for (const Case& c : cases) results.push_back(RunCase(c));
   std::printf("total %.0f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
   PrintSummary(results);
+  PrintCurveRatios(results);
   return 0;
 }
 

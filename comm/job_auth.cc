@@ -128,6 +128,14 @@ Result<std::shared_ptr<const JobAuth>> JobAuth::FromSecret(std::string_view secr
 }
 
 Result<std::shared_ptr<const JobAuth>> JobAuth::FromFile(const std::string& path) {
+  FLEET_ASSIGN_OR_RETURN(std::string text, ReadSecretFile(path));
+  auto auth = FromSecret(text, absl::StrCat("job secret file '", path, "'"));
+  // The secret's bytes do not outlive this call in a buffer we own.
+  OPENSSL_cleanse(text.data(), text.size());
+  return auth;
+}
+
+Result<std::string> JobAuth::ReadSecretFile(const std::string& path) {
   const std::string which = absl::StrCat("job secret file '", path, "'");
   // open + fstat: the file checked is the file read.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -169,10 +177,7 @@ Result<std::shared_ptr<const JobAuth>> JobAuth::FromFile(const std::string& path
                                    which);
   }
   text.resize(got);
-  auto auth = FromSecret(text, which);
-  // The secret's bytes do not outlive this call in a buffer we own.
-  OPENSSL_cleanse(text.data(), text.size());
-  return auth;
+  return text;
 }
 
 Result<std::string> JobAuth::RandomSecret() {

@@ -54,6 +54,9 @@ class JobAuth {
   // to chmod 600) a file that group or others may read or write, NotFound /
   // IOError when it cannot be read, and what FromSecret refuses.
   static Result<std::shared_ptr<const JobAuth>> FromFile(const std::string& path);
+  // The checks of FromFile, returning the file's text (for fleetrun, which
+  // hands the secret on to its children).
+  static Result<std::string> ReadSecretFile(const std::string& path);
 
   // A fresh random secret (32 bytes from the OS's CSPRNG, hex: 64
   // characters), what fleetrun makes for a job on one machine.

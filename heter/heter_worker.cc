@@ -46,6 +46,7 @@ Result<std::unique_ptr<HeterWorker>> HeterWorker::Create(HeterWorkerOptions opti
   co.worker_rank = o.rank;
   co.num_workers = o.num_heter_workers;
   co.name = absl::StrCat("heter_worker:", o.rank);
+  co.auth = o.auth;
   FLEET_ASSIGN_OR_RETURN(h->client_, ps::PsClient::Create(co, o.job));
   worker::CommunicatorOptions copts;
   copts.dense_table = h->section_->dense_table();
@@ -62,6 +63,7 @@ Result<std::unique_ptr<HeterWorker>> HeterWorker::Create(HeterWorkerOptions opti
   ro.handler_threads = 1;  // the handlers only queue
   ro.default_timeout = o.job.distributed.timeout;
   ro.van.busy_poll = o.job.distributed.busy_poll;
+  ro.van.auth = o.auth;
   FLEET_ASSIGN_OR_RETURN(h->rpc_, RpcNode::Create(ro));
   RpcHandlerOptions on_io;
   on_io.run_on_io_thread = true;
@@ -273,6 +275,12 @@ int HeterWorkerMain(int argc, char** argv) {
   }
   o.device = *parsed;
   o.job = std::move(job).value();
+  auto auth = TransportAuth(*spec, o.job.distributed.auth);
+  if (!auth.ok()) {
+    LOG(ERROR) << "heter_worker: " << auth.status().ToString();
+    return 2;
+  }
+  o.auth = std::move(auth).value();
   auto servers = ResolveEndpoints(spec->servers, Role::kServer, *spec, o.job.distributed.timeout);
   if (!servers.ok()) {
     LOG(ERROR) << "heter_worker: " << servers.status().ToString();

@@ -16,6 +16,7 @@
 
 #include "comm/cluster.h"
 #include "comm/kv_store.h"
+#include "launch/job_secret.h"
 #include "launch/net.h"
 #include "launch/supervisor.h"
 
@@ -109,6 +110,7 @@ int Launcher::Run() {
                      : job_.mode == Mode::kPsCluster  ? "parameter-server, cluster"
                                                       : "collective";
   std::fprintf(io_.out, "  (mode)              %s\n  (log files)         %s\n", mode, job_.log_dir.c_str());
+  std::fprintf(io_.out, "  (auth)              %s\n", job_.auth_note.c_str());
   std::error_code ec;
   std::filesystem::create_directories(job_.log_dir, ec);
   if (ec) {
@@ -116,7 +118,8 @@ int Launcher::Run() {
     return kExitBadFlags;
   }
   if (job_.host_kv) {
-    kv_server_ = std::make_unique<KvStoreServer>(KvStoreServerOptions{.listen = job_.kv_listen});
+    kv_server_ = std::make_unique<KvStoreServer>(
+        KvStoreServerOptions{.listen = job_.kv_listen, .auth = job_.credentials});
     Status st = kv_server_->Start();
     if (!st.ok()) {
       std::fprintf(io_.err, "fleetrun: --http_port: cannot host the KV store: %s\n", st.message().c_str());
@@ -130,7 +133,8 @@ int Launcher::Run() {
   }
   std::fflush(io_.out);
   kv_ = std::make_unique<KvStoreClient>(job_.kv_endpoint, job_.job_id,
-                                        KvStoreClientOptions{.request_timeout = std::chrono::seconds(2)});
+                                        KvStoreClientOptions{.request_timeout = std::chrono::seconds(2),
+                                                             .auth = job_.credentials});
 
   if (job_.mode == Mode::kCollective) {
     if (auto rc = CollectiveRendezvous()) return *rc;
@@ -508,6 +512,12 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
     std::fprintf(io.err, "fleetrun: %s\n", job.status().message().c_str());
     return kExitBadFlags;
   }
+  auto secret = LoadJobSecret(*options, ProcessEnv(), *job);
+  if (!secret.ok()) {
+    std::fprintf(io.err, "fleetrun: %s\n", secret.status().message().c_str());
+    return kExitBadFlags;
+  }
+  job->auth_note = std::string(SecretSourceName(*secret));
   Launcher launcher(args, std::move(*options), std::move(*job), wake_fd, io);
   return launcher.Run();
 }

@@ -45,6 +45,8 @@ struct LaunchOptions {
   int max_restart = 0;
   double grace_period_s = 5.0;
   double rendezvous_timeout_s = 120.0;
+  std::string auth = "on";
+  std::string job_secret_file;
 
   // Positional: the collective program and its arguments (verbatim).
   std::string program;

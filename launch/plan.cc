@@ -101,6 +101,9 @@ Status ResolveCommon(const LaunchOptions& o, JobLayout& job) {
     if (ov.find(';') != std::string::npos) return Bad("-o", "'" + ov + "' contains ';'");
   }
   if (o.Given("config") && !IsReadableFile(o.config)) return Bad("--config", "'" + o.config + "' is not a readable file");
+  if (o.auth != "on" && o.auth != "off") return Bad("--auth", "'" + o.auth + "' must be on or off");
+  if (o.auth == "off" && o.Given("job_secret_file")) return Bad("--job_secret_file", "given with --auth=off");
+  job.auth = o.auth == "on";
   job.job_id = o.job_id;
   job.log_dir = o.Given("job_id") ? o.log_dir + "/" + o.job_id : o.log_dir;
   job.config = o.config;
@@ -364,6 +367,7 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank) {
   vars.emplace_back("job_id", job.job_id);
   vars.emplace_back("log_dir", job.log_dir);
   if (!job.config.empty()) vars.emplace_back("config", job.config);
+  vars.emplace_back("auth", job.auth ? "on" : "off");
 
   for (const auto& [name, value] : vars) {
     std::string upper = name;
@@ -373,6 +377,8 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank) {
     if (role != Role::kCollective) spec.argv.push_back("--" + name + "=" + value);
   }
   spec.env.emplace_back("FLEET_OVERRIDES", overrides);
+  // Environment only: a flag would show in `ps` to every user.
+  if (job.auth && !job.job_secret.empty()) spec.env.emplace_back("FLEET_JOB_SECRET", job.job_secret);
   // One flag holding the ';'-joined list: gflags keeps only the last of a
   // repeated flag.
   if (role != Role::kCollective && !overrides.empty()) spec.argv.push_back("--override=" + overrides);

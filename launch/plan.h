@@ -7,6 +7,7 @@
 // in launch/README.md; RenderProcess is its single implementation.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -85,6 +86,15 @@ struct JobLayout {
   int gpu_count = 0;  // heter workers get cuda:(rank % gpu_count) when > 0
 
   CollectiveLayout collective;
+
+  // --auth. With auth, job_secret (never printed or logged) goes to every
+  // process as FLEET_JOB_SECRET, and credentials (derived from it) guard the
+  // KV store this fleetrun hosts and sign its own requests. Both are filled
+  // by LoadJobSecret (launch/job_secret.h) after ResolveLayout.
+  bool auth = true;
+  std::string job_secret;
+  std::shared_ptr<const JobAuth> credentials;
+  std::string auth_note;  // how the secret was obtained, for the start-up lines
 };
 
 // One process to start: everything fork/exec needs.

@@ -44,6 +44,10 @@ struct PsClientOptions {
   int num_workers = 1;
   // Used in server logs and errors; default "worker:<rank>".
   std::string name;
+  // The job's CURVE credentials for this client's ZeroMQ traffic
+  // (VanOptions::auth); null: plain TCP. Programs pass
+  // TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
+  std::shared_ptr<const JobAuth> auth;
 };
 
 // Per-call options. timeout 0 = JobConfig Distributed.timeout_ms.

@@ -96,7 +96,8 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
   if (!node.IsDefined() || node.IsNull()) return Status::OK();
   FLEET_RETURN_IF_ERROR(CheckKeys(
       node, "Distributed",
-      {"mode", "k_steps", "max_merge", "timeout_ms", "max_request_bytes", "busy_poll_us", "heter"}));
+      {"mode", "k_steps", "max_merge", "timeout_ms", "max_request_bytes", "busy_poll_us", "heter",
+       "auth"}));
   std::string mode = "sync";
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "mode", &mode));
   if (mode == "sync") {
@@ -122,6 +123,7 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
   if (busy_poll_us < 0 || busy_poll_us > 1'000'000)
     return Status::InvalidArgument("must be 0..1000000 (microseconds)", "Distributed.busy_poll_us");
   out->busy_poll = std::chrono::microseconds(busy_poll_us);
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "auth", &out->auth));
   return ParseHeter(node["heter"], &out->heter);
 }
 

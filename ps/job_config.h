@@ -121,6 +121,15 @@ struct DistributedConfig {
   // of a CPU busy meanwhile (VanOptions::busy_poll). For latency-bound jobs
   // with cores to spare; 0 never spins.
   std::chrono::microseconds busy_poll{0};
+  // `Distributed.auth`: default on. On: the job's ZeroMQ traffic (servers,
+  // workers, heter workers) is encrypted and authenticated with ZeroMQ CURVE
+  // under keys derived from the job secret (comm/job_auth.h), so only the
+  // job's processes get in. Off: plain TCP, anyone who reaches a port can
+  // pull, push, save or stop; only for a trusted, isolated network. On costs
+  // a handshake per connection and the encryption of every byte (README:
+  // round-trip figures). fleetrun --auth=off (FLEET_AUTH=off) turns it off
+  // too, and also the KV store's request signing.
+  bool auth = true;
   HeterConfig heter;
 };
 

@@ -106,6 +106,7 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
   rpc.handler_threads = server->options_.handler_threads;
   rpc.default_timeout = server->options_.job.distributed.timeout;
   rpc.van.busy_poll = server->options_.job.distributed.busy_poll;
+  rpc.van.auth = server->options_.auth;
   FLEET_ASSIGN_OR_RETURN(server->rpc_, RpcNode::Create(rpc));
   server->RegisterHandlers();
   return server;

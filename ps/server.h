@@ -68,6 +68,10 @@ struct PsServerOptions {
   bool restarted = false;
   // How long Shutdown waits for requests already being handled.
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
+  // The job's CURVE credentials for this server's ZeroMQ traffic
+  // (VanOptions::auth); null: plain TCP. Programs pass
+  // TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
+  std::shared_ptr<const JobAuth> auth;
 };
 
 class PsServer {

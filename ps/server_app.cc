@@ -63,6 +63,12 @@ int PsServerMain(int argc, char** argv) {
     options.endpoint = spec->servers[spec->rank].ToString();
   }
   options.job = std::move(job).value();
+  auto auth = TransportAuth(*spec, options.job.distributed.auth);
+  if (!auth.ok()) {
+    LOG(ERROR) << "ps_server: " << auth.status().ToString();
+    return 2;
+  }
+  options.auth = std::move(auth).value();
   // Set by fleetrun when it restarts this process (--max_restart).
   if (const char* restart = std::getenv("FLEET_RESTART"); restart && std::atoi(restart) > 0) {
     options.restarted = true;

@@ -46,7 +46,7 @@ class MetricsGroup {
               "metrics; fleetrun sets it",
           "worker " + std::to_string(o.rank));
     }
-    KvStoreClient kv(o.kv_endpoint, o.job_id);
+    KvStoreClient kv(o.kv_endpoint, o.job_id, {.auth = o.kv_auth});
     GlooCollectiveOptions go;
     go.group = "ps_worker_metrics";
     go.rank = o.rank;
@@ -163,6 +163,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
   co.servers = o_.servers;
   co.worker_rank = o_.rank;
   co.num_workers = o_.num_workers;
+  co.auth = o_.auth;
   FLEET_ASSIGN_OR_RETURN(client_, ps::PsClient::Create(co, o_.job));
 
   // 2. Metrics group; steps per epoch = the largest shard's batch count.
@@ -305,6 +306,7 @@ Status WorkerRun::UseHeterWorkers() {
   ho.down_timeout = hc.down_timeout;
   ho.log_dir = o_.log_dir;
   ho.van.busy_poll = o_.job.distributed.busy_poll;
+  ho.van.auth = o_.auth;
   FLEET_ASSIGN_OR_RETURN(heter_, heter::HeterClient::Create(std::move(ho)));
   task_->UseHeterWorkers(heter_.get(), hc);
   LOG(INFO) << name_ << ": dense part on " << o_.heter_workers.size() << " heter workers, "
@@ -395,6 +397,13 @@ int PsWorkerMain(int argc, char** argv) {
   o.job = std::move(job).value();
   o.stop = &stop;
   o.log_dir = spec->log_dir;
+  o.kv_auth = spec->credentials;
+  auto auth = TransportAuth(*spec, o.job.distributed.auth);
+  if (!auth.ok()) {
+    LOG(ERROR) << "ps_worker: " << auth.status().ToString();
+    return 2;
+  }
+  o.auth = std::move(auth).value();
   auto servers = ResolveEndpoints(spec->servers, Role::kServer, *spec, o.job.distributed.timeout);
   auto heters = servers.ok() ? ResolveEndpoints(spec->heter_workers, Role::kHeterWorker, *spec,
                                                 o.job.distributed.timeout)

@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/job_auth.h"
 #include "comm/status.h"
 #include "ps/job_config.h"
 
@@ -65,6 +66,12 @@ struct PsWorkerOptions {
   // is only allowed for num_workers == 1.
   std::string kv_endpoint;
   std::string job_id = "default";
+  // The job's credentials: kv_auth signs KV store requests; auth is the
+  // CURVE credentials of its ZeroMQ traffic (servers, heter workers). Null:
+  // unsigned / plain TCP. ps_worker sets kv_auth from the ClusterSpec and
+  // auth from TransportAuth (comm/cluster.h).
+  std::shared_ptr<const JobAuth> kv_auth;
+  std::shared_ptr<const JobAuth> auth;
   ps::JobConfig job;
   // "ip:port" of heter worker 0, 1, ... (real ports); empty = none, the
   // worker runs the whole model itself.

@@ -149,7 +149,7 @@ Result<std::unique_ptr<Collective>> CreateCollective(const ClusterSpec& spec,
         "does)",
         absl::StrCat("world size ", spec.world_size));
   }
-  KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id);
+  KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id, {.auth = spec.credentials});
   const std::chrono::milliseconds timeout(FLAGS_collective_timeout_ms);
   if (device.is_cpu()) {
     GlooCollectiveOptions o;

@@ -29,6 +29,12 @@ namespace {
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
+// The job secret the servers get (FLEET_JOB_SECRET, as fleetrun hands it
+// down): their traffic is CURVE, so the clients here need the same keys.
+constexpr char kSecret[] = "ps-server-process-test-secret-0123456789abcdef";
+
+std::shared_ptr<const JobAuth> TestAuth() { return JobAuth::FromSecret(kSecret, "test").value(); }
+
 constexpr char kTables[] =
     "tables:\n"
     "  - {id: 0, kind: sparse, dim: 2, shard_num: 20, optimizer: {rule: sgd, learning_rate: 1.0}}\n"
@@ -74,6 +80,8 @@ class ServerProcesses : public ::testing::Test {
     std::vector<char*> env;
     for (char** e = environ; *e; ++e) env.push_back(*e);
     for (auto& e : extra_env) env.push_back(e.data());
+    std::string secret = std::string("FLEET_JOB_SECRET=") + kSecret;
+    env.push_back(secret.data());
     env.push_back(nullptr);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
@@ -139,6 +147,7 @@ TEST_F(ServerProcesses, TwoServersThreeClientsThenGracefulSigtermSaves) {
     o.servers = endpoints;
     o.worker_rank = w;
     o.num_workers = 3;
+    o.auth = TestAuth();
     clients.push_back(PsClient::Create(o, job.value()).value());
   }
   std::vector<uint64_t> keys(64);
@@ -199,6 +208,7 @@ TEST_F(ServerProcesses, RestartedServerReloadsItsSaveDir) {
   auto pull = [&](const std::string& endpoint) {
     PsClientOptions o;
     o.servers = {endpoint};
+    o.auth = TestAuth();
     auto c = PsClient::Create(o, job.value()).value();
     std::vector<float> v(keys.size() * 2);
     EXPECT_TRUE(c->PullSparse(0, keys, v).ok());
