@@ -1,7 +1,8 @@
 // gpt_generate: text from a trained GPT checkpoint.
 //
-//   build/bin/gpt_generate -c configs/gpt/pretrain_gpt_tiny.yaml \
+//   build/bin/gpt_generate -c configs/gpt/pretrain_gpt_tiny.yaml
 //       --checkpoint output/gpt_tiny --prompt "A fortune: " [--seed 7] [--max_dec_len 80]
+//   (one command line)
 //
 // The config (-c FILE, -o Section.key=value, as gpt_pretrain takes it) gives
 // the model's shape (Model), the tokenizer (Data.Train.dataset.tokenizer),
