@@ -231,6 +231,11 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
       FLEET_ASSIGN_OR_RETURN(spec.credentials, JobAuth::FromSecret(*secret, "FLEET_JOB_SECRET"));
     }
   }
+
+  if (std::optional<std::string> generation = env("FLEET_RESTART_GENERATION")) {
+    FLEET_ASSIGN_OR_RETURN(spec.restart_generation,
+                           ParseCount(Setting{*generation, "FLEET_RESTART_GENERATION", true}));
+  }
   return spec;
 }
 

@@ -22,6 +22,9 @@
 //   --job_secret_file FLEET_JOB_SECRET_FILE ""      file holding the job secret, mode 600
 //   (no flag)        FLEET_JOB_SECRET      ""       the job secret itself; never a flag (flags
 //                                                   show in `ps`). Used when no file is named.
+//   (no flag)        FLEET_RESTART_GENERATION 0    rendezvous key generation: fleetrun sets
+//                                                   the process's restart count (0 at first
+//                                                   start); Gloo/NCCL groups key by it
 //
 // Every value is validated; a bad one is InvalidArgument naming the flag or
 // variable it came from and the offending text.
@@ -71,6 +74,11 @@ struct ClusterSpec {
   // when auth is off or no secret was given. KV store clients sign with
   // them; the ZeroMQ transport takes them through TransportAuth().
   std::shared_ptr<const JobAuth> credentials;
+  // FLEET_RESTART_GENERATION: how many times fleetrun restarted this
+  // process. Collective groups put it in their rendezvous keys
+  // (GlooCollectiveOptions::generation) so a restarted process never reads
+  // keys its previous life published.
+  int restart_generation = 0;
 
   // The endpoint list of this process's role (workers for collective).
   const std::vector<Endpoint>& RoleEndpoints() const;

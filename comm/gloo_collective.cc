@@ -18,6 +18,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "comm/bind_address.h"
 #include "comm/gloo_store.h"
 
 namespace fleet {
@@ -54,6 +56,32 @@ std::string RankText(const GlooCollectiveOptions& o) {
   return absl::StrCat("rank ", o.rank, " of ", o.size, " in group '", o.group, "'");
 }
 
+// Marks this rank arrived under `prefix` and waits, up to options.timeout,
+// until every rank of the group did. Gloo's own waits name one store key at a
+// time; this one names every rank that is missing.
+Status WaitForAllRanks(KvStoreClient& kv, const std::string& prefix,
+                       const GlooCollectiveOptions& options) {
+  auto arrived = [&](int r) { return absl::StrCat(prefix, "/arrived/", r); };
+  FLEET_RETURN_IF_ERROR(kv.Set(arrived(options.rank), "1").WithContext(
+      absl::StrCat("gloo rendezvous of ", RankText(options), ": marking this rank arrived")));
+  std::vector<std::string> keys;
+  for (int r = 0; r < options.size; ++r) keys.push_back(arrived(r));
+  Status st = kv.Wait(keys, options.timeout);
+  if (st.ok() || !st.IsTimeout()) {
+    return st.WithContext(absl::StrCat("gloo rendezvous of ", RankText(options)));
+  }
+  std::vector<int> missing;
+  for (int r = 0; r < options.size; ++r) {
+    if (!kv.Get(arrived(r)).ok()) missing.push_back(r);
+  }
+  return Status::Timeout(
+      absl::StrCat("gloo rendezvous of ", RankText(options), ": ranks ",
+                   absl::StrJoin(missing, ", "), " never arrived (no ", prefix,
+                   "/arrived/<rank> in the KV store) within ", options.timeout.count(),
+                   " ms; a restarted rank waits for peers of its own restart generation ",
+                   options.generation));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<GlooCollective>> GlooCollective::Create(KvStoreClient& kv,
@@ -67,33 +95,38 @@ Result<std::unique_ptr<GlooCollective>> GlooCollective::Create(KvStoreClient& kv
                                    absl::StrCat(options.timeout.count(), " ms"));
   }
   if (options.group.empty()) return Status::InvalidArgument("gloo collective: empty group name");
+  if (options.generation < 0) {
+    return Status::InvalidArgument("gloo collective: generation must be >= 0",
+                                   absl::StrCat(options.generation));
+  }
   if (options.iface.empty() && options.hostname.empty()) {
     return Status::InvalidArgument("gloo collective: set a hostname or an interface to bind");
   }
 
+  // Gloo gets a numeric address this machine can bind: libgloo crashes on a
+  // name that does not resolve instead of throwing.
+  Result<std::string> address =
+      options.iface.empty() ? ResolveBindAddress(options.hostname, "gloo collective hostname")
+                            : InterfaceAddress(options.iface, "gloo collective interface");
+  if (!address.ok()) return address.status();
   gloo::transport::tcp::attr attr;
-  if (!options.iface.empty()) {
-    attr.iface = options.iface;
-  } else {
-    attr.hostname = options.hostname;
-  }
+  attr.hostname = *address;
   std::shared_ptr<gloo::transport::Device> device;
   Status st = CatchGloo([&] { device = gloo::transport::tcp::CreateDevice(attr); });
   if (!st.ok()) {
-    // Only a bad name or address makes device creation fail.
-    return Status::InvalidArgument(
-        "gloo collective: cannot bind a TCP device",
-        absl::StrCat(options.iface.empty() ? "hostname '" + options.hostname + "'"
-                                           : "interface '" + options.iface + "'",
-                     ": ", st.message()));
+    return Status::InvalidArgument("gloo collective: cannot bind a TCP device",
+                                   absl::StrCat("address ", *address, ": ", st.message()));
   }
 
+  const std::string prefix = absl::StrCat("gloo/", options.group, "/gen", options.generation);
+  FLEET_RETURN_IF_ERROR(WaitForAllRanks(kv, prefix, options));
   auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
   context->setTimeout(options.timeout);
-  GlooStore store(kv, absl::StrCat("gloo/", options.group), options.timeout);
+  GlooStore store(kv, prefix, options.timeout);
   st = CatchGloo([&] { context->connectFullMesh(store, device); });
   if (!st.ok()) {
-    return st.WithContext(absl::StrCat("gloo rendezvous of ", RankText(options)));
+    return st.WithContext(absl::StrCat("gloo rendezvous of ", RankText(options), " at ", prefix,
+                                       ", timeout ", options.timeout.count(), " ms"));
   }
   return std::unique_ptr<GlooCollective>(new GlooCollective(options, std::move(context)));
 }

@@ -29,9 +29,18 @@ namespace fleet {
 
 struct GlooCollectiveOptions {
   // Names the group inside the job: rendezvous keys live under
-  // "gloo/<group>/" in the KV store. Two groups that exist at the same time
-  // (or one group created twice in one job) need distinct names.
+  // "gloo/<group>/gen<generation>/" in the KV store. Two groups that exist
+  // at the same time (or one group created twice in one process) need
+  // distinct names.
   std::string group = "default";
+  // Restart generation: the process's FLEET_RESTART_GENERATION (0 at first
+  // start, n after its n-th restart by fleetrun; launch/README.md). A
+  // restarted process then never reads the addresses that its previous life
+  // or its peers' previous lives published, which would connect it to dead or
+  // already-paired sockets. Ranks rendezvous only with ranks of the same
+  // generation; a rank missing at that generation makes the others fail
+  // with Timeout after `timeout`.
+  int generation = 0;
   // This process's rank in [0, size) and the number of ranks.
   int rank = 0;
   int size = 1;
@@ -42,22 +51,27 @@ struct GlooCollectiveOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
   // Address that this rank's Gloo device binds to and advertises to peers.
   // Loopback suits tests and single-machine runs; on a cluster pass this
-  // machine's address or hostname, or set `iface` instead.
+  // machine's address or hostname, or set `iface` instead. Resolved here
+  // (comm/bind_address.h) before Gloo sees it: Gloo gets a numeric address.
   std::string hostname = "127.0.0.1";
-  // Network interface name ("eth0"); when non-empty it is used instead of
-  // `hostname`.
+  // Network interface name ("eth0"); when non-empty its address is used
+  // instead of `hostname`.
   std::string iface;
 };
 
 class GlooCollective final : public Collective {
  public:
-  // Creates the device, publishes this rank's address under
-  // "gloo/<group>/" and connects to every other rank. Blocks until every
-  // rank joined or options.timeout passed. `kv` is only used during Create
-  // and need not outlive the returned object.
-  // Returns InvalidArgument (bad rank/size/timeout/group, bad hostname or
-  // interface), Timeout (a rank never published its address: names the
-  // keys), Unavailable (KV store or peer unreachable).
+  // Resolves the address, creates the device, marks this rank arrived under
+  // "gloo/<group>/gen<generation>/", waits until every rank arrived, then
+  // connects to every other rank (Gloo's connectFullMesh over the same keys).
+  // Blocks at most options.timeout for the arrivals and, each, for Gloo's
+  // waits in connectFullMesh (an address, a TCP pairing). `kv` is only used
+  // during Create and need not outlive the returned object.
+  // Returns InvalidArgument (bad rank/size/timeout/group/generation; a
+  // hostname that does not resolve or is not this machine's, an interface
+  // without an address: naming it), Timeout (ranks that never arrived, by
+  // rank, with the timeout; or a peer that never paired), Unavailable (KV
+  // store or peer unreachable).
   static Result<std::unique_ptr<GlooCollective>> Create(KvStoreClient& kv,
                                                         const GlooCollectiveOptions& options);
   ~GlooCollective() override;

@@ -113,6 +113,10 @@ Result<std::unique_ptr<NcclCollective>> NcclCollective::Create(KvStoreClient& kv
                                    absl::StrCat(options.timeout.count(), " ms"));
   }
   if (options.group.empty()) return Status::InvalidArgument("nccl collective: empty group name");
+  if (options.generation < 0) {
+    return Status::InvalidArgument("nccl collective: generation must be >= 0",
+                                   absl::StrCat(options.generation));
+  }
 
   int devices = 0;
   cudaError_t e = cudaGetDeviceCount(&devices);
@@ -133,7 +137,7 @@ Result<std::unique_ptr<NcclCollective>> NcclCollective::Create(KvStoreClient& kv
   }
 
   // Exchange the unique id through the KV store.
-  const std::string key = absl::StrCat("nccl/", options.group, "/unique_id");
+  const std::string key = absl::StrCat("nccl/", options.group, "/gen", options.generation, "/unique_id");
   ncclUniqueId id;
   if (options.rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);

@@ -29,8 +29,13 @@ namespace fleet {
 
 struct NcclCollectiveOptions {
   // Names the group inside the job: the unique id lives at
-  // "nccl/<group>/unique_id". Each group created in a job needs its own name.
+  // "nccl/<group>/gen<generation>/unique_id". Each group created in a job
+  // needs its own name.
   std::string group = "default";
+  // Restart generation (ClusterSpec::restart_generation), as for Gloo: a
+  // restarted rank never picks up the unique id of a communicator its
+  // previous life belonged to (NCCL would wait on it until the timeout).
+  int generation = 0;
   int rank = 0;
   int size = 1;
   // CUDA device ordinal for this rank; -1 picks rank % (visible devices),

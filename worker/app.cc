@@ -52,6 +52,7 @@ class MetricsGroup {
     go.rank = o.rank;
     go.size = o.num_workers;
     go.timeout = o.job.distributed.timeout;
+    go.generation = o.restart_generation;
     FLEET_ASSIGN_OR_RETURN(g.gloo_, GlooCollective::Create(kv, go));
     return g;
   }
@@ -393,6 +394,7 @@ int PsWorkerMain(int argc, char** argv) {
   o.rank = spec->rank;
   o.num_workers = spec->world_size;
   o.job_id = spec->job_id;
+  o.restart_generation = spec->restart_generation;
   if (spec->kv_endpoint) o.kv_endpoint = spec->kv_endpoint->ToString();
   o.job = std::move(job).value();
   o.stop = &stop;

@@ -66,6 +66,10 @@ struct PsWorkerOptions {
   // is only allowed for num_workers == 1.
   std::string kv_endpoint;
   std::string job_id = "default";
+  // Restart generation (ClusterSpec::restart_generation): the metrics
+  // group's rendezvous keys are this generation's, so a restarted worker
+  // never reads the addresses of a group it belonged to before.
+  int restart_generation = 0;
   // The job's credentials: kv_auth signs KV store requests; auth is the
   // CURVE credentials of its ZeroMQ traffic (servers, heter workers). Null:
   // unsigned / plain TCP. ps_worker sets kv_auth from the ClusterSpec and

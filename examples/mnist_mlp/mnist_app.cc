@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "comm/bind_address.h"
 #include "comm/cluster.h"
 #include "comm/gloo_collective.h"
 #include "comm/kv_store.h"
@@ -157,8 +158,13 @@ Result<std::unique_ptr<Collective>> CreateCollective(const ClusterSpec& spec,
     o.rank = spec.rank;
     o.size = spec.world_size;
     o.timeout = timeout;
-    o.hostname = FLAGS_gloo_hostname;
-    o.iface = FLAGS_gloo_iface;
+    o.generation = spec.restart_generation;
+    // Checked here so the error names the flag (Create checks it again).
+    Result<std::string> address = FLAGS_gloo_iface.empty()
+                                      ? ResolveBindAddress(FLAGS_gloo_hostname, "--gloo_hostname")
+                                      : InterfaceAddress(FLAGS_gloo_iface, "--gloo_iface");
+    if (!address.ok()) return address.status();
+    o.hostname = *address;
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GlooCollective> gloo, GlooCollective::Create(kv, o));
     return std::unique_ptr<Collective>(std::move(gloo));
   }
@@ -169,6 +175,7 @@ Result<std::unique_ptr<Collective>> CreateCollective(const ClusterSpec& spec,
   o.size = spec.world_size;
   o.device = device.index;
   o.timeout = timeout;
+  o.generation = spec.restart_generation;
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<NcclCollective> nccl, NcclCollective::Create(kv, o));
   return std::unique_ptr<Collective>(std::move(nccl));
 #else

@@ -29,6 +29,7 @@ TEST_F(ClusterSpecTest, ReadsEverythingFromTheEnvironment) {
       {"FLEET_JOB_ID", "ctr_run.7"},
       {"FLEET_DEVICE", "gpu:1"},
       {"FLEET_LOG_DIR", "/tmp/logs"},
+      {"FLEET_RESTART_GENERATION", "2"},
   }));
   ASSERT_TRUE(spec.ok()) << spec.status().ToString();
   EXPECT_EQ(spec->role, Role::kWorker);
@@ -43,6 +44,7 @@ TEST_F(ClusterSpecTest, ReadsEverythingFromTheEnvironment) {
   EXPECT_EQ(spec->job_id, "ctr_run.7");
   EXPECT_EQ(spec->device, "gpu:1");
   EXPECT_EQ(spec->log_dir, "/tmp/logs");
+  EXPECT_EQ(spec->restart_generation, 2);
   EXPECT_EQ(&spec->RoleEndpoints(), &spec->workers);
 }
 
@@ -99,6 +101,8 @@ TEST_F(ClusterSpecTest, BadValuesNameTheirSourceAndText) {
       {"FLEET_JOB_ID", "a/b", "FLEET_JOB_ID"},
       {"FLEET_DEVICE", "tpu", "'tpu'"},
       {"FLEET_DEVICE", "gpu:", "FLEET_DEVICE"},
+      {"FLEET_RESTART_GENERATION", "-1", "FLEET_RESTART_GENERATION"},
+      {"FLEET_RESTART_GENERATION", "x", "'x'"},
   };
   for (const Case& c : cases) {
     std::map<std::string, std::string> env = {{"FLEET_ROLE", "worker"},

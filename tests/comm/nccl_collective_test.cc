@@ -133,7 +133,7 @@ TEST(NcclCollectiveTest, InitTimesOutWhenARankNeverJoins) {
   options.timeout = milliseconds(500);
   auto group = NcclCollective::Create(*client, options);
   EXPECT_TRUE(group.status().IsTimeout()) << group.status().ToString();
-  EXPECT_NE(group.status().message().find("nccl/partial/unique_id"), std::string::npos)
+  EXPECT_NE(group.status().message().find("nccl/partial/gen0/unique_id"), std::string::npos)
       << group.status().message();
 }
 
