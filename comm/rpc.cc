@@ -66,6 +66,10 @@ const std::string& Responder::sender() const {
 RpcNode::RpcNode(RpcNodeOptions options) : options_(std::move(options)) {}
 
 Result<std::unique_ptr<RpcNode>> RpcNode::Create(RpcNodeOptions options) {
+  if (options.connect_timeout.count() <= 0) {
+    return Status::InvalidArgument("connect_timeout must be > 0",
+                                   absl::StrCat(options.connect_timeout.count(), " ms"));
+  }
   if (options.handler_threads < 1) {
     return Status::InvalidArgument("handler_threads must be >= 1",
                                    std::to_string(options.handler_threads));
@@ -135,6 +139,10 @@ void RpcNode::CallAsync(int peer, Message request, const RpcOptions& options,
     } else {
       call.done = std::move(done);
       deadlines_.emplace(call.deadline, id);
+      const bool reached = peer < static_cast<int>(peer_ever_up_.size()) && peer_ever_up_[peer];
+      if (!reached && options_.connect_timeout < timeout) {
+        connect_deadlines_.emplace(call.start + options_.connect_timeout, id);
+      }
       pending_.emplace(id, std::move(call));
     }
   }
@@ -216,6 +224,7 @@ void RpcNode::Stop() {
     for (auto& [id, call] : pending_) failed.push_back(std::move(call));
     pending_.clear();
     deadlines_.clear();
+    connect_deadlines_.clear();
   }
   for (auto& call : failed) {
     call.done(Status::Unavailable(absl::StrCat(call.what, ": rpc node stopped"),
@@ -337,9 +346,20 @@ void RpcNode::OnConnectionDown(int connection, const std::string& endpoint, cons
 }
 
 void RpcNode::OnTick(std::chrono::steady_clock::time_point now) {
-  std::vector<PendingCall> expired;
+  std::vector<PendingCall> expired, unreached;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    while (!connect_deadlines_.empty() && connect_deadlines_.begin()->first <= now) {
+      const uint64_t id = connect_deadlines_.begin()->second;
+      connect_deadlines_.erase(connect_deadlines_.begin());
+      auto it = pending_.find(id);
+      if (it == pending_.end()) continue;
+      const int peer = it->second.peer;
+      if (peer < static_cast<int>(peer_ever_up_.size()) && peer_ever_up_[peer]) continue;
+      deadlines_.erase({it->second.deadline, id});
+      unreached.push_back(std::move(it->second));
+      pending_.erase(it);
+    }
     while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
       const uint64_t id = deadlines_.begin()->second;
       deadlines_.erase(deadlines_.begin());
@@ -350,6 +370,12 @@ void RpcNode::OnTick(std::chrono::steady_clock::time_point now) {
     }
   }
   for (auto& call : expired) call.done(TimeoutStatus(call));
+  for (auto& call : unreached) {
+    call.done(Status::Unavailable(
+        absl::StrCat(call.what, ": peer never reached within ", options_.connect_timeout.count(),
+                     " ms (connect_timeout; is it running and listening at this address?)"),
+        van_->endpoint(call.peer)));
+  }
 }
 
 }  // namespace fleet

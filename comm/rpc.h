@@ -43,6 +43,13 @@ struct RpcNodeOptions {
   int handler_threads = 2;
   // Deadline for calls whose RpcOptions leave timeout at 0.
   std::chrono::milliseconds default_timeout{std::chrono::seconds(60)};
+  // A call to a peer this node has never reached (no TCP connection since
+  // Connect) fails with Unavailable this long after it was made, instead of
+  // waiting for its deadline: a wrong address or a peer that is not running
+  // shows up in seconds. A peer reached once is never cut short by it
+  // (connected but slow waits for the deadline; a lost connection fails at
+  // once). Raise it when peers may start well after their callers.
+  std::chrono::milliseconds connect_timeout{std::chrono::seconds(5)};
   VanOptions van;
 };
 
@@ -117,7 +124,9 @@ class RpcNode final : private VanReceiver {
   // thread, with the response or with:
   //   Timeout      the deadline passed (message: call, endpoint, ms, whether
   //                the peer was ever reached);
-  //   Unavailable  the connection was lost or the node stopped (a call
+  //   Unavailable  the peer was never reached within connect_timeout of the
+  //                call (message: call, endpoint, ms), or
+  //                the connection was lost or the node stopped (a call
   //                made while the connection is down, before ZeroMQ
   //                reconnects, fails at once, `done` then running on the
   //                calling thread);
@@ -220,6 +229,9 @@ class RpcNode final : private VanReceiver {
   mutable std::mutex mu_;
   absl::flat_hash_map<uint64_t, PendingCall> pending_;
   std::set<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deadlines_;
+  // When calls made to a never-reached peer give up on it (connect_timeout);
+  // entries of calls completed meanwhile are dropped as they come due.
+  std::set<std::pair<std::chrono::steady_clock::time_point, uint64_t>> connect_deadlines_;
   std::vector<bool> peer_ever_up_;
   // Why each connection is down since it was lost (OK: up or never lost).
   // Calls to a lost peer fail at once until ZeroMQ reconnects.

@@ -372,6 +372,53 @@ TEST_F(RpcTest, AbsentPeerFailsAtDeadlineNamingEndpoint) {
   EXPECT_LT(took, 2s);
 }
 
+// `ps_worker --servers=<nothing>` used to wait its whole 60 s deadline:
+// a peer never reached fails the call after connect_timeout.
+TEST_F(RpcTest, NeverReachedPeerFailsAfterConnectTimeoutNotAtDeadline) {
+  std::string endpoint;
+  { auto gone = StartServer("gone", &endpoint); }
+  RpcNodeOptions o = FastOptions("test-client");
+  o.default_timeout = 30s;
+  o.connect_timeout = 400ms;
+  auto client = RpcNode::Create(o).value();
+  int peer = client->Connect(endpoint).value();
+  RpcOptions opts;
+  opts.what = "pull_dense table 1";
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client->CallSync(peer, FloatRequest(kEcho, 1, 0), opts);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(r.status().IsUnavailable()) << r.status().ToString();
+  for (const std::string& part : {std::string("pull_dense table 1"), "tcp://" + endpoint,
+                                  std::string("never reached within 400 ms")}) {
+    EXPECT_NE(r.status().message().find(part), std::string::npos) << r.status().ToString();
+  }
+  EXPECT_GE(took, 400ms);
+  EXPECT_LT(took, 2s);
+  RpcNodeOptions zero = FastOptions("bad");
+  zero.connect_timeout = 0ms;
+  EXPECT_TRUE(RpcNode::Create(zero).status().IsInvalidArgument());
+}
+
+// A peer that was reached but answers slowly is not cut short by
+// connect_timeout: its call runs to the deadline.
+TEST_F(RpcTest, ReachedButSlowPeerWaitsForTheDeadline) {
+  std::string endpoint;
+  auto server = StartServer("s", &endpoint);
+  RpcNodeOptions o = FastOptions("test-client");
+  o.connect_timeout = 100ms;
+  auto client = RpcNode::Create(o).value();
+  int peer = client->Connect(endpoint).value();
+  ASSERT_TRUE(client->CallSync(peer, FloatRequest(kEcho, 1, 0)).ok());  // reached
+  Message m;
+  m.header.set_command(kSlow);
+  RpcOptions opts;
+  opts.timeout = 700ms;
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client->CallSync(peer, std::move(m), opts);
+  EXPECT_TRUE(r.status().IsTimeout()) << r.status().ToString();
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 700ms);
+}
+
 TEST_F(RpcTest, SlowHandlerPastDeadlineTimesOutAndLateReplyIsIgnored) {
   std::string endpoint;
   auto server = StartServer("s", &endpoint);
