@@ -160,7 +160,10 @@ std::optional<int> Launcher::StartRole(Role role, const std::vector<int>& ranks)
     const std::string name = spec.Name(), endpoint = spec.endpoint, log = spec.log_path;
     auto index = sup_.Start(std::move(spec));
     if (!index.ok()) {
-      std::fprintf(io_.err, "fleetrun: cannot start %s: %s\n", name.c_str(), index.status().message().c_str());
+      // The first failure ends the start-up: the next ones would fail alike.
+      std::fprintf(io_.err, "fleetrun: cannot start %s: %s; job failed, stopping %zu started processes\n",
+                   name.c_str(), index.status().message().c_str(), sup_.Running().size());
+      std::fflush(io_.err);
       sup_.StopAll(grace_);
       return kExitJobFailed;
     }
@@ -168,6 +171,9 @@ std::optional<int> Launcher::StartRole(Role role, const std::vector<int>& ranks)
     (role == Role::kServer ? servers_ : role == Role::kHeterWorker ? heters_ : workers_).push_back(*index);
     std::fprintf(io_.out, "fleetrun: started %-16s endpoint %-21s pid %-8d log %s\n", name.c_str(),
                  endpoint.empty() ? "-" : endpoint.c_str(), static_cast<int>(sup_.pid(*index)), log.c_str());
+    // Between two starts: Ctrl-C / SIGTERM, or a process that died already,
+    // ends the start-up now rather than after the last start.
+    if (auto rc = Tick(milliseconds(0))) return rc;
   }
   std::fflush(io_.out);
   return std::nullopt;
@@ -361,10 +367,10 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       Report(ev.index, ev.wait_status,
              "; restarting (" + std::to_string(sup_.restarts(ev.index) + 1) + " of " + std::to_string(opts_.max_restart) + ")");
       // Rendered again so a restarted server keeps the endpoint it published
-      // and a restarted worker gets today's endpoint lists. FLEET_RESTART
-      // tells it that it is a restart (a server then reloads its checkpoint).
-      ProcessSpec again = RenderProcess(job_, spec.role, render_rank_[ev.index]);
-      again.env.emplace_back("FLEET_RESTART", std::to_string(sup_.restarts(ev.index) + 1));
+      // and a restarted worker gets today's endpoint lists, with its restart
+      // count (FLEET_RESTART: reload a checkpoint; FLEET_RESTART_GENERATION:
+      // fresh rendezvous keys).
+      ProcessSpec again = RenderProcess(job_, spec.role, render_rank_[ev.index], sup_.restarts(ev.index) + 1);
       Status st = sup_.Restart(ev.index, std::move(again));
       if (st.ok()) {
         std::fprintf(io_.out, "fleetrun: restarted %s pid %d\n", sup_.spec(ev.index).Name().c_str(),

@@ -47,7 +47,12 @@ Result<std::vector<Endpoint>> ParseList(std::string_view flag, const std::string
   if (text.empty()) return Bad(flag, "empty list");
   std::vector<Endpoint> out;
   std::set<std::string> seen;
-  for (const std::string& item : SplitString(text, ',')) {
+  const std::vector<std::string> items = SplitString(text, ',');
+  if (items.size() > static_cast<size_t>(kMaxProcessesPerRole)) {
+    return Bad(flag, "lists " + std::to_string(items.size()) + " entries; at most " +
+                         std::to_string(kMaxProcessesPerRole));
+  }
+  for (const std::string& item : items) {
     if (item.empty()) return Bad(flag, "empty entry in '" + text + "'");
     bool bare = item.find(':') == std::string::npos;
     if (bare && !bare_ok) return Bad(flag, "'" + item + "' has no port (want ip:port)");
@@ -91,9 +96,16 @@ Status ResolveCommon(const LaunchOptions& o, JobLayout& job) {
   if (!ValidJobId(o.job_id)) return Bad("--job_id", "'" + o.job_id + "' must be letters, digits, '_', '-' or '.'");
   if (o.log_dir.empty()) return Bad("--log_dir", "empty");
   if (o.http_port < 0 || o.http_port > 65535) return Bad("--http_port", std::to_string(o.http_port) + " is not in 0..65535");
-  if (o.max_restart < 0) return Bad("--max_restart", "must be >= 0");
-  if (!(o.grace_period_s > 0)) return Bad("--grace_period", "must be > 0 seconds");
-  if (!(o.rendezvous_timeout_s > 0)) return Bad("--rendezvous_timeout", "must be > 0 seconds");
+  if (o.max_restart < 0 || o.max_restart > kMaxRestart) {
+    return Bad("--max_restart", std::to_string(o.max_restart) + " is not in 0.." + std::to_string(kMaxRestart));
+  }
+  const std::string max_s = std::to_string(static_cast<int>(kMaxSeconds));
+  if (!(o.grace_period_s > 0 && o.grace_period_s <= kMaxSeconds)) {
+    return Bad("--grace_period", "must be > 0 and at most " + max_s + " seconds");
+  }
+  if (!(o.rendezvous_timeout_s > 0 && o.rendezvous_timeout_s <= kMaxSeconds)) {
+    return Bad("--rendezvous_timeout", "must be > 0 and at most " + max_s + " seconds");
+  }
   for (const std::string& ov : o.overrides) {
     size_t eq = ov.find('=');
     if (eq == std::string::npos || eq == 0) return Bad("-o", "'" + ov + "' is not Key.sub=value");
@@ -119,6 +131,13 @@ Status ResolvePs(const LaunchOptions& o, const MachineInfo& m, JobLayout& job) {
     if (o.server_num < 1) return Bad("--server_num", o.Given("server_num") ? "must be >= 1" : "missing (or give --servers)");
     if (o.worker_num < 1) return Bad("--worker_num", o.Given("worker_num") ? "must be >= 1" : "missing (or give --workers)");
     if (o.Given("heter_worker_num") && o.heter_worker_num < 0) return Bad("--heter_worker_num", "must be >= 0");
+    for (const auto& [flag, count] : {std::pair{"--server_num", o.server_num}, std::pair{"--worker_num", o.worker_num},
+                                      std::pair{"--heter_worker_num", o.heter_worker_num}}) {
+      if (count > kMaxProcessesPerRole) {
+        return Bad(flag, std::to_string(count) + " is more than the " + std::to_string(kMaxProcessesPerRole) +
+                             " processes per role fleetrun starts");
+      }
+    }
     // The whole job is on this machine: loopback is the honest address, and
     // port 0 lets every process bind a free port and publish it.
     const Endpoint local{"127.0.0.1", 0};
@@ -202,7 +221,10 @@ Result<std::vector<std::string>> ResolveDevices(const LaunchOptions& o, const Ma
     FLEET_RETURN_IF_ERROR(CheckCount("--nproc_per_node", o.nproc_per_node, "--gpus", devices.size()));
     return devices;
   }
-  if (o.Given("nproc_per_node") && o.nproc_per_node < 1) return Bad("--nproc_per_node", "must be >= 1");
+  if (o.Given("nproc_per_node") && (o.nproc_per_node < 1 || o.nproc_per_node > kMaxProcessesPerRole)) {
+    return Bad("--nproc_per_node", std::to_string(o.nproc_per_node) + " is not in 1.." +
+                                       std::to_string(kMaxProcessesPerRole));
+  }
   const int n = o.nproc_per_node >= 1 ? o.nproc_per_node : std::max(m.gpu_count, 1);
   for (int i = 0; i < n; ++i) devices.push_back(m.gpu_count > 0 ? "cuda:" + std::to_string(i % m.gpu_count) : "cpu");
   return devices;
@@ -215,7 +237,9 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
   c.program_args = o.program_args;
   FLEET_ASSIGN_OR_RETURN(c.program_path, FindProgram(o.program, m.path_env));
   FLEET_ASSIGN_OR_RETURN(c.devices, ResolveDevices(o, m));
-  if (o.Given("nnodes") && o.nnodes < 1) return Bad("--nnodes", "must be >= 1");
+  if (o.Given("nnodes") && (o.nnodes < 1 || o.nnodes > kMaxNodes)) {
+    return Bad("--nnodes", std::to_string(o.nnodes) + " is not in 1.." + std::to_string(kMaxNodes));
+  }
   const std::string port = std::to_string(o.http_port);
   const bool slurm = !m.slurm_nodelist.empty() && !m.slurm_nnodes.empty() && !m.slurm_procid.empty();
   if (o.Given("host") && !IsDottedIPv4(o.host)) return Bad("--host", "'" + o.host + "' is not an IPv4 address");
@@ -225,6 +249,9 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
   if (o.Given("ips")) {
     if (o.Given("master")) return Bad("--master", "cannot be combined with --ips");
     std::vector<std::string> ips = SplitString(o.ips, ',');
+    if (ips.size() > static_cast<size_t>(kMaxNodes)) {
+      return Bad("--ips", "lists " + std::to_string(ips.size()) + " nodes; at most " + std::to_string(kMaxNodes));
+    }
     for (const std::string& ip : ips) {
       if (!IsDottedIPv4(ip)) return Bad("--ips", "'" + ip + "' is not an IPv4 address");
     }
@@ -254,7 +281,7 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     std::from_chars(m.slurm_nnodes.data(), m.slurm_nnodes.data() + m.slurm_nnodes.size(), nnodes);
     std::from_chars(id.data(), id.data() + id.size(), node_rank);
     c.nnodes = o.Given("nnodes") ? o.nnodes : nnodes;
-    if (c.nnodes < 1 || node_rank < 0 || node_rank >= c.nnodes) {
+    if (c.nnodes < 1 || c.nnodes > kMaxNodes || node_rank < 0 || node_rank >= c.nnodes) {
       return Bad("--nnodes", "Slurm gives node " + id + " of " + m.slurm_nnodes + ", which does not fit");
     }
     c.node_rank = node_rank;
@@ -318,7 +345,7 @@ Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
   return job;
 }
 
-ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank) {
+ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart) {
   ProcessSpec spec;
   spec.role = role;
   // (name, value) pairs given to the process; each becomes FLEET_<NAME> and,
@@ -377,6 +404,11 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank) {
     if (role != Role::kCollective) spec.argv.push_back("--" + name + "=" + value);
   }
   spec.env.emplace_back("FLEET_OVERRIDES", overrides);
+  // Environment only, so a restart changes no flag: the generation keys the
+  // collective rendezvous (fresh keys for a restarted process); FLEET_RESTART
+  // tells a server to reload its checkpoint.
+  spec.env.emplace_back("FLEET_RESTART_GENERATION", std::to_string(restart));
+  if (restart > 0) spec.env.emplace_back("FLEET_RESTART", std::to_string(restart));
   // Environment only: a flag would show in `ps` to every user.
   if (job.auth && !job.job_secret.empty()) spec.env.emplace_back("FLEET_JOB_SECRET", job.job_secret);
   // One flag holding the ';'-joined list: gflags keeps only the last of a

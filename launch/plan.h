@@ -39,6 +39,15 @@ struct MachineInfo {
   std::string slurm_master_ip;
 };
 
+// Upper bounds of the counts and durations fleetrun accepts (also in the
+// flag table): far above any job it runs, low enough that a typo
+// (--server_num=100000) is refused before anything starts instead of
+// forking until memory runs out.
+inline constexpr int kMaxProcessesPerRole = 1024;  // each PS count or list, --nproc_per_node, --gpus
+inline constexpr int kMaxNodes = 1024;             // --nnodes, --ips
+inline constexpr int kMaxRestart = 100;            // --max_restart
+inline constexpr double kMaxSeconds = 86400;       // --grace_period, --rendezvous_timeout
+
 enum class Mode { kPsSimulation, kPsCluster, kCollective };
 
 // How this node finds its collective node rank.
@@ -120,9 +129,11 @@ struct ProcessSpec {
 Result<JobLayout> ResolveLayout(const LaunchOptions& options, const MachineInfo& machine);
 
 // The spec for one local process. `rank` is the role rank (for kCollective
-// the local rank on this node). REQUIRES: layout came from ResolveLayout and,
-// for collective, the rendezvous fields are filled.
-ProcessSpec RenderProcess(const JobLayout& layout, Role role, int rank);
+// the local rank on this node); `restart` how many times it was restarted
+// (FLEET_RESTART_GENERATION; FLEET_RESTART too when > 0). REQUIRES: layout
+// came from ResolveLayout and, for collective, the rendezvous fields are
+// filled.
+ProcessSpec RenderProcess(const JobLayout& layout, Role role, int rank, int restart = 0);
 
 
 }  // namespace fleet::launch

@@ -139,12 +139,24 @@ Status Supervisor::Spawn(Proc& p, bool append) {
   argv.push_back(nullptr);
   const pid_t parent = getpid();
   const std::string exec_error = "fleetrun: cannot exec " + spec.exe + ": ";
+  // The child writes execve's errno here; a successful exec closes it
+  // (O_CLOEXEC) unwritten. So Spawn knows at once whether the program runs,
+  // instead of finding exit status 127 later, after starting all the others.
+  int exec_fds[2];
+  if (pipe2(exec_fds, O_CLOEXEC) != 0) {
+    close(log_fd);
+    if (spec.tee) close(pipe_fds[0]), close(pipe_fds[1]);
+    return Status::IOError("pipe2 for exec status failed", spec.Name());
+  }
 
   const pid_t pid = fork();
   if (pid < 0) {
+    const int fork_errno = errno;
     close(log_fd);
+    close(exec_fds[0]);
+    close(exec_fds[1]);
     if (spec.tee) close(pipe_fds[0]), close(pipe_fds[1]);
-    return Status::Internal(std::string("fork failed (") + std::strerror(errno) + ")", spec.Name());
+    return Status::Internal(std::string("fork failed (") + std::strerror(fork_errno) + ")", spec.Name());
   }
   if (pid == 0) {
     setpgid(0, 0);
@@ -160,13 +172,33 @@ Status Supervisor::Spawn(Proc& p, bool append) {
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     execve(spec.exe.c_str(), argv.data(), envp.data());
-    const char* reason = strerror(errno);
+    const int exec_errno = errno;
+    WriteAll(exec_fds[1], reinterpret_cast<const char*>(&exec_errno), sizeof(exec_errno));
+    const char* reason = strerror(exec_errno);
     WriteAll(STDERR_FILENO, exec_error.data(), exec_error.size());
     WriteAll(STDERR_FILENO, reason, std::strlen(reason));
     WriteAll(STDERR_FILENO, "\n", 1);
     _exit(127);
   }
   setpgid(pid, pid);  // also in the parent, so a kill(-pid) right away cannot miss
+  close(exec_fds[1]);
+  int exec_errno = 0;
+  ssize_t got;
+  // Bounded: the child only sets up its descriptors before execve.
+  do {
+    got = read(exec_fds[0], &exec_errno, sizeof(exec_errno));
+  } while (got < 0 && errno == EINTR);
+  close(exec_fds[0]);
+  if (got == sizeof(exec_errno)) {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    close(log_fd);
+    if (spec.tee) close(pipe_fds[0]), close(pipe_fds[1]);
+    p.last_pid = pid;
+    p.last_status = status;
+    return Status::IOError(std::string("cannot exec (") + std::strerror(exec_errno) + ")", spec.exe);
+  }
   p.pid = p.last_pid = pid;
   if (spec.tee) {
     close(pipe_fds[1]);
@@ -242,7 +274,12 @@ std::vector<Supervisor::Event> Supervisor::Poll(std::chrono::milliseconds timeou
 
 std::vector<int> Supervisor::Stop(const std::vector<size_t>& which, std::chrono::milliseconds grace) {
   for (size_t i : which) {
-    if (procs_[i].pid > 0) kill(-procs_[i].pid, SIGTERM);
+    if (procs_[i].pid > 0) {
+      kill(-procs_[i].pid, SIGTERM);
+      // A stopped (SIGSTOP'd, frozen in a debugger) process acts on SIGTERM
+      // only once continued; otherwise it would wait for the SIGKILL.
+      kill(-procs_[i].pid, SIGCONT);
+    }
   }
   const auto deadline = std::chrono::steady_clock::now() + grace;
   auto any_running = [&] {

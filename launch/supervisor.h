@@ -63,12 +63,14 @@ class Supervisor {
   Supervisor& operator=(const Supervisor&) = delete;
 
   // Opens spec.log_path (truncated) and starts the process. Returns its
-  // index for the other calls. IOError naming the log file when it cannot
-  // be opened, Internal when fork fails; exec failure shows up as exit
-  // status 127 with the reason in the log.
+  // index for the other calls. Blocks until the child exec'd (it does
+  // nothing else first). IOError naming the log file when it cannot be
+  // opened, IOError naming spec.exe and errno's text when execve fails (the
+  // child is reaped and nothing is added), Internal when fork fails.
   Result<size_t> Start(ProcessSpec spec);
   // Starts a finished process again with `spec`, appending to its log after
-  // a marker line. REQUIRES: !running(index).
+  // a marker line. Errors as Start (the process then stays finished).
+  // REQUIRES: !running(index).
   Status Restart(size_t index, ProcessSpec spec);
 
   struct Event {

@@ -317,6 +317,9 @@ TEST_F(FleetrunTest, MaxRestartRestartsAFailedProcess) {
   // The restarted process knows it is one (a server then reloads its checkpoint).
   EXPECT_NE(ReadFile(fx / "env.collective.1").find("env FLEET_RESTART=1\n"), std::string::npos)
       << ReadFile(fx / "env.collective.1");
+  // Its rendezvous keys are a new generation's; rank 0 was never restarted.
+  EXPECT_NE(ReadFile(fx / "env.collective.1").find("env FLEET_RESTART_GENERATION=1\n"), std::string::npos);
+  EXPECT_NE(ReadFile(fx / "env.collective.0").find("env FLEET_RESTART_GENERATION=0\n"), std::string::npos);
 }
 
 TEST_F(FleetrunTest, SigintStopsEveryProcessIncludingGrandchildren) {
@@ -333,6 +336,79 @@ TEST_F(FleetrunTest, SigtermStopsEvenProcessesThatIgnoreIt) {
                         {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_collective_0=spawn_child",
                          "FIXTURE_MODE_collective_1=hang_ignore_term"},
                         fx, 3, SIGTERM);
+}
+
+TEST_F(FleetrunTest, HugeCountIsRefusedAtOnce) {
+  fs::path fx = FixtureDir("fx");
+  RunResult res = Run(PsArgs(100000, 1), {"FIXTURE_DIR=" + fx.string()});
+  EXPECT_EQ(res.exit_code, 2) << res.err;
+  EXPECT_EQ(res.err.rfind("fleetrun: --server_num: 100000 is more than the 1024", 0), 0u) << res.err;
+  EXPECT_LT(res.seconds, 2.0);
+  EXPECT_TRUE(RecordedPids(fx).empty());
+  EXPECT_FALSE(fs::exists(log_));
+}
+
+// A program that cannot be exec'd fails the start-up at the first attempt,
+// naming it and why; nothing after it is started.
+TEST_F(FleetrunTest, ExecFailureStopsTheStartUpNamingTheProgram) {
+  fs::path fx = FixtureDir("fx");
+  const fs::path bad_bin = tmp_ / "bad_bin";
+  fs::create_directories(bad_bin);
+  // Executable bits but no program inside: execve fails with ENOEXEC.
+  std::ofstream(bad_bin / "ps_server") << "not a program\n";
+  fs::permissions(bad_bin / "ps_server", fs::perms::owner_all);
+  for (const char* name : {"ps_worker", "heter_worker"}) fs::create_symlink(bin_ / "launch_fixture", bad_bin / name);
+  std::vector<std::string> args = PsArgs(3, 2);
+  args.push_back("--bin_dir=" + bad_bin.string());
+  RunResult ps = Run(args, {"FIXTURE_DIR=" + fx.string()});
+  EXPECT_EQ(ps.exit_code, 1) << ps.err;
+  EXPECT_NE(ps.err.find("fleetrun: cannot start server 0: cannot exec (Exec format error): " +
+                        (bad_bin / "ps_server").string()),
+            std::string::npos)
+      << ps.err;
+  EXPECT_LT(ps.seconds, 5.0);
+  EXPECT_FALSE(fs::exists(log_ / "serverlog.1")) << "kept spawning after a failed exec";
+  EXPECT_TRUE(RecordedPids(fx).empty());
+
+  std::vector<std::string> collective = CollectiveArgs(4);
+  collective.back() = (bad_bin / "ps_server").string();
+  RunResult co = Run(collective, {"FIXTURE_DIR=" + fx.string()});
+  EXPECT_EQ(co.exit_code, 1) << co.err;
+  EXPECT_NE(co.err.find("cannot start collective 0: cannot exec (Exec format error)"), std::string::npos) << co.err;
+  EXPECT_FALSE(fs::exists(log_ / "workerlog.1"));
+}
+
+// SIGTERM while fleetrun is still starting processes: it stops starting at
+// once (it used to start every one first) and leaves nothing behind.
+TEST_F(FleetrunTest, SigtermDuringSpawningStopsTheStartUp) {
+  fs::path fx = FixtureDir("fx");
+  constexpr int kServers = 200;
+  Running r = Start(PsArgs(kServers, 1), {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_server=hang"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (RecordedPids(fx).empty() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+  ASSERT_FALSE(RecordedPids(fx).empty());
+  ASSERT_EQ(kill(r.pid, SIGTERM), 0);
+  const auto sent = std::chrono::steady_clock::now();
+  RunResult res = Finish(r);
+  const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - sent).count();
+  EXPECT_EQ(res.exit_code, 128 + SIGTERM) << res.err;
+  EXPECT_NE(res.err.find("received"), std::string::npos) << res.err;
+  size_t started = 0;
+  for (size_t at = 0; (at = res.out.find("fleetrun: started server", at)) != std::string::npos; ++at) ++started;
+  EXPECT_LT(started, static_cast<size_t>(kServers)) << "every server was started despite SIGTERM";
+  EXPECT_LT(stop_s, 5.0);
+  ExpectNoSurvivors(fx);
+}
+
+// SIGTERM while waiting for a rendezvous that never completes (servers that
+// never publish their endpoints): fleetrun ends promptly, nothing left.
+TEST_F(FleetrunTest, SigtermDuringRendezvousEndsPromptly) {
+  fs::path fx = FixtureDir("fx");
+  std::vector<std::string> args = PsArgs(2, 1);
+  args.push_back("--rendezvous_timeout=60");
+  SignalStopsEverything(args, {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_server=hang"}, fx, 2, SIGTERM);
 }
 
 TEST_F(FleetrunTest, TwoPortZeroJobsRunSideBySide) {

@@ -141,6 +141,29 @@ TEST_F(PlanTest, InvalidCommandLinesNameTheirFlag) {
   EXPECT_EQ(RejectedFlag({"--ips=10.0.0.2,10.0.0.3", "--nnodes=3", "prog"}), "--nnodes");
 }
 
+// Each maximum is accepted, one more is refused before anything starts
+// (--server_num=100000 used to fork until the machine ran out of memory).
+TEST_F(PlanTest, CountsAboveTheDocumentedMaximaAreRefused) {
+  const std::string cfg = "--config=" + config_;
+  std::string many_servers, many_ips;
+  for (int i = 0; i <= kMaxProcessesPerRole; ++i) many_servers += (i ? "," : "") + std::string("127.0.0.1:") + std::to_string(7000 + i);
+  for (int i = 0; i <= kMaxNodes; ++i) many_ips += (i ? "," : "") + std::string("10.1.") + std::to_string(i / 250) + "." + std::to_string(i % 250 + 1);
+  EXPECT_EQ(RejectedFlag({"--server_num=100000", "--worker_num=1", cfg}), "--server_num");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1025", cfg}), "--worker_num");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", "--heter_worker_num=1025", cfg}), "--heter_worker_num");
+  EXPECT_EQ(RejectedFlag({"--servers=" + many_servers, "--workers=127.0.0.1", cfg}), "--servers");
+  EXPECT_EQ(RejectedFlag({"--nproc_per_node=1025", "prog"}), "--nproc_per_node");
+  EXPECT_EQ(RejectedFlag({"--nnodes=1025", "prog"}), "--nnodes");
+  EXPECT_EQ(RejectedFlag({"--ips=" + many_ips, "prog"}), "--ips");
+  EXPECT_EQ(RejectedFlag({"--max_restart=101", "prog"}), "--max_restart");
+  EXPECT_EQ(RejectedFlag({"--grace_period=1e9", "prog"}), "--grace_period");
+  EXPECT_EQ(RejectedFlag({"--rendezvous_timeout=inf", "prog"}), "--rendezvous_timeout");
+  EXPECT_EQ(RejectedFlag({"--server_num=1024", "--worker_num=1024", "--heter_worker_num=1024", cfg}), "(accepted)");
+  EXPECT_EQ(RejectedFlag({"--nproc_per_node=1024", "--max_restart=100", "--grace_period=86400", "prog"}), "(accepted)");
+  auto huge = Resolve({"--server_num=100000", "--worker_num=1", cfg});
+  EXPECT_NE(huge.status().message().find("1024"), std::string::npos) << huge.status().ToString();
+}
+
 TEST_F(PlanTest, ProcessesGetTheSameValuesAsFlagsAndEnvironment) {
   auto job = Resolve({"--server_num=2", "--worker_num=2", "--config=" + config_, "-o", "A.b=1", "-o", "C=x y"});
   ASSERT_TRUE(job.ok());
@@ -154,7 +177,9 @@ TEST_F(PlanTest, ProcessesGetTheSameValuesAsFlagsAndEnvironment) {
   EXPECT_TRUE(HasArg(server, "--override=A.b=1;C=x y"));
   // Every FLEET_X is also --x=value (FLEET_OVERRIDES as --override).
   for (const auto& [k, v] : server.env) {
-    if (k == "FLEET_OVERRIDES") continue;
+    // Environment only: the overrides (one --override flag instead) and the
+    // restart generation (a restart changes no flag).
+    if (k == "FLEET_OVERRIDES" || k == "FLEET_RESTART_GENERATION") continue;
     std::string flag = k.substr(6);
     std::transform(flag.begin(), flag.end(), flag.begin(), ::tolower);
     EXPECT_TRUE(HasArg(server, "--" + flag + "=" + v)) << k;
@@ -166,6 +191,12 @@ TEST_F(PlanTest, ProcessesGetTheSameValuesAsFlagsAndEnvironment) {
   EXPECT_EQ(EnvOf(worker, "FLEET_ENDPOINT"), "(absent)");
   EXPECT_EQ(EnvOf(worker, "FLEET_KV_ENDPOINT"), "127.0.0.1:4000");
   EXPECT_EQ(EnvOf(worker, "FLEET_WORLD_SIZE"), "2");
+  // First start: generation 0, not a restart; the n-th restart: generation n.
+  EXPECT_EQ(EnvOf(worker, "FLEET_RESTART_GENERATION"), "0");
+  EXPECT_EQ(EnvOf(worker, "FLEET_RESTART"), "(absent)");
+  ProcessSpec again = RenderProcess(*job, Role::kWorker, 0, 2);
+  EXPECT_EQ(EnvOf(again, "FLEET_RESTART_GENERATION"), "2");
+  EXPECT_EQ(EnvOf(again, "FLEET_RESTART"), "2");
 }
 
 TEST_F(PlanTest, CollectiveDevicesAndRanks) {
