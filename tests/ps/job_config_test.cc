@@ -122,5 +122,19 @@ TEST(JobConfigTest, BusyPollIsOffByDefaultAndChecked) {
   }
 }
 
+TEST(JobConfigTest, AuthIsOnByDefaultAndTurnsOffWithOffOrFalse) {
+  auto plain = ParseJobConfig(YAML::Load("Distributed: {mode: async}"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_TRUE(plain->distributed.auth);
+  for (const char* off : {"off", "false"}) {
+    auto set = ParseJobConfig(YAML::Load(std::string("Distributed: {auth: ") + off + "}"));
+    ASSERT_TRUE(set.ok()) << off << ": " << set.status().ToString();
+    EXPECT_FALSE(set->distributed.auth) << off;
+  }
+  auto bad = ParseJobConfig(YAML::Load("Distributed: {auth: maybe}"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().ToString(), HasSubstr("Distributed.auth"));
+}
+
 }  // namespace
 }  // namespace fleet::ps
