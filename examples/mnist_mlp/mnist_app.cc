@@ -6,22 +6,14 @@
 #include <iostream>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "comm/bind_address.h"
 #include "comm/cluster.h"
-#include "comm/gloo_collective.h"
-#include "comm/kv_store.h"
-#ifdef FLEET_WITH_NCCL
-#include "comm/nccl_collective.h"
-#endif
 #include "examples/mnist_mlp/mnist_mlp.h"
+#include "trainer/collective/rank_setup.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_kernels.h"
 
@@ -76,38 +68,6 @@ namespace {
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
-// The process environment, with FLEET_ROLE defaulting to "collective" so a
-// hand-started single process needs no variables at all.
-EnvLookup CollectiveEnv() {
-  EnvLookup process = ProcessEnv();
-  return [process](const std::string& name) -> std::optional<std::string> {
-    std::optional<std::string> value = process(name);
-    if (!value && name == "FLEET_ROLE") return std::string("collective");
-    return value;
-  };
-}
-
-// cluster.h accepts "cuda", "gpu" and "gpu:N" too; the trainer wants
-// "cpu" or "cuda:K".
-std::string CanonicalDevice(const std::string& device) {
-  if (device == "cuda" || device == "gpu") return "cuda:0";
-  if (absl::StartsWith(device, "gpu:")) return "cuda:" + device.substr(4);
-  return device;
-}
-
-Result<int> BlasThreadsFor(const EnvLookup& env) {
-  if (FLAGS_blas_threads > 0) return FLAGS_blas_threads;
-  int per_node = 1;
-  if (std::optional<std::string> n = env("FLEET_NPROC_PER_NODE")) {
-    if (!absl::SimpleAtoi(*n, &per_node) || per_node < 1) {
-      return Status::InvalidArgument("bad FLEET_NPROC_PER_NODE: want a positive integer",
-                                     "'" + *n + "'");
-    }
-  }
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return std::max(1, cores / per_node);
-}
-
 Result<MnistOptions> OptionsFromFlags() {
   if (FLAGS_bucket_kb <= 0) return Status::InvalidArgument("--bucket_kb must be > 0");
   if (FLAGS_collective_timeout_ms <= 0) {
@@ -139,50 +99,6 @@ data::MnistFiles FilesFromFlags() {
   return files;
 }
 
-// The group for this rank: none for a world of 1, else Gloo (cpu) or NCCL
-// (cuda) bootstrapped from the KV store.
-Result<std::unique_ptr<Collective>> CreateCollective(const ClusterSpec& spec,
-                                                     const trainer::Device& device) {
-  if (spec.world_size == 1) return std::unique_ptr<Collective>();
-  if (!spec.kv_endpoint) {
-    return Status::InvalidArgument(
-        "a world of more than 1 needs a KV store: set FLEET_KV_ENDPOINT or --kv_endpoint (fleetrun "
-        "does)",
-        absl::StrCat("world size ", spec.world_size));
-  }
-  KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id, {.auth = spec.credentials});
-  const std::chrono::milliseconds timeout(FLAGS_collective_timeout_ms);
-  if (device.is_cpu()) {
-    GlooCollectiveOptions o;
-    o.group = "mnist_mlp";
-    o.rank = spec.rank;
-    o.size = spec.world_size;
-    o.timeout = timeout;
-    o.generation = spec.restart_generation;
-    // Checked here so the error names the flag (Create checks it again).
-    Result<std::string> address = FLAGS_gloo_iface.empty()
-                                      ? ResolveBindAddress(FLAGS_gloo_hostname, "--gloo_hostname")
-                                      : InterfaceAddress(FLAGS_gloo_iface, "--gloo_iface");
-    if (!address.ok()) return address.status();
-    o.hostname = *address;
-    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GlooCollective> gloo, GlooCollective::Create(kv, o));
-    return std::unique_ptr<Collective>(std::move(gloo));
-  }
-#ifdef FLEET_WITH_NCCL
-  NcclCollectiveOptions o;
-  o.group = "mnist_mlp";
-  o.rank = spec.rank;
-  o.size = spec.world_size;
-  o.device = device.index;
-  o.timeout = timeout;
-  o.generation = spec.restart_generation;
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<NcclCollective> nccl, NcclCollective::Create(kv, o));
-  return std::unique_ptr<Collective>(std::move(nccl));
-#else
-  return Status::Unavailable("built without CUDA/NCCL: cannot train on", device.ToString());
-#endif
-}
-
 int Fail(const ClusterSpec& spec, const Status& st, int code) {
   const std::string text =
       absl::StrCat("mnist_mlp rank ", spec.rank, " of ", spec.world_size, ": ", st.ToString());
@@ -201,7 +117,7 @@ int MnistMain(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
-  const EnvLookup env = CollectiveEnv();
+  const EnvLookup env = trainer::collective::CollectiveProcessEnv();
   ClusterSpec spec;
   Result<ClusterSpec> parsed = ClusterSpecFromFlagsAndEnv(env);
   if (!parsed.ok()) return Fail(spec, parsed.status(), kExitUsage);
@@ -211,7 +127,7 @@ int MnistMain(int argc, char** argv) {
                                               std::string(RoleName(spec.role))),
                 kExitUsage);
   }
-  Result<trainer::Device> device = trainer::ParseDevice(CanonicalDevice(spec.device));
+  Result<trainer::Device> device = trainer::ParseDevice(trainer::collective::CanonicalDevice(spec.device));
   if (!device.ok()) return Fail(spec, device.status(), kExitUsage);
   Result<MnistOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(spec, options.status(), kExitUsage);
@@ -230,7 +146,7 @@ int MnistMain(int argc, char** argv) {
   }
 
   if (device->is_cpu()) {
-    Result<int> blas_threads = BlasThreadsFor(env);
+    Result<int> blas_threads = trainer::collective::CpuThreadsPerRank(env, FLAGS_blas_threads);
     if (!blas_threads.ok()) return Fail(spec, blas_threads.status(), kExitUsage);
     trainer::kernels::SetBlasThreads(*blas_threads);
   }
@@ -240,7 +156,13 @@ int MnistMain(int argc, char** argv) {
   if (!data.ok()) return Fail(spec, data.status(), kExitUsage);
   Result<std::unique_ptr<trainer::Backend>> backend = trainer::CreateBackend(*device, nullptr);
   if (!backend.ok()) return Fail(spec, backend.status(), kExitFailed);
-  Result<std::unique_ptr<Collective>> collective = CreateCollective(spec, *device);
+  trainer::collective::RankGroupOptions group;
+  group.group = "mnist_mlp";
+  group.timeout = std::chrono::milliseconds(FLAGS_collective_timeout_ms);
+  group.gloo_hostname = FLAGS_gloo_hostname;
+  group.gloo_iface = FLAGS_gloo_iface;
+  Result<std::unique_ptr<Collective>> collective =
+      trainer::collective::CreateRankCollective(spec, *device, group);
   if (!collective.ok()) return Fail(spec, collective.status(), kExitFailed);
 
   Result<MnistReport> report =

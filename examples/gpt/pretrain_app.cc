@@ -1,0 +1,160 @@
+#include "examples/gpt/pretrain_app.h"
+
+#include <cmath>
+#include <memory>
+#include <utility>
+
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "comm/cluster.h"
+#include "comm/yaml_config.h"
+#include "trainer/collective/gpt_pretrain.h"
+#include "trainer/collective/rank_setup.h"
+#include "trainer/config/gpt_config.h"
+#include "trainer/models/gpt_plan.h"
+
+DEFINE_bool(dry_run, false, "Print the plan (as Engine.dry_run) and exit without training.");
+DEFINE_int32(cpu_threads, 0,
+             "CPU threads of this rank's kernels; 0 = the machine's cores / ranks on this node. "
+             "More than the cores this rank may use slows every step.");
+DEFINE_int32(collective_timeout_ms, 60000,
+             "Bound on rendezvous and each collective call (ms). A dead or stalled rank is "
+             "reported after this long; raise it only for very slow steps between collectives.");
+DEFINE_string(gloo_hostname, "127.0.0.1",
+              "Address Gloo binds and advertises (CPU ranks). Loopback fits one machine; on a "
+              "cluster give this machine's address or set --gloo_iface.");
+DEFINE_string(gloo_iface, "", "Network interface for Gloo (e.g. eth0); wins over --gloo_hostname.");
+
+namespace fleet::examples::gpt {
+namespace {
+
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+int Fail(std::ostream& err, const ClusterSpec& spec, const Status& st, int code) {
+  const std::string text =
+      absl::StrCat("gpt_pretrain rank ", spec.rank, " of ", spec.world_size, ": ", st.ToString());
+  LOG(ERROR) << text;
+  err << text << std::endl;
+  return code;
+}
+
+trainer::GptPlanOptions PlanOptions(const trainer::config::GptJobConfig& config) {
+  trainer::GptPlanOptions o;
+  o.micro_batch_size = static_cast<int>(config.global.micro_batch_size);
+  o.seq_len = static_cast<int>(config.data.train.dataset.max_seq_len);
+  o.sharding_degree = static_cast<int>(config.distributed.sharding_degree);
+  o.sharding_stage =
+      config.distributed.sharding_degree > 1 ? static_cast<int>(config.distributed.sharding_stage) : 0;
+  o.precision = config.engine.mix_precision.precision;
+  return o;
+}
+
+}  // namespace
+
+int GptPretrainMain(const std::string& program, std::vector<std::string> args, std::ostream& out,
+                    std::ostream& err) {
+  ClusterSpec spec;
+  Result<ConfigArgs> config_args = ParseConfigArgs(args);
+  if (!config_args.ok()) return Fail(err, spec, config_args.status(), kExitUsage);
+  // gflags takes what is not -c / -o.
+  std::vector<char*> argv = {const_cast<char*>(program.c_str())};
+  for (std::string& a : config_args->rest) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  char** argv_ptr = argv.data();
+  gflags::SetUsageMessage(
+      "gpt_pretrain -c CONFIG [-o Section.key=value ...] [flags]: GPT pretraining (see "
+      "examples/gpt/README.md)");
+  gflags::ParseCommandLineFlags(&argc, &argv_ptr, true);
+  if (argc > 1) {
+    return Fail(err, spec, Status::InvalidArgument("unexpected argument", argv_ptr[1]), kExitUsage);
+  }
+  google::InitGoogleLogging(program.c_str());
+  FLAGS_logtostderr = true;
+  if (config_args->config.empty()) {
+    return Fail(err, spec, Status::InvalidArgument("no config: give -c FILE"), kExitUsage);
+  }
+
+  const EnvLookup env = trainer::collective::CollectiveProcessEnv();
+  Result<ClusterSpec> parsed = ClusterSpecFromFlagsAndEnv(env);
+  if (!parsed.ok()) return Fail(err, spec, parsed.status(), kExitUsage);
+  spec = *parsed;
+  if (spec.role != Role::kCollective) {
+    return Fail(err, spec,
+                Status::InvalidArgument("gpt_pretrain runs as a collective rank, not as",
+                                        std::string(RoleName(spec.role))),
+                kExitUsage);
+  }
+  if (FLAGS_dry_run) config_args->overrides.push_back("Engine.dry_run=true");
+
+  // A dry run sizes the config as written (e.g. 6.7B on 16 ranks) on
+  // whatever machine it runs; training takes the job's world.
+  Result<trainer::config::GptJobConfig> dry = trainer::config::LoadGptJobConfig(
+      config_args->config, config_args->overrides, /*world_size=*/0);
+  if (!dry.ok()) return Fail(err, spec, dry.status(), kExitUsage);
+  if (dry->engine.dry_run) {
+    Result<trainer::GptPlan> plan = trainer::PlanGpt(dry->model, PlanOptions(*dry));
+    if (!plan.ok()) return Fail(err, spec, plan.status(), kExitUsage);
+    if (spec.rank == 0) out << plan->ToString() << std::endl;
+    return 0;
+  }
+  Result<trainer::config::GptJobConfig> config = trainer::config::LoadGptJobConfig(
+      config_args->config, config_args->overrides, spec.world_size);
+  if (!config.ok()) return Fail(err, spec, config.status(), kExitUsage);
+
+  const bool on_cpu = config->global.device == trainer::config::Device::kCpu;
+  const std::string device_text =
+      on_cpu ? std::string("cpu") : trainer::collective::CanonicalDevice(spec.device);
+  Result<trainer::Device> device = trainer::ParseDevice(device_text);
+  if (!device.ok()) return Fail(err, spec, device.status(), kExitUsage);
+  if (!on_cpu && device->is_cpu()) {
+    return Fail(err, spec,
+                Status::InvalidArgument(
+                    "Global.device is gpu but this rank was given no GPU (FLEET_DEVICE / --device "
+                    "is cpu); run under fleetrun --gpus=... or set -o Global.device=cpu",
+                    spec.device),
+                kExitUsage);
+  }
+  Result<int> threads = trainer::collective::CpuThreadsPerRank(env, FLAGS_cpu_threads);
+  if (!threads.ok()) return Fail(err, spec, threads.status(), kExitUsage);
+  if (FLAGS_collective_timeout_ms <= 0) {
+    return Fail(err, spec, Status::InvalidArgument("--collective_timeout_ms must be > 0"),
+                kExitUsage);
+  }
+  LOG(INFO) << "gpt_pretrain " << spec.ToString() << ", device " << device->ToString() << ", "
+            << *threads << " CPU thread(s)";
+
+  trainer::collective::RankGroupOptions group;
+  group.group = "gpt_pretrain";
+  group.timeout = std::chrono::milliseconds(FLAGS_collective_timeout_ms);
+  group.gloo_hostname = FLAGS_gloo_hostname;
+  group.gloo_iface = FLAGS_gloo_iface;
+  Result<std::unique_ptr<Collective>> collective =
+      trainer::collective::CreateRankCollective(spec, *device, group);
+  if (!collective.ok()) return Fail(err, spec, collective.status(), kExitFailed);
+
+  trainer::collective::GptPretrainOptions options;
+  options.gpu_device = device->ToString();
+  options.cpu_threads = *threads;
+  Result<trainer::collective::TrainReport> report = trainer::collective::RunGptPretrain(
+      *config, collective->get(), options, spec.rank == 0 ? &out : nullptr);
+  if (!report.ok()) return Fail(err, spec, report.status(), kExitFailed);
+  if (spec.rank == 0) {
+    constexpr double kMiB = 1024.0 * 1024.0;
+    out << absl::StrFormat(
+               "gpt_pretrain: done at step %d; eval loss %s; checkpoint in %s; per rank between "
+               "steps: gradients %.1f MiB, optimizer states %.1f MiB",
+               report->end_step,
+               report->eval_metric.empty() ? std::string("not measured")
+                                           : absl::StrFormat("%.4f", report->eval_metric.back()),
+               config->engine.save_load.output_dir, report->memory.gradient_bytes / kMiB,
+               report->memory.optimizer_bytes / kMiB)
+        << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace fleet::examples::gpt

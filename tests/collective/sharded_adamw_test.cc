@@ -1,0 +1,168 @@
+// ShardedAdamWUpdater on its own (one process, a small arena): its update
+// equals trainer::AdamW's, float16 loss scaling skips an overflowing step
+// and unscales the others, and its state files refuse every broken byte
+// with Corruption naming the file (the model's parameters stay as they were).
+#include "trainer/collective/sharded_adamw.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "trainer/adamw.h"
+#include "trainer/backend.h"
+#include "trainer/kernels/gpt_cpu_kernels.h"
+
+namespace fleet::trainer::collective {
+namespace {
+
+namespace fs = std::filesystem;
+
+ParamTable Table() {
+  return {{"w", Shape{{8, 16}}}, {"b", Shape{{16}}}, {"v", Shape{{40}}}};
+}
+
+// Gradients that differ per element and step.
+void FillGrads(ParamArena& arena, int step, float scale) {
+  std::vector<float> g(arena.size());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = scale * std::sin(0.37f * i + step) * 0.1f;
+  arena.backend()->CopyFromHost(arena.grads().data(), g.data(), g.size() * sizeof(float));
+}
+
+struct Fixture {
+  CpuBackend backend;
+  CpuGptKernels kernels{nullptr};
+  ParamArena arena = [this] {
+    auto a = ParamArena::Create(Table(), &backend);
+    EXPECT_TRUE(a.ok());
+    std::vector<float> p(a->size());
+    for (size_t i = 0; i < p.size(); ++i) p[i] = 0.01f * static_cast<float>(i % 17);
+    EXPECT_TRUE(a->ParamsFromHost(p).ok());
+    return *std::move(a);
+  }();
+};
+
+std::unique_ptr<ShardedAdamWUpdater> MakeUpdater(Fixture& f, const ShardedAdamWOptions& options) {
+  AdamWConfig config;
+  config.clip_norm = 0.5f;
+  auto updater =
+      ShardedAdamWUpdater::Create(nullptr, &f.arena, &f.kernels, config, 1e-2f, options, "m");
+  EXPECT_TRUE(updater.ok()) << updater.status().ToString();
+  return *std::move(updater);
+}
+
+TEST(ShardedAdamWTest, OneProcessEqualsAdamW) {
+  Fixture ours, theirs;
+  auto updater = MakeUpdater(ours, {});
+  AdamWConfig config;
+  config.clip_norm = 0.5f;
+  AdamW adamw(&theirs.arena, &theirs.kernels, config, 1e-2f);
+  for (int step = 0; step < 5; ++step) {
+    updater->BeginStep();
+    FillGrads(ours.arena, step, 1.0f);
+    ASSERT_TRUE(updater->Step(1e-2f).ok());
+    FillGrads(theirs.arena, step, 1.0f);
+    adamw.Step();
+  }
+  EXPECT_EQ(ours.arena.ParamsToHost(), theirs.arena.ParamsToHost());
+  EXPECT_EQ(updater->step(), 5);
+  EXPECT_DOUBLE_EQ(updater->last_grad_norm(), adamw.last_grad_norm());
+}
+
+TEST(ShardedAdamWTest, Float16LossScalingUnscalesAndSkipsOverflow) {
+  Fixture scaled, plain;
+  ShardedAdamWOptions options;
+  options.loss_scaler = LossScalerConfig{};
+  options.loss_scaler->init_scale = 1024.0;
+  auto updater = MakeUpdater(scaled, options);
+  auto reference = MakeUpdater(plain, {});
+  ASSERT_EQ(updater->loss_scale(), 1024.0f);
+
+  // Gradients computed with the loss scaled by a power of two update the
+  // parameters exactly as the unscaled ones do.
+  updater->BeginStep();
+  FillGrads(scaled.arena, 0, updater->loss_scale());
+  ASSERT_TRUE(updater->Step(1e-2f).ok());
+  reference->BeginStep();
+  FillGrads(plain.arena, 0, 1.0f);
+  ASSERT_TRUE(reference->Step(1e-2f).ok());
+  EXPECT_EQ(scaled.arena.ParamsToHost(), plain.arena.ParamsToHost());
+  EXPECT_DOUBLE_EQ(updater->last_grad_norm(), reference->last_grad_norm());
+
+  // An overflowing step changes nothing but the scale and the step count.
+  const std::vector<float> before = scaled.arena.ParamsToHost();
+  updater->BeginStep();
+  FillGrads(scaled.arena, 1, updater->loss_scale());
+  const float inf = std::numeric_limits<float>::infinity();
+  scaled.backend.CopyFromHost(scaled.arena.grads().data() + 3, &inf, sizeof(inf));
+  ASSERT_TRUE(updater->Step(1e-2f).ok());
+  EXPECT_EQ(scaled.arena.ParamsToHost(), before);
+  EXPECT_EQ(updater->loss_scale(), 512.0f);
+  EXPECT_EQ(updater->skipped_steps(), 1);
+  EXPECT_EQ(updater->step(), 2);
+}
+
+TEST(ShardedAdamWTest, BrokenStateFilesAreCorruptionNamingTheFile) {
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("sharded_adamw_test." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    Fixture f;
+    auto updater = MakeUpdater(f, {});
+    for (int step = 0; step < 2; ++step) {
+      updater->BeginStep();
+      FillGrads(f.arena, step, 1.0f);
+      ASSERT_TRUE(updater->Step(1e-2f).ok());
+    }
+    ASSERT_TRUE(updater->Save(dir).ok());
+  }
+  const fs::path state = dir / "m.adamw.s2.0-of-1";
+  ASSERT_TRUE(fs::exists(state));
+  std::string good;
+  {
+    std::ifstream in(state, std::ios::binary);
+    good.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // Offsets: the magic, the header (version at 8), the piece table, the
+  // header checksum, a piece's moments, its checksum, and a truncation.
+  const size_t header_end = 8 + 4 + 8 + 8 + 8 + 8 + 4 + 16;
+  const std::vector<std::pair<size_t, std::string>> flips = {
+      {0, "magic"}, {8, "version"}, {header_end - 3, "checksum"},
+      {header_end + 4 + 10, "checksum"}, {good.size() - 2, "checksum"}};
+  for (const auto& [at, says] : flips) {
+    std::string bad = good;
+    bad[at] = static_cast<char>(bad[at] ^ 0x5a);
+    std::ofstream(state, std::ios::binary | std::ios::trunc) << bad;
+    Fixture f;
+    const std::vector<float> before = f.arena.ParamsToHost();
+    auto updater = MakeUpdater(f, {});
+    Status st = updater->Resume(dir);
+    EXPECT_TRUE(st.IsCorruption()) << "byte " << at << ": " << st.ToString();
+    EXPECT_NE(st.ToString().find(says), std::string::npos) << st.ToString();
+    EXPECT_NE(st.ToString().find(state.string()), std::string::npos) << st.ToString();
+  }
+  std::ofstream(state, std::ios::binary | std::ios::trunc) << good.substr(0, good.size() - 9);
+  {
+    Fixture f;
+    auto updater = MakeUpdater(f, {});
+    Status st = updater->Resume(dir);
+    EXPECT_TRUE(st.IsCorruption()) << st.ToString();
+    EXPECT_NE(st.ToString().find("truncated"), std::string::npos) << st.ToString();
+  }
+  std::ofstream(state, std::ios::binary | std::ios::trunc) << good;
+  {
+    Fixture f;
+    auto updater = MakeUpdater(f, {});
+    ASSERT_TRUE(updater->Resume(dir).ok());
+    EXPECT_EQ(updater->step(), 2);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fleet::trainer::collective

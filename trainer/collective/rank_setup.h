@@ -1,0 +1,57 @@
+// What every collective training program (mnist_mlp, gpt_pretrain) does
+// before it trains: learn its place in the job from fleetrun's environment
+// (comm/cluster.h: flags > FLEET_* variables, FLEET_ROLE defaulting to
+// "collective" so a hand-started single process needs no variables), its
+// device, how many CPU threads it may use, and join its group: none for a
+// world of 1, Gloo on CPUs, NCCL on GPUs, bootstrapped from the KV store.
+//
+// Thread safety: free functions; no state.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "comm/cluster.h"
+#include "comm/collective.h"
+#include "comm/status.h"
+#include "trainer/backend.h"
+
+namespace fleet::trainer::collective {
+
+// The process environment with FLEET_ROLE defaulting to "collective".
+EnvLookup CollectiveProcessEnv();
+
+// cluster.h accepts "cuda", "gpu" and "gpu:N" too; trainers want "cpu" or
+// "cuda:K".
+std::string CanonicalDevice(const std::string& device);
+
+// CPU threads for this rank: `flag_threads` when > 0, else the machine's
+// cores divided by FLEET_NPROC_PER_NODE (ranks on this node; 1 when unset),
+// at least 1. InvalidArgument for a malformed FLEET_NPROC_PER_NODE.
+Result<int> CpuThreadsPerRank(const EnvLookup& env, int flag_threads);
+
+struct RankGroupOptions {
+  // Names the group's keys in the KV store (with the job id and restart
+  // generation), e.g. the program's name.
+  std::string group;
+  // Bounds rendezvous and every collective call.
+  std::chrono::milliseconds timeout{30000};
+  // Gloo: the address (or name) to bind and advertise, or an interface
+  // whose address to use (wins when set). Checked and resolved here, so an
+  // error names the flag (`hostname_flag` / `iface_flag`).
+  std::string gloo_hostname = "127.0.0.1";
+  std::string gloo_iface;
+  std::string hostname_flag = "--gloo_hostname";
+  std::string iface_flag = "--gloo_iface";
+};
+
+// This rank's group: null for a world of 1, else Gloo (cpu) or NCCL (cuda:K)
+// from the KV store at spec.kv_endpoint. InvalidArgument without a KV
+// endpoint for a world above 1 or for an unresolvable host or interface;
+// Unavailable for cuda in a build without NCCL; the collectives' errors.
+Result<std::unique_ptr<Collective>> CreateRankCollective(const ClusterSpec& spec,
+                                                         const Device& device,
+                                                         const RankGroupOptions& options);
+
+}  // namespace fleet::trainer::collective
