@@ -129,10 +129,34 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
 
 Status ParseServer(const YAML::Node& node, ServerConfig* out) {
   if (!node.IsDefined() || node.IsNull()) return Status::OK();
-  FLEET_RETURN_IF_ERROR(CheckKeys(node, "server", {"threads", "save_dir", "load_dir"}));
+  FLEET_RETURN_IF_ERROR(CheckKeys(node, "server",
+                                  {"threads", "save_dir", "load_dir", "recovery_dir",
+                                   "checkpoint_every", "push_log_sync"}));
   FLEET_RETURN_IF_ERROR(ReadInt(node, "server", "threads", 1, kMaxServerThreads, &out->threads));
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "save_dir", &out->save_dir));
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "load_dir", &out->load_dir));
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "recovery_dir", &out->recovery_dir));
+  FLEET_RETURN_IF_ERROR(ReadInt(node, "server", "checkpoint_every", 1, kMaxCheckpointEvery,
+                                &out->checkpoint_every));
+  std::string sync = std::string(LogSyncName(out->push_log_sync));
+  FLEET_RETURN_IF_ERROR(ReadScalar(node, "server", "push_log_sync", &sync));
+  if (sync == "none") {
+    out->push_log_sync = LogSync::kNone;
+  } else if (sync == "batch") {
+    out->push_log_sync = LogSync::kBatch;
+  } else if (sync == "every") {
+    out->push_log_sync = LogSync::kEvery;
+  } else {
+    return Status::InvalidArgument(
+        absl::StrCat("must be none, batch or every, got '", sync, "'"), "server.push_log_sync");
+  }
+  if (!out->recovery_dir.empty() &&
+      (out->recovery_dir == out->save_dir || out->recovery_dir == out->load_dir)) {
+    // The recovery checkpoints are private to each server and rotate; a
+    // save or load directory shared with them would mix the two kinds.
+    return Status::InvalidArgument("must differ from server.save_dir and server.load_dir",
+                                   "server.recovery_dir");
+  }
   return Status::OK();
 }
 

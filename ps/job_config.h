@@ -24,6 +24,9 @@
 //     save_dir: ""          # save here when stopped (SIGTERM or stop request);
 //                           # checked writable at start
 //     load_dir: ""          # load this checkpoint at start
+//     recovery_dir: ""      # crash recovery: checkpoints + push log (off)
+//     checkpoint_every: 1000  # recovery checkpoint after this many logged updates
+//     push_log_sync: batch  # none | batch | every (what a machine crash loses)
 //   tables:                 # see ps/table/table_config.h for each key
 //     - {id: 0, kind: sparse, dim: 8, ...}
 //
@@ -40,6 +43,7 @@
 
 #include "comm/status.h"
 #include "comm/yaml_config.h"
+#include "ps/push_log.h"
 #include "ps/table/table_config.h"
 
 namespace fleet::ps {
@@ -58,6 +62,7 @@ inline constexpr int64_t kMaxRequestBytes = int64_t{1} << 30;  // 1 GiB
 inline constexpr int64_t kMaxPipelineDepth = 1024;
 inline constexpr int64_t kMaxMicroBatches = 1024;
 inline constexpr int64_t kMaxServerThreads = 256;
+inline constexpr int64_t kMaxCheckpointEvery = 1'000'000'000;
 
 std::string_view SyncModeName(SyncMode mode);
 
@@ -146,6 +151,35 @@ struct ServerConfig {
   // `server.load_dir`: default empty. When set, the server loads this
   // checkpoint before it starts serving (and refuses to start if it can't).
   std::string load_dir;
+  // `server.recovery_dir`: default empty (off). When set, each server keeps
+  // in <recovery_dir>/s<rank>/ a private checkpoint of its tables and a push
+  // log (ps/push_log.h) of every update applied since, appended before the
+  // update is acknowledged; a server restarted by fleetrun --max_restart
+  // (FLEET_RESTART > 0) loads that checkpoint and replays the log, so no
+  // acknowledged update is lost and sync steps continue where they were.
+  // Costs one append per applied update (a sync step of a table, an
+  // async/geo push) under one lock per server, the fsyncs of
+  // push_log_sync, and a full checkpoint every checkpoint_every updates.
+  // Use it on long jobs with --max_restart; must differ from save_dir and
+  // load_dir. A server started afresh (not restarted) starts a new chain
+  // over what is there. A clean stop leaves it alone (save_dir gets the
+  // final checkpoint as before).
+  std::string recovery_dir;
+  // `server.checkpoint_every`: default 1000, 1..10^9. Logged updates between
+  // two recovery checkpoints: a checkpoint writes every table (the update
+  // that triggers it waits for that), and bounds the log a restart replays
+  // and its disk use. Lower it for big updates or fast restarts; raise it
+  // for big tables and small updates.
+  int64_t checkpoint_every = 1000;
+  // `server.push_log_sync`: default batch. When the push log reaches stable
+  // storage. none: never fsynced; a process crash (kill -9) loses nothing
+  // (the records are in the OS), a machine crash loses seconds of
+  // acknowledged updates. batch: fsynced every 20 ms when something was
+  // appended; a machine crash loses at most ~20 ms of acknowledged updates,
+  // for one fsync per 20 ms. every: fsynced before each update is
+  // acknowledged; nothing is lost even on power loss, at one fsync per
+  // update (README has the measured costs).
+  LogSync push_log_sync = LogSync::kBatch;
 };
 
 struct JobConfig {

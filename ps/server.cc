@@ -1,11 +1,17 @@
 #include "ps/server.h"
 
+#include <zlib.h>
+
 #include <algorithm>
+#include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "comm/proto/ps.pb.h"
 #include "ps/table/float_rows.h"
+#include "ps/table/byte_io.h"
 #include "ps/table/partition.h"
 
 namespace fleet::ps {
@@ -73,6 +79,93 @@ Status ExpectFrames(const Message& req, std::initializer_list<int> allowed, cons
       absl::StrCat("from ", req.header.sender()));
 }
 
+// Recovery files in <recovery_dir>/s<rank>/, next to the Checkpointer's
+// (which name every file "...-g<6 digits>..."): generation g's checkpoint,
+// the sync steps it holds, and the log of what was applied after it.
+std::string StepsFileName(uint32_t gen) { return absl::StrFormat("steps-g%06u.bin", gen); }
+std::string LogFileName(uint32_t gen) { return absl::StrFormat("pushlog-g%06u.log", gen); }
+std::string InDir(const std::string& dir, const std::string& name) { return absl::StrCat(dir, "/", name); }
+constexpr std::string_view kStepsMagic = "FPSSTEP1";
+
+// The generation in a recovery file name, if it has one.
+std::optional<uint32_t> GenerationOf(const std::string& name) {
+  const size_t at = name.find("-g");
+  if (at == std::string::npos || name.size() < at + 8) return std::nullopt;
+  uint32_t gen = 0;
+  for (size_t i = at + 2; i < at + 8; ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    gen = gen * 10 + static_cast<uint32_t>(name[i] - '0');
+  }
+  return gen;
+}
+
+// The newest generation whose manifest exists (Checkpointer of 0 of 1).
+Result<std::optional<uint32_t>> NewestRecoveryGen(FileSystem* fs, const std::string& dir) {
+  FLEET_ASSIGN_OR_RETURN(std::vector<std::string> names, fs->ListDir(dir));
+  std::optional<uint32_t> newest;
+  for (const std::string& name : names) {
+    if (!name.starts_with("MANIFEST-") || name.ends_with(".tmp")) continue;
+    if (auto gen = GenerationOf(name); gen && (!newest || *gen > *newest)) newest = gen;
+  }
+  return newest;
+}
+
+std::string EncodeSteps(const std::map<uint32_t, int64_t>& steps) {
+  std::string out(kStepsMagic);
+  ByteWriter w(&out);
+  w.Put<uint32_t>(static_cast<uint32_t>(steps.size()));
+  for (const auto& [table, step] : steps) {
+    w.Put<uint32_t>(table);
+    w.Put<int64_t>(step);
+  }
+  w.Put<uint32_t>(static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(out.data()), out.size())));
+  return out;
+}
+
+Result<std::map<uint32_t, int64_t>> DecodeSteps(std::string_view data, const std::string& path) {
+  auto bad = [&](const char* why) { return Status::Corruption(absl::StrCat("recovery step file: ", why), path); };
+  if (data.size() < kStepsMagic.size() + 8 || !data.starts_with(kStepsMagic)) return bad("bad magic or size");
+  const std::string_view body = data.substr(0, data.size() - 4);
+  uint32_t crc = 0;
+  std::memcpy(&crc, data.data() + body.size(), 4);
+  if (crc != static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(body.data()), body.size())))
+    return bad("checksum mismatch");
+  ByteReader r(body.substr(kStepsMagic.size()));
+  uint32_t n = 0;
+  std::map<uint32_t, int64_t> steps;
+  if (!r.Get(&n)) return bad("truncated");
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t table = 0;
+    int64_t step = 0;
+    if (!r.Get(&table) || !r.Get(&step) || step < 0) return bad("truncated or negative step");
+    steps[table] = step;
+  }
+  if (r.remaining() != 0) return bad("trailing bytes");
+  return steps;
+}
+
+// A sync step's merged sparse rows (grad[dim], show, click) applied as a
+// gradient push.
+Status ApplyMergedSparse(SparseTable* t, std::span<const uint64_t> keys, std::span<const float> merged) {
+  const size_t n = keys.size();
+  const size_t dim = t->push_dim();
+  const size_t width = dim + 2;
+  if (merged.size() != n * width) {
+    return Status::InvalidArgument(absl::StrCat("merged step of ", n, " keys has ", merged.size(),
+                                                " floats, not ", n * width),
+                                   absl::StrCat("table ", t->config().id));
+  }
+  std::vector<float> grads(n * dim), shows(n), clicks(n);
+  for (size_t i = 0; i < n; ++i) {
+    std::copy_n(merged.data() + i * width, dim, grads.data() + i * dim);
+    shows[i] = merged[i * width + dim];
+    clicks[i] = merged[i * width + dim + 1];
+  }
+  return t->PushGrad(keys, grads, shows, clicks);
+}
+
+bool IsSyncOp(LogOp op) { return op == LogOp::kSyncSparse || op == LogOp::kSyncDense; }
+
 }  // namespace
 
 PsServer::PsServer(PsServerOptions options) : options_(std::move(options)) {}
@@ -100,7 +193,23 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
   FLEET_RETURN_IF_ERROR(server->BuildTables());
   server->checkpointer_ = std::make_unique<Checkpointer>(
       server->fs_, server->options_.rank, server->options_.num_servers, server->table_pool_.get());
+  if (const std::string& dir = server->options_.job.server.recovery_dir; !dir.empty()) {
+    server->recovery_dir_ = InDir(dir, absl::StrCat("s", server->options_.rank));
+    FLEET_RETURN_IF_ERROR(
+        CheckWritableDir(server->fs_, server->recovery_dir_).WithContext("server.recovery_dir"));
+    // Private to this server (saved as server 0 of 1): its checkpoints are
+    // taken when its own log calls for one, not at the others' times.
+    server->recovery_ckpt_ =
+        std::make_unique<Checkpointer>(server->fs_, 0, 1, server->table_pool_.get());
+  }
   FLEET_RETURN_IF_ERROR(server->LoadAtStart());
+  if (!server->recovery_dir_.empty()) {
+    // The state we start from (recovered, loaded or empty) is the first
+    // checkpoint of this run; the log starts empty after it.
+    std::lock_guard<std::mutex> lock(server->log_mu_);
+    FLEET_RETURN_IF_ERROR(
+        server->RecoveryCheckpointLocked().WithContext("server.recovery_dir first checkpoint"));
+  }
   RpcNodeOptions rpc;
   rpc.name = absl::StrCat("server:", server->options_.rank);
   rpc.handler_threads = server->options_.handler_threads;
@@ -125,19 +234,13 @@ Status PsServer::BuildTables() {
       if (!table.ok()) return table.status().WithContext(which);
       if (job.distributed.mode == SyncMode::kSync) {
         const size_t width = table.value()->push_dim() + 2;  // + show, click
-        SparseTable* raw = table.value().get();
-        const size_t dim = raw->push_dim();
+        const uint32_t id = config.id;
+        // Runs inside Add under sync_mu_, which holds sync_applying_step_.
         sync_[config.id].merger = std::make_unique<GradientMerger>(
             options_.num_workers, width, /*keyed=*/true,
-            [raw, dim, width](std::span<const uint64_t> keys, std::span<const float> merged) {
-              const size_t n = keys.size();
-              std::vector<float> grads(n * dim), shows(n), clicks(n);
-              for (size_t i = 0; i < n; ++i) {
-                std::copy_n(merged.data() + i * width, dim, grads.data() + i * dim);
-                shows[i] = merged[i * width + dim];
-                clicks[i] = merged[i * width + dim + 1];
-              }
-              return raw->PushGrad(keys, grads, shows, clicks);
+            [this, id](std::span<const uint64_t> keys, std::span<const float> merged) {
+              return Logged({.op = LogOp::kSyncSparse, .table = id, .step = sync_applying_step_,
+                             .keys = keys, .values = merged});
             });
       }
       sparse_[config.id] = std::move(table).value();
@@ -147,11 +250,12 @@ Status PsServer::BuildTables() {
       auto table = DenseTable::Create(config, range.value());
       if (!table.ok()) return table.status().WithContext(which);
       if (job.distributed.mode == SyncMode::kSync && range->size() > 0) {
-        DenseTable* raw = table.value().get();
+        const uint32_t id = config.id;
         sync_[config.id].merger = std::make_unique<GradientMerger>(
             options_.num_workers, range->size(), /*keyed=*/false,
-            [raw](std::span<const uint64_t>, std::span<const float> merged) {
-              return raw->PushGrad(merged);
+            [this, id](std::span<const uint64_t>, std::span<const float> merged) {
+              return Logged({.op = LogOp::kSyncDense, .table = id, .step = sync_applying_step_,
+                             .values = merged});
             });
       }
       dense_[config.id] = std::move(table).value();
@@ -162,6 +266,13 @@ Status PsServer::BuildTables() {
 
 Status PsServer::LoadAtStart() {
   const ServerConfig& config = options_.job.server;
+  if (options_.restarted && !recovery_dir_.empty()) {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    FLEET_ASSIGN_OR_RETURN(bool recovered, Recover());
+    if (recovered) return Status::OK();
+    LOG(WARNING) << "server " << options_.rank << ": restarted, but " << recovery_dir_
+                 << " holds no recovery checkpoint; starting as a new server does";
+  }
   if (options_.restarted && !config.save_dir.empty()) {
     // What this server (or its job) saved last, e.g. when it was stopped.
     Status s = checkpointer_->Load(config.save_dir, AllTables());
@@ -177,6 +288,191 @@ Status PsServer::LoadAtStart() {
                             .WithContext(absl::StrCat("server.load_dir ", config.load_dir)));
   LOG(INFO) << "server " << options_.rank << ": loaded checkpoint " << config.load_dir;
   return Status::OK();
+}
+
+Status PsServer::ApplyRecord(const PushRecordRef& rec, uint64_t* shrunk) {
+  const std::string which = absl::StrCat("table ", rec.table);
+  auto sparse = [&]() -> Result<SparseTable*> {
+    auto it = sparse_.find(rec.table);
+    if (it == sparse_.end()) return Status::InvalidArgument("no such sparse table", which);
+    return it->second.get();
+  };
+  auto dense = [&]() -> Result<DenseTable*> {
+    auto it = dense_.find(rec.table);
+    if (it == dense_.end()) return Status::InvalidArgument("no such dense table", which);
+    return it->second.get();
+  };
+  switch (rec.op) {
+    case LogOp::kSparseGrad: {
+      FLEET_ASSIGN_OR_RETURN(SparseTable * t, sparse());
+      return t->PushGrad(rec.keys, rec.values, rec.shows, rec.clicks);
+    }
+    case LogOp::kSparseDelta: {
+      FLEET_ASSIGN_OR_RETURN(SparseTable * t, sparse());
+      return t->PushDelta(rec.keys, rec.values, rec.shows, rec.clicks);
+    }
+    case LogOp::kSyncSparse: {
+      FLEET_ASSIGN_OR_RETURN(SparseTable * t, sparse());
+      return ApplyMergedSparse(t, rec.keys, rec.values);
+    }
+    case LogOp::kDenseGrad:
+    case LogOp::kSyncDense: {
+      FLEET_ASSIGN_OR_RETURN(DenseTable * t, dense());
+      return t->PushGrad(rec.values);
+    }
+    case LogOp::kDenseDelta: {
+      FLEET_ASSIGN_OR_RETURN(DenseTable * t, dense());
+      return t->PushDelta(rec.values);
+    }
+    case LogOp::kDenseAssign: {
+      FLEET_ASSIGN_OR_RETURN(DenseTable * t, dense());
+      return t->Assign(rec.values);
+    }
+    case LogOp::kShrink: {
+      uint64_t deleted = 0;
+      if (rec.table != kAllTables) {
+        FLEET_ASSIGN_OR_RETURN(SparseTable * t, sparse());
+        deleted = t->Shrink();
+      } else {
+        for (auto& [id, t] : sparse_) deleted += t->Shrink();
+      }
+      if (shrunk != nullptr) *shrunk = deleted;
+      return Status::OK();
+    }
+    case LogOp::kEndPass:
+      for (auto& [id, t] : sparse_) t->EndPass();
+      return Status::OK();
+  }
+  return Status::InvalidArgument("unknown push log op", which);
+}
+
+Status PsServer::Logged(const PushRecordRef& rec, uint64_t* shrunk) {
+  if (recovery_dir_.empty()) return ApplyRecord(rec, shrunk);
+  std::lock_guard<std::mutex> lock(log_mu_);
+  if (log_broken_) {
+    // The log's tail is unknown after a failed write or sync: only a new
+    // checkpoint (and log) makes further updates recoverable again.
+    if (Status s = RecoveryCheckpointLocked(); !s.ok()) {
+      return Status::FailedPrecondition(
+          absl::StrCat("update refused: the push log failed and a new recovery checkpoint "
+                       "failed too: ", s.ToString()),
+          absl::StrCat("server ", options_.rank));
+    }
+  }
+  if (Status s = log_->Append(rec); !s.ok()) {
+    log_broken_ = true;
+    return s.WithContext("push log append (update not applied)");
+  }
+  Status applied = ApplyRecord(rec, shrunk);
+  if (IsSyncOp(rec.op)) next_step_[rec.table] = std::max(next_step_[rec.table], rec.step + 1);
+  if (++since_checkpoint_ >= options_.job.server.checkpoint_every) {
+    // This update waits for the checkpoint; it bounds the replay and the log.
+    if (Status s = RecoveryCheckpointLocked(); !s.ok()) {
+      LOG(WARNING) << "server " << options_.rank << ": recovery checkpoint failed (retried after "
+                   << "the next update; the current log stays valid): " << s.ToString();
+    }
+  }
+  return applied;
+}
+
+Result<bool> PsServer::Recover() {
+  FLEET_ASSIGN_OR_RETURN(std::optional<uint32_t> gen, NewestRecoveryGen(fs_, recovery_dir_));
+  if (!gen) return false;
+  FLEET_RETURN_IF_ERROR(recovery_ckpt_->Load(recovery_dir_, AllTables())
+                            .WithContext(absl::StrCat("server.recovery_dir ", recovery_dir_)));
+  const std::string steps_path = InDir(recovery_dir_, StepsFileName(*gen));
+  auto steps_data = fs_->ReadFile(steps_path);
+  if (!steps_data.ok()) {
+    return Status::Corruption(
+        absl::StrCat("recovery step file of generation ", *gen, ": ", steps_data.status().ToString()),
+        steps_path);
+  }
+  FLEET_ASSIGN_OR_RETURN(next_step_, DecodeSteps(*steps_data, steps_path));
+  const std::map<uint32_t, int64_t> checkpoint_steps = next_step_;
+  // No log: the crash came between the checkpoint and its log's creation,
+  // when nothing could be applied (log_mu_ was held).
+  const std::string log_path = InDir(recovery_dir_, LogFileName(*gen));
+  PushLogContents log;
+  if (auto read = ReadPushLog(fs_, log_path); read.ok()) {
+    log = std::move(read).value();
+  } else if (!read.status().IsNotFound()) {
+    return read.status();
+  }
+  std::map<uint32_t, uint64_t> replayed;
+  uint64_t failed = 0;
+  for (const PushRecord& r : log.records) {
+    // Replayed exactly as first applied; an update that failed then (e.g.
+    // a full table) fails the same way now and is not an error here.
+    Status s = ApplyRecord({.op = r.op, .table = r.table, .step = r.step, .sender = r.sender,
+                            .keys = r.keys, .values = r.values, .shows = r.shows,
+                            .clicks = r.clicks});
+    if (!s.ok()) ++failed;
+    if (IsSyncOp(r.op)) next_step_[r.table] = std::max(next_step_[r.table], r.step + 1);
+    ++replayed[r.table];
+  }
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    for (auto& [id, st] : sync_) st.merger->RestoreNextStep(next_step_[id]);
+  }
+  auto step_of = [](const std::map<uint32_t, int64_t>& m, uint32_t id) {
+    auto it = m.find(id);
+    return it == m.end() ? int64_t{0} : it->second;
+  };
+  std::vector<uint32_t> ids;
+  for (auto& [id, t] : sparse_) ids.push_back(id);
+  for (auto& [id, t] : dense_) ids.push_back(id);
+  for (uint32_t id : ids) {
+    // Every acknowledged update was appended before its acknowledgement, so
+    // none is lost (push_log_sync none/batch excepted on a machine crash).
+    LOG(INFO) << "server " << options_.rank << ": recovered table " << id
+              << ": checkpoint step " << step_of(checkpoint_steps, id) << ", replayed "
+              << replayed[id] << " pushes, next sync step " << step_of(next_step_, id)
+              << ", lost 0 acknowledged updates";
+  }
+  LOG(INFO) << "server " << options_.rank << ": recovered from " << recovery_dir_
+            << " generation " << *gen << ": " << log.records.size() << " log records"
+            << (log.dropped_torn_tail ? ", dropped a torn last record (never acknowledged)" : "")
+            << (failed ? absl::StrCat(", ", failed, " failed as when first applied") : "");
+  return true;
+}
+
+Status PsServer::RecoveryCheckpointLocked() {
+  FLEET_ASSIGN_OR_RETURN(std::optional<uint32_t> newest, NewestRecoveryGen(fs_, recovery_dir_));
+  // Checkpointer::Save picks the generation after the newest manifest too.
+  const uint32_t gen = newest ? *newest + 1 : 0;
+  // The steps first: once the manifest of gen exists, so does this file.
+  FLEET_RETURN_IF_ERROR(WriteFileAtomically(fs_, InDir(recovery_dir_, StepsFileName(gen)),
+                                            EncodeSteps(next_step_)));
+  FLEET_RETURN_IF_ERROR(recovery_ckpt_->Save(recovery_dir_, SaveMode::kBase, AllTables()));
+  // From here a restart loads gen: nothing may go to the old log any more.
+  auto log = PushLog::Create(fs_, InDir(recovery_dir_, LogFileName(gen)),
+                             options_.job.server.push_log_sync);
+  Status dir_synced = log.ok() ? fs_->SyncDir(recovery_dir_) : log.status();
+  if (!dir_synced.ok()) {
+    log_broken_ = true;
+    return dir_synced.WithContext("push log after a recovery checkpoint");
+  }
+  if (log_ != nullptr) (void)log_->Close();
+  log_ = std::move(log).value();
+  log_broken_ = false;
+  since_checkpoint_ = 0;
+  // Older generations are not needed any more.
+  if (auto names = fs_->ListDir(recovery_dir_); names.ok()) {
+    for (const std::string& name : *names) {
+      if (auto g = GenerationOf(name); g && *g < gen) (void)fs_->Remove(InDir(recovery_dir_, name));
+    }
+  }
+  return Status::OK();
+}
+
+void PsServer::SyncLog() {
+  if (recovery_dir_.empty()) return;
+  std::lock_guard<std::mutex> lock(log_mu_);
+  if (log_ == nullptr || log_broken_) return;
+  if (Status s = log_->SyncPending(); !s.ok()) {
+    LOG(ERROR) << "server " << options_.rank << ": push log sync failed: " << s.ToString();
+    log_broken_ = true;
+  }
 }
 
 ServerTables PsServer::AllTables() {
@@ -311,8 +607,13 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
   SparseTable* t = table.value();
   const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
   if (!sync) {
-    Status s = delta ? t->PushDelta(keys->span(), grads->span(), shows.span(), clicks.span())
-                     : t->PushGrad(keys->span(), grads->span(), shows.span(), clicks.span());
+    Status s = Logged({.op = delta ? LogOp::kSparseDelta : LogOp::kSparseGrad,
+                       .table = t->config().id,
+                       .sender = req.header.sender(),
+                       .keys = keys->span(),
+                       .values = grads->span(),
+                       .shows = shows.span(),
+                       .clicks = clicks.span()});
     if (!s.ok()) return reply_error(s);
     served_.fetch_add(1, std::memory_order_relaxed);
     return r.Reply(Message());
@@ -375,7 +676,10 @@ void PsServer::PushDense(Message req, Responder r, bool delta) {
   DenseTable* t = table.value();
   const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
   if (!sync || t->range().size() == 0) {
-    Status s = delta ? t->PushDelta(values->span()) : t->PushGrad(values->span());
+    Status s = Logged({.op = delta ? LogOp::kDenseDelta : LogOp::kDenseGrad,
+                       .table = t->config().id,
+                       .sender = req.header.sender(),
+                       .values = values->span()});
     if (!s.ok()) return reply_error(s);
     served_.fetch_add(1, std::memory_order_relaxed);
     return r.Reply(Message());
@@ -400,6 +704,7 @@ void PsServer::AddSyncContribution(uint32_t table, const pb::PsRequestMeta& meta
   {
     std::lock_guard<std::mutex> lock(sync_mu_);
     SyncTable& st = sync_[table];
+    sync_applying_step_ = step;  // read by the merger's apply callback
     auto added =
         st.merger->Add(step, meta.worker_rank(), keys, values,
                        {.contributors = meta.contributors(), .idempotent = meta.idempotent()});
@@ -433,7 +738,10 @@ Status PsServer::InitDense(const Message& req, Message* resp) {
   FLEET_RETURN_IF_ERROR(ExpectFrames(req, {1}, "init_dense"));
   FLEET_ASSIGN_OR_RETURN(SArray<float> values, req.Frame<float>(0));
   FLEET_RETURN_IF_ERROR(CheckFinite(req, "init_dense", {values.span()}));
-  return table->Assign(values.span());
+  return Logged({.op = LogOp::kDenseAssign,
+                 .table = table->config().id,
+                 .sender = req.header.sender(),
+                 .values = values.span()});
 }
 
 void PsServer::Barrier(Message req, Responder r) {
@@ -543,6 +851,7 @@ void PsServer::WatchWaits() {
     watch_cv_.wait_for(lock, kWatchTick, [this] { return watch_stop_; });
     lock.unlock();
     ExpireWaits(Clock::now());
+    SyncLog();
     lock.lock();
   }
 }
@@ -557,26 +866,30 @@ Status PsServer::Save(const Message& req, Message* resp) {
 Status PsServer::Load(const Message& req, Message* resp) {
   FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
   if (meta.path().empty()) return Status::InvalidArgument("load needs a directory");
-  return checkpointer_->Load(meta.path(), AllTables());
+  if (recovery_dir_.empty()) return checkpointer_->Load(meta.path(), AllTables());
+  // The log cannot describe a load: the loaded state becomes a checkpoint.
+  std::lock_guard<std::mutex> lock(log_mu_);
+  FLEET_RETURN_IF_ERROR(checkpointer_->Load(meta.path(), AllTables()));
+  return RecoveryCheckpointLocked();
 }
 
 Status PsServer::Shrink(const Message& req, Message* resp) {
   pb::PsShrinkReply reply;
   uint64_t deleted = 0;
+  uint32_t which = kAllTables;
   if (req.header.table_id() >= 0) {
     FLEET_ASSIGN_OR_RETURN(SparseTable * table, FindSparse(req));
-    deleted = table->Shrink();
-  } else {
-    for (auto& [id, table] : sparse_) deleted += table->Shrink();
+    which = table->config().id;
   }
+  FLEET_RETURN_IF_ERROR(
+      Logged({.op = LogOp::kShrink, .table = which, .sender = req.header.sender()}, &deleted));
   reply.set_rows_deleted(deleted);
   resp->header.set_meta(reply.SerializeAsString());
   return Status::OK();
 }
 
 Status PsServer::EndPass(const Message& req, Message* resp) {
-  for (auto& [id, table] : sparse_) table->EndPass();
-  return Status::OK();
+  return Logged({.op = LogOp::kEndPass, .table = kAllTables, .sender = req.header.sender()});
 }
 
 Status PsServer::Stats(const Message& req, Message* resp) {
@@ -648,6 +961,15 @@ Status PsServer::Shutdown(bool save) {
     }
   }
   rpc_->Stop();
+  if (!recovery_dir_.empty()) {
+    // The recovery checkpoint and log stay as they are: a consistent state
+    // a restart can continue from (save_dir got the final checkpoint).
+    std::lock_guard<std::mutex> lock(log_mu_);
+    if (log_ != nullptr) {
+      if (Status s = log_->Close(); !s.ok()) LOG(WARNING) << "server " << options_.rank << ": " << s.ToString();
+      log_.reset();
+    }
+  }
   return saved;
 }
 

@@ -27,6 +27,20 @@
 // did not arrive and the bound, instead of leaving the caller to report
 // "no reply from server N". The step's contributions are dropped.
 //
+// Crash recovery (job.server.recovery_dir set; JobConfig documents the
+// keys): every update is appended to a push log (ps/push_log.h) before it is
+// applied and acknowledged: an async/geo gradient or delta push, a sync
+// step's merged gradient (once, when the step completes), init_dense,
+// shrink and end_pass. Every server.checkpoint_every updates the server
+// writes a private checkpoint of its tables with the sync step counters and
+// starts a new log; a PS_LOAD is followed by one too. A server created with
+// `restarted` loads the newest such checkpoint, replays the log after it
+// through the same apply code, restores each table's next sync step, logs
+// "recovered table T: ..." and then serves. Updates are serialised under one
+// log mutex per server (the log's order is the replay order); a log write
+// that fails refuses that update and the following ones until a checkpoint
+// starts a new log.
+//
 // Thread safety: all public methods are thread-safe.
 #pragma once
 
@@ -45,6 +59,7 @@
 #include "ps/checkpoint.h"
 #include "ps/file_system.h"
 #include "ps/job_config.h"
+#include "ps/push_log.h"
 #include "ps/table/dense_table.h"
 #include "ps/table/gradient_merger.h"
 #include "ps/table/sparse_table.h"
@@ -63,8 +78,10 @@ struct PsServerOptions {
   int handler_threads = 2;
   // Checkpoint I/O; nullptr = the real file system.
   FileSystem* fs = nullptr;
-  // A restarted server (fleetrun --max_restart): load the newest checkpoint
-  // in job.server.save_dir when there is one, instead of starting empty.
+  // A restarted server (fleetrun --max_restart): recover from
+  // job.server.recovery_dir when set and holding state (see above), else
+  // load the newest checkpoint in job.server.save_dir when there is one,
+  // instead of starting empty.
   bool restarted = false;
   // How long Shutdown waits for requests already being handled.
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
@@ -78,10 +95,13 @@ class PsServer {
  public:
   // Builds the tables of this rank and loads a checkpoint: when `restarted`
   // the newest one in job.server.save_dir if that holds one, else
-  // job.server.load_dir when set. Checks that job.server.save_dir (when set)
-  // is writable (CheckWritableDir). Errors: InvalidArgument (rank/num_servers,
-  // a table config), IOError (save_dir), and the checkpoint errors of
-  // Checkpointer::Load.
+  // job.server.load_dir when set; with recovery_dir, a restarted server
+  // recovers from it first. Checks that job.server.save_dir and
+  // recovery_dir (when set) are writable (CheckWritableDir). Errors:
+  // InvalidArgument (rank/num_servers, a table config), IOError (save_dir,
+  // recovery_dir), the checkpoint errors of Checkpointer::Load, and
+  // Corruption naming the file for a damaged recovery step file or push log
+  // (a torn last log record is dropped, not an error).
   static Result<std::unique_ptr<PsServer>> Create(PsServerOptions options);
   ~PsServer();  // Shutdown(/*save=*/false) if still running.
 
@@ -108,6 +128,19 @@ class PsServer {
   explicit PsServer(PsServerOptions options);
   Status BuildTables();
   Status LoadAtStart();
+
+  // Recovery. Applies one update to the tables: the code both live requests
+  // and log replay run. `shrunk` (kShrink) receives the rows deleted.
+  Status ApplyRecord(const PushRecordRef& rec, uint64_t* shrunk = nullptr);
+  // Logs rec (recovery on) and applies it; a checkpoint may follow.
+  Status Logged(const PushRecordRef& rec, uint64_t* shrunk = nullptr);
+  // Loads the newest recovery checkpoint and replays its log; false when
+  // the recovery dir holds none.
+  Result<bool> Recover();
+  // Writes a recovery checkpoint and starts its log. REQUIRES: log_mu_ held.
+  Status RecoveryCheckpointLocked();
+  // kBatch: fsyncs the log (from the watchdog tick).
+  void SyncLog();
   void RegisterHandlers();
 
   // One handler per command.
@@ -168,6 +201,18 @@ class PsServer {
   };
   std::mutex sync_mu_;
   std::map<uint32_t, SyncTable> sync_;
+  // The step the merger callback is applying (set before GradientMerger::Add).
+  int64_t sync_applying_step_ = -1;
+
+  // Recovery (server.recovery_dir); fixed after construction.
+  std::string recovery_dir_;  // <recovery_dir>/s<rank>; empty: off
+  std::unique_ptr<Checkpointer> recovery_ckpt_;
+  // Guarded by log_mu_; every logged update holds it from append to apply.
+  std::mutex log_mu_;
+  std::unique_ptr<PushLog> log_;
+  bool log_broken_ = false;  // a write or sync failed: updates refused
+  int64_t since_checkpoint_ = 0;
+  std::map<uint32_t, int64_t> next_step_;  // sync tables' next step
 
   // Barriers: name -> callers waiting, by worker rank, and the barrier's
   // size; guarded by barrier_mu_.

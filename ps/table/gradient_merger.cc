@@ -128,4 +128,11 @@ size_t GradientMerger::pending_steps() const {
   return pending_.size();
 }
 
+void GradientMerger::RestoreNextStep(int64_t next) {
+  std::lock_guard<std::mutex> lock(mu_);
+  CHECK(pending_.empty() && next >= 0) << "RestoreNextStep(" << next << ") with "
+                                       << pending_.size() << " steps pending";
+  applied_below_ = next;
+}
+
 }  // namespace fleet::ps

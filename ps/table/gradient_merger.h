@@ -75,6 +75,9 @@ class GradientMerger {
   // has not arrived, with the step's contributor count; empty when the
   // step is not pending.
   std::vector<int> Missing(int64_t step, int* contributors) const;
+  // A restarted server (crash recovery): steps below `next` count as
+  // applied. REQUIRES: no step pending, next >= 0.
+  void RestoreNextStep(int64_t next);
   // Drops a pending step's contributions (its waiters were answered with an
   // error); the step is not applied and may be pushed again.
   void Abandon(int64_t step);

@@ -51,6 +51,24 @@ class PsCluster {
   }
 
   PsServer& server(int s) { return *servers_[s]; }
+
+  // Destroys server s without a save, as a crash would leave its files,
+  // and starts a new one as fleetrun --max_restart does (restarted) on the
+  // same endpoint, so the clients reconnect to it. On error (Create's or
+  // Start's) server s is gone.
+  Status RestartServer(int s, FileSystem* fs = nullptr) {
+    servers_[s].reset();
+    PsServerOptions o;
+    o.rank = s;
+    o.num_servers = num_servers();
+    o.num_workers = num_workers();
+    o.job = job_;
+    o.endpoint = endpoints_[s];
+    o.restarted = true;
+    o.fs = fs;
+    FLEET_ASSIGN_OR_RETURN(servers_[s], PsServer::Create(o));
+    return servers_[s]->Start().status();
+  }
   PsClient& client(int w) { return *clients_[w]; }
   const std::vector<std::string>& endpoints() const { return endpoints_; }
   int num_servers() const { return static_cast<int>(servers_.size()); }
