@@ -89,6 +89,10 @@ DEFINE_int64(rows, 0,
              "keys the requests use (4 x keys x workers)");
 DEFINE_string(ops, "pull,push", "which operations to measure");
 DEFINE_int32(server_threads, 2, "server.threads (shard-parallel table work per server)");
+DEFINE_string(push_log, "off",
+              "crash-recovery push log: off, or none | batch | every (server.push_log_sync; "
+              "server.recovery_dir is a fresh directory under $TMPDIR or /tmp)");
+DEFINE_int64(checkpoint_every, 1000, "server.checkpoint_every when --push_log is on");
 DEFINE_int32(local_shards, 0, "the table's local_shard_num (0: its default)");
 DEFINE_int64(max_request_bytes, -1, "the job's Distributed.max_request_bytes (-1: its default)");
 DEFINE_int64(
@@ -142,6 +146,9 @@ struct Case {
   }
 };
 
+// A fresh recovery directory per job (--push_log).
+int recovery_dirs = 0;
+
 std::string JobYaml(const Case& c) {
   return absl::StrCat(
       "Distributed: {mode: async, timeout_ms: 300000",
@@ -151,6 +158,11 @@ std::string JobYaml(const Case& c) {
       "}\n"
       "server: {threads: ",
       FLAGS_server_threads,
+      FLAGS_push_log == "off"
+          ? std::string()
+          : absl::StrCat(", recovery_dir: '", std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp",
+                         "/ps_bench_recovery_", ::getpid(), "_", recovery_dirs++, "', push_log_sync: ",
+                         FLAGS_push_log, ", checkpoint_every: ", FLAGS_checkpoint_every),
       "}\n"
       "tables:\n"
       "  - {id: ",

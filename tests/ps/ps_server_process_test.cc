@@ -232,6 +232,67 @@ TEST_F(ServerProcesses, RestartedServerReloadsItsSaveDir) {
   EXPECT_EQ(v, std::vector<float>(6, -1.5f));
 }
 
+// server.recovery_dir through a real crash: kill -9 while three clients
+// push (async), restart with FLEET_RESTART=1 as fleetrun --max_restart
+// does: every acknowledged push is in the restarted server, from its last
+// recovery checkpoint plus the replayed push log. push_log_sync none is
+// enough against a process crash: the records are in the OS.
+TEST_F(ServerProcesses, KillNineThenRestartKeepsEveryAcknowledgedPush) {
+  std::ofstream(config_) << "Distributed: {mode: async, timeout_ms: 5000}\n"
+                         << "server: {recovery_dir: " << (dir_ / "recovery").string()
+                         << ", checkpoint_every: 64, push_log_sync: none}\n"
+                         << kTables;
+  auto job = LoadJobConfig(config_.string(), {});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto client = [&](const std::string& endpoint, int rank) {
+    PsClientOptions o;
+    o.servers = {endpoint};
+    o.worker_rank = rank;
+    o.num_workers = 3;
+    o.auth = TestAuth();
+    return PsClient::Create(o, job.value()).value();
+  };
+  const std::string endpoint = StartServer(0, 1);
+  ASSERT_FALSE(endpoint.empty());
+  std::vector<uint64_t> keys(64);
+  std::iota(keys.begin(), keys.end(), 1000);
+  const std::vector<float> ones(keys.size() * 2, 1.0f);
+  std::vector<int> acked(3, 0);
+  std::atomic<bool> kill_now{false};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 3; ++w) {
+    threads.emplace_back([&, w] {
+      auto c = client(endpoint, w);
+      for (int i = 0; i < 100000; ++i) {
+        if (!c->PushSparseGrad(0, keys, ones).ok()) return;
+        if (++acked[w] == 300 && w == 0) kill_now.store(true);
+      }
+    });
+  }
+  while (!kill_now.load()) std::this_thread::sleep_for(1ms);
+  kill(pids_[0], SIGKILL);
+  EXPECT_EQ(WaitExit(0, 15s), 128 + SIGKILL);
+  for (auto& t : threads) t.join();
+  const int total_acked = acked[0] + acked[1] + acked[2];
+
+  const std::string restarted = StartServer(0, 1, {"FLEET_RESTART=1"});
+  ASSERT_FALSE(restarted.empty());
+  auto c = client(restarted, 0);
+  std::vector<float> values(keys.size() * 2);
+  ASSERT_TRUE(c->PullSparse(0, keys, values).ok());
+  // A push applied (logged) whose reply the kill cut off counts too: at
+  // most one per client.
+  for (size_t i = 0; i < values.size(); ++i) {
+    const int applied = static_cast<int>(-values[i]);
+    EXPECT_GE(applied, total_acked) << "element " << i << ": acknowledged pushes lost";
+    EXPECT_LE(applied, total_acked + 3) << "element " << i;
+  }
+  std::ifstream log(dir_ / "serverlog.0");
+  const std::string text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("recovered table 0: checkpoint step"), std::string::npos) << text;
+  EXPECT_NE(text.find("lost 0 acknowledged updates"), std::string::npos);
+}
+
 TEST_F(ServerProcesses, BadConfigExitsTwoWithReason) {
   std::ofstream(config_) << "tables:\n  - {id: 0, kind: sparse, dim: 0}\n";
   const fs::path log = dir_ / "bad.log";
