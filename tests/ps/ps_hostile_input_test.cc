@@ -97,7 +97,8 @@ TEST(PsHostileInputTest, NonFiniteValuesAreRefusedInEveryPushKindAndMode) {
           {"dense delta", c.PushDenseDelta(1, dense)},
           {"dense init", c.InitDense(1, dense)},
       };
-      const std::vector<float> shows = {1, 1, bad, 1, 1}, clicks(5, 0.0f);
+      // Every key's show is bad, so neither server applies its part of the step.
+      const std::vector<float> shows(5, bad), clicks(5, 0.0f);
       PushOptions counted = o;
       counted.shows = shows;
       counted.clicks = clicks;
