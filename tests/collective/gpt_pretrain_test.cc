@@ -256,6 +256,22 @@ TEST(GptPretrainTest, LogLinesAreFleetXs) {
   EXPECT_EQ(runs[0].report.eval_steps, (std::vector<int64_t>{10, 20}));
   // The held-out loss falls with training (byte vocabulary: ln 257 = 5.55 at start).
   EXPECT_LT(runs[0].report.eval_metric.back(), 5.0);
+  EXPECT_FALSE(runs[0].report.test_metric.has_value()) << "the tiny config has no Data.Test";
+}
+
+TEST(GptPretrainTest, TestPartIsEvaluatedAfterTraining) {
+  const std::string cache = (fs::path(::testing::TempDir()) / "gpt_pretrain_test_tokens").string();
+  std::vector<RankRun> runs = Train(
+      TinyJob(1, FreshDir("test"),
+              {"Data.Test.dataset.name=TextDataset", "Data.Test.dataset.tokenizer=byte",
+               "Data.Test.dataset.text_format=percent", "Data.Test.dataset.max_seq_len=32",
+               "Data.Test.dataset.split=[90, 5, 5]", "Data.Test.dataset.cache_dir=" + cache,
+               "Engine.test_iters=3"}),
+      1);
+  ASSERT_TRUE(runs[0].report.test_metric.has_value()) << runs[0].log;
+  EXPECT_GT(*runs[0].report.test_metric, 0.5);
+  EXPECT_LT(*runs[0].report.test_metric, 5.0);
+  EXPECT_NE(runs[0].log.find("[test] step: 20, loss: "), std::string::npos) << runs[0].log;
 }
 
 TEST(GptPretrainTest, CheckpointOfAnotherShapeIsRefusedAndKept) {

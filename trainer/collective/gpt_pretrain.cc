@@ -106,7 +106,24 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   };
   loop.eval_line = GptEvalLine;
   loop.after_step = options.after_step;
-  return RunTrainLoop(loop, *task, collective, progress);
+  FLEET_ASSIGN_OR_RETURN(TrainReport report, RunTrainLoop(loop, *task, collective, progress));
+
+  // The Test part after training: every rank evaluates all test_iters
+  // batches itself (the same number everywhere, no collective needed once
+  // the loop's group is done with); rank 0's line is the one shown.
+  if (config.data.test.present && config.engine.test_iters > 0) {
+    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptDataset> test,
+                           data::OpenConfiguredDataset(config, data::DataPart::kTest));
+    FLEET_ASSIGN_OR_RETURN(std::vector<float> sums,
+                           task->LossSums(*test, config.engine.test_iters, 0, 1));
+    report.test_metric = task->EvalMetric(sums);
+    if (progress != nullptr) {
+      *progress << absl::StrFormat("[test] step: %d, loss: %.6f, ppl: %.4f", report.end_step,
+                                   *report.test_metric, std::exp(*report.test_metric))
+                << std::endl;
+    }
+  }
+  return report;
 }
 
 }  // namespace fleet::trainer::collective

@@ -13,6 +13,8 @@
 //   [train] epoch: E, step: S, loss: L, avg_reader_cost: R sec, avg_batch_cost: B sec,
 //       speed: X step/s, ips_total: T tokens/s, ips: P tokens/s, learning rate: LR
 //   [eval] epoch: E, step: S, loss: L, ppl: P, eval_cost: C sec
+//   [test] step: S, loss: L, ppl: P        after training, when the config
+//       has Data.Test and Engine.test_iters > 0 (TrainReport::test_metric)
 #pragma once
 
 #include <cstdint>

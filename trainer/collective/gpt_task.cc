@@ -72,25 +72,34 @@ Result<float> GptTask::ForwardBackward(const GradReadyFn& grad_ready, float grad
 }
 
 Result<std::vector<float>> GptTask::EvalSums(int rank, int world_size) {
-  std::vector<float> sums = {0.0f, 0.0f};
-  if (eval_ == nullptr) return sums;
-  const int64_t n = eval_->num_samples();
+  if (eval_ == nullptr) return std::vector<float>{0.0f, 0.0f};
+  return LossSums(*eval_, options_.eval_iters, rank, world_size);
+}
+
+Result<std::vector<float>> GptTask::LossSums(const data::GptDataset& dataset, int64_t iters,
+                                             int rank, int world_size) {
+  if (dataset.options().seq_len != seq_len()) {
+    return Status::InvalidArgument(
+        absl::StrCat("evaluation sequences of ", dataset.options().seq_len, " tokens, Train of ",
+                     seq_len()),
+        "Data.*.dataset.max_seq_len");
+  }
+  const int64_t n = dataset.num_samples();
   const int64_t T = seq_len();
   std::vector<int64_t> ids(options_.eval_batch);
   GptForwardOptions options;
   options.for_backward = false;
   double loss_sum = 0.0, tokens = 0.0;
-  for (int64_t i = rank; i < options_.eval_iters; i += world_size) {
+  for (int64_t i = rank; i < iters; i += world_size) {
     for (int j = 0; j < options_.eval_batch; ++j) ids[j] = (i * options_.eval_batch + j) % n;
-    FLEET_RETURN_IF_ERROR(ReadBatch(*eval_, ids));
+    FLEET_RETURN_IF_ERROR(ReadBatch(dataset, ids));
     FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(tokens_, targets_, batch_,
                                                        static_cast<int>(T), options));
     const double count = static_cast<double>(batch_) * static_cast<double>(T);
     loss_sum += static_cast<double>(loss) * count;
     tokens += count;
   }
-  sums = {static_cast<float>(loss_sum), static_cast<float>(tokens)};
-  return sums;
+  return std::vector<float>{static_cast<float>(loss_sum), static_cast<float>(tokens)};
 }
 
 double GptTask::EvalMetric(std::span<const float> sums) const {

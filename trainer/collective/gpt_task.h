@@ -59,6 +59,13 @@ class GptTask final : public CollectiveTask {
   double EvalMetric(std::span<const float> sums) const override;
   std::string eval_metric_name() const override { return "eval_loss"; }
 
+  // Sums {summed token loss, tokens} over batches i of `dataset` with
+  // i in [0, iters) and i mod world_size == rank (batch i as described at the
+  // top). What EvalSums does for the Eval part; gpt_pretrain's test
+  // evaluation after training uses it for the Test part.
+  Result<std::vector<float>> LossSums(const data::GptDataset& dataset, int64_t iters, int rank,
+                                      int world_size);
+
   GptModel& model() { return *model_; }
   int64_t seq_len() const { return train_->options().seq_len; }
 

@@ -57,6 +57,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -156,6 +157,9 @@ struct TrainReport {
   // run (MNIST: test accuracy), and the global step it was taken at.
   std::vector<double> eval_metric;
   std::vector<int64_t> eval_steps;
+  // A metric the program measured after the loop (GPT: the Test part's
+  // loss); the loop itself leaves it empty.
+  std::optional<double> test_metric;
   // What this rank's updater held for gradients and optimizer state.
   UpdaterMemory memory;
   // The final parameters (identical on every rank), host copy.
