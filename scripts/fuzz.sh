@@ -43,7 +43,7 @@ for t in "${targets[@]}"; do
   echo "fuzz: $t for ${seconds} s"
   # The working corpus grows in the build dir; the committed one stays small.
   set +e
-  ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+  GLOG_minloglevel=2 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$build/fuzz/${t}_fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=3072 \
       -max_len=65536 -print_final_stats=1 -artifact_prefix="$work/artifacts/" \
