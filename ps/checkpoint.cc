@@ -252,6 +252,15 @@ Checkpointer::Checkpointer(FileSystem* fs, int server_rank, int num_servers, Thr
 }
 
 Status Checkpointer::Save(const std::string& dir, SaveMode mode, const ServerTables& tables) {
+  return SaveImpl(dir, mode, tables, /*snapshot=*/false);
+}
+
+Status Checkpointer::SaveSnapshot(const std::string& dir, const ServerTables& tables) {
+  return SaveImpl(dir, SaveMode::kBase, tables, /*snapshot=*/true);
+}
+
+Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const ServerTables& tables,
+                              bool snapshot) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<SaveState*> states;
   for (SparseTable* t : tables.sparse) states.push_back(&t->save_state());
@@ -377,11 +386,19 @@ Status Checkpointer::Save(const std::string& dir, SaveMode mode, const ServerTab
     // they extend. Stop saving until a Load re-establishes a known state.
     const std::string reason =
         absl::StrCat("publishing ", path, " failed: ", published.ToString());
-    for (SaveState* s : states) s->Poison(reason);
+    // A snapshot is outside the tables' save chain: that chain stays known.
+    if (!snapshot) {
+      for (SaveState* s : states) s->Poison(reason);
+    }
     abort_tables();
     Status rm = fs_->Remove(absl::StrCat(path, kTmpSuffix));
     if (!rm.ok() && !rm.IsNotFound()) LOG(WARNING) << "could not remove temp manifest: " << rm.ToString();
     return published.WithContext("checkpoint save outcome unknown; further saves are refused");
+  }
+  if (snapshot) {
+    // The change marks stay for the next delta of the tables' own chain.
+    abort_tables();
+    return Status::OK();
   }
   for (SparseTable* t : tables.sparse) t->CommitSave();
   for (SaveState* s : states) s->SetLast(dir, gen);

@@ -68,6 +68,13 @@ class Checkpointer {
   // header comment for what each leaves behind.
   Status Save(const std::string& dir, SaveMode mode, const ServerTables& tables);
 
+  // A base save that leaves the tables' save state alone: change marks stay
+  // for the next delta, and the last save's directory is unchanged (a
+  // server's recovery checkpoints, taken between the job's own saves). A
+  // failed publish removes what it wrote and does not refuse later saves.
+  // Errors as Save.
+  Status SaveSnapshot(const std::string& dir, const ServerTables& tables);
+
   // Loads the newest complete checkpoint chain in dir (the last generation
   // for which every server's manifest exists, on top of its base), taking
   // the shards and dense elements this server's tables hold now, whatever
@@ -80,6 +87,8 @@ class Checkpointer {
   Status Load(const std::string& dir, const ServerTables& tables);
 
  private:
+  Status SaveImpl(const std::string& dir, SaveMode mode, const ServerTables& tables, bool snapshot);
+
   FileSystem* const fs_;
   const int rank_;
   const int num_servers_;

@@ -163,7 +163,9 @@ struct ServerConfig {
   // Use it on long jobs with --max_restart; must differ from save_dir and
   // load_dir. A server started afresh (not restarted) starts a new chain
   // over what is there. A clean stop leaves it alone (save_dir gets the
-  // final checkpoint as before).
+  // final checkpoint as before). Recovery checkpoints do not disturb the
+  // job's own base/delta saves; after a restart the first save must be a
+  // base (the delta marks of before the crash are gone).
   std::string recovery_dir;
   // `server.checkpoint_every`: default 1000, 1..10^9. Logged updates between
   // two recovery checkpoints: a checkpoint writes every table (the update

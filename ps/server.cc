@@ -443,7 +443,8 @@ Status PsServer::RecoveryCheckpointLocked() {
   // The steps first: once the manifest of gen exists, so does this file.
   FLEET_RETURN_IF_ERROR(WriteFileAtomically(fs_, InDir(recovery_dir_, StepsFileName(gen)),
                                             EncodeSteps(next_step_)));
-  FLEET_RETURN_IF_ERROR(recovery_ckpt_->Save(recovery_dir_, SaveMode::kBase, AllTables()));
+  // A snapshot: the job's own base/delta chain in save_dir is not disturbed.
+  FLEET_RETURN_IF_ERROR(recovery_ckpt_->SaveSnapshot(recovery_dir_, AllTables()));
   // From here a restart loads gen: nothing may go to the old log any more.
   auto log = PushLog::Create(fs_, InDir(recovery_dir_, LogFileName(gen)),
                              options_.job.server.push_log_sync);
@@ -859,6 +860,10 @@ void PsServer::WatchWaits() {
 Status PsServer::Save(const Message& req, Message* resp) {
   FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
   if (meta.path().empty()) return Status::InvalidArgument("save needs a directory");
+  // Not at the same time as a recovery checkpoint: both mark the tables'
+  // shards while they write them.
+  std::unique_lock<std::mutex> lock(log_mu_, std::defer_lock);
+  if (!recovery_dir_.empty()) lock.lock();
   return checkpointer_->Save(meta.path(), meta.delta() ? SaveMode::kDelta : SaveMode::kBase,
                              AllTables());
 }

@@ -214,6 +214,23 @@ TEST(PsRecoveryTest, ACorruptStepFileIsAnErrorNamingTheFile) {
       << s.ToString();
 }
 
+TEST(PsRecoveryTest, RecoveryCheckpointsLeaveTheJobsDeltaSavesIntact) {
+  const std::string dir = TempDir("recovery-delta");
+  const std::string saves = TempDir("recovery-delta-saves");
+  PsCluster cluster(Job(dir, 3), 2, 2);
+  InitDense(cluster);
+  RunSteps(cluster, 0, 2);
+  ASSERT_TRUE(cluster.client(0).Save(saves, /*delta=*/false).ok());
+  RunSteps(cluster, 2, 6);  // recovery checkpoints every 1.5 steps meanwhile
+  Status s = cluster.client(0).Save(saves, /*delta=*/true);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::string expected = Snapshot(cluster);
+  PsCluster fresh(Job("", 0), 2, 2);
+  s = fresh.client(0).Load(saves);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_TRUE(Snapshot(fresh) == expected) << "the delta lacks rows changed before a recovery checkpoint";
+}
+
 TEST(PsRecoveryTest, ConfigKeysAreCheckedAndDefaulted) {
   auto parse = [](const std::string& server) { return ParseJobConfig(YAML::Load("server: " + server)); };
   auto defaults = parse("{threads: 2}");
