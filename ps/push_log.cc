@@ -98,8 +98,10 @@ Status PushLog::Close() {
 }
 
 Result<PushLogContents> ReadPushLog(FileSystem* fs, const std::string& path) {
-  FLEET_ASSIGN_OR_RETURN(std::string data, fs->ReadFile(path));
-  if (data.size() < kLogMagic.size() || std::string_view(data).substr(0, kLogMagic.size()) != kLogMagic) {
+  Result<std::string> read = fs->ReadFile(path);
+  if (!read.ok()) return read.status();
+  const std::string_view data = read.value();
+  if (!data.starts_with(kLogMagic)) {
     // A crash while the header was written leaves a shorter prefix of it.
     if (data.size() < kLogMagic.size() && kLogMagic.substr(0, data.size()) == data) return PushLogContents{};
     return Status::Corruption("push log header is not FPSPLOG1", path);
@@ -116,7 +118,7 @@ Result<PushLogContents> ReadPushLog(FileSystem* fs, const std::string& path) {
       torn = len > left - kFrameHeader;
     }
     const std::string_view payload =
-        torn ? std::string_view() : std::string_view(data).substr(pos + kFrameHeader, len);
+        torn ? std::string_view() : data.substr(pos + kFrameHeader, len);
     if (torn || Crc32(payload) != crc) {
       // Only the last record can be cut short by a crash mid-append.
       if (torn || pos + kFrameHeader + len == data.size()) {

@@ -63,11 +63,11 @@ struct PushRecordRef {
   LogOp op = LogOp::kSparseGrad;
   uint32_t table = 0;
   int64_t step = -1;  // sync ops: the step applied; -1 otherwise
-  std::string_view sender;
-  std::span<const uint64_t> keys;
-  std::span<const float> values;
-  std::span<const float> shows;
-  std::span<const float> clicks;
+  std::string_view sender = {};
+  std::span<const uint64_t> keys = {};
+  std::span<const float> values = {};
+  std::span<const float> shows = {};
+  std::span<const float> clicks = {};
 };
 
 // A record read back.

@@ -21,11 +21,24 @@ namespace fs = std::filesystem;
 constexpr int kSteps = 10;
 constexpr int kKeys = 40;
 
+// The directories TempDir made, removed after the last test.
+std::vector<std::string>& MadeDirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+class RemoveTempDirs : public ::testing::Environment {
+  void TearDown() override {
+    for (const std::string& d : MadeDirs()) fs::remove_all(d);
+  }
+};
+const auto* const kRemoveTempDirs = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
 std::string TempDir(const std::string& name) {
   const fs::path dir = fs::path(::testing::TempDir()) /
                        (name + "-" + std::to_string(::getpid()) + "-" +
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::remove_all(dir);
+  MadeDirs().push_back(dir.string());
   return dir.string();
 }
 
