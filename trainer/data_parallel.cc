@@ -231,9 +231,11 @@ Status DataParallel::ReduceScatterBucket(size_t b) {
   const float* in = grads;
   if (count * world_ != length) {
     // The collective wants W pieces of `count`: copy into the padded staging
-    // buffer (the pad is zero and its sums are never read).
+    // buffer (the pad is zero and its sums are never read). Discard, not
+    // Fill: this is the communication thread, and the CPU's Fill runs on the
+    // pool the caller is computing with.
     backend->CopyOnDevice(staging_.get(), grads, length * sizeof(float));
-    backend->Fill(staging_.get() + length, count * world_ - length, 0.0f);
+    backend->Discard(staging_.get() + length, count * world_ - length);
     in = staging_.get();
   }
   FLEET_RETURN_IF_ERROR(
