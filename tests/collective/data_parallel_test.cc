@@ -1,6 +1,7 @@
 #include "trainer/data_parallel.h"
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <limits>
@@ -141,6 +142,78 @@ TEST_P(DataParallelGridTest, GradientsBecomeTheMeanOverRanks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, DataParallelGridTest,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values(size_t{1}, size_t{64},
+                                                              std::numeric_limits<size_t>::max()),
+                                            ::testing::Bool()));
+
+// Sharded mode (ZeRO): every rank ends up with the exact sum over ranks of
+// its piece of every bucket (pieces of lengths W does not divide go through
+// the padded staging buffer), stage 2 discards the reduced buckets, and
+// GatherParams puts every rank's pieces of the parameters together.
+class DataParallelShardedTest : public ::testing::TestWithParam<std::tuple<int, size_t, bool>> {};
+
+TEST_P(DataParallelShardedTest, PiecesHoldTheSumAndGatherJoinsThem) {
+  const auto [size, bucket_bytes, release] = GetParam();
+  RunGlooRanks(size, milliseconds(10000), [&](int rank, Collective& group) {
+    CpuBackend backend;
+    ParamArena arena = MakeArena(&backend);
+    DataParallelOptions options;
+    options.bucket_bytes = bucket_bytes;
+    options.timeout = milliseconds(10000);
+    options.shard_gradients = true;
+    options.release_reduced_gradients = release;
+    auto created = DataParallel::Create(&group, &arena, options);
+    ThrowIfError(created.status(), "DataParallel::Create");
+    DataParallel& dp = **created;
+    ASSERT_TRUE(dp.sharded());
+    for (int step = 0; step < 2; ++step) {
+      dp.ZeroGrad();
+      std::vector<float> sum(arena.size(), 0.0f);
+      for (int r = 0; r < size; ++r) {
+        const std::vector<float> v = SeedVector(r + step, arena.size(), size + 1);
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += v[i];
+        if (r == rank) std::copy(v.begin(), v.end(), arena.grads().data());
+      }
+      ReportLikeMlpBackward(dp);
+      ThrowIfError(dp.FinishGradients(), "FinishGradients");
+      size_t covered = 0;
+      for (const GradPiece& piece : dp.pieces()) {
+        for (size_t i = piece.begin; i < piece.end; ++i) {
+          ASSERT_EQ(dp.reduced_grads()[piece.offset + i - piece.begin], sum[i])
+              << "rank " << rank << " element " << i;
+        }
+        covered += piece.size();
+      }
+      // The ranks' pieces split the arena: about 1/W each.
+      EXPECT_LE(covered, arena.size() / size + dp.pieces().size()) << "rank " << rank;
+      if (release) {
+        const std::vector<float> grads = arena.GradsToHost();
+        EXPECT_TRUE(std::all_of(grads.begin(), grads.end(), [](float g) { return g == 0.0f; }))
+            << "stage 2 left full gradients on rank " << rank;
+      }
+    }
+    // Each rank writes its rank number into its pieces' parameters.
+    std::vector<float> params(arena.size(), -1.0f);
+    for (const GradPiece& piece : dp.pieces()) {
+      std::fill(params.begin() + piece.begin, params.begin() + piece.end, float(rank));
+    }
+    ThrowIfError(arena.ParamsFromHost(params), "params");
+    ThrowIfError(dp.GatherParams(), "GatherParams");
+    const std::vector<float> gathered = arena.ParamsToHost();
+    EXPECT_TRUE(std::none_of(gathered.begin(), gathered.end(), [](float p) { return p < 0; }))
+        << "a parameter no rank owns, on rank " << rank;
+    float sum_all = 0.0f;
+    for (float p : gathered) sum_all += p;
+    // Every rank sees the same gathered parameters: their sum agrees.
+    std::vector<float> sums(size, 0.0f);
+    sums[rank] = sum_all;
+    ThrowIfError(dp.SumOverRanks(sums), "SumOverRanks");
+    for (int r = 0; r < size; ++r) EXPECT_EQ(sums[r], sum_all) << "rank " << r;
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Grid, DataParallelShardedTest,
                          ::testing::Combine(::testing::Values(2, 3),
                                             ::testing::Values(size_t{1}, size_t{64},
                                                               std::numeric_limits<size_t>::max()),
