@@ -80,6 +80,7 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   loop.checkpoint_dir = save.output_dir;
   loop.resume_dir = save.ckpt_dir;
   loop.checkpoint_every_steps = save.save_steps.value_or(0);
+  loop.data_parallel.timeout = 2 * options.collective_timeout;
   loop.learning_rate_at = [schedule](int64_t step) { return schedule.At(step); };
   const AdamWConfig adamw = config.optimizer;
   ShardedAdamWOptions updater_options;

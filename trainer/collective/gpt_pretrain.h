@@ -17,6 +17,7 @@
 //       has Data.Test and Engine.test_iters > 0 (TrainReport::test_metric)
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -36,6 +37,10 @@ struct GptPretrainOptions {
   // CPU threads of this rank's kernels (>= 1): the cores the rank may use.
   // SetUpGptCpuThreads sets OpenBLAS to one thread process-wide.
   int cpu_threads = 1;
+  // The group's own bound on each collective call; the loop's waits for its
+  // communication thread get twice this, so the Collective, which knows the
+  // operation and peer, reports a failure first.
+  std::chrono::milliseconds collective_timeout{30000};
   // Called after every step (tests: fault injection); may be empty.
   std::function<Status(int64_t step)> after_step;
 };
