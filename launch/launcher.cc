@@ -74,7 +74,8 @@ class Launcher {
   std::optional<int> Tick(milliseconds timeout) { return HandleEvents(sup_.Poll(timeout)); }
   int Supervise();
   int FinishJob();
-  int Fail(size_t index, int wait_status);
+  // Stops every process still running; the job's exit code.
+  int StopFailedJob();
   void Report(size_t index, int wait_status, const std::string& action);
   // Marks `mine` done under `prefix`; the store's host then waits (bounded
   // by --rendezvous_timeout) until every id in `all` is marked, so the store
@@ -330,8 +331,7 @@ void Launcher::Report(size_t index, int wait_status, const std::string& action) 
   std::fflush(io_.err);
 }
 
-int Launcher::Fail(size_t index, int wait_status) {
-  Report(index, wait_status, "");
+int Launcher::StopFailedJob() {
   const size_t others = sup_.Running().size();
   std::fprintf(io_.err, "fleetrun: job failed; stopping %zu other processes\n", others);
   std::fflush(io_.err);
@@ -380,7 +380,16 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       }
       std::fprintf(io_.err, "fleetrun: restart failed: %s\n", st.message().c_str());
     }
-    return Fail(ev.index, ev.wait_status);
+    Report(ev.index, ev.wait_status, "");
+    // Processes that died in the same tick are shown too: the one listed
+    // first is often the victim (e.g. a worker whose all-reduce peer exited)
+    // and the cause is in another's log.
+    for (const Supervisor::Event* other = &ev + 1; other != events.data() + events.size(); ++other) {
+      if (other->kind == Supervisor::Event::kSignal) continue;
+      if (WIFEXITED(other->wait_status) && WEXITSTATUS(other->wait_status) == 0) continue;
+      Report(other->index, other->wait_status, "");
+    }
+    return StopFailedJob();
   }
   return std::nullopt;
 }
