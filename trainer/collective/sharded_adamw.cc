@@ -283,15 +283,11 @@ Status ShardedAdamWUpdater::Save(const std::filesystem::path& dir) {
   // State files first, every rank its own; the params file, which names
   // their step, last: until it is renamed the previous checkpoint stands.
   Status state = writes_state() ? SaveState(dir) : Status::OK();
-  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
-      [this](std::span<float> v) { return dp_->SumOverRanks(v); }, state,
-      "saving the optimizer state"));
+  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, state, "saving the optimizer state"));
   Status params = dp_->rank() == 0
                       ? SaveCheckpoint((dir / (name_ + ".ckpt")).string(), *arena_, *params_file_)
                       : Status::OK();
-  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
-      [this](std::span<float> v) { return dp_->SumOverRanks(v); }, params,
-      "saving the parameters"));
+  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, params, "saving the parameters"));
   if (writes_state()) RemoveOldState(dir);
   return Status::OK();
 }
@@ -408,8 +404,7 @@ Status ShardedAdamWUpdater::Resume(const std::filesystem::path& dir) {
   const std::string params_path = (dir / (name_ + ".ckpt")).string();
   Status load = LoadCheckpoint(params_path, arena_, params_file_.get());
   if (load.ok()) load = LoadState(dir, params_file_->step());
-  FLEET_RETURN_IF_ERROR(AgreeOnSuccess([this](std::span<float> v) { return dp_->SumOverRanks(v); },
-                                       load, "loading the checkpoint"));
+  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, load, "loading the checkpoint"));
   LOG(INFO) << "resumed from " << params_path << " at step " << step();
   return Status::OK();
 }

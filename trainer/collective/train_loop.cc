@@ -190,8 +190,7 @@ Status Loop::ResumeAndSync() {
   // Every rank learns whether rank 0 accepted it, so none waits for a
   // checkpoint that will never be read.
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
-      [this](std::span<float> v) { return updater_->SumOverRanks(v); },
-      position.ok() ? position : position.WithContext("loading the checkpoint"),
+      *updater_, position.ok() ? position : position.WithContext("loading the checkpoint"),
       "rank 0 could not load the checkpoint (its data position)"));
   return updater_->Resume(dir);
 }
@@ -210,14 +209,10 @@ Status Loop::Save(int64_t step) {
                   : data::WriteFileAtomically((dir / kPositionFile).string(),
                                               PositionText(layout_, step));
   }
-  if (world_ > 1) {
-    // The other ranks may write their own files into the directory next.
-    FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
-        [this](std::span<float> v) { return updater_->SumOverRanks(v); }, prepared,
-        "preparing the checkpoint directory on rank 0"));
-  } else {
-    FLEET_RETURN_IF_ERROR(prepared);
-  }
+  // The other ranks may write their own files into the directory next (one
+  // process: the sum is local and this returns `prepared`).
+  FLEET_RETURN_IF_ERROR(
+      AgreeOnSuccess(*updater_, prepared, "preparing the checkpoint directory on rank 0"));
   return updater_->Save(dir);
 }
 

@@ -10,10 +10,9 @@
 
 namespace fleet::trainer::collective {
 
-Status AgreeOnSuccess(const std::function<Status(std::span<float>)>& sum_over_ranks,
-                      const Status& local, const std::string& what) {
+Status AgreeOnSuccess(GradientUpdater& updater, const Status& local, const std::string& what) {
   float failed = local.ok() ? 0.0f : 1.0f;
-  FLEET_RETURN_IF_ERROR(sum_over_ranks(std::span<float>(&failed, 1)));
+  FLEET_RETURN_IF_ERROR(updater.SumOverRanks(std::span<float>(&failed, 1)));
   if (!local.ok()) return local;
   if (failed > 0) {
     return Status::FailedPrecondition(
@@ -64,10 +63,9 @@ Status ReplicatedUpdater::Resume(const std::filesystem::path& dir) {
       LOG(INFO) << "resumed from " << (dir / file_).string() << " at step " << optimizer_->step();
     }
   }
-  FLEET_RETURN_IF_ERROR(AgreeOnSuccess(
-      [this](std::span<float> v) { return dp_->SumOverRanks(v); },
-      load.ok() ? load : load.WithContext("loading the checkpoint"),
-      "rank 0 could not load the checkpoint"));
+  FLEET_RETURN_IF_ERROR(
+      AgreeOnSuccess(*this, load.ok() ? load : load.WithContext("loading the checkpoint"),
+                     "rank 0 could not load the checkpoint"));
   return dp_->SyncFromRoot(optimizer_.get());
 }
 

@@ -19,7 +19,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -118,11 +117,10 @@ class ReplicatedUpdater final : public GradientUpdater {
   const std::string file_;
 };
 
-// Every rank learns whether `local` failed on any rank (one sum over ranks
-// of a flag through `sum_over_ranks`). Returns `local` when it failed here,
+// Every rank learns whether `local` failed on any rank (one
+// updater.SumOverRanks of a flag). Returns `local` when it failed here,
 // FailedPrecondition naming `what` when it failed only elsewhere, OK when it
 // succeeded everywhere; the sum's own error when that fails.
-Status AgreeOnSuccess(const std::function<Status(std::span<float>)>& sum_over_ranks,
-                      const Status& local, const std::string& what);
+Status AgreeOnSuccess(GradientUpdater& updater, const Status& local, const std::string& what);
 
 }  // namespace fleet::trainer::collective
