@@ -171,6 +171,11 @@ Result<Message> RpcNode::CallSync(int peer, Message request, const RpcOptions& o
                                         budget);
 }
 
+bool RpcNode::PeerEverReached(int peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer < static_cast<int>(peer_ever_up_.size()) && peer_ever_up_[peer];
+}
+
 bool RpcNode::HasPendingCalls() const {
   std::lock_guard<std::mutex> lock(mu_);
   return !pending_.empty();

@@ -181,6 +181,10 @@ class RpcNode final : private VanReceiver {
 
   const std::string& name() const { return options_.name; }
   std::string peer_endpoint(int peer) const { return van_->endpoint(peer); }
+  // Whether a connection to `peer` was ever up (it may be down now): a
+  // caller retrying a lost peer tells "was there and crashed" from "never
+  // reached". REQUIRES: peer was returned by Connect().
+  bool PeerEverReached(int peer) const;
 
  private:
   struct PendingCall {

@@ -1,7 +1,12 @@
 #include "ps/client.h"
 
 #include <atomic>
+#include <condition_variable>
+#include <map>
+#include <random>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ps/key_dedup.h"
 #include "ps/table/accessor.h"
@@ -16,6 +21,41 @@ std::future<Status> Ready(Status s) {
   std::promise<Status> p;
   p.set_value(std::move(s));
   return p.get_future();
+}
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+uint64_t RandomClientId() {
+  std::random_device rd;
+  uint64_t id = 0;
+  while (id == 0) id = (uint64_t{rd()} << 32) ^ rd();
+  return id;
+}
+
+// Commands whose resend the server must recognise (PsRequestMeta::sequence):
+// updates applied on arrival, and barriers (a resent arrival at a barrier
+// that was released meanwhile is answered, not counted for the next round).
+// Sync gradient pushes are recognised by step and slot instead; numbering
+// them too is harmless.
+bool IsNumbered(uint32_t command) {
+  switch (command) {
+    case pb::PS_PUSH_SPARSE_GRAD:
+    case pb::PS_PUSH_SPARSE_DELTA:
+    case pb::PS_PUSH_DENSE_GRAD:
+    case pb::PS_PUSH_DENSE_DELTA:
+    case pb::PS_INIT_DENSE:
+    case pb::PS_SHRINK:
+    case pb::PS_END_PASS:
+    case pb::PS_BARRIER:
+      return true;
+    default:
+      return false;
+  }
 }
 
 // Sync mode applies a gradient to the step it names.
@@ -60,10 +100,82 @@ struct PsClient::Gather {
   }
 };
 
-PsClient::PsClient(PsClientOptions options, JobConfig job)
-    : options_(std::move(options)), job_(std::move(job)) {}
+struct PsClient::Attempt {
+  int server = 0;
+  Message request;  // kept for resends (its frames are shared, not copied)
+  RpcOptions rpc;
+  uint64_t seq = 0;  // Number(); 0: not numbered
+  int resends = 0;
+  Clock::time_point lost_at;  // first failure (valid when resends > 0)
+  Status first_failure;
+  std::function<void(Result<Message>)> done;
+};
 
-PsClient::~PsClient() = default;
+class PsClient::Resender {
+ public:
+  Resender() : thread_([this] { Run(); }) {}
+  ~Resender() { Stop(); }
+
+  // Runs fn(true) on the resend thread at `due`, or fn(false) from Stop()
+  // if that comes first. False (fn not kept) once stopped.
+  bool Schedule(Clock::time_point due, std::function<void(bool run)> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return false;
+      queue_.emplace(due, std::move(fn));
+    }
+    cv_.notify_one();
+    return true;
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+    // The thread is gone and Schedule refuses: the queue is ours.
+    for (auto& [due, fn] : queue_) fn(false);
+    queue_.clear();
+  }
+
+ private:
+  void Run() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stopped_) {
+      // Idle waits are bounded too; nothing is due then.
+      const Clock::time_point due =
+          queue_.empty() ? Clock::now() + std::chrono::seconds(1) : queue_.begin()->first;
+      if (due > Clock::now()) {
+        cv_.wait_until(lock, due);
+        continue;
+      }
+      auto fn = std::move(queue_.begin()->second);
+      queue_.erase(queue_.begin());
+      lock.unlock();
+      fn(true);
+      lock.lock();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::multimap<Clock::time_point, std::function<void(bool run)>> queue_;  // guarded by mu_
+  bool stopped_ = false;                                                   // guarded by mu_
+  std::thread thread_;  // last: starts once the rest is built
+};
+
+PsClient::PsClient(PsClientOptions options, JobConfig job)
+    : options_(std::move(options)), job_(std::move(job)), client_id_(RandomClientId()) {}
+
+PsClient::~PsClient() {
+  // Queued resends fail first; then stopping the node fails the calls in
+  // flight, whose OnAttemptDone finds the resender stopped and completes them.
+  if (resender_) resender_->Stop();
+  if (rpc_) rpc_->Stop();
+}
 
 Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, const JobConfig& job) {
   if (options.servers.empty()) return Status::InvalidArgument("no parameter servers given");
@@ -109,6 +221,13 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, cons
     auto peer = client->rpc_->Connect(endpoint);
     if (!peer.ok()) return peer.status().WithContext("parameter server list");
     client->peers_.push_back(peer.value());
+  }
+  client->lost_since_ms_ = std::make_unique<std::atomic<int64_t>[]>(num_servers);
+  for (int s = 0; s < num_servers; ++s) client->lost_since_ms_[s].store(0);
+  // Waiting for a lost server only makes sense when it comes back holding
+  // every acknowledged update; without recovery it would come back empty.
+  if (!job.server.recovery_dir.empty() && job.distributed.server_restart_timeout.count() > 0) {
+    client->resender_ = std::make_unique<Resender>();
   }
   return client;
 }
@@ -194,23 +313,116 @@ std::future<Status> PsClient::SendAll(
     return future;
   }
   gather->remaining.store(static_cast<int>(count));
-  RpcOptions rpc;
-  rpc.timeout = timeout;
   for (size_t index = 0; index < count; ++index) {
     Outgoing out = make(index);
-    rpc.what = absl::StrCat(what, " on server ", out.server, out.part);
-    rpc_->CallAsync(peers_[out.server], std::move(out.request), rpc,
-                    [gather, index, on_reply, what = rpc.what](Result<Message> reply) {
-                      if (!reply.ok()) {
-                        gather->Finish(reply.status().ok()
-                                           ? reply.status()
-                                           : reply.status().WithContext(what));
-                        return;
-                      }
-                      gather->Finish(on_reply ? on_reply(index, reply.value()) : Status::OK());
-                    });
+    auto a = std::make_shared<Attempt>();
+    a->server = out.server;
+    a->request = std::move(out.request);
+    a->rpc.timeout = timeout;
+    a->rpc.what = absl::StrCat(what, " on server ", out.server, out.part);
+    if (resender_) a->seq = Number(&a->request);
+    a->done = [gather, index, on_reply, what = a->rpc.what](Result<Message> reply) {
+      if (!reply.ok()) {
+        gather->Finish(reply.status().WithContext(what));
+        return;
+      }
+      gather->Finish(on_reply ? on_reply(index, reply.value()) : Status::OK());
+    };
+    Issue(std::move(a));
   }
   return future;
+}
+
+uint64_t PsClient::Number(Message* request) {
+  if (!IsNumbered(request->header.command())) return 0;
+  pb::PsRequestMeta meta;
+  if (!meta.ParseFromString(request->header.meta())) return 0;  // ours: always parses
+  uint64_t seq;
+  {
+    std::lock_guard<std::mutex> lock(seq_mu_);
+    seq = next_seq_++;
+    outstanding_.insert(seq);
+    meta.set_acked_below(*outstanding_.begin());
+  }
+  meta.set_client_id(client_id_);
+  meta.set_sequence(seq);
+  request->header.set_meta(meta.SerializeAsString());
+  return seq;
+}
+
+void PsClient::Issue(std::shared_ptr<Attempt> a) {
+  // Without resends the request is sent once and need not be kept.
+  Message m = resender_ ? a->request : std::move(a->request);
+  const int peer = peers_[a->server];
+  const RpcOptions rpc = a->rpc;
+  rpc_->CallAsync(peer, std::move(m), rpc,
+                  [this, a = std::move(a)](Result<Message> reply) mutable {
+                    OnAttemptDone(a, std::move(reply));
+                  });
+}
+
+void PsClient::OnAttemptDone(const std::shared_ptr<Attempt>& a, Result<Message> reply) {
+  const int server = a->server;
+  const std::string endpoint = options_.servers[server];
+  // Only a server reached before and lost since is waited for: one never
+  // reached is a wrong address or a server that did not start, reported at
+  // once as before.
+  if (resender_ && !reply.ok() && reply.status().IsUnavailable() &&
+      rpc_->PeerEverReached(peers_[server])) {
+    const auto now = Clock::now();
+    const auto window = job_.distributed.server_restart_timeout;
+    if (a->resends == 0) {
+      a->lost_at = now;
+      a->first_failure = reply.status();
+      int64_t up = 0;
+      if (lost_since_ms_[server].compare_exchange_strong(up, NowMs())) {
+        LOG(WARNING) << options_.name << ": parameter server " << server << " (" << endpoint
+                     << ") lost: " << reply.status().ToString() << "; resending its calls for up to "
+                     << window.count() << " ms (Distributed.server_restart_timeout_ms)";
+      }
+      // A sync push may have been merged, or its step applied, before the
+      // reply was lost: the resend must be answered, not refused or re-added.
+      pb::PsRequestMeta meta;
+      if (meta.ParseFromString(a->request.header.meta())) {
+        meta.set_idempotent(true);
+        a->request.header.set_meta(meta.SerializeAsString());
+      }
+    }
+    if (now - a->lost_at < window) {
+      // Backoff 50, 100, 200, 400, then 500 ms: a restart takes a second or
+      // more, and while the connection is down each try fails at once.
+      const auto delay = std::min(std::chrono::milliseconds(50 << std::min(a->resends, 4)),
+                                  std::chrono::milliseconds(500));
+      ++a->resends;
+      if (resender_->Schedule(now + delay, [this, a](bool run) {
+            if (run) {
+              Issue(a);
+            } else {
+              OnAttemptDone(a, Status::Unavailable("ps client shut down while resending",
+                                                   options_.servers[a->server]));
+            }
+          })) {
+        return;
+      }
+      // The client is shutting down: complete with this failure.
+    } else {
+      reply = Status::Unavailable(
+          absl::StrCat("parameter server ", server, " did not come back within ", window.count(),
+                       " ms (Distributed.server_restart_timeout_ms) after it was lost (",
+                       a->first_failure.ToString(), "); ", a->resends, " resends"),
+          endpoint);
+    }
+  } else if (a->resends > 0 && reply.ok()) {
+    if (const int64_t since = lost_since_ms_[server].exchange(0); since != 0) {
+      LOG(WARNING) << options_.name << ": parameter server " << server << " (" << endpoint
+                   << ") answers again " << NowMs() - since << " ms after it was lost";
+    }
+  }
+  if (a->seq != 0) {
+    std::lock_guard<std::mutex> lock(seq_mu_);
+    outstanding_.erase(a->seq);
+  }
+  a->done(std::move(reply));
 }
 
 std::future<Status> PsClient::Broadcast(

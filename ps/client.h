@@ -15,6 +15,21 @@
 // slices without copying (the SArray is shared with the transport until the
 // servers have it).
 //
+// A lost server (crash recovery; server.recovery_dir set and
+// Distributed.server_restart_timeout_ms > 0): a request that fails with
+// Unavailable because its server, reached before, went away is sent again
+// to the same server (a new request id; a late reply to the old one is
+// dropped by RpcNode) every 50-500 ms until it is answered or the restart
+// window has passed since its first failure; then the call fails with
+// Unavailable naming the server, the window and the first failure. A
+// blocking call may so block for up to that window more. Resends are never
+// applied twice: a sync gradient push is resent as `idempotent` (the server
+// knows the steps it applied and the slots it holds); updates and barriers
+// carry this client's id and a per-request number that the server records
+// (in its push log too, so a restarted server remembers) and answers again
+// without applying. Pulls, stats and save/load are resent as they are.
+// A peer never reached is not waited for (RpcNodeOptions::connect_timeout).
+//
 // Errors of every call: Timeout / Unavailable naming the server endpoint and
 // the call (see RpcNode), InvalidArgument for sizes that do not fit the
 // table (nothing sent), NotFound for an unknown table id, or the status a
@@ -27,6 +42,8 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -149,6 +166,10 @@ class PsClient {
  private:
   struct TableRoute;
   struct Gather;
+  // One request, sent (and resent, see above) until it has its answer.
+  struct Attempt;
+  // Runs delayed resends on its own thread.
+  class Resender;
 
   PsClient(PsClientOptions options, JobConfig job);
   Result<const TableRoute*> Route(uint32_t table, bool sparse) const;
@@ -189,6 +210,14 @@ class PsClient {
                                  const PushOptions& options);
   std::future<Status> SendDense(pb::PsCommand command, uint32_t table, SArray<float> values,
                                 const PushOptions& options);
+  // Sends a (again) and hands its outcome to OnAttemptDone.
+  void Issue(std::shared_ptr<Attempt> a);
+  // Resends a after a lost server while the restart window lasts, else
+  // completes it.
+  void OnAttemptDone(const std::shared_ptr<Attempt>& a, Result<Message> reply);
+  // Gives an update or barrier request this client's id and its number
+  // (PsRequestMeta); returns the number, 0 for other commands.
+  uint64_t Number(Message* request);
   Status BroadcastControl(pb::PsCommand command, int table, const pb::PsRequestMeta& meta,
                           std::chrono::milliseconds timeout, const std::string& what,
                           std::vector<Message>* replies = nullptr);
@@ -199,6 +228,18 @@ class PsClient {
   std::unique_ptr<RpcNode> rpc_;
   std::vector<int> peers_;  // peer id of server rank r
   std::vector<std::unique_ptr<TableRoute>> routes_;
+  const uint64_t client_id_;  // random, non-zero: names this client to servers
+  // Null when resends are off (no server.recovery_dir, or a zero window).
+  std::unique_ptr<Resender> resender_;
+
+  // When each server was first seen lost in its current outage (ms on the
+  // steady clock; 0: not lost). Logs the outage once and its end once.
+  std::unique_ptr<std::atomic<int64_t>[]> lost_since_ms_;
+
+  // Numbers of update and barrier requests; guarded by seq_mu_.
+  std::mutex seq_mu_;
+  uint64_t next_seq_ = 1;
+  std::set<uint64_t> outstanding_;  // numbered and not answered yet
 };
 
 }  // namespace fleet::ps

@@ -97,7 +97,7 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
   FLEET_RETURN_IF_ERROR(CheckKeys(
       node, "Distributed",
       {"mode", "k_steps", "max_merge", "timeout_ms", "max_request_bytes", "busy_poll_us", "heter",
-       "auth"}));
+       "auth", "server_restart_timeout_ms"}));
   std::string mode = "sync";
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "mode", &mode));
   if (mode == "sync") {
@@ -124,6 +124,10 @@ Status ParseDistributed(const YAML::Node& node, DistributedConfig* out) {
     return Status::InvalidArgument("must be 0..1000000 (microseconds)", "Distributed.busy_poll_us");
   out->busy_poll = std::chrono::microseconds(busy_poll_us);
   FLEET_RETURN_IF_ERROR(ReadScalar(node, "Distributed", "auth", &out->auth));
+  int64_t restart_ms = out->server_restart_timeout.count();
+  FLEET_RETURN_IF_ERROR(ReadInt(node, "Distributed", "server_restart_timeout_ms", 0, kMaxTimeoutMs,
+                                &restart_ms));
+  out->server_restart_timeout = std::chrono::milliseconds(restart_ms);
   return ParseHeter(node["heter"], &out->heter);
 }
 

@@ -15,6 +15,7 @@
 //     timeout_ms: 60000     # deadline of every PS request (<= 86400000, one day)
 //     max_request_bytes: 1048576  # larger requests to one server go in pieces
 //     busy_poll_us: 0       # poll this long before sleeping (latency vs CPU)
+//     server_restart_timeout_ms: 30000  # with server.recovery_dir: resend to a crashed server
 //     heter:                # jobs with heter workers (heter/): the CPU-worker side
 //       pipeline_depth: 4   # micro-batches a CPU worker keeps in flight (async, geo)
 //       micro_batches: 1    # pieces each mini-batch is cut into
@@ -126,6 +127,17 @@ struct DistributedConfig {
   // of a CPU busy meanwhile (VanOptions::busy_poll). For latency-bound jobs
   // with cores to spare; 0 never spins.
   std::chrono::microseconds busy_poll{0};
+  // `Distributed.server_restart_timeout_ms`: default 30000, 0..86400000.
+  // With server.recovery_dir set (a crashed server comes back with every
+  // acknowledged update under fleetrun --max_restart), a worker's request
+  // that fails because its server was lost (Unavailable after the server
+  // had been reached) is sent again to the same server until it is
+  // answered or this long has passed since the first failure, so a running
+  // job rides out a server restart (PsClient: resends are never applied
+  // twice). It must cover the restart: fleetrun noticing the death, the
+  // new process loading the recovery checkpoint and replaying its log.
+  // 0, or no recovery_dir: a lost server fails the call at once.
+  std::chrono::milliseconds server_restart_timeout{30000};
   // `Distributed.auth`: default on. On: the job's ZeroMQ traffic (servers,
   // workers, heter workers) is encrypted and authenticated with ZeroMQ CURVE
   // under keys derived from the job secret (comm/job_auth.h), so only the

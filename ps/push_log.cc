@@ -8,7 +8,7 @@
 namespace fleet::ps {
 namespace {
 
-constexpr std::string_view kLogMagic = "FPSPLOG1";
+constexpr std::string_view kLogMagic = "FPSPLOG2";
 constexpr size_t kFrameHeader = 2 * sizeof(uint32_t);
 
 uint32_t Crc32(std::string_view data) {
@@ -38,6 +38,7 @@ bool DecodePayload(std::string_view payload, PushRecord* rec) {
   if (!r.Get(&op) || op < 1 || op > static_cast<uint8_t>(LogOp::kEndPass)) return false;
   rec->op = static_cast<LogOp>(op);
   return r.Get(&rec->table) && r.Get(&rec->step) && r.GetString(&rec->sender) &&
+         r.Get(&rec->client) && r.Get(&rec->seq) &&
          GetArray(r, &rec->keys) && GetArray(r, &rec->values) && GetArray(r, &rec->shows) &&
          GetArray(r, &rec->clicks) && r.remaining() == 0;
 }
@@ -69,6 +70,8 @@ Status PushLog::Append(const PushRecordRef& rec) {
   w.Put<uint32_t>(rec.table);
   w.Put<int64_t>(rec.step);
   w.PutString(rec.sender);
+  w.Put<uint64_t>(rec.client);
+  w.Put<uint64_t>(rec.seq);
   PutArray(w, rec.keys);
   PutArray(w, rec.values);
   PutArray(w, rec.shows);
@@ -104,7 +107,7 @@ Result<PushLogContents> ReadPushLog(FileSystem* fs, const std::string& path) {
   if (!data.starts_with(kLogMagic)) {
     // A crash while the header was written leaves a shorter prefix of it.
     if (data.size() < kLogMagic.size() && kLogMagic.substr(0, data.size()) == data) return PushLogContents{};
-    return Status::Corruption("push log header is not FPSPLOG1", path);
+    return Status::Corruption("push log header is not FPSPLOG2", path);
   }
   PushLogContents out;
   size_t pos = kLogMagic.size();

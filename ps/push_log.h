@@ -3,9 +3,11 @@
 // crashed can be rebuilt exactly: load the checkpoint, replay the log in
 // order through the same apply code (PsServer).
 //
-// File layout: "FPSPLOG1", then records, each
+// File layout: "FPSPLOG2", then records, each
 //   u32 payload length, u32 crc32 of the payload, payload
-// where the payload is u8 op, u32 table, i64 step, string sender, then
+// where the payload is u8 op, u32 table, i64 step, string sender, u64
+// client, u64 seq (who sent it, so a restarted server still recognises a
+// resend of it: PsRequestMeta client_id/sequence, 0 when not numbered), then
 // u64 count + elements for keys, values, shows and clicks (little-endian).
 // A record is appended with one write(2), before the update it describes is
 // acknowledged. A crash in the middle of an append leaves a short or
@@ -64,6 +66,8 @@ struct PushRecordRef {
   uint32_t table = 0;
   int64_t step = -1;  // sync ops: the step applied; -1 otherwise
   std::string_view sender = {};
+  uint64_t client = 0;  // PsRequestMeta client_id and sequence; 0: none
+  uint64_t seq = 0;
   std::span<const uint64_t> keys = {};
   std::span<const float> values = {};
   std::span<const float> shows = {};
@@ -76,6 +80,8 @@ struct PushRecord {
   uint32_t table = 0;
   int64_t step = -1;
   std::string sender;
+  uint64_t client = 0;
+  uint64_t seq = 0;
   std::vector<uint64_t> keys;
   std::vector<float> values, shows, clicks;
 };

@@ -85,7 +85,11 @@ Status ExpectFrames(const Message& req, std::initializer_list<int> allowed, cons
 std::string StepsFileName(uint32_t gen) { return absl::StrFormat("steps-g%06u.bin", gen); }
 std::string LogFileName(uint32_t gen) { return absl::StrFormat("pushlog-g%06u.log", gen); }
 std::string InDir(const std::string& dir, const std::string& name) { return absl::StrCat(dir, "/", name); }
-constexpr std::string_view kStepsMagic = "FPSSTEP1";
+// Steps file: magic, u32 count, (u32 table, i64 next step) each, u32
+// clients, (u64 client, u64 floor, u32 count, u64 numbers) each (the
+// requests applied, so resends are recognised after a restart), u32 crc32.
+constexpr std::string_view kStepsMagic = "FPSSTEP2";
+using SeenMap = std::map<uint64_t, AppliedRequests>;
 
 // The generation in a recovery file name, if it has one.
 std::optional<uint32_t> GenerationOf(const std::string& name) {
@@ -110,7 +114,7 @@ Result<std::optional<uint32_t>> NewestRecoveryGen(FileSystem* fs, const std::str
   return newest;
 }
 
-std::string EncodeSteps(const std::map<uint32_t, int64_t>& steps) {
+std::string EncodeSteps(const std::map<uint32_t, int64_t>& steps, const SeenMap& seen) {
   std::string out(kStepsMagic);
   ByteWriter w(&out);
   w.Put<uint32_t>(static_cast<uint32_t>(steps.size()));
@@ -118,11 +122,19 @@ std::string EncodeSteps(const std::map<uint32_t, int64_t>& steps) {
     w.Put<uint32_t>(table);
     w.Put<int64_t>(step);
   }
+  w.Put<uint32_t>(static_cast<uint32_t>(seen.size()));
+  for (const auto& [client, applied] : seen) {
+    w.Put<uint64_t>(client);
+    w.Put<uint64_t>(applied.floor);
+    w.Put<uint32_t>(static_cast<uint32_t>(applied.done.size()));
+    for (uint64_t seq : applied.done) w.Put<uint64_t>(seq);
+  }
   w.Put<uint32_t>(static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(out.data()), out.size())));
   return out;
 }
 
-Result<std::map<uint32_t, int64_t>> DecodeSteps(std::string_view data, const std::string& path) {
+Result<std::map<uint32_t, int64_t>> DecodeSteps(std::string_view data, const std::string& path,
+                                                SeenMap* seen) {
   auto bad = [&](const char* why) { return Status::Corruption(absl::StrCat("recovery step file: ", why), path); };
   if (data.size() < kStepsMagic.size() + 8 || !data.starts_with(kStepsMagic)) return bad("bad magic or size");
   const std::string_view body = data.substr(0, data.size() - 4);
@@ -139,6 +151,23 @@ Result<std::map<uint32_t, int64_t>> DecodeSteps(std::string_view data, const std
     int64_t step = 0;
     if (!r.Get(&table) || !r.Get(&step) || step < 0) return bad("truncated or negative step");
     steps[table] = step;
+  }
+  uint32_t clients = 0;
+  if (!r.Get(&clients)) return bad("truncated");
+  for (uint32_t i = 0; i < clients; ++i) {
+    uint64_t client = 0;
+    AppliedRequests applied;
+    uint32_t count = 0;
+    if (!r.Get(&client) || !r.Get(&applied.floor) || !r.Get(&count) ||
+        count > r.remaining() / sizeof(uint64_t)) {
+      return bad("truncated client numbers");
+    }
+    for (uint32_t k = 0; k < count; ++k) {
+      uint64_t seq = 0;
+      if (!r.Get(&seq)) return bad("truncated client numbers");
+      applied.done.insert(seq);
+    }
+    (*seen)[client] = std::move(applied);
   }
   if (r.remaining() != 0) return bad("trailing bytes");
   return steps;
@@ -347,12 +376,23 @@ Status PsServer::ApplyRecord(const PushRecordRef& rec, uint64_t* shrunk) {
 }
 
 Status PsServer::Logged(const PushRecordRef& rec, uint64_t* shrunk) {
-  if (recovery_dir_.empty()) return ApplyRecord(rec, shrunk);
+  if (recovery_dir_.empty()) {
+    // A resend whose first copy was applied (its reply was lost) is
+    // answered as that one was. Claimed before applying, so a resend that
+    // arrives while the first copy is still being applied is answered OK
+    // a little early; its caller resent only after losing the first reply.
+    if (!Claim(rec.client, rec.seq)) return Status::OK();
+    Status s = ApplyRecord(rec, shrunk);
+    if (!s.ok()) Unclaim(rec.client, rec.seq);
+    return s;
+  }
   std::lock_guard<std::mutex> lock(log_mu_);
+  if (!Claim(rec.client, rec.seq)) return Status::OK();
   if (log_broken_) {
     // The log's tail is unknown after a failed write or sync: only a new
     // checkpoint (and log) makes further updates recoverable again.
     if (Status s = RecoveryCheckpointLocked(); !s.ok()) {
+      Unclaim(rec.client, rec.seq);
       return Status::FailedPrecondition(
           absl::StrCat("update refused: the push log failed and a new recovery checkpoint "
                        "failed too: ", s.ToString()),
@@ -361,9 +401,12 @@ Status PsServer::Logged(const PushRecordRef& rec, uint64_t* shrunk) {
   }
   if (Status s = log_->Append(rec); !s.ok()) {
     log_broken_ = true;
+    Unclaim(rec.client, rec.seq);
     return s.WithContext("push log append (update not applied)");
   }
   Status applied = ApplyRecord(rec, shrunk);
+  // Replay fails it the same way and does not claim it either.
+  if (!applied.ok()) Unclaim(rec.client, rec.seq);
   if (IsSyncOp(rec.op)) next_step_[rec.table] = std::max(next_step_[rec.table], rec.step + 1);
   if (++since_checkpoint_ >= options_.job.server.checkpoint_every) {
     // This update waits for the checkpoint; it bounds the replay and the log.
@@ -373,6 +416,36 @@ Status PsServer::Logged(const PushRecordRef& rec, uint64_t* shrunk) {
     }
   }
   return applied;
+}
+
+bool PsServer::Claim(uint64_t client, uint64_t seq) {
+  if (client == 0) return true;
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  AppliedRequests& a = seen_[client];
+  if (seq < a.floor) return false;
+  return a.done.insert(seq).second;
+}
+
+bool PsServer::Applied(uint64_t client, uint64_t seq) {
+  if (client == 0) return false;
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  auto it = seen_.find(client);
+  return it != seen_.end() && (seq < it->second.floor || it->second.done.contains(seq));
+}
+
+void PsServer::Unclaim(uint64_t client, uint64_t seq) {
+  if (client == 0) return;
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  if (auto it = seen_.find(client); it != seen_.end()) it->second.done.erase(seq);
+}
+
+void PsServer::Forget(uint64_t client, uint64_t acked_below) {
+  if (client == 0) return;
+  std::lock_guard<std::mutex> lock(seen_mu_);
+  AppliedRequests& a = seen_[client];
+  if (acked_below <= a.floor) return;
+  a.floor = acked_below;
+  a.done.erase(a.done.begin(), a.done.lower_bound(acked_below));
 }
 
 Result<bool> PsServer::Recover() {
@@ -387,7 +460,11 @@ Result<bool> PsServer::Recover() {
         absl::StrCat("recovery step file of generation ", *gen, ": ", steps_data.status().ToString()),
         steps_path);
   }
-  FLEET_ASSIGN_OR_RETURN(next_step_, DecodeSteps(*steps_data, steps_path));
+  {
+    std::lock_guard<std::mutex> lock(seen_mu_);
+    seen_.clear();
+    FLEET_ASSIGN_OR_RETURN(next_step_, DecodeSteps(*steps_data, steps_path, &seen_));
+  }
   const std::map<uint32_t, int64_t> checkpoint_steps = next_step_;
   // No log: the crash came between the checkpoint and its log's creation,
   // when nothing could be applied (log_mu_ was held).
@@ -407,6 +484,8 @@ Result<bool> PsServer::Recover() {
                             .keys = r.keys, .values = r.values, .shows = r.shows,
                             .clicks = r.clicks});
     if (!s.ok()) ++failed;
+    // As Logged: a numbered update counts as applied unless it failed.
+    if (s.ok()) (void)Claim(r.client, r.seq);
     if (IsSyncOp(r.op)) next_step_[r.table] = std::max(next_step_[r.table], r.step + 1);
     ++replayed[r.table];
   }
@@ -441,8 +520,13 @@ Status PsServer::RecoveryCheckpointLocked() {
   // Checkpointer::Save picks the generation after the newest manifest too.
   const uint32_t gen = newest ? *newest + 1 : 0;
   // The steps first: once the manifest of gen exists, so does this file.
-  FLEET_RETURN_IF_ERROR(WriteFileAtomically(fs_, InDir(recovery_dir_, StepsFileName(gen)),
-                                            EncodeSteps(next_step_)));
+  std::string steps;
+  {
+    std::lock_guard<std::mutex> lock(seen_mu_);
+    steps = EncodeSteps(next_step_, seen_);
+  }
+  FLEET_RETURN_IF_ERROR(
+      WriteFileAtomically(fs_, InDir(recovery_dir_, StepsFileName(gen)), steps));
   // A snapshot: the job's own base/delta chain in save_dir is not disturbed.
   FLEET_RETURN_IF_ERROR(recovery_ckpt_->SaveSnapshot(recovery_dir_, AllTables()));
   // From here a restart loads gen: nothing may go to the old log any more.
@@ -606,11 +690,16 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
     return reply_error(s);
   }
   SparseTable* t = table.value();
+  auto meta = ParseMeta(req);
+  if (!meta.ok()) return reply_error(meta.status());
   const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
   if (!sync) {
+    Forget(meta->client_id(), meta->acked_below());
     Status s = Logged({.op = delta ? LogOp::kSparseDelta : LogOp::kSparseGrad,
                        .table = t->config().id,
                        .sender = req.header.sender(),
+                       .client = meta->client_id(),
+                       .seq = meta->sequence(),
                        .keys = keys->span(),
                        .values = grads->span(),
                        .shows = shows.span(),
@@ -640,8 +729,6 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
           absl::StrCat("table ", req.header.table_id())));
     }
   }
-  auto meta = ParseMeta(req);
-  if (!meta.ok()) return reply_error(meta.status());
   std::vector<float> combined(n * (dim + 2));
   for (size_t i = 0; i < n; ++i) {
     float* row = combined.data() + i * (dim + 2);
@@ -675,11 +762,16 @@ void PsServer::PushDense(Message req, Responder r, bool delta) {
   if (!values.ok()) return reply_error(values.status());
   if (Status s = CheckFinite(req, what, {values->span()}); !s.ok()) return reply_error(s);
   DenseTable* t = table.value();
+  auto meta = ParseMeta(req);
+  if (!meta.ok()) return reply_error(meta.status());
   const bool sync = !delta && options_.job.distributed.mode == SyncMode::kSync;
   if (!sync || t->range().size() == 0) {
+    Forget(meta->client_id(), meta->acked_below());
     Status s = Logged({.op = delta ? LogOp::kDenseDelta : LogOp::kDenseGrad,
                        .table = t->config().id,
                        .sender = req.header.sender(),
+                       .client = meta->client_id(),
+                       .seq = meta->sequence(),
                        .values = values->span()});
     if (!s.ok()) return reply_error(s);
     served_.fetch_add(1, std::memory_order_relaxed);
@@ -691,8 +783,6 @@ void PsServer::PushDense(Message req, Responder r, bool delta) {
                      " elements, got ", values->size()),
         absl::StrCat("table ", req.header.table_id())));
   }
-  auto meta = ParseMeta(req);
-  if (!meta.ok()) return reply_error(meta.status());
   AddSyncContribution(t->config().id, *meta, {}, values->span(), r, ReplyBy(req, Clock::now()));
 }
 
@@ -739,9 +829,13 @@ Status PsServer::InitDense(const Message& req, Message* resp) {
   FLEET_RETURN_IF_ERROR(ExpectFrames(req, {1}, "init_dense"));
   FLEET_ASSIGN_OR_RETURN(SArray<float> values, req.Frame<float>(0));
   FLEET_RETURN_IF_ERROR(CheckFinite(req, "init_dense", {values.span()}));
+  FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
+  Forget(meta.client_id(), meta.acked_below());
   return Logged({.op = LogOp::kDenseAssign,
                  .table = table->config().id,
                  .sender = req.header.sender(),
+                 .client = meta.client_id(),
+                 .seq = meta.sequence(),
                  .values = values.span()});
 }
 
@@ -763,10 +857,15 @@ void PsServer::Barrier(Message req, Responder r) {
   }
   // A caller counts once (a retry replaces its earlier arrival) and only
   // until shortly before its call's deadline, when ExpireWaits answers it:
-  // one that gave up must not release the others of a later round.
+  // one that gave up must not release the others of a later round. A
+  // resend of an arrival that was released (its reply was lost) is
+  // answered at once: the others have left, and it must not count for the
+  // next round of the same name.
+  Forget(meta->client_id(), meta->acked_below());
   std::vector<Responder> release;
   {
     std::lock_guard<std::mutex> lock(barrier_mu_);
+    if (Applied(meta->client_id(), meta->sequence())) return r.Reply(Message());
     BarrierWait& wait = barriers_[meta->barrier_name()];
     if (!wait.arrived.empty() && wait.size != meta->barrier_size()) {
       return r.ReplyError(Status::InvalidArgument(
@@ -775,9 +874,14 @@ void PsServer::Barrier(Message req, Responder r) {
           which));
     }
     wait.size = meta->barrier_size();
-    wait.arrived.insert_or_assign(meta->worker_rank(), Waiter{r, ReplyBy(req, Clock::now())});
+    wait.arrived.insert_or_assign(meta->worker_rank(),
+                                  Waiter{r, ReplyBy(req, Clock::now()), meta->client_id(),
+                                         meta->sequence()});
     if (static_cast<int>(wait.arrived.size()) < wait.size) return;
-    for (auto& [rank, arrival] : wait.arrived) release.push_back(arrival.responder);
+    for (auto& [rank, arrival] : wait.arrived) {
+      release.push_back(arrival.responder);
+      (void)Claim(arrival.client, arrival.seq);
+    }
     barriers_.erase(meta->barrier_name());
   }
   for (const Responder& w : release) w.Reply(Message());
@@ -886,15 +990,28 @@ Status PsServer::Shrink(const Message& req, Message* resp) {
     FLEET_ASSIGN_OR_RETURN(SparseTable * table, FindSparse(req));
     which = table->config().id;
   }
-  FLEET_RETURN_IF_ERROR(
-      Logged({.op = LogOp::kShrink, .table = which, .sender = req.header.sender()}, &deleted));
+  FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
+  Forget(meta.client_id(), meta.acked_below());
+  // A resend of a shrink that was applied reports 0 rows (they are gone).
+  FLEET_RETURN_IF_ERROR(Logged({.op = LogOp::kShrink,
+                                .table = which,
+                                .sender = req.header.sender(),
+                                .client = meta.client_id(),
+                                .seq = meta.sequence()},
+                               &deleted));
   reply.set_rows_deleted(deleted);
   resp->header.set_meta(reply.SerializeAsString());
   return Status::OK();
 }
 
 Status PsServer::EndPass(const Message& req, Message* resp) {
-  return Logged({.op = LogOp::kEndPass, .table = kAllTables, .sender = req.header.sender()});
+  FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
+  Forget(meta.client_id(), meta.acked_below());
+  return Logged({.op = LogOp::kEndPass,
+                 .table = kAllTables,
+                 .sender = req.header.sender(),
+                 .client = meta.client_id(),
+                 .seq = meta.sequence()});
 }
 
 Status PsServer::Stats(const Message& req, Message* resp) {

@@ -41,6 +41,17 @@
 // that fails refuses that update and the following ones until a checkpoint
 // starts a new log.
 //
+// Resends (PsClient, after a lost server or connection): an update or
+// barrier request numbered by its client (PsRequestMeta client_id,
+// sequence) is recorded when applied; a second request with the same
+// number is answered OK without applying it again. The numbers travel in
+// the push log and the recovery checkpoint, so a restarted server still
+// knows the ones it applied; each client's numbers below its acked_below
+// are dropped. A sync push resent as idempotent is recognised by its step
+// and slot (GradientMerger). Barriers: a resent arrival replaces the
+// earlier one while the barrier waits, and is answered at once if that
+// arrival was released (unless server 0 crashed in between).
+//
 // Thread safety: all public methods are thread-safe.
 #pragma once
 
@@ -49,6 +60,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -89,6 +101,12 @@ struct PsServerOptions {
   // (VanOptions::auth); null: plain TCP. Programs pass
   // TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
   std::shared_ptr<const JobAuth> auth;
+};
+
+// The numbered requests of one client a server applied (PsServer::Claim).
+struct AppliedRequests {
+  uint64_t floor = 0;       // every number below counts as applied
+  std::set<uint64_t> done;  // numbers >= floor applied
 };
 
 class PsServer {
@@ -139,6 +157,15 @@ class PsServer {
   Result<bool> Recover();
   // Writes a recovery checkpoint and starts its log. REQUIRES: log_mu_ held.
   Status RecoveryCheckpointLocked();
+  // Resent requests. Claim records (client, seq) and returns false when it
+  // was recorded before (a resend: not to be applied again); Unclaim undoes
+  // it when the update failed. Forget drops a client's numbers below
+  // acked_below. No-ops for client 0 (not numbered).
+  bool Claim(uint64_t client, uint64_t seq);
+  // Whether (client, seq) was claimed, without claiming it.
+  bool Applied(uint64_t client, uint64_t seq);
+  void Unclaim(uint64_t client, uint64_t seq);
+  void Forget(uint64_t client, uint64_t acked_below);
   // kBatch: fsyncs the log (from the watchdog tick).
   void SyncLog();
   void RegisterHandlers();
@@ -191,6 +218,8 @@ class PsServer {
   struct Waiter {
     Responder responder;
     std::chrono::steady_clock::time_point reply_by;
+    uint64_t client = 0;  // barriers: the arrival's number (Claim)
+    uint64_t seq = 0;
   };
 
   // Sync mode; guarded by sync_mu_. A step's responders are answered by the
@@ -213,6 +242,12 @@ class PsServer {
   bool log_broken_ = false;  // a write or sync failed: updates refused
   int64_t since_checkpoint_ = 0;
   std::map<uint32_t, int64_t> next_step_;  // sync tables' next step
+
+  // Numbers of the requests applied, per client (Claim); guarded by
+  // seen_mu_, and changed under log_mu_ too when recovery is on, so a
+  // recovery checkpoint (under log_mu_) stores them consistently.
+  std::mutex seen_mu_;
+  std::map<uint64_t, AppliedRequests> seen_;
 
   // Barriers: name -> callers waiting, by worker rank, and the barrier's
   // size; guarded by barrier_mu_.

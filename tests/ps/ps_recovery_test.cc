@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "ps/push_log.h"
 #include "tests/ps/ps_cluster.h"
@@ -45,13 +46,13 @@ std::string TempDir(const std::string& name) {
 // Table 0: sparse dim 4, adagrad; table 1: dense dim 10, adam. Both have
 // optimizer state, which the comparison covers too.
 JobConfig Job(const std::string& recovery_dir, int checkpoint_every,
-              const std::string& sync = "batch") {
+              const std::string& sync = "batch", const std::string& distributed = "mode: sync") {
   std::string server;
   if (!recovery_dir.empty()) {
     server = "server: {recovery_dir: '" + recovery_dir + "', checkpoint_every: " +
              std::to_string(checkpoint_every) + ", push_log_sync: " + sync + "}\n";
   }
-  return MakeJob("Distributed: {mode: sync, timeout_ms: 10000}\n" + server +
+  return MakeJob("Distributed: {" + distributed + ", timeout_ms: 10000}\n" + server +
                  "tables:\n"
                  "  - {id: 0, kind: sparse, dim: 4, shard_num: 8,\n"
                  "     optimizer: {rule: adagrad, learning_rate: 0.5}}\n"
@@ -262,6 +263,154 @@ TEST(PsRecoveryTest, ConfigKeysAreCheckedAndDefaulted) {
   EXPECT_NE(zero.status().ToString().find("checkpoint_every"), std::string::npos);
   auto same = parse("{recovery_dir: /d, save_dir: /d}");
   EXPECT_NE(same.status().ToString().find("server.recovery_dir"), std::string::npos);
+}
+
+// ---- Resends after a lost server (PsClient, Distributed.server_restart_timeout_ms) ----
+
+// Server 1 crashes while worker 0's sync push of step 4 waits there for
+// worker 1's: the pending contribution dies with it. The worker's calls are
+// resent to the restarted server (the merged steps before 4 come from its
+// log), worker 1 pushes step 4 after the restart, and the job ends equal
+// to an undisturbed run. Without resends worker 0's push fails.
+TEST(PsResendTest, SyncWorkersRideThroughAServerRestartMidStep) {
+  const std::string expected = Undisturbed();
+  const std::string dir = TempDir("resend");
+  PsCluster cluster(Job(dir, 5), 2, 2);
+  InitDense(cluster);
+  RunSteps(cluster, 0, 4);
+  auto worker0 = std::async(std::launch::async, [&] {
+    for (int k = 4; k < kSteps; ++k) Step(cluster.client(0), 0, k);
+  });
+  // Worker 0's sparse push of step 4 is waiting on both servers now.
+  ASSERT_EQ(worker0.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  ASSERT_TRUE(cluster.RestartServer(1).ok());
+  for (int k = 4; k < kSteps; ++k) Step(cluster.client(1), 1, k);
+  worker0.get();
+  EXPECT_TRUE(Snapshot(cluster) == expected) << "tables differ from the undisturbed run's";
+}
+
+// Sends PS_PUSH_SPARSE_GRAD of gradient 1 for key 1 with a fixed request
+// number over a raw node, as a PsClient resending it after a lost reply does.
+Status RawPush(RpcNode& node, int peer, uint64_t seq) {
+  pb::PsRequestMeta meta;
+  meta.set_client_id(42);
+  meta.set_sequence(seq);
+  meta.set_acked_below(seq);
+  Message m;
+  m.header.set_command(pb::PS_PUSH_SPARSE_GRAD);
+  m.header.set_table_id(0);
+  m.header.set_meta(meta.SerializeAsString());
+  m.AddFrame(SArray<uint64_t>(std::vector<uint64_t>{1}));
+  m.AddFrame(SArray<float>(std::vector<float>(4, 1.0f)));
+  return node.CallSync(peer, std::move(m)).status();
+}
+
+// Async: a push delivered twice (its reply lost) is applied once, also
+// when the second copy reaches a restarted server, whose record of the
+// numbers comes from the push log (checkpoint_every 1000) or from the
+// recovery checkpoint (checkpoint_every 1: a checkpoint follows each push).
+TEST(PsResendTest, AnAsyncPushDeliveredTwiceIsAppliedOnce) {
+  for (int every : {1000, 1}) {
+    SCOPED_TRACE("checkpoint_every " + std::to_string(every));
+    const std::string dir = TempDir("resend_async" + std::to_string(every));
+    PsCluster cluster(Job(dir, every, "batch", "mode: async"), 1, 1);
+    auto raw = RpcNode::Create({}).value();
+    const int peer = raw->Connect(cluster.endpoints()[0]).value();
+    const uint64_t key = 1;
+    std::vector<float> once(4), now(4);
+    ASSERT_TRUE(RawPush(*raw, peer, 1).ok());
+    ASSERT_TRUE(cluster.client(0).PullSparse(0, {&key, 1}, once).ok());
+    ASSERT_TRUE(RawPush(*raw, peer, 1).ok());
+    ASSERT_TRUE(cluster.client(0).PullSparse(0, {&key, 1}, now).ok());
+    EXPECT_EQ(now, once) << "the resend was applied again";
+    ASSERT_TRUE(cluster.RestartServer(0).ok());
+    Status s;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!(s = RawPush(*raw, peer, 1)).ok() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_TRUE(cluster.client(0).PullSparse(0, {&key, 1}, now).ok());
+    EXPECT_EQ(now, once) << "the restarted server applied the resend again";
+    // A new number is a new update.
+    ASSERT_TRUE(RawPush(*raw, peer, 2).ok());
+    ASSERT_TRUE(cluster.client(0).PullSparse(0, {&key, 1}, now).ok());
+    EXPECT_NE(now, once);
+  }
+}
+
+// A barrier released while one arrival's reply was lost: its resend is
+// answered at once instead of waiting for a next round nobody joins.
+TEST(PsResendTest, AResentBarrierArrivalThatWasReleasedIsAnswered) {
+  PsCluster cluster(Job("", 0, "batch", "mode: async"), 1, 2);
+  auto raw = RpcNode::Create({}).value();
+  const int peer = raw->Connect(cluster.endpoints()[0]).value();
+  auto arrive = [&] {
+    pb::PsRequestMeta meta;
+    meta.set_barrier_name("b");
+    meta.set_worker_rank(0);
+    meta.set_barrier_size(2);
+    meta.set_client_id(7);
+    meta.set_sequence(3);
+    meta.set_acked_below(3);
+    Message m;
+    m.header.set_command(pb::PS_BARRIER);
+    m.header.set_meta(meta.SerializeAsString());
+    RpcOptions o;
+    o.timeout = std::chrono::seconds(2);
+    return raw->Call(peer, std::move(m), o);
+  };
+  auto first = arrive();
+  ASSERT_TRUE(cluster.client(1).Barrier("b").ok());
+  ASSERT_TRUE(first.get().ok());
+  const auto start = std::chrono::steady_clock::now();
+  Status again = arrive().get().status();
+  EXPECT_TRUE(again.ok()) << again.ToString();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+}
+
+// A lost server that does not come back fails the call once the window
+// passed, naming the server and the window; with the window 0, or without
+// recovery_dir, at once as before.
+TEST(PsResendTest, AServerThatDoesNotComeBackFailsTheCallAfterTheWindow) {
+  const std::string dir = TempDir("resend_gone");
+  for (int window : {400, 0}) {
+    SCOPED_TRACE("server_restart_timeout_ms " + std::to_string(window));
+    JobConfig job = Job(dir, 1000, "batch",
+                        "mode: async, server_restart_timeout_ms: " + std::to_string(window));
+    PsServerOptions so;
+    so.job = job;
+    auto server = PsServer::Create(so).value();
+    const std::string endpoint = server->Start().value();
+    PsClientOptions co;
+    co.servers = {endpoint};
+    auto client = PsClient::Create(co, job).value();
+    std::vector<float> dense(10);
+    ASSERT_TRUE(client->PullDense(1, dense).ok());
+    server.reset();
+    const auto start = std::chrono::steady_clock::now();
+    Status s = client->PullDense(1, dense);
+    const auto took = std::chrono::steady_clock::now() - start;
+    EXPECT_TRUE(s.IsUnavailable()) << s.ToString();
+    if (window > 0) {
+      EXPECT_NE(s.message().find("parameter server 0 did not come back within 400 ms"),
+                std::string::npos)
+          << s.ToString();
+      EXPECT_GE(took, std::chrono::milliseconds(400));
+      EXPECT_LT(took, std::chrono::seconds(3));
+    } else {
+      EXPECT_LT(took, std::chrono::milliseconds(300)) << s.ToString();
+    }
+  }
+}
+
+TEST(PsResendTest, RestartWindowKeyIsCheckedAndDefaulted) {
+  auto parse = [](const std::string& d) { return ParseJobConfig(YAML::Load("Distributed: " + d)); };
+  auto defaults = parse("{mode: sync}");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->distributed.server_restart_timeout, std::chrono::milliseconds(30000));
+  auto bad = parse("{server_restart_timeout_ms: -1}");
+  EXPECT_NE(bad.status().ToString().find("server_restart_timeout_ms"), std::string::npos);
 }
 
 // ---- PushLog on its own ----
