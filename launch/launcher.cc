@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -464,8 +465,9 @@ int Launcher::FinishJob() {
     if (sup_.killed_by_supervisor(stop[k])) {
       std::fprintf(io_.err, "fleetrun: warning: %s did not stop within %lld ms of SIGTERM; killed\n",
                    sup_.spec(stop[k]).Name().c_str(), static_cast<long long>(grace_.count()));
-    } else if (WIFEXITED(s) && WEXITSTATUS(s) != 0) {
-      // A server that fails while stopping may have failed to save.
+    } else if ((WIFEXITED(s) && WEXITSTATUS(s) != 0) || (WIFSIGNALED(s) && WTERMSIG(s) != SIGTERM)) {
+      // A server that fails, or is killed by another signal than our SIGTERM
+      // (kill -9, the OOM killer), while stopping may not have saved.
       Report(stop[k], s, " while stopping");
       rc = kExitJobFailed;
     }

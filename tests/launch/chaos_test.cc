@@ -1,7 +1,9 @@
 // Chaos test: faults injected into a real PS job (fleetrun in simulation
 // mode, 2 ps_server + 2 ps_worker training ctr_dnn in sync mode), one fault
-// per run: kill -9 of a server, of a worker and of fleetrun itself, SIGSTOP of
-// a worker, Ctrl-C (SIGINT) to fleetrun. For each it checks the exit code and
+// per run: kill -9 of a server, of a worker, of a heter worker (a job with one)
+// and of fleetrun itself, SIGSTOP of a worker and of a server, Ctrl-C (SIGINT)
+// to fleetrun, kill -9 of a server while it writes its checkpoint, and a
+// worker whose loss diverges to NaN. For each it checks the exit code and
 // the message that names the fault, that the job ends within a bound, and
 // that no process of the job is left (neither the pids fleetrun logged nor
 // any process carrying the job's FLEET_JOB_ID). It prints the observed times
@@ -69,12 +71,23 @@ std::vector<pid_t> ProcessesOfJob(const std::string& job_id) {
   return out;
 }
 
+// What a job runs beyond the suite's base (ctr_dnn in sync mode on 2 servers
+// and 2 workers, a hung peer noticed after 3 s).
+struct JobSpec {
+  std::string config = "configs/ctr_dnn.yaml";  // under FLEET_SOURCE_DIR
+  std::vector<std::string> flags;               // more fleetrun flags
+  std::vector<std::string> overrides;           // more -o Key=value, applied last
+  size_t processes = 4;                         // fleetrun starts this many
+};
+
 struct Job {
   pid_t fleetrun = -1;
   fs::path output;  // fleetrun's stdout and stderr
   std::string job_id;
   // "server 0" -> pid, from fleetrun's "started ..." lines.
   std::map<std::string, pid_t> pids;
+  // "server 0" -> "127.0.0.1:port", from fleetrun's "... listens on" lines.
+  std::map<std::string, std::string> endpoints;
 };
 
 struct Outcome {
@@ -83,7 +96,36 @@ struct Outcome {
   std::string message;     // the line naming the failure
   std::vector<pid_t> left; // processes of the job still alive afterwards
   fs::path logs;           // the job's log folder
+  std::string output;      // fleetrun's
 };
+
+// Fills job.pids and job.endpoints from what fleetrun printed so far.
+void ReadProcesses(Job& job) {
+  const std::string out = ReadFile(job.output);
+  const std::regex started(R"(fleetrun: started (\w+ \d+) .* pid (\d+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), started), end; it != end; ++it) {
+    job.pids[(*it)[1]] = std::stoi((*it)[2]);
+  }
+  const std::regex listens(R"(fleetrun: (\w+ \d+) listens on (\S+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), listens), end; it != end; ++it) {
+    job.endpoints[(*it)[1]] = (*it)[2];
+  }
+}
+
+// A file under `dir` that process `pid` has open and whose name ends in
+// ".tmp" (a checkpoint file being written), or "" if none right now.
+std::string OpenTempFileUnder(pid_t pid, const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    std::error_code link_ec;
+    const fs::path target = fs::read_symlink(it->path(), link_ec);
+    if (link_ec || target.parent_path() != dir) continue;
+    const std::string name = target.filename();
+    if (name.size() > 4 && name.ends_with(".tmp")) return name;
+  }
+  return "";
+}
 
 class ChaosTest : public ::testing::Test {
  protected:
@@ -105,8 +147,8 @@ class ChaosTest : public ::testing::Test {
     std::printf("\nchaos summary (time from the fault to the job's end):\n%s", table_.c_str());
   }
 
-  // Starts the job and waits until worker 0 has logged training steps.
-  Job Launch(const std::string& name) {
+  // Starts fleetrun on the job (without waiting for anything).
+  Job Start(const std::string& name, const JobSpec& spec) {
     Job job;
     std::string id = name;
     for (char& c : id) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -115,12 +157,17 @@ class ChaosTest : public ::testing::Test {
     const fs::path data = dir_ / "data";
     std::vector<std::string> args = {
         bin_ + "/fleetrun", "--server_num=2", "--worker_num=2", "--http_port=0", "--grace_period=1",
-        "--job_id=" + job.job_id, "--log_dir=" + (dir_ / "log").string(),
-        "--config=" + src_ + "/configs/ctr_dnn.yaml", "-o", "data.train=" + (data / "train").string(),
-        "-o", "data.test=" + (data / "test").string(), "-o", "data.oracle=" + (data / "oracle.txt").string(),
-        "-o", "train.epochs=1000", "-o", "train.batch_size=64", "-o", "train.log_interval=5",
-        // A hung peer is noticed after this long (the README's bound for it).
-        "-o", "Distributed.timeout_ms=3000"};
+        "--job_id=" + job.job_id, "--log_dir=" + (dir_ / "log").string(), "--config=" + src_ + "/" + spec.config};
+    args.insert(args.end(), spec.flags.begin(), spec.flags.end());
+    for (const std::string& o :
+         {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
+          "data.oracle=" + (data / "oracle.txt").string(), std::string("train.epochs=1000"),
+          std::string("train.batch_size=64"), std::string("train.log_interval=5"),
+          // A hung peer is noticed after this long (the README's bound for it).
+          std::string("Distributed.timeout_ms=3000")}) {
+      args.insert(args.end(), {"-o", o});
+    }
+    for (const std::string& o : spec.overrides) args.insert(args.end(), {"-o", o});
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -132,37 +179,35 @@ class ChaosTest : public ::testing::Test {
       execve(argv[0], argv.data(), environ);
       _exit(127);
     }
+    return job;
+  }
+
+  // Waits until worker 0 has logged training steps; false (with a failure
+  // recorded) if fleetrun ended first or that took 30 s.
+  bool WaitForTraining(const std::string& name, Job& job) {
     const auto deadline = Clock::now() + std::chrono::seconds(30);
-    const std::regex started(R"(fleetrun: started (\w+ \d+) .* pid (\d+))");
     while (Clock::now() < deadline) {
-      const std::string out = ReadFile(job.output);
-      if (out.find("epoch 1 step") != std::string::npos) {
-        for (std::sregex_iterator it(out.begin(), out.end(), started), end; it != end; ++it) {
-          job.pids[(*it)[1]] = std::stoi((*it)[2]);
-        }
-        return job;
+      if (ReadFile(job.output).find("epoch 1 step") != std::string::npos) {
+        ReadProcesses(job);
+        return true;
       }
       int status = 0;
       if (waitpid(job.fleetrun, &status, WNOHANG) == job.fleetrun) {
-        ADD_FAILURE() << name << ": fleetrun ended before training:\n" << out;
-        job.fleetrun = -1;
-        return job;
+        ADD_FAILURE() << name << ": fleetrun ended before training:\n" << ReadFile(job.output);
+        return false;
       }
       std::this_thread::sleep_for(milliseconds(50));
     }
     ADD_FAILURE() << name << ": no training step within 30 s:\n" << ReadFile(job.output);
-    return job;
+    kill(job.fleetrun, SIGTERM);
+    waitpid(job.fleetrun, nullptr, 0);
+    return false;
   }
 
-  // Runs `inject` on a training job, waits for the end (bounded by `limit`)
-  // and records what happened.
-  Outcome Inject(const std::string& name, const std::function<void(Job&)>& inject, double limit_s) {
-    Job job = Launch(name);
+  // Waits for the end of a job whose fault happened at `fault` (bounded by
+  // `limit_s` from then), records what happened and adds the table row.
+  Outcome Finish(const std::string& name, Job& job, Clock::time_point fault, double limit_s) {
     Outcome o;
-    if (job.fleetrun < 0) return o;
-    EXPECT_EQ(job.pids.size(), 4u) << ReadFile(job.output);
-    const auto fault = Clock::now();
-    inject(job);
     const auto limit = fault + milliseconds(static_cast<int64_t>(limit_s * 1000));
     int status = 0;
     bool reaped = false;
@@ -181,13 +226,15 @@ class ChaosTest : public ::testing::Test {
     }
     o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::this_thread::sleep_for(milliseconds(200));  // a straggler would show now
+    ReadProcesses(job);
     o.left = ProcessesOfJob(job.job_id);
     for (const auto& [who, pid] : job.pids) {
       if (Alive(pid)) o.left.push_back(pid);
     }
     // The first line fleetrun wrote about the end, and the last line of the
     // log tail it printed after it (the failed process's own error).
-    const std::string out = ReadFile(job.output);
+    o.output = ReadFile(job.output);
+    const std::string& out = o.output;
     std::smatch m;
     if (std::regex_search(out, m, std::regex(R"(fleetrun: (received|\w+ \d+ \(pid \d+\))[^\n]*)"))) {
       o.message = m[0];
@@ -196,12 +243,30 @@ class ChaosTest : public ::testing::Test {
       const size_t last = tail_end == std::string::npos ? std::string::npos : out.rfind("\n  | ", tail_end);
       if (last != std::string::npos && last > at) o.message += " // " + out.substr(last + 5, tail_end - last - 5);
     }
-    char row[512];
-    std::snprintf(row, sizeof(row), "  %-18s exit %3d  %6.2f s  left %zu  %s\n", name.c_str(), o.exit_code,
+    char row[768];
+    std::snprintf(row, sizeof(row), "  %-24s exit %3d  %6.2f s  left %zu  %s\n", name.c_str(), o.exit_code,
                   o.seconds, o.left.size(), o.message.empty() ? "(fleetrun printed nothing)" : o.message.c_str());
     table_ += row;
     if (!o.left.empty() || HasFailure()) std::printf("%s output:\n%s\n", name.c_str(), out.c_str());
     return o;
+  }
+
+  // Runs `inject` on a training job (the fault is timed from its return)
+  // and waits for the end, bounded by `limit_s`.
+  Outcome Inject(const std::string& name, const std::function<void(Job&)>& inject, double limit_s,
+                 const JobSpec& spec = {}) {
+    Job job = Start(name, spec);
+    if (!WaitForTraining(name, job)) return {};
+    EXPECT_EQ(job.pids.size(), spec.processes) << ReadFile(job.output);
+    inject(job);
+    return Finish(name, job, Clock::now(), limit_s);
+  }
+
+  // Runs a job whose fault is in its own configuration, timed from its start.
+  Outcome Run(const std::string& name, const JobSpec& spec, double limit_s) {
+    const auto start = Clock::now();
+    Job job = Start(name, spec);
+    return Finish(name, job, start, limit_s);
   }
 
   static std::string bin_, src_, table_;
@@ -229,6 +294,25 @@ TEST_F(ChaosTest, KillNineOfAWorkerFailsTheJobNamingIt) {
   EXPECT_TRUE(o.left.empty());
 }
 
+// A job with a heter worker (the small model of tests/heter: dense 4321 =
+// (26 * 4 + 13) -> 32 -> 16 -> 1). Without --max_restart its death fails the
+// job at once, naming it (heter_process_test covers the restart).
+TEST_F(ChaosTest, KillNineOfAHeterWorkerFailsTheJobNamingIt) {
+  JobSpec spec;
+  spec.config = "configs/ctr_dnn_heter.yaml";
+  spec.flags = {"--heter_worker_num=1"};
+  spec.overrides = {"tables.0.dim=4", "tables.0.shard_num=8", "tables.1.dim=4321", "model.hidden=[32, 16]"};
+  spec.processes = 5;
+  pid_t victim = -1;
+  Outcome o = Inject("kill -9 heter_worker 0", [&](Job& j) { kill(victim = j.pids["heter_worker 0"], SIGKILL); },
+                     5, spec);
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.message.find("heter_worker 0 (pid " + std::to_string(victim) + ") was killed by signal 9"),
+            std::string::npos)
+      << o.message;
+  EXPECT_TRUE(o.left.empty());
+}
+
 // fleetrun gets no chance to stop anyone: PR_SET_PDEATHSIG takes the
 // processes down with it.
 TEST_F(ChaosTest, KillNineOfFleetrunLeavesNoProcess) {
@@ -252,11 +336,141 @@ TEST_F(ChaosTest, StoppedWorkerIsNoticedWithinTheTimeout) {
       << ReadFile(o.logs / "workerlog.1");
 }
 
+// A frozen server: the workers' calls to it fail, naming the server and its
+// endpoint, after Distributed.timeout_ms (3 s here) or, with a longer
+// deadline, once the ZeroMQ heartbeats declare it lost (no answer to a ping
+// sent each second for 5 s: 5-6 s). The stop continues it so it can act on
+// SIGTERM.
+TEST_F(ChaosTest, StoppedServerIsNoticedWithinABoundNamingIt) {
+  struct Case {
+    int timeout_ms;
+    std::string error;
+    double bound_s;  // of the detection
+  };
+  for (const Case& c : {Case{3000, "got no reply within", 3.0}, Case{20000, "missed heartbeats", 6.5}}) {
+    SCOPED_TRACE(c.timeout_ms);
+    JobSpec spec;
+    spec.overrides = {"Distributed.timeout_ms=" + std::to_string(c.timeout_ms)};
+    std::string endpoint;
+    Outcome o = Inject("SIGSTOP server 1, " + std::to_string(c.timeout_ms / 1000) + " s",
+                       [&](Job& j) {
+                         endpoint = j.endpoints["server 1"];
+                         kill(j.pids["server 1"], SIGSTOP);
+                       },
+                       c.bound_s + 10, spec);
+    EXPECT_EQ(o.exit_code, 1);
+    ASSERT_FALSE(endpoint.empty()) << o.output;
+    EXPECT_NE(o.message.find("on server 1"), std::string::npos) << o.message;
+    EXPECT_NE(o.message.find(c.error), std::string::npos) << o.message;
+    EXPECT_NE(o.message.find(endpoint), std::string::npos) << o.message;
+    EXPECT_LT(o.seconds, c.bound_s + 5.0);  // then the stop (SIGTERM, SIGKILL after 1 s)
+    EXPECT_TRUE(o.left.empty());
+    EXPECT_NE(ReadFile(o.logs / "serverlog.1").find("ps_server: signal 15"), std::string::npos)
+        << ReadFile(o.logs / "serverlog.1");
+  }
+}
+
 TEST_F(ChaosTest, CtrlCStopsEveryProcess) {
   Outcome o = Inject("SIGINT fleetrun", [](Job& j) { kill(j.fleetrun, SIGINT); }, 5);
   EXPECT_EQ(o.exit_code, 128 + SIGINT);
   EXPECT_NE(o.message.find("received"), std::string::npos) << o.message;
   EXPECT_TRUE(o.left.empty());
+}
+
+// kill -9 of a server while it writes the checkpoint of its graceful stop
+// (server.save_dir, when fleetrun stops the servers after the workers
+// finished; 1024 shards make that save last ~0.1 s). fleetrun reports it,
+// and the generation saved before in that directory is still what a server
+// loads: the interrupted one has no manifest of server 0, so it is never
+// taken as complete.
+TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
+  const fs::path save = dir_ / "checkpoint";
+  JobSpec spec;
+  spec.overrides = {"server.save_dir=" + save.string(), "tables.0.shard_num=1024"};
+  // Generation 0: a job stopped with Ctrl-C, whose servers save as they stop.
+  Outcome first = Inject("SIGINT, saving gen 0", [](Job& j) { kill(j.fleetrun, SIGINT); }, 10, spec);
+  ASSERT_EQ(first.exit_code, 128 + SIGINT) << first.output;
+  for (const char* manifest : {"MANIFEST-g000000-s00000-of-00002", "MANIFEST-g000000-s00001-of-00002"}) {
+    ASSERT_TRUE(fs::exists(save / manifest)) << manifest;
+  }
+  // Generation 1: one epoch, then the stop's save, during which server 0 dies.
+  spec.overrides.push_back("train.epochs=1");
+  std::string temp;  // the file server 0 was writing when killed
+  Outcome o = Inject("kill -9 server 0 saving",
+                     [&](Job& j) {
+                       const pid_t server = j.pids["server 0"];
+                       const auto deadline = Clock::now() + std::chrono::seconds(30);
+                       while (temp.empty() && Alive(server) && Clock::now() < deadline) {
+                         temp = OpenTempFileUnder(server, save);
+                         if (temp.empty()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+                       }
+                       kill(server, SIGKILL);
+                     },
+                     5, spec);
+  ASSERT_FALSE(temp.empty()) << "server 0 was never seen writing a checkpoint file\n" << o.output;
+  EXPECT_NE(temp.find("-g000001"), std::string::npos) << temp;
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.message.find("server 0 (pid "), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("killed by signal 9 (Killed) while stopping"), std::string::npos) << o.message;
+  EXPECT_TRUE(o.left.empty());
+  EXPECT_TRUE(fs::exists(save / temp)) << "the half-written file";
+  EXPECT_FALSE(fs::exists(save / "MANIFEST-g000001-s00000-of-00002"));
+
+  // One server loads the directory (a load takes every shard whatever the
+  // number of servers that saved it), then is stopped.
+  const fs::path out = dir_ / "load.out";
+  std::vector<std::string> args = {bin_ + "/ps_server", "--auth=off", "--endpoint=127.0.0.1:0",
+                                   "--config=" + src_ + "/configs/ctr_dnn.yaml",
+                                   "--override=server.load_dir=" + save.string() + ";tables.0.shard_num=1024"};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t server = fork();
+  if (server == 0) {
+    const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execve(argv[0], argv.data(), environ);
+    _exit(127);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  int status = 0;
+  bool exited = false;
+  while (Clock::now() < deadline && ReadFile(out).find("listening on") == std::string::npos) {
+    if ((exited = waitpid(server, &status, WNOHANG) == server)) break;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  if (!exited) {
+    kill(server, SIGTERM);
+    waitpid(server, &status, 0);
+  }
+  const std::string loaded = ReadFile(out);
+  EXPECT_NE(loaded.find("server 0: loaded checkpoint " + save.string()), std::string::npos) << loaded;
+  EXPECT_NE(loaded.find("listening on"), std::string::npos) << loaded;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << loaded;
+}
+
+// A worker whose model diverges (dense learning rate 1e30: the weights
+// overflow after a step or two). In async mode the worker's own check fails
+// the job ("training loss is NaN") before it pushes more; in sync mode the
+// step's NaN gradient reaches the servers first, which refuse it. Either
+// way fleetrun exits 1 and nothing reaches train.save_dir.
+TEST_F(ChaosTest, ADivergingWorkerFailsTheJobAndSavesNothing) {
+  for (const auto& [mode, error] : {std::pair<std::string, std::string>{"async", "training loss is "},
+                                    {"sync", "NaN and Inf are refused"}}) {
+    SCOPED_TRACE(mode);
+    const fs::path save = dir_ / ("diverged_" + mode);
+    JobSpec spec;
+    spec.overrides = {"Distributed.mode=" + mode, "tables.1.optimizer.learning_rate=1e30", "train.epochs=1",
+                      "train.save_dir=" + save.string()};
+    Outcome o = Run("diverging loss, " + mode, spec, 30);
+    EXPECT_EQ(o.exit_code, 1);
+    EXPECT_NE(o.message.find(error), std::string::npos) << o.message;
+    EXPECT_TRUE(o.left.empty());
+    // Checked writable at the start (so it exists), never written.
+    EXPECT_TRUE(fs::is_directory(save));
+    EXPECT_TRUE(fs::is_empty(save)) << save;
+  }
 }
 
 }  // namespace
