@@ -1,0 +1,132 @@
+// A PS job rides out a server crash through the real fleetrun: 2 ps_server +
+// 2 ps_worker training ctr_dnn with server.recovery_dir and --max_restart=1;
+// server 1 is killed with SIGKILL mid-training. fleetrun restarts it, it
+// recovers from its checkpoint and push log ("lost 0 acknowledged
+// updates"), the workers resend their calls to it (PsClient) and the job
+// ends with exit 0 and the held-out AUC bar of an undisturbed run
+// (tests/worker/fleetrun_ctr_test.cc). Prints the time from the kill to
+// the workers being answered again and the run's slowdown against an
+// undisturbed run of the same job (ctest -V).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <regex>
+
+#include "tests/launch/fleet_job.h"
+
+namespace fleet {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using testing::FleetJob;
+
+class RestartTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const char* bin = std::getenv("FLEET_BIN_DIR");
+    const char* src = std::getenv("FLEET_SOURCE_DIR");
+    ASSERT_NE(bin, nullptr) << "run through ctest (FLEET_BIN_DIR)";
+    ASSERT_NE(src, nullptr);
+    bin_ = bin;
+    src_ = src;
+    dir_ = fs::temp_directory_path() / ("fleet_restart_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    // fleetrun_ctr_test's data set, so its AUC bar applies.
+    const std::string gen = bin_ + "/gen_ctr_data --out_dir=" + (dir_ / "data").string() +
+                            " --train_files=2 --test_files=1 --lines_per_file=20000 >/dev/null 2>&1";
+    ASSERT_EQ(std::system(gen.c_str()), 0) << gen;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(dir_);
+    std::printf("\nserver crash under --max_restart=1:\n%s", table_.c_str());
+  }
+
+  // Starts ctr_dnn on 2 servers x 2 workers, 2 epochs, crash recovery on.
+  FleetJob Start(const std::string& name, const std::string& mode) {
+    const std::string job_id = "restart_" + name + "_" + std::to_string(getpid());
+    const fs::path data = dir_ / "data";
+    std::vector<std::string> args = {
+        bin_ + "/fleetrun", "--server_num=2", "--worker_num=2", "--max_restart=1",
+        "--http_port=0", "--grace_period=1", "--job_id=" + job_id,
+        "--log_dir=" + (dir_ / "log").string(), "--config=" + src_ + "/configs/ctr_dnn.yaml"};
+    for (const std::string& o :
+         {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
+          "data.oracle=" + (data / "oracle.txt").string(), std::string("train.epochs=2"),
+          "Distributed.mode=" + mode, "server.recovery_dir=" + (dir_ / ("rec_" + name)).string()}) {
+      args.insert(args.end(), {"-o", o});
+    }
+    return testing::StartFleetrun(args, dir_ / (name + ".out"), job_id);
+  }
+
+  // Runs the job to its end, bounded by 120 s; returns its wall time and
+  // the held-out AUC (checked against `bar`).
+  double RunToEnd(FleetJob& job, Clock::time_point start, double bar, double* auc) {
+    std::optional<int> exit_code = job.WaitForExit(std::chrono::seconds(120));
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    const std::string out = job.Output();
+    EXPECT_EQ(exit_code, std::optional<int>(0)) << out;
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(out, m, std::regex(R"(summary: held-out auc ([0-9.]+))"))) << out;
+    *auc = m.empty() ? 0 : std::stod(m[1]);
+    EXPECT_GT(*auc, bar) << out;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a straggler would show now
+    EXPECT_TRUE(job.Left().empty()) << "processes of the job left running\n" << out;
+    return seconds;
+  }
+
+  // An undisturbed run and one whose server 1 is killed once worker 0 logs
+  // training steps; checks and reports both.
+  void CrashServerOne(const std::string& mode, double bar) {
+    double auc_plain = 0, auc_crash = 0;
+    auto start = Clock::now();
+    FleetJob plain = Start(mode + "_plain", mode);
+    const double plain_s = RunToEnd(plain, start, bar, &auc_plain);
+
+    start = Clock::now();
+    FleetJob job = Start(mode + "_crash", mode);
+    ASSERT_TRUE(job.WaitFor("epoch 1 step", std::chrono::seconds(60))) << job.Output();
+    ASSERT_EQ(job.pids.count("server 1"), 1u) << job.Output();
+    const pid_t victim = job.pids["server 1"];
+    ASSERT_EQ(kill(victim, SIGKILL), 0);
+    const auto killed = Clock::now();
+    // Worker 0 logs on fleetrun's terminal when its resent calls are answered.
+    const bool resumed = job.WaitFor("parameter server 1 (", std::chrono::seconds(60)) &&
+                         job.WaitFor("answers again", std::chrono::seconds(60));
+    const double resume_s = std::chrono::duration<double>(Clock::now() - killed).count();
+    EXPECT_TRUE(resumed) << job.Output();
+    const double crash_s = RunToEnd(job, start, bar, &auc_crash);
+    const std::string out = job.Output();
+    // The worker's own figure: from its first failed call to the first answer.
+    std::smatch back;
+    const double worker_ms = std::regex_search(out, back, std::regex(R"(answers again (\d+) ms)"))
+                                 ? std::stod(back[1])
+                                 : -1;
+    EXPECT_NE(out.find("restarting (1 of 1)"), std::string::npos) << out;
+    EXPECT_NE(job.pids["server 1"], victim) << "no restarted server 1 in fleetrun's output\n" << out;
+    const std::string serverlog =
+        testing::ReadWholeFile(dir_ / "log" / job.job_id / "serverlog.1") +
+        testing::ReadWholeFile(dir_ / "log" / "serverlog.1");
+    EXPECT_NE(serverlog.find("lost 0 acknowledged updates"), std::string::npos) << serverlog;
+    char row[384];
+    std::snprintf(row, sizeof(row),
+                  "  %-5s kill -9 server 1: answered again after %.2f s (worker 0: %.0f ms after its "
+                  "first failed call); run %.1f s vs %.1f s undisturbed (%+.1f s); auc %.4f vs %.4f\n",
+                  mode.c_str(), resume_s, worker_ms, crash_s, plain_s, crash_s - plain_s, auc_crash, auc_plain);
+    table_ += row;
+  }
+
+  static std::string bin_, src_, table_;
+  static fs::path dir_;
+};
+
+std::string RestartTest::bin_, RestartTest::src_, RestartTest::table_;
+fs::path RestartTest::dir_;
+
+TEST_F(RestartTest, SyncJobRidesOutAServerKill) { CrashServerOne("sync", 0.72); }
+
+TEST_F(RestartTest, AsyncJobRidesOutAServerKill) { CrashServerOne("async", 0.70); }
+
+}  // namespace
+}  // namespace fleet
