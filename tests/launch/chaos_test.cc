@@ -2,8 +2,9 @@
 // mode, 2 ps_server + 2 ps_worker training ctr_dnn in sync mode), one fault
 // per run: kill -9 of a server, of a worker, of a heter worker (a job with one)
 // and of fleetrun itself, SIGSTOP of a worker and of a server, Ctrl-C (SIGINT)
-// to fleetrun, kill -9 of a server while it writes its checkpoint, and a
-// worker whose loss diverges to NaN. For each it checks the exit code and
+// to fleetrun, kill -9 of a server while it writes its checkpoint (and of a
+// collective mnist_mlp rank while it writes its own), and a worker whose
+// loss diverges to NaN. For each it checks the exit code and
 // the message that names the fault, that the job ends within a bound, and
 // that no process of the job is left (neither the pids fleetrun logged nor
 // any process carrying the job's FLEET_JOB_ID). It prints the observed times
@@ -78,6 +79,11 @@ struct JobSpec {
   std::vector<std::string> flags;               // more fleetrun flags
   std::vector<std::string> overrides;           // more -o Key=value, applied last
   size_t processes = 4;                         // fleetrun starts this many
+  // A collective job instead: PROGRAM and its flags (config and overrides
+  // unused; flags give --nproc_per_node).
+  std::vector<std::string> program;
+  // Worker 0 (rank 0) prints this once it trains.
+  std::string training_line = "epoch 1 step";
 };
 
 struct Job {
@@ -127,6 +133,21 @@ std::string OpenTempFileUnder(pid_t pid, const fs::path& dir) {
   return "";
 }
 
+// Waits (at most 30 s) until `complete` exists (a save before finished) and
+// process `pid` has a ".tmp" file under `dir` open, then SIGKILLs it at once.
+// Returns that file's name, "" when it was never seen (the process is killed
+// anyway).
+std::string KillWhileWriting(pid_t pid, const fs::path& dir, const fs::path& complete) {
+  std::string temp;
+  const auto deadline = Clock::now() + std::chrono::seconds(30);
+  while (temp.empty() && Alive(pid) && Clock::now() < deadline) {
+    if (fs::exists(complete)) temp = OpenTempFileUnder(pid, dir);
+    if (temp.empty()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  kill(pid, SIGKILL);
+  return temp;
+}
+
 class ChaosTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -155,19 +176,22 @@ class ChaosTest : public ::testing::Test {
     job.job_id = "chaos_" + id + "_" + std::to_string(getpid());
     job.output = dir_ / (id + ".out");
     const fs::path data = dir_ / "data";
-    std::vector<std::string> args = {
-        bin_ + "/fleetrun", "--server_num=2", "--worker_num=2", "--http_port=0", "--grace_period=1",
-        "--job_id=" + job.job_id, "--log_dir=" + (dir_ / "log").string(), "--config=" + src_ + "/" + spec.config};
+    std::vector<std::string> args = {bin_ + "/fleetrun", "--http_port=0", "--grace_period=1",
+                                     "--job_id=" + job.job_id, "--log_dir=" + (dir_ / "log").string()};
     args.insert(args.end(), spec.flags.begin(), spec.flags.end());
-    for (const std::string& o :
-         {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
-          "data.oracle=" + (data / "oracle.txt").string(), std::string("train.epochs=1000"),
-          std::string("train.batch_size=64"), std::string("train.log_interval=5"),
+    if (!spec.program.empty()) {
+      args.insert(args.end(), spec.program.begin(), spec.program.end());
+    } else {
+      args.insert(args.end(), {"--server_num=2", "--worker_num=2", "--config=" + src_ + "/" + spec.config});
+      std::vector<std::string> overrides = {
+          "data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
+          "data.oracle=" + (data / "oracle.txt").string(), "train.epochs=1000", "train.batch_size=64",
+          "train.log_interval=5",
           // A hung peer is noticed after this long (the README's bound for it).
-          std::string("Distributed.timeout_ms=3000")}) {
-      args.insert(args.end(), {"-o", o});
+          "Distributed.timeout_ms=3000"};
+      overrides.insert(overrides.end(), spec.overrides.begin(), spec.overrides.end());
+      for (const std::string& o : overrides) args.insert(args.end(), {"-o", o});
     }
-    for (const std::string& o : spec.overrides) args.insert(args.end(), {"-o", o});
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -182,12 +206,12 @@ class ChaosTest : public ::testing::Test {
     return job;
   }
 
-  // Waits until worker 0 has logged training steps; false (with a failure
+  // Waits until worker 0 (rank 0) has logged training steps; false (with a failure
   // recorded) if fleetrun ended first or that took 30 s.
-  bool WaitForTraining(const std::string& name, Job& job) {
+  bool WaitForTraining(const std::string& name, const JobSpec& spec, Job& job) {
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     while (Clock::now() < deadline) {
-      if (ReadFile(job.output).find("epoch 1 step") != std::string::npos) {
+      if (ReadFile(job.output).find(spec.training_line) != std::string::npos) {
         ReadProcesses(job);
         return true;
       }
@@ -256,7 +280,7 @@ class ChaosTest : public ::testing::Test {
   Outcome Inject(const std::string& name, const std::function<void(Job&)>& inject, double limit_s,
                  const JobSpec& spec = {}) {
     Job job = Start(name, spec);
-    if (!WaitForTraining(name, job)) return {};
+    if (!WaitForTraining(name, spec, job)) return {};
     EXPECT_EQ(job.pids.size(), spec.processes) << ReadFile(job.output);
     inject(job);
     return Finish(name, job, Clock::now(), limit_s);
@@ -386,6 +410,8 @@ TEST_F(ChaosTest, CtrlCStopsEveryProcess) {
 TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
   const fs::path save = dir_ / "checkpoint";
   JobSpec spec;
+  // Time for the save of 1024 shards on a loaded machine before fleetrun's SIGKILL.
+  spec.flags = {"--grace_period=20"};
   spec.overrides = {"server.save_dir=" + save.string(), "tables.0.shard_num=1024"};
   // Generation 0: a job stopped with Ctrl-C, whose servers save as they stop.
   Outcome first = Inject("SIGINT, saving gen 0", [](Job& j) { kill(j.fleetrun, SIGINT); }, 10, spec);
@@ -396,15 +422,8 @@ TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
   // Generation 1: one epoch, then the stop's save, during which server 0 dies.
   spec.overrides.push_back("train.epochs=1");
   std::string temp;  // the file server 0 was writing when killed
-  Outcome o = Inject("kill -9 server 0 saving",
-                     [&](Job& j) {
-                       const pid_t server = j.pids["server 0"];
-                       const auto deadline = Clock::now() + std::chrono::seconds(30);
-                       while (temp.empty() && Alive(server) && Clock::now() < deadline) {
-                         temp = OpenTempFileUnder(server, save);
-                         if (temp.empty()) std::this_thread::sleep_for(std::chrono::microseconds(200));
-                       }
-                       kill(server, SIGKILL);
+  Outcome o = Inject("kill -9 server 0 saving", [&](Job& j) {
+                       temp = KillWhileWriting(j.pids["server 0"], save, save / "MANIFEST-g000000-s00000-of-00002");
                      },
                      5, spec);
   ASSERT_FALSE(temp.empty()) << "server 0 was never seen writing a checkpoint file\n" << o.output;
@@ -448,6 +467,57 @@ TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
   EXPECT_NE(loaded.find("server 0: loaded checkpoint " + save.string()), std::string::npos) << loaded;
   EXPECT_NE(loaded.find("listening on"), std::string::npos) << loaded;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << loaded;
+  std::printf("server 0 killed writing %s; a fresh server loaded the directory\n", temp.c_str());
+}
+
+// kill -9 of collective rank 0 of mnist_mlp while it writes its checkpoint
+// (every 2 steps; rank 0 writes the folder): the job fails naming it, and a
+// new run on the folder resumes from the last complete save, the
+// half-written file left aside.
+TEST_F(ChaosTest, KillNineOfARankDuringItsCheckpointKeepsThePreviousOne) {
+  const fs::path ckpt = dir_ / "mnist_checkpoint";
+  auto mnist = [&](const std::string& steps) {
+    JobSpec spec;
+    spec.flags = {"--nproc_per_node=2"};
+    spec.program = {bin_ + "/mnist_mlp", "--max_train_samples=4096", "--blas_threads=1", "--log_every_steps=2",
+                    "--checkpoint_dir=" + ckpt.string(), "--checkpoint_every_steps=2",
+                    "--collective_timeout_ms=3000", steps};
+    spec.training_line = "train_loss";
+    spec.processes = 2;
+    return spec;
+  };
+  std::string temp;  // the file rank 0 was writing when killed
+  Outcome o = Inject("kill -9 rank 0 saving", [&](Job& j) {
+                       temp = KillWhileWriting(j.pids["collective 0"], ckpt, ckpt / "mlp.ckpt");
+                     },
+                     10, mnist("--epochs=1000"));
+  ASSERT_FALSE(temp.empty()) << "rank 0 was never seen writing a checkpoint file\n" << o.output;
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_NE(o.message.find("collective 0 (pid "), std::string::npos) << o.message;
+  EXPECT_NE(o.message.find("killed by signal 9"), std::string::npos) << o.message;
+  EXPECT_TRUE(o.left.empty());
+  EXPECT_TRUE(fs::exists(ckpt / temp)) << "the half-written file";
+
+  // The last step rank 0 logged bounds the one the complete save holds.
+  int64_t logged = -1;
+  const std::regex step_line(R"(step: (\d+), train_loss)");
+  for (std::sregex_iterator it(o.output.begin(), o.output.end(), step_line), end; it != end; ++it) {
+    logged = std::stoll((*it)[1]);
+  }
+  ASSERT_GT(logged, 0) << o.output;
+  Outcome r = Run("resume after it", mnist("--max_steps=" + std::to_string(logged + 4)), 60);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex("resumed from " + (ckpt / "mlp.ckpt").string() +
+                                                        R"( at step (\d+))")))
+      << r.output;
+  const int64_t resumed = std::stoll(m[1]);
+  EXPECT_GT(resumed, 0);
+  EXPECT_EQ(resumed % 2, 0) << "a step that was saved";
+  EXPECT_LE(resumed, logged + 2);
+  EXPECT_TRUE(r.left.empty());
+  std::printf("rank 0 killed writing %s after logging step %lld; the new run resumed at step %lld\n", temp.c_str(),
+              static_cast<long long>(logged), static_cast<long long>(resumed));
 }
 
 // A worker whose model diverges (dense learning rate 1e30: the weights
