@@ -141,6 +141,47 @@ inline void ThrowIfError(const Status& st, const std::string& what) {
   if (!st.ok()) throw std::runtime_error(what + ": " + st.ToString());
 }
 
+// Every operation of `group` (rank `rank` of `size`) on `count` floats per
+// rank, checked exactly against the expectation computed locally from every
+// rank's seed data. Throws naming the operation and rank. Shared by the
+// tests of every Collective, so each meets the same contract.
+inline void CheckEveryOp(Collective& group, int rank, int size, size_t count) {
+  const std::string where = " (rank " + std::to_string(rank) + ")";
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
+    std::vector<float> data = SeedVector(rank, count, size);
+    ThrowIfError(group.AllReduce(data.data(), count, op), "allreduce" + where);
+    ExpectExactly(data, ExpectedAllReduce(op, count, size),
+                  "allreduce op " + std::to_string(static_cast<int>(op)) + where);
+  }
+  for (int root : {0, size - 1}) {
+    std::vector<float> data = SeedVector(rank, count, size);
+    ThrowIfError(group.Broadcast(data.data(), count, root), "broadcast" + where);
+    ExpectExactly(data, SeedVector(root, count, size), "broadcast root " + std::to_string(root) + where);
+  }
+  {
+    std::vector<float> in = SeedVector(rank, count, size);
+    std::vector<float> out(count * size, -1.0f);
+    ThrowIfError(group.AllGather(in.data(), out.data(), count), "allgather" + where);
+    ExpectExactly(out, ExpectedAllGather(count, size), "allgather" + where);
+  }
+  {
+    // In place: the input is this rank's slot of the output.
+    std::vector<float> out(count * size, -1.0f);
+    const std::vector<float> mine = SeedVector(rank, count, size);
+    std::copy(mine.begin(), mine.end(), out.begin() + rank * count);
+    ThrowIfError(group.AllGather(out.data() + rank * count, out.data(), count),
+                 "allgather in place" + where);
+    ExpectExactly(out, ExpectedAllGather(count, size), "allgather in place" + where);
+  }
+  {
+    std::vector<float> in = SeedVector(rank, count * size, size);
+    std::vector<float> out(count, -1.0f);
+    ThrowIfError(group.ReduceScatter(in.data(), out.data(), count), "reducescatter" + where);
+    ExpectExactly(out, ExpectedReduceScatter(rank, count, size), "reducescatter" + where);
+  }
+  ThrowIfError(group.Barrier(), "barrier" + where);
+}
+
 // Creates rank `rank` of Gloo group "test" through its own KV client, as a
 // separate process would. Throws when creation fails.
 inline std::unique_ptr<GlooCollective> JoinGloo(const LocalKvServer& kv, const std::string& job,

@@ -13,14 +13,10 @@ namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-using fleet::testing::ExpectedAllGather;
-using fleet::testing::ExpectedAllReduce;
-using fleet::testing::ExpectedReduceScatter;
-using fleet::testing::ExpectExactly;
+using fleet::testing::CheckEveryOp;
 using fleet::testing::JoinGloo;
 using fleet::testing::LocalKvServer;
 using fleet::testing::RunRanks;
-using fleet::testing::SeedVector;
 using fleet::testing::ThrowIfError;
 using fleet::testing::UniqueJob;
 
@@ -34,37 +30,7 @@ TEST_P(GlooCollectiveGridTest, EveryOpMatchesLocalExpectation) {
   LocalKvServer kv;
   const std::string job = UniqueJob();
   RunRanks(size, [&, size = size, count = count](int rank) {
-    auto group = JoinGloo(kv, job, rank, size, std::chrono::seconds(20));
-    const std::string where = " (rank " + std::to_string(rank) + ")";
-
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax}) {
-      std::vector<float> data = SeedVector(rank, count, size);
-      ThrowIfError(group->AllReduce(data.data(), count, op), "allreduce" + where);
-      ExpectExactly(data, ExpectedAllReduce(op, count, size),
-                    "allreduce op " + std::to_string(static_cast<int>(op)) + where);
-    }
-
-    for (int root : {0, size - 1}) {
-      std::vector<float> data = SeedVector(rank, count, size);
-      ThrowIfError(group->Broadcast(data.data(), count, root), "broadcast" + where);
-      ExpectExactly(data, SeedVector(root, count, size), "broadcast root " + std::to_string(root) + where);
-    }
-
-    {
-      std::vector<float> in = SeedVector(rank, count, size);
-      std::vector<float> out(count * size, -1.0f);
-      ThrowIfError(group->AllGather(in.data(), out.data(), count), "allgather" + where);
-      ExpectExactly(out, ExpectedAllGather(count, size), "allgather" + where);
-    }
-
-    {
-      std::vector<float> in = SeedVector(rank, count * size, size);
-      std::vector<float> out(count, -1.0f);
-      ThrowIfError(group->ReduceScatter(in.data(), out.data(), count), "reducescatter" + where);
-      ExpectExactly(out, ExpectedReduceScatter(rank, count, size), "reducescatter" + where);
-    }
-
-    ThrowIfError(group->Barrier(), "barrier" + where);
+    CheckEveryOp(*JoinGloo(kv, job, rank, size, std::chrono::seconds(20)), rank, size, count);
   });
 }
 

@@ -1,0 +1,217 @@
+#include "comm/shm_collective.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <future>
+#include <tuple>
+
+#include <gtest/gtest.h>
+
+#include "tests/comm/collective_test_util.h"
+
+namespace fleet {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+using fleet::testing::CheckEveryOp;
+using fleet::testing::LocalKvServer;
+using fleet::testing::RunRanks;
+using fleet::testing::ThrowIfError;
+using fleet::testing::UniqueJob;
+
+ShmCollectiveOptions Options(int rank, int size, milliseconds timeout, size_t slot_bytes = 4096) {
+  ShmCollectiveOptions o;
+  o.group = "test";
+  o.rank = rank;
+  o.size = size;
+  o.timeout = timeout;
+  o.slot_bytes = slot_bytes;
+  return o;
+}
+
+std::unique_ptr<ShmCollective> JoinShm(const LocalKvServer& kv, const std::string& job,
+                                       const ShmCollectiveOptions& options) {
+  auto client = kv.Client(job);
+  auto group = ShmCollective::Create(*client, options);
+  ThrowIfError(group.status(), "shm group of rank " + std::to_string(options.rank));
+  return std::move(group).value();
+}
+
+// Segments in /dev/shm this process created (other tests running at the
+// same time make their own): none may outlive start-up.
+int FleetSegments() {
+  const std::string mine = "fleet-" + std::to_string(getpid()) + "-";
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    n += e.path().filename().string().starts_with(mine);
+  }
+  return n;
+}
+
+class ShmCollectiveGridTest : public ::testing::TestWithParam<std::tuple<int, size_t>> {};
+
+// The shared contract (tests/comm/collective_test_util.h). Slots of 4 KiB
+// (1024 floats), so 1000 floats are one chunk and 100003 are 98, the last
+// one partial, and reduce-scatter's per-rank pieces are split too.
+TEST_P(ShmCollectiveGridTest, EveryOpMatchesLocalExpectation) {
+  const auto [size, count] = GetParam();
+  LocalKvServer kv;
+  const std::string job = UniqueJob();
+  RunRanks(size, [&, size = size, count = count](int rank) {
+    CheckEveryOp(*JoinShm(kv, job, Options(rank, size, std::chrono::seconds(20))), rank, size,
+                 count);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(SizesAndCounts, ShmCollectiveGridTest,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(size_t{0}, size_t{1}, size_t{1000},
+                                                              size_t{100003})),
+                         [](const auto& info) {
+                           return "ranks" + std::to_string(std::get<0>(info.param)) + "_count" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// Many back-to-back operations with no barrier between them: a rank that
+// runs ahead must never overwrite a slot a slower rank still reads.
+TEST(ShmCollectiveTest, BackToBackOperationsNeverRace) {
+  LocalKvServer kv;
+  const std::string job = UniqueJob();
+  RunRanks(3, [&](int rank) {
+    auto group = JoinShm(kv, job, Options(rank, 3, std::chrono::seconds(20)));
+    for (int i = 0; i < 2000; ++i) {
+      std::vector<float> data(1500 + i % 7, static_cast<float>(rank + i));
+      ThrowIfError(group->AllReduce(data.data(), data.size(), ReduceOp::kSum), "allreduce");
+      const float want = static_cast<float>(3 * i + 3);
+      for (float v : data) {
+        if (v != want) throw std::runtime_error("iteration " + std::to_string(i) + ": " + std::to_string(v));
+      }
+    }
+  });
+  EXPECT_EQ(FleetSegments(), 0) << "a segment was left in /dev/shm";
+}
+
+TEST(ShmCollectiveTest, RendezvousTimesOutNamingTheMissingRank) {
+  LocalKvServer kv;
+  const std::string job = UniqueJob();
+  const milliseconds timeout(500);
+  // Ranks 0 and 1 of 3 join; rank 2 never does.
+  RunRanks(2, [&](int rank) {
+    auto client = kv.Client(job);
+    const auto start = Clock::now();
+    auto group = ShmCollective::Create(*client, Options(rank, 3, timeout));
+    const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    if (!group.status().IsTimeout()) {
+      throw std::runtime_error("rank " + std::to_string(rank) + " got " + group.status().ToString());
+    }
+    const std::string& msg = group.status().message();
+    for (std::string part : {std::string("rendezvous"), std::string("ranks 2 did not arrive"),
+                             std::string("500 ms"), "rank " + std::to_string(rank) + " of 3"}) {
+      if (msg.find(part) == std::string::npos) throw std::runtime_error("'" + part + "' not in: " + msg);
+    }
+    if (took > 4 * timeout) throw std::runtime_error("took " + std::to_string(took.count()) + " ms");
+  });
+  EXPECT_EQ(FleetSegments(), 0) << "a failed rendezvous left its segment in /dev/shm";
+}
+
+TEST(ShmCollectiveTest, OpTimesOutWhenAPeerNeverCallsIt) {
+  LocalKvServer kv;
+  const std::string job = UniqueJob();
+  const milliseconds timeout(300);
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
+  RunRanks(2, [&](int rank) {
+    auto group = JoinShm(kv, job, Options(rank, 2, timeout));
+    if (rank == 1) {
+      if (done.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+        throw std::runtime_error("rank 0 never finished");
+      }
+      return;
+    }
+    std::vector<float> data(10, 1.0f);
+    const auto start = Clock::now();
+    Status st = group->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+    const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+    Status again = group->Barrier();
+    rank0_done.set_value();
+    if (!st.IsTimeout()) throw std::runtime_error("allreduce gave " + st.ToString());
+    for (std::string part : {"all-reduce", "rank 0 of 2", "ranks 1 (pid", "300 ms"}) {
+      if (st.message().find(part) == std::string::npos) {
+        throw std::runtime_error("'" + part + "' not in: " + st.message());
+      }
+    }
+    if (took < timeout || took > 4 * timeout) {
+      throw std::runtime_error("took " + std::to_string(took.count()) + " ms");
+    }
+    if (again.code() != StatusCode::kFailedPrecondition) {
+      throw std::runtime_error("call after failure gave " + again.ToString());
+    }
+  });
+}
+
+// A peer process that dies is reported at once (its pid is gone), not
+// after the group's timeout.
+TEST(ShmCollectiveTest, APeerThatExitedIsUnavailableNamingItsPid) {
+  // Forked before any thread exists (the KV server's), so the child may use
+  // anything; it learns the KV endpoint through a pipe.
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const std::string job = "shm-dead-peer-" + std::to_string(getpid());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipe_fds[1]);
+    char endpoint[256] = {};
+    const ssize_t n = read(pipe_fds[0], endpoint, sizeof(endpoint) - 1);
+    if (n <= 0) _exit(3);
+    KvStoreClient client(std::string(endpoint, n), job);
+    auto group = ShmCollective::Create(client, Options(1, 2, std::chrono::seconds(20)));
+    if (!group.ok()) std::fprintf(stderr, "child: %s\n", group.status().ToString().c_str());
+    _exit(group.ok() ? 0 : 4);  // joins, then dies without another call
+  }
+  close(pipe_fds[0]);
+  LocalKvServer kv;
+  const std::string endpoint = kv.endpoint();
+  ASSERT_EQ(write(pipe_fds[1], endpoint.data(), endpoint.size()), static_cast<ssize_t>(endpoint.size()));
+  close(pipe_fds[1]);
+  auto group = JoinShm(kv, job, Options(0, 2, std::chrono::seconds(20)));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  std::vector<float> data(10, 1.0f);
+  const auto start = Clock::now();
+  Status st = group->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+  const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
+  EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("rank 1 (pid " + std::to_string(child) + ") exited"), std::string::npos)
+      << st.ToString();
+  EXPECT_LT(took, milliseconds(2000));
+}
+
+TEST(ShmCollectiveTest, BadArgumentsAreInvalidArgument) {
+  LocalKvServer kv;
+  auto client = kv.Client(UniqueJob());
+  auto bad = [&](ShmCollectiveOptions o) { return ShmCollective::Create(*client, o).status(); };
+  EXPECT_TRUE(bad(Options(2, 2, milliseconds(100))).IsInvalidArgument());
+  EXPECT_TRUE(bad(Options(0, 300, milliseconds(100))).IsInvalidArgument());
+  EXPECT_TRUE(bad(Options(0, 1, milliseconds(0))).IsInvalidArgument());
+  EXPECT_TRUE(bad(Options(0, 1, milliseconds(100), 1000)).IsInvalidArgument());
+  EXPECT_TRUE(bad(Options(0, 1, milliseconds(100), 4096 + 32)).IsInvalidArgument());
+  ShmCollectiveOptions o = Options(0, 1, milliseconds(100));
+  o.generation = -1;
+  EXPECT_TRUE(bad(o).IsInvalidArgument());
+  auto group = ShmCollective::Create(*client, Options(0, 1, milliseconds(100)));
+  ASSERT_TRUE(group.ok()) << group.status().ToString();
+  float x = 1;
+  EXPECT_TRUE((*group)->Broadcast(&x, 1, 1).IsInvalidArgument());
+  EXPECT_TRUE((*group)->Broadcast(&x, 1, 0).ok());
+  EXPECT_EQ((*group)->name(), "shm");
+}
+
+}  // namespace
+}  // namespace fleet
