@@ -17,7 +17,8 @@
 // warm-up, and the ranks agree on it (the larger of their two counts)
 // before timing, as gloo's benchmark runner does. Printed: min/p50/p99/max,
 // bandwidth of the buffer at p50, and ratio = direct p50 / FleetPS p50
-// (>= 0.95 is the target: the wrapper costs at most 5%).
+// (>= 0.95 is the target: the wrapper costs at most 5%). The shared-memory
+// group (comm/shm_collective.h) is timed in the same rounds.
 //
 // MNIST: steps of the real training loop at 1 and 2 ranks (the rows of
 // bench/mnist_rounds.h), alternating over --mnist_rounds rounds.
@@ -54,6 +55,7 @@
 #include "comm/gloo_collective.h"
 #include "comm/gloo_store.h"
 #include "comm/kv_store.h"
+#include "comm/shm_collective.h"
 #include "trainer/data/mnist.h"
 #include "trainer/kernels/cpu_kernels.h"
 
@@ -137,7 +139,7 @@ std::string SizeText(size_t bytes) {
   return absl::StrCat(bytes, " B");
 }
 
-void BenchAllReduce(int rank, Collective& fleet, DirectGloo& direct,
+void BenchAllReduce(int rank, Collective& fleet, Collective& shm, DirectGloo& direct,
                     const std::vector<size_t>& sizes) {
   if (rank == 0) {
     std::printf("All-reduce (sum) of float32 over %d processes, ring, TCP on 127.0.0.1; "
@@ -157,15 +159,20 @@ void BenchAllReduce(int rank, Collective& fleet, DirectGloo& direct,
     seed();
     direct.AllReduceSum(buf.data(), count);
     CheckSums(buf, count, "direct gloo");
+    seed();
+    BENCH_CHECK_OK(shm.AllReduce(buf.data(), count, ReduceOp::kSum));
+    CheckSums(buf, count, "shared memory");
 
     std::fill(buf.begin(), buf.end(), 0.0f);
     auto fleet_op = [&] { BENCH_CHECK_OK(fleet.AllReduce(buf.data(), count, ReduceOp::kSum)); };
     auto direct_op = [&] { direct.AllReduceSum(buf.data(), count); };
+    auto shm_op = [&] { BENCH_CHECK_OK(shm.AllReduce(buf.data(), count, ReduceOp::kSum)); };
     // Warm-up (connections, page faults) and a per-call estimate.
     const std::vector<double> warm = bench::TimeEach(
         [&] {
           fleet_op();
           direct_op();
+          shm_op();
         },
         3);
     const double per_pair_us = *std::min_element(warm.begin(), warm.end());
@@ -173,32 +180,38 @@ void BenchAllReduce(int rank, Collective& fleet, DirectGloo& direct,
     // samples leave the p50 at the mercy of the other load on the machine.
     const int mine = static_cast<int>(std::clamp(2 * FLAGS_seconds * 1e6 / per_pair_us, 30.0, 20000.0));
     const int iterations = AgreeOnIterations(fleet, mine);
-    std::vector<double> fleet_us, direct_us;
+    std::vector<double> fleet_us, direct_us, shm_us;
     fleet_us.reserve(iterations);
     direct_us.reserve(iterations);
+    shm_us.reserve(iterations);
     for (int i = 0; i < iterations; ++i) {
       fleet_us.push_back(bench::TimeEach(fleet_op, 1)[0]);
       direct_us.push_back(bench::TimeEach(direct_op, 1)[0]);
+      shm_us.push_back(bench::TimeEach(shm_op, 1)[0]);
     }
     if (rank != 0) continue;
     const bench::Summary f = bench::Summarize(fleet_us);
     const bench::Summary d = bench::Summarize(direct_us);
+    const bench::Summary m = bench::Summarize(shm_us);
     bench::PrintRow(absl::StrCat("gloo direct ", SizeText(bytes)), d, static_cast<double>(bytes));
     bench::PrintRow(absl::StrCat("FleetPS     ", SizeText(bytes)), f, static_cast<double>(bytes));
+    bench::PrintRow(absl::StrCat("shm         ", SizeText(bytes)), m, static_cast<double>(bytes));
     const double ratio = d.p50 / f.p50;
     std::printf("  %-22s ratio %.3f at p50 (%s), %.3f at min  [%zu iterations each]\n", "", ratio,
                 ratio >= 0.95 ? "ok" : "BELOW TARGET 0.95", d.min / f.min, f.count);
+    std::printf("  %-22s shared memory: %.1fx faster than gloo direct at p50, %.1fx at min\n", "",
+                d.p50 / m.p50, d.min / m.min);
   }
   std::printf("\n");
 }
 
-void BenchMnist(int rank, Collective& fleet) {
+void BenchMnist(int rank, Collective& fleet, Collective& shm) {
   auto data = data::LoadMnistData(data::MnistFilesIn(FLAGS_data_dir));
   BENCH_CHECK_OK(data.status());
   std::vector<bench::MnistRow> rows = bench::DefaultMnistRows();
   const int rounds = std::max(1, FLAGS_mnist_rounds);
   const int steps = std::max(1, FLAGS_mnist_steps / rounds);
-  bench::RunMnistRounds(rank, fleet, *data, rounds, steps, &rows);
+  bench::RunMnistRounds(rank, fleet, shm, *data, rounds, steps, &rows);
   if (rank == 0) bench::PrintMnistRows(rows, rounds, steps, /*target=*/1.2);
 }
 
@@ -222,11 +235,18 @@ int RunRank(int rank, const std::string& kv_endpoint, const std::string& job) {
   options.timeout = timeout;
   auto fleet = GlooCollective::Create(kv, options);
   BENCH_CHECK_OK(fleet.status());
+  ShmCollectiveOptions shm_options;
+  shm_options.group = "bench/shm";
+  shm_options.rank = rank;
+  shm_options.size = kRanks;
+  shm_options.timeout = timeout;
+  auto shm = ShmCollective::Create(kv, shm_options);
+  BENCH_CHECK_OK(shm.status());
   DirectGloo direct(kv, rank, timeout);
   // One BLAS thread per process while both work, as in training.
   trainer::kernels::SetBlasThreads(1);
-  BenchAllReduce(rank, **fleet, direct, sizes);
-  if (FLAGS_mnist_steps > 0) BenchMnist(rank, **fleet);
+  BenchAllReduce(rank, **fleet, **shm, direct, sizes);
+  if (FLAGS_mnist_steps > 0) BenchMnist(rank, **fleet, **shm);
   return 0;
 }
 

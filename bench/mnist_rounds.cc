@@ -59,22 +59,23 @@ std::vector<MnistRow> DefaultMnistRows() {
   const size_t kDefaultBucket = trainer::DataParallelOptions{}.bucket_bytes;
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return {
-      {"1 rank, 1 BLAS thread", 1, 1, kDefaultBucket, {}},
-      {absl::StrCat("1 rank, ", cores, " BLAS threads"), 1, cores, kDefaultBucket, {}},
-      {"2 ranks, default bucket", 2, 1, kDefaultBucket, {}},
-      {"2 ranks, 64KiB buckets", 2, 1, 64 << 10, {}},
+      {"1 rank, 1 BLAS thread", 1, 1, kDefaultBucket, false, {}},
+      {absl::StrCat("1 rank, ", cores, " BLAS threads"), 1, cores, kDefaultBucket, false, {}},
+      {"2 ranks, default bucket", 2, 1, kDefaultBucket, false, {}},
+      {"2 ranks, 64KiB buckets", 2, 1, 64 << 10, false, {}},
+      {"2 ranks, shared memory", 2, 1, kDefaultBucket, true, {}},
   };
 }
 
-void RunMnistRounds(int rank, Collective& group, const data::MnistData& data, int rounds, int steps,
-                    std::vector<MnistRow>* rows) {
+void RunMnistRounds(int rank, Collective& gloo, Collective& shm, const data::MnistData& data,
+                    int rounds, int steps, std::vector<MnistRow>* rows) {
   for (int round = 0; round < rounds; ++round) {
     for (MnistRow& row : *rows) {
-      MNIST_CHECK_OK(rank, group.Barrier());  // the idle rank waits here
-      TrainSteps(rank, group, data, steps, &row);
+      MNIST_CHECK_OK(rank, gloo.Barrier());  // the idle rank waits here
+      TrainSteps(rank, row.shm ? shm : gloo, data, steps, &row);
     }
   }
-  MNIST_CHECK_OK(rank, group.Barrier());
+  MNIST_CHECK_OK(rank, gloo.Barrier());
 }
 
 MnistFigures FiguresOf(const MnistRow& row) {

@@ -25,19 +25,21 @@ struct MnistRow {
   int ranks = 1;  // ranks training (rank 1 waits while a 1-rank row runs)
   int blas_threads = 1;
   size_t bucket_bytes = 0;
+  bool shm = false;  // over the shared-memory group instead of Gloo's
   std::vector<double> micros;  // step times of every round, warm-up dropped
 };
 
 // 1 rank with 1 BLAS thread, 1 rank with a BLAS thread per core, 2 ranks
-// with 1 BLAS thread each and the default bucket size, 2 ranks with 64 KiB
-// buckets.
+// with 1 BLAS thread each over Gloo with the default bucket size and with
+// 64 KiB buckets, and 2 ranks over shared memory (comm/shm_collective.h).
 std::vector<MnistRow> DefaultMnistRows();
 
-// Runs `rounds` rounds of every row on this rank of `group` (2 ranks),
-// `steps` timed steps per row and round, appending step times to each row.
-// LOG(FATAL)s on any error (a benchmark has no one to return it to).
-void RunMnistRounds(int rank, Collective& group, const data::MnistData& data, int rounds, int steps,
-                    std::vector<MnistRow>* rows);
+// Runs `rounds` rounds of every row on this rank of `gloo` and `shm` (the
+// same 2 ranks as two groups), `steps` timed steps per row and round,
+// appending step times to each row. LOG(FATAL)s on any error (a benchmark
+// has no one to return it to).
+void RunMnistRounds(int rank, Collective& gloo, Collective& shm, const data::MnistData& data,
+                    int rounds, int steps, std::vector<MnistRow>* rows);
 
 // samples/s over all steps, at the p50 and at the min step time.
 struct MnistFigures {

@@ -35,6 +35,7 @@
 #include "bench/bench_util.h"
 #include "bench/mnist_rounds.h"
 #include "comm/gloo_collective.h"
+#include "comm/shm_collective.h"
 #include "comm/kv_store.h"
 #include "ps/server.h"
 #include "trainer/collective/mlp_classifier.h"
@@ -387,7 +388,8 @@ void MlpCases() {
               ratio, ratio >= 0.95 ? "ok, target >= 0.95" : "BELOW TARGET 0.95");
 }
 
-// MNIST-MLP at 1 and 2 ranks, the ranks as threads with their own Gloo groups.
+// MNIST-MLP at 1 and 2 ranks, the ranks as threads with their own Gloo and
+// shared-memory groups.
 void RankCases() {
   auto data = data::LoadMnistData(data::MnistFilesIn(FLAGS_data_dir));
   CHECK(data.ok()) << data.status().ToString();
@@ -406,7 +408,13 @@ void RankCases() {
       o.size = 2;
       auto group = GlooCollective::Create(client, o);
       CHECK(group.ok()) << group.status().ToString();
-      RunMnistRounds(r, **group, *data, rounds, steps, &rows[r]);
+      ShmCollectiveOptions so;
+      so.group = o.group;
+      so.rank = r;
+      so.size = 2;
+      auto shm = ShmCollective::Create(client, so);
+      CHECK(shm.ok()) << shm.status().ToString();
+      RunMnistRounds(r, **group, **shm, *data, rounds, steps, &rows[r]);
     });
   }
   for (auto& t : ranks) t.join();

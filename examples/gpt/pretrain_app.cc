@@ -23,10 +23,6 @@ DEFINE_int32(cpu_threads, 0,
 DEFINE_int32(collective_timeout_ms, 60000,
              "Bound on rendezvous and each collective call (ms). A dead or stalled rank is "
              "reported after this long; raise it only for very slow steps between collectives.");
-DEFINE_string(gloo_hostname, "127.0.0.1",
-              "Address Gloo binds and advertises (CPU ranks). Loopback fits one machine; on a "
-              "cluster give this machine's address or set --gloo_iface.");
-DEFINE_string(gloo_iface, "", "Network interface for Gloo (e.g. eth0); wins over --gloo_hostname.");
 
 namespace fleet::examples::gpt {
 namespace {
@@ -127,11 +123,12 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   LOG(INFO) << "gpt_pretrain " << spec.ToString() << ", device " << device->ToString() << ", "
             << *threads << " CPU thread(s)";
 
-  trainer::collective::RankGroupOptions group;
+  Result<trainer::collective::RankGroupOptions> group_options =
+      trainer::collective::RankGroupOptionsFromFlags(env);
+  if (!group_options.ok()) return Fail(err, spec, group_options.status(), kExitUsage);
+  trainer::collective::RankGroupOptions& group = *group_options;
   group.group = "gpt_pretrain";
   group.timeout = std::chrono::milliseconds(FLAGS_collective_timeout_ms);
-  group.gloo_hostname = FLAGS_gloo_hostname;
-  group.gloo_iface = FLAGS_gloo_iface;
   Result<std::unique_ptr<Collective>> collective =
       trainer::collective::CreateRankCollective(spec, *device, group);
   if (!collective.ok()) return Fail(err, spec, collective.status(), kExitFailed);

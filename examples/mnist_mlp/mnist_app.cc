@@ -49,10 +49,6 @@ DEFINE_int32(bucket_kb, 1024,
 DEFINE_int32(collective_timeout_ms, 30000,
              "Bounds the rendezvous and every collective operation: a dead or stalled rank makes "
              "the others fail after at most this long.");
-DEFINE_string(gloo_hostname, "127.0.0.1",
-              "Address Gloo binds and advertises (CPU ranks). Loopback fits one machine; on a "
-              "cluster give this machine's address or set --gloo_iface.");
-DEFINE_string(gloo_iface, "", "Network interface for Gloo (e.g. eth0); wins over --gloo_hostname.");
 DEFINE_int32(blas_threads, 0,
              "OpenBLAS threads per process. 0 = cores / FLEET_NPROC_PER_NODE (at least 1), so "
              "ranks sharing a machine do not oversubscribe it.");
@@ -156,11 +152,12 @@ int MnistMain(int argc, char** argv) {
   if (!data.ok()) return Fail(spec, data.status(), kExitUsage);
   Result<std::unique_ptr<trainer::Backend>> backend = trainer::CreateBackend(*device, nullptr);
   if (!backend.ok()) return Fail(spec, backend.status(), kExitFailed);
-  trainer::collective::RankGroupOptions group;
+  Result<trainer::collective::RankGroupOptions> group_options =
+      trainer::collective::RankGroupOptionsFromFlags(env);
+  if (!group_options.ok()) return Fail(spec, group_options.status(), kExitUsage);
+  trainer::collective::RankGroupOptions& group = *group_options;
   group.group = "mnist_mlp";
   group.timeout = std::chrono::milliseconds(FLAGS_collective_timeout_ms);
-  group.gloo_hostname = FLAGS_gloo_hostname;
-  group.gloo_iface = FLAGS_gloo_iface;
   Result<std::unique_ptr<Collective>> collective =
       trainer::collective::CreateRankCollective(spec, *device, group);
   if (!collective.ok()) return Fail(spec, collective.status(), kExitFailed);

@@ -64,9 +64,14 @@ class MnistProcessTest : public ::testing::Test {
 };
 
 // Two ranks started by hand (the environment fleetrun would give them);
-// rank 1 SIGKILLs itself after step 5. Rank 0 must exit 1 within its
-// collective timeout with an error naming itself and the all-reduce.
-TEST_F(MnistProcessTest, KilledRankMakesTheOtherFailWithinTheCollectiveTimeout) {
+// rank 1 SIGKILLs itself after step 5. Rank 0 must exit 1 with an error
+// naming itself and the all-reduce: over Gloo within its collective
+// timeout, over shared memory at once (the group sees the pid is gone).
+class MnistKilledRankTest : public MnistProcessTest,
+                            public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(MnistKilledRankTest, MakesTheOtherFailNamingTheAllReduce) {
+  const std::string collective = GetParam();
   testing::LocalKvServer kv;
   const int timeout_ms = 4000;
   std::vector<std::unique_ptr<Child>> ranks;
@@ -76,6 +81,7 @@ TEST_F(MnistProcessTest, KilledRankMakesTheOtherFailWithinTheCollectiveTimeout) 
         "FLEET_KV_ENDPOINT=" + kv.endpoint(), "FLEET_JOB_ID=crash", "FLEET_DEVICE=cpu"};
     ranks.push_back(std::make_unique<Child>(
         MnistArgs({"--epochs=50", "--debug_crash_at_step=5", "--debug_crash_rank=1",
+                   "--cpu_collective=" + collective,
                    "--collective_timeout_ms=" + std::to_string(timeout_ms)}),
         env, (dir_ / ("rank" + std::to_string(rank) + ".log")).string()));
   }
@@ -89,14 +95,22 @@ TEST_F(MnistProcessTest, KilledRankMakesTheOtherFailWithinTheCollectiveTimeout) 
   ASSERT_FALSE(survivor.timed_out) << log;
   EXPECT_TRUE(survivor.exited) << log;
   EXPECT_EQ(survivor.code, 1) << log;
-  EXPECT_LT(after_death, timeout_ms / 1000.0 + 2.0) << log;
+  EXPECT_NE(log.find("joined " + collective + " group mnist_mlp as rank 0 of 2"), std::string::npos)
+      << log;
+  EXPECT_LT(after_death, collective == "shm" ? 2.0 : timeout_ms / 1000.0 + 2.0) << log;
   const size_t at = log.rfind("mnist_mlp rank 0 of 2");
   ASSERT_NE(at, std::string::npos) << log;
   const std::string error = log.substr(at, log.find('\n', at) - at);
-  std::printf("rank 0, %.2f s after rank 1 died: %s\n", after_death, error.c_str());
+  std::printf("%s: rank 0, %.2f s after rank 1 died: %s\n", collective.c_str(), after_death,
+              error.c_str());
   EXPECT_NE(error.find("data parallel rank 0 of 2 (peer: rank 1)"), std::string::npos) << log;
   EXPECT_NE(error.find("all-reduce"), std::string::npos) << log;
+  if (collective == "shm") {
+    EXPECT_NE(error.find("exited before arriving"), std::string::npos) << log;
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Collectives, MnistKilledRankTest, ::testing::Values("gloo", "shm"));
 
 // Under fleetrun: the job fails, fleetrun names the dead rank and exits 1.
 TEST_F(MnistProcessTest, FleetrunExitsNonZeroWhenARankCrashes) {
@@ -134,6 +148,9 @@ TEST_F(MnistProcessTest, FleetrunRunsTwoRanksToTheEnd) {
   EXPECT_NE(out.find("epoch: 1, step: 32, train_loss: "), std::string::npos) << out;
   EXPECT_NE(out.find("epoch: 1, test_accuracy: "), std::string::npos) << out;
   EXPECT_TRUE(std::filesystem::exists(dir_ / "ckpt" / "mlp.ckpt"));
+  // One node: the ranks meet over shared memory (--cpu_collective=auto).
+  const std::string rank1 = ReadAll(dir_ / "logs" / "workerlog.1");
+  EXPECT_NE(rank1.find("joined shm group mnist_mlp as rank 1 of 2"), std::string::npos) << rank1;
 }
 
 }  // namespace

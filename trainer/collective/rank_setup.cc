@@ -1,5 +1,8 @@
 #include "trainer/collective/rank_setup.h"
 
+#include <gflags/gflags.h>
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <optional>
 #include <thread>
@@ -10,9 +13,19 @@
 #include "comm/bind_address.h"
 #include "comm/gloo_collective.h"
 #include "comm/kv_store.h"
+#include "comm/shm_collective.h"
 #ifdef FLEET_WITH_NCCL
 #include "comm/nccl_collective.h"
 #endif
+
+DEFINE_string(cpu_collective, "auto",
+              "CPU ranks' collective: shm (shared memory; every rank on this host), gloo (TCP), "
+              "or auto: shm when the job has one node (FLEET_NNODES=1, as fleetrun "
+              "--nproc_per_node sets), gloo otherwise.");
+DEFINE_string(gloo_hostname, "127.0.0.1",
+              "Address Gloo binds and advertises (CPU ranks). Loopback fits one machine; on a "
+              "cluster give this machine's address or set --gloo_iface.");
+DEFINE_string(gloo_iface, "", "Network interface for Gloo (e.g. eth0); wins over --gloo_hostname.");
 
 namespace fleet::trainer::collective {
 
@@ -44,9 +57,27 @@ Result<int> CpuThreadsPerRank(const EnvLookup& env, int flag_threads) {
   return std::max(1, cores / per_node);
 }
 
-Result<std::unique_ptr<Collective>> CreateRankCollective(const ClusterSpec& spec,
-                                                         const Device& device,
-                                                         const RankGroupOptions& options) {
+Result<RankGroupOptions> RankGroupOptionsFromFlags(const EnvLookup& env) {
+  RankGroupOptions o;
+  o.gloo_hostname = FLAGS_gloo_hostname;
+  o.gloo_iface = FLAGS_gloo_iface;
+  o.cpu_collective = FLAGS_cpu_collective;
+  if (o.cpu_collective != "auto" && o.cpu_collective != "shm" && o.cpu_collective != "gloo") {
+    return Status::InvalidArgument("--cpu_collective: want auto, shm or gloo",
+                                   "'" + o.cpu_collective + "'");
+  }
+  if (std::optional<std::string> n = env("FLEET_NNODES")) {
+    if (!absl::SimpleAtoi(*n, &o.nnodes) || o.nnodes < 1) {
+      return Status::InvalidArgument("bad FLEET_NNODES: want a positive integer", "'" + *n + "'");
+    }
+  }
+  return o;
+}
+
+namespace {
+
+Result<std::unique_ptr<Collective>> JoinGroup(const ClusterSpec& spec, const Device& device,
+                                              const RankGroupOptions& options) {
   if (spec.world_size == 1) return std::unique_ptr<Collective>();
   if (!spec.kv_endpoint) {
     return Status::InvalidArgument(
@@ -55,6 +86,17 @@ Result<std::unique_ptr<Collective>> CreateRankCollective(const ClusterSpec& spec
         absl::StrCat("world size ", spec.world_size));
   }
   KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id, {.auth = spec.credentials});
+  if (device.is_cpu() && (options.cpu_collective == "shm" ||
+                          (options.cpu_collective == "auto" && options.nnodes == 1))) {
+    ShmCollectiveOptions o;
+    o.group = options.group;
+    o.rank = spec.rank;
+    o.size = spec.world_size;
+    o.timeout = options.timeout;
+    o.generation = spec.restart_generation;
+    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShmCollective> shm, ShmCollective::Create(kv, o));
+    return std::unique_ptr<Collective>(std::move(shm));
+  }
   if (device.is_cpu()) {
     GlooCollectiveOptions o;
     o.group = options.group;
@@ -85,6 +127,19 @@ Result<std::unique_ptr<Collective>> CreateRankCollective(const ClusterSpec& spec
 #else
   return Status::Unavailable("built without CUDA/NCCL: cannot train on", device.ToString());
 #endif
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Collective>> CreateRankCollective(const ClusterSpec& spec,
+                                                         const Device& device,
+                                                         const RankGroupOptions& options) {
+  Result<std::unique_ptr<Collective>> group = JoinGroup(spec, device, options);
+  if (group.ok() && *group) {
+    LOG(INFO) << "joined " << (*group)->name() << " group " << options.group << " as rank "
+              << spec.rank << " of " << spec.world_size;
+  }
+  return group;
 }
 
 }  // namespace fleet::trainer::collective
