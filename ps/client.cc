@@ -86,12 +86,21 @@ struct PsClient::Gather {
   std::promise<Status> promise;
   std::atomic<int> remaining{0};
   std::mutex mu;
-  Status first_error;  // guarded by mu
+  Status first_error;             // guarded by mu
+  bool error_unanswered = false;  // guarded by mu: first_error is a server's silence
 
-  void Finish(const Status& s) {
+  // Reports the first error, but a server that did not answer (`unanswered`:
+  // no reply by the deadline, connection lost) outranks one that answered
+  // with an error: a live server's "sync step: no push from worker K" comes
+  // a tenth before the deadline and is often only the consequence of worker
+  // K waiting on the silent server, which the job's message must name.
+  void Finish(const Status& s, bool unanswered = false) {
     if (!s.ok()) {
       std::lock_guard<std::mutex> lock(mu);
-      if (first_error.ok()) first_error = s;
+      if (first_error.ok() || (unanswered && !error_unanswered)) {
+        first_error = s;
+        error_unanswered = unanswered;
+      }
     }
     if (remaining.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lock(mu);
@@ -323,7 +332,12 @@ std::future<Status> PsClient::SendAll(
     if (resender_) a->seq = Number(&a->request);
     a->done = [gather, index, on_reply, what = a->rpc.what](Result<Message> reply) {
       if (!reply.ok()) {
-        gather->Finish(reply.status().WithContext(what));
+        // The rpc layer's own errors (no reply by the deadline, lost
+        // connection) already start with the call's name; a server's error
+        // reply does not.
+        const Status& s = reply.status();
+        const bool unanswered = absl::StartsWith(s.message(), what);
+        gather->Finish(unanswered ? s : s.WithContext(what), unanswered);
         return;
       }
       gather->Finish(on_reply ? on_reply(index, reply.value()) : Status::OK());

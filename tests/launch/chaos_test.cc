@@ -384,7 +384,9 @@ TEST_F(ChaosTest, StoppedServerIsNoticedWithinABoundNamingIt) {
                        c.bound_s + 10, spec);
     EXPECT_EQ(o.exit_code, 1);
     ASSERT_FALSE(endpoint.empty()) << o.output;
-    EXPECT_NE(o.message.find("on server 1"), std::string::npos) << o.message;
+    const size_t named = o.message.find("on server 1");
+    EXPECT_NE(named, std::string::npos) << o.message;
+    EXPECT_EQ(o.message.find("on server 1", named + 1), std::string::npos) << "the call named twice: " << o.message;
     EXPECT_NE(o.message.find(c.error), std::string::npos) << o.message;
     EXPECT_NE(o.message.find(endpoint), std::string::npos) << o.message;
     EXPECT_LT(o.seconds, c.bound_s + 5.0);  // then the stop (SIGTERM, SIGKILL after 1 s)
