@@ -40,6 +40,11 @@ class Collective {
   // in[rank()*count .. (rank()+1)*count).
   virtual Status ReduceScatter(const float* in, float* out, size_t count) = 0;
   virtual Status Barrier() = 0;
+
+  // Whether the operations are work of the calling thread's CPU (copies and
+  // sums in shared memory) rather than of a device or the network. Callers
+  // overlap communication with compute only when this is false.
+  virtual bool runs_on_caller_cpu() const { return false; }
 };
 
 }  // namespace fleet

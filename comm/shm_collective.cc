@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -232,7 +233,12 @@ Status ShmCollective::Meet(const char* op) {
   };
   const Clock::time_point start = Clock::now();
   for (uint32_t i = 1; !all_arrived(); ++i) {
-    if (i % 64 == 0 && Clock::now() - start >= options_.spin) break;
+    if (i % 64 == 0) {
+      if (Clock::now() - start >= options_.spin) break;
+      // A peer that shares this CPU with us (the machine's other load took
+      // the rest) can only arrive if we let it run.
+      sched_yield();
+    }
     CpuRelax();
   }
   if (all_arrived()) return Status::OK();

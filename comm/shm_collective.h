@@ -89,6 +89,7 @@ class ShmCollective final : public Collective {
   Status AllGather(const float* in, float* out, size_t count) override;
   Status ReduceScatter(const float* in, float* out, size_t count) override;
   Status Barrier() override;
+  bool runs_on_caller_cpu() const override { return true; }
 
  private:
   struct Header;

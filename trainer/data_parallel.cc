@@ -80,7 +80,13 @@ DataParallel::DataParallel(Collective* collective, ParamArena* arena,
     shard_grads_ = arena->backend()->AllocateFloats(shard_floats_);
     staging_ = arena->backend()->AllocateFloats(staging);
   }
-  if (collective_ != nullptr) comm_thread_ = std::thread([this] { CommLoop(); });
+  // A collective that computes on the caller's CPU (shared memory) gains
+  // nothing from a thread of its own while backward fills the cores, and
+  // every hand-off to and from it can wait for a time slice: the caller
+  // makes its calls itself then.
+  if (collective_ != nullptr && !collective_->runs_on_caller_cpu()) {
+    comm_thread_ = std::thread([this] { CommLoop(); });
+  }
 }
 
 DataParallel::~DataParallel() {
@@ -116,22 +122,32 @@ void DataParallel::CommLoop() {
       st = task.run();
       lock.lock();
       running_.clear();
-      if (!st.ok() && first_error_.ok()) {
-        // Gloo names a lost peer by address only; with two ranks the peer
-        // is known, so say which rank it was.
-        const std::string peer =
-            world_ == 2 ? absl::StrCat(" (peer: rank ", 1 - rank_, ")") : std::string();
-        first_error_ = st.WithContext(
-            absl::StrCat("data parallel rank ", rank_, " of ", world_, peer, ": ", task.what));
-      }
+      RecordFailure(st, task.what);
     }
     --pending_;
     idle_cv_.notify_all();
   }
 }
 
+void DataParallel::RecordFailure(const Status& st, const std::string& what) {
+  if (st.ok() || !first_error_.ok()) return;
+  // Gloo names a lost peer by address only; with two ranks the peer is
+  // known, so say which rank it was.
+  const std::string peer =
+      world_ == 2 ? absl::StrCat(" (peer: rank ", 1 - rank_, ")") : std::string();
+  first_error_ = st.WithContext(
+      absl::StrCat("data parallel rank ", rank_, " of ", world_, peer, ": ", what));
+}
+
 void DataParallel::Enqueue(Task task) {
   CHECK(collective_ != nullptr) << "data parallel: no collective to run " << task.what;
+  if (!comm_thread_.joinable()) {
+    // No communication thread: run it now, skipped after a failure as the
+    // thread would.
+    std::lock_guard<std::mutex> lock(mu_);
+    if (first_error_.ok()) RecordFailure(task.run(), task.what);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     queue_.push_back(std::move(task));

@@ -35,7 +35,12 @@
 // sequence of collective calls.
 //
 // Threads. One communication thread, owned here, makes every call on the
-// Collective (its contract: one thread drives a group). Every public method
+// Collective (its contract: one thread drives a group); none when the
+// collective runs on the caller's CPU (Collective::runs_on_caller_cpu:
+// shared memory), whose calls the caller then makes itself, inside
+// grad_ready and FinishGradients. 2 MNIST ranks over shared memory on 2
+// loaded cores: 1.41-1.49x one rank's samples/s without the thread,
+// 0.88-1.07x with it (bench/README.md). Every public method
 // is called from the single thread that drives the model; none is
 // thread-safe. While a step's buckets are in flight the caller must not
 // write the gradients of tensors already reported ready, nor the params
@@ -188,8 +193,12 @@ class DataParallel {
     std::function<Status()> run;
   };
 
-  // Queues a task for the communication thread. REQUIRES: a collective.
+  // Queues a task for the communication thread, or runs it now when there
+  // is none. REQUIRES: a collective.
   void Enqueue(Task task);
+  // Keeps the first failure, with this rank and `what` as context.
+  // REQUIRES: mu_ held.
+  void RecordFailure(const Status& st, const std::string& what);
   // OK, or FailedPrecondition carrying the first error.
   Status Broken();
   // Waits until every queued task ran; returns the first error.

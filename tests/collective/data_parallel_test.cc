@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
+#include <string>
 #include <limits>
 #include <mutex>
 #include <thread>
@@ -22,6 +24,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 using fleet::testing::RunGlooRanks;
+using fleet::testing::RunRanksOver;
 using fleet::testing::SeedVector;
 using fleet::testing::ThrowIfError;
 
@@ -122,12 +125,14 @@ TEST(DataParallelTest, SingleProcessLeavesGradientsAlone) {
 }
 
 // Mean all-reduce over ranks for several world sizes and bucket sizes, with
-// and without the grad-ready callback, over several steps.
-class DataParallelGridTest : public ::testing::TestWithParam<std::tuple<int, size_t, bool>> {};
+// and without the grad-ready callback, over several steps; over Gloo (a
+// communication thread) and shared memory (the caller's calls).
+class DataParallelGridTest
+    : public ::testing::TestWithParam<std::tuple<std::string, int, size_t, bool>> {};
 
 TEST_P(DataParallelGridTest, GradientsBecomeTheMeanOverRanks) {
-  const auto [size, bucket_bytes, use_callback] = GetParam();
-  RunGlooRanks(size, milliseconds(10000), [&](int rank, Collective& group) {
+  const auto [kind, size, bucket_bytes, use_callback] = GetParam();
+  RunRanksOver(kind, size, milliseconds(10000), [&](int rank, Collective& group) {
     CpuBackend backend;
     ParamArena arena = MakeArena(&backend);
     auto dp = MakeDp(&group, &arena, bucket_bytes);
@@ -142,7 +147,8 @@ TEST_P(DataParallelGridTest, GradientsBecomeTheMeanOverRanks) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, DataParallelGridTest,
-                         ::testing::Combine(::testing::Values(2, 3),
+                         ::testing::Combine(::testing::Values("gloo", "shm"),
+                                            ::testing::Values(2, 3),
                                             ::testing::Values(size_t{1}, size_t{64},
                                                               std::numeric_limits<size_t>::max()),
                                             ::testing::Bool()));
@@ -151,11 +157,12 @@ INSTANTIATE_TEST_SUITE_P(Grid, DataParallelGridTest,
 // its piece of every bucket (pieces of lengths W does not divide go through
 // the padded staging buffer), stage 2 discards the reduced buckets, and
 // GatherParams puts every rank's pieces of the parameters together.
-class DataParallelShardedTest : public ::testing::TestWithParam<std::tuple<int, size_t, bool>> {};
+class DataParallelShardedTest
+    : public ::testing::TestWithParam<std::tuple<std::string, int, size_t, bool>> {};
 
 TEST_P(DataParallelShardedTest, PiecesHoldTheSumAndGatherJoinsThem) {
-  const auto [size, bucket_bytes, release] = GetParam();
-  RunGlooRanks(size, milliseconds(10000), [&](int rank, Collective& group) {
+  const auto [kind, size, bucket_bytes, release] = GetParam();
+  RunRanksOver(kind, size, milliseconds(10000), [&](int rank, Collective& group) {
     CpuBackend backend;
     ParamArena arena = MakeArena(&backend);
     DataParallelOptions options;
@@ -214,10 +221,46 @@ TEST_P(DataParallelShardedTest, PiecesHoldTheSumAndGatherJoinsThem) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, DataParallelShardedTest,
-                         ::testing::Combine(::testing::Values(2, 3),
+                         ::testing::Combine(::testing::Values("gloo", "shm"),
+                                            ::testing::Values(2, 3),
                                             ::testing::Values(size_t{1}, size_t{64},
                                                               std::numeric_limits<size_t>::max()),
                                             ::testing::Bool()));
+
+int ThreadsOfThisProcess() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
+}
+
+// A communication thread for Gloo; none for shared memory, whose buckets
+// are reduced by the caller inside grad_ready: the bucket's gradients are
+// final when the callback returns.
+TEST(DataParallelTest, CommunicationThreadOnlyForACollectiveOffTheCallersCpu) {
+  for (const std::string kind : {"gloo", "shm"}) {
+    RunRanksOver(kind, 1, milliseconds(10000), [&](int, Collective& group) {
+      CpuBackend backend;
+      ParamArena arena = MakeArena(&backend);
+      const int before = ThreadsOfThisProcess();
+      auto dp = MakeDp(&group, &arena);
+      EXPECT_EQ(ThreadsOfThisProcess() - before, kind == "gloo" ? 1 : 0) << kind;
+    });
+  }
+  RunRanksOver("shm", 2, milliseconds(10000), [&](int rank, Collective& group) {
+    CpuBackend backend;
+    ParamArena arena = MakeArena(&backend);
+    auto dp = MakeDp(&group, &arena, 15 * sizeof(float));  // buckets: tensors 4-5, 2-3, 0-1
+    const std::vector<float> want = LoadSeedGrads(arena, rank, 2);
+    dp->grad_ready()(4, 6);
+    const std::vector<float> grads = arena.GradsToHost();
+    for (size_t i = arena.offset(4); i < arena.size(); ++i) {
+      ASSERT_EQ(grads[i], want[i]) << "rank " << rank << " element " << i;
+    }
+    dp->grad_ready()(0, 4);
+    ThrowIfError(dp->FinishGradients(), "FinishGradients");
+    fleet::testing::ExpectExactly(arena.GradsToHost(), want, "grads of rank " + std::to_string(rank));
+  });
+}
 
 TEST(DataParallelTest, SyncFromRootCopiesParamsOptimizerStateAndStep) {
   RunGlooRanks(2, milliseconds(10000), [&](int rank, Collective& group) {

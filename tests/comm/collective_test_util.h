@@ -20,6 +20,7 @@
 
 #include "comm/gloo_collective.h"
 #include "comm/kv_store.h"
+#include "comm/shm_collective.h"
 
 namespace fleet::testing {
 
@@ -205,6 +206,33 @@ inline void RunGlooRanks(int size, std::chrono::milliseconds timeout,
   LocalKvServer kv;
   const std::string job = UniqueJob();
   RunRanks(size, [&](int rank) { body(rank, *JoinGloo(kv, job, rank, size, timeout)); });
+}
+
+// Creates a rank of a shared-memory group through its own KV client, as a
+// separate process would. Throws when creation fails.
+inline std::unique_ptr<ShmCollective> JoinShm(const LocalKvServer& kv, const std::string& job,
+                                              const ShmCollectiveOptions& options) {
+  auto client = kv.Client(job);
+  auto group = ShmCollective::Create(*client, options);
+  ThrowIfError(group.status(), "shm group of rank " + std::to_string(options.rank));
+  return std::move(group).value();
+}
+
+// As RunGlooRanks, over `kind`: "gloo" or "shm".
+inline void RunRanksOver(const std::string& kind, int size, std::chrono::milliseconds timeout,
+                         const std::function<void(int, Collective&)>& body) {
+  if (kind == "gloo") return RunGlooRanks(size, timeout, body);
+  if (kind != "shm") throw std::invalid_argument("unknown collective " + kind);
+  LocalKvServer kv;
+  const std::string job = UniqueJob();
+  RunRanks(size, [&](int rank) {
+    ShmCollectiveOptions options;
+    options.group = "test";
+    options.rank = rank;
+    options.size = size;
+    options.timeout = timeout;
+    body(rank, *JoinShm(kv, job, options));
+  });
 }
 
 }  // namespace fleet::testing

@@ -19,6 +19,7 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using fleet::testing::CheckEveryOp;
+using fleet::testing::JoinShm;
 using fleet::testing::LocalKvServer;
 using fleet::testing::RunRanks;
 using fleet::testing::ThrowIfError;
@@ -32,14 +33,6 @@ ShmCollectiveOptions Options(int rank, int size, milliseconds timeout, size_t sl
   o.timeout = timeout;
   o.slot_bytes = slot_bytes;
   return o;
-}
-
-std::unique_ptr<ShmCollective> JoinShm(const LocalKvServer& kv, const std::string& job,
-                                       const ShmCollectiveOptions& options) {
-  auto client = kv.Client(job);
-  auto group = ShmCollective::Create(*client, options);
-  ThrowIfError(group.status(), "shm group of rank " + std::to_string(options.rank));
-  return std::move(group).value();
 }
 
 // Segments in /dev/shm this process created (other tests running at the
