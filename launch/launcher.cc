@@ -459,7 +459,7 @@ int Launcher::FinishJob() {
   std::fprintf(io_.out, "fleetrun: all workers finished; stopping %zu servers and heter workers (SIGTERM, %lld ms grace)\n",
                stop.size(), static_cast<long long>(grace_.count()));
   std::fflush(io_.out);
-  std::vector<int> statuses = sup_.Stop(stop, grace_);
+  std::vector<int> statuses = sup_.Stop(stop, grace_, Supervisor::StopReason::kFinished);
   for (size_t k = 0; k < stop.size(); ++k) {
     const int s = statuses[k];
     if (sup_.killed_by_supervisor(stop[k])) {

@@ -382,6 +382,7 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
             {"workers", JoinEndpoints(job.workers)},
             {"heter_workers", JoinEndpoints(job.heter_workers)},
             {"device", device}};
+    if (role == Role::kServer) spec.abandon_signal = SIGINT;
     if (role != Role::kWorker) {
       spec.endpoint = mine.at(rank).ToString();
       vars.emplace_back("endpoint", spec.endpoint);

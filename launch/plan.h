@@ -7,6 +7,8 @@
 // in launch/README.md; RenderProcess is its single implementation.
 #pragma once
 
+#include <signal.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -118,6 +120,11 @@ struct ProcessSpec {
   std::string log_path;
   bool tee = false;              // also copy output to fleetrun's stdout
   std::string endpoint;          // announced endpoint (servers, heter), may end ":0"
+  // What stops it when the job is abandoned (a process failed, fleetrun was
+  // interrupted) rather than finished; SIGTERM at the end of a finished
+  // job. ps_server takes SIGINT as "stop without the final save": the
+  // tables of an unfinished job are no model to write into server.save_dir.
+  int abandon_signal = SIGTERM;
   std::string Name() const { return std::string(RoleName(role)) + " " + std::to_string(rank); }
 };
 

@@ -272,12 +272,14 @@ std::vector<Supervisor::Event> Supervisor::Poll(std::chrono::milliseconds timeou
   return events;
 }
 
-std::vector<int> Supervisor::Stop(const std::vector<size_t>& which, std::chrono::milliseconds grace) {
+std::vector<int> Supervisor::Stop(const std::vector<size_t>& which, std::chrono::milliseconds grace,
+                                  StopReason reason) {
   for (size_t i : which) {
     if (procs_[i].pid > 0) {
-      kill(-procs_[i].pid, SIGTERM);
-      // A stopped (SIGSTOP'd, frozen in a debugger) process acts on SIGTERM
-      // only once continued; otherwise it would wait for the SIGKILL.
+      kill(-procs_[i].pid,
+           reason == StopReason::kFinished ? SIGTERM : procs_[i].spec.abandon_signal);
+      // A stopped (SIGSTOP'd, frozen in a debugger) process acts on the
+      // signal only once continued; otherwise it would wait for the SIGKILL.
       kill(-procs_[i].pid, SIGCONT);
     }
   }
@@ -305,7 +307,9 @@ std::vector<int> Supervisor::Stop(const std::vector<size_t>& which, std::chrono:
   return statuses;
 }
 
-void Supervisor::StopAll(std::chrono::milliseconds grace) { Stop(Running(), grace); }
+void Supervisor::StopAll(std::chrono::milliseconds grace) {
+  Stop(Running(), grace, StopReason::kAbandoned);
+}
 
 std::vector<size_t> Supervisor::Running() const {
   std::vector<size_t> out;

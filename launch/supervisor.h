@@ -85,13 +85,18 @@ class Supervisor {
   // than `timeout`.
   std::vector<Event> Poll(std::chrono::milliseconds timeout);
 
-  // Sends SIGTERM to each listed running process's group, waits up to
-  // `grace` for them to exit, then SIGKILLs the groups of those left and
-  // reaps them. Returns the wait status of each listed process, in order
+  // Why processes are stopped: the job finished (SIGTERM), or it is
+  // abandoned (each process's ProcessSpec::abandon_signal).
+  enum class StopReason { kFinished, kAbandoned };
+  // Sends the reason's signal to each listed running process's group, waits
+  // up to `grace` for them to exit, then SIGKILLs the groups of those left
+  // and reaps them. Returns the wait status of each listed process, in order
   // (processes that had already exited keep their last status). Blocks at
   // most grace + a short reap.
-  std::vector<int> Stop(const std::vector<size_t>& which, std::chrono::milliseconds grace);
-  // Stop() for every running process.
+  std::vector<int> Stop(const std::vector<size_t>& which, std::chrono::milliseconds grace,
+                        StopReason reason);
+  // Stop(kAbandoned) for every running process: the job failed or was
+  // interrupted.
   void StopAll(std::chrono::milliseconds grace);
 
   size_t size() const { return procs_.size(); }

@@ -2,6 +2,7 @@
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <signal.h>
 
 #include "absl/strings/str_cat.h"
 #include "comm/absl_mutex_mode.h"
@@ -31,8 +32,17 @@ int PsServerMain(int argc, char** argv) {
   // Before any thread exists (see StopSignalWatcher).
   std::atomic<PsServer*> running{nullptr};
   std::atomic<bool> stop_early{false};
+  // SIGTERM: the job finished (fleetrun, when every worker exited 0): save
+  // into server.save_dir and stop. SIGINT: the job was abandoned (a process
+  // failed, Ctrl-C): stop without that save, so save_dir keeps the last
+  // finished job's model instead of an unfinished state; server.recovery_dir
+  // (when set) still holds a restartable one.
+  std::atomic<bool> abandoned{false};
   StopSignalWatcher signals([&](int sig) {
-    LOG(INFO) << "ps_server: signal " << sig << ", stopping";
+    if (sig == SIGINT) abandoned.store(true);
+    LOG(INFO) << "ps_server: signal " << sig
+              << (sig == SIGINT ? ", stopping without the final save (the job did not finish)"
+                                : ", stopping");
     stop_early.store(true);
     if (PsServer* s = running.load()) s->RequestStop();
   });
@@ -96,7 +106,7 @@ int PsServerMain(int argc, char** argv) {
   // A server serves until told to stop; the loop only bounds each wait.
   while (!server.value()->WaitForStopRequest(std::chrono::seconds(1))) {
   }
-  Status saved = server.value()->Shutdown(/*save=*/true);
+  Status saved = server.value()->Shutdown(/*save=*/!abandoned.load());
   running.store(nullptr);
   return saved.ok() ? 0 : 1;
 }

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -230,6 +231,45 @@ TEST_F(ServerProcesses, RestartedServerReloadsItsSaveDir) {
   }
   auto [c, v] = pull(StartServer(0, 1, {"FLEET_RESTART=1"}));
   EXPECT_EQ(v, std::vector<float>(6, -1.5f));
+}
+
+// SIGINT is how fleetrun stops the servers of an abandoned job (a process
+// failed, Ctrl-C): the server stops without its final save, so save_dir
+// keeps the last finished job's tables rather than an unfinished state.
+TEST_F(ServerProcesses, InterruptedServerLeavesItsSaveDirAlone) {
+  auto job = LoadJobConfig(config_.string(), {});
+  ASSERT_TRUE(job.ok());
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  auto connect = [&](const std::string& endpoint) {
+    PsClientOptions o;
+    o.servers = {endpoint};
+    o.auth = TestAuth();
+    return PsClient::Create(o, job.value()).value();
+  };
+  auto pull = [&](PsClient& c) {
+    std::vector<float> v(keys.size() * 2);
+    EXPECT_TRUE(c.PullSparse(0, keys, v).ok());
+    return v;
+  };
+  {
+    auto c = connect(StartServer(0, 1));
+    ASSERT_TRUE(c->PushSparseGrad(0, keys, std::vector<float>(6, 1.5f)).ok());
+    kill(pids_[0], SIGTERM);  // a finished job: saved
+    ASSERT_EQ(WaitExit(0, 15s), 0);
+  }
+  {
+    auto c = connect(StartServer(0, 1, {"FLEET_RESTART=1"}));
+    EXPECT_EQ(pull(*c), std::vector<float>(6, -1.5f));
+    ASSERT_TRUE(c->PushSparseGrad(0, keys, std::vector<float>(6, 1.5f)).ok());
+    EXPECT_EQ(pull(*c), std::vector<float>(6, -3.0f));
+    kill(pids_[1], SIGINT);  // an abandoned job
+    ASSERT_EQ(WaitExit(1, 15s), 0);
+  }
+  std::ifstream in(dir_ / "serverlog.0");
+  const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(log.find("stopping without the final save"), std::string::npos) << log;
+  auto c = connect(StartServer(0, 1, {"FLEET_RESTART=1"}));
+  EXPECT_EQ(pull(*c), std::vector<float>(6, -1.5f)) << "the abandoned state was saved";
 }
 
 // server.recovery_dir through a real crash: kill -9 while three clients
