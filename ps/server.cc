@@ -1036,6 +1036,14 @@ Status PsServer::Stats(const Message& req, Message* resp) {
     t->set_rows(table->range().size());
     t->set_bytes(table->memory_bytes());
   }
+  {
+    std::lock_guard<std::mutex> lock(sync_mu_);
+    for (pb::PsTableStats& t : *reply.mutable_tables()) {
+      auto it = sync_.find(t.table_id());
+      t.set_next_sync_step(it == sync_.end() || !it->second.merger ? -1
+                                                                   : it->second.merger->next_step());
+    }
+  }
   resp->header.set_meta(reply.SerializeAsString());
   return Status::OK();
 }

@@ -12,7 +12,7 @@
 #include <glog/logging.h>
 
 #include "comm/cluster.h"
-#include "comm/gloo_collective.h"
+#include "comm/collective.h"
 #include "comm/kv_store.h"
 #include "comm/stop_signal.h"
 #include "ps/client.h"
@@ -33,7 +33,17 @@ double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
 
-// The metrics group: all-reduces over Gloo, or nothing for a world of one.
+// The metrics group: each worker's vector combined (sum or max, in rank
+// order) with every other worker's through the KV store, or nothing for a
+// world of one. Not Gloo: a Gloo group is fixed once formed, and a worker
+// restarted by fleetrun --max_restart must take its old place in the next
+// reduction while the others keep theirs (CONTRIBUTING.md, Recovery).
+// Round `name` (the same on every worker, never reused) is the KV key prefix
+// ps_worker_metrics/<name>/: each worker sets <rank> and reads every rank's
+// key. Once a worker has read all keys of a round, every worker has read
+// the round before it (each set its key only after that), so it deletes its
+// own key of the previous round; rounds `kept` are never deleted (a
+// restarted worker reads them again).
 class MetricsGroup {
  public:
   static Result<MetricsGroup> Join(const PsWorkerOptions& o) {
@@ -46,24 +56,69 @@ class MetricsGroup {
               "metrics; fleetrun sets it",
           "worker " + std::to_string(o.rank));
     }
-    KvStoreClient kv(o.kv_endpoint, o.job_id, {.auth = o.kv_auth});
-    GlooCollectiveOptions go;
-    go.group = "ps_worker_metrics";
-    go.rank = o.rank;
-    go.size = o.num_workers;
-    go.timeout = o.job.distributed.timeout;
-    go.generation = o.restart_generation;
-    FLEET_ASSIGN_OR_RETURN(g.gloo_, GlooCollective::Create(kv, go));
+    g.kv_ = std::make_unique<KvStoreClient>(o.kv_endpoint, o.job_id,
+                                            KvStoreClientOptions{.auth = o.kv_auth});
+    g.rank_ = o.rank;
+    g.size_ = o.num_workers;
+    g.timeout_ = o.job.distributed.timeout;
     return g;
   }
 
-  Status AllReduce(std::vector<float>* v, ReduceOp op, const char* what) {
-    if (!gloo_ || v->empty()) return Status::OK();
-    return gloo_->AllReduce(v->data(), v->size(), op).WithContext(what);
+  // Blocks until every worker set its vector for `round` (at most
+  // Distributed.timeout_ms: Timeout naming the worker that did not) and
+  // replaces *v by the combination. InvalidArgument when a worker's vector
+  // has another length. Only kSum and kMax.
+  Status AllReduce(const std::string& round, std::vector<float>* v, ReduceOp op, const char* what,
+                   bool kept = false) {
+    if (!kv_ || v->empty()) return Status::OK();
+    CHECK(op == ReduceOp::kSum || op == ReduceOp::kMax);
+    const std::string prefix = "ps_worker_metrics/" + round + "/";
+    std::string mine;
+    for (float x : *v) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%a ", x);  // hex float: exact
+      mine += buf;
+    }
+    FLEET_RETURN_IF_ERROR(kv_->Set(prefix + std::to_string(rank_), mine).WithContext(what));
+    std::vector<float> out(v->size(), 0.0f);
+    const auto deadline = Clock::now() + timeout_;
+    for (int r = 0; r < size_; ++r) {
+      const auto left = std::max(std::chrono::milliseconds(1),
+                                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      Result<std::string> got = r == rank_ ? Result<std::string>(mine)
+                                           : kv_->WaitGet(prefix + std::to_string(r), left);
+      if (!got.ok()) {
+        if (!got.status().IsTimeout()) return got.status().WithContext(what);
+        return Status::Timeout("worker " + std::to_string(r) + " did not send its " + what +
+                                   " within Distributed.timeout_ms (" +
+                                   std::to_string(timeout_.count()) + " ms)",
+                               "metrics round " + round);
+      }
+      std::istringstream in(*got);
+      std::vector<float> theirs;
+      for (std::string tok; in >> tok;) theirs.push_back(std::strtof(tok.c_str(), nullptr));
+      for (size_t i = 0; i < out.size() && i < theirs.size(); ++i) {
+        out[i] = r == 0 ? theirs[i] : op == ReduceOp::kSum ? out[i] + theirs[i] : std::max(out[i], theirs[i]);
+      }
+      if (theirs.size() != out.size()) {
+        return Status::InvalidArgument("worker " + std::to_string(r) + " sent " + what +
+                                           " of another length than the " +
+                                           std::to_string(out.size()) + " values of this worker",
+                                       "metrics round " + round);
+      }
+    }
+    *v = std::move(out);
+    if (!previous_.empty()) (void)kv_->Delete(previous_);  // a leftover key only costs memory
+    previous_ = kept ? std::string() : prefix + std::to_string(rank_);
+    return Status::OK();
   }
 
  private:
-  std::unique_ptr<GlooCollective> gloo_;
+  std::unique_ptr<KvStoreClient> kv_;  // null: a world of one
+  int rank_ = 0;
+  int size_ = 1;
+  std::chrono::milliseconds timeout_{0};
+  std::string previous_;  // this worker's key of the previous round not kept
 };
 
 std::string FormatMetric(double v) {
@@ -124,6 +179,10 @@ class WorkerRun {
   }
   Status Evaluate(int epoch);
   Status MaybeSave(int epoch);
+  // A restarted worker: the sync step to resume at, the lowest next step
+  // over every server and sync table (0: none applied yet).
+  // FailedPrecondition where a rejoin is not supported.
+  Result<int64_t> ResumeStep(int64_t steps_per_epoch);
 
   const PsWorkerOptions& o_;
   const WorkerConfig config_;
@@ -170,16 +229,26 @@ Result<PsWorkerReport> WorkerRun::Run() {
   // 2. Metrics group; steps per epoch = the largest shard's batch count.
   FLEET_ASSIGN_OR_RETURN(group_, MetricsGroup::Join(o_));
   std::vector<float> batches = {static_cast<float>(task_->num_train_batches())};
-  FLEET_RETURN_IF_ERROR(group_.AllReduce(&batches, ReduceOp::kMax, "agreeing on steps per epoch"));
+  FLEET_RETURN_IF_ERROR(group_.AllReduce("steps_per_epoch", &batches, ReduceOp::kMax,
+                                         "batch count", /*kept=*/true));
   const int64_t steps_per_epoch = static_cast<int64_t>(batches[0]);
 
-  // 3. One initialisation for everyone.
-  if (o_.rank == 0 && o_.job.server.load_dir.empty()) {
-    std::vector<float> init = task_->InitialDenseParams();
-    FLEET_RETURN_IF_ERROR(client_->InitDense(config_.model.dense_table, init)
-                              .WithContext("writing the initial dense parameters"));
+  // 2b. A restarted worker resumes at the step the servers hold (0: the
+  // job had not stepped yet, so it starts like the others).
+  int64_t resume = 0;
+  if (o_.restart_generation > 0) {
+    FLEET_ASSIGN_OR_RETURN(resume, ResumeStep(steps_per_epoch));
   }
-  FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_init").WithContext("start barrier"));
+
+  // 3. One initialisation for everyone (a rejoining worker finds it done).
+  if (resume == 0) {
+    if (o_.rank == 0 && o_.job.server.load_dir.empty()) {
+      std::vector<float> init = task_->InitialDenseParams();
+      FLEET_RETURN_IF_ERROR(client_->InitDense(config_.model.dense_table, init)
+                                .WithContext("writing the initial dense parameters"));
+    }
+    FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_init").WithContext("start barrier"));
+  }
 
   // 3b. Heter workers run the dense part.
   if (!o_.heter_workers.empty()) FLEET_RETURN_IF_ERROR(UseHeterWorkers());
@@ -196,14 +265,25 @@ Result<PsWorkerReport> WorkerRun::Run() {
   Communicator* comm = comm_.get();
   LOG(INFO) << name_ << ": " << comm->name() << " mode, " << steps_per_epoch
             << " steps per epoch, " << config_.train.epochs << " epochs";
+  if (resume > 0) {
+    FLEET_RETURN_IF_ERROR(comm->ResumeAt(resume).WithContext(name_ + " rejoining"));
+    // The step it was in when killed was not acknowledged to it (the servers
+    // have not applied it everywhere), so it is pushed again: nothing lost.
+    LOG(INFO) << name_ << ": rejoined at step " << resume << " (skipped " << resume
+              << " batches: epoch " << resume / steps_per_epoch + 1 << " from step "
+              << resume % steps_per_epoch << "); lost 0 updates (step " << resume
+              << ", the one it was in when killed, is pushed again, applied once)";
+  }
 
   // 4. Training.
   double train_seconds = 0;
   double train_samples = 0;
-  for (int epoch = 1; epoch <= config_.train.epochs && !report_.stopped; ++epoch) {
+  for (int epoch = 1 + static_cast<int>(resume / steps_per_epoch);
+       epoch <= config_.train.epochs && !report_.stopped; ++epoch) {
     const auto t_epoch = Clock::now();
     auto t_window = Clock::now();
-    for (int64_t i = 0; i < steps_per_epoch; ++i) {
+    const int64_t first = epoch == 1 + resume / steps_per_epoch ? resume % steps_per_epoch : 0;
+    for (int64_t i = first; i < steps_per_epoch; ++i) {
       if (StopRequested()) {
         report_.stopped = true;
         break;
@@ -230,7 +310,9 @@ Result<PsWorkerReport> WorkerRun::Run() {
       if (last) FLEET_RETURN_IF_ERROR(Drain(epoch));
       if ((config_.train.log_interval > 0 && (i + 1) % config_.train.log_interval == 0) || last) {
         std::vector<float> sums = task_->TakeTrainSums();
-        FLEET_RETURN_IF_ERROR(group_.AllReduce(&sums, ReduceOp::kSum, "training metrics"));
+        FLEET_RETURN_IF_ERROR(group_.AllReduce(
+            "e" + std::to_string(epoch) + "/s" + std::to_string(i + 1) + "/train", &sums,
+            ReduceOp::kSum, "training metrics"));
         const MetricSummary m = task_->Summarize(sums);
         const double secs = Seconds(t_window);
         train_samples += m.samples;
@@ -266,7 +348,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
   std::vector<float> totals = {static_cast<float>(task_->malformed_lines()),
                                static_cast<float>(train_seconds)};
-  FLEET_RETURN_IF_ERROR(group_.AllReduce(&totals, ReduceOp::kSum, "summary"));
+  FLEET_RETURN_IF_ERROR(group_.AllReduce("summary", &totals, ReduceOp::kSum, "summary"));
   report_.malformed_lines = static_cast<int64_t>(totals[0]);
   const double mean_seconds = totals[1] / o_.num_workers;
   report_.train_samples_per_sec = mean_seconds > 0 ? train_samples / mean_seconds : 0;
@@ -287,6 +369,49 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
   LOG(INFO) << line.str();
   return report_;
+}
+
+Result<int64_t> WorkerRun::ResumeStep(int64_t steps_per_epoch) {
+  const std::string which = name_ + " restarted (generation " +
+                            std::to_string(o_.restart_generation) + ")";
+  if (o_.job.distributed.mode != ps::SyncMode::kSync) {
+    // Async and geo workers keep no step the servers know, so there is no
+    // position to resume the data at.
+    return Status::FailedPrecondition(
+        "only a sync-mode worker can rejoin a running job (mode " +
+            std::string(ps::SyncModeName(o_.job.distributed.mode)) + ")",
+        which);
+  }
+  Result<std::vector<pb::PsStatsReply>> stats = client_->Stats();
+  if (!stats.ok()) return stats.status().WithContext("asking the servers for their sync step");
+  int64_t low = std::numeric_limits<int64_t>::max(), high = -1;
+  for (const pb::PsStatsReply& s : *stats) {
+    for (const pb::PsTableStats& t : s.tables()) {
+      if (t.next_sync_step() < 0) continue;
+      low = std::min(low, t.next_sync_step());
+      high = std::max(high, t.next_sync_step());
+    }
+  }
+  if (high < 0) return Status::FailedPrecondition("no server holds a sync table", which);
+  LOG(INFO) << which << ": the servers are at sync step " << low
+            << (high > low ? " (some at " + std::to_string(high) + ")" : std::string());
+  if (low > 0 && !o_.heter_workers.empty()) {
+    return Status::FailedPrecondition(
+        "a worker with heter workers cannot rejoin a running job (its micro-batch slots are "
+        "not resumed)",
+        which);
+  }
+  if (low > 0 && low % steps_per_epoch == 0) {
+    // Its previous life finished the epoch's steps and died somewhere in the
+    // epoch's end (barrier, evaluation, save), which the others may have
+    // left already: not a point it can rejoin at.
+    return Status::FailedPrecondition(
+        "restarted after the last step of epoch " + std::to_string(low / steps_per_epoch) +
+            " (the servers are at step " + std::to_string(low) +
+            "): an epoch's end (barrier, evaluation, save) cannot be rejoined",
+        which);
+  }
+  return low;
 }
 
 Status WorkerRun::UseHeterWorkers() {
@@ -318,12 +443,13 @@ Status WorkerRun::UseHeterWorkers() {
 
 Status WorkerRun::Evaluate(int epoch) {
   FLEET_ASSIGN_OR_RETURN(std::vector<float> sums, task_->EvaluateSums(*client_));
+  const std::string round = "e" + std::to_string(epoch);
   // Every worker takes part in the reduce, even one with no held-out data.
   std::vector<float> size = {static_cast<float>(sums.size())};
-  FLEET_RETURN_IF_ERROR(group_.AllReduce(&size, ReduceOp::kMax, "held-out metric size"));
+  FLEET_RETURN_IF_ERROR(group_.AllReduce(round + "/heldout_size", &size, ReduceOp::kMax, "held-out metric size"));
   if (size[0] == 0) return Status::OK();
   if (sums.empty()) sums = std::vector<float>(static_cast<size_t>(size[0]), 0.0f);
-  FLEET_RETURN_IF_ERROR(group_.AllReduce(&sums, ReduceOp::kSum, "held-out metrics"));
+  FLEET_RETURN_IF_ERROR(group_.AllReduce(round + "/heldout", &sums, ReduceOp::kSum, "held-out metrics"));
   const MetricSummary m = task_->Summarize(sums);
   report_.epochs.push_back({epoch, m.loss, m.metric});
   report_.heldout_metric = m.metric;

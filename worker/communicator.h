@@ -172,6 +172,16 @@ class Communicator {
 
   // "sync", "async", "geo" for logs.
   virtual const char* name() const = 0;
+
+  // A restarted worker rejoining a running job (worker/app.h): its next own
+  // Push is sync step `step` (the lowest step the servers have not applied),
+  // sent idempotent, since its previous life may have delivered that step
+  // to some servers before it died. Call before the first Push. Async and
+  // geo share no step with the servers: FailedPrecondition.
+  virtual Status ResumeAt(int64_t step) {
+    return Status::FailedPrecondition(std::string(name()) + " mode has no step to resume at",
+                                      "step " + std::to_string(step));
+  }
 };
 
 // The communicator for the client's `Distributed.mode`. `client` is not
@@ -216,6 +226,7 @@ class SyncCommunicator final : public Communicator {
   // the same as one worker with a batch of batch_size * num_workers.
   double GradientScale(size_t batch_samples) const override;
   const char* name() const override { return "sync"; }
+  Status ResumeAt(int64_t step) override;
 
   int64_t step() const { return step_; }
 
@@ -227,6 +238,7 @@ class SyncCommunicator final : public Communicator {
   std::vector<float> zero_dense_;  // pushed when the worker had no batch
 
   int64_t step_ = 0;  // driving thread only
+  int64_t resumed_at_ = -1;  // driving thread only; ResumeAt's step (pushed idempotent)
 };
 
 // ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ PendingPush SyncCommunicator::StartPush(const PushRequest& request) {
     po.contributors = request.sync_slot->contributors;
     po.idempotent = true;
   } else {
+    po.idempotent = step_ == resumed_at_;
     po.step = step_++;
   }
   std::future<Status> sparse, dense;
@@ -50,6 +51,12 @@ PendingPush SyncCommunicator::StartPush(const PushRequest& request) {
   }
   return PendingPush(client_, std::move(sparse), std::move(dense), options_.timeout,
                      std::move(context));
+}
+
+Status SyncCommunicator::ResumeAt(int64_t step) {
+  if (step < 0) return Status::InvalidArgument("a sync step is >= 0", std::to_string(step));
+  step_ = resumed_at_ = step;
+  return Status::OK();
 }
 
 double SyncCommunicator::GradientScale(size_t batch_samples) const {

@@ -40,7 +40,7 @@ class RestartTest : public ::testing::Test {
   }
   static void TearDownTestSuite() {
     fs::remove_all(dir_);
-    std::printf("\nserver crash under --max_restart=1:\n%s", table_.c_str());
+    std::printf("\nserver or worker crash under --max_restart=1:\n%s", table_.c_str());
   }
 
   // Starts ctr_dnn on 2 servers x 2 workers, 2 epochs, crash recovery on.
@@ -117,6 +117,73 @@ class RestartTest : public ::testing::Test {
     table_ += row;
   }
 
+  // Worker 0's progress lines ("epoch E step I/N") on fleetrun's terminal,
+  // not counting the log tails fleetrun quotes ("  | ...").
+  static int ProgressLines(const std::string& out) {
+    static const std::regex line(R"((^|\n)I[^\n]*\] epoch \d+ step \d+/)");
+    return static_cast<int>(std::distance(std::sregex_iterator(out.begin(), out.end(), line),
+                                          std::sregex_iterator()));
+  }
+
+  // An undisturbed run and one whose worker 1 is killed once worker 0 logs
+  // training steps: the restarted worker rejoins at the servers' step.
+  void KillWorkerOne(const std::string& mode, double bar) {
+    double auc_plain = 0, auc_kill = 0;
+    auto start = Clock::now();
+    FleetJob plain = Start(mode + "_wplain", mode);
+    const double plain_s = RunToEnd(plain, start, bar, &auc_plain);
+
+    start = Clock::now();
+    FleetJob job = Start(mode + "_wkill", mode);
+    ASSERT_TRUE(job.WaitFor("epoch 1 step", std::chrono::seconds(60))) << job.Output();
+    ASSERT_EQ(job.pids.count("worker 1"), 1u) << job.Output();
+    const pid_t victim = job.pids["worker 1"];
+    const int lines_at_kill = ProgressLines(job.Output());
+    ASSERT_EQ(kill(victim, SIGKILL), 0);
+    const auto killed = Clock::now();
+    const fs::path log = dir_ / "log" / job.job_id / "workerlog.1";
+    std::smatch m;
+    std::string workerlog;
+    const std::regex rejoined(R"(rejoined at step (\d+) \(skipped (\d+) batches)");
+    while (!std::regex_search(workerlog, m, rejoined) && !job.Ended() &&
+           Clock::now() - killed < std::chrono::seconds(60)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      workerlog = testing::ReadWholeFile(log);
+    }
+    const double rejoin_s = std::chrono::duration<double>(Clock::now() - killed).count();
+    ASSERT_FALSE(m.empty()) << workerlog << job.Output();
+    const int64_t step = std::stoll(m[1]);
+    EXPECT_GT(step, 0) << workerlog;
+    EXPECT_EQ(std::stoll(m[2]), step) << workerlog;
+    // Worker 0's next progress line: the step waiting for worker 1 passed.
+    bool trains = false;
+    while (!(trains = ProgressLines(job.Output()) > lines_at_kill) && !job.Ended() &&
+           Clock::now() - killed < std::chrono::seconds(60)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    const double trains_s = std::chrono::duration<double>(Clock::now() - killed).count();
+    EXPECT_TRUE(trains) << job.Output();
+    const double kill_s = RunToEnd(job, start, bar, &auc_kill);
+    const std::string out = job.Output();
+    workerlog = testing::ReadWholeFile(log);
+    EXPECT_NE(out.find("worker 1 (pid " + std::to_string(victim) + ") was killed by signal 9"),
+              std::string::npos)
+        << out;
+    EXPECT_NE(out.find("restarting (1 of 1)"), std::string::npos) << out;
+    EXPECT_NE(job.pids["worker 1"], victim) << "no restarted worker 1 in fleetrun's output\n" << out;
+    EXPECT_NE(workerlog.find("lost 0 updates"), std::string::npos) << workerlog;
+    // Only worker 1 was restarted: worker 0 rode it out.
+    EXPECT_EQ(out.find("worker 0 (pid"), std::string::npos) << out;
+    char row[384];
+    std::snprintf(row, sizeof(row),
+                  "  %-5s kill -9 worker 1: rejoined at step %lld %.2f s after the kill, worker 0's "
+                  "next progress line after %.2f s; run %.1f s vs %.1f s undisturbed (%+.1f s); "
+                  "auc %.4f vs %.4f\n",
+                  mode.c_str(), static_cast<long long>(step), rejoin_s, trains_s, kill_s, plain_s,
+                  kill_s - plain_s, auc_kill, auc_plain);
+    table_ += row;
+  }
+
   static std::string bin_, src_, table_;
   static fs::path dir_;
 };
@@ -127,6 +194,8 @@ fs::path RestartTest::dir_;
 TEST_F(RestartTest, SyncJobRidesOutAServerKill) { CrashServerOne("sync", 0.72); }
 
 TEST_F(RestartTest, AsyncJobRidesOutAServerKill) { CrashServerOne("async", 0.70); }
+
+TEST_F(RestartTest, SyncWorkerRejoinsAfterAKill) { KillWorkerOne("sync", 0.72); }
 
 }  // namespace
 }  // namespace fleet
