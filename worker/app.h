@@ -15,10 +15,17 @@
 //      dense table's dim must equal the model's parameter count, and the
 //      job may hold no table the model does not use (a sync step waits for
 //      a push to every table);
-//   2. joins the metrics group (Gloo over the KV store; a world of one needs
-//      neither) and agrees on the steps per epoch: the largest shard's
-//      batch count, so every worker takes part in every sync step (a worker
-//      whose shard is done pushes empty gradients) and in every all-reduce;
+//   2. joins the metrics group (sums and maxima through the KV store, which
+//      a restarted worker can rejoin; a world of one needs neither) and
+//      agrees on the steps per epoch: the largest shard's batch count, so
+//      every worker takes part in every sync step (a worker whose shard is
+//      done pushes empty gradients) and in every reduction;
+//   2b. a restarted worker (restart_generation > 0) of a sync job asks the
+//      servers which step they hold and, past step 0, starts there: it
+//      skips the batches of the steps done and step 3, and pushes that step
+//      again (applied once), logging "rejoined at step S (skipped N
+//      batches ...); lost 0 updates". Async, geo, heter workers and a
+//      restart at an epoch's end get FailedPrecondition;
 //   3. worker 0 writes the model's initialisation into the dense table,
 //      unless server.load_dir is set (the servers loaded a checkpoint);
 //      then all workers meet at a PS barrier;
@@ -66,9 +73,8 @@ struct PsWorkerOptions {
   // is only allowed for num_workers == 1.
   std::string kv_endpoint;
   std::string job_id = "default";
-  // Restart generation (ClusterSpec::restart_generation): the metrics
-  // group's rendezvous keys are this generation's, so a restarted worker
-  // never reads the addresses of a group it belonged to before.
+  // Restart generation (ClusterSpec::restart_generation): > 0 means this
+  // worker was restarted and rejoins the running job (step 2b above).
   int restart_generation = 0;
   // The job's credentials: kv_auth signs KV store requests; auth is the
   // CURVE credentials of its ZeroMQ traffic (servers, heter workers). Null:
