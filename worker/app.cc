@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 
@@ -48,14 +49,14 @@ class MetricsGroup {
  public:
   static Result<MetricsGroup> Join(const PsWorkerOptions& o) {
     MetricsGroup g;
-    if (o.num_workers == 1) return g;
-    if (o.kv_endpoint.empty()) {
+    if (o.num_workers > 1 && o.kv_endpoint.empty()) {
       return Status::InvalidArgument(
           "a job of " + std::to_string(o.num_workers) +
               " workers needs the KV store (--kv_endpoint / FLEET_KV_ENDPOINT) to aggregate "
               "metrics; fleetrun sets it",
           "worker " + std::to_string(o.rank));
     }
+    if (o.kv_endpoint.empty()) return g;
     g.kv_ = std::make_unique<KvStoreClient>(o.kv_endpoint, o.job_id,
                                             KvStoreClientOptions{.auth = o.kv_auth});
     g.rank_ = o.rank;
@@ -70,7 +71,7 @@ class MetricsGroup {
   // has another length. Only kSum and kMax.
   Status AllReduce(const std::string& round, std::vector<float>* v, ReduceOp op, const char* what,
                    bool kept = false) {
-    if (!kv_ || v->empty()) return Status::OK();
+    if (size_ == 1 || v->empty()) return Status::OK();
     CHECK(op == ReduceOp::kSum || op == ReduceOp::kMax);
     const std::string prefix = "ps_worker_metrics/" + round + "/";
     std::string mine;
@@ -113,12 +114,43 @@ class MetricsGroup {
     return Status::OK();
   }
 
+  // Marks this worker as past the start barrier, for a restarted life of it
+  // (Started). A no-op without the KV store.
+  Status MarkStarted() {
+    return kv_ ? kv_->Set(StartedKey(), "1").WithContext("marking the start") : Status::OK();
+  }
+  // Whether an earlier life of this worker passed the start barrier (false
+  // without the KV store).
+  Result<bool> Started() {
+    if (!kv_) return false;
+    Result<std::string> got = kv_->Get(StartedKey());
+    if (got.ok()) return true;
+    if (got.status().IsNotFound()) return false;
+    return got.status().WithContext("reading the start mark");
+  }
+  // The rounds this worker's keys are still held for (the newest one or
+  // two it reduced in; its earlier life's after a restart), e.g. "e1/s50/train".
+  Result<std::vector<std::string>> OwnRounds() {
+    std::vector<std::string> rounds;
+    if (!kv_) return rounds;
+    FLEET_ASSIGN_OR_RETURN(std::vector<std::string> keys, kv_->List("ps_worker_metrics/"));
+    const std::string suffix = "/" + std::to_string(rank_);
+    for (const std::string& k : keys) {
+      if (k.size() > suffix.size() && k.ends_with(suffix)) {
+        rounds.push_back(k.substr(18, k.size() - 18 - suffix.size()));  // past "ps_worker_metrics/"
+      }
+    }
+    return rounds;
+  }
+
  private:
   std::unique_ptr<KvStoreClient> kv_;  // null: a world of one
   int rank_ = 0;
   int size_ = 1;
   std::chrono::milliseconds timeout_{0};
   std::string previous_;  // this worker's key of the previous round not kept
+
+  std::string StartedKey() const { return "ps_worker_started/" + std::to_string(rank_); }
 };
 
 std::string FormatMetric(double v) {
@@ -179,9 +211,11 @@ class WorkerRun {
   }
   Status Evaluate(int epoch);
   Status MaybeSave(int epoch);
-  // A restarted worker: the sync step to resume at, the lowest next step
-  // over every server and sync table (0: none applied yet).
-  // FailedPrecondition where a rejoin is not supported.
+  // A restarted worker whose earlier life passed the start barrier: the
+  // step to resume at. Sync: the lowest next step over every server and
+  // sync table; async/geo: the step of its newest progress line.
+  // FailedPrecondition where a rejoin is not supported (heter workers, an
+  // epoch's end).
   Result<int64_t> ResumeStep(int64_t steps_per_epoch);
 
   const PsWorkerOptions& o_;
@@ -233,21 +267,27 @@ Result<PsWorkerReport> WorkerRun::Run() {
                                          "batch count", /*kept=*/true));
   const int64_t steps_per_epoch = static_cast<int64_t>(batches[0]);
 
-  // 2b. A restarted worker resumes at the step the servers hold (0: the
-  // job had not stepped yet, so it starts like the others).
+  // 2b. A restarted worker whose earlier life got past the start barrier
+  // rejoins the others where that life left off; one that did not starts
+  // like them (the others are still at the barrier).
+  bool rejoin = false;
   int64_t resume = 0;
   if (o_.restart_generation > 0) {
-    FLEET_ASSIGN_OR_RETURN(resume, ResumeStep(steps_per_epoch));
+    FLEET_ASSIGN_OR_RETURN(rejoin, group_.Started());
+    if (rejoin) {
+      FLEET_ASSIGN_OR_RETURN(resume, ResumeStep(steps_per_epoch));
+    }
   }
 
   // 3. One initialisation for everyone (a rejoining worker finds it done).
-  if (resume == 0) {
+  if (!rejoin) {
     if (o_.rank == 0 && o_.job.server.load_dir.empty()) {
       std::vector<float> init = task_->InitialDenseParams();
       FLEET_RETURN_IF_ERROR(client_->InitDense(config_.model.dense_table, init)
                                 .WithContext("writing the initial dense parameters"));
     }
     FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_init").WithContext("start barrier"));
+    FLEET_RETURN_IF_ERROR(group_.MarkStarted());
   }
 
   // 3b. Heter workers run the dense part.
@@ -265,14 +305,25 @@ Result<PsWorkerReport> WorkerRun::Run() {
   Communicator* comm = comm_.get();
   LOG(INFO) << name_ << ": " << comm->name() << " mode, " << steps_per_epoch
             << " steps per epoch, " << config_.train.epochs << " epochs";
-  if (resume > 0) {
-    FLEET_RETURN_IF_ERROR(comm->ResumeAt(resume).WithContext(name_ + " rejoining"));
-    // The step it was in when killed was not acknowledged to it (the servers
-    // have not applied it everywhere), so it is pushed again: nothing lost.
-    LOG(INFO) << name_ << ": rejoined at step " << resume << " (skipped " << resume
-              << " batches: epoch " << resume / steps_per_epoch + 1 << " from step "
-              << resume % steps_per_epoch << "); lost 0 updates (step " << resume
-              << ", the one it was in when killed, is pushed again, applied once)";
+  if (rejoin) {
+    std::ostringstream line;
+    line << name_ << ": rejoined at step " << resume << " (skipped " << resume
+         << " batches: epoch " << resume / steps_per_epoch + 1 << " from step "
+         << resume % steps_per_epoch << "); lost 0 updates";
+    if (o_.job.distributed.mode == ps::SyncMode::kSync) {
+      FLEET_RETURN_IF_ERROR(comm->ResumeAt(resume).WithContext(name_ + " rejoining"));
+      // The step it was in when killed was not acknowledged to it (the
+      // servers have not applied it everywhere), so it is pushed again.
+      line << " (step " << resume << ", the one it was in when killed, is pushed again, applied "
+           << "once)";
+    } else {
+      // Its steps after its last progress line are taken again: what it had
+      // sent of them is applied twice, what it had queued is sent now.
+      line << " (its steps after step " << resume << " before the kill, at most "
+           << std::max(config_.train.log_interval - 1, 0)
+           << ", are taken again: those it had sent are applied twice)";
+    }
+    LOG(INFO) << line.str();
   }
 
   // 4. Training.
@@ -374,44 +425,60 @@ Result<PsWorkerReport> WorkerRun::Run() {
 Result<int64_t> WorkerRun::ResumeStep(int64_t steps_per_epoch) {
   const std::string which = name_ + " restarted (generation " +
                             std::to_string(o_.restart_generation) + ")";
-  if (o_.job.distributed.mode != ps::SyncMode::kSync) {
-    // Async and geo workers keep no step the servers know, so there is no
-    // position to resume the data at.
-    return Status::FailedPrecondition(
-        "only a sync-mode worker can rejoin a running job (mode " +
-            std::string(ps::SyncModeName(o_.job.distributed.mode)) + ")",
-        which);
-  }
-  Result<std::vector<pb::PsStatsReply>> stats = client_->Stats();
-  if (!stats.ok()) return stats.status().WithContext("asking the servers for their sync step");
-  int64_t low = std::numeric_limits<int64_t>::max(), high = -1;
-  for (const pb::PsStatsReply& s : *stats) {
-    for (const pb::PsTableStats& t : s.tables()) {
-      if (t.next_sync_step() < 0) continue;
-      low = std::min(low, t.next_sync_step());
-      high = std::max(high, t.next_sync_step());
-    }
-  }
-  if (high < 0) return Status::FailedPrecondition("no server holds a sync table", which);
-  LOG(INFO) << which << ": the servers are at sync step " << low
-            << (high > low ? " (some at " + std::to_string(high) + ")" : std::string());
-  if (low > 0 && !o_.heter_workers.empty()) {
+  if (!o_.heter_workers.empty()) {
     return Status::FailedPrecondition(
         "a worker with heter workers cannot rejoin a running job (its micro-batch slots are "
         "not resumed)",
         which);
   }
-  if (low > 0 && low % steps_per_epoch == 0) {
-    // Its previous life finished the epoch's steps and died somewhere in the
+  int64_t step = 0;
+  bool epoch_end = false;  // the earlier life was past an epoch's last step
+  if (o_.job.distributed.mode == ps::SyncMode::kSync) {
+    Result<std::vector<pb::PsStatsReply>> stats = client_->Stats();
+    if (!stats.ok()) return stats.status().WithContext("asking the servers for their sync step");
+    int64_t low = std::numeric_limits<int64_t>::max(), high = -1;
+    for (const pb::PsStatsReply& s : *stats) {
+      for (const pb::PsTableStats& t : s.tables()) {
+        if (t.next_sync_step() < 0) continue;
+        low = std::min(low, t.next_sync_step());
+        high = std::max(high, t.next_sync_step());
+      }
+    }
+    if (high < 0) return Status::FailedPrecondition("no server holds a sync table", which);
+    LOG(INFO) << which << ": the servers are at sync step " << low
+              << (high > low ? " (some at " + std::to_string(high) + ")" : std::string());
+    step = low;
+    epoch_end = low > 0 && low % steps_per_epoch == 0;
+  } else {
+    // Async and geo steps are the worker's own: it resumes after its newest
+    // progress line, the last point the others know it reached.
+    FLEET_ASSIGN_OR_RETURN(std::vector<std::string> rounds, group_.OwnRounds());
+    const std::regex train(R"(e(\d+)/s(\d+)/train)"), heldout(R"(e(\d+)/heldout(_size)?)");
+    for (const std::string& r : rounds) {
+      std::smatch m;
+      if (std::regex_match(r, m, train)) {
+        const int64_t done = (std::stoll(m[1]) - 1) * steps_per_epoch + std::stoll(m[2]);
+        if (done > step || (done == step && !epoch_end)) {
+          step = done;
+          epoch_end = done % steps_per_epoch == 0;
+        }
+      } else if (std::regex_match(r, m, heldout)) {
+        const int64_t done = std::stoll(m[1]) * steps_per_epoch;
+        if (done >= step) step = done, epoch_end = true;
+      }
+    }
+  }
+  if (epoch_end) {
+    // Its earlier life finished the epoch's steps and died somewhere in the
     // epoch's end (barrier, evaluation, save), which the others may have
     // left already: not a point it can rejoin at.
     return Status::FailedPrecondition(
-        "restarted after the last step of epoch " + std::to_string(low / steps_per_epoch) +
-            " (the servers are at step " + std::to_string(low) +
+        "restarted after the last step of epoch " + std::to_string(step / steps_per_epoch) +
+            " (step " + std::to_string(step) +
             "): an epoch's end (barrier, evaluation, save) cannot be rejoined",
         which);
   }
-  return low;
+  return step;
 }
 
 Status WorkerRun::UseHeterWorkers() {

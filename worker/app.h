@@ -20,12 +20,13 @@
 //      agrees on the steps per epoch: the largest shard's batch count, so
 //      every worker takes part in every sync step (a worker whose shard is
 //      done pushes empty gradients) and in every reduction;
-//   2b. a restarted worker (restart_generation > 0) of a sync job asks the
-//      servers which step they hold and, past step 0, starts there: it
-//      skips the batches of the steps done and step 3, and pushes that step
-//      again (applied once), logging "rejoined at step S (skipped N
-//      batches ...); lost 0 updates". Async, geo, heter workers and a
-//      restart at an epoch's end get FailedPrecondition;
+//   2b. a restarted worker (restart_generation > 0) whose earlier life
+//      passed step 3 rejoins: sync asks the servers which step they hold
+//      and pushes that step again (applied once); async and geo resume
+//      after its newest progress line (the steps after it are taken again).
+//      It skips step 3 and the batches of the steps done, logging
+//      "rejoined at step S (skipped N batches ...); lost 0 updates". Heter
+//      workers and a restart at an epoch's end get FailedPrecondition;
 //   3. worker 0 writes the model's initialisation into the dense table,
 //      unless server.load_dir is set (the servers loaded a checkpoint);
 //      then all workers meet at a PS barrier;
