@@ -249,6 +249,35 @@ TEST(PsServerTest, SyncModeDensePushes) {
   });
 }
 
+// A restarted worker resumes at the lowest step the servers have not
+// applied (worker/app.cc): every server reports each sync table's.
+TEST(PsServerTest, StatsReportEachSyncTablesNextStep) {
+  auto next_steps = [](PsClient& c) {
+    std::vector<int64_t> out;
+    auto stats = c.Stats();
+    EXPECT_TRUE(stats.ok()) << stats.status().ToString();
+    if (stats.ok()) {
+      for (const auto& s : stats.value()) {
+        for (const auto& t : s.tables()) out.push_back(t.next_sync_step());
+      }
+    }
+    return out;
+  };
+  PsCluster cluster(Job("sync"), 2, 2);
+  EXPECT_EQ(next_steps(cluster.client(0)), std::vector<int64_t>(4, 0));
+  cluster.RunWorkers([&](int rank) {
+    for (int step = 0; step < 2; ++step) {
+      PushOptions o;
+      o.step = step;
+      ASSERT_TRUE(cluster.client(rank).PushDenseGrad(1, std::vector<float>(10, 1.0f), o).ok());
+    }
+  });
+  // Server by server: sparse table 0 (no push yet), dense table 1.
+  EXPECT_EQ(next_steps(cluster.client(1)), (std::vector<int64_t>{0, 2, 0, 2}));
+  PsCluster async(Job("async"), 1, 1);
+  EXPECT_EQ(next_steps(async.client(0)), (std::vector<int64_t>{-1, -1}));
+}
+
 // The pushes of heter workers: a 2-worker job's step waits for the three
 // slots the pushes name, whichever client sends them, and a resent slot is
 // answered without being applied twice.
