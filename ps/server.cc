@@ -1040,8 +1040,8 @@ Status PsServer::Stats(const Message& req, Message* resp) {
     std::lock_guard<std::mutex> lock(sync_mu_);
     for (pb::PsTableStats& t : *reply.mutable_tables()) {
       auto it = sync_.find(t.table_id());
-      t.set_next_sync_step(it == sync_.end() || !it->second.merger ? -1
-                                                                   : it->second.merger->next_step());
+      t.set_next_sync_step(
+          it == sync_.end() || !it->second.merger ? -1 : it->second.merger->next_step());
     }
   }
   resp->header.set_meta(reply.SerializeAsString());

@@ -18,9 +18,9 @@
 #include "comm/stop_signal.h"
 #include "ps/client.h"
 #include "ps/file_system.h"
-#include "worker/communicator.h"
 #include "trainer/data/ctr_generator.h"
 #include "trainer/kernels/cpu_kernels.h"
+#include "worker/communicator.h"
 #include "worker/config.h"
 #include "worker/task.h"
 
@@ -73,7 +73,7 @@ class MetricsGroup {
                    bool kept = false) {
     if (size_ == 1 || v->empty()) return Status::OK();
     CHECK(op == ReduceOp::kSum || op == ReduceOp::kMax);
-    const std::string prefix = "ps_worker_metrics/" + round + "/";
+    const std::string prefix = std::string(kPrefix) + round + "/";
     std::string mine;
     for (float x : *v) {
       char buf[32];
@@ -84,10 +84,11 @@ class MetricsGroup {
     std::vector<float> out(v->size(), 0.0f);
     const auto deadline = Clock::now() + timeout_;
     for (int r = 0; r < size_; ++r) {
-      const auto left = std::max(std::chrono::milliseconds(1),
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
-      Result<std::string> got = r == rank_ ? Result<std::string>(mine)
-                                           : kv_->WaitGet(prefix + std::to_string(r), left);
+      const auto left =
+          std::max(std::chrono::milliseconds(1),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      Result<std::string> got =
+          r == rank_ ? Result<std::string>(mine) : kv_->WaitGet(prefix + std::to_string(r), left);
       if (!got.ok()) {
         if (!got.status().IsTimeout()) return got.status().WithContext(what);
         return Status::Timeout("worker " + std::to_string(r) + " did not send its " + what +
@@ -99,7 +100,9 @@ class MetricsGroup {
       std::vector<float> theirs;
       for (std::string tok; in >> tok;) theirs.push_back(std::strtof(tok.c_str(), nullptr));
       for (size_t i = 0; i < out.size() && i < theirs.size(); ++i) {
-        out[i] = r == 0 ? theirs[i] : op == ReduceOp::kSum ? out[i] + theirs[i] : std::max(out[i], theirs[i]);
+        out[i] = r == 0                 ? theirs[i]
+                 : op == ReduceOp::kSum ? out[i] + theirs[i]
+                                        : std::max(out[i], theirs[i]);
       }
       if (theirs.size() != out.size()) {
         return Status::InvalidArgument("worker " + std::to_string(r) + " sent " + what +
@@ -133,18 +136,20 @@ class MetricsGroup {
   Result<std::vector<std::string>> OwnRounds() {
     std::vector<std::string> rounds;
     if (!kv_) return rounds;
-    FLEET_ASSIGN_OR_RETURN(std::vector<std::string> keys, kv_->List("ps_worker_metrics/"));
+    FLEET_ASSIGN_OR_RETURN(std::vector<std::string> keys, kv_->List(std::string(kPrefix)));
     const std::string suffix = "/" + std::to_string(rank_);
     for (const std::string& k : keys) {
-      if (k.size() > suffix.size() && k.ends_with(suffix)) {
-        rounds.push_back(k.substr(18, k.size() - 18 - suffix.size()));  // past "ps_worker_metrics/"
+      if (k.size() > kPrefix.size() + suffix.size() && k.ends_with(suffix)) {
+        rounds.push_back(k.substr(kPrefix.size(), k.size() - kPrefix.size() - suffix.size()));
       }
     }
     return rounds;
   }
 
  private:
-  std::unique_ptr<KvStoreClient> kv_;  // null: a world of one
+  static constexpr std::string_view kPrefix = "ps_worker_metrics/";
+
+  std::unique_ptr<KvStoreClient> kv_;  // null: no KV store (a world of one)
   int rank_ = 0;
   int size_ = 1;
   std::chrono::milliseconds timeout_{0};
@@ -263,8 +268,8 @@ Result<PsWorkerReport> WorkerRun::Run() {
   // 2. Metrics group; steps per epoch = the largest shard's batch count.
   FLEET_ASSIGN_OR_RETURN(group_, MetricsGroup::Join(o_));
   std::vector<float> batches = {static_cast<float>(task_->num_train_batches())};
-  FLEET_RETURN_IF_ERROR(group_.AllReduce("steps_per_epoch", &batches, ReduceOp::kMax,
-                                         "batch count", /*kept=*/true));
+  FLEET_RETURN_IF_ERROR(
+      group_.AllReduce("steps_per_epoch", &batches, ReduceOp::kMax, "batch count", /*kept=*/true));
   const int64_t steps_per_epoch = static_cast<int64_t>(batches[0]);
 
   // 2b. A restarted worker whose earlier life got past the start barrier
@@ -307,9 +312,9 @@ Result<PsWorkerReport> WorkerRun::Run() {
             << " steps per epoch, " << config_.train.epochs << " epochs";
   if (rejoin) {
     std::ostringstream line;
-    line << name_ << ": rejoined at step " << resume << " (skipped " << resume
-         << " batches: epoch " << resume / steps_per_epoch + 1 << " from step "
-         << resume % steps_per_epoch << "); lost 0 updates";
+    line << name_ << ": rejoined at step " << resume << " (skipped " << resume << " batches: epoch "
+         << resume / steps_per_epoch + 1 << " from step " << resume % steps_per_epoch
+         << "); lost 0 updates";
     if (o_.job.distributed.mode == ps::SyncMode::kSync) {
       FLEET_RETURN_IF_ERROR(comm->ResumeAt(resume).WithContext(name_ + " rejoining"));
       // The step it was in when killed was not acknowledged to it (the
@@ -361,9 +366,9 @@ Result<PsWorkerReport> WorkerRun::Run() {
       if (last) FLEET_RETURN_IF_ERROR(Drain(epoch));
       if ((config_.train.log_interval > 0 && (i + 1) % config_.train.log_interval == 0) || last) {
         std::vector<float> sums = task_->TakeTrainSums();
-        FLEET_RETURN_IF_ERROR(group_.AllReduce(
-            "e" + std::to_string(epoch) + "/s" + std::to_string(i + 1) + "/train", &sums,
-            ReduceOp::kSum, "training metrics"));
+        FLEET_RETURN_IF_ERROR(
+            group_.AllReduce("e" + std::to_string(epoch) + "/s" + std::to_string(i + 1) + "/train",
+                             &sums, ReduceOp::kSum, "training metrics"));
         const MetricSummary m = task_->Summarize(sums);
         const double secs = Seconds(t_window);
         train_samples += m.samples;
@@ -423,8 +428,8 @@ Result<PsWorkerReport> WorkerRun::Run() {
 }
 
 Result<int64_t> WorkerRun::ResumeStep(int64_t steps_per_epoch) {
-  const std::string which = name_ + " restarted (generation " +
-                            std::to_string(o_.restart_generation) + ")";
+  const std::string which =
+      name_ + " restarted (generation " + std::to_string(o_.restart_generation) + ")";
   if (!o_.heter_workers.empty()) {
     return Status::FailedPrecondition(
         "a worker with heter workers cannot rejoin a running job (its micro-batch slots are "
@@ -513,10 +518,12 @@ Status WorkerRun::Evaluate(int epoch) {
   const std::string round = "e" + std::to_string(epoch);
   // Every worker takes part in the reduce, even one with no held-out data.
   std::vector<float> size = {static_cast<float>(sums.size())};
-  FLEET_RETURN_IF_ERROR(group_.AllReduce(round + "/heldout_size", &size, ReduceOp::kMax, "held-out metric size"));
+  FLEET_RETURN_IF_ERROR(
+      group_.AllReduce(round + "/heldout_size", &size, ReduceOp::kMax, "held-out metric size"));
   if (size[0] == 0) return Status::OK();
   if (sums.empty()) sums = std::vector<float>(static_cast<size_t>(size[0]), 0.0f);
-  FLEET_RETURN_IF_ERROR(group_.AllReduce(round + "/heldout", &sums, ReduceOp::kSum, "held-out metrics"));
+  FLEET_RETURN_IF_ERROR(
+      group_.AllReduce(round + "/heldout", &sums, ReduceOp::kSum, "held-out metrics"));
   const MetricSummary m = task_->Summarize(sums);
   report_.epochs.push_back({epoch, m.loss, m.metric});
   report_.heldout_metric = m.metric;

@@ -125,8 +125,8 @@ class RestartTest : public ::testing::Test {
   // not counting the log tails fleetrun quotes ("  | ...").
   static int ProgressLines(const std::string& out) {
     static const std::regex line(R"((^|\n)I[^\n]*\] epoch \d+ step \d+/)");
-    return static_cast<int>(std::distance(std::sregex_iterator(out.begin(), out.end(), line),
-                                          std::sregex_iterator()));
+    return static_cast<int>(
+        std::distance(std::sregex_iterator(out.begin(), out.end(), line), std::sregex_iterator()));
   }
 
   // An undisturbed run and one whose worker 1 is killed once worker 0 logs
@@ -174,17 +174,19 @@ class RestartTest : public ::testing::Test {
               std::string::npos)
         << out;
     EXPECT_NE(out.find("restarting (1 of 1)"), std::string::npos) << out;
-    EXPECT_NE(job.pids["worker 1"], victim) << "no restarted worker 1 in fleetrun's output\n" << out;
+    EXPECT_NE(job.pids["worker 1"], victim) << "no restarted worker 1 in fleetrun's output\n"
+                                            << out;
     EXPECT_NE(workerlog.find("lost 0 updates"), std::string::npos) << workerlog;
     // Only worker 1 was restarted: worker 0 rode it out.
     EXPECT_EQ(out.find("worker 0 (pid"), std::string::npos) << out;
     char row[384];
-    std::snprintf(row, sizeof(row),
-                  "  %-5s kill -9 worker 1: rejoined at step %lld %.2f s after the kill, worker 0's "
-                  "next progress line after %.2f s; run %.1f s vs %.1f s undisturbed (%+.1f s); "
-                  "auc %.4f vs %.4f\n",
-                  mode.c_str(), static_cast<long long>(step), rejoin_s, trains_s, kill_s, plain_s,
-                  kill_s - plain_s, auc_kill, auc_plain);
+    std::snprintf(
+        row, sizeof(row),
+        "  %-5s kill -9 worker 1: rejoined at step %lld %.2f s after the kill, worker 0's "
+        "next progress line after %.2f s; run %.1f s vs %.1f s undisturbed (%+.1f s); "
+        "auc %.4f vs %.4f\n",
+        mode.c_str(), static_cast<long long>(step), rejoin_s, trains_s, kill_s, plain_s,
+        kill_s - plain_s, auc_kill, auc_plain);
     table_ += row;
   }
 
