@@ -69,12 +69,10 @@ Status MlpClassifierTask::LoadBatch(std::span<const int64_t> ids) {
     }
     return Status::OK();
   }
-  // Every row's cache lines requested first, so their misses overlap; then
-  // each row converted.
+  // Every row's cache lines requested first, so their misses overlap (the
+  // loop's PrefetchBatch usually did it already); then each row converted.
+  PrefetchBatch(ids);
   const uint8_t* bytes = train_bytes_.get();
-  for (const int64_t sample : ids) {
-    for (int64_t j = 0; j < pixels; j += 64) __builtin_prefetch(bytes + sample * pixels + j);
-  }
   for (size_t i = 0; i < ids.size(); ++i) {
     const uint8_t* src = bytes + ids[i] * pixels;
     float* dst = batch_x_.data() + i * pixels;
@@ -82,6 +80,15 @@ Status MlpClassifierTask::LoadBatch(std::span<const int64_t> ids) {
     batch_labels_[i] = train_.labels[ids[i]];
   }
   return Status::OK();
+}
+
+void MlpClassifierTask::PrefetchBatch(std::span<const int64_t> ids) {
+  if (train_bytes_ == nullptr) return;
+  const int64_t pixels = train_.images.pixels_per_image();
+  const uint8_t* bytes = train_bytes_.get();
+  for (const int64_t sample : ids) {
+    for (int64_t j = 0; j < pixels; j += 64) __builtin_prefetch(bytes + sample * pixels + j);
+  }
 }
 
 Result<float> MlpClassifierTask::ForwardBackward(const GradReadyFn& grad_ready,

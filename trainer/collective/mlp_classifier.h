@@ -37,6 +37,7 @@ class MlpClassifierTask final : public CollectiveTask {
   ParamArena& arena() override { return model_->arena(); }
   int64_t num_train_samples() const override { return train_.images.count; }
   Status LoadBatch(std::span<const int64_t> ids) override;
+  void PrefetchBatch(std::span<const int64_t> ids) override;
   Result<float> ForwardBackward(const GradReadyFn& grad_ready, float grad_scale) override;
   // Sums: {correct predictions, samples}.
   Result<std::vector<float>> EvalSums(int rank, int world_size) override;

@@ -7,6 +7,7 @@
 //
 // A step, as the loop drives it on every rank:
 //
+//   task.PrefetchBatch(first micro-batch's ids)      // a hint
 //   zero the gradients
 //   for each of the step's k micro-batches:
 //     task.LoadBatch(ids);                              // this rank's samples of it
@@ -54,6 +55,12 @@ class CollectiveTask {
   // count >= 1) the input of the next ForwardBackward. Errors: those of
   // reading the data, naming the sample.
   virtual Status LoadBatch(std::span<const int64_t> ids) = 0;
+
+  // A hint: `ids` are the samples of the next LoadBatch. The loop gives it
+  // before zeroing the step's gradients, so a task whose samples are
+  // scattered in memory can start their cache misses and have them overlap
+  // that. Must not change any result; the default does nothing.
+  virtual void PrefetchBatch(std::span<const int64_t> ids) { (void)ids; }
 
   // Forward and backward on the loaded batch: ADDS grad_scale times the
   // gradient of the batch's mean loss to arena().grads(), calling grad_ready

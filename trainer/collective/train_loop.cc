@@ -227,6 +227,8 @@ Result<float> Loop::TrainStep(int64_t step) {
   const int k = options_.micro_batches;
   const int64_t micro = B / k;
   const int64_t first = (step % spe) * layout_.global_batch + rank_ * B;
+  // The batch's rows start arriving while the gradients are zeroed.
+  task_.PrefetchBatch(std::span<const int64_t>(order_.data() + first, micro));
   updater_->BeginStep();
   float loss = 0.0f;
   for (int m = 0; m < k; ++m) {
