@@ -224,10 +224,11 @@ Status ShmCollective::Meet(const char* op) {
     h.wake.fetch_add(1);
     FutexWakeAll(&h.wake);
   }
-  // Acquire: what a rank wrote before arriving is visible after.
-  auto all_arrived = [&] {
+  // Acquire: what a rank wrote before arriving is visible after. Before
+  // sleeping the check is seq_cst, the other half of the handshake above.
+  auto all_arrived = [&](std::memory_order order = std::memory_order_acquire) {
     for (int r = 0; r < n; ++r) {
-      if (h.ranks[r].arrived.load(std::memory_order_acquire) < target) return false;
+      if (h.ranks[r].arrived.load(order) < target) return false;
     }
     return true;
   };
@@ -249,7 +250,7 @@ Status ShmCollective::Meet(const char* op) {
   Status failed;
   for (;;) {
     const uint32_t seen = h.wake.load();
-    if (all_arrived()) break;
+    if (all_arrived(std::memory_order_seq_cst)) break;
     const Clock::time_point now = Clock::now();
     std::vector<std::string> missing;
     std::string dead;
