@@ -32,7 +32,7 @@
 
 #include <gtest/gtest.h>
 
-extern char** environ;
+#include "tests/launch/fleet_job.h"
 
 namespace {
 
@@ -40,37 +40,9 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Running and not a zombie (a zombie whose parent does not reap it runs
-// nothing).
-bool Alive(pid_t pid) {
-  if (kill(pid, 0) != 0) return false;
-  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  const size_t paren = stat.rfind(')');
-  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
-}
-
-// Live processes whose environment holds FLEET_JOB_ID=<job_id>: every
-// process fleetrun started for the job, and any child they forked.
-std::vector<pid_t> ProcessesOfJob(const std::string& job_id) {
-  const std::string needle = "FLEET_JOB_ID=" + job_id + '\0';
-  std::vector<pid_t> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = std::stoi(name);
-    std::string env = ReadFile(entry.path() / "environ");
-    env.push_back('\0');
-    if (env.find(needle) != std::string::npos && Alive(pid)) out.push_back(pid);
-  }
-  return out;
-}
+using fleet::testing::ProcessAlive;
+using fleet::testing::ProcessesOfJob;
+using fleet::testing::ReadWholeFile;
 
 // What a job runs beyond the suite's base (ctr_dnn in sync mode on 2 servers
 // and 2 workers, a hung peer noticed after 3 s).
@@ -86,12 +58,9 @@ struct JobSpec {
   std::string training_line = "epoch 1 step";
 };
 
-struct Job {
-  pid_t fleetrun = -1;
-  fs::path output;  // fleetrun's stdout and stderr
-  std::string job_id;
-  // "server 0" -> pid, from fleetrun's "started ..." lines.
-  std::map<std::string, pid_t> pids;
+// fleet_job.h's job (fleetrun's pid, output, job id, pids by name) and the
+// endpoints the processes listen on.
+struct Job : fleet::testing::FleetJob {
   // "server 0" -> "127.0.0.1:port", from fleetrun's "... listens on" lines.
   std::map<std::string, std::string> endpoints;
 };
@@ -107,11 +76,8 @@ struct Outcome {
 
 // Fills job.pids and job.endpoints from what fleetrun printed so far.
 void ReadProcesses(Job& job) {
-  const std::string out = ReadFile(job.output);
-  const std::regex started(R"(fleetrun: started (\w+ \d+) .* pid (\d+))");
-  for (std::sregex_iterator it(out.begin(), out.end(), started), end; it != end; ++it) {
-    job.pids[(*it)[1]] = std::stoi((*it)[2]);
-  }
+  job.ReadPids();
+  const std::string out = job.Output();
   const std::regex listens(R"(fleetrun: (\w+ \d+) listens on (\S+))");
   for (std::sregex_iterator it(out.begin(), out.end(), listens), end; it != end; ++it) {
     job.endpoints[(*it)[1]] = (*it)[2];
@@ -140,7 +106,7 @@ std::string OpenTempFileUnder(pid_t pid, const fs::path& dir) {
 std::string KillWhileWriting(pid_t pid, const fs::path& dir, const fs::path& complete) {
   std::string temp;
   const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (temp.empty() && Alive(pid) && Clock::now() < deadline) {
+  while (temp.empty() && ProcessAlive(pid) && Clock::now() < deadline) {
     if (fs::exists(complete)) temp = OpenTempFileUnder(pid, dir);
     if (temp.empty()) std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -159,9 +125,7 @@ class ChaosTest : public ::testing::Test {
     src_ = src;
     dir_ = fs::temp_directory_path() / ("fleet_chaos_" + std::to_string(getpid()));
     fs::remove_all(dir_);
-    const std::string gen = bin_ + "/gen_ctr_data --out_dir=" + (dir_ / "data").string() +
-                            " --train_files=2 --test_files=1 --lines_per_file=4000 >/dev/null 2>&1";
-    ASSERT_EQ(std::system(gen.c_str()), 0) << gen;
+    ASSERT_EQ(fleet::testing::GenerateCtrData(bin_, dir_ / "data", 4000), "");
   }
   static void TearDownTestSuite() {
     fs::remove_all(dir_);
@@ -170,14 +134,12 @@ class ChaosTest : public ::testing::Test {
 
   // Starts fleetrun on the job (without waiting for anything).
   Job Start(const std::string& name, const JobSpec& spec) {
-    Job job;
     std::string id = name;
     for (char& c : id) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    job.job_id = "chaos_" + id + "_" + std::to_string(getpid());
-    job.output = dir_ / (id + ".out");
+    const std::string job_id = "chaos_" + id + "_" + std::to_string(getpid());
     const fs::path data = dir_ / "data";
     std::vector<std::string> args = {bin_ + "/fleetrun", "--http_port=0", "--grace_period=1",
-                                     "--job_id=" + job.job_id, "--log_dir=" + (dir_ / "log").string()};
+                                     "--job_id=" + job_id, "--log_dir=" + (dir_ / "log").string()};
     args.insert(args.end(), spec.flags.begin(), spec.flags.end());
     if (!spec.program.empty()) {
       args.insert(args.end(), spec.program.begin(), spec.program.end());
@@ -192,17 +154,9 @@ class ChaosTest : public ::testing::Test {
       overrides.insert(overrides.end(), spec.overrides.begin(), spec.overrides.end());
       for (const std::string& o : overrides) args.insert(args.end(), {"-o", o});
     }
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    job.fleetrun = fork();
-    if (job.fleetrun == 0) {
-      const int fd = open(job.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      execve(argv[0], argv.data(), environ);
-      _exit(127);
-    }
+    Job job;
+    static_cast<fleet::testing::FleetJob&>(job) =
+        fleet::testing::StartFleetrun(std::move(args), dir_ / (id + ".out"), job_id);
     return job;
   }
 
@@ -211,18 +165,18 @@ class ChaosTest : public ::testing::Test {
   bool WaitForTraining(const std::string& name, const JobSpec& spec, Job& job) {
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     while (Clock::now() < deadline) {
-      if (ReadFile(job.output).find(spec.training_line) != std::string::npos) {
+      if (ReadWholeFile(job.output).find(spec.training_line) != std::string::npos) {
         ReadProcesses(job);
         return true;
       }
       int status = 0;
       if (waitpid(job.fleetrun, &status, WNOHANG) == job.fleetrun) {
-        ADD_FAILURE() << name << ": fleetrun ended before training:\n" << ReadFile(job.output);
+        ADD_FAILURE() << name << ": fleetrun ended before training:\n" << ReadWholeFile(job.output);
         return false;
       }
       std::this_thread::sleep_for(milliseconds(50));
     }
-    ADD_FAILURE() << name << ": no training step within 30 s:\n" << ReadFile(job.output);
+    ADD_FAILURE() << name << ": no training step within 30 s:\n" << ReadWholeFile(job.output);
     kill(job.fleetrun, SIGTERM);
     waitpid(job.fleetrun, nullptr, 0);
     return false;
@@ -251,13 +205,10 @@ class ChaosTest : public ::testing::Test {
     o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::this_thread::sleep_for(milliseconds(200));  // a straggler would show now
     ReadProcesses(job);
-    o.left = ProcessesOfJob(job.job_id);
-    for (const auto& [who, pid] : job.pids) {
-      if (Alive(pid)) o.left.push_back(pid);
-    }
+    o.left = job.Left();
     // The first line fleetrun wrote about the end, and the last line of the
     // log tail it printed after it (the failed process's own error).
-    o.output = ReadFile(job.output);
+    o.output = ReadWholeFile(job.output);
     const std::string& out = o.output;
     std::smatch m;
     if (std::regex_search(out, m, std::regex(R"(fleetrun: (received|\w+ \d+ \(pid \d+\))[^\n]*)"))) {
@@ -281,7 +232,7 @@ class ChaosTest : public ::testing::Test {
                  const JobSpec& spec = {}) {
     Job job = Start(name, spec);
     if (!WaitForTraining(name, spec, job)) return {};
-    EXPECT_EQ(job.pids.size(), spec.processes) << ReadFile(job.output);
+    EXPECT_EQ(job.pids.size(), spec.processes) << ReadWholeFile(job.output);
     inject(job);
     return Finish(name, job, Clock::now(), limit_s);
   }
@@ -319,8 +270,8 @@ TEST_F(ChaosTest, KillNineOfAWorkerFailsTheJobNamingIt) {
   // The job was abandoned: its servers stop without writing their tables
   // as if it had finished.
   for (const char* log : {"serverlog.0", "serverlog.1"}) {
-    EXPECT_NE(ReadFile(o.logs / log).find("stopping without the final save"), std::string::npos)
-        << log << ":\n" << ReadFile(o.logs / log);
+    EXPECT_NE(ReadWholeFile(o.logs / log).find("stopping without the final save"), std::string::npos)
+        << log << ":\n" << ReadWholeFile(o.logs / log);
   }
 }
 
@@ -362,8 +313,8 @@ TEST_F(ChaosTest, StoppedWorkerIsNoticedWithinTheTimeout) {
   EXPECT_TRUE(o.left.empty());
   // Stopping continues a stopped process, so it acts on SIGTERM instead of
   // being SIGKILLed after the grace period.
-  EXPECT_NE(ReadFile(o.logs / "workerlog.1").find("ps_worker: signal 15"), std::string::npos)
-      << ReadFile(o.logs / "workerlog.1");
+  EXPECT_NE(ReadWholeFile(o.logs / "workerlog.1").find("ps_worker: signal 15"), std::string::npos)
+      << ReadWholeFile(o.logs / "workerlog.1");
 }
 
 // A frozen server: the workers' calls to it fail, naming the server and its
@@ -399,9 +350,9 @@ TEST_F(ChaosTest, StoppedServerIsNoticedWithinABoundNamingIt) {
     EXPECT_TRUE(o.left.empty());
     // Continued by the stop, the frozen server acts on it: an abandoned
     // job's stop, without the final save.
-    EXPECT_NE(ReadFile(o.logs / "serverlog.1").find("ps_server: signal 2, stopping without"),
+    EXPECT_NE(ReadWholeFile(o.logs / "serverlog.1").find("ps_server: signal 2, stopping without"),
               std::string::npos)
-        << ReadFile(o.logs / "serverlog.1");
+        << ReadWholeFile(o.logs / "serverlog.1");
   }
 }
 
@@ -410,9 +361,9 @@ TEST_F(ChaosTest, CtrlCStopsEveryProcess) {
   EXPECT_EQ(o.exit_code, 128 + SIGINT);
   EXPECT_NE(o.message.find("received"), std::string::npos) << o.message;
   EXPECT_TRUE(o.left.empty());
-  EXPECT_NE(ReadFile(o.logs / "serverlog.0").find("stopping without the final save"),
+  EXPECT_NE(ReadWholeFile(o.logs / "serverlog.0").find("stopping without the final save"),
             std::string::npos)
-      << ReadFile(o.logs / "serverlog.0");
+      << ReadWholeFile(o.logs / "serverlog.0");
 }
 
 // kill -9 of a server while it writes the checkpoint of its graceful stop
@@ -469,7 +420,7 @@ TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   int status = 0;
   bool exited = false;
-  while (Clock::now() < deadline && ReadFile(out).find("listening on") == std::string::npos) {
+  while (Clock::now() < deadline && ReadWholeFile(out).find("listening on") == std::string::npos) {
     if ((exited = waitpid(server, &status, WNOHANG) == server)) break;
     std::this_thread::sleep_for(milliseconds(20));
   }
@@ -477,7 +428,7 @@ TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
     kill(server, SIGTERM);
     waitpid(server, &status, 0);
   }
-  const std::string loaded = ReadFile(out);
+  const std::string loaded = ReadWholeFile(out);
   EXPECT_NE(loaded.find("server 0: loaded checkpoint " + save.string()), std::string::npos) << loaded;
   EXPECT_NE(loaded.find("listening on"), std::string::npos) << loaded;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << loaded;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -54,6 +55,17 @@ inline std::vector<pid_t> ProcessesOfJob(const std::string& job_id) {
     if (env.find(needle) != std::string::npos && ProcessAlive(pid)) out.push_back(pid);
   }
   return out;
+}
+
+// Writes 2 training files and 1 test file of `lines_per_file` Criteo lines
+// into `out_dir` with `bin_dir`/gen_ctr_data. "" on success, else the
+// command that failed.
+inline std::string GenerateCtrData(const std::string& bin_dir, const std::filesystem::path& out_dir,
+                                   int lines_per_file) {
+  const std::string gen = bin_dir + "/gen_ctr_data --out_dir=" + out_dir.string() +
+                          " --train_files=2 --test_files=1 --lines_per_file=" +
+                          std::to_string(lines_per_file) + " >/dev/null 2>&1";
+  return std::system(gen.c_str()) == 0 ? "" : gen;
 }
 
 // A fleetrun job started by StartFleetrun.

@@ -38,9 +38,7 @@ class RestartTest : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("fleet_restart_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     // fleetrun_ctr_test's data set, so its AUC bar applies.
-    const std::string gen = bin_ + "/gen_ctr_data --out_dir=" + (dir_ / "data").string() +
-                            " --train_files=2 --test_files=1 --lines_per_file=20000 >/dev/null 2>&1";
-    ASSERT_EQ(std::system(gen.c_str()), 0) << gen;
+    ASSERT_EQ(testing::GenerateCtrData(bin_, dir_ / "data", 20000), "");
   }
   static void TearDownTestSuite() {
     fs::remove_all(dir_);
