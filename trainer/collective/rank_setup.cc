@@ -76,6 +76,18 @@ Result<RankGroupOptions> RankGroupOptionsFromFlags(const EnvLookup& env) {
 
 namespace {
 
+// The fields every collective's options share (Shm-, Gloo-, NcclCollectiveOptions).
+template <typename Options>
+Options GroupOptions(const ClusterSpec& spec, const RankGroupOptions& options) {
+  Options o;
+  o.group = options.group;
+  o.rank = spec.rank;
+  o.size = spec.world_size;
+  o.timeout = options.timeout;
+  o.generation = spec.restart_generation;
+  return o;
+}
+
 Result<std::unique_ptr<Collective>> JoinGroup(const ClusterSpec& spec, const Device& device,
                                               const RankGroupOptions& options) {
   if (spec.world_size == 1) return std::unique_ptr<Collective>();
@@ -88,22 +100,12 @@ Result<std::unique_ptr<Collective>> JoinGroup(const ClusterSpec& spec, const Dev
   KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id, {.auth = spec.credentials});
   if (device.is_cpu() && (options.cpu_collective == "shm" ||
                           (options.cpu_collective == "auto" && options.nnodes == 1))) {
-    ShmCollectiveOptions o;
-    o.group = options.group;
-    o.rank = spec.rank;
-    o.size = spec.world_size;
-    o.timeout = options.timeout;
-    o.generation = spec.restart_generation;
+    ShmCollectiveOptions o = GroupOptions<ShmCollectiveOptions>(spec, options);
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShmCollective> shm, ShmCollective::Create(kv, o));
     return std::unique_ptr<Collective>(std::move(shm));
   }
   if (device.is_cpu()) {
-    GlooCollectiveOptions o;
-    o.group = options.group;
-    o.rank = spec.rank;
-    o.size = spec.world_size;
-    o.timeout = options.timeout;
-    o.generation = spec.restart_generation;
+    GlooCollectiveOptions o = GroupOptions<GlooCollectiveOptions>(spec, options);
     // Resolved here so the error names the flag (Create checks it again).
     Result<std::string> address =
         options.gloo_iface.empty()
@@ -115,13 +117,8 @@ Result<std::unique_ptr<Collective>> JoinGroup(const ClusterSpec& spec, const Dev
     return std::unique_ptr<Collective>(std::move(gloo));
   }
 #ifdef FLEET_WITH_NCCL
-  NcclCollectiveOptions o;
-  o.group = options.group;
-  o.rank = spec.rank;
-  o.size = spec.world_size;
+  NcclCollectiveOptions o = GroupOptions<NcclCollectiveOptions>(spec, options);
   o.device = device.index;
-  o.timeout = options.timeout;
-  o.generation = spec.restart_generation;
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<NcclCollective> nccl, NcclCollective::Create(kv, o));
   return std::unique_ptr<Collective>(std::move(nccl));
 #else
