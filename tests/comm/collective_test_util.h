@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <exception>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -181,6 +182,71 @@ inline void CheckEveryOp(Collective& group, int rank, int size, size_t count) {
     ExpectExactly(out, ExpectedReduceScatter(rank, count, size), "reducescatter" + where);
   }
   ThrowIfError(group.Barrier(), "barrier" + where);
+}
+
+// Throws naming the first of `parts` missing from `st`'s message.
+inline void ExpectMessageHas(const Status& st, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) {
+    if (st.message().find(part) == std::string::npos) {
+      throw std::runtime_error("'" + part + "' not in: " + st.message());
+    }
+  }
+}
+
+// Ranks 0 and 1 of a group of 3 call `create(rank)`; rank 2 never does. Each
+// must get Timeout within 4x `timeout`, its message holding `parts` and
+// "rank <r> of 3".
+inline void CheckRendezvousTimesOut(const std::function<Status(int rank)>& create,
+                                    std::chrono::milliseconds timeout,
+                                    const std::vector<std::string>& parts) {
+  RunRanks(2, [&](int rank) {
+    const auto start = std::chrono::steady_clock::now();
+    const Status st = create(rank);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    if (!st.IsTimeout()) throw std::runtime_error("rank " + std::to_string(rank) + " got " + st.ToString());
+    std::vector<std::string> want = parts;
+    want.push_back("rank " + std::to_string(rank) + " of 3");
+    ExpectMessageHas(st, want);
+    if (took > 4 * timeout) throw std::runtime_error("took " + std::to_string(took.count()) + " ms");
+  });
+}
+
+// Both ranks of a group of 2 join (`join(rank)`, bounded by `timeout`);
+// rank 1 never calls the all-reduce rank 0 makes. Rank 0 must get Timeout
+// after at least `at_least` and at most 4x `timeout`, its message holding
+// `parts`, and FailedPrecondition from any later call.
+inline void CheckOpTimesOutWhenAPeerNeverCallsIt(
+    const std::function<std::unique_ptr<Collective>(int rank)>& join,
+    std::chrono::milliseconds timeout, std::chrono::milliseconds at_least,
+    const std::vector<std::string>& parts) {
+  std::promise<void> rank0_done;
+  std::shared_future<void> done = rank0_done.get_future().share();
+  RunRanks(2, [&](int rank) {
+    std::unique_ptr<Collective> group = join(rank);
+    if (rank == 1) {
+      // Stays in the group but never joins the all-reduce.
+      if (done.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
+        throw std::runtime_error("rank 0 never finished");
+      }
+      return;
+    }
+    std::vector<float> data(10, 1.0f);
+    const auto start = std::chrono::steady_clock::now();
+    const Status st = group->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    const Status again = group->Barrier();
+    rank0_done.set_value();
+    if (!st.IsTimeout()) throw std::runtime_error("allreduce gave " + st.ToString());
+    ExpectMessageHas(st, parts);
+    if (took < at_least || took > 4 * timeout) {
+      throw std::runtime_error("took " + std::to_string(took.count()) + " ms");
+    }
+    if (again.code() != StatusCode::kFailedPrecondition) {
+      throw std::runtime_error("call after failure gave " + again.ToString());
+    }
+  });
 }
 
 // Creates rank `rank` of Gloo group "test" through its own KV client, as a

@@ -14,6 +14,8 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using fleet::testing::CheckEveryOp;
+using fleet::testing::CheckOpTimesOutWhenAPeerNeverCallsIt;
+using fleet::testing::CheckRendezvousTimesOut;
 using fleet::testing::JoinGloo;
 using fleet::testing::LocalKvServer;
 using fleet::testing::RunRanks;
@@ -47,28 +49,16 @@ TEST(GlooCollectiveTest, RendezvousTimesOutNamingTheMissingRank) {
   LocalKvServer kv;
   const std::string job = UniqueJob();
   const milliseconds timeout(500);
-  // Ranks 0 and 1 of 3 join; rank 2 never does.
-  RunRanks(2, [&](int rank) {
-    auto client = kv.Client(job);
-    GlooCollectiveOptions options;
-    options.group = "partial";
-    options.rank = rank;
-    options.size = 3;
-    options.timeout = timeout;
-    auto start = Clock::now();
-    auto group = GlooCollective::Create(*client, options);
-    auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-    if (!group.status().IsTimeout()) {
-      throw std::runtime_error("rank " + std::to_string(rank) + " got " + group.status().ToString());
-    }
-    const std::string& msg = group.status().message();
-    for (std::string part : {std::string("ranks 2 never arrived"), std::string("gloo/partial/gen0"),
-                             std::string("rendezvous"), std::string("500 ms"),
-                             "rank " + std::to_string(rank) + " of 3"}) {
-      if (msg.find(part) == std::string::npos) throw std::runtime_error("'" + part + "' not in: " + msg);
-    }
-    if (took > 4 * timeout) throw std::runtime_error("took " + std::to_string(took.count()) + " ms");
-  });
+  CheckRendezvousTimesOut(
+      [&](int rank) {
+        GlooCollectiveOptions options;
+        options.group = "partial";
+        options.rank = rank;
+        options.size = 3;
+        options.timeout = timeout;
+        return GlooCollective::Create(*kv.Client(job), options).status();
+      },
+      timeout, {"ranks 2 never arrived", "gloo/partial/gen0", "rendezvous", "500 ms"});
 }
 
 // A restarted process must not read what its previous life (or its peers')
@@ -125,34 +115,9 @@ TEST(GlooCollectiveTest, OpTimesOutWhenAPeerNeverCallsIt) {
   LocalKvServer kv;
   const std::string job = UniqueJob();
   const milliseconds timeout(500);
-  std::promise<void> rank0_done;
-  std::shared_future<void> done = rank0_done.get_future().share();
-  RunRanks(2, [&](int rank) {
-    auto group = JoinGloo(kv, job, rank, 2, timeout);
-    if (rank == 1) {
-      // Stays connected but never joins the allreduce.
-      if (done.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-        throw std::runtime_error("rank 0 never finished");
-      }
-      return;
-    }
-    std::vector<float> data(10, 1.0f);
-    auto start = Clock::now();
-    Status st = group->AllReduce(data.data(), data.size(), ReduceOp::kSum);
-    auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-    Status again = group->Barrier();
-    rank0_done.set_value();
-    if (!st.IsTimeout()) throw std::runtime_error("allreduce gave " + st.ToString());
-    for (std::string part : {"allreduce", "rank 0 of 2", "500 ms"}) {
-      if (st.message().find(part) == std::string::npos) {
-        throw std::runtime_error("'" + part + "' not in: " + st.message());
-      }
-    }
-    if (took > 4 * timeout) throw std::runtime_error("took " + std::to_string(took.count()) + " ms");
-    if (again.code() != StatusCode::kFailedPrecondition) {
-      throw std::runtime_error("call after failure gave " + again.ToString());
-    }
-  });
+  CheckOpTimesOutWhenAPeerNeverCallsIt(
+      [&](int rank) -> std::unique_ptr<Collective> { return JoinGloo(kv, job, rank, 2, timeout); },
+      timeout, /*at_least=*/milliseconds(0), {"allreduce", "rank 0 of 2", "500 ms"});
 }
 
 TEST(GlooCollectiveTest, BadArgumentsAreInvalidArgument) {

@@ -19,6 +19,8 @@ namespace {
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
 using fleet::testing::CheckEveryOp;
+using fleet::testing::CheckOpTimesOutWhenAPeerNeverCallsIt;
+using fleet::testing::CheckRendezvousTimesOut;
 using fleet::testing::JoinShm;
 using fleet::testing::LocalKvServer;
 using fleet::testing::RunRanks;
@@ -93,58 +95,20 @@ TEST(ShmCollectiveTest, RendezvousTimesOutNamingTheMissingRank) {
   LocalKvServer kv;
   const std::string job = UniqueJob();
   const milliseconds timeout(500);
-  // Ranks 0 and 1 of 3 join; rank 2 never does.
-  RunRanks(2, [&](int rank) {
-    auto client = kv.Client(job);
-    const auto start = Clock::now();
-    auto group = ShmCollective::Create(*client, Options(rank, 3, timeout));
-    const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-    if (!group.status().IsTimeout()) {
-      throw std::runtime_error("rank " + std::to_string(rank) + " got " + group.status().ToString());
-    }
-    const std::string& msg = group.status().message();
-    for (std::string part : {std::string("rendezvous"), std::string("ranks 2 did not arrive"),
-                             std::string("500 ms"), "rank " + std::to_string(rank) + " of 3"}) {
-      if (msg.find(part) == std::string::npos) throw std::runtime_error("'" + part + "' not in: " + msg);
-    }
-    if (took > 4 * timeout) throw std::runtime_error("took " + std::to_string(took.count()) + " ms");
-  });
+  CheckRendezvousTimesOut(
+      [&](int rank) { return ShmCollective::Create(*kv.Client(job), Options(rank, 3, timeout)).status(); },
+      timeout, {"rendezvous", "ranks 2 did not arrive", "500 ms"});
   EXPECT_EQ(FleetSegments(), 0) << "a failed rendezvous left its segment in /dev/shm";
 }
 
+// The wait is the full timeout: rank 1 is alive, only absent.
 TEST(ShmCollectiveTest, OpTimesOutWhenAPeerNeverCallsIt) {
   LocalKvServer kv;
   const std::string job = UniqueJob();
   const milliseconds timeout(300);
-  std::promise<void> rank0_done;
-  std::shared_future<void> done = rank0_done.get_future().share();
-  RunRanks(2, [&](int rank) {
-    auto group = JoinShm(kv, job, Options(rank, 2, timeout));
-    if (rank == 1) {
-      if (done.wait_for(std::chrono::seconds(20)) != std::future_status::ready) {
-        throw std::runtime_error("rank 0 never finished");
-      }
-      return;
-    }
-    std::vector<float> data(10, 1.0f);
-    const auto start = Clock::now();
-    Status st = group->AllReduce(data.data(), data.size(), ReduceOp::kSum);
-    const auto took = std::chrono::duration_cast<milliseconds>(Clock::now() - start);
-    Status again = group->Barrier();
-    rank0_done.set_value();
-    if (!st.IsTimeout()) throw std::runtime_error("allreduce gave " + st.ToString());
-    for (std::string part : {"all-reduce", "rank 0 of 2", "ranks 1 (pid", "300 ms"}) {
-      if (st.message().find(part) == std::string::npos) {
-        throw std::runtime_error("'" + part + "' not in: " + st.message());
-      }
-    }
-    if (took < timeout || took > 4 * timeout) {
-      throw std::runtime_error("took " + std::to_string(took.count()) + " ms");
-    }
-    if (again.code() != StatusCode::kFailedPrecondition) {
-      throw std::runtime_error("call after failure gave " + again.ToString());
-    }
-  });
+  CheckOpTimesOutWhenAPeerNeverCallsIt(
+      [&](int rank) -> std::unique_ptr<Collective> { return JoinShm(kv, job, Options(rank, 2, timeout)); },
+      timeout, /*at_least=*/timeout, {"all-reduce", "rank 0 of 2", "ranks 1 (pid", "300 ms"});
 }
 
 // A peer process that dies is reported at once (its pid is gone), not
