@@ -36,6 +36,17 @@ constexpr char kSecret[] = "ps-server-process-test-secret-0123456789abcdef";
 
 std::shared_ptr<const JobAuth> TestAuth() { return JobAuth::FromSecret(kSecret, "test").value(); }
 
+// Worker `rank` of `num_workers`, with the job's secret, on `servers`.
+std::unique_ptr<PsClient> Connect(const JobConfig& job, std::vector<std::string> servers,
+                                  int rank = 0, int num_workers = 1) {
+  PsClientOptions o;
+  o.servers = std::move(servers);
+  o.worker_rank = rank;
+  o.num_workers = num_workers;
+  o.auth = TestAuth();
+  return PsClient::Create(o, job).value();
+}
+
 constexpr char kTables[] =
     "tables:\n"
     "  - {id: 0, kind: sparse, dim: 2, shard_num: 20, optimizer: {rule: sgd, learning_rate: 1.0}}\n"
@@ -143,14 +154,7 @@ TEST_F(ServerProcesses, TwoServersThreeClientsThenGracefulSigtermSaves) {
   ASSERT_TRUE(job.ok()) << job.status().ToString();
 
   std::vector<std::unique_ptr<PsClient>> clients;
-  for (int w = 0; w < 3; ++w) {
-    PsClientOptions o;
-    o.servers = endpoints;
-    o.worker_rank = w;
-    o.num_workers = 3;
-    o.auth = TestAuth();
-    clients.push_back(PsClient::Create(o, job.value()).value());
-  }
+  for (int w = 0; w < 3; ++w) clients.push_back(Connect(job.value(), endpoints, w, 3));
   std::vector<uint64_t> keys(64);
   std::iota(keys.begin(), keys.end(), 1000);
   const std::vector<float> ones(keys.size() * 2, 1.0f);
@@ -207,10 +211,7 @@ TEST_F(ServerProcesses, RestartedServerReloadsItsSaveDir) {
   ASSERT_TRUE(job.ok());
   const std::vector<uint64_t> keys = {1, 2, 3};
   auto pull = [&](const std::string& endpoint) {
-    PsClientOptions o;
-    o.servers = {endpoint};
-    o.auth = TestAuth();
-    auto c = PsClient::Create(o, job.value()).value();
+    auto c = Connect(job.value(), {endpoint});
     std::vector<float> v(keys.size() * 2);
     EXPECT_TRUE(c->PullSparse(0, keys, v).ok());
     return std::make_pair(std::move(c), v);
@@ -240,12 +241,7 @@ TEST_F(ServerProcesses, InterruptedServerLeavesItsSaveDirAlone) {
   auto job = LoadJobConfig(config_.string(), {});
   ASSERT_TRUE(job.ok());
   const std::vector<uint64_t> keys = {1, 2, 3};
-  auto connect = [&](const std::string& endpoint) {
-    PsClientOptions o;
-    o.servers = {endpoint};
-    o.auth = TestAuth();
-    return PsClient::Create(o, job.value()).value();
-  };
+  auto connect = [&](const std::string& endpoint) { return Connect(job.value(), {endpoint}); };
   auto pull = [&](PsClient& c) {
     std::vector<float> v(keys.size() * 2);
     EXPECT_TRUE(c.PullSparse(0, keys, v).ok());
@@ -285,12 +281,7 @@ TEST_F(ServerProcesses, KillNineThenRestartKeepsEveryAcknowledgedPush) {
   auto job = LoadJobConfig(config_.string(), {});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   auto client = [&](const std::string& endpoint, int rank) {
-    PsClientOptions o;
-    o.servers = {endpoint};
-    o.worker_rank = rank;
-    o.num_workers = 3;
-    o.auth = TestAuth();
-    return PsClient::Create(o, job.value()).value();
+    return Connect(job.value(), {endpoint}, rank, 3);
   };
   const std::string endpoint = StartServer(0, 1);
   ASSERT_FALSE(endpoint.empty());
