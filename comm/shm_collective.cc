@@ -196,7 +196,8 @@ ShmCollective::ShmCollective(ShmCollectiveOptions options, void* base, size_t by
       base_(base),
       bytes_(bytes),
       header_(static_cast<Header*>(base)),
-      slot_floats_(options_.slot_bytes / sizeof(float)) {}
+      slot_floats_(options_.slot_bytes / sizeof(float)),
+      inputs_(options_.size) {}
 
 ShmCollective::~ShmCollective() { munmap(base_, bytes_); }
 
@@ -308,15 +309,14 @@ void ReduceSlots(const std::vector<const float*>& slots, ReduceOp op, size_t lo,
 Status ShmCollective::AllReduce(float* data, size_t count, ReduceOp op) {
   FLEET_RETURN_IF_ERROR(Usable("all-reduce"));
   const int me = options_.rank, n = options_.size;
-  std::vector<const float*> slots(n);
-  for (int r = 0; r < n; ++r) slots[r] = slot(r);
+  for (int r = 0; r < n; ++r) inputs_[r] = slot(r);
   for (size_t c = 0; c < count; c += slot_floats_) {
     const size_t len = std::min(slot_floats_, count - c);
     float* chunk = data + c;
     std::memcpy(slot(me), chunk, len * sizeof(float));
     FLEET_RETURN_IF_ERROR(Meet("all-reduce"));
     const auto [lo, hi] = Piece(len, n, me);
-    ReduceSlots(slots, op, lo, hi, result());
+    ReduceSlots(inputs_, op, lo, hi, result());
     std::copy(result() + lo, result() + hi, chunk + lo);
     FLEET_RETURN_IF_ERROR(Meet("all-reduce"));
     for (int r = 0; r < n; ++r) {
@@ -366,15 +366,14 @@ Status ShmCollective::ReduceScatter(const float* in, float* out, size_t count) {
   const int me = options_.rank, n = options_.size;
   // Each chunk holds `len` floats of every rank's piece, piece r at r * len.
   const size_t per_piece = slot_floats_ / n;
-  std::vector<const float*> slots(n);
   for (size_t c = 0; c < count; c += per_piece) {
     const size_t len = std::min(per_piece, count - c);
     for (int r = 0; r < n; ++r) {
       std::memcpy(slot(me) + r * len, in + r * count + c, len * sizeof(float));
     }
     FLEET_RETURN_IF_ERROR(Meet("reduce-scatter"));
-    for (int r = 0; r < n; ++r) slots[r] = slot(r) + me * len;
-    ReduceSlots(slots, ReduceOp::kSum, 0, len, out + c);
+    for (int r = 0; r < n; ++r) inputs_[r] = slot(r) + me * len;
+    ReduceSlots(inputs_, ReduceOp::kSum, 0, len, out + c);
     FLEET_RETURN_IF_ERROR(Meet("reduce-scatter"));
   }
   return Status::OK();

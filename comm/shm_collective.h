@@ -43,6 +43,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comm/collective.h"
 #include "comm/kv_store.h"
@@ -110,6 +111,9 @@ class ShmCollective final : public Collective {
   const size_t bytes_;
   Header* const header_;
   const size_t slot_floats_;
+  // Where a reduction reads each rank's values; reused so an operation
+  // allocates nothing.
+  std::vector<const float*> inputs_;
   uint64_t round_ = 0;  // barriers this rank has arrived at
   Status broken_;
 };
