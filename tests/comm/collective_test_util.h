@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "comm/gloo_collective.h"
@@ -141,6 +142,18 @@ inline void ExpectExactly(const std::vector<float>& got, const std::vector<float
 
 inline void ThrowIfError(const Status& st, const std::string& what) {
   if (!st.ok()) throw std::runtime_error(what + ": " + st.ToString());
+}
+
+// The grid of ranks x floats per rank that every Collective's CheckEveryOp
+// test runs over, and its test names ("ranks2_count1000").
+inline auto RanksAndCounts() {
+  return ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                            ::testing::Values(size_t{0}, size_t{1}, size_t{1000}, size_t{100003}));
+}
+inline std::string RanksAndCountsName(
+    const ::testing::TestParamInfo<std::tuple<int, size_t>>& info) {
+  return "ranks" + std::to_string(std::get<0>(info.param)) + "_count" +
+         std::to_string(std::get<1>(info.param));
 }
 
 // Every operation of `group` (rank `rank` of `size`) on `count` floats per

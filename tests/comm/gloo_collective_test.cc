@@ -36,14 +36,8 @@ TEST_P(GlooCollectiveGridTest, EveryOpMatchesLocalExpectation) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(SizesAndCounts, GlooCollectiveGridTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values(size_t{0}, size_t{1}, size_t{1000},
-                                                              size_t{100003})),
-                         [](const auto& info) {
-                           return "ranks" + std::to_string(std::get<0>(info.param)) + "_count" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(SizesAndCounts, GlooCollectiveGridTest, fleet::testing::RanksAndCounts(),
+                         fleet::testing::RanksAndCountsName);
 
 TEST(GlooCollectiveTest, RendezvousTimesOutNamingTheMissingRank) {
   LocalKvServer kv;

@@ -63,14 +63,8 @@ TEST_P(ShmCollectiveGridTest, EveryOpMatchesLocalExpectation) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(SizesAndCounts, ShmCollectiveGridTest,
-                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
-                                            ::testing::Values(size_t{0}, size_t{1}, size_t{1000},
-                                                              size_t{100003})),
-                         [](const auto& info) {
-                           return "ranks" + std::to_string(std::get<0>(info.param)) + "_count" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(SizesAndCounts, ShmCollectiveGridTest, fleet::testing::RanksAndCounts(),
+                         fleet::testing::RanksAndCountsName);
 
 // Many back-to-back operations with no barrier between them: a rank that
 // runs ahead must never overwrite a slot a slower rank still reads.
