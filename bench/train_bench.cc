@@ -383,7 +383,7 @@ void MlpCases() {
   PrintRow("loop step", Summarize(loop_us), 0);
   PrintRow("bare step", Summarize(bare_us), 0);
   const double ratio = bare_total / loop_total;
-  std::printf("  samples/s over all steps: loop %.0f, bare %.0f, loop/bare = %.2f (%s)\n",
+  std::printf("  samples/s over all steps: loop %.0f, bare %.0f, loop/bare = %.3f (%s)\n",
               64.0 * loop_us.size() / loop_total * 1e6, 64.0 * bare_us.size() / bare_total * 1e6,
               ratio, ratio >= 0.95 ? "ok, target >= 0.95" : "BELOW TARGET 0.95");
 }

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -193,6 +195,24 @@ TEST(ActivationKernelsTest, FusedBiasActivationMatchesUnfused) {
   kernels::BiasActForward(plain.data(), bias.data(), rows, cols, kernels::Activation::kNone);
   kernels::BiasAddForward(oracle.data(), bias.data(), rows, cols);
   EXPECT_TRUE(AllClose("no activation", plain, oracle, 0, 0));
+}
+
+// The vectorised byte-to-float conversion against the scalar expression, bit
+// for bit, over every byte value, at lengths around the vector widths and
+// from unaligned starts.
+TEST(InputKernelsTest, ScaleBytesMatchesScalar) {
+  std::vector<uint8_t> bytes(1000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + i / 256);
+  const float scale = 1.0f / 255.0f;
+  for (const size_t offset : {0, 1, 3}) {
+    for (const size_t n : {0, 1, 7, 8, 15, 16, 17, 63, 64, 65, 784, 997}) {
+      std::vector<float> out(n + 1, -1.0f), oracle(n + 1, -1.0f);
+      kernels::ScaleBytes(out.data(), bytes.data() + offset, n, scale);
+      for (size_t i = 0; i < n; ++i) oracle[i] = static_cast<float>(bytes[offset + i]) * scale;
+      EXPECT_TRUE(AllClose("n=" + std::to_string(n) + " offset=" + std::to_string(offset), out,
+                           oracle, 0, 0));  // including the untouched element past n
+    }
+  }
 }
 
 TEST(DeviceTest, ParsesCpuAndCuda) {

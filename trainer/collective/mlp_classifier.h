@@ -71,6 +71,9 @@ class MlpClassifierTask final : public CollectiveTask {
   // bench/README.md).
   std::unique_ptr<uint8_t, FreeBytes> train_bytes_;
 
+  // The ids of the last PrefetchBatch hint, until a LoadBatch of the same
+  // span consumes it (and so does not prefetch them again).
+  std::span<const int64_t> hinted_ids_;
   // The loaded batch: pixels [B, sizes[0]] and labels [B].
   std::vector<float> batch_x_;
   std::vector<int32_t> batch_labels_;

@@ -384,6 +384,18 @@ void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<c
   }
 }
 
+// ---- input conversion -----------------------------------------------------
+
+FLEET_VECTOR_CLONES
+static void ScaleBytesRange(float* __restrict out, const uint8_t* __restrict in, size_t n,
+                            float scale) {
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]) * scale;
+}
+
+void ScaleBytes(float* out, const uint8_t* in, size_t n, float scale) {
+  ScaleBytesRange(out, in, n, scale);
+}
+
 // ---- optimizer updates ----------------------------------------------------
 
 FLEET_VECTOR_CLONES

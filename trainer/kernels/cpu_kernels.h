@@ -146,6 +146,11 @@ void ConcatForward(float* out, std::span<const float* const> ins, std::span<cons
 void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<const int> widths,
                     int B);
 
+// ---- input conversion --------------------------------------------------------
+// out[i] = float(in[i]) * scale: 8-bit samples (image pixels) to the model's
+// floats, with the same rounding as the scalar expression.   out, in: [n]
+void ScaleBytes(float* out, const uint8_t* in, size_t n, float scale);
+
 // ---- optimizer updates (element-wise over the parameter arena) --------------
 // p -= lr * (g + weight_decay * p).       p, g: [n]
 void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay, ThreadPool* pool);
