@@ -316,13 +316,18 @@ Result<TrainReport> Loop::Run() {
     const bool eval_now =
         (epoch_end && options_.evaluate) ||
         (options_.eval_every_steps > 0 && done % options_.eval_every_steps == 0);
-    if (eval_now) FLEET_RETURN_IF_ERROR(EvaluateAndReport(epoch, done, &report));
+    if (eval_now) {
+      // Evaluation is not training speed: the window's clock skips it (and
+      // still counts the window's steps before it).
+      const auto eval_start = Clock::now();
+      FLEET_RETURN_IF_ERROR(EvaluateAndReport(epoch, done, &report));
+      window_start += Clock::now() - eval_start;
+    }
     if (epoch_end || done == total ||
         (options_.checkpoint_every_steps > 0 && done % options_.checkpoint_every_steps == 0)) {
       FLEET_RETURN_IF_ERROR(Save(done));
     }
     if (options_.after_step) FLEET_RETURN_IF_ERROR(options_.after_step(done));
-    if (eval_now) window_start = Clock::now();  // evaluation is not training speed
   }
   report.end_step = updater_->step();
   report.memory = updater_->memory();
