@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "trainer/kernels/vector_clones.h"
+
 namespace fleet::trainer::kernels {
 
 void SetBlasThreads(int num_threads) { openblas_set_num_threads(std::max(1, num_threads)); }
@@ -84,11 +86,8 @@ void BiasBackward(float* dbias, const float* dy, int rows, int cols) {
 // ---- activations ----------------------------------------------------------
 
 // The element-wise loops below are compiled for AVX-512, AVX2 and the
-// baseline, the best one picked at load time (GCC target_clones); this file's
-// -O3 vectorises them. Each takes __restrict pointers: its buffers must not
-// overlap.
-#define FLEET_VECTOR_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// baseline (FLEET_VECTOR_CLONES); this file's -O3 vectorises them. Each
+// takes __restrict pointers: its buffers must not overlap.
 
 // Runs body(begin, end) over [0, n) on the pool and the caller (see
 // ParallelRange).

@@ -9,17 +9,12 @@
 #include <glog/logging.h>
 
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/kernels/vector_clones.h"
 
 // The element-wise loops below are written so that GCC vectorises them
-// (this file is built with -O3 -fno-math-errno -fopenmp-simd); the hot ones
-// are compiled for AVX-512, AVX2 and baseline x86-64 and the resolver picks
-// by CPU feature at load time. (Not "arch=..." clones: those are chosen by
-// exact CPU model, so a Sapphire Rapids would get the baseline clone.)
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define FLEET_SIMD_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define FLEET_SIMD_CLONES
-#endif
+// (this file is built with -O3 -fno-math-errno -fopenmp-simd
+// -ffp-contract=off); the hot ones are compiled for AVX-512, AVX2 and
+// baseline x86-64 (FLEET_VECTOR_CLONES).
 #define FLEET_INLINE inline __attribute__((always_inline))
 
 namespace fleet::trainer {
@@ -110,7 +105,7 @@ FLEET_INLINE float TanhF(float u) { return 1.0f - 2.0f / (ExpF(2.0f * u) + 1.0f)
 
 // ---- vectorised row and range loops ---------------------------------------------------
 
-FLEET_SIMD_CLONES void GeluForwardRange(float* out, const float* inp, size_t n) {
+FLEET_VECTOR_CLONES void GeluForwardRange(float* out, const float* inp, size_t n) {
 #pragma omp simd
   for (size_t i = 0; i < n; ++i) {
     const float x = inp[i];
@@ -118,7 +113,7 @@ FLEET_SIMD_CLONES void GeluForwardRange(float* out, const float* inp, size_t n) 
   }
 }
 
-FLEET_SIMD_CLONES void GeluBackwardRange(float* dinp, const float* inp, const float* dout,
+FLEET_VECTOR_CLONES void GeluBackwardRange(float* dinp, const float* inp, const float* dout,
                                          size_t n) {
 #pragma omp simd
   for (size_t i = 0; i < n; ++i) {
@@ -130,7 +125,7 @@ FLEET_SIMD_CLONES void GeluBackwardRange(float* dinp, const float* inp, const fl
   }
 }
 
-FLEET_SIMD_CLONES float MaxOf(const float* x, int n) {
+FLEET_VECTOR_CLONES float MaxOf(const float* x, int n) {
   float m = -INFINITY;
 #pragma omp simd reduction(max : m)
   for (int i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
@@ -138,7 +133,7 @@ FLEET_SIMD_CLONES float MaxOf(const float* x, int n) {
 }
 
 // sum_i exp(x[i] - shift), summed in float lanes then double.
-FLEET_SIMD_CLONES double SumExp(const float* x, int n, float shift) {
+FLEET_VECTOR_CLONES double SumExp(const float* x, int n, float shift) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int i = 0; i < n; ++i) s += ExpF(x[i] - shift);
@@ -146,7 +141,7 @@ FLEET_SIMD_CLONES double SumExp(const float* x, int n, float shift) {
 }
 
 // x[i] = exp(x[i] - shift); returns the sum.
-FLEET_SIMD_CLONES double ExpInPlace(float* x, int n, float shift) {
+FLEET_VECTOR_CLONES double ExpInPlace(float* x, int n, float shift) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
   for (int i = 0; i < n; ++i) {
@@ -156,14 +151,14 @@ FLEET_SIMD_CLONES double ExpInPlace(float* x, int n, float shift) {
   return s;
 }
 
-FLEET_SIMD_CLONES void ScaleRange(float* x, int n, float a) {
+FLEET_VECTOR_CLONES void ScaleRange(float* x, int n, float a) {
 #pragma omp simd
   for (int i = 0; i < n; ++i) x[i] *= a;
 }
 
 // The causal softmax of one row of scores: p[j] = exp(p[j] - max) / sum over
 // j in [0, len); p[j] = 0 for j in [len, zero_to).
-FLEET_SIMD_CLONES void CausalSoftmaxRow(float* p, int len, int zero_to) {
+FLEET_VECTOR_CLONES void CausalSoftmaxRow(float* p, int len, int zero_to) {
   const float m = MaxOf(p, len);
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -179,7 +174,7 @@ FLEET_SIMD_CLONES void CausalSoftmaxRow(float* p, int len, int zero_to) {
 
 // Softmax backward of one row, in place on dp: dp[j] = scale p[j] (dp[j] -
 // sum_k p[k] dp[k]) for j < len; 0 for j in [len, zero_to).
-FLEET_SIMD_CLONES void SoftmaxBackwardRow(float* dp, const float* p, int len, int zero_to,
+FLEET_VECTOR_CLONES void SoftmaxBackwardRow(float* dp, const float* p, int len, int zero_to,
                                           float scale) {
   float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -189,7 +184,7 @@ FLEET_SIMD_CLONES void SoftmaxBackwardRow(float* dp, const float* p, int len, in
   for (int j = len; j < zero_to; ++j) dp[j] = 0.0f;
 }
 
-FLEET_SIMD_CLONES void LayerNormRow(float* out, float* mean_out, float* rstd_out, const float* x,
+FLEET_VECTOR_CLONES void LayerNormRow(float* out, float* mean_out, float* rstd_out, const float* x,
                                     const float* w, const float* b, int C) {
   float s = 0.0f;
 #pragma omp simd reduction(+ : s)
@@ -205,7 +200,7 @@ FLEET_SIMD_CLONES void LayerNormRow(float* out, float* mean_out, float* rstd_out
   *rstd_out = rs;
 }
 
-FLEET_SIMD_CLONES void LayerNormBackwardRow(float* dx, const float* d, const float* x,
+FLEET_VECTOR_CLONES void LayerNormBackwardRow(float* dx, const float* d, const float* x,
                                             const float* w, float m, float rs, int C) {
   float dmean = 0.0f, dnorm_mean = 0.0f;
 #pragma omp simd reduction(+ : dmean, dnorm_mean)
@@ -224,7 +219,7 @@ FLEET_SIMD_CLONES void LayerNormBackwardRow(float* dx, const float* d, const flo
 }
 
 // dw[c] += norm(x)[c] d[c]; db[c] += d[c] over c in one row's column range.
-FLEET_SIMD_CLONES void LayerNormParamRow(float* dw, float* db, const float* d, const float* x,
+FLEET_VECTOR_CLONES void LayerNormParamRow(float* dw, float* db, const float* d, const float* x,
                                          float m, float rs, int n) {
 #pragma omp simd
   for (int c = 0; c < n; ++c) {
@@ -233,17 +228,17 @@ FLEET_SIMD_CLONES void LayerNormParamRow(float* dw, float* db, const float* d, c
   }
 }
 
-FLEET_SIMD_CLONES void AddRange(float* y, const float* x, int n) {
+FLEET_VECTOR_CLONES void AddRange(float* y, const float* x, int n) {
 #pragma omp simd
   for (int i = 0; i < n; ++i) y[i] += x[i];
 }
 
-FLEET_SIMD_CLONES void AddTwoRange(float* y, const float* a, const float* b, int n) {
+FLEET_VECTOR_CLONES void AddTwoRange(float* y, const float* a, const float* b, int n) {
 #pragma omp simd
   for (int i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
-FLEET_SIMD_CLONES double SumOfSquaresRange(const float* x, size_t n) {
+FLEET_VECTOR_CLONES double SumOfSquaresRange(const float* x, size_t n) {
   // Float lanes over short stretches, folded into double, so that the sum of
   // a 100M-element arena keeps its precision.
   double total = 0.0;
@@ -258,7 +253,7 @@ FLEET_SIMD_CLONES double SumOfSquaresRange(const float* x, size_t n) {
   return total;
 }
 
-FLEET_SIMD_CLONES void AdamWRange(float* p, const float* g, float* m, float* v, size_t n,
+FLEET_VECTOR_CLONES void AdamWRange(float* p, const float* g, float* m, float* v, size_t n,
                                   AdamWStep s) {
   const float inv_bc1 = 1.0f / s.bias_correction1;
   const float inv_bc2 = 1.0f / s.bias_correction2;
