@@ -249,28 +249,38 @@ Status ShmCollective::Meet(const char* op) {
   Clock::time_point next_liveness = start + kLivenessPeriod;
   h.sleepers.fetch_add(1);
   Status failed;
+  // "3 (pid 1234)": names a rank in an error (only then: this loop runs on
+  // the training step's path and allocates nothing otherwise).
+  auto rank_name = [&](int r) {
+    const int32_t pid = h.ranks[r].pid.load();
+    return absl::StrCat(r, pid > 0 ? absl::StrCat(" (pid ", pid, ")") : "");
+  };
   for (;;) {
     const uint32_t seen = h.wake.load();
     if (all_arrived(std::memory_order_seq_cst)) break;
     const Clock::time_point now = Clock::now();
-    std::vector<std::string> missing;
-    std::string dead;
-    for (int r = 0; r < n; ++r) {
-      if (h.ranks[r].arrived.load(std::memory_order_acquire) >= target) continue;
-      const int32_t pid = h.ranks[r].pid.load();
-      missing.push_back(absl::StrCat(r, pid > 0 ? absl::StrCat(" (pid ", pid, ")") : ""));
-      if (now >= next_liveness && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-        dead = missing.back();
+    int dead = -1;
+    if (now >= next_liveness) {
+      next_liveness = now + kLivenessPeriod;
+      for (int r = 0; r < n && dead < 0; ++r) {
+        if (h.ranks[r].arrived.load(std::memory_order_acquire) >= target) continue;
+        const int32_t pid = h.ranks[r].pid.load();
+        if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) dead = r;
       }
     }
-    if (now >= next_liveness) next_liveness = now + kLivenessPeriod;
-    if (!dead.empty()) {
-      failed = Status::Unavailable(
-          absl::StrCat("shm ", op, " of ", RankText(options_), ": rank ", dead,
-                       " exited before arriving"));
+    if (dead >= 0) {
+      failed = Status::Unavailable(absl::StrCat("shm ", op, " of ", RankText(options_),
+                                                ": rank ", rank_name(dead),
+                                                " exited before arriving"));
       break;
     }
     if (now >= deadline) {
+      std::vector<std::string> missing;
+      for (int r = 0; r < n; ++r) {
+        if (h.ranks[r].arrived.load(std::memory_order_acquire) < target) {
+          missing.push_back(rank_name(r));
+        }
+      }
       failed = Status::Timeout(absl::StrCat(
           "shm ", op, " of ", RankText(options_), ": ranks ", absl::StrJoin(missing, ", "),
           " did not arrive within ", options_.timeout.count(), " ms"));

@@ -66,6 +66,11 @@ DataParallel::DataParallel(Collective* collective, ParamArena* arena,
       bucket_of_tensor_[t] = b;
     }
   }
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    bucket_what_.push_back(absl::StrCat(shard_ ? "reduce-scatter" : "all-reduce",
+                                        " of gradient bucket ", b, " (", Describe(buckets_[b]),
+                                        ")"));
+  }
   if (!shard_) {
     pieces_.push_back(GradPiece{0, arena->size(), 0});
   } else {
@@ -117,35 +122,43 @@ void DataParallel::CommLoop() {
       // could pair them with the wrong operation. Skip instead.
       st = first_error_;
     } else {
-      running_ = task.what;
+      running_ = WhatOf(task);
       lock.unlock();
-      st = task.run();
+      st = RunTask(task);
       lock.lock();
       running_.clear();
-      RecordFailure(st, task.what);
+      RecordFailure(st, WhatOf(task));
     }
     --pending_;
     idle_cv_.notify_all();
   }
 }
 
-void DataParallel::RecordFailure(const Status& st, const std::string& what) {
+Status DataParallel::RunTask(const Task& task) {
+  return task.bucket != kNoBucket ? ReduceBucket(task.bucket) : task.run();
+}
+
+std::string_view DataParallel::WhatOf(const Task& task) const {
+  return task.bucket != kNoBucket ? std::string_view(bucket_what_[task.bucket]) : task.what;
+}
+
+void DataParallel::RecordFailure(const Status& st, std::string_view what) {
   if (st.ok() || !first_error_.ok()) return;
   // Gloo names a lost peer by address only; with two ranks the peer is
   // known, so say which rank it was.
   const std::string peer =
       world_ == 2 ? absl::StrCat(" (peer: rank ", 1 - rank_, ")") : std::string();
   first_error_ = st.WithContext(
-      absl::StrCat("data parallel rank ", rank_, " of ", world_, peer, ": ", what));
+      absl::StrCat("data parallel rank ", rank_, " of ", world_, peer, ": ", std::string(what)));
 }
 
 void DataParallel::Enqueue(Task task) {
-  CHECK(collective_ != nullptr) << "data parallel: no collective to run " << task.what;
+  CHECK(collective_ != nullptr) << "data parallel: no collective to run " << WhatOf(task);
   if (!comm_thread_.joinable()) {
     // No communication thread: run it now, skipped after a failure as the
     // thread would.
     std::lock_guard<std::mutex> lock(mu_);
-    if (first_error_.ok()) RecordFailure(task.run(), task.what);
+    if (first_error_.ok()) RecordFailure(RunTask(task), WhatOf(task));
     return;
   }
   {
@@ -188,7 +201,7 @@ Status DataParallel::WaitIdle() {
 
 Status DataParallel::RunAndWait(std::string what, std::function<Status()> run) {
   FLEET_RETURN_IF_ERROR(Broken());
-  Enqueue(Task{std::move(what), std::move(run)});
+  Enqueue(Task{kNoBucket, std::move(what), std::move(run)});
   return WaitIdle();
 }
 
@@ -320,15 +333,14 @@ void DataParallel::EnqueueBucket(size_t b) {
     float probe;
     backend->CopyToHost(&probe, arena_->grads().data() + bucket.end - 1, sizeof(probe));
   }
-  if (shard_) {
-    Enqueue(Task{absl::StrCat("reduce-scatter of gradient bucket ", b, " (", Describe(bucket), ")"),
-                 [this, b] { return ReduceScatterBucket(b); }});
-    return;
-  }
-  float* data = arena_->grads().data() + bucket.begin;
-  const size_t count = bucket.end - bucket.begin;
-  Enqueue(Task{absl::StrCat("all-reduce of gradient bucket ", b, " (", Describe(bucket), ")"),
-               [this, data, count] { return collective_->AllReduce(data, count, ReduceOp::kMean); }});
+  Enqueue(Task{b, {}, nullptr});
+}
+
+Status DataParallel::ReduceBucket(size_t b) {
+  if (shard_) return ReduceScatterBucket(b);
+  const GradBucket& bucket = buckets_[b];
+  return collective_->AllReduce(arena_->grads().data() + bucket.begin, bucket.end - bucket.begin,
+                                ReduceOp::kMean);
 }
 
 void DataParallel::MarkReady(size_t first, size_t end) {

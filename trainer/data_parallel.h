@@ -65,6 +65,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -188,8 +189,13 @@ class DataParallel {
   DataParallel(Collective* collective, ParamArena* arena, const DataParallelOptions& options,
                std::vector<GradBucket> buckets);
 
+  // One collective operation. A gradient bucket's reduction is only its
+  // index (run by ReduceBucket, named by bucket_what_), so the per-step
+  // tasks allocate nothing; any other task carries its name and `run`.
+  static constexpr size_t kNoBucket = ~size_t{0};
   struct Task {
-    std::string what;  // "all-reduce of bucket 1 (fc2.weight..fc2.bias, 16512 floats)"
+    size_t bucket = kNoBucket;
+    std::string what;  // when no bucket: "broadcast of 118282 parameters from rank 0"
     std::function<Status()> run;
   };
 
@@ -198,7 +204,9 @@ class DataParallel {
   void Enqueue(Task task);
   // Keeps the first failure, with this rank and `what` as context.
   // REQUIRES: mu_ held.
-  void RecordFailure(const Status& st, const std::string& what);
+  void RecordFailure(const Status& st, std::string_view what);
+  Status RunTask(const Task& task);
+  std::string_view WhatOf(const Task& task) const;
   // OK, or FailedPrecondition carrying the first error.
   Status Broken();
   // Waits until every queued task ran; returns the first error.
@@ -214,6 +222,8 @@ class DataParallel {
   size_t PieceCount(size_t b) const;
   // Reduce-scatter of bucket b into this rank's piece (sharded mode).
   Status ReduceScatterBucket(size_t b);
+  // Bucket b's reduction: reduce-scatter (sharded) or all-reduce to the mean.
+  Status ReduceBucket(size_t b);
 
   // Fixed after construction.
   Collective* const collective_;  // null: single process
@@ -223,6 +233,7 @@ class DataParallel {
   const int world_;
   const std::vector<GradBucket> buckets_;
   std::vector<size_t> bucket_of_tensor_;  // table index -> bucket index
+  std::vector<std::string> bucket_what_;  // each bucket's reduction task, named
   const bool shard_;
   std::vector<GradPiece> pieces_;  // sharded: one per bucket, in bucket order
   size_t shard_floats_ = 0;

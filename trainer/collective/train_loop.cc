@@ -38,8 +38,10 @@ struct DataLayout {
 // The permutation of [0, n) that epoch `epoch` visits. Fisher-Yates over
 // mt19937_64, whose output the standard fixes, so every rank and every
 // build draws the same order (std::shuffle's is implementation-defined).
-std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {
-  std::vector<int64_t> order(n);
+// Into `order`, whose memory is reused from epoch to epoch.
+void EpochOrder(uint64_t seed, int64_t epoch, int64_t n, std::vector<int64_t>* out) {
+  std::vector<int64_t>& order = *out;
+  order.resize(n);
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
   for (int64_t i = n - 1; i > 0; --i) {
@@ -47,7 +49,6 @@ std::vector<int64_t> EpochOrder(uint64_t seed, int64_t epoch, int64_t n) {
     const int64_t j = static_cast<int64_t>(rng() % static_cast<uint64_t>(i + 1));
     std::swap(order[i], order[j]);
   }
-  return order;
 }
 
 std::string PositionText(const DataLayout& layout, int64_t step) {
@@ -220,7 +221,7 @@ Result<float> Loop::TrainStep(int64_t step) {
   const int64_t spe = layout_.steps_per_epoch();
   const int64_t epoch = step / spe;
   if (epoch != order_epoch_) {
-    order_ = EpochOrder(layout_.shuffle_seed, epoch, layout_.train_samples);
+    EpochOrder(layout_.shuffle_seed, epoch, layout_.train_samples, &order_);
     order_epoch_ = epoch;
   }
   const int64_t B = options_.batch_size;

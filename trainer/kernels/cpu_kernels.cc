@@ -16,7 +16,7 @@ void SetBlasThreads(int num_threads) { openblas_set_num_threads(std::max(1, num_
 int BlasThreads() { return openblas_get_num_threads(); }
 
 void ParallelRange(ThreadPool* pool, size_t n, size_t grain,
-                   const std::function<void(size_t, size_t)>& fn) {
+                   absl::FunctionRef<void(size_t, size_t)> fn) {
   grain = std::max<size_t>(grain, 1);
   if (pool == nullptr || n < 2 * grain) {
     if (n) fn(0, n);

@@ -33,9 +33,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <span>
 
+#include "absl/functional/function_ref.h"
 #include "comm/thread_pool.h"
 
 namespace fleet::trainer::kernels {
@@ -50,8 +50,11 @@ int BlasThreads();
 
 // Runs fn(begin, end) over [0, n) in chunks of at least `grain` elements,
 // on the pool and the caller. Serial when pool is null or n < 2 * grain.
+// fn is borrowed for the call (a FunctionRef: a kernel's lambda is not
+// copied to the heap on every call, as a std::function of more than two
+// pointers' captures would be).
 void ParallelRange(ThreadPool* pool, size_t n, size_t grain,
-                   const std::function<void(size_t, size_t)>& fn);
+                   absl::FunctionRef<void(size_t, size_t)> fn);
 
 // ---- GEMM -----------------------------------------------------------------
 // C = alpha * op(A) * op(B) + beta * C, row-major.
