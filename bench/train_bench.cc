@@ -29,7 +29,6 @@
 #include <memory>
 #include <numeric>
 #include <thread>
-#include <unordered_map>
 
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
@@ -38,6 +37,7 @@
 #include "comm/shm_collective.h"
 #include "comm/kv_store.h"
 #include "ps/server.h"
+#include "tests/worker/local_communicator.h"
 #include "trainer/collective/mlp_classifier.h"
 #include "trainer/collective/train_loop.h"
 #include "trainer/data/ctr_generator.h"
@@ -64,41 +64,8 @@ DEFINE_string(data_dir, fleet::data::kDefaultMnistDir, "MNIST-format IDX files."
 namespace fleet::bench {
 namespace {
 
-using worker::Communicator;
-using worker::PullRequest;
-using worker::PushRequest;
-
-// (a): parameters in local memory, rows created on first use; Push applies
-// plain SGD so the step does the same amount of memory traffic as a real one.
-class LocalCommunicator final : public Communicator {
- public:
-  LocalCommunicator(size_t dim, size_t dense) : dim_(dim), dense_(dense, 0.01f) {}
-  Status Pull(const PullRequest& r) override {
-    for (size_t i = 0; i < r.sparse_keys.size(); ++i) {
-      auto& row = rows_[r.sparse_keys[i]];
-      row.resize(dim_, 0.001f);
-      std::copy(row.begin(), row.end(), r.sparse_values.begin() + i * dim_);
-    }
-    if (!r.dense_values.empty()) std::copy(dense_.begin(), dense_.end(), r.dense_values.begin());
-    return Status::OK();
-  }
-  Status Push(const PushRequest& r) override {
-    for (size_t i = 0; i < r.sparse_keys.size(); ++i) {
-      auto& row = rows_[r.sparse_keys[i]];
-      for (size_t j = 0; j < dim_; ++j) row[j] -= 0.01f * r.sparse_grads[i * dim_ + j];
-    }
-    for (size_t j = 0; j < r.dense_grads.size(); ++j) dense_[j] -= 0.001f * r.dense_grads[j];
-    return Status::OK();
-  }
-  Status Flush() override { return Status::OK(); }
-  double GradientScale(size_t) const override { return 1.0; }
-  const char* name() const override { return "local"; }
-
- private:
-  const size_t dim_;
-  std::vector<float> dense_;
-  std::unordered_map<uint64_t, std::vector<float>> rows_;
-};
+// (a): parameters in local memory (tests/worker/local_communicator.h).
+using worker::testing::LocalCommunicator;
 
 std::string JobYaml(const std::string& data_dir, int batch) {
   return "Distributed: {mode: sync, timeout_ms: 60000}\n"
