@@ -39,6 +39,17 @@ TEST(TrainLoopTest, DefaultProgressLine) {
             "epoch: 1, step: 30, train_loss: 0.500000, speed: 0.00 steps/s");
 }
 
+// Batch 32, a progress line every `log_every` steps up to `max_steps`, no
+// evaluation at an epoch's end.
+TrainLoopOptions LoggingOptions(int64_t max_steps, int log_every) {
+  TrainLoopOptions options;
+  options.batch_size = 32;
+  options.max_steps = max_steps;
+  options.log_every_steps = log_every;
+  options.evaluate = false;
+  return options;
+}
+
 // Two ranks of batch 32 over 1000 samples (15 steps per epoch), a line every
 // 4 steps up to step 18: the windows name the step, epoch, window length,
 // global batch and learning rate, and the loss is the mean of both ranks'
@@ -46,12 +57,8 @@ TEST(TrainLoopTest, DefaultProgressLine) {
 TEST(TrainLoopTest, ProgressLineGetsEachWindow) {
   trainer::kernels::SetBlasThreads(1);
   const data::MnistData data = SyntheticMnist(1000, 100);
-  TrainLoopOptions options;
+  TrainLoopOptions options = LoggingOptions(18, 4);
   options.epochs = 2;
-  options.batch_size = 32;
-  options.max_steps = 18;
-  options.log_every_steps = 4;
-  options.evaluate = false;
   options.optimizer.lr = 2e-3f;
   std::mutex mu;
   std::vector<ProgressWindow> windows;
@@ -99,11 +106,7 @@ TEST(TrainLoopTest, ProgressLineGetsEachWindow) {
 TEST(TrainLoopTest, WindowSecondsSkipEvaluationOnly) {
   trainer::kernels::SetBlasThreads(1);
   const data::MnistData data = SyntheticMnist(1000, 100);
-  TrainLoopOptions options;
-  options.batch_size = 32;
-  options.max_steps = 4;
-  options.log_every_steps = 4;
-  options.evaluate = false;
+  TrainLoopOptions options = LoggingOptions(4, 4);
   options.eval_every_steps = 2;
   options.eval_line = [](const EvalWindow&) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
