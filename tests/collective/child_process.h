@@ -1,7 +1,6 @@
 // Child processes for the collective process tests: spawn a program with
 // its output in a log file, wait for it with a bound (killing it after),
-// and read the log. Binaries come from FLEET_BIN_DIR (set by
-// fleet_add_test).
+// and read the log. Binaries come from BinDir() (tests/test_paths.h).
 #pragma once
 
 #include <fcntl.h>
@@ -20,15 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_paths.h"
+
 namespace fleet::testing {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-inline std::string BinDir() {
-  const char* dir = std::getenv("FLEET_BIN_DIR");
-  return dir ? dir : "bin";
-}
 
 struct Exit {
   bool exited = false;  // normal exit, with `code`

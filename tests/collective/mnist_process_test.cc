@@ -30,7 +30,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-using testing::BinDir;
+using testing::BinPath;
 using testing::Child;
 using testing::Exit;
 using testing::ReadAll;
@@ -49,7 +49,7 @@ class MnistProcessTest : public ::testing::Test {
 
   // mnist_mlp and its flags for the synthetic data.
   std::vector<std::string> MnistArgs(std::vector<std::string> extra) const {
-    std::vector<std::string> args = {BinDir() + "/mnist_mlp",
+    std::vector<std::string> args = {BinPath("mnist_mlp"),
                                      "--train_images=" + files_.train_images,
                                      "--train_labels=" + files_.train_labels,
                                      "--test_images=" + files_.test_images,
@@ -114,7 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Collectives, MnistKilledRankTest, ::testing::Values("gl
 
 // Under fleetrun: the job fails, fleetrun names the dead rank and exits 1.
 TEST_F(MnistProcessTest, FleetrunExitsNonZeroWhenARankCrashes) {
-  std::vector<std::string> args = {BinDir() + "/fleetrun", "--nproc_per_node=2", "--http_port=0",
+  std::vector<std::string> args = {BinPath("fleetrun"), "--nproc_per_node=2", "--http_port=0",
                                    "--grace_period=2", "--log_dir=" + (dir_ / "logs").string()};
   const std::vector<std::string> mnist =
       MnistArgs({"--epochs=50", "--debug_crash_at_step=5", "--debug_crash_rank=1",
@@ -133,7 +133,7 @@ TEST_F(MnistProcessTest, FleetrunExitsNonZeroWhenARankCrashes) {
 // A clean 2-rank job under fleetrun prints the loss and accuracy lines and
 // exits 0.
 TEST_F(MnistProcessTest, FleetrunRunsTwoRanksToTheEnd) {
-  std::vector<std::string> args = {BinDir() + "/fleetrun", "--nproc_per_node=2", "--http_port=0",
+  std::vector<std::string> args = {BinPath("fleetrun"), "--nproc_per_node=2", "--http_port=0",
                                    "--log_dir=" + (dir_ / "logs").string()};
   const std::vector<std::string> mnist =
       MnistArgs({"--epochs=2", "--log_every_steps=8", "--checkpoint_dir=" + (dir_ / "ckpt").string()});

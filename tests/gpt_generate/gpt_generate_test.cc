@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "examples/gpt/generate_app.h"
+#include "tests/test_paths.h"
 #include "tests/trainer_data/test_util.h"
 #include "trainer/checkpoint.h"
 #include "trainer/config/gpt_config.h"
@@ -167,12 +168,11 @@ struct ProcessRun {
   std::string out, err;
 };
 
-// Runs FLEET_BIN_DIR/gpt_generate with `args`, stdout and stderr to files,
+// Runs $FLEET_BIN_DIR/gpt_generate with `args`, stdout and stderr to files,
 // killed after `timeout`.
 ProcessRun RunProgram(const std::vector<std::string>& args, const TempDir& dir,
                       std::chrono::seconds timeout) {
-  const char* bin_dir = std::getenv("FLEET_BIN_DIR");
-  const std::string bin = std::string(bin_dir ? bin_dir : "bin") + "/gpt_generate";
+  const std::string bin = testing::BinPath("gpt_generate");
   std::vector<std::string> argv_s = {bin};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;

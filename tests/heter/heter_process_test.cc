@@ -19,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/test_paths.h"
+
 namespace fleet {
 namespace {
 
@@ -99,12 +101,8 @@ class Fleetrun {
 class HeterProcessTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* bin = std::getenv("FLEET_BIN_DIR");
-    const char* src = std::getenv("FLEET_SOURCE_DIR");
-    ASSERT_NE(bin, nullptr) << "FLEET_BIN_DIR not set (run through ctest)";
-    ASSERT_NE(src, nullptr);
-    bin_ = bin;
-    src_ = src;
+    bin_ = testing::BinDir();
+    src_ = testing::SourceDir();
     dir_ = fs::temp_directory_path() / ("fleet_heter_process_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);

@@ -33,6 +33,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/launch/fleet_job.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -117,12 +118,8 @@ std::string KillWhileWriting(pid_t pid, const fs::path& dir, const fs::path& com
 class ChaosTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* bin = std::getenv("FLEET_BIN_DIR");
-    const char* src = std::getenv("FLEET_SOURCE_DIR");
-    ASSERT_NE(bin, nullptr) << "run through ctest (FLEET_BIN_DIR)";
-    ASSERT_NE(src, nullptr);
-    bin_ = bin;
-    src_ = src;
+    bin_ = fleet::testing::BinDir();
+    src_ = fleet::testing::SourceDir();
     dir_ = fs::temp_directory_path() / ("fleet_chaos_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     ASSERT_EQ(fleet::testing::GenerateCtrData(bin_, dir_ / "data", 4000), "");

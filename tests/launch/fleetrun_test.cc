@@ -18,6 +18,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_paths.h"
+
 extern char** environ;
 
 namespace {
@@ -74,9 +76,7 @@ bool Alive(pid_t pid) {
 class FleetrunTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* bin = std::getenv("FLEET_BIN_DIR");
-    ASSERT_NE(bin, nullptr) << "FLEET_BIN_DIR not set (run through ctest)";
-    bin_ = bin;
+    bin_ = fleet::testing::BinDir();
     char tmpl[] = "/tmp/fleetrun_test.XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     tmp_ = tmpl;

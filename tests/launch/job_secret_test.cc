@@ -16,6 +16,7 @@
 
 #include "launch/job_secret.h"
 #include "launch/launcher.h"
+#include "tests/test_paths.h"
 
 extern char** environ;
 
@@ -143,11 +144,9 @@ TEST_F(JobSecretTest, AuthOffPassesFleetAuthOffAndNoSecret) {
 
 TEST_F(JobSecretTest, RealFleetrunRefusesAWorldReadableSecretFile) {
   ASSERT_EQ(chmod(secret_file_.c_str(), 0604), 0);
-  const char* bin = std::getenv("FLEET_BIN_DIR");
-  ASSERT_NE(bin, nullptr) << "FLEET_BIN_DIR not set (run through ctest)";
   const std::string err = (dir_ / "err").string();
-  std::vector<std::string> args = {std::string(bin) + "/fleetrun", "--server_num=1", "--worker_num=1",
-                                   "--http_port=0", "--config=" + config_,
+  std::vector<std::string> args = {fleet::testing::BinPath("fleetrun"), "--server_num=1",
+                                   "--worker_num=1", "--http_port=0", "--config=" + config_,
                                    "--bin_dir=" + (dir_ / "bin").string(),
                                    "--log_dir=" + (dir_ / "log").string(),
                                    "--job_secret_file=" + secret_file_};

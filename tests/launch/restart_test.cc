@@ -18,6 +18,7 @@
 #include <regex>
 
 #include "tests/launch/fleet_job.h"
+#include "tests/test_paths.h"
 
 namespace fleet {
 namespace {
@@ -29,12 +30,8 @@ using testing::FleetJob;
 class RestartTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* bin = std::getenv("FLEET_BIN_DIR");
-    const char* src = std::getenv("FLEET_SOURCE_DIR");
-    ASSERT_NE(bin, nullptr) << "run through ctest (FLEET_BIN_DIR)";
-    ASSERT_NE(src, nullptr);
-    bin_ = bin;
-    src_ = src;
+    bin_ = testing::BinDir();
+    src_ = testing::SourceDir();
     dir_ = fs::temp_directory_path() / ("fleet_restart_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     // fleetrun_ctr_test's data set, so its AUC bar applies.

@@ -21,6 +21,7 @@
 #include "comm/cluster.h"
 #include "comm/kv_store.h"
 #include "tests/ps/ps_cluster.h"
+#include "tests/test_paths.h"
 
 extern char** environ;
 
@@ -67,9 +68,7 @@ class ServerProcesses : public ::testing::Test {
                            << kTables;
     kv_ = std::make_unique<KvStoreServer>(KvStoreServerOptions{});
     ASSERT_TRUE(kv_->Start().ok());
-    const char* bin = std::getenv("FLEET_BIN_DIR");
-    ASSERT_NE(bin, nullptr) << "FLEET_BIN_DIR must point at build/bin";
-    server_bin_ = std::string(bin) + "/ps_server";
+    server_bin_ = fleet::testing::BinPath("ps_server");
     ASSERT_TRUE(fs::exists(server_bin_)) << server_bin_;
   }
 

@@ -11,6 +11,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/test_paths.h"
+
 namespace fleet {
 namespace {
 
@@ -35,12 +37,8 @@ CommandResult RunCommand(const std::string& command) {
 class FleetrunCtrTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* bin = std::getenv("FLEET_BIN_DIR");
-    const char* src = std::getenv("FLEET_SOURCE_DIR");
-    ASSERT_NE(bin, nullptr);
-    ASSERT_NE(src, nullptr);
-    bin_ = bin;
-    src_ = src;
+    bin_ = testing::BinDir();
+    src_ = testing::SourceDir();
     dir_ = fs::temp_directory_path() / ("fleet_fleetrun_ctr_" + std::to_string(getpid()));
     fs::remove_all(dir_);
     CommandResult gen = RunCommand(bin_ + "/gen_ctr_data --out_dir=" + (dir_ / "data").string() +
@@ -110,11 +108,11 @@ TEST(FleetrunMnistPsTest, ThreeEpochsReachTheAccuracyBar) {
   if (!fs::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
     GTEST_SKIP() << "Fashion-MNIST not installed (Debian package dataset-fashion-mnist)";
   }
-  const std::string bin = std::getenv("FLEET_BIN_DIR");
-  const std::string src = std::getenv("FLEET_SOURCE_DIR");
   const fs::path logs = fs::temp_directory_path() / ("fleet_mnist_ps_" + std::to_string(getpid()));
-  CommandResult run = RunCommand(bin + "/fleetrun --server_num=2 --worker_num=2 --http_port=0 --log_dir=" +
-                                 logs.string() + " --config=" + src + "/configs/mnist_mlp_ps.yaml");
+  CommandResult run =
+      RunCommand(testing::BinPath("fleetrun") +
+                 " --server_num=2 --worker_num=2 --http_port=0 --log_dir=" + logs.string() +
+                 " --config=" + testing::SourcePath("configs/mnist_mlp_ps.yaml"));
   fs::remove_all(logs);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   std::smatch m;
