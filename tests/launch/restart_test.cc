@@ -75,19 +75,41 @@ class RestartTest : public ::testing::Test {
     return seconds;
   }
 
+  // Where CrashServerOne and KillWorkerOne start from: an undisturbed run
+  // of the job, and a second run training, with the process to kill.
+  struct Disturbed {
+    double plain_s = 0;       // the undisturbed run's wall time
+    double auc_plain = 0;     // and its held-out AUC
+    Clock::time_point start;  // when `job` started
+    FleetJob job;
+    pid_t victim = -1;
+  };
+
+  // Runs job `mode`_`plain_name` to its end (RunToEnd), then starts
+  // `mode`_`job_name`, waits for worker 0's training steps and picks
+  // `victim` ("server 1", "worker 1") from fleetrun's output. A fatal
+  // failure when the job does not train or has no such process.
+  void StartDisturbed(const std::string& mode, double bar, const std::string& plain_name,
+                      const std::string& job_name, const std::string& victim, Disturbed* out) {
+    auto start = Clock::now();
+    FleetJob plain = Start(mode + "_" + plain_name, mode);
+    out->plain_s = RunToEnd(plain, start, bar, &out->auc_plain);
+
+    out->start = Clock::now();
+    FleetJob& job = out->job = Start(mode + "_" + job_name, mode);
+    ASSERT_TRUE(job.WaitFor("epoch 1 step", std::chrono::seconds(60))) << job.Output();
+    ASSERT_EQ(job.pids.count(victim), 1u) << job.Output();
+    out->victim = job.pids[victim];
+  }
+
   // An undisturbed run and one whose server 1 is killed once worker 0 logs
   // training steps; checks and reports both.
   void CrashServerOne(const std::string& mode, double bar) {
-    double auc_plain = 0, auc_crash = 0;
-    auto start = Clock::now();
-    FleetJob plain = Start(mode + "_plain", mode);
-    const double plain_s = RunToEnd(plain, start, bar, &auc_plain);
-
-    start = Clock::now();
-    FleetJob job = Start(mode + "_crash", mode);
-    ASSERT_TRUE(job.WaitFor("epoch 1 step", std::chrono::seconds(60))) << job.Output();
-    ASSERT_EQ(job.pids.count("server 1"), 1u) << job.Output();
-    const pid_t victim = job.pids["server 1"];
+    Disturbed run;
+    StartDisturbed(mode, bar, "plain", "crash", "server 1", &run);
+    if (HasFatalFailure()) return;
+    FleetJob& job = run.job;
+    const pid_t victim = run.victim;
     ASSERT_EQ(kill(victim, SIGKILL), 0);
     const auto killed = Clock::now();
     // Worker 0 logs on fleetrun's terminal when its resent calls are answered.
@@ -95,7 +117,8 @@ class RestartTest : public ::testing::Test {
                          job.WaitFor("answers again", std::chrono::seconds(60));
     const double resume_s = std::chrono::duration<double>(Clock::now() - killed).count();
     EXPECT_TRUE(resumed) << job.Output();
-    const double crash_s = RunToEnd(job, start, bar, &auc_crash);
+    double auc_crash = 0;
+    const double crash_s = RunToEnd(job, run.start, bar, &auc_crash);
     const std::string out = job.Output();
     // The worker's own figure: from its first failed call to the first answer.
     std::smatch back;
@@ -112,7 +135,8 @@ class RestartTest : public ::testing::Test {
     std::snprintf(row, sizeof(row),
                   "  %-5s kill -9 server 1: answered again after %.2f s (worker 0: %.0f ms after its "
                   "first failed call); run %.1f s vs %.1f s undisturbed (%+.1f s); auc %.4f vs %.4f\n",
-                  mode.c_str(), resume_s, worker_ms, crash_s, plain_s, crash_s - plain_s, auc_crash, auc_plain);
+                  mode.c_str(), resume_s, worker_ms, crash_s, run.plain_s, crash_s - run.plain_s,
+                  auc_crash, run.auc_plain);
     table_ += row;
   }
 
@@ -127,16 +151,11 @@ class RestartTest : public ::testing::Test {
   // An undisturbed run and one whose worker 1 is killed once worker 0 logs
   // training steps: the restarted worker rejoins at the servers' step.
   void KillWorkerOne(const std::string& mode, double bar) {
-    double auc_plain = 0, auc_kill = 0;
-    auto start = Clock::now();
-    FleetJob plain = Start(mode + "_wplain", mode);
-    const double plain_s = RunToEnd(plain, start, bar, &auc_plain);
-
-    start = Clock::now();
-    FleetJob job = Start(mode + "_wkill", mode);
-    ASSERT_TRUE(job.WaitFor("epoch 1 step", std::chrono::seconds(60))) << job.Output();
-    ASSERT_EQ(job.pids.count("worker 1"), 1u) << job.Output();
-    const pid_t victim = job.pids["worker 1"];
+    Disturbed run;
+    StartDisturbed(mode, bar, "wplain", "wkill", "worker 1", &run);
+    if (HasFatalFailure()) return;
+    FleetJob& job = run.job;
+    const pid_t victim = run.victim;
     const int lines_at_kill = ProgressLines(job.Output());
     ASSERT_EQ(kill(victim, SIGKILL), 0);
     const auto killed = Clock::now();
@@ -162,7 +181,8 @@ class RestartTest : public ::testing::Test {
     }
     const double trains_s = std::chrono::duration<double>(Clock::now() - killed).count();
     EXPECT_TRUE(trains) << job.Output();
-    const double kill_s = RunToEnd(job, start, bar, &auc_kill);
+    double auc_kill = 0;
+    const double kill_s = RunToEnd(job, run.start, bar, &auc_kill);
     const std::string out = job.Output();
     workerlog = testing::ReadWholeFile(log);
     EXPECT_NE(out.find("worker 1 (pid " + std::to_string(victim) + ") was killed by signal 9"),
@@ -180,8 +200,8 @@ class RestartTest : public ::testing::Test {
         "  %-5s kill -9 worker 1: rejoined at step %lld %.2f s after the kill, worker 0's "
         "next progress line after %.2f s; run %.1f s vs %.1f s undisturbed (%+.1f s); "
         "auc %.4f vs %.4f\n",
-        mode.c_str(), static_cast<long long>(step), rejoin_s, trains_s, kill_s, plain_s,
-        kill_s - plain_s, auc_kill, auc_plain);
+        mode.c_str(), static_cast<long long>(step), rejoin_s, trains_s, kill_s, run.plain_s,
+        kill_s - run.plain_s, auc_kill, run.auc_plain);
     table_ += row;
   }
 
