@@ -215,6 +215,17 @@ void BenchMnist(int rank, Collective& fleet, Collective& shm) {
   if (rank == 0) bench::PrintMnistRows(rows, rounds, steps, /*target=*/1.2);
 }
 
+// The fields the Gloo and shared-memory options share, for one of kRanks.
+template <typename Options>
+Options GroupOptions(const std::string& group, int rank, std::chrono::milliseconds timeout) {
+  Options o;
+  o.group = group;
+  o.rank = rank;
+  o.size = kRanks;
+  o.timeout = timeout;
+  return o;
+}
+
 int RunRank(int rank, const std::string& kv_endpoint, const std::string& job) {
   std::vector<size_t> sizes;
   const std::vector<std::string> parts = absl::StrSplit(FLAGS_sizes, ',', absl::SkipEmpty());
@@ -228,19 +239,11 @@ int RunRank(int rank, const std::string& kv_endpoint, const std::string& job) {
   }
   const std::chrono::milliseconds timeout(FLAGS_timeout_ms);
   KvStoreClient kv(kv_endpoint, job);
-  GlooCollectiveOptions options;
-  options.group = "bench/fleet";
-  options.rank = rank;
-  options.size = kRanks;
-  options.timeout = timeout;
-  auto fleet = GlooCollective::Create(kv, options);
+  auto fleet =
+      GlooCollective::Create(kv, GroupOptions<GlooCollectiveOptions>("bench/fleet", rank, timeout));
   BENCH_CHECK_OK(fleet.status());
-  ShmCollectiveOptions shm_options;
-  shm_options.group = "bench/shm";
-  shm_options.rank = rank;
-  shm_options.size = kRanks;
-  shm_options.timeout = timeout;
-  auto shm = ShmCollective::Create(kv, shm_options);
+  auto shm =
+      ShmCollective::Create(kv, GroupOptions<ShmCollectiveOptions>("bench/shm", rank, timeout));
   BENCH_CHECK_OK(shm.status());
   DirectGloo direct(kv, rank, timeout);
   // One BLAS thread per process while both work, as in training.
