@@ -172,7 +172,9 @@ class RpcNode final : private VanReceiver {
   // Unavailable ("shutting down"); requests already handed to handlers run
   // to completion and their replies are sent. Waits at most `grace` for
   // them; Timeout naming how many were still running otherwise. Calls this
-  // node makes are not affected.
+  // node makes are not affected. A request is counted from the moment it is
+  // let in (on the pool or the I/O thread) until its handler returns.
+  // REQUIRES: not called from a handler (it would wait for itself).
   Status StopServing(std::chrono::milliseconds grace);
 
   // Stops the transport, fails pending calls with Unavailable, waits for
@@ -205,6 +207,8 @@ class RpcNode final : private VanReceiver {
   void OnTick(std::chrono::steady_clock::time_point now) override;
 
   void Dispatch(const Route& from, Message request);
+  // Ends a request Dispatch let in (its handler returned).
+  void FinishRequest();
   // Removes and returns the pending call, if still there.
   bool TakePending(uint64_t request_id, PendingCall* out);
   bool HasPendingCalls() const;
@@ -222,12 +226,12 @@ class RpcNode final : private VanReceiver {
 
   std::atomic<uint64_t> next_request_id_{1};
   std::atomic<bool> listening_{false};
-  std::atomic<bool> draining_{false};
-
-  // Requests handed to the pool and not yet returned from their handler.
+  // Requests let in and not yet returned from their handler (on the pool or
+  // the I/O thread), and whether StopServing has closed the door.
   std::mutex in_flight_mu_;
   std::condition_variable in_flight_cv_;
-  int in_flight_ = 0;  // guarded by in_flight_mu_
+  int in_flight_ = 0;      // guarded by in_flight_mu_
+  bool draining_ = false;  // guarded by in_flight_mu_
 
   // Guarded by mu_.
   mutable std::mutex mu_;

@@ -452,6 +452,46 @@ TEST_F(RpcTest, StopFailsPendingCalls) {
   EXPECT_TRUE(after.status().IsUnavailable());
 }
 
+// StopServing waits for a request it let in, also one whose handler runs
+// on the I/O thread, and refuses the ones after: what a server saves after
+// StopServing holds every request it answered OK. (Before, a handler on the
+// I/O thread was not waited for at all, and a pool request could slip in
+// between the draining check and its count.)
+TEST_F(RpcTest, StopServingWaitsForEveryRequestItLetIn) {
+  constexpr uint32_t kSlowInline = 6;
+  std::atomic<bool> started{false};
+  std::atomic<int> applied{0};
+  auto node = RpcNode::Create(FastOptions("s"));
+  ASSERT_TRUE(node.ok()) << node.status().ToString();
+  std::unique_ptr<RpcNode> server = std::move(node).value();
+  server->RegisterSync(
+      kSlowInline,
+      [&](const Message&, Message*) {
+        started = true;
+        std::this_thread::sleep_for(300ms);
+        ++applied;
+        return Status::OK();
+      },
+      RpcHandlerOptions{.run_on_io_thread = true, .io_thread_if = nullptr});
+  auto bound = server->Listen("127.0.0.1:0");
+  ASSERT_TRUE(bound.ok()) << bound.status().ToString();
+  auto client = Client();
+  const int peer = client->Connect(*bound).value();
+  Message m;
+  m.header.set_command(kSlowInline);
+  auto reply = client->Call(peer, std::move(m));
+  while (!started) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(server->StopServing(5s).ok());
+  EXPECT_EQ(applied.load(), 1) << "StopServing returned while a handler it let in was running";
+  EXPECT_TRUE(reply.get().ok());
+
+  Message late;
+  late.header.set_command(kSlowInline);
+  auto refused = client->Call(peer, std::move(late)).get();
+  EXPECT_TRUE(refused.status().IsUnavailable()) << refused.status().ToString();
+  EXPECT_EQ(applied.load(), 1);
+}
+
 TEST_F(RpcTest, BindToTakenPortIsUnavailable) {
   std::string endpoint;
   auto server = StartServer("s", &endpoint);
