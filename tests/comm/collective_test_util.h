@@ -297,6 +297,16 @@ inline std::unique_ptr<ShmCollective> JoinShm(const LocalKvServer& kv, const std
   return std::move(group).value();
 }
 
+// The options of rank `rank` of a shared-memory group "test" of `size`.
+inline ShmCollectiveOptions ShmOptions(int rank, int size, std::chrono::milliseconds timeout) {
+  ShmCollectiveOptions options;
+  options.group = "test";
+  options.rank = rank;
+  options.size = size;
+  options.timeout = timeout;
+  return options;
+}
+
 // As RunGlooRanks, over `kind`: "gloo" or "shm".
 inline void RunRanksOver(const std::string& kind, int size, std::chrono::milliseconds timeout,
                          const std::function<void(int, Collective&)>& body) {
@@ -304,14 +314,8 @@ inline void RunRanksOver(const std::string& kind, int size, std::chrono::millise
   if (kind != "shm") throw std::invalid_argument("unknown collective " + kind);
   LocalKvServer kv;
   const std::string job = UniqueJob();
-  RunRanks(size, [&](int rank) {
-    ShmCollectiveOptions options;
-    options.group = "test";
-    options.rank = rank;
-    options.size = size;
-    options.timeout = timeout;
-    body(rank, *JoinShm(kv, job, options));
-  });
+  RunRanks(size,
+           [&](int rank) { body(rank, *JoinShm(kv, job, ShmOptions(rank, size, timeout))); });
 }
 
 }  // namespace fleet::testing

@@ -27,12 +27,9 @@ using fleet::testing::RunRanks;
 using fleet::testing::ThrowIfError;
 using fleet::testing::UniqueJob;
 
+// Small slots, so that most operations take several chunks.
 ShmCollectiveOptions Options(int rank, int size, milliseconds timeout, size_t slot_bytes = 4096) {
-  ShmCollectiveOptions o;
-  o.group = "test";
-  o.rank = rank;
-  o.size = size;
-  o.timeout = timeout;
+  ShmCollectiveOptions o = fleet::testing::ShmOptions(rank, size, timeout);
   o.slot_bytes = slot_bytes;
   return o;
 }
