@@ -215,17 +215,6 @@ void BenchMnist(int rank, Collective& fleet, Collective& shm) {
   if (rank == 0) bench::PrintMnistRows(rows, rounds, steps, /*target=*/1.2);
 }
 
-// The fields the Gloo and shared-memory options share, for one of kRanks.
-template <typename Options>
-Options GroupOptions(const std::string& group, int rank, std::chrono::milliseconds timeout) {
-  Options o;
-  o.group = group;
-  o.rank = rank;
-  o.size = kRanks;
-  o.timeout = timeout;
-  return o;
-}
-
 int RunRank(int rank, const std::string& kv_endpoint, const std::string& job) {
   std::vector<size_t> sizes;
   const std::vector<std::string> parts = absl::StrSplit(FLAGS_sizes, ',', absl::SkipEmpty());
@@ -239,11 +228,11 @@ int RunRank(int rank, const std::string& kv_endpoint, const std::string& job) {
   }
   const std::chrono::milliseconds timeout(FLAGS_timeout_ms);
   KvStoreClient kv(kv_endpoint, job);
-  auto fleet =
-      GlooCollective::Create(kv, GroupOptions<GlooCollectiveOptions>("bench/fleet", rank, timeout));
+  auto fleet = GlooCollective::Create(
+      kv, bench::GroupOptions<GlooCollectiveOptions>("bench/fleet", rank, kRanks, timeout));
   BENCH_CHECK_OK(fleet.status());
-  auto shm =
-      ShmCollective::Create(kv, GroupOptions<ShmCollectiveOptions>("bench/shm", rank, timeout));
+  auto shm = ShmCollective::Create(
+      kv, bench::GroupOptions<ShmCollectiveOptions>("bench/shm", rank, kRanks, timeout));
   BENCH_CHECK_OK(shm.status());
   DirectGloo direct(kv, rank, timeout);
   // One BLAS thread per process while both work, as in training.

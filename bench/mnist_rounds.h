@@ -11,6 +11,7 @@
 // the time).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -33,6 +34,19 @@ struct MnistRow {
 // with 1 BLAS thread each over Gloo with the default bucket size and with
 // 64 KiB buckets, and 2 ranks over shared memory (comm/shm_collective.h).
 std::vector<MnistRow> DefaultMnistRows();
+
+// The fields the Gloo and shared-memory group options share (comm/
+// gloo_collective.h, comm/shm_collective.h), for rank `rank` of `size`.
+template <typename Options>
+Options GroupOptions(const std::string& group, int rank, int size,
+                     std::chrono::milliseconds timeout = Options{}.timeout) {
+  Options o;
+  o.group = group;
+  o.rank = rank;
+  o.size = size;
+  o.timeout = timeout;
+  return o;
+}
 
 // Runs `rounds` rounds of every row on this rank of `gloo` and `shm` (the
 // same 2 ranks as two groups), `steps` timed steps per row and round,

@@ -369,17 +369,11 @@ void RankCases() {
   for (int r = 0; r < 2; ++r) {
     ranks.emplace_back([&, r] {
       KvStoreClient client(kv.endpoint(), "train_bench");
-      GlooCollectiveOptions o;
-      o.group = "train_bench/mnist";
-      o.rank = r;
-      o.size = 2;
-      auto group = GlooCollective::Create(client, o);
+      auto group = GlooCollective::Create(
+          client, GroupOptions<GlooCollectiveOptions>("train_bench/mnist", r, 2));
       CHECK(group.ok()) << group.status().ToString();
-      ShmCollectiveOptions so;
-      so.group = o.group;
-      so.rank = r;
-      so.size = 2;
-      auto shm = ShmCollective::Create(client, so);
+      auto shm = ShmCollective::Create(
+          client, GroupOptions<ShmCollectiveOptions>("train_bench/mnist", r, 2));
       CHECK(shm.ok()) << shm.status().ToString();
       RunMnistRounds(r, **group, **shm, *data, rounds, steps, &rows[r]);
     });
