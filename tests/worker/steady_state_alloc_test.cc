@@ -8,6 +8,7 @@
 
 #include "ps/job_config.h"
 #include "tests/alloc_counter.h"
+#include "tests/test_paths.h"
 #include "tests/worker/local_communicator.h"
 #include "tests/worker/worker_test_util.h"
 #include "trainer/kernels/cpu_kernels.h"
@@ -24,7 +25,7 @@ TEST(WorkerSteadyStateAllocationTest, CtrDnnTrainStep) {
   // would reallocate the model's activations for its size, and again for
   // the next full one: twice an epoch, by design, not per step.)
   testing::MakeCtrData(dir, 2048);
-  auto job = ps::LoadJobConfig(std::string(FLEET_TEST_SOURCE_DIR) + "/configs/ctr_dnn.yaml",
+  auto job = ps::LoadJobConfig(fleet::testing::SourcePath("configs/ctr_dnn.yaml"),
                                {"data.train=" + dir + "/train", "data.test=" + dir + "/test",
                                 "data.oracle="});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
