@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include <gflags/gflags.h>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "comm/cluster.h"
 #include "comm/yaml_config.h"
+#include "trainer/backend.h"
 #include "trainer/collective/gpt_pretrain.h"
 #include "trainer/collective/rank_setup.h"
 #include "trainer/config/gpt_config.h"
@@ -101,19 +104,17 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
       config_args->config, config_args->overrides, spec.world_size);
   if (!config.ok()) return Fail(err, spec, config.status(), kExitUsage);
 
-  const bool on_cpu = config->global.device == trainer::config::Device::kCpu;
-  const std::string device_text =
-      on_cpu ? std::string("cpu") : trainer::collective::CanonicalDevice(spec.device);
-  Result<trainer::Device> device = trainer::ParseDevice(device_text);
+  // The rank's device: fleetrun's (or --device's) GPU, or cuda:0 for a
+  // single process started by hand (ResolveRankDevice says which and why).
+  const bool device_given = !gflags::GetCommandLineFlagInfoOrDie("device").is_default ||
+                            env("FLEET_DEVICE").has_value();
+  Result<std::string> device_text = trainer::collective::ResolveRankDevice(
+      config->global.device != trainer::config::Device::kCpu,
+      device_given ? std::optional<std::string>(spec.device) : std::nullopt, spec.world_size,
+      trainer::CudaDeviceCount());
+  if (!device_text.ok()) return Fail(err, spec, device_text.status(), kExitUsage);
+  Result<trainer::Device> device = trainer::ParseDevice(*device_text);
   if (!device.ok()) return Fail(err, spec, device.status(), kExitUsage);
-  if (!on_cpu && device->is_cpu()) {
-    return Fail(err, spec,
-                Status::InvalidArgument(
-                    "Global.device is gpu but this rank was given no GPU (FLEET_DEVICE / --device "
-                    "is cpu); run under fleetrun --gpus=... or set -o Global.device=cpu",
-                    spec.device),
-                kExitUsage);
-  }
   Result<int> threads = trainer::collective::CpuThreadsPerRank(env, FLAGS_cpu_threads);
   if (!threads.ok()) return Fail(err, spec, threads.status(), kExitUsage);
   if (FLAGS_collective_timeout_ms <= 0) {

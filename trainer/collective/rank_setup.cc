@@ -44,6 +44,43 @@ std::string CanonicalDevice(const std::string& device) {
   return device;
 }
 
+Result<std::string> ResolveRankDevice(bool wants_gpu, const std::optional<std::string>& assigned,
+                                      int world_size, int visible_gpus) {
+  if (!wants_gpu) return std::string("cpu");
+  std::string device;
+  if (assigned.has_value()) {
+    device = CanonicalDevice(*assigned);
+    if (device == "cpu") {
+      return Status::InvalidArgument(
+          "the config asks for a GPU (Global.device gpu) but this rank was given cpu "
+          "(--device / FLEET_DEVICE); run under fleetrun --gpus=... or set -o Global.device=cpu",
+          *assigned);
+    }
+  } else if (world_size > 1) {
+    return Status::InvalidArgument(
+        absl::StrCat("the config asks for a GPU (Global.device gpu) and the job has ", world_size,
+                     " ranks, but no rank was given its GPU (--device / FLEET_DEVICE)"),
+        "run under fleetrun --gpus=...");
+  } else {
+    device = "cuda:0";  // one process, no launcher: the first GPU
+  }
+  int index = 0;
+  if (!absl::StartsWith(device, "cuda:") || !absl::SimpleAtoi(device.substr(5), &index) ||
+      index < 0) {
+    return Status::InvalidArgument("bad device: want cpu, cuda or cuda:N", device);
+  }
+  if (index >= visible_gpus) {
+    return Status::Unavailable(
+        visible_gpus == 0
+            ? std::string("the config asks for a GPU (Global.device gpu) but this machine has "
+                          "none that CUDA can use (or FleetPS was built without CUDA); set -o "
+                          "Global.device=cpu to train on the CPU")
+            : absl::StrCat("only ", visible_gpus, " GPU(s) visible"),
+        device);
+  }
+  return device;
+}
+
 Result<int> CpuThreadsPerRank(const EnvLookup& env, int flag_threads) {
   if (flag_threads > 0) return flag_threads;
   int per_node = 1;

@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "comm/cluster.h"
@@ -30,6 +31,24 @@ EnvLookup CollectiveProcessEnv();
 // cluster.h accepts "cuda", "gpu" and "gpu:N" too; trainers want "cpu" or
 // "cuda:K".
 std::string CanonicalDevice(const std::string& device);
+
+// The device a training rank runs on, decided from what it was asked for:
+//   wants_gpu     the config asks for a GPU (e.g. Global.device: gpu);
+//   assigned      the device the launcher or user gave this rank (--device /
+//                 FLEET_DEVICE; fleetrun --gpus sets cuda:K), or nullopt when
+//                 neither is set;
+//   world_size    ranks in the job;
+//   visible_gpus  GPUs this process can use (CudaDeviceCount(): 0 without a
+//                 GPU or in a build without CUDA).
+// Returns "cpu" when !wants_gpu. A GPU rank takes its assigned cuda:K; one
+// rank that was assigned nothing takes cuda:0, as FleetX does for a single
+// process with device gpu and no launcher. Errors, each saying what to do:
+// InvalidArgument when a GPU is wanted but the rank was assigned cpu, or
+// when several ranks were assigned nothing (each needs its own GPU);
+// Unavailable when the chosen GPU is not among the visible ones (naming it
+// and how many there are).
+Result<std::string> ResolveRankDevice(bool wants_gpu, const std::optional<std::string>& assigned,
+                                      int world_size, int visible_gpus);
 
 // CPU threads for this rank: `flag_threads` when > 0, else the machine's
 // cores divided by FLEET_NPROC_PER_NODE (ranks on this node; 1 when unset),
