@@ -98,6 +98,53 @@ TEST(TokenizerTest, MakeTokenizerByName) {
   EXPECT_TRUE(MakeTokenizer("bpe", "").status().IsInvalidArgument());
 }
 
+// The vocabulary directory is searched for, not only compiled in: the
+// environment first, then beside the binary, the working directory, the
+// source tree; the first holding both files wins; the error lists them all.
+TEST(TokenizerTest, VocabularyDirectorySearch) {
+  TempDir root;
+  const Gpt2VocabSearch search{.env_dir = root.File("env"),
+                               .binary_dir = root.File("bin"),
+                               .working_dir = root.File("work"),
+                               .source_dir = root.File("src")};
+  const std::vector<std::string> want = {root.File("env"), root.File("bin") + "/../share/gpt2-bpe",
+                                         root.File("bin") + "/gpt2-bpe",
+                                         root.File("work") + "/.cache/gpt2-bpe", root.File("src")};
+  EXPECT_EQ(Gpt2VocabDirCandidates(search), want);
+  Gpt2VocabSearch no_env = search;
+  no_env.env_dir.reset();
+  EXPECT_EQ(Gpt2VocabDirCandidates(no_env).front(), want[1]);
+
+  auto none = FindGpt2VocabDir(search);
+  ASSERT_TRUE(none.status().IsNotFound()) << none.status().ToString();
+  for (const std::string& dir : want) EXPECT_THAT(none.status().ToString(), HasSubstr(dir));
+  EXPECT_THAT(none.status().ToString(), HasSubstr("FLEET_GPT2_VOCAB_DIR"));
+
+  auto fill = [](const std::string& dir, bool both) {
+    std::filesystem::create_directories(dir);
+    WritePlain(dir + "/encoder.json", "{}");
+    if (both) WritePlain(dir + "/vocab.bpe", "#version: 0.2\n");
+  };
+  fill(want[4], true);  // the source tree's
+  EXPECT_EQ(*FindGpt2VocabDir(search), want[4]);
+  fill(want[3], false);  // half a vocabulary is skipped
+  EXPECT_EQ(*FindGpt2VocabDir(search), want[4]);
+  fill(want[3], true);  // the working directory's wins over the source tree's
+  EXPECT_EQ(*FindGpt2VocabDir(search), want[3]);
+  fill(want[1], true);  // beside the binary wins over the working directory
+  EXPECT_EQ(*FindGpt2VocabDir(search), want[1]);
+  fill(want[0], true);  // the environment wins over everything
+  EXPECT_EQ(*FindGpt2VocabDir(search), want[0]);
+}
+
+// This process (a test binary in <build>/tests) finds the real files
+// through one of the places searched, wherever the source tree is.
+TEST(TokenizerTest, ThisProcessFindsTheVocabulary) {
+  auto found = FindGpt2VocabDir(ProcessGpt2VocabSearch());
+  ASSERT_TRUE(found.ok()) << found.status().ToString();
+  EXPECT_TRUE(std::filesystem::is_regular_file(*found + "/encoder.json")) << *found;
+}
+
 TEST(TokenizerTest, BadVocabularyFilesAreNamed) {
   TempDir dir;
   auto missing = Gpt2Tokenizer::Load(dir.path());

@@ -192,9 +192,10 @@ struct DatasetConfig {
   // models; gpt2 is GPT-2's 50257-token BPE.
   std::string tokenizer = "gpt2";
   // `Data.<Split>.dataset.vocab_dir` (FleetPS): default empty, meaning
-  // where scripts/setup.sh puts GPT-2's encoder.json and vocab.bpe
-  // (trainer/data/gpt2_tokenizer.h: DefaultGpt2VocabDir()). Set it to use
-  // another copy of the two files.
+  // the first of $FLEET_GPT2_VOCAB_DIR, beside the binary, the working
+  // directory's .cache/gpt2-bpe and the source tree's that holds GPT-2's
+  // encoder.json and vocab.bpe (trainer/data/gpt2_tokenizer.h). Set it to
+  // use another copy of the two files.
   std::string vocab_dir;
   // `Data.<Split>.dataset.text_format` (FleetPS, TextDataset): how a text
   // file splits into documents (an end-of-text token goes between them):

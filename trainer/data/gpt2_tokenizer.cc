@@ -3,10 +3,14 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "trainer/data/file_io.h"
 
 #ifndef FLEET_GPT2_VOCAB_DIR
@@ -15,7 +19,53 @@
 
 namespace fleet::data {
 
-std::string DefaultGpt2VocabDir() { return FLEET_GPT2_VOCAB_DIR; }
+Gpt2VocabSearch ProcessGpt2VocabSearch() {
+  Gpt2VocabSearch search;
+  if (const char* env = std::getenv("FLEET_GPT2_VOCAB_DIR"); env != nullptr && *env != '\0') {
+    search.env_dir = env;
+  }
+  std::error_code error;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", error);
+  if (!error) search.binary_dir = exe.parent_path().string();
+  const std::filesystem::path cwd = std::filesystem::current_path(error);
+  if (!error) search.working_dir = cwd.string();
+  search.source_dir = FLEET_GPT2_VOCAB_DIR;
+  return search;
+}
+
+std::vector<std::string> Gpt2VocabDirCandidates(const Gpt2VocabSearch& search) {
+  std::vector<std::string> dirs;
+  if (search.env_dir) dirs.push_back(*search.env_dir);
+  if (!search.binary_dir.empty()) {
+    dirs.push_back(search.binary_dir + "/../share/gpt2-bpe");
+    dirs.push_back(search.binary_dir + "/gpt2-bpe");
+  }
+  if (!search.working_dir.empty()) dirs.push_back(search.working_dir + "/.cache/gpt2-bpe");
+  if (!search.source_dir.empty()) dirs.push_back(search.source_dir);
+  return dirs;
+}
+
+Result<std::string> FindGpt2VocabDir(const Gpt2VocabSearch& search) {
+  const std::vector<std::string> dirs = Gpt2VocabDirCandidates(search);
+  std::error_code error;
+  for (const std::string& dir : dirs) {
+    if (std::filesystem::is_regular_file(dir + "/encoder.json", error) &&
+        std::filesystem::is_regular_file(dir + "/vocab.bpe", error)) {
+      return dir;
+    }
+  }
+  return Status::NotFound(
+      "no GPT-2 vocabulary (encoder.json and vocab.bpe; scripts/setup.sh fetches them into "
+      ".cache/gpt2-bpe) in any of: " +
+          absl::StrJoin(dirs, ", "),
+      "set FLEET_GPT2_VOCAB_DIR or Data.*.dataset.vocab_dir to a directory holding them");
+}
+
+std::string DefaultGpt2VocabDir() {
+  const Gpt2VocabSearch search = ProcessGpt2VocabSearch();
+  Result<std::string> found = FindGpt2VocabDir(search);
+  return found.ok() ? *found : search.source_dir;
+}
 
 namespace {
 

