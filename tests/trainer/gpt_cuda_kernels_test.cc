@@ -2,8 +2,9 @@
 // tested against the float64 oracle): every kernel, forward and backward, on
 // random inputs over shapes that exercise the CUDA blocking (T = 1, T not a
 // multiple of the 32-row attention tile, B = 1, NH = 1, head sizes 8 to 160
-// with each register layout, shared memory above 48 KiB), the KV-cache
-// decode, determinism, and a whole GptModel step (loss, every gradient named
+// with each register layout, shared memory above 48 KiB), the tensor-core
+// attention of bf16 / fp16 (head sizes 16 to 128; the decode test's head
+// size 16 takes it too), the KV-cache decode, determinism, and a whole GptModel step (loss, every gradient named
 // by tensor, the loss after an AdamW step, recompute bit-identical) in fp32
 // and bf16. Skipped with a reason when no GPU is present (the CUDA code still
 // has to compile and link for this test to exist); the factory's errors are
@@ -36,6 +37,7 @@
 #include "tests/trainer/test_util.h"
 #include "trainer/adamw.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/gpt_cuda_kernels.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/models/gpt.h"
@@ -309,6 +311,86 @@ TEST_P(GptCudaKernels, AttentionIsFlashAndMatchesCpu) {
     // Deterministic: again from the same start, the same bits.
     float* d_again = dev_->Put(dqkv0);
     gpu().AttentionBackward(d_again, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, C, NH);
+    EXPECT_EQ(dev_->Get(d_again, got.size()), got) << at << "attention backward not deterministic";
+  }
+}
+
+// The tensor-core path (bf16 / fp16, head sizes multiples of 16 up to 128;
+// gpt_cuda_flash_tc.h) against the CPU twin: forward output and
+// log-sum-exps through the backward gradient, several heads, T not a
+// multiple of the 64-row block nor of the 32- or 64-row streamed tile, and
+// head sizes 64 (GPT-2), 128 and 32 (64-key streamed tiles) and 96
+// (32-key tiles). Tolerance: Close()'s normwise bf16 5e-2 / fp16 1e-2 of the
+// tensor's largest value, as for the float-arithmetic tiles: the products
+// take bf16 / fp16 operands (q, k, v, dout, and here also the
+// probabilities and dS, each rounded once to 8 or 11 significant bits)
+// with float32 accumulation, so each output carries a few units of the
+// operands' rounding relative to the largest term; the softmax statistics
+// stay float32.
+TEST_P(GptCudaKernels, AttentionOnTensorCoresMatchesCpu) {
+  if (precision() == Precision::kFp32) GTEST_SKIP() << "float32 attention has no tensor-core path";
+  auto* cuda = dynamic_cast<CudaGptKernels*>(&gpu());
+  ASSERT_NE(cuda, nullptr);
+  if (!cuda->tensor_core_attention()) {
+    GTEST_SKIP() << "tensor-core attention unavailable here (a GPU before sm_80, or a build "
+                    "without sm_80+ code: configure with -DCMAKE_CUDA_ARCHITECTURES=\"80;90\")";
+  }
+  const std::vector<KernelShape> shapes = {
+      {2, 100, 256, 4}, {1, 77, 256, 2}, {2, 45, 96, 3}, {1, 130, 192, 2}, {3, 64, 128, 2}};
+  for (const KernelShape& s : shapes) {
+    const std::string at = s.Name() + " ";
+    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+    const auto qkv = RandomVector(size_t(B) * T * 3 * C, 50, -1.5f, 1.5f);
+    std::vector<float> out(size_t(B) * T * C), saved(cpu_.AttentionSavedFloats(B, T, NH));
+    cpu_.AttentionForward(out.data(), saved.data(), qkv.data(), B, T, C, NH);
+    const float* d_qkv = dev_->Put(qkv);
+    float* d_out = dev_->Zeros(out.size());
+    float* d_lse = dev_->Zeros(gpu().AttentionSavedFloats(B, T, NH));
+    gpu().AttentionForward(d_out, d_lse, d_qkv, B, T, C, NH);
+    EXPECT_TRUE(Close(at + "out", dev_->Get(d_out, out.size()), out, precision(), true));
+    // The log-sum-exps from the CPU twin's probabilities: lse = s_tt - log p_tt
+    // on the diagonal (score of a query with itself).
+    const int hs = C / NH;
+    std::vector<float> want_lse(size_t(B) * NH * T);
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < NH; ++h) {
+        for (int t = 0; t < T; ++t) {
+          const float* q = qkv.data() + (size_t(b) * T + t) * 3 * C + size_t(h) * hs;
+          double dot = 0.0;
+          for (int d = 0; d < hs; ++d) dot += double{q[d]} * q[C + d];
+          const double p = saved[((size_t(b) * NH + h) * T + t) * T + t];
+          want_lse[(size_t(b) * NH + h) * T + t] =
+              static_cast<float>(dot / std::sqrt(double(hs)) - std::log(p));
+        }
+      }
+    }
+    EXPECT_TRUE(Close(at + "lse", dev_->Get(d_lse, want_lse.size()), want_lse, precision(), true));
+
+    const auto dout = RandomVector(out.size(), 51);
+    auto dqkv = RandomVector(qkv.size(), 52);
+    const auto dqkv0 = dqkv;
+    std::vector<float> scratch(cpu_.AttentionScratchFloats(B, T, NH));
+    cpu_.AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                           saved.data(), B, T, C, NH);
+    float* d_dqkv = dev_->Put(dqkv0);
+    float* d_scratch = dev_->Zeros(gpu().AttentionScratchFloats(B, T, NH));
+    gpu().AttentionBackward(d_dqkv, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH);
+    const auto got = dev_->Get(d_dqkv, dqkv.size());
+    // q, k and v gradients separately (their scales differ), the added-into
+    // start subtracted.
+    for (int part = 0; part < 3; ++part) {
+      std::vector<float> got_grad, want_grad;
+      for (size_t row = 0; row < size_t(B) * T; ++row) {
+        for (int c = 0; c < C; ++c) {
+          const size_t i = row * 3 * C + size_t(part) * C + c;
+          got_grad.push_back(got[i] - dqkv0[i]);
+          want_grad.push_back(dqkv[i] - dqkv0[i]);
+        }
+      }
+      EXPECT_TRUE(Close(at + "d" + "qkv"[part], got_grad, want_grad, precision(), true));
+    }
+    float* d_again = dev_->Put(dqkv0);
+    gpu().AttentionBackward(d_again, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH);
     EXPECT_EQ(dev_->Get(d_again, got.size()), got) << at << "attention backward not deterministic";
   }
 }

@@ -2,10 +2,18 @@
 // on the backend's stream. Compiled only when FLEET_CUDA is ON.
 #include "trainer/kernels/gpt_cuda_kernels.h"
 
+#include <array>
+#include <cstdint>
+#include <map>
 #include <string>
+#include <utility>
+
+#include <cublasLt.h>
+#include <glog/logging.h>
 
 #include "trainer/kernels/cuda_backend.h"
 #include "trainer/kernels/cuda_check.h"
+#include "trainer/kernels/gpt_cuda_flash_tc.h"
 #include "trainer/kernels/gpt_cuda_ops.h"
 
 namespace fleet::trainer {
@@ -47,7 +55,48 @@ void CheckHeadSize(int C, int NH) {
       << " must be a whole number <= " << ops::kMaxHeadSize;
 }
 
+// The largest power of two (up to 256) dividing a device address: what
+// cuBLASLt's algorithms may assume about the operands (its heuristic
+// preferences default to 256).
+uint32_t AlignmentOf(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+// cuBLASLt's workspace, allocated once.
+constexpr size_t kLtWorkspaceBytes = size_t{32} << 20;
+
 }  // namespace
+
+struct CudaGptKernels::BiasGemm {
+  // A cached matmul: descriptors, layouts, the chosen algorithm; `usable`
+  // false when cuBLASLt offered none (the caller falls back).
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool usable = false;
+  };
+  // N, IC, OC, beta != 0, and the alignments of inp, weight, out, bias.
+  using Key = std::array<int64_t, 8>;
+
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  std::map<Key, Plan> plans;
+
+  ~BiasGemm() {
+    for (auto& [key, plan] : plans) {
+      if (plan.c != nullptr) cublasLtMatrixLayoutDestroy(plan.c);
+      if (plan.b != nullptr) cublasLtMatrixLayoutDestroy(plan.b);
+      if (plan.a != nullptr) cublasLtMatrixLayoutDestroy(plan.a);
+      if (plan.desc != nullptr) cublasLtMatmulDescDestroy(plan.desc);
+    }
+    if (workspace != nullptr) cudaFree(workspace);
+    if (handle != nullptr) cublasLtDestroy(handle);
+  }
+};
 
 Result<std::unique_ptr<CudaGptKernels>> CudaGptKernels::Create(Backend* backend,
                                                                Precision precision) {
@@ -83,23 +132,45 @@ Result<std::unique_ptr<CudaGptKernels>> CudaGptKernels::Create(Backend* backend,
     return Status::Unavailable(
         std::string("cannot allocate SumOfSquares' buffer: ") + cudaGetErrorString(e), which);
   }
-  return std::unique_ptr<CudaGptKernels>(new CudaGptKernels(
-      device, precision, stream, handle, static_cast<double*>(partials)));
+  auto bias_gemm = std::make_unique<BiasGemm>();
+  if (cublasStatus_t s = cublasLtCreate(&bias_gemm->handle); s != CUBLAS_STATUS_SUCCESS) {
+    bias_gemm->handle = nullptr;
+    cublasDestroy(handle);
+    cudaFree(partials);
+    return Status::Unavailable(std::string("cublasLtCreate failed: ") + cublasGetStatusString(s),
+                               which);
+  }
+  if (cudaError_t e = cudaMalloc(&bias_gemm->workspace, kLtWorkspaceBytes); e != cudaSuccess) {
+    bias_gemm->workspace = nullptr;
+    cublasDestroy(handle);
+    cudaFree(partials);
+    return Status::Unavailable(
+        std::string("cannot allocate cuBLASLt's workspace: ") + cudaGetErrorString(e), which);
+  }
+  const bool tensor_core_attention =
+      precision != Precision::kFp32 && ops::TensorCoreAttentionAvailable();
+  return std::unique_ptr<CudaGptKernels>(
+      new CudaGptKernels(device, precision, tensor_core_attention, stream, handle,
+                         static_cast<double*>(partials), std::move(bias_gemm)));
 }
 
-CudaGptKernels::CudaGptKernels(Device device, Precision precision, cudaStream_t stream,
-                               cublasHandle_t handle, double* partials)
+CudaGptKernels::CudaGptKernels(Device device, Precision precision, bool tensor_core_attention,
+                               cudaStream_t stream, cublasHandle_t handle, double* partials,
+                               std::unique_ptr<BiasGemm> bias_gemm)
     : device_(device),
       precision_(precision),
+      tensor_core_attention_(tensor_core_attention),
       stream_(stream),
       handle_(handle),
-      partials_(partials) {}
+      partials_(partials),
+      bias_gemm_(std::move(bias_gemm)) {}
 
 CudaGptKernels::~CudaGptKernels() {
   cudaSetDevice(device_.index);
   cudaStreamSynchronize(stream_);  // nothing of ours may still use the handle or buffer
   cublasDestroy(handle_);
   cudaFree(partials_);
+  // bias_gemm_'s destructor releases cuBLASLt's plans, workspace and handle.
 }
 
 void CudaGptKernels::Enter() const { FLEET_CUDA_CHECK(cudaSetDevice(device_.index)); }
@@ -120,6 +191,94 @@ void CudaGptKernels::Gemm(bool trans_a, bool trans_b, int M, int N, int K, const
                                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
                                   CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
                                   ComputeType(precision_), CUBLAS_GEMM_DEFAULT));
+}
+
+bool CudaGptKernels::FusedBiasGemm(float* out, const float* inp, const float* weight,
+                                   const float* bias, int N, int IC, int OC, float beta) {
+  BiasGemm& lt = *bias_gemm_;
+  const BiasGemm::Key key = {N,
+                             IC,
+                             OC,
+                             beta != 0.0f,
+                             AlignmentOf(inp),
+                             AlignmentOf(weight),
+                             AlignmentOf(out),
+                             AlignmentOf(bias)};
+  auto [it, inserted] = lt.plans.try_emplace(key);
+  BiasGemm::Plan& plan = it->second;
+  if (inserted) {
+    // Row-major out [N, OC] = inp weight^T is column-major out^T [OC, N] =
+    // op(A) B with A the stored weight ([IC, OC] column-major, ld IC,
+    // transposed) and B the stored inp ([IC, N], ld IC); the bias runs
+    // along out^T's OC rows, as CUBLASLT_EPILOGUE_BIAS wants.
+    const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bias_type = CUDA_R_32F;
+    const void* bias_pointer = bias;  // its alignment steers the heuristic
+    bool ok =
+        cublasLtMatmulDescCreate(&plan.desc, ComputeType(precision_), CUDA_R_32F) ==
+            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
+                                       sizeof(trans_a)) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
+                                       sizeof(trans_b)) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue,
+                                       sizeof(epilogue)) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                       sizeof(bias_type)) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                       &bias_pointer,
+                                       sizeof(bias_pointer)) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, IC, OC, IC) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, IC, N, IC) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, OC, N, OC) == CUBLAS_STATUS_SUCCESS;
+    cublasLtMatmulPreference_t preference = nullptr;
+    if (ok) {
+      const uint64_t workspace = kLtWorkspaceBytes;
+      const uint32_t align_a = AlignmentOf(weight), align_b = AlignmentOf(inp),
+                     align_c = AlignmentOf(out);
+      ok = cublasLtMatmulPreferenceCreate(&preference) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                &workspace,
+                                                sizeof(workspace)) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(preference,
+                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
+                                                sizeof(align_a)) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(preference,
+                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
+                                                sizeof(align_b)) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(preference,
+                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
+                                                sizeof(align_c)) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(preference,
+                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
+                                                sizeof(align_c)) == CUBLAS_STATUS_SUCCESS;
+    }
+    if (ok) {
+      cublasLtMatmulHeuristicResult_t result{};
+      int found = 0;
+      ok = cublasLtMatmulAlgoGetHeuristic(lt.handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                          preference, 1, &result, &found) ==
+               CUBLAS_STATUS_SUCCESS &&
+           found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+      if (ok) plan.algo = result.algo;
+    }
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    plan.usable = ok;
+    if (!ok) {
+      LOG(INFO) << "cuBLASLt has no fused-bias matmul for N " << N << ", IC " << IC << ", OC "
+                << OC << " here; using cuBLAS and a bias kernel";
+    }
+  }
+  if (!plan.usable) return false;
+  const void* bias_pointer = bias;
+  FLEET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &bias_pointer, sizeof(bias_pointer)));
+  const float alpha = 1.0f;
+  FLEET_CUBLAS_CHECK(cublasLtMatmul(lt.handle, plan.desc, &alpha, weight, plan.a, inp, plan.b,
+                                    &beta, out, plan.c, out, plan.c, &plan.algo, lt.workspace,
+                                    kLtWorkspaceBytes, stream_));
+  return true;
 }
 
 void CudaGptKernels::EncoderForward(float* out, const int32_t* tokens, const float* wte,
@@ -152,8 +311,14 @@ void CudaGptKernels::LayerNormBackward(float* dinp, float* dweight, float* dbias
 void CudaGptKernels::MatmulForward(float* out, const float* inp, const float* weight,
                                    const float* bias, int N, int IC, int OC, bool accumulate) {
   Enter();
-  // out [N, OC] (+)= inp [N, IC] weight [OC, IC]^T, then the bias.
-  Gemm(false, true, N, OC, IC, inp, IC, weight, IC, accumulate ? 1.0f : 0.0f, out, OC);
+  // out [N, OC] (+)= inp [N, IC] weight [OC, IC]^T, then the bias: one
+  // cuBLASLt call where it has an algorithm, else a GEMM and a kernel.
+  const float beta = accumulate ? 1.0f : 0.0f;
+  if (bias != nullptr && N > 0 && IC > 0 && OC > 0 &&
+      FusedBiasGemm(out, inp, weight, bias, N, IC, OC, beta)) {
+    return;
+  }
+  Gemm(false, true, N, OC, IC, inp, IC, weight, IC, beta, out, OC);
   if (bias != nullptr) FLEET_CUDA_CHECK(ops::AddBias(out, bias, N, OC, stream_));
 }
 
@@ -180,7 +345,8 @@ void CudaGptKernels::AttentionForward(float* out, float* saved, const float* qkv
   CheckHeadSize(C, NH);
   Enter();
   FLEET_CUDA_CHECK(
-      ops::AttentionForward(out, saved, qkv, B, T, C, NH, TileTypeOf(precision_), stream_));
+      ops::AttentionForward(out, saved, qkv, B, T, C, NH, TileTypeOf(precision_),
+                                         tensor_core_attention_, stream_));
 }
 
 void CudaGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* dout,
@@ -189,7 +355,8 @@ void CudaGptKernels::AttentionBackward(float* dqkv, float* scratch, const float*
   CheckHeadSize(C, NH);
   Enter();
   FLEET_CUDA_CHECK(ops::AttentionBackward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH,
-                                          TileTypeOf(precision_), stream_));
+                                          TileTypeOf(precision_), tensor_core_attention_,
+                                          stream_));
 }
 
 void CudaGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,
@@ -200,7 +367,8 @@ void CudaGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v
       << "AttentionDecodeForward: T " << T << ", past " << past << ", maxT " << maxT;
   Enter();
   FLEET_CUDA_CHECK(ops::AttentionDecodeForward(out, k_cache, v_cache, qkv, B, T, past, maxT, C, NH,
-                                               TileTypeOf(precision_), stream_));
+                                               TileTypeOf(precision_), tensor_core_attention_,
+                                               stream_));
 }
 
 void CudaGptKernels::GeluForward(float* out, const float* inp, size_t n) {

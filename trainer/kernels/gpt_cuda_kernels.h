@@ -3,11 +3,24 @@
 // (gpt_kernels_factory.h) rather than by name.
 //
 // What runs where:
-//   * the matmuls: cuBLAS cublasGemmEx on float32 buffers, with the compute
-//     type of the precision (below) and float32 accumulation; bias adds and
-//     bias gradients are kernels (gpt_cuda_ops.cu);
-//   * attention: flash attention (gpt_cuda_ops.cu): tiles of 32 queries x 32
-//     keys in shared memory with an online softmax. What forward keeps for
+//   * the matmuls: cuBLAS on float32 buffers, with the compute type of the
+//     precision (below) and float32 accumulation. A forward matmul with a
+//     bias is one cuBLASLt matmul with the bias fused (CUBLASLT_EPILOGUE_BIAS:
+//     out = inp weight^T + beta out + bias, so `accumulate` is beta 1); its
+//     descriptors and algorithm are chosen once per shape and pointer
+//     alignment and cached, with a workspace allocated at construction
+//     (no allocation or host synchronisation per call); where cuBLASLt
+//     offers no algorithm it falls back to cublasGemmEx plus a bias kernel.
+//     The other GEMMs are cublasGemmEx. Bias gradients are a float32
+//     column-sum kernel (gpt_cuda_ops.cu): cuBLASLt's BGRADB epilogue
+//     overwrites its output, while the interface adds into dbias, so fusing
+//     it would need a scratch vector and an add kernel for nothing saved;
+//   * attention: flash attention. In bf16 / fp16 on sm_80+ with head sizes
+//     that are multiples of 16 up to 128 (GPT-2: 64), on tensor cores
+//     (gpt_cuda_flash_tc.h: wmma over 64-row tiles, float32 accumulators);
+//     otherwise (fp32, other head sizes, older GPUs) float arithmetic over
+//     tiles of 32 queries x 32 keys (gpt_cuda_ops.cu). Both keep an online
+//     softmax in shared memory or registers. What forward keeps for
 //     backward is the row log-sum-exps only, B * NH * T floats
 //     (AttentionSavedFloats); backward's scratch is another B * NH * T (the
 //     rows' dout . out). No T x T matrix exists in global memory. Decoding
@@ -77,6 +90,10 @@ class CudaGptKernels final : public GptKernels {
   CudaGptKernels& operator=(const CudaGptKernels&) = delete;
 
   Precision precision() const { return precision_; }
+  // Whether attention runs on tensor cores (gpt_cuda_flash_tc.h): bf16 or
+  // fp16 on a GPU of compute capability 8.0+ with code built for it; then
+  // head sizes that are multiples of 16 up to 128 take that path.
+  bool tensor_core_attention() const { return tensor_core_attention_; }
 
   Device device() const override { return device_; }
   std::string_view name() const override { return "cuda"; }
@@ -118,21 +135,30 @@ class CudaGptKernels final : public GptKernels {
                    const AdamWStep& step) override;
 
  private:
-  CudaGptKernels(Device device, Precision precision, cudaStream_t stream, cublasHandle_t handle,
-                 double* partials);
+  struct BiasGemm;  // cuBLASLt state of the fused-bias forward matmul
+  CudaGptKernels(Device device, Precision precision, bool tensor_core_attention,
+                 cudaStream_t stream, cublasHandle_t handle, double* partials,
+                 std::unique_ptr<BiasGemm> bias_gemm);
   // Makes the device current on the calling thread.
   void Enter() const;
   // Row-major C [M, N] = op(A) op(B) + beta C with float32 A, B, C and the
   // precision's compute type (cuBLAS is column-major: the operands swap).
   void Gemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc);
+  // out [N, OC] = inp [N, IC] weight [OC, IC]^T + beta out + bias in one
+  // cuBLASLt call; false (nothing enqueued) when cuBLASLt has no algorithm
+  // for this shape and these pointers' alignment.
+  bool FusedBiasGemm(float* out, const float* inp, const float* weight, const float* bias, int N,
+                     int IC, int OC, float beta);
 
   // Fixed after construction.
   const Device device_;
   const Precision precision_;
+  const bool tensor_core_attention_;
   const cudaStream_t stream_;       // the backend's; not owned
   const cublasHandle_t handle_;     // owned, bound to stream_
   double* const partials_;          // owned device buffer of SumOfSquares' block sums
+  const std::unique_ptr<BiasGemm> bias_gemm_;  // plans filled on first use of a shape
 };
 
 }  // namespace fleet::trainer

@@ -15,6 +15,8 @@
 // every gradient element has one writer (no atomics, deterministic).
 #include "trainer/kernels/gpt_cuda_ops.h"
 
+#include "trainer/kernels/gpt_cuda_flash_tc.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -536,6 +538,31 @@ struct AttentionArgs {
   int past, maxT;
 };
 
+// Where a forward call reads: q, k, v in qkv, or k, v in the caches when
+// decoding.
+ForwardParams ForwardLayout(const AttentionArgs& a) {
+  const size_t C3 = size_t(3) * a.C;
+  const float scale = 1.0f / sqrtf(static_cast<float>(a.C / a.NH));
+  ForwardParams p{a.out, a.aux, a.qkv, a.qkv + a.C, a.qkv + 2 * a.C, a.T * C3, a.T * C3,
+                  C3,    C3,    a.T,   a.past,      a.C,             a.NH,     scale};
+  if (a.k_cache != nullptr) {
+    p.k = a.k_cache;
+    p.v = a.v_cache;
+    p.kv_batch = size_t(a.maxT) * a.C;
+    p.kv_ld = size_t(a.C);
+  }
+  return p;
+}
+
+// scratch (a.aux) = the rows' dout . out, which both backward paths need.
+cudaError_t LaunchRowDots(const AttentionArgs& a, cudaStream_t s) {
+  const size_t rows = size_t(a.B) * a.T * a.NH;
+  const unsigned dot_blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
+  AttentionRowDotKernel<<<dot_blocks, kThreads, 0, s>>>(a.aux, a.dout, a.fout, a.B, a.T, a.C,
+                                                         a.NH);
+  return cudaGetLastError();
+}
+
 template <typename TT, int DPL>
 cudaError_t LaunchAttention(bool backward, const AttentionArgs& a, cudaStream_t s) {
   const int hs = a.C / a.NH;
@@ -544,25 +571,13 @@ cudaError_t LaunchAttention(bool backward, const AttentionArgs& a, cudaStream_t 
   const size_t tile_bytes = size_t(kTile) * (hs + 1) * sizeof(TT);
   cudaError_t e;
   if (!backward) {
-    const size_t C3 = size_t(3) * a.C;
-    ForwardParams p{a.out, a.aux, a.qkv, a.qkv + a.C, a.qkv + 2 * a.C, a.T * C3, a.T * C3,
-                    C3, C3, a.T, a.past, a.C, a.NH, scale};
-    if (a.k_cache != nullptr) {  // decoding: keys and values from the caches
-      p.k = a.k_cache;
-      p.v = a.v_cache;
-      p.kv_batch = size_t(a.maxT) * a.C;
-      p.kv_ld = size_t(a.C);
-    }
+    const ForwardParams p = ForwardLayout(a);
     const size_t bytes = 3 * tile_bytes;
     if ((e = AllowSharedMemory(AttentionForwardKernel<TT, DPL>, bytes)) != cudaSuccess) return e;
     AttentionForwardKernel<TT, DPL><<<grid, kAttnThreads, bytes, s>>>(p);
     return cudaGetLastError();
   }
-  const size_t rows = size_t(a.B) * a.T * a.NH;
-  const unsigned dot_blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  AttentionRowDotKernel<<<dot_blocks, kThreads, 0, s>>>(a.aux, a.dout, a.fout, a.B, a.T, a.C,
-                                                         a.NH);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
+  if ((e = LaunchRowDots(a, s)) != cudaSuccess) return e;
   const size_t kv_bytes = 2 * kTile * sizeof(float) + 4 * tile_bytes;
   if ((e = AllowSharedMemory(AttentionBackwardKvKernel<TT, DPL>, kv_bytes)) != cudaSuccess) {
     return e;
@@ -588,9 +603,27 @@ cudaError_t DispatchHeadSize(bool backward, const AttentionArgs& a, cudaStream_t
   return cudaErrorInvalidValue;
 }
 
-cudaError_t DispatchTile(bool backward, const AttentionArgs& a, TileType tile, cudaStream_t s) {
+// The tensor-core kernels (gpt_cuda_flash_tc.cu) where they apply.
+cudaError_t LaunchTensorCore(bool backward, const AttentionArgs& a, TileType tile,
+                             cudaStream_t s) {
+  if (!backward) {
+    const ForwardParams p = ForwardLayout(a);
+    return TensorCoreAttentionForward(p.out, p.lse, p.q, p.k, p.v, p.q_batch, p.kv_batch, p.q_ld,
+                                      p.kv_ld, a.B, p.Tq, p.past, p.C, p.NH, tile, s);
+  }
+  const cudaError_t e = LaunchRowDots(a, s);
+  if (e != cudaSuccess) return e;
+  return TensorCoreAttentionBackward(a.out, a.dout, a.qkv, a.lse, a.aux, a.B, a.T, a.C, a.NH, tile,
+                                     s);
+}
+
+cudaError_t DispatchTile(bool backward, const AttentionArgs& a, TileType tile, bool tensor_cores,
+                         cudaStream_t s) {
   if (a.B <= 0 || a.T <= 0 || a.C <= 0 || a.NH <= 0) return cudaGetLastError();
   if (a.C % a.NH != 0) return cudaErrorInvalidValue;
+  if (tensor_cores && TensorCoreAttentionSupports(tile, a.C / a.NH)) {
+    return LaunchTensorCore(backward, a, tile, s);
+  }
   switch (tile) {
     case TileType::kBf16:
       return DispatchHeadSize<__nv_bfloat16>(backward, a, s);
@@ -754,15 +787,15 @@ cudaError_t BiasBackward(float* dbias, const float* dout, int rows, int cols, cu
 }
 
 cudaError_t AttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             TileType tile, cudaStream_t s) {
+                             TileType tile, bool tensor_cores, cudaStream_t s) {
   const AttentionArgs a{out, lse, nullptr, qkv, nullptr, nullptr, nullptr, nullptr,
                        B,   T,   C,       NH,  0,       T};
-  return DispatchTile(false, a, tile, s);
+  return DispatchTile(false, a, tile, tensor_cores, s);
 }
 
 cudaError_t AttentionDecodeForward(float* out, float* k_cache, float* v_cache, const float* qkv,
                                    int B, int T, int past, int maxT, int C, int NH, TileType tile,
-                                   cudaStream_t s) {
+                                   bool tensor_cores, cudaStream_t s) {
   const size_t n = size_t(B) * T * C;
   if (n == 0 || NH <= 0) return cudaGetLastError();
   AppendKvKernel<<<GridFor(n), kThreads, 0, s>>>(k_cache, v_cache, qkv, T, past, maxT, C, n);
@@ -770,14 +803,14 @@ cudaError_t AttentionDecodeForward(float* out, float* k_cache, float* v_cache, c
   if (e != cudaSuccess) return e;
   const AttentionArgs a{out, nullptr, nullptr, qkv, nullptr, nullptr, k_cache, v_cache,
                         B,   T,       C,       NH,  past,    maxT};
-  return DispatchTile(false, a, tile, s);
+  return DispatchTile(false, a, tile, tensor_cores, s);
 }
 
 cudaError_t AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int C, int NH,
-                              TileType tile, cudaStream_t s) {
+                              TileType tile, bool tensor_cores, cudaStream_t s) {
   const AttentionArgs a{dqkv, scratch, dout, qkv, out, lse, nullptr, nullptr, B, T, C, NH, 0, T};
-  return DispatchTile(true, a, tile, s);
+  return DispatchTile(true, a, tile, tensor_cores, s);
 }
 
 cudaError_t GeluForward(float* out, const float* inp, size_t n, cudaStream_t s) {
