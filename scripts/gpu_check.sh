@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The one GPU check: the CUDA tests and GPT-2 training throughput, run on the
+# GPU machine from a bundle made by ../shared/gpu/pack.sh (see its header).
+#
+#   here:  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80;90"
+#          cmake --build build-gpu -j2 && bash ../shared/gpu/pack.sh build-gpu
+#   there: tar -xJf .gpu/bundle.tar.xz -C .gpu && . .gpu/fleetgpu/env.sh &&
+#          cd .gpu/fleetgpu/src && bash scripts/gpu_check.sh
+#
+# Writes under $OUT (default ./gpu_check_out): the card (nvidia-smi), one log
+# per test and per training run, and summary.txt (each step's exit status,
+# the tests' verdict lines and the runs' last throughput lines). Steps go on
+# after a failure so one run reports everything; the exit status is that of
+# the first failing step. GPU_CHECK_STEPS (default 30) sets the steps per
+# training run; GPU_CHECK_SKIP_TRAIN=1 runs the tests only.
+set -uo pipefail
+OUT=${OUT:-./gpu_check_out}
+mkdir -p "$OUT"
+: "${BIN:?source env.sh of the bundle first}"
+TESTS=$(dirname "$BIN")/tests
+summary=$OUT/summary.txt
+: > "$summary"
+status=0
+
+step() {  # step NAME TIMEOUT_S COMMAND...: runs it, logs to $OUT/NAME.log
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc" >> "$summary"
+  [ "$rc" -eq 0 ] || { [ "$status" -ne 0 ] || status=$rc; }
+}
+
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
+for t in trainer_gpt_cuda_kernels_test trainer_cuda_backend_test heter_dense_section_test \
+         collective_mnist_mlp_test; do
+  if [ -x "$TESTS/$t" ]; then
+    step "$t" 300 "$TESTS/$t"
+    grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | sed "s|^|  |" >> "$summary"
+  else
+    echo "$t: not in the bundle" >> "$summary"
+  fi
+done
+
+# GPT-2 124M (bf16, micro batch 16 x 1024 tokens, one micro-batch per step),
+# with and without recompute, and the 345M single-card config as written
+# started by hand (no FLEET_DEVICE: a single process takes cuda:0), on the
+# fortunes tokens pack.sh made. gpt_pretrain logs tokens/s per step.
+if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
+  steps=${GPU_CHECK_STEPS:-30}
+  common=(-o "Engine.max_steps=$steps" -o "Optimizer.lr.decay_steps=$steps"
+          -o Engine.eval_freq=1000000 -o Engine.save_load.save_steps=1000000
+          -o "Data.Train.dataset.input_dir=$GPU_DATA/gptbin"
+          -o "Data.Eval.dataset.input_dir=$GPU_DATA/gptbin")
+  run() {  # run NAME CONFIG OVERRIDES...
+    local name=$1 config=$2; shift 2
+    step "$name" 600 env ${UNSET_DEVICE:+-u FLEET_DEVICE} "$BIN/gpt_pretrain" -c "$config" \
+      "${common[@]}" \
+      -o "Engine.save_load.output_dir=$OUT/$name.ckpt" "$@"
+    grep -E 'tokens/s' "$OUT/$name.log" | tail -1 | sed "s|^|  |" >> "$summary"
+    rm -rf "$OUT/$name.ckpt"
+  }
+  run gpt2_124m_bf16 configs/gpt/pretrain_gpt2_124M.yaml -o Global.global_batch_size=16
+  run gpt2_124m_bf16_recompute configs/gpt/pretrain_gpt2_124M.yaml \
+    -o Global.global_batch_size=16 -o Model.use_recompute=True
+  UNSET_DEVICE=1 run gpt_345m_single_card configs/gpt/pretrain_gpt_345M_single_card.yaml
+fi
+cat "$summary"
+exit "$status"
