@@ -27,6 +27,18 @@
 //
 //   gpt_bench [--preset=all|tiny|124m] [--threads=0] [--seconds=20]
 //             [--recompute=both|off|on] [--batch=0] [--seq=0] [--vocab=50304]
+//
+// On a GPU (--device=cuda:K, a build with CUDA): the same step on
+// CudaGptKernels in --precision (bf16 by default); presets 124m (B 16 x T
+// 1024, the shape of issue #21's PyTorch comparison), 345m (L 24, C 1024,
+// NH 16, B 8 x T 1024) and 1.3b (L 24, C 2048, NH 16, B 4 x T 1024), "all"
+// meaning those three. MFU is against the best rate of an 8192^3 cuBLAS
+// GEMM with bf16 inputs and float32 accumulation measured in the same
+// process before and after the timed steps; the time by kernel kind comes
+// from CUDA events around each GptKernels call (3 extra steps, not the
+// timed ones); memory is the device memory in use after the steps (the
+// model allocates everything up front, so that is the high-water mark).
+//   gpt_bench --device=cuda:0 [--preset=124m|345m|1.3b|all] [--precision=bf16|fp16|fp32]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +66,10 @@
 #include "trainer/kernels/gpt_ref_kernels.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_plan.h"
+#ifdef FLEET_BENCH_CUDA
+#include "bench/gpt_bench_cuda.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
+#endif
 
 DEFINE_string(preset, "all", "Model shape: tiny, 124m or all.");
 DEFINE_int32(threads, 0, "Worker threads (pool + caller; OpenBLAS for the reference). 0 = cores.");
@@ -62,6 +78,8 @@ DEFINE_string(recompute, "both", "Activation recompute: off, on, or both (to com
 DEFINE_int32(batch, 0, "Sequences per step; 0 = the preset's.");
 DEFINE_int32(seq, 0, "Tokens per sequence; 0 = the preset's.");
 DEFINE_int32(vocab, 50304, "Vocabulary size.");
+DEFINE_string(device, "cpu", "cpu, or cuda:K (a build with CUDA).");
+DEFINE_string(precision, "bf16", "On a GPU: bf16, fp16 or fp32 (the CPU computes in fp32).");
 
 namespace fleet::bench {
 namespace {
@@ -323,6 +341,120 @@ CaseResult RunCase(const Preset& p, bool recompute, int threads) {
   return result;
 }
 
+#ifdef FLEET_BENCH_CUDA
+// A case on the GPU: CaseResult's sgemm_gflops is the cuBLAS bf16 GEMM rate,
+// peak_rss_mib the device memory in use.
+CaseResult RunCudaCase(const Preset& p, bool recompute) {
+  CaseResult result;
+  GptConfig c;
+  c.vocab_size = FLAGS_vocab;
+  c.max_position_embeddings = std::max(1024, p.seq);
+  c.hidden_size = p.hidden;
+  c.num_layers = p.layers;
+  c.num_attention_heads = p.heads;
+  c.use_recompute = recompute;
+  const int B = p.batch, T = p.seq, tokens_per_step = B * T;
+  auto precision = trainer::ParsePrecision(FLAGS_precision);
+  if (!precision.ok()) {
+    std::printf("--precision: %s\n", precision.status().ToString().c_str());
+    return result;
+  }
+  std::printf(
+      "== %s on %s, %s: L %d, C %d, NH %d, V %d, B %d x T %d = %d tokens/step, recompute %s\n",
+      p.name.c_str(), FLAGS_device.c_str(), FLAGS_precision.c_str(), p.layers, p.hidden, p.heads,
+      c.vocab_size, B, T, tokens_per_step, recompute ? "on" : "off");
+  auto compute = trainer::CreateGptCompute(FLAGS_device, *precision, 1);
+  if (!compute.ok()) {
+    std::printf("device: %s\n", compute.status().ToString().c_str());
+    return result;
+  }
+  KernelTimer timer(compute->kernels.get(), *compute->backend);
+  auto model_or = trainer::GptModel::Create(c, compute->backend.get(), &timer);
+  if (!model_or.ok()) {
+    std::printf("model: %s\n", model_or.status().ToString().c_str());
+    return result;
+  }
+  trainer::GptModel& model = **model_or;
+  trainer::AdamW adamw(&model.arena(), &timer, trainer::AdamWConfig{}, 1e-4f);
+  std::vector<int32_t> stream(size_t(tokens_per_step) + 1);
+  SplitMix64 rng(42);
+  for (int32_t& t : stream) t = static_cast<int32_t>(rng.Next() % c.vocab_size);
+  const std::vector<int32_t> tokens(stream.begin(), stream.end() - 1);
+  const std::vector<int32_t> targets(stream.begin() + 1, stream.end());
+
+  // The loss at initialisation (see Verify) and finite gradients; the
+  // kernels themselves are checked by trainer_gpt_cuda_kernels_test.
+  model.arena().ZeroGrad();
+  auto loss = model.Forward(tokens, targets, B, T);
+  if (!loss.ok()) {
+    std::printf("VERIFY FAILED: %s\n", loss.status().ToString().c_str());
+    return result;
+  }
+  model.Backward();
+  const double r = c.initializer_range;
+  const double expect = std::log(static_cast<double>(c.vocab_size)) + 0.5 * r * r * c.hidden_size;
+  const auto grads = model.arena().GradsToHost();
+  const bool finite =
+      std::all_of(grads.begin(), grads.end(), [](float g) { return std::isfinite(g); });
+  std::printf("verify: loss at init %.4f (expected %.4f), gradients %s\n", *loss, expect,
+              finite ? "finite" : "NOT FINITE");
+  if (std::fabs(*loss - expect) > 0.05 || !finite) {
+    std::printf("VERIFY FAILED\n");
+    return result;
+  }
+
+  auto step = [&] {
+    model.arena().ZeroGrad();
+    CHECK(model.Forward(tokens, targets, B, T).ok());
+    model.Backward();
+    adamw.Step();
+    SynchronizeDevice();
+  };
+  step();  // warm-up: cuBLAS plans, first-touch
+  const double peak_before = CublasBf16GemmTflops(8192, 10);
+  const int iterations = IterationsFor(step, FLAGS_seconds);
+  const Summary s = Summarize(TimeEach(step, iterations));
+  const double peak_tflops = std::max(peak_before, CublasBf16GemmTflops(8192, 10));
+  constexpr int kTimedSteps = 3;
+  timer.set_enabled(true);
+  for (int i = 0; i < kTimedSteps; ++i) step();
+  timer.set_enabled(false);
+  const std::array<double, kKernelKinds> kind_ms = timer.Collect();
+
+  auto plan = trainer::PlanGpt(c, {.micro_batch_size = B, .seq_len = T}, &timer);
+  CHECK(plan.ok()) << plan.status().ToString();
+  const double step_s = s.p50 * 1e-6;
+  result.tokens_per_s = tokens_per_step / step_s;
+  const double model_tflops = plan->flops_per_token * result.tokens_per_s * 1e-12;
+  result.sgemm_gflops = peak_tflops * 1e3;
+  result.mfu = model_tflops / peak_tflops;
+  result.step_ms = step_s * 1e3;
+  result.activation_mib = model.activation_bytes() / (1024.0 * 1024.0);
+  result.peak_rss_mib = DeviceMemoryUsedMib();
+  PrintHeader();
+  PrintRow("train step", s, 0);
+  std::printf("  tokens/s at p50: %.0f   model FLOPs/token %.4g: %.1f TFLOP/s\n",
+              result.tokens_per_s, plan->flops_per_token, model_tflops);
+  std::printf("  cuBLAS bf16 GEMM (8192^3, float32 accumulation) %.1f TFLOP/s; MFU %.1f%%\n",
+              peak_tflops, 100.0 * result.mfu);
+  double total = 0;
+  for (double v : kind_ms) total += v;
+  std::printf("  GPU time by kernel kind (CUDA events, %d steps):\n", kTimedSteps);
+  for (size_t k = 0; k < kKernelKinds; ++k) {
+    std::printf("    %-11s %6.1f%%  %8.2f ms/step\n",
+                std::string(KernelKindName(static_cast<KernelKind>(k))).c_str(),
+                total > 0 ? 100.0 * kind_ms[k] / total : 0.0, kind_ms[k] / kTimedSteps);
+  }
+  std::printf("  activations %.1f MiB (plan %.1f MiB), device memory in use %.1f MiB\n\n",
+              result.activation_mib, plan->activation_bytes / (1024.0 * 1024.0),
+              result.peak_rss_mib);
+  result.ok = true;
+  return result;
+}
+#endif  // FLEET_BENCH_CUDA
+
+bool OnGpu() { return FLAGS_device != "cpu"; }
+
 // Runs a case in a child process and returns what it reported.
 CaseResult RunInChild(const Preset& p, bool recompute, int threads) {
   int fds[2];
@@ -332,7 +464,11 @@ CaseResult RunInChild(const Preset& p, bool recompute, int threads) {
   PCHECK(pid >= 0);
   if (pid == 0) {
     close(fds[0]);
+#ifdef FLEET_BENCH_CUDA
+    const CaseResult r = OnGpu() ? RunCudaCase(p, recompute) : RunCase(p, recompute, threads);
+#else
     const CaseResult r = RunCase(p, recompute, threads);
+#endif
     std::fflush(stdout);
     PCHECK(write(fds[1], &r, sizeof(r)) == static_cast<ssize_t>(sizeof(r)));
     _exit(r.ok ? 0 : 1);
@@ -351,12 +487,22 @@ int Main() {
   const int threads =
       FLAGS_threads > 0 ? FLAGS_threads : static_cast<int>(std::thread::hardware_concurrency());
   std::vector<Preset> presets;
-  if (FLAGS_preset == "tiny" || FLAGS_preset == "all")
-    presets.push_back({"tiny", 4, 256, 4, 128, 8});
-  if (FLAGS_preset == "124m" || FLAGS_preset == "all")
-    presets.push_back({"124m", 12, 768, 12, 256, 4});
+  const bool all = FLAGS_preset == "all";
+  if (OnGpu()) {
+#ifndef FLEET_BENCH_CUDA
+    std::fprintf(stderr, "--device=%s: this build has no CUDA\n", FLAGS_device.c_str());
+    return 2;
+#endif
+    if (FLAGS_preset == "124m" || all) presets.push_back({"124m", 12, 768, 12, 1024, 16});
+    if (FLAGS_preset == "345m" || all) presets.push_back({"345m", 24, 1024, 16, 1024, 8});
+    if (FLAGS_preset == "1.3b" || all) presets.push_back({"1.3b", 24, 2048, 16, 1024, 4});
+  } else {
+    if (FLAGS_preset == "tiny" || all) presets.push_back({"tiny", 4, 256, 4, 128, 8});
+    if (FLAGS_preset == "124m" || all) presets.push_back({"124m", 12, 768, 12, 256, 4});
+  }
   if (presets.empty()) {
-    std::fprintf(stderr, "--preset must be tiny, 124m or all, got %s\n", FLAGS_preset.c_str());
+    std::fprintf(stderr, "--preset must be %s or all, got %s\n",
+                 OnGpu() ? "124m, 345m, 1.3b" : "tiny, 124m", FLAGS_preset.c_str());
     return 2;
   }
   std::vector<bool> modes;
@@ -378,7 +524,8 @@ int Main() {
     }
   }
   std::printf("%-6s %-9s %10s %9s %11s %8s %12s %12s\n", "model", "recompute", "tokens/s",
-              "step ms", "sgemm GF/s", "MFU", "activ. MiB", "peak RSS MiB");
+              "step ms", OnGpu() ? "bf16 GF/s" : "sgemm GF/s", "MFU", "activ. MiB",
+              OnGpu() ? "device MiB" : "peak RSS MiB");
   for (const Row& row : rows) {
     std::printf("%-6s %-9s %10.0f %9.0f %11.1f %7.1f%% %12.1f %12.1f\n", row.name.c_str(),
                 row.recompute ? "on" : "off", row.r.tokens_per_s, row.r.step_ms, row.r.sgemm_gflops,

@@ -8,7 +8,7 @@
 #          cd .gpu/fleetgpu/src && bash scripts/gpu_check.sh
 #
 # Writes under $OUT (default ./gpu_check_out): the card (nvidia-smi), one log
-# per test and per training run, and summary.txt (each step's exit status,
+# per test, benchmark and training run, and summary.txt (each step's exit status,
 # the tests' verdict lines and the runs' last throughput lines). Steps go on
 # after a failure so one run reports everything; the exit status is that of
 # the first failing step. GPU_CHECK_STEPS (default 30) sets the steps per
@@ -40,6 +40,19 @@ for t in trainer_gpt_cuda_kernels_test trainer_cuda_backend_test heter_dense_sec
     echo "$t: not in the bundle" >> "$summary"
   fi
 done
+
+# gpt_bench on the GPU: tokens/s, MFU against the same run's cuBLAS bf16
+# GEMM rate, GPU time by kernel kind, device memory (bench/README.md).
+if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
+  step gpt_bench_124m 300 "$BIN/gpt_bench" --device=cuda:0 --preset=124m --seconds=10
+  step gpt_bench_345m 300 "$BIN/gpt_bench" --device=cuda:0 --preset=345m --seconds=10 \
+    --recompute=off
+  step gpt_bench_1.3b 300 "$BIN/gpt_bench" --device=cuda:0 --preset=1.3b --seconds=10 \
+    --recompute=on
+  for f in gpt_bench_124m gpt_bench_345m gpt_bench_1.3b; do
+    grep -E 'tokens/s at p50|MFU|VERIFY' "$OUT/$f.log" | sed "s|^|  |" >> "$summary"
+  done
+fi
 
 # GPT-2 124M (bf16, micro batch 16 x 1024 tokens, one micro-batch per step),
 # with and without recompute, and the 345M single-card config as written

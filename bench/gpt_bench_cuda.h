@@ -1,0 +1,100 @@
+// What gpt_bench needs on a GPU, without CUDA types in its interface (built
+// only when FLEET_CUDA is ON; gpt_bench.cc uses it under FLEET_BENCH_CUDA):
+// the time of each kind of kernel through CUDA events, the cuBLAS bf16 GEMM
+// rate of the card, device memory in use, a device-wide wait.
+#pragma once
+
+#include <array>
+#include <memory>
+#include <string_view>
+
+#include "trainer/backend.h"
+#include "trainer/kernels/gpt_kernels.h"
+
+namespace fleet::bench {
+
+// The kinds of GptKernels call KernelTimer tells apart.
+enum class KernelKind {
+  kMatmul,
+  kAttention,
+  kLayerNorm,
+  kGelu,
+  kCrossEntropy,
+  kEncoder,
+  kOptimizer,
+  kCount
+};
+inline constexpr size_t kKernelKinds = static_cast<size_t>(KernelKind::kCount);
+std::string_view KernelKindName(KernelKind kind);
+
+// A GptKernels that forwards every call to `inner` (a CUDA twin on
+// `backend`'s stream) and, while enabled, brackets it with CUDA events on
+// that stream; Collect() waits for the last event and returns the GPU
+// milliseconds per kind since the previous Collect(). Events come from a
+// pool that grows during the first timed step and is reused after.
+class KernelTimer final : public trainer::GptKernels {
+ public:
+  KernelTimer(trainer::GptKernels* inner, const trainer::Backend& backend);
+  ~KernelTimer() override;
+
+  void set_enabled(bool enabled) { enabled_ = enabled; }
+  std::array<double, kKernelKinds> Collect();
+
+  trainer::Device device() const override { return inner_->device(); }
+  std::string_view name() const override { return inner_->name(); }
+  void EncoderForward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                      int T, int C) override;
+  void EncoderBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                       int T, int C) override;
+  void LayerNormForward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                        const float* bias, int N, int C) override;
+  void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                         const float* inp, const float* weight, const float* mean,
+                         const float* rstd, int N, int C) override;
+  void MatmulForward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                     int IC, int OC, bool accumulate) override;
+  void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                      const float* inp, const float* weight, int N, int IC, int OC) override;
+  size_t AttentionSavedFloats(int B, int T, int NH) const override;
+  void AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
+                        int NH) override;
+  size_t AttentionScratchFloats(int B, int T, int NH) const override;
+  void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                         const float* out, const float* saved, int B, int T, int C,
+                         int NH) override;
+  void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
+                              const float* qkv, int B, int T, int past, int maxT, int C,
+                              int NH) override;
+  void GeluForward(float* out, const float* inp, size_t n) override;
+  void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
+  void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N, int V,
+                           float dloss, bool write_dlogits) override;
+  double SumOfSquares(const float* x, size_t n) override;
+  void AdamWUpdate(float* p, const float* g, float* m, float* v, size_t n,
+                   const trainer::AdamWStep& step) override;
+
+ private:
+  struct Events;  // the CUDA event pool
+  // Records a start event, runs `call`, records a stop event, for `kind`.
+  template <typename Call>
+  auto Timed(KernelKind kind, Call&& call);
+
+  trainer::GptKernels* const inner_;
+  std::unique_ptr<Events> events_;
+  bool enabled_ = false;
+};
+
+// The best rate of an n x n x n GEMM with bfloat16 inputs and float32
+// accumulation and output through cublasGemmEx on the current device
+// (CUBLAS_COMPUTE_32F, tensor cores), over `rounds` runs after a warm-up:
+// the peak MFU is measured against. TFLOP/s.
+double CublasBf16GemmTflops(int n, int rounds);
+
+// Device memory in use on the current device (total - free), MiB: with
+// everything allocated up front, the training step's high-water mark.
+double DeviceMemoryUsedMib();
+
+// Waits for all work on the current device.
+void SynchronizeDevice();
+
+}  // namespace fleet::bench
