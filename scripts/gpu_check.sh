@@ -52,6 +52,15 @@ if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   for f in gpt_bench_124m gpt_bench_345m gpt_bench_1.3b; do
     grep -E 'tokens/s at p50|MFU|VERIFY' "$OUT/$f.log" | sed "s|^|  |" >> "$summary"
   done
+  # The PyTorch eager reference of the same model and step, right after.
+  if python3 -c 'import torch' 2> /dev/null; then
+    step torch_124m 300 python3 bench/torch_gpt_reference.py --preset=124m --seconds=10
+    step torch_124m_recompute 300 python3 bench/torch_gpt_reference.py --preset=124m \
+      --seconds=10 --recompute
+    grep -h 'tokens/s' "$OUT"/torch_124m*.log | sed "s|^|  |" >> "$summary"
+  else
+    echo "torch reference: python3 cannot import torch here" >> "$summary"
+  fi
 fi
 
 # GPT-2 124M (bf16, micro batch 16 x 1024 tokens, one micro-batch per step),
