@@ -31,8 +31,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...: runs it, logs to $OUT/NAME.log
 }
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-for t in trainer_gpt_cuda_kernels_test trainer_cuda_backend_test heter_dense_section_test \
-         collective_mnist_mlp_test; do
+for t in trainer_gpt_cuda_kernels_test trainer_cuda_backend_test heter_dense_section_test; do
   if [ -x "$TESTS/$t" ]; then
     step "$t" 300 "$TESTS/$t"
     grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | sed "s|^|  |" >> "$summary"
