@@ -33,8 +33,22 @@ constexpr int64_t kStepRadix = int64_t{1} << 24;
 }  // namespace
 
 Result<std::unique_ptr<DataParallel>> DataParallel::Create(Collective* collective,
-                                                          ParamArena* arena,
-                                                          const DataParallelOptions& options) {
+                                                           ParamArena* arena,
+                                                           const DataParallelOptions& options) {
+  return Create(DataParallelGroups{collective, nullptr, nullptr}, arena, options);
+}
+
+Result<std::unique_ptr<DataParallel>> DataParallel::Create(const DataParallelGroups& groups,
+                                                           ParamArena* arena,
+                                                           const DataParallelOptions& options) {
+  const int world = groups.world ? groups.world->size() : 1;
+  const int shard = groups.shard ? groups.shard->size() : world;
+  const int replica = groups.replica ? groups.replica->size() : 1;
+  if ((groups.shard || groups.replica) && (groups.world == nullptr || shard * replica != world)) {
+    return Status::InvalidArgument(
+        "data parallel: the sharding group's size times the replica group's must be the world's",
+        absl::StrCat(shard, " x ", replica, " for a world of ", world));
+  }
   if (arena == nullptr) return Status::InvalidArgument("data parallel: no parameter arena");
   if (options.bucket_bytes == 0) {
     return Status::InvalidArgument("data parallel: bucket_bytes must be > 0");
@@ -45,19 +59,38 @@ Result<std::unique_ptr<DataParallel>> DataParallel::Create(Collective* collectiv
   }
   std::vector<GradBucket> buckets = PlanBuckets(*arena, options.bucket_bytes);
   return std::unique_ptr<DataParallel>(
-      new DataParallel(collective, arena, options, std::move(buckets)));
+      new DataParallel(groups, arena, options, std::move(buckets)));
 }
 
-DataParallel::DataParallel(Collective* collective, ParamArena* arena,
+namespace {
+
+// The group that splits the buckets in sharded mode: the shard group, else
+// the world; null when nothing is split.
+Collective* ShardGroupOf(const DataParallelGroups& groups, const DataParallelOptions& options) {
+  Collective* shard = groups.shard ? groups.shard : groups.world;
+  return options.shard_gradients && shard != nullptr && shard->size() > 1 ? shard : nullptr;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(const DataParallelGroups& groups, ParamArena* arena,
                            const DataParallelOptions& options, std::vector<GradBucket> buckets)
-    : collective_(collective),
+    : collective_(groups.world),
       arena_(arena),
       options_(options),
-      rank_(collective ? collective->rank() : 0),
-      world_(collective ? collective->size() : 1),
+      rank_(groups.world ? groups.world->rank() : 0),
+      world_(groups.world ? groups.world->size() : 1),
+      shard_group_(ShardGroupOf(groups, options)),
+      replica_group_(shard_group_ != nullptr && groups.replica != nullptr &&
+                             groups.replica->size() > 1
+                         ? groups.replica
+                         : nullptr),
+      shard_rank_(shard_group_ ? shard_group_->rank() : 0),
+      shard_size_(shard_group_ ? shard_group_->size() : 1),
+      replica_rank_(replica_group_ ? replica_group_->rank() : 0),
       buckets_(std::move(buckets)),
       bucket_of_tensor_(arena->num_tensors()),
-      shard_(options.shard_gradients && world_ > 1),
+      shard_(shard_group_ != nullptr),
       discarded_(buckets_.size(), false),
       ready_in_bucket_(buckets_.size(), 0),
       bucket_sent_(buckets_.size(), false) {
@@ -67,20 +100,23 @@ DataParallel::DataParallel(Collective* collective, ParamArena* arena,
     }
   }
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    bucket_what_.push_back(absl::StrCat(shard_ ? "reduce-scatter" : "all-reduce",
-                                        " of gradient bucket ", b, " (", Describe(buckets_[b]),
-                                        ")"));
+    bucket_what_.push_back(absl::StrCat(
+        shard_ ? absl::StrCat("reduce-scatter over ", shard_size_, " shards") : "all-reduce",
+        replica_group_ ? absl::StrCat(" and all-reduce over ", replica_group_->size(), " replicas")
+                       : "",
+        " of gradient bucket ", b, " (", Describe(buckets_[b]), ")"));
   }
   if (!shard_) {
     pieces_.push_back(GradPiece{0, arena->size(), 0});
   } else {
     size_t staging = 0;
     for (size_t b = 0; b < buckets_.size(); ++b) {
-      const ElementRange r = ShardRange(buckets_[b].end - buckets_[b].begin, world_, rank_);
-      pieces_.push_back(GradPiece{buckets_[b].begin + r.begin, buckets_[b].begin + r.end,
-                                  shard_floats_});
+      const ElementRange r =
+          ShardRange(buckets_[b].end - buckets_[b].begin, shard_size_, shard_rank_);
+      pieces_.push_back(
+          GradPiece{buckets_[b].begin + r.begin, buckets_[b].begin + r.end, shard_floats_});
       shard_floats_ += PieceCount(b);
-      staging = std::max(staging, PieceCount(b) * world_);
+      staging = std::max(staging, PieceCount(b) * shard_size_);
     }
     shard_grads_ = arena->backend()->AllocateFloats(shard_floats_);
     staging_ = arena->backend()->AllocateFloats(staging);
@@ -172,10 +208,9 @@ void DataParallel::Enqueue(Task task) {
 Status DataParallel::Broken() {
   std::lock_guard<std::mutex> lock(mu_);
   if (first_error_.ok()) return Status::OK();
-  return Status::FailedPrecondition(
-      absl::StrCat("data parallel rank ", rank_, " of ", world_,
-                   ": unusable after an earlier failure"),
-      first_error_.ToString());
+  return Status::FailedPrecondition(absl::StrCat("data parallel rank ", rank_, " of ", world_,
+                                                 ": unusable after an earlier failure"),
+                                    first_error_.ToString());
 }
 
 Status DataParallel::WaitIdle() {
@@ -185,11 +220,10 @@ Status DataParallel::WaitIdle() {
     // The communication thread is stuck inside the Collective (which has its
     // own, shorter, timeout) or the machine is badly overloaded. Break the
     // helper: later tasks would run out of order with the peers.
-    Status st = Status::Timeout(
-        absl::StrCat("data parallel rank ", rank_, " of ", world_, ": waited ",
-                     options_.timeout.count(), " ms for ", pending_,
-                     " pending collective operation(s)"),
-        running_.empty() ? std::string("queued") : "running: " + running_);
+    Status st = Status::Timeout(absl::StrCat("data parallel rank ", rank_, " of ", world_,
+                                             ": waited ", options_.timeout.count(), " ms for ",
+                                             pending_, " pending collective operation(s)"),
+                                running_.empty() ? std::string("queued") : "running: " + running_);
     if (first_error_.ok()) first_error_ = st;
     return st;
   }
@@ -212,8 +246,9 @@ Status DataParallel::SyncFromRoot(Optimizer* optimizer) {
   if (collective_ == nullptr) return Status::OK();
   const size_t n = arena_->size();
   float* params = arena_->params().data();
-  FLEET_RETURN_IF_ERROR(RunAndWait(absl::StrCat("broadcast of ", n, " parameters from rank 0"),
-                                   [this, params, n] { return collective_->Broadcast(params, n, 0); }));
+  FLEET_RETURN_IF_ERROR(
+      RunAndWait(absl::StrCat("broadcast of ", n, " parameters from rank 0"),
+                 [this, params, n] { return collective_->Broadcast(params, n, 0); }));
   if (optimizer == nullptr) return Status::OK();
   for (size_t i = 0; i < optimizer->state().size(); ++i) {
     float* state = optimizer->state()[i].data();
@@ -233,7 +268,8 @@ Status DataParallel::SyncFromRoot(Optimizer* optimizer) {
                                    [this, data] { return collective_->Broadcast(data, 2, 0); }));
   float root[2];
   backend->CopyToHost(root, buffer.get(), sizeof(root));
-  optimizer->RestoreStep(static_cast<int64_t>(root[0]) * kStepRadix + static_cast<int64_t>(root[1]));
+  optimizer->RestoreStep(static_cast<int64_t>(root[0]) * kStepRadix +
+                         static_cast<int64_t>(root[1]));
   return Status::OK();
 }
 
@@ -244,7 +280,7 @@ std::string DataParallel::Describe(const GradBucket& bucket) const {
 }
 
 size_t DataParallel::PieceCount(size_t b) const {
-  return (buckets_[b].end - buckets_[b].begin + world_ - 1) / world_;
+  return (buckets_[b].end - buckets_[b].begin + shard_size_ - 1) / shard_size_;
 }
 
 float* DataParallel::reduced_grads() const {
@@ -258,17 +294,20 @@ Status DataParallel::ReduceScatterBucket(size_t b) {
   const size_t count = PieceCount(b);
   float* grads = arena_->grads().data() + bucket.begin;
   const float* in = grads;
-  if (count * world_ != length) {
-    // The collective wants W pieces of `count`: copy into the padded staging
+  if (count * shard_size_ != length) {
+    // The collective wants S pieces of `count`: copy into the padded staging
     // buffer (the pad is zero and its sums are never read). Discard, not
     // Fill: this is the communication thread, and the CPU's Fill runs on the
     // pool the caller is computing with.
     backend->CopyOnDevice(staging_.get(), grads, length * sizeof(float));
-    backend->Discard(staging_.get() + length, count * world_ - length);
+    backend->Discard(staging_.get() + length, count * shard_size_ - length);
     in = staging_.get();
   }
-  FLEET_RETURN_IF_ERROR(
-      collective_->ReduceScatter(in, shard_grads_.get() + pieces_[b].offset, count));
+  float* piece = shard_grads_.get() + pieces_[b].offset;
+  FLEET_RETURN_IF_ERROR(shard_group_->ReduceScatter(in, piece, count));
+  // The ranks holding the same piece in the other sharding groups add theirs.
+  if (replica_group_)
+    FLEET_RETURN_IF_ERROR(replica_group_->AllReduce(piece, count, ReduceOp::kSum));
   if (options_.release_reduced_gradients) {
     backend->Discard(grads, length);
     discarded_[b] = true;
@@ -305,17 +344,17 @@ Status DataParallel::GatherParams() {
     // all-gather can write the bucket in place (the Collective contract
     // allows the input to be this rank's slot of the output) when W pieces
     // fill it exactly; otherwise it goes through the padded staging buffer.
-    const bool in_place = count * world_ == length;
+    const bool in_place = count * shard_size_ == length;
     float* out = in_place ? params + bucket.begin : staging_.get();
     const float* in = params + pieces_[b].begin;
     if (!in_place) {
       // Our piece may be short (or empty): the collective sends `count`.
-      backend->CopyOnDevice(out + rank_ * count, in, pieces_[b].size() * sizeof(float));
-      in = out + rank_ * count;
+      backend->CopyOnDevice(out + shard_rank_ * count, in, pieces_[b].size() * sizeof(float));
+      in = out + shard_rank_ * count;
     }
-    FLEET_RETURN_IF_ERROR(RunAndWait(
-        absl::StrCat("all-gather of parameter bucket ", b, " (", Describe(bucket), ")"),
-        [this, in, out, count] { return collective_->AllGather(in, out, count); }));
+    FLEET_RETURN_IF_ERROR(
+        RunAndWait(absl::StrCat("all-gather of parameter bucket ", b, " (", Describe(bucket), ")"),
+                   [this, in, out, count] { return shard_group_->AllGather(in, out, count); }));
     if (!in_place) backend->CopyOnDevice(params + bucket.begin, out, length * sizeof(float));
   }
   return Status::OK();
@@ -373,16 +412,23 @@ Status DataParallel::FinishGradients() {
 }
 
 Status DataParallel::SumOverRanks(std::span<float> values) {
-  if (collective_ == nullptr || values.empty()) return Status::OK();
+  return SumOver(collective_, values, "ranks");
+}
+
+Status DataParallel::SumOverShards(std::span<float> values) {
+  return SumOver(shard_group_, values, "shards");
+}
+
+Status DataParallel::SumOver(Collective* group, std::span<float> values, const char* over) {
+  if (group == nullptr || values.empty()) return Status::OK();
   Backend* backend = arena_->backend();
   std::shared_ptr<float> buffer = backend->AllocateFloats(values.size());
   backend->CopyFromHost(buffer.get(), values.data(), values.size_bytes());
   float* data = buffer.get();
   const size_t count = values.size();
-  FLEET_RETURN_IF_ERROR(RunAndWait(absl::StrCat("sum over ranks of ", count, " metric values"),
-                                   [this, data, count] {
-                                     return collective_->AllReduce(data, count, ReduceOp::kSum);
-                                   }));
+  FLEET_RETURN_IF_ERROR(
+      RunAndWait(absl::StrCat("sum over ", over, " of ", count, " values"),
+                 [group, data, count] { return group->AllReduce(data, count, ReduceOp::kSum); }));
   backend->CopyToHost(values.data(), buffer.get(), values.size_bytes());
   return Status::OK();
 }

@@ -26,6 +26,14 @@
 // the system and read as zeros), so between steps a rank holds only its
 // pieces; ZeroGrad() then leaves those buckets alone.
 //
+// Hybrid degrees (DataParallelGroups). With a sharding group of S ranks
+// inside a world of W = D x S, the pieces are cut S ways and reduce-scattered
+// over the sharding group; the D ranks holding the same piece (the
+// data-parallel, or replica, group) then all-reduce it, so each piece holds
+// the sum over all W ranks. Parameters are all-gathered over the sharding
+// group only; metric sums and SyncFromRoot span the world. Which rank sits
+// in which group is the caller's (trainer/collective/parallel_groups.h).
+//
 // Buckets. The arena's tensors are grouped, from the LAST tensor of the
 // table backwards (the order backward finishes them), into contiguous
 // ranges of whole tensors holding at least bucket_bytes each (the last
@@ -102,6 +110,16 @@ struct DataParallelOptions {
   bool release_reduced_gradients = false;
 };
 
+// The groups a DataParallel reduces over (none owned). `world`: every rank
+// (null: a single process). `shard`: the ranks that split each bucket in
+// sharded mode (null: the world). `replica`: the ranks holding the same piece
+// (null: none besides this one). world size = shard size x replica size.
+struct DataParallelGroups {
+  Collective* world = nullptr;
+  Collective* shard = nullptr;
+  Collective* replica = nullptr;
+};
+
 // This rank's piece of one bucket in sharded mode: arena floats [begin,
 // end) (possibly empty), stored at shard_grads()[offset, offset + end -
 // begin). In all-reduce mode one piece covers the whole arena at offset 0 of
@@ -131,6 +149,12 @@ class DataParallel {
   // when collective is non-null.
   static Result<std::unique_ptr<DataParallel>> Create(Collective* collective, ParamArena* arena,
                                                       const DataParallelOptions& options);
+  // As above over hybrid groups (see the top of this file); the groups must
+  // outlive this object. InvalidArgument also when the world's size is not
+  // the shard group's times the replica group's.
+  static Result<std::unique_ptr<DataParallel>> Create(const DataParallelGroups& groups,
+                                                      ParamArena* arena,
+                                                      const DataParallelOptions& options);
   // Stops the communication thread. If it is inside a collective call (after
   // a failure or timeout) this blocks until that call ends, i.e. at most the
   // Collective's timeout.
@@ -140,6 +164,13 @@ class DataParallel {
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }
+  // This rank's place in the sharding group and its size (1 when not
+  // sharded), and the replica group's size.
+  int shard_rank() const { return shard_rank_; }
+  int shard_size() const { return shard_size_; }
+  int replica_size() const { return world_ / shard_size_; }
+  // Rank within the replica group (0 when there is none).
+  int replica_rank() const { return replica_rank_; }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
 
   // Makes this rank's params equal to rank 0's. When `optimizer` is not null
@@ -175,6 +206,10 @@ class DataParallel {
   const std::vector<GradPiece>& pieces() const { return pieces_; }
   float* reduced_grads() const;
   float reduced_grads_scale() const { return shard_ ? 1.0f / static_cast<float>(world_) : 1.0f; }
+  // In place: values become their sum over the sharding group (over every
+  // piece once; the world in all-reduce mode has one piece, and this is a
+  // no-op). For sums over the pieces, e.g. the clipping norm's squares.
+  Status SumOverShards(std::span<float> values);
   // Floats of the shard buffer (0 in all-reduce mode).
   size_t shard_floats() const { return shard_floats_; }
   // Zeroes the arena's gradients before a step's first backward, except
@@ -186,8 +221,10 @@ class DataParallel {
   Status GatherParams();
 
  private:
-  DataParallel(Collective* collective, ParamArena* arena, const DataParallelOptions& options,
-               std::vector<GradBucket> buckets);
+  DataParallel(const DataParallelGroups& groups, ParamArena* arena,
+               const DataParallelOptions& options, std::vector<GradBucket> buckets);
+  // All-reduce (sum) of `values` over `group` on the communication thread.
+  Status SumOver(Collective* group, std::span<float> values, const char* over);
 
   // One collective operation. A gradient bucket's reduction is only its
   // index (run by ReduceBucket, named by bucket_what_), so the per-step
@@ -231,6 +268,13 @@ class DataParallel {
   const DataParallelOptions options_;
   const int rank_;
   const int world_;
+  // Sharded mode: the group that splits each bucket and the one that
+  // all-reduces the pieces (null when the sharding group is the world).
+  Collective* const shard_group_;
+  Collective* const replica_group_;
+  const int shard_rank_;
+  const int shard_size_;
+  const int replica_rank_;
   const std::vector<GradBucket> buckets_;
   std::vector<size_t> bucket_of_tensor_;  // table index -> bucket index
   std::vector<std::string> bucket_what_;  // each bucket's reduction task, named
@@ -253,9 +297,9 @@ class DataParallel {
   std::condition_variable work_cv_;  // tasks queued or stopping
   std::condition_variable idle_cv_;  // a task finished
   std::deque<Task> queue_;
-  size_t pending_ = 0;       // queued or running
-  std::string running_;      // what the communication thread is doing now
-  Status first_error_;       // sticky; OK while usable
+  size_t pending_ = 0;   // queued or running
+  std::string running_;  // what the communication thread is doing now
+  Status first_error_;   // sticky; OK while usable
   bool stop_ = false;
 
   std::thread comm_thread_;  // last: starts after every member above exists

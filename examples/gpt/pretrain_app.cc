@@ -137,6 +137,7 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   options.gpu_device = device->ToString();
   options.cpu_threads = *threads;
   options.collective_timeout = group.timeout;
+  options.join_group = trainer::collective::RankGroupFactory(spec, *device, group);
   Result<trainer::collective::TrainReport> report = trainer::collective::RunGptPretrain(
       *config, collective->get(), options, spec.rank == 0 ? &out : nullptr);
   if (!report.ok()) return Fail(err, spec, report.status(), kExitFailed);

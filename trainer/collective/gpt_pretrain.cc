@@ -60,8 +60,8 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   task_options.eval_iters = config.engine.eval_iters;
   task_options.eval_batch = static_cast<int>(config.global.micro_batch_size);
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptTask> task,
-                         GptTask::Create(config.model, compute.backend.get(), kernels, std::move(train),
-                                         std::move(eval), task_options));
+                         GptTask::Create(config.model, compute.backend.get(), kernels,
+                                         std::move(train), std::move(eval), task_options));
 
   const CosineLrSchedule schedule(config.lr);
   const config::SaveLoadConfig& save = config.engine.save_load;
@@ -73,10 +73,10 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   loop.max_steps = config.engine.max_steps;
   loop.log_every_steps = static_cast<int>(config.engine.logging_freq);
   loop.evaluate = false;  // FleetX evaluates by step (eval_freq), not per epoch
-  loop.eval_every_steps = task->num_train_samples() > 0 && config.engine.eval_freq > 0 &&
-                                  config.data.eval.present
-                              ? config.engine.eval_freq
-                              : 0;
+  loop.eval_every_steps =
+      task->num_train_samples() > 0 && config.engine.eval_freq > 0 && config.data.eval.present
+          ? config.engine.eval_freq
+          : 0;
   loop.checkpoint_dir = save.output_dir;
   loop.resume_dir = save.ckpt_dir;
   loop.checkpoint_every_steps = save.save_steps.value_or(0);
@@ -93,11 +93,18 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
     updater_options.loss_scaler = scaler;
   }
   const float first_lr = schedule.At(0);
-  loop.make_updater = [kernels, adamw, updater_options, first_lr](
+  // Outlive the loop's updater, which reduces over them.
+  FLEET_ASSIGN_OR_RETURN(
+      std::unique_ptr<HybridGroups> hybrid,
+      HybridGroups::Create(HybridLayout{static_cast<int>(config.distributed.dp_degree),
+                                        static_cast<int>(config.distributed.sharding_degree)},
+                           collective, options.join_group));
+  const DataParallelGroups groups = hybrid->groups();
+  loop.make_updater = [kernels, adamw, updater_options, first_lr, groups](
                           ParamArena* arena,
-                          Collective* group) -> Result<std::unique_ptr<GradientUpdater>> {
+                          Collective*) -> Result<std::unique_ptr<GradientUpdater>> {
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdamWUpdater> updater,
-                           ShardedAdamWUpdater::Create(group, arena, kernels, adamw, first_lr,
+                           ShardedAdamWUpdater::Create(groups, arena, kernels, adamw, first_lr,
                                                        updater_options, "gpt"));
     return std::unique_ptr<GradientUpdater>(std::move(updater));
   };

@@ -25,6 +25,7 @@
 
 #include "comm/collective.h"
 #include "comm/status.h"
+#include "trainer/collective/parallel_groups.h"
 #include "trainer/collective/train_loop.h"
 #include "trainer/config/gpt_config.h"
 
@@ -43,6 +44,10 @@ struct GptPretrainOptions {
   std::chrono::milliseconds collective_timeout{30000};
   // Called after every step (tests: fault injection); may be empty.
   std::function<Status(int64_t step)> after_step;
+  // Joins this rank's sharding and data-parallel groups when both
+  // Distributed.dp_degree and sharding_degree exceed 1 (parallel_groups.h;
+  // programs: rank_setup.h RankGroupFactory). Unused otherwise.
+  GroupFactory join_group;
 };
 
 // Trains as described above. `collective` is this rank's group (null for

@@ -1,5 +1,6 @@
 #include "trainer/collective/sharded_adamw.h"
 
+#include <glog/logging.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -9,8 +10,6 @@
 #include <system_error>
 #include <utility>
 #include <vector>
-
-#include <glog/logging.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -76,8 +75,8 @@ Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) 
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.arena_size, sizeof(h.arena_size), path, "header"));
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.step, sizeof(h.step), path, "header"));
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.loss_scale, sizeof(h.loss_scale), path, "header"));
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.loss_scale_clean_steps,
-                                    sizeof(h.loss_scale_clean_steps), path, "header"));
+  FLEET_RETURN_IF_ERROR(
+      ReadExactly(in, &h.loss_scale_clean_steps, sizeof(h.loss_scale_clean_steps), path, "header"));
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &pieces, sizeof(pieces), path, "header"));
   if (pieces > (1u << 24)) {
     return Status::Corruption(absl::StrCat("implausible piece count ", pieces), path);
@@ -103,8 +102,7 @@ Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) 
   for (const auto& [begin, end] : h.pieces) {
     if (begin > end || end > h.arena_size) {
       return Status::Corruption(
-          absl::StrCat("piece [", begin, ", ", end, ") outside the arena of ", h.arena_size),
-          path);
+          absl::StrCat("piece [", begin, ", ", end, ") outside the arena of ", h.arena_size), path);
     }
   }
   h.data_offset = sizeof(kStateMagic) + bytes.size() + sizeof(crc);
@@ -125,16 +123,25 @@ class ShardedAdamWUpdater::ParamsFileOptimizer final : public Optimizer {
 };
 
 Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
-    Collective* collective, ParamArena* arena, GptKernels* kernels, const AdamWConfig& config,
-    float lr, const ShardedAdamWOptions& options, const std::string& name) {
+    const DataParallelGroups& groups, ParamArena* arena, GptKernels* kernels,
+    const AdamWConfig& config, float lr, const ShardedAdamWOptions& options,
+    const std::string& name) {
   CHECK(arena != nullptr && kernels != nullptr);
   const ShardingOptions& sharding = options.sharding;
-  const int world = collective ? collective->size() : 1;
-  if (sharding.degree != 1 && sharding.degree != world) {
+  const int world = groups.world ? groups.world->size() : 1;
+  // Degree 1: plain data parallel over the world; the world's size: the
+  // world is the sharding group; between: the caller's sharding and
+  // data-parallel groups.
+  const int shard_size = groups.shard ? groups.shard->size() : world;
+  if (sharding.degree < 1 || world % sharding.degree != 0 ||
+      (sharding.degree > 1 && shard_size != sharding.degree) ||
+      (sharding.degree > 1 && sharding.degree < world &&
+       (groups.replica == nullptr || groups.replica->size() != world / sharding.degree))) {
     return Status::InvalidArgument(
-        absl::StrCat("sharding degree must be 1 or the number of ranks (", world,
-                     "); a degree between needs separate sharding and data-parallel groups, "
-                     "which FleetPS does not have"),
+        absl::StrCat("sharding degree must divide the number of ranks (", world,
+                     ") and match the sharding group (", shard_size,
+                     " ranks) and data-parallel group given (",
+                     groups.replica ? groups.replica->size() : 0, " ranks)"),
         absl::StrCat(sharding.degree));
   }
   if (sharding.degree > 1 && sharding.stage != 1 && sharding.stage != 2) {
@@ -142,17 +149,19 @@ Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
   }
   std::optional<DynamicLossScaler> scaler;
   if (options.loss_scaler) {
-    FLEET_ASSIGN_OR_RETURN(DynamicLossScaler created, DynamicLossScaler::Create(*options.loss_scaler));
+    FLEET_ASSIGN_OR_RETURN(DynamicLossScaler created,
+                           DynamicLossScaler::Create(*options.loss_scaler));
     scaler = created;
   }
   DataParallelOptions dp_options = options.data_parallel;
   dp_options.shard_gradients = sharding.degree > 1;
   dp_options.release_reduced_gradients = sharding.degree > 1 && sharding.stage == 2;
+  const DataParallelGroups dp_groups =
+      sharding.degree > 1 ? groups : DataParallelGroups{groups.world, nullptr, nullptr};
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp,
-                         DataParallel::Create(collective, arena, dp_options));
-  return std::unique_ptr<ShardedAdamWUpdater>(
-      new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp), std::move(scaler),
-                              name));
+                         DataParallel::Create(dp_groups, arena, dp_options));
+  return std::unique_ptr<ShardedAdamWUpdater>(new ShardedAdamWUpdater(
+      arena, kernels, config, lr, sharding, std::move(dp), std::move(scaler), name));
 }
 
 ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
@@ -195,7 +204,7 @@ Status ShardedAdamWUpdater::Step(float lr) {
     }
     if (sharded()) {
       float sum = static_cast<float>(squares);
-      FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(std::span<float>(&sum, 1)));
+      FLEET_RETURN_IF_ERROR(dp_->SumOverShards(std::span<float>(&sum, 1)));
       squares = sum;
     }
     squares *= double{scale} * scale;
@@ -239,8 +248,7 @@ bool ShardedAdamWUpdater::HasCheckpoint(const std::filesystem::path& dir) const 
 }
 
 Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
-  const int files = sharded() ? dp_->world_size() : 1;
-  const std::filesystem::path path = dir / StateFileName(step(), dp_->rank(), files);
+  const std::filesystem::path path = dir / StateFileName(step(), dp_->shard_rank(), state_files());
   std::string header;
   AppendPod(&header, kStateVersion);
   AppendPod(&header, static_cast<uint64_t>(arena_->size()));
@@ -258,8 +266,8 @@ Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
                          data::AtomicFileWriter::Create(path.string()));
   FLEET_RETURN_IF_ERROR(out->Append(std::string_view(kStateMagic, sizeof(kStateMagic))));
   FLEET_RETURN_IF_ERROR(out->Append(header));
-  FLEET_RETURN_IF_ERROR(out->Append(std::string_view(
-      reinterpret_cast<const char*>(&header_crc), sizeof(header_crc))));
+  FLEET_RETURN_IF_ERROR(out->Append(
+      std::string_view(reinterpret_cast<const char*>(&header_crc), sizeof(header_crc))));
   Backend* backend = arena_->backend();
   std::vector<float> host;
   for (const GradPiece& piece : dp_->pieces()) {
@@ -293,9 +301,9 @@ Status ShardedAdamWUpdater::Save(const std::filesystem::path& dir) {
 }
 
 void ShardedAdamWUpdater::RemoveOldState(const std::filesystem::path& dir) const {
-  const std::string current = StateFileName(step(), dp_->rank(), sharded() ? dp_->world_size() : 1);
+  const std::string current = StateFileName(step(), dp_->shard_rank(), state_files());
   const std::string prefix = name_ + ".adamw.s";
-  const std::string mine = absl::StrCat(".", dp_->rank(), "-of-");
+  const std::string mine = absl::StrCat(".", dp_->shard_rank(), "-of-");
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string file = entry.path().filename().string();
@@ -316,12 +324,12 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
     const std::string file = entry.path().filename().string();
     if (file.starts_with(first) && absl::SimpleAtoi(file.substr(first.size()), &files)) break;
   }
-  if (ec) return Status::IOError("cannot list the checkpoint directory: " + ec.message(), dir.string());
+  if (ec)
+    return Status::IOError("cannot list the checkpoint directory: " + ec.message(), dir.string());
   if (files < 1) {
-    return Status::NotFound(
-        absl::StrCat("no optimizer state of step ", step, " beside the parameters (", first,
-                     "N missing)"),
-        dir.string());
+    return Status::NotFound(absl::StrCat("no optimizer state of step ", step,
+                                         " beside the parameters (", first, "N missing)"),
+                            dir.string());
   }
   std::vector<float> m(state_floats_), v(state_floats_);
   std::vector<size_t> filled(dp_->pieces().size(), 0);

@@ -29,8 +29,9 @@
 //   <name>.ckpt                     parameters and step (trainer/checkpoint.h,
 //                                   optimizer "adamw" with no state buffers),
 //                                   written by rank 0, last, atomically
-//   <name>.adamw.s<step>.<r>-of-<D> rank r's m and v for its pieces (stage 0:
-//                                   one file, rank 0's, D = 1), each written
+//   <name>.adamw.s<step>.<r>-of-<D> m and v of shard r's pieces, written by
+//                                   the first rank of its data-parallel group
+//                                   (stage 0: one file, rank 0's, D = 1), each written
 //                                   atomically before the .ckpt; a rank
 //                                   removes its older ones once the new
 //                                   .ckpt is in place
@@ -64,8 +65,9 @@
 namespace fleet::trainer::collective {
 
 struct ShardingOptions {
-  // Ranks the optimizer state is split over: 1 (replicated) or the world
-  // size (the whole group); a degree between needs a second process group.
+  // Ranks the optimizer state is split over: 1 (replicated), the world size
+  // (the whole group), or a divisor between, with the sharding and
+  // data-parallel groups given to Create (parallel_groups.h).
   int degree = 1;
   // 1 or 2 when degree > 1 (see the top of this file); ignored when 1.
   int stage = 1;
@@ -80,15 +82,19 @@ struct ShardedAdamWOptions {
 
 class ShardedAdamWUpdater final : public GradientUpdater {
  public:
-  // `collective` (null for one process), `arena` and `kernels` (on the
+  // `groups` (world null for one process; shard and replica needed only for
+  // a degree between 1 and the world size), `arena` and `kernels` (on the
   // arena's device) are not owned and outlive this. `config` as validated
   // (AdamWConfig::Validate); `lr` is the learning rate until the first Step.
-  // InvalidArgument for a degree other than 1 or the world size, or a stage
-  // outside {1, 2}; DataParallel::Create's and DynamicLossScaler::Create's
-  // errors. Allocates m and v for this rank's pieces.
-  static Result<std::unique_ptr<ShardedAdamWUpdater>> Create(
-      Collective* collective, ParamArena* arena, GptKernels* kernels, const AdamWConfig& config,
-      float lr, const ShardedAdamWOptions& options, const std::string& name);
+  // InvalidArgument for a degree that does not divide the world or does not
+  // match the groups, or a stage outside {1, 2}; DataParallel::Create's and
+  // DynamicLossScaler::Create's errors. Allocates m and v for this rank's
+  // pieces.
+  static Result<std::unique_ptr<ShardedAdamWUpdater>> Create(const DataParallelGroups& groups,
+                                                             ParamArena* arena, GptKernels* kernels,
+                                                             const AdamWConfig& config, float lr,
+                                                             const ShardedAdamWOptions& options,
+                                                             const std::string& name);
   ~ShardedAdamWUpdater() override;
 
   void BeginStep() override { dp_->ZeroGrad(); }
@@ -120,8 +126,11 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   Status LoadState(const std::filesystem::path& dir, int64_t step);
   // Removes this rank's state files of steps other than the current one.
   void RemoveOldState(const std::filesystem::path& dir) const;
-  // The state files this rank writes (0 when another rank writes them all).
-  bool writes_state() const { return sharded() || dp_->rank() == 0; }
+  // Whether this rank writes a state file: the first replica of each piece
+  // (rank 0 alone when nothing is sharded).
+  bool writes_state() const { return sharded() ? dp_->replica_rank() == 0 : dp_->rank() == 0; }
+  // State files per checkpoint: one per shard.
+  int state_files() const { return dp_->shard_size(); }
   bool sharded() const { return dp_->sharded(); }
 
   // Fixed after construction.
