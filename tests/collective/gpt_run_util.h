@@ -76,41 +76,64 @@ struct RankRun {
   std::string log;
 };
 
+// How Train runs its ranks.
+struct TrainOptions {
+  // Every group's kind: "gloo" or "shm" (shared memory).
+  std::string collective = "gloo";
+  // GptPretrainOptions::measure_memory.
+  bool measure_memory = false;
+};
+
 // Trains `config` on `world` ranks (threads; one process without a group
 // for 1) and returns each rank's report and log. The world and, for hybrid
-// degrees, the sharding and data-parallel groups are Gloo groups over one
-// in-process KV store.
-inline std::vector<RankRun> Train(const GptJobConfig& config, int world) {
+// degrees, the sharding and data-parallel groups are groups of
+// options.collective over one in-process KV store.
+inline std::vector<RankRun> Train(const GptJobConfig& config, int world,
+                                  const TrainOptions& train = {}) {
   std::vector<RankRun> runs(world);
-  auto body = [&](int rank, Collective* group, GptPretrainOptions options) {
+  GptPretrainOptions base;
+  base.measure_memory = train.measure_memory;
+  auto body = [&](int rank, Collective* group, const GptPretrainOptions& options) {
     std::ostringstream log;
     auto report = RunGptPretrain(config, group, options, &log);
     testing::ThrowIfError(report.status(), "rank " + std::to_string(rank));
     runs[rank] = RankRun{*std::move(report), log.str()};
   };
   if (world == 1) {
-    body(0, nullptr, GptPretrainOptions{});
+    body(0, nullptr, base);
     return runs;
   }
   testing::LocalKvServer kv;
   const std::string job = testing::UniqueJob();
   const milliseconds timeout(30000);
+  // Group "test<suffix>", as a separate process would join it.
+  auto join = [&](const std::string& suffix, int rank,
+                  int size) -> Result<std::unique_ptr<Collective>> {
+    auto client = kv.Client(job);
+    if (train.collective == "shm") {
+      ShmCollectiveOptions o = testing::ShmOptions(rank, size, timeout);
+      o.group += suffix;
+      FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShmCollective> group,
+                             ShmCollective::Create(*client, o));
+      return std::unique_ptr<Collective>(std::move(group));
+    }
+    GlooCollectiveOptions o;
+    o.group = "test" + suffix;
+    o.rank = rank;
+    o.size = size;
+    o.timeout = timeout;
+    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GlooCollective> group,
+                           GlooCollective::Create(*client, o));
+    return std::unique_ptr<Collective>(std::move(group));
+  };
   testing::RunRanks(world, [&](int rank) {
-    std::unique_ptr<GlooCollective> group = testing::JoinGloo(kv, job, rank, world, timeout);
-    GptPretrainOptions options;
-    options.join_group = [&](const std::string& name, int sub_rank,
-                             int size) -> Result<std::unique_ptr<Collective>> {
-      auto client = kv.Client(job);
-      GlooCollectiveOptions o;
-      o.group = "test." + name;
-      o.rank = sub_rank;
-      o.size = size;
-      o.timeout = timeout;
-      FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GlooCollective> sub,
-                             GlooCollective::Create(*client, o));
-      return std::unique_ptr<Collective>(std::move(sub));
+    Result<std::unique_ptr<Collective>> group = join("", rank, world);
+    testing::ThrowIfError(group.status(), "group of rank " + std::to_string(rank));
+    GptPretrainOptions options = base;
+    options.join_group = [&](const std::string& name, int sub_rank, int size) {
+      return join("." + name, sub_rank, size);
     };
-    body(rank, group.get(), options);
+    body(rank, group->get(), options);
   });
   return runs;
 }

@@ -1,13 +1,14 @@
 // Parameter counts against the published GPT-2 / GPT-3 / FleetX figures, and
 // the dry-run plan's memory and FLOPs formulas (nothing is allocated: the
 // 175B plan below would not fit in this machine's memory).
-#include <string>
+#include "trainer/models/gpt_plan.h"
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "tests/trainer/test_util.h"
 #include "trainer/models/gpt.h"
-#include "trainer/models/gpt_plan.h"
 
 namespace fleet::trainer {
 namespace {
@@ -78,6 +79,18 @@ TEST(GptPlan, MemoryPerRankBySharding) {
   EXPECT_EQ(s2.grad_bytes, 2 * shard);
   EXPECT_EQ(s2.optimizer_bytes, 12 * shard);
   EXPECT_LT(s2.total_bytes, s1.total_bytes);
+  // Stage 3: shards of everything, plus the units a pass holds whole: the
+  // embeddings (V C + maxT C), ln_f (2 C), two blocks (12 C^2 + 13 C each),
+  // and a float32 staging buffer of the largest unit (the embeddings).
+  const GptPlan s3 = plan(Precision::kFp16, 8, 3);
+  const int64_t embeddings = (50257 + 1024) * 768, block = 12 * 768 * 768 + 13 * 768;
+  const int64_t working = embeddings + 2 * 768 + 2 * block;
+  EXPECT_EQ(s3.param_bytes, 2 * (shard + working));
+  EXPECT_EQ(s3.grad_bytes, 2 * (shard + working));
+  EXPECT_EQ(s3.optimizer_bytes, 12 * shard);
+  EXPECT_EQ(s3.comm_buffer_bytes, 4 * ((embeddings + 7) / 8) * 8);
+  EXPECT_LT(s3.param_bytes, s2.param_bytes);
+  EXPECT_EQ(s3.total_bytes, s3.model_state_bytes() + s3.activation_bytes);
   EXPECT_LT(s1.total_bytes, plan(Precision::kBf16, 8, 0).total_bytes);
   EXPECT_EQ(fp32.total_bytes,
             fp32.param_bytes + fp32.grad_bytes + fp32.optimizer_bytes + fp32.activation_bytes);
@@ -131,7 +144,7 @@ TEST(GptPlan, RejectsBadOptionsNamingTheKey) {
   expect_key({.micro_batch_size = 0}, "Global.micro_batch_size", c);
   expect_key({.seq_len = 1025}, "Data.seq_len", c);
   expect_key({.sharding_degree = 0}, "Distributed.sharding.sharding_degree", c);
-  expect_key({.sharding_stage = 3}, "Distributed.sharding.sharding_stage", c);
+  expect_key({.sharding_stage = 4}, "Distributed.sharding.sharding_stage", c);
   GptConfig bad = c;
   bad.num_attention_heads = 7;
   expect_key({}, "Model.num_attention_heads", bad);

@@ -136,7 +136,7 @@ TEST(GptConfigTest, BadKeysAndValuesNameTheKeyAndTheirFile) {
       {{"Global.local_batch_size=null"}, "neither global_batch_size nor local_batch_size"},
       {{"Engine.accumulate_steps=2"}, "Engine.accumulate_steps: 2 must equal"},
       {{"Distributed.mp_degree=2"}, "Distributed.mp_degree: must be 1: FleetPS has no tensor"},
-      {{"Distributed.sharding.sharding_stage=3"}, "stage 3 (sharded parameters) is not supported"},
+      {{"Distributed.sharding.sharding_stage=4"}, "Distributed.sharding.sharding_stage"},
       {{"Distributed.sharding.sharding_offload=True"}, "sharding_offload: must be false"},
       {{"Model.sequence_parallel=True"}, "Model.sequence_parallel: must be false"},
       {{"Model.recompute_granularity=core_attn"}, "recompute_granularity: must be one of full"},

@@ -87,6 +87,8 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   updater_options.sharding.degree = static_cast<int>(config.distributed.sharding_degree);
   updater_options.sharding.stage = static_cast<int>(config.distributed.sharding_stage);
   updater_options.data_parallel = loop.data_parallel;
+  updater_options.data_parallel.measure_resident_bytes = options.measure_memory;
+  updater_options.param_units = task->model().ParamUnits();
   if (precision == Precision::kFp16 && compute.backend->device().is_cuda()) {
     LossScalerConfig scaler;
     scaler.init_scale = config.engine.mix_precision.scale_loss;
@@ -100,12 +102,15 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
                                         static_cast<int>(config.distributed.sharding_degree)},
                            collective, options.join_group));
   const DataParallelGroups groups = hybrid->groups();
-  loop.make_updater = [kernels, adamw, updater_options, first_lr, groups](
+  GptModel* model = &task->model();
+  loop.make_updater = [kernels, adamw, updater_options, first_lr, groups, model](
                           ParamArena* arena,
                           Collective*) -> Result<std::unique_ptr<GradientUpdater>> {
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdamWUpdater> updater,
                            ShardedAdamWUpdater::Create(groups, arena, kernels, adamw, first_lr,
                                                        updater_options, "gpt"));
+    // Stage 3: the model fetches its parameters through the updater.
+    model->set_param_hooks(updater->param_hooks());
     return std::unique_ptr<GradientUpdater>(std::move(updater));
   };
   const int64_t tokens_per_sample = task->seq_len();
@@ -114,7 +119,11 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   };
   loop.eval_line = GptEvalLine;
   loop.after_step = options.after_step;
-  FLEET_ASSIGN_OR_RETURN(TrainReport report, RunTrainLoop(loop, *task, collective, progress));
+  Result<TrainReport> trained = RunTrainLoop(loop, *task, collective, progress);
+  // The updater (and its hooks) is gone; the loop left every parameter in
+  // the arena.
+  model->set_param_hooks(nullptr);
+  FLEET_ASSIGN_OR_RETURN(TrainReport report, std::move(trained));
 
   // The Test part after training: every rank evaluates all test_iters
   // batches itself (the same number everywhere, no collective needed once

@@ -48,6 +48,10 @@ struct GptPretrainOptions {
   // Distributed.dp_degree and sharding_degree exceed 1 (parallel_groups.h;
   // programs: rank_setup.h RankGroupFactory). Unused otherwise.
   GroupFactory join_group;
+  // Measure the memory each rank holds for parameters, gradients and
+  // optimizer state (TrainReport::memory's measured_* fields; CPU only, a
+  // look at the page table per measurement). For tests and benchmarks.
+  bool measure_memory = false;
 };
 
 // Trains as described above. `collective` is this rank's group (null for

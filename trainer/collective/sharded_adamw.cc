@@ -144,8 +144,14 @@ Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
                      groups.replica ? groups.replica->size() : 0, " ranks)"),
         absl::StrCat(sharding.degree));
   }
-  if (sharding.degree > 1 && sharding.stage != 1 && sharding.stage != 2) {
-    return Status::InvalidArgument("sharding stage must be 1 or 2", absl::StrCat(sharding.stage));
+  if (sharding.degree > 1 && (sharding.stage < 1 || sharding.stage > 3)) {
+    return Status::InvalidArgument("sharding stage must be 1, 2 or 3",
+                                   absl::StrCat(sharding.stage));
+  }
+  const bool stage3 = sharding.degree > 1 && sharding.stage == 3;
+  if (stage3 && options.param_units.empty()) {
+    return Status::InvalidArgument(
+        "sharding stage 3 needs the model's parameter units (ShardedAdamWOptions::param_units)");
   }
   std::optional<DynamicLossScaler> scaler;
   if (options.loss_scaler) {
@@ -155,7 +161,9 @@ Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
   }
   DataParallelOptions dp_options = options.data_parallel;
   dp_options.shard_gradients = sharding.degree > 1;
-  dp_options.release_reduced_gradients = sharding.degree > 1 && sharding.stage == 2;
+  dp_options.release_reduced_gradients = sharding.degree > 1 && sharding.stage >= 2;
+  dp_options.shard_params = stage3;
+  if (stage3) dp_options.units = options.param_units;
   const DataParallelGroups dp_groups =
       sharding.degree > 1 ? groups : DataParallelGroups{groups.world, nullptr, nullptr};
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp,
@@ -227,14 +235,19 @@ Status ShardedAdamWUpdater::Step(float lr) {
     }
   }
   lr_ = lr;
-  float* params = arena_->params().data();
   const int64_t t = step() + 1;
   for (const GradPiece& piece : dp_->pieces()) {
-    rule_.Update(kernels_, params + piece.begin, grads + piece.offset, m_.get() + piece.offset,
+    // Stage 3 keeps its pieces of the parameters beside the gradients'.
+    float* params = dp_->shards_params() ? dp_->shard_params() + piece.offset
+                                         : arena_->params().data() + piece.begin;
+    rule_.Update(kernels_, params, grads + piece.offset, m_.get() + piece.offset,
                  v_.get() + piece.offset, piece.begin, piece.end, t, lr, scale * clip);
   }
   FLEET_RETURN_IF_ERROR(dp_->GatherParams());
   params_file_->Step();
+  if (dp_->measures_resident()) {
+    measured_between_steps_ = std::max(measured_between_steps_, dp_->ResidentBytesNow());
+  }
   return Status::OK();
 }
 
@@ -292,9 +305,12 @@ Status ShardedAdamWUpdater::Save(const std::filesystem::path& dir) {
   // their step, last: until it is renamed the previous checkpoint stands.
   Status state = writes_state() ? SaveState(dir) : Status::OK();
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, state, "saving the optimizer state"));
+  // Stage 3: rank 0 writes from a whole arena, which every rank helps gather.
+  FLEET_RETURN_IF_ERROR(dp_->GatherAllParams());
   Status params = dp_->rank() == 0
                       ? SaveCheckpoint((dir / (name_ + ".ckpt")).string(), *arena_, *params_file_)
                       : Status::OK();
+  dp_->ReleaseAllParams();
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, params, "saving the parameters"));
   if (writes_state()) RemoveOldState(dir);
   return Status::OK();
@@ -407,12 +423,15 @@ Status ShardedAdamWUpdater::Resume(const std::filesystem::path& dir) {
   FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(std::span<float>(&found, 1)));
   if (found == 0) {
     // A fresh run: every rank starts from rank 0's parameters.
-    return dp_->SyncFromRoot(nullptr);
+    FLEET_RETURN_IF_ERROR(dp_->SyncFromRoot(nullptr));
+    dp_->KeepOnlyShards();
+    return Status::OK();
   }
   const std::string params_path = (dir / (name_ + ".ckpt")).string();
   Status load = LoadCheckpoint(params_path, arena_, params_file_.get());
   if (load.ok()) load = LoadState(dir, params_file_->step());
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, load, "loading the checkpoint"));
+  dp_->KeepOnlyShards();
   LOG(INFO) << "resumed from " << params_path << " at step " << step();
   return Status::OK();
 }
@@ -423,9 +442,14 @@ UpdaterMemory ShardedAdamWUpdater::memory() const {
   UpdaterMemory memory;
   // Stage 2 on the CPU discards the full gradients after each reduction;
   // elsewhere they stay allocated beside the shard.
-  const bool discarded = sharded() && sharding_.stage == 2 && arena_->backend()->device().is_cpu();
+  const bool discarded = sharded() && sharding_.stage >= 2 && arena_->backend()->device().is_cpu();
   memory.gradient_bytes = discarded ? shard : full + shard;
   memory.optimizer_bytes = 2 * state_floats_ * sizeof(float);
+  memory.param_bytes = dp_->shards_params() ? shard : full;
+  if (dp_->measures_resident()) {
+    memory.measured_peak_bytes = dp_->resident_high_water() + memory.optimizer_bytes;
+    memory.measured_between_steps_bytes = measured_between_steps_ + memory.optimizer_bytes;
+  }
   return memory;
 }
 

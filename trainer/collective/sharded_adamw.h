@@ -14,6 +14,13 @@
 //            system), so between steps a rank holds 1/W of the gradients.
 //            With gradient accumulation the full gradients live until the
 //            last micro-batch's backward has reduced them.
+//   stage 3  as stage 2, one bucket per model unit, and the parameters too
+//            are kept as this rank's pieces only: the model acquires a
+//            unit's parameters through param_hooks() (all-gathered, the next
+//            unit prefetched) and releases them after use (DataParallel,
+//            "Sharded parameters"); the update writes the pieces and nothing
+//            is gathered after it. A checkpoint gathers the whole model for
+//            rank 0 to write (a transient full copy per rank).
 // Every stage computes the same update (up to the order of float sums):
 // global-norm clipping sums the squares of each rank's pieces and
 // all-reduces them; the mean over ranks is folded into the update's
@@ -52,6 +59,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "comm/collective.h"
 #include "comm/status.h"
@@ -69,7 +77,7 @@ struct ShardingOptions {
   // (the whole group), or a divisor between, with the sharding and
   // data-parallel groups given to Create (parallel_groups.h).
   int degree = 1;
-  // 1 or 2 when degree > 1 (see the top of this file); ignored when 1.
+  // 1, 2 or 3 when degree > 1 (see the top of this file); ignored when 1.
   int stage = 1;
 };
 
@@ -78,6 +86,8 @@ struct ShardedAdamWOptions {
   DataParallelOptions data_parallel;
   // Dynamic loss scaling (float16 training); none for float32 and bfloat16.
   std::optional<LossScalerConfig> loss_scaler;
+  // Stage 3: the model's parameter units (GptModel::ParamUnits), required.
+  std::vector<TensorRange> param_units;
 };
 
 class ShardedAdamWUpdater final : public GradientUpdater {
@@ -87,7 +97,8 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   // arena's device) are not owned and outlive this. `config` as validated
   // (AdamWConfig::Validate); `lr` is the learning rate until the first Step.
   // InvalidArgument for a degree that does not divide the world or does not
-  // match the groups, or a stage outside {1, 2}; DataParallel::Create's and
+  // match the groups, a stage outside {1, 2, 3} or stage 3 without
+  // param_units; DataParallel::Create's and
   // DynamicLossScaler::Create's errors. Allocates m and v for this rank's
   // pieces.
   static Result<std::unique_ptr<ShardedAdamWUpdater>> Create(const DataParallelGroups& groups,
@@ -108,6 +119,11 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   Status Save(const std::filesystem::path& dir) override;
   Status Resume(const std::filesystem::path& dir) override;
   UpdaterMemory memory() const override;
+  Status MaterializeParams() override { return dp_->GatherAllParams(); }
+
+  // What the model must call around its uses of parameters (stage 3; null
+  // otherwise). Valid while this updater lives.
+  ParamUseHooks* param_hooks() { return dp_->param_hooks(); }
 
   // The global gradient norm of the last Step (before clipping; 0 when
   // clipping is off).
@@ -146,6 +162,7 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   const std::unique_ptr<ParamsFileOptimizer> params_file_;
 
   float lr_;
+  size_t measured_between_steps_ = 0;
   double last_grad_norm_ = 0.0;
   std::optional<DynamicLossScaler> scaler_;
   int64_t skipped_steps_ = 0;

@@ -275,9 +275,6 @@ Status ParseDistributed(ConfigSection s, DistributedConfig* d, std::optional<int
   ConfigSection sh = s.Sub("sharding");
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_degree", &d->sharding_degree, 1));
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_stage", &d->sharding_stage, 1, 3));
-  if (d->sharding_stage == 3) {
-    return sh.Error("sharding_stage", "stage 3 (sharded parameters) is not supported; use 1 or 2");
-  }
   FLEET_RETURN_IF_ERROR(OffOnly(sh, "sharding_offload", "FleetPS does not offload to the host"));
   bool overlap = false;
   FLEET_RETURN_IF_ERROR(sh.Bool("reduce_overlap", &overlap));

@@ -13,8 +13,8 @@
 // FleetX keys that name Python objects or Paddle internals (Model.module,
 // Data.*.loader.collate_fn, mix_precision.custom_black_list, ...) are accepted
 // with any value so FleetX files load, and mean nothing here. FleetX features
-// FleetPS does not have (tensor/pipeline parallelism, sharding stage 3 or
-// offload, sequence parallelism, the Paddle profiler) are accepted only with
+// FleetPS does not have (tensor/pipeline parallelism, sharding offload,
+// sequence parallelism, the Paddle profiler) are accepted only with
 // their "off" value; anything else is refused with a message saying so.
 //
 // Thread safety: plain values.
@@ -254,17 +254,20 @@ struct DataConfig {
 struct DistributedConfig {
   // `Distributed.dp_degree`: default (empty) world size / sharding_degree.
   // Data-parallel replicas. When given, dp_degree x sharding_degree must
-  // equal the number of ranks.
+  // equal the number of ranks. With both degrees above 1, rank r is in
+  // sharding group r / sharding_degree at index r % sharding_degree
+  // (FleetX's order; trainer/collective/parallel_groups.h).
   int64_t dp_degree = 1;
   // `Distributed.sharding.sharding_degree`: default 1, >= 1. Ranks that
   // split the optimizer state (stage 1) and gradients (stage 2) among
   // themselves; they also read distinct data, like dp ranks.
   int64_t sharding_degree = 1;
-  // `Distributed.sharding.sharding_stage`: 1 or 2, default 1. Stage 1
+  // `Distributed.sharding.sharding_stage`: 1, 2 or 3, default 1. Stage 1
   // keeps 1/sharding_degree of the optimizer state per rank; stage 2 also
-  // keeps only the rank's shard of the gradients after reduce-scatter.
-  // Same result either way; stage 2 saves more memory. FleetX's stage 3 is
-  // refused.
+  // keeps only the rank's shard of the gradients after reduce-scatter;
+  // stage 3 also of the parameters, all-gathering each block's just before
+  // its forward and backward (1.5x stage 2's communication). Same result
+  // whichever; each stage saves more memory than the one before.
   int64_t sharding_stage = 1;
   // Accepted FleetX keys: mp_degree and pp_degree (1 only: no tensor or
   // pipeline parallelism), sharding.sharding_offload (false only),

@@ -1,5 +1,6 @@
 #include "trainer/models/gpt_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "trainer/adamw.h"
@@ -67,9 +68,9 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
     return Status::InvalidArgument("must be >= 1, got " + std::to_string(options.sharding_degree),
                                    "Distributed.sharding.sharding_degree");
   }
-  if (options.sharding_stage < 0 || options.sharding_stage > 2) {
+  if (options.sharding_stage < 0 || options.sharding_stage > 3) {
     return Status::InvalidArgument(
-        "must be 0, 1 or 2, got " + std::to_string(options.sharding_stage),
+        "must be 0, 1, 2 or 3, got " + std::to_string(options.sharding_stage),
         "Distributed.sharding.sharding_stage");
   }
   GptPlan plan;
@@ -88,6 +89,20 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   plan.param_bytes = compute_bytes * N;
   plan.grad_bytes = compute_bytes * (stage >= 2 ? shard : N);
   plan.optimizer_bytes = state_bytes * (stage >= 1 ? shard : N);
+  if (stage == 3) {
+    // The units held whole during a pass (see the header), from the table.
+    int64_t embeddings = 0, block = 0, lnf = 0;
+    ForEachGptTensor(config, [&](GptTensor kind, int layer, int64_t rows, int64_t cols) {
+      const int64_t n = rows * (cols ? cols : 1);
+      if (layer == 0) block += n;
+      if (layer < 0) (kind == GptTensor::kWte || kind == GptTensor::kWpe ? embeddings : lnf) += n;
+    });
+    const int64_t working = embeddings + lnf + 2 * block;
+    plan.param_bytes = compute_bytes * (shard + working);
+    plan.grad_bytes = compute_bytes * (shard + working);
+    const int64_t largest = std::max(embeddings, block);
+    plan.comm_buffer_bytes = 4 * ((largest + D - 1) / D) * D;
+  }
 
   const int64_t act_bytes = compute_bytes;
   const GptActivationLayout off = Layout(config, B, T, false, kernels);
@@ -98,8 +113,7 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   plan.activation_forward_bytes = act_bytes * static_cast<int64_t>(used.saved_floats());
   plan.activation_backward_bytes = act_bytes * static_cast<int64_t>(used.backward_floats());
   plan.activation_bytes = plan.activation_forward_bytes + plan.activation_backward_bytes;
-  plan.total_bytes =
-      plan.param_bytes + plan.grad_bytes + plan.optimizer_bytes + plan.activation_bytes;
+  plan.total_bytes = plan.model_state_bytes() + plan.activation_bytes;
 
   const double L = config.num_layers, C = config.hidden_size, F = config.ffn();
   const double matmul_params = static_cast<double>(N) - double(config.max_position_embeddings) * C;
@@ -120,6 +134,7 @@ std::string GptPlan::ToString() const {
       std::to_string(num_params) + " parameters; micro batch " + std::to_string(micro_batch_size) +
       " x " + std::to_string(seq_len) + " tokens\nper rank: parameters " + Bytes(param_bytes) +
       ", gradients " + Bytes(grad_bytes) + ", optimizer states " + Bytes(optimizer_bytes) +
+      (comm_buffer_bytes > 0 ? ", comm buffers " + Bytes(comm_buffer_bytes) : std::string()) +
       ", activations " + Bytes(activation_bytes) + " (forward " + Bytes(activation_forward_bytes) +
       " + backward " + Bytes(activation_backward_bytes) + "; recompute off " +
       Bytes(activation_bytes_no_recompute) + ", on " + Bytes(activation_bytes_recompute) +

@@ -12,6 +12,16 @@
 // Stage 1 divides the optimizer states by D, stage 2 also the gradients
 // (ZeRO, Rajbhandari et al. 2020, section 5: the steady state; an
 // implementation also holds a bucket of full gradients while reducing).
+// Stage 3 divides the parameters too, and adds what a pass holds whole
+// (DataParallel's "Sharded parameters"): the parameters of the embeddings
+// (wte is also the head, so they stay from forward to backward), ln_f, the
+// block computing and the block prefetched; the gradients of the
+// embeddings (wte's fill during the whole backward), ln_f, the block
+// computing and the one being reduced; and one float32 staging buffer of the
+// largest unit for the collectives (comm_buffer_bytes):
+//   parameters  c (N/D + E + Lf + 2 Bk)     c = 4 fp32, 2 bf16/fp16
+//   gradients   c (N/D + E + Lf + 2 Bk)     E, Lf, Bk: floats of the
+//   optimizer   s N/D                       embeddings, ln_f, one block
 //
 // Activations, per micro-batch of B x T tokens: the buffers of
 // GptActivationLayout, 4 bytes each in fp32 and 2 in bf16/fp16; with
@@ -56,7 +66,8 @@ struct GptPlanOptions {
   // Tokens per sequence; 0 = Model.max_position_embeddings.
   int seq_len = 0;
   // Distributed.sharding.sharding_degree (ranks sharing the states) and
-  // sharding_stage (0 none, 1 optimizer states, 2 also gradients).
+  // sharding_stage (0 none, 1 optimizer states, 2 also gradients, 3 also
+  // parameters).
   int sharding_degree = 1;
   int sharding_stage = 0;
   Precision precision = Precision::kFp32;
@@ -69,6 +80,8 @@ struct GptPlan {
   int64_t param_bytes = 0;
   int64_t grad_bytes = 0;
   int64_t optimizer_bytes = 0;
+  // Stage 3: the collectives' staging buffer (0 otherwise).
+  int64_t comm_buffer_bytes = 0;
   // Activations of one micro-batch with the config's use_recompute, split
   // into those kept from forward to backward and backward-only buffers; and
   // the totals with recompute off and on, for comparison.
@@ -77,7 +90,12 @@ struct GptPlan {
   int64_t activation_backward_bytes = 0;
   int64_t activation_bytes_no_recompute = 0;
   int64_t activation_bytes_recompute = 0;
-  int64_t total_bytes = 0;  // params + grads + optimizer + activations
+  int64_t total_bytes = 0;  // params + grads + optimizer + comm buffers + activations
+  // params + grads + optimizer + comm buffers: what DataParallel's
+  // measurement (measure_resident_bytes) and the moments compare with.
+  int64_t model_state_bytes() const {
+    return param_bytes + grad_bytes + optimizer_bytes + comm_buffer_bytes;
+  }
   // Model FLOPs per trained token and its two terms; recompute's extra.
   double flops_per_token = 0;
   double matmul_flops_per_token = 0;
@@ -90,7 +108,7 @@ struct GptPlan {
 
 // InvalidArgument naming the key for a bad config (GptConfig::Validate), a
 // micro batch < 1, seq_len outside [0, max_position_embeddings], degree < 1
-// or stage outside {0, 1, 2}. `kernels` (may be null, not kept) supplies the
+// or stage outside {0, 1, 2, 3}. `kernels` (may be null, not kept) supplies the
 // attention memory of the twin that will run.
 Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
                         const GptKernels* kernels = nullptr);
