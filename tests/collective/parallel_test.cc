@@ -159,6 +159,36 @@ TEST(ZeroStage3Test, TwoRanksMatchOneProcessResumeAndLoadElsewhere) {
               "stage 3 checkpoint on one process");
 }
 
+// Offload (sharding_offload): master weights and moments on the host
+// arena, updated by the CPU twin's own threads; same losses, exact resume.
+TEST(ZeroStage3Test, OffloadMatchesOneProcessAndResumes) {
+  std::vector<RankRun> one = Train(TinyJob(1, FreshDir("one")), 1);
+  std::vector<std::string> offload = Stage3(2);
+  offload.push_back("Distributed.sharding.sharding_offload=True");
+  std::vector<RankRun> whole = Train(TinyJob(2, FreshDir("whole"), offload), 2);
+  ExpectClose(MeanLosses(whole), AsDouble(one[0].report.step_losses), kLossRel,
+              "stage 3 + offload");
+  ExpectParamsClose(whole[0].report.params, one[0].report.params, "stage 3 + offload");
+  // Nothing of AdamW's on the device; master, m, v and gradients of half the
+  // parameters on the host.
+  const UpdaterMemory& m = whole[0].report.memory;
+  EXPECT_EQ(m.optimizer_bytes, 0u);
+  EXPECT_EQ(m.host_bytes, 4 * m.gradient_bytes);
+
+  const fs::path dir = FreshDir("cut");
+  std::vector<std::string> first = offload;
+  first.push_back("Engine.max_steps=10");
+  Train(TinyJob(2, dir, first), 2);
+  std::vector<RankRun> resumed = Train(TinyJob(2, dir, offload), 2);
+  ASSERT_EQ(resumed[0].report.start_step, 10);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<float>& all = whole[r].report.step_losses;
+    EXPECT_EQ(resumed[r].report.step_losses, std::vector<float>(all.begin() + 10, all.end()))
+        << "rank " << r;
+    EXPECT_EQ(resumed[r].report.params, whole[r].report.params) << "rank " << r;
+  }
+}
+
 // An 8-block model, 128 wide, so that the units held whole during a pass
 // and the pages straddling unit boundaries are a small part of the state.
 // The plan counts one block of gradients in flight that a shared-memory

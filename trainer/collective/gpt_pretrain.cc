@@ -89,6 +89,8 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   updater_options.data_parallel = loop.data_parallel;
   updater_options.data_parallel.measure_resident_bytes = options.measure_memory;
   updater_options.param_units = task->model().ParamUnits();
+  updater_options.offload = config.distributed.sharding_offload;
+  updater_options.offload_threads = options.cpu_threads;
   if (precision == Precision::kFp16 && compute.backend->device().is_cuda()) {
     LossScalerConfig scaler;
     scaler.init_scale = config.engine.mix_precision.scale_loss;

@@ -168,8 +168,18 @@ Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
       sharding.degree > 1 ? groups : DataParallelGroups{groups.world, nullptr, nullptr};
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp,
                          DataParallel::Create(dp_groups, arena, dp_options));
-  return std::unique_ptr<ShardedAdamWUpdater>(new ShardedAdamWUpdater(
-      arena, kernels, config, lr, sharding, std::move(dp), std::move(scaler), name));
+  GptCompute host;
+  if (options.offload) {
+    if (options.offload_threads < 1) {
+      return Status::InvalidArgument("offload needs at least 1 optimizer thread",
+                                     absl::StrCat(options.offload_threads));
+    }
+    FLEET_ASSIGN_OR_RETURN(host,
+                           CreateGptCompute("cpu", Precision::kFp32, options.offload_threads));
+  }
+  return std::unique_ptr<ShardedAdamWUpdater>(
+      new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp),
+                              std::move(scaler), name, std::move(host)));
 }
 
 ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
@@ -177,16 +187,19 @@ ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
                                          const ShardingOptions& sharding,
                                          std::unique_ptr<DataParallel> dp,
                                          std::optional<DynamicLossScaler> scaler,
-                                         const std::string& name)
+                                         const std::string& name, GptCompute host)
     : arena_(arena),
       kernels_(kernels),
       rule_(arena->table(), config),
       sharding_(sharding),
       dp_(std::move(dp)),
       name_(name),
+      host_(std::move(host)),
       state_floats_(dp_->sharded() ? dp_->shard_floats() : arena->size()),
-      m_(arena->backend()->AllocateFloats(state_floats_)),
-      v_(arena->backend()->AllocateFloats(state_floats_)),
+      m_(state_backend()->AllocateFloats(state_floats_)),
+      v_(state_backend()->AllocateFloats(state_floats_)),
+      master_(offloaded() ? state_backend()->AllocateFloats(state_floats_) : nullptr),
+      host_grads_(offloaded() ? state_backend()->AllocateFloats(state_floats_) : nullptr),
       params_file_(std::make_unique<ParamsFileOptimizer>(arena)),
       lr_(lr),
       scaler_(std::move(scaler)) {}
@@ -236,12 +249,25 @@ Status ShardedAdamWUpdater::Step(float lr) {
   }
   lr_ = lr;
   const int64_t t = step() + 1;
+  Backend* device = arena_->backend();
   for (const GradPiece& piece : dp_->pieces()) {
-    // Stage 3 keeps its pieces of the parameters beside the gradients'.
-    float* params = dp_->shards_params() ? dp_->shard_params() + piece.offset
-                                         : arena_->params().data() + piece.begin;
-    rule_.Update(kernels_, params, grads + piece.offset, m_.get() + piece.offset,
-                 v_.get() + piece.offset, piece.begin, piece.end, t, lr, scale * clip);
+    float* params = DeviceParams(piece);
+    float* m = m_.get() + piece.offset;
+    float* v = v_.get() + piece.offset;
+    if (!offloaded()) {
+      rule_.Update(kernels_, params, grads + piece.offset, m, v, piece.begin, piece.end, t, lr,
+                   scale * clip);
+      continue;
+    }
+    // Gradients to the host, the update into the master copy, the compute
+    // parameters back.
+    const size_t bytes = piece.size() * sizeof(float);
+    float* master = master_.get() + piece.offset;
+    float* host_grads = host_grads_.get() + piece.offset;
+    device->CopyToHost(host_grads, grads + piece.offset, bytes);
+    rule_.Update(host_.kernels.get(), master, host_grads, m, v, piece.begin, piece.end, t, lr,
+                 scale * clip);
+    device->CopyFromHost(params, master, bytes);
   }
   FLEET_RETURN_IF_ERROR(dp_->GatherParams());
   params_file_->Step();
@@ -249,6 +275,20 @@ Status ShardedAdamWUpdater::Step(float lr) {
     measured_between_steps_ = std::max(measured_between_steps_, dp_->ResidentBytesNow());
   }
   return Status::OK();
+}
+
+float* ShardedAdamWUpdater::DeviceParams(const GradPiece& piece) const {
+  // Stage 3 keeps its pieces of the parameters beside the gradients'.
+  return dp_->shards_params() ? dp_->shard_params() + piece.offset
+                              : arena_->params().data() + piece.begin;
+}
+
+void ShardedAdamWUpdater::InitMaster() {
+  if (!offloaded()) return;
+  for (const GradPiece& piece : dp_->pieces()) {
+    arena_->backend()->CopyToHost(master_.get() + piece.offset, DeviceParams(piece),
+                                  piece.size() * sizeof(float));
+  }
 }
 
 std::string ShardedAdamWUpdater::StateFileName(int64_t step, int rank, int files) const {
@@ -281,7 +321,7 @@ Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
   FLEET_RETURN_IF_ERROR(out->Append(header));
   FLEET_RETURN_IF_ERROR(out->Append(
       std::string_view(reinterpret_cast<const char*>(&header_crc), sizeof(header_crc))));
-  Backend* backend = arena_->backend();
+  Backend* backend = state_backend();
   std::vector<float> host;
   for (const GradPiece& piece : dp_->pieces()) {
     // m then v of the piece, then the checksum of both.
@@ -410,7 +450,7 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
           dir.string());
     }
   }
-  Backend* backend = arena_->backend();
+  Backend* backend = state_backend();
   backend->CopyFromHost(m_.get(), m.data(), m.size() * sizeof(float));
   backend->CopyFromHost(v_.get(), v.data(), v.size() * sizeof(float));
   return Status::OK();
@@ -425,6 +465,7 @@ Status ShardedAdamWUpdater::Resume(const std::filesystem::path& dir) {
     // A fresh run: every rank starts from rank 0's parameters.
     FLEET_RETURN_IF_ERROR(dp_->SyncFromRoot(nullptr));
     dp_->KeepOnlyShards();
+    InitMaster();
     return Status::OK();
   }
   const std::string params_path = (dir / (name_ + ".ckpt")).string();
@@ -432,6 +473,7 @@ Status ShardedAdamWUpdater::Resume(const std::filesystem::path& dir) {
   if (load.ok()) load = LoadState(dir, params_file_->step());
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, load, "loading the checkpoint"));
   dp_->KeepOnlyShards();
+  InitMaster();
   LOG(INFO) << "resumed from " << params_path << " at step " << step();
   return Status::OK();
 }
@@ -444,7 +486,9 @@ UpdaterMemory ShardedAdamWUpdater::memory() const {
   // elsewhere they stay allocated beside the shard.
   const bool discarded = sharded() && sharding_.stage >= 2 && arena_->backend()->device().is_cpu();
   memory.gradient_bytes = discarded ? shard : full + shard;
-  memory.optimizer_bytes = 2 * state_floats_ * sizeof(float);
+  // Offloaded moments are on the host, with the master weights and gradients.
+  memory.optimizer_bytes = offloaded() ? 0 : 2 * state_floats_ * sizeof(float);
+  memory.host_bytes = offloaded() ? 4 * state_floats_ * sizeof(float) : 0;
   memory.param_bytes = dp_->shards_params() ? shard : full;
   if (dp_->measures_resident()) {
     memory.measured_peak_bytes = dp_->resident_high_water() + memory.optimizer_bytes;

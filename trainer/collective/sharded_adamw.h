@@ -26,6 +26,16 @@
 // all-reduces them; the mean over ranks is folded into the update's
 // gradient scale.
 //
+// Offload (options.offload, FleetX's sharding_offload, DeepSpeed's
+// --cpu-optimizer): the fp32 master copy of this rank's pieces, m and v live
+// in a host arena (a CPU backend of their own), and the update runs there on
+// the CPU twin's kernels with their own offload_threads: each piece's reduced
+// gradients are copied to the host, updated into the master copy, and the
+// master copied back as the compute parameters (the arena's pieces, or stage
+// 3's shard). On CPU ranks the same code runs, host to host. The updates run
+// after the last bucket's reduction (global-norm clipping needs every
+// gradient first); they do not overlap backward.
+//
 // float16 (options.loss_scaler set): the losses are scaled by a
 // DynamicLossScaler (trainer/loss_scaler.h) whose overflow check reuses the
 // clipping's sum of squares (so every rank decides alike); an overflowing
@@ -67,6 +77,7 @@
 #include "trainer/collective/updater.h"
 #include "trainer/data_parallel.h"
 #include "trainer/kernels/gpt_kernels.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/param_arena.h"
 
@@ -88,6 +99,11 @@ struct ShardedAdamWOptions {
   std::optional<LossScalerConfig> loss_scaler;
   // Stage 3: the model's parameter units (GptModel::ParamUnits), required.
   std::vector<TensorRange> param_units;
+  // Master weights and moments on the host, updated by offload_threads CPU
+  // threads (see the top of this file). Frees 12 bytes per parameter of the
+  // rank's share from the device; costs two copies of the share per step.
+  bool offload = false;
+  int offload_threads = 1;
 };
 
 class ShardedAdamWUpdater final : public GradientUpdater {
@@ -135,7 +151,15 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   class ParamsFileOptimizer;
   ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels, const AdamWConfig& config, float lr,
                       const ShardingOptions& sharding, std::unique_ptr<DataParallel> dp,
-                      std::optional<DynamicLossScaler> scaler, const std::string& name);
+                      std::optional<DynamicLossScaler> scaler, const std::string& name,
+                      GptCompute host);
+  bool offloaded() const { return host_.kernels != nullptr; }
+  // Where m and v live: the host arena when offloaded, else the arena's device.
+  Backend* state_backend() const { return offloaded() ? host_.backend.get() : arena_->backend(); }
+  // The compute parameters of a piece: the arena's, or stage 3's shard.
+  float* DeviceParams(const GradPiece& piece) const;
+  // Offload: the master copy takes the compute parameters (after a resume).
+  void InitMaster();
   std::string StateFileName(int64_t step, int rank, int files) const;
   Status SaveState(const std::filesystem::path& dir) const;
   // Reads the moments of this rank's pieces from the state files of `step`.
@@ -156,8 +180,11 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   const ShardingOptions sharding_;
   const std::unique_ptr<DataParallel> dp_;
   const std::string name_;
+  GptCompute host_;            // offload: the host arena's backend and CPU kernels
   const size_t state_floats_;  // m and v each: this rank's pieces (or the arena)
   std::shared_ptr<float> m_, v_;
+  // Offload, on the host: fp32 master parameters and the reduced gradients.
+  std::shared_ptr<float> master_, host_grads_;
   // The params file's optimizer: name "adamw", the step, no state buffers.
   const std::unique_ptr<ParamsFileOptimizer> params_file_;
 

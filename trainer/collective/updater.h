@@ -38,6 +38,7 @@ struct UpdaterMemory {
   size_t gradient_bytes = 0;   // gradients kept (full, or this rank's shard)
   size_t optimizer_bytes = 0;  // optimizer state (moments)
   size_t param_bytes = 0;      // parameters kept (full, or this rank's shard at stage 3)
+  size_t host_bytes = 0;       // offload: master weights, moments and gradients on the host
   // Measured where the updater can (ShardedAdamWUpdater with
   // DataParallelOptions::measure_resident_bytes; 0 otherwise): the most
   // bytes of parameters, gradients and optimizer state this rank held during

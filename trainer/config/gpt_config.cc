@@ -275,7 +275,7 @@ Status ParseDistributed(ConfigSection s, DistributedConfig* d, std::optional<int
   ConfigSection sh = s.Sub("sharding");
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_degree", &d->sharding_degree, 1));
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_stage", &d->sharding_stage, 1, 3));
-  FLEET_RETURN_IF_ERROR(OffOnly(sh, "sharding_offload", "FleetPS does not offload to the host"));
+  FLEET_RETURN_IF_ERROR(sh.Bool("sharding_offload", &d->sharding_offload));
   bool overlap = false;
   FLEET_RETURN_IF_ERROR(sh.Bool("reduce_overlap", &overlap));
   FLEET_RETURN_IF_ERROR(sh.Bool("broadcast_overlap", &overlap));

@@ -13,8 +13,7 @@
 // FleetX keys that name Python objects or Paddle internals (Model.module,
 // Data.*.loader.collate_fn, mix_precision.custom_black_list, ...) are accepted
 // with any value so FleetX files load, and mean nothing here. FleetX features
-// FleetPS does not have (tensor/pipeline parallelism, sharding offload,
-// sequence parallelism, the Paddle profiler) are accepted only with
+// FleetPS does not have (tensor/pipeline parallelism, sequence parallelism, the Paddle profiler) are accepted only with
 // their "off" value; anything else is refused with a message saying so.
 //
 // Thread safety: plain values.
@@ -269,9 +268,14 @@ struct DistributedConfig {
   // its forward and backward (1.5x stage 2's communication). Same result
   // whichever; each stage saves more memory than the one before.
   int64_t sharding_stage = 1;
+  // `Distributed.sharding.sharding_offload`: default false. Keep the fp32
+  // master weights and AdamW's moments on the host and update them there on
+  // CPU threads (trainer/collective/sharded_adamw.h, "Offload"): frees 12
+  // bytes per parameter of the rank's share from the device for two copies
+  // of the share per step. For models whose state does not fit the device.
+  bool sharding_offload = false;
   // Accepted FleetX keys: mp_degree and pp_degree (1 only: no tensor or
-  // pipeline parallelism), sharding.sharding_offload (false only),
-  // sharding.reduce_overlap and sharding.broadcast_overlap (communication
+  // pipeline parallelism), sharding.reduce_overlap and sharding.broadcast_overlap (communication
   // is always overlapped where the loop can).
 };
 
