@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -228,6 +229,49 @@ TEST(ZeroStage3Test, MeasuredMemoryFollowsThePlan) {
     std::cout << "rank " << r << ": stage 3 peak " << m.measured_peak_bytes << " B (plan "
               << plan->model_state_bytes() << "), between steps " << m.measured_between_steps_bytes
               << " B; stage 0 between steps " << stage0 << " B" << std::endl;
+  }
+}
+
+// The shipped plans of the seed setups: 10B on 8 GPUs (ZeRO-3 + offload)
+// and 100B on 8 x 8 (mp 8, ZeRO-3 + offload) fit a 32 GiB V100 per rank,
+// with the host memory and traffic the dry run prints; training refuses
+// tensor parallelism with the key named.
+TEST(SeedPlansTest, TenAndHundredBillionFitTheirGpus) {
+  const EnvLookup no_env = [](const std::string&) { return std::optional<std::string>(); };
+  struct Want {
+    const char* file;
+    int ranks, mp;
+    double params_billions;
+  };
+  for (const Want& want :
+       {Want{"configs/gpt/pretrain_gpt_10B_zero3_offload.yaml", 8, 1, 10.28},
+        Want{"configs/gpt/pretrain_gpt_100B_mp8_zero3_offload.yaml", 64, 8, 96.87}}) {
+    SCOPED_TRACE(want.file);
+    auto config = config::LoadGptJobConfig(data::testing::SourcePath(want.file), {}, 0);
+    ASSERT_TRUE(config.ok()) << config.status().ToString();
+    const config::DistributedConfig& d = config->distributed;
+    EXPECT_EQ(d.dp_degree * d.sharding_degree * d.mp_degree, want.ranks);
+    const GptPlanOptions options = GptPlanOptionsFor(*config, no_env);
+    EXPECT_EQ(options.ranks_per_node, 8);
+    EXPECT_EQ(options.sharding_stage, 3);
+    EXPECT_TRUE(options.offload);
+    auto plan = PlanGpt(config->model, options);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_NEAR(plan->num_params / 1e9, want.params_billions, 0.01);
+    EXPECT_NEAR(double(plan->rank_params) / plan->num_params, 1.0 / want.mp, 0.01);
+    EXPECT_EQ(plan->optimizer_bytes, 0);
+    EXPECT_LT(plan->total_bytes, int64_t{32} << 30) << plan->ToString();
+    EXPECT_GT(plan->host_bytes_per_node, int64_t{100} << 30);
+    EXPECT_GT(plan->sharding_comm_bytes, 0);
+    EXPECT_EQ(plan->mp_comm_bytes > 0, want.mp > 1);
+    std::cout << plan->ToString() << std::endl;
+    if (want.mp > 1) {
+      auto refused = RunGptPretrain(*config, nullptr, {}, nullptr);
+      ASSERT_FALSE(refused.ok());
+      EXPECT_TRUE(refused.status().IsInvalidArgument());
+      EXPECT_NE(refused.status().ToString().find("Distributed.mp_degree"), std::string::npos)
+          << refused.status().ToString();
+    }
   }
 }
 

@@ -1,10 +1,13 @@
 #include "trainer/collective/gpt_pretrain.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "comm/thread_pool.h"
@@ -29,6 +32,27 @@ std::string GptTrainLine(const ProgressWindow& w, int64_t tokens_per_sample) {
       ips_total / std::max(w.world_size, 1), w.learning_rate);
 }
 
+GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLookup& env) {
+  const config::DistributedConfig& d = config.distributed;
+  GptPlanOptions o;
+  o.micro_batch_size = static_cast<int>(config.global.micro_batch_size);
+  o.seq_len = static_cast<int>(config.data.train.dataset.max_seq_len);
+  o.sharding_degree = static_cast<int>(d.sharding_degree);
+  o.sharding_stage = d.sharding_degree > 1 ? static_cast<int>(d.sharding_stage) : 0;
+  o.precision = config.engine.mix_precision.precision;
+  o.mp_degree = static_cast<int>(d.mp_degree);
+  o.dp_degree = static_cast<int>(d.dp_degree);
+  o.offload = d.sharding_offload;
+  o.accumulate_steps = static_cast<int>(config.engine.accumulate_steps);
+  const int64_t world = d.dp_degree * d.sharding_degree * d.mp_degree;
+  int per_node = 0;
+  if (std::optional<std::string> n = env("FLEET_NPROC_PER_NODE")) {
+    if (!absl::SimpleAtoi(*n, &per_node)) per_node = 0;
+  }
+  o.ranks_per_node = per_node > 0 ? per_node : static_cast<int>(std::min<int64_t>(world, 8));
+  return o;
+}
+
 std::string GptEvalLine(const EvalWindow& w) {
   return absl::StrFormat("[eval] epoch: %d, step: %d, loss: %.6f, ppl: %.4f, eval_cost: %.2f sec",
                          w.epoch, w.step, w.metric, std::exp(w.metric), w.seconds);
@@ -37,6 +61,12 @@ std::string GptEvalLine(const EvalWindow& w) {
 Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
                                    const GptPretrainOptions& options, std::ostream* progress) {
   const int world = collective ? collective->size() : 1;
+  if (config.distributed.mp_degree > 1) {
+    return Status::InvalidArgument(
+        absl::StrCat("tensor parallelism (mp_degree ", config.distributed.mp_degree,
+                     ") is planned only (Engine.dry_run); training needs mp_degree 1"),
+        "Distributed.mp_degree");
+  }
   if (config.data_world_size() != world) {
     return Status::InvalidArgument(
         absl::StrCat("the config's dp_degree x sharding_degree is ", config.data_world_size(),

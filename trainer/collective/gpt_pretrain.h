@@ -23,11 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/cluster.h"
 #include "comm/collective.h"
 #include "comm/status.h"
 #include "trainer/collective/parallel_groups.h"
 #include "trainer/collective/train_loop.h"
 #include "trainer/config/gpt_config.h"
+#include "trainer/models/gpt_plan.h"
 
 namespace fleet::trainer::collective {
 
@@ -63,6 +65,12 @@ struct GptPretrainOptions {
 // Global.device gpu in a build or on a machine without CUDA.
 Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
                                    const GptPretrainOptions& options, std::ostream* progress);
+
+// The dry-run plan's options for `config` (Engine.dry_run): its batch,
+// sequence, degrees, stage, offload and precision; ranks per node from
+// FLEET_NPROC_PER_NODE (fleetrun sets it), else the job's ranks up to 8 (a
+// GPU node).
+GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLookup& env);
 
 // The FleetX-style lines above, for a run of `tokens_per_sample` tokens a
 // sample.

@@ -13,7 +13,7 @@
 // FleetX keys that name Python objects or Paddle internals (Model.module,
 // Data.*.loader.collate_fn, mix_precision.custom_black_list, ...) are accepted
 // with any value so FleetX files load, and mean nothing here. FleetX features
-// FleetPS does not have (tensor/pipeline parallelism, sequence parallelism, the Paddle profiler) are accepted only with
+// FleetPS does not have (pipeline parallelism, sequence parallelism, the Paddle profiler) are accepted only with
 // their "off" value; anything else is refused with a message saying so.
 //
 // Thread safety: plain values.
@@ -274,8 +274,14 @@ struct DistributedConfig {
   // bytes per parameter of the rank's share from the device for two copies
   // of the share per step. For models whose state does not fit the device.
   bool sharding_offload = false;
-  // Accepted FleetX keys: mp_degree and pp_degree (1 only: no tensor or
-  // pipeline parallelism), sharding.reduce_overlap and sharding.broadcast_overlap (communication
+  // `Distributed.mp_degree`: default 1. Megatron tensor parallelism's
+  // degree. Planned only: a dry run (Engine.dry_run) sizes a job with it
+  // (parameters, activations and communication split as Megatron splits
+  // them); training refuses a degree above 1. Ranks = dp_degree x
+  // sharding_degree x mp_degree.
+  int64_t mp_degree = 1;
+  // Accepted FleetX keys: pp_degree (1 only: no pipeline parallelism),
+  // sharding.reduce_overlap and sharding.broadcast_overlap (communication
   // is always overlapped where the loop can).
 };
 
@@ -322,7 +328,8 @@ struct GptJobConfig {
 // key and resolves the derived values: dp_degree, the three batch sizes,
 // accumulate_steps, test_iters.
 // `world_size` is the number of ranks of the job; 0 means "as the config
-// says" (dp_degree, or 1 when it is empty, times sharding_degree), which is
+// says" (dp_degree, or 1 when it is empty, times sharding_degree and
+// mp_degree), which is
 // what a dry run of a big config uses on a small machine.
 // Errors: NotFound (the file or a base), InvalidArgument naming the key and
 // its file for unknown keys, wrong types, out-of-range values and

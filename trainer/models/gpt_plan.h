@@ -23,6 +23,29 @@
 //   gradients   c (N/D + E + Lf + 2 Bk)     E, Lf, Bk: floats of the
 //   optimizer   s N/D                       embeddings, ln_f, one block
 //
+// Tensor parallelism (mp_degree M, planned only): N above is then what one
+// rank of the M holds, Megatron's split (wte by vocabulary rows; QKV and the
+// first MLP matrix by output, the two projections by input; LayerNorms, wpe
+// and the projections' biases whole), and the activations Megatron splits
+// (QKV, attention, its output, the MLP hidden layer, the logits, and their
+// gradients) are divided by M.
+//
+// Offload (options.offload): the optimizer states leave the device; the
+// host holds 16 bytes per parameter of each rank's share (fp32 master, m,
+// v, the gradients' copy), times ranks_per_node per node; each step copies
+// the share's gradients down and its parameters up (host_copy_bytes).
+//
+// Communication per step and rank (ring algorithms: all-reduce moves
+// 2 (n-1)/n of its buffer, all-gather and reduce-scatter (n-1)/n), with k
+// micro-batches per step:
+//   sharding  (1 + g) (D-1)/D c N    g = 1 (stages 1, 2: one gather after the
+//                                    update), 2k (stage 3: before every
+//                                    forward and backward); one
+//                                    reduce-scatter a step
+//   dp        2 (P-1)/P c share      the share's gradients, P = dp_degree
+//   mp        k (L (4 + 2 r) + 2) 2 (M-1)/M c B T C   Megatron's all-reduces,
+//                                    r = 1 with recompute
+//
 // Activations, per micro-batch of B x T tokens: the buffers of
 // GptActivationLayout, 4 bytes each in fp32 and 2 in bf16/fp16; with
 // recompute one block's worth instead of L (plus the residual stream).
@@ -71,10 +94,19 @@ struct GptPlanOptions {
   int sharding_degree = 1;
   int sharding_stage = 0;
   Precision precision = Precision::kFp32;
+  // Distributed.mp_degree (must divide the heads), dp_degree,
+  // sharding_offload; Engine.accumulate_steps; ranks on one node (host
+  // memory per node).
+  int mp_degree = 1;
+  int dp_degree = 1;
+  bool offload = false;
+  int accumulate_steps = 1;
+  int ranks_per_node = 1;
 };
 
 struct GptPlan {
   int64_t num_params = 0;
+  int64_t rank_params = 0;  // of one tensor-parallel rank (num_params when mp 1)
   int64_t micro_batch_size = 0, seq_len = 0;
   // Bytes per rank.
   int64_t param_bytes = 0;
@@ -82,6 +114,16 @@ struct GptPlan {
   int64_t optimizer_bytes = 0;
   // Stage 3: the collectives' staging buffer (0 otherwise).
   int64_t comm_buffer_bytes = 0;
+  // Offload: host memory of a node's ranks, and the bytes each rank copies
+  // between device and host per step.
+  int64_t host_bytes_per_node = 0;
+  int64_t host_copy_bytes = 0;
+  // Bytes each rank sends per step, by group.
+  int64_t sharding_comm_bytes = 0;
+  int64_t dp_comm_bytes = 0;
+  int64_t mp_comm_bytes = 0;
+  // The options planned for (for ToString).
+  GptPlanOptions options;
   // Activations of one micro-batch with the config's use_recompute, split
   // into those kept from forward to backward and backward-only buffers; and
   // the totals with recompute off and on, for comparison.
@@ -108,8 +150,8 @@ struct GptPlan {
 
 // InvalidArgument naming the key for a bad config (GptConfig::Validate), a
 // micro batch < 1, seq_len outside [0, max_position_embeddings], degree < 1
-// or stage outside {0, 1, 2, 3}. `kernels` (may be null, not kept) supplies the
-// attention memory of the twin that will run.
+// stage outside {0, 1, 2, 3}, or an mp_degree that does not divide the heads. `kernels` (may be
+// null, not kept) supplies the attention memory of the twin that will run.
 Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
                         const GptKernels* kernels = nullptr);
 
