@@ -546,10 +546,19 @@ void DataParallel::EnqueueBucket(size_t b) {
 }
 
 Status DataParallel::ReduceBucket(size_t b) {
-  if (shard_) return ReduceScatterBucket(b);
   const GradBucket& bucket = buckets_[b];
-  return collective_->AllReduce(arena_->grads().data() + bucket.begin, bucket.end - bucket.begin,
-                                ReduceOp::kMean);
+  FLEET_RETURN_IF_ERROR(shard_
+                            ? ReduceScatterBucket(b)
+                            : collective_->AllReduce(arena_->grads().data() + bucket.begin,
+                                                     bucket.end - bucket.begin, ReduceOp::kMean));
+  if (on_bucket_reduced_) on_bucket_reduced_(b);
+  return Status::OK();
+}
+
+GradPiece DataParallel::ReducedPiece(size_t b) const {
+  if (shard_) return pieces_[b];
+  // All-reduce mode: the bucket itself, in the arena's gradients.
+  return GradPiece{buckets_[b].begin, buckets_[b].end, buckets_[b].begin};
 }
 
 void DataParallel::MarkReady(size_t first, size_t end) {

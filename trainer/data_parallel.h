@@ -240,6 +240,17 @@ class DataParallel final : public ParamUseHooks {
   Status SumOverShards(std::span<float> values);
   // Floats of the shard buffer (0 in all-reduce mode).
   size_t shard_floats() const { return shard_floats_; }
+  // What bucket b's reduction leaves in reduced_grads(): this rank's piece
+  // (sharded), or the bucket's range of the arena.
+  GradPiece ReducedPiece(size_t b) const;
+  // Calls fn(b) after each bucket's reduction, on the thread that ran it
+  // (the communication thread, or the caller's inside grad_ready and
+  // FinishGradients), once ReducedPiece(b) is final. Not with one process
+  // (nothing is reduced). fn must not call this object. Set it before the
+  // first step.
+  void set_on_bucket_reduced(std::function<void(size_t bucket)> fn) {
+    on_bucket_reduced_ = std::move(fn);
+  }
   // Zeroes the arena's gradients before a step's first backward, except
   // buckets already discarded after their reduction (stage 2).
   void ZeroGrad();
@@ -358,6 +369,7 @@ class DataParallel final : public ParamUseHooks {
   // thread during FinishGradients and by GatherParams, never at once.
   std::shared_ptr<float> staging_;
   std::vector<bool> discarded_;  // stage 2: bucket's gradients discarded since its reduction
+  std::function<void(size_t)> on_bucket_reduced_;    // may be empty
   std::vector<std::string> gather_what_;             // stage 3: each bucket's gather task, named
   std::shared_ptr<float> shard_params_;              // stage 3: [shard_floats_]
   std::unique_ptr<std::atomic<int>[]> param_state_;  // stage 3: ParamState per bucket

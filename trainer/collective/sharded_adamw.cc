@@ -202,7 +202,18 @@ ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
       host_grads_(offloaded() ? state_backend()->AllocateFloats(state_floats_) : nullptr),
       params_file_(std::make_unique<ParamsFileOptimizer>(arena)),
       lr_(lr),
-      scaler_(std::move(scaler)) {}
+      scaler_(std::move(scaler)) {
+  if (offloaded()) {
+    // Each bucket's reduced gradients go to the host as soon as they are
+    // final, on the thread that reduced them, while backward goes on.
+    dp_->set_on_bucket_reduced([this](size_t b) {
+      const GradPiece piece = dp_->ReducedPiece(b);
+      arena_->backend()->CopyToHost(host_grads_.get() + piece.offset,
+                                    dp_->reduced_grads() + piece.offset,
+                                    piece.size() * sizeof(float));
+    });
+  }
+}
 
 ShardedAdamWUpdater::~ShardedAdamWUpdater() = default;
 
@@ -259,12 +270,13 @@ Status ShardedAdamWUpdater::Step(float lr) {
                    scale * clip);
       continue;
     }
-    // Gradients to the host, the update into the master copy, the compute
+    // The gradients reached the host as their buckets were reduced (one
+    // process: now); the update goes into the master copy, the compute
     // parameters back.
     const size_t bytes = piece.size() * sizeof(float);
     float* master = master_.get() + piece.offset;
     float* host_grads = host_grads_.get() + piece.offset;
-    device->CopyToHost(host_grads, grads + piece.offset, bytes);
+    if (dp_->world_size() == 1) device->CopyToHost(host_grads, grads + piece.offset, bytes);
     rule_.Update(host_.kernels.get(), master, host_grads, m, v, piece.begin, piece.end, t, lr,
                  scale * clip);
     device->CopyFromHost(params, master, bytes);

@@ -32,9 +32,10 @@
 // the CPU twin's kernels with their own offload_threads: each piece's reduced
 // gradients are copied to the host, updated into the master copy, and the
 // master copied back as the compute parameters (the arena's pieces, or stage
-// 3's shard). On CPU ranks the same code runs, host to host. The updates run
-// after the last bucket's reduction (global-norm clipping needs every
-// gradient first); they do not overlap backward.
+// 3's shard). On CPU ranks the same code runs, host to host. Each bucket's
+// gradients are copied to the host as soon as it is reduced (on the thread
+// that reduced it, overlapping backward); the updates run after the last
+// bucket's reduction, since global-norm clipping needs every gradient.
 //
 // float16 (options.loss_scaler set): the losses are scaled by a
 // DynamicLossScaler (trainer/loss_scaler.h) whose overflow check reuses the
