@@ -205,10 +205,10 @@ std::string GptPlan::ToString() const {
                        std::to_string(o.sharding_stage) + ") x dp " + std::to_string(o.dp_degree) +
                        (o.offload ? ", optimizer offloaded" : "");
   std::string out =
-      std::to_string(num_params) + " parameters (" + std::to_string(rank_params) +
-      " per tensor-parallel rank); " + layout + "; micro batch " +
-      std::to_string(micro_batch_size) + " x " + std::to_string(seq_len) + " tokens, " +
-      std::to_string(o.accumulate_steps) + " per step\nper rank: parameters " + Bytes(param_bytes) +
+      std::to_string(num_params) + " parameters; micro batch " + std::to_string(micro_batch_size) +
+      " x " + std::to_string(seq_len) + " tokens, " + std::to_string(o.accumulate_steps) +
+      " per step; " + layout + " (" + std::to_string(rank_params) +
+      " parameters per tensor-parallel rank)\nper rank: parameters " + Bytes(param_bytes) +
       ", gradients " + Bytes(grad_bytes) + ", optimizer states " + Bytes(optimizer_bytes) +
       (comm_buffer_bytes > 0 ? ", comm buffers " + Bytes(comm_buffer_bytes) : std::string()) +
       ", activations " + Bytes(activation_bytes) + " (forward " + Bytes(activation_forward_bytes) +
