@@ -246,8 +246,8 @@ class DataParallel final : public ParamUseHooks {
   // Calls fn(b) after each bucket's reduction, on the thread that ran it
   // (the communication thread, or the caller's inside grad_ready and
   // FinishGradients), once ReducedPiece(b) is final. Not with one process
-  // (nothing is reduced). fn must not call this object. Set it before the
-  // first step.
+  // (nothing is reduced). fn may use this object's const accessors, no
+  // other method. Set it before the first step.
   void set_on_bucket_reduced(std::function<void(size_t bucket)> fn) {
     on_bucket_reduced_ = std::move(fn);
   }
