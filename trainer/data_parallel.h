@@ -26,6 +26,29 @@
 // the system and read as zeros), so between steps a rank holds only its
 // pieces; ZeroGrad() then leaves those buckets alone.
 //
+// Hybrid degrees (DataParallelGroups). With a sharding group of S ranks
+// inside a world of W = D x S, the pieces are cut S ways and reduce-scattered
+// over the sharding group; the D ranks holding the same piece (the
+// data-parallel, or replica, group) then all-reduce it, so each piece holds
+// the sum over all W ranks. Parameters are all-gathered over the sharding
+// group only; metric sums and SyncFromRoot span the world. Which rank sits
+// in which group is the caller's (trainer/collective/parallel_groups.h).
+//
+// Sharded parameters (ZeRO stage 3, options.shard_params). Buckets are then
+// exactly the model's parameter units (options.units, e.g. GptModel's
+// embeddings, blocks and ln_f), and a rank keeps only its pieces of the
+// parameters, in shard_params() beside shard_grads(); the optimizer updates
+// them there and GatherParams does nothing. The model reaches the rest
+// through param_hooks() (trainer/param_hooks.h): Acquire all-gathers a
+// unit's parameters into its range of the arena (and starts the gather of
+// the unit named next, on the communication thread where there is one, so it
+// overlaps the current unit's compute), Release discards that range again
+// (Backend::Discard). Gradients are reduce-scattered per unit as backward
+// finishes it and then discarded, as in stage 2. So between steps a rank
+// holds its pieces only, and during a pass its pieces plus the units
+// acquired (at most: the embeddings, ln_f, the unit computing and the one
+// prefetched) and the gradients of the units not yet reduced.
+//
 // Buckets. The arena's tensors are grouped, from the LAST tensor of the
 // table backwards (the order backward finishes them), into contiguous
 // ranges of whole tensors holding at least bucket_bytes each (the last
@@ -55,6 +78,7 @@
 // hang.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -73,6 +97,7 @@
 #include "comm/status.h"
 #include "trainer/optimizer.h"
 #include "trainer/param_arena.h"
+#include "trainer/param_hooks.h"
 
 namespace fleet::trainer {
 
@@ -100,6 +125,27 @@ struct DataParallelOptions {
   // (ZeRO stage 2). Costs nothing on the CPU (the pages are zero-filled again
   // by the kernel when backward next writes them).
   bool release_reduced_gradients = false;
+  // With shard_gradients and release_reduced_gradients: keep only this
+  // rank's pieces of the parameters (ZeRO stage 3, see the top of this
+  // file). `units` must then be the model's parameter units, consecutive
+  // and covering the table.
+  bool shard_params = false;
+  std::vector<TensorRange> units;
+  // Measure what this rank holds for parameters and gradients
+  // (ResidentBytesNow) whenever a unit is acquired or a bucket's gradients
+  // are complete, keeping the largest (resident_high_water). CPU memory
+  // only. Costs a look at the arena's page table (mincore) per measurement.
+  bool measure_resident_bytes = false;
+};
+
+// The groups a DataParallel reduces over (none owned). `world`: every rank
+// (null: a single process). `shard`: the ranks that split each bucket in
+// sharded mode (null: the world). `replica`: the ranks holding the same piece
+// (null: none besides this one). world size = shard size x replica size.
+struct DataParallelGroups {
+  Collective* world = nullptr;
+  Collective* shard = nullptr;
+  Collective* replica = nullptr;
 };
 
 // This rank's piece of one bucket in sharded mode: arena floats [begin,
@@ -122,7 +168,7 @@ struct GradBucket {
   size_t end = 0;
 };
 
-class DataParallel {
+class DataParallel final : public ParamUseHooks {
  public:
   // `collective` may be null for a single process (every operation is then
   // local and immediate); otherwise it must outlive this object, as must
@@ -131,15 +177,28 @@ class DataParallel {
   // when collective is non-null.
   static Result<std::unique_ptr<DataParallel>> Create(Collective* collective, ParamArena* arena,
                                                       const DataParallelOptions& options);
+  // As above over hybrid groups (see the top of this file); the groups must
+  // outlive this object. InvalidArgument also when the world's size is not
+  // the shard group's times the replica group's.
+  static Result<std::unique_ptr<DataParallel>> Create(const DataParallelGroups& groups,
+                                                      ParamArena* arena,
+                                                      const DataParallelOptions& options);
   // Stops the communication thread. If it is inside a collective call (after
   // a failure or timeout) this blocks until that call ends, i.e. at most the
   // Collective's timeout.
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }
+  // This rank's place in the sharding group and its size (1 when not
+  // sharded), and the replica group's size.
+  int shard_rank() const { return shard_rank_; }
+  int shard_size() const { return shard_size_; }
+  int replica_size() const { return world_ / shard_size_; }
+  // Rank within the replica group (0 when there is none).
+  int replica_rank() const { return replica_rank_; }
   const std::vector<GradBucket>& buckets() const { return buckets_; }
 
   // Makes this rank's params equal to rank 0's. When `optimizer` is not null
@@ -175,19 +234,64 @@ class DataParallel {
   const std::vector<GradPiece>& pieces() const { return pieces_; }
   float* reduced_grads() const;
   float reduced_grads_scale() const { return shard_ ? 1.0f / static_cast<float>(world_) : 1.0f; }
+  // In place: values become their sum over the sharding group (over every
+  // piece once; the world in all-reduce mode has one piece, and this is a
+  // no-op). For sums over the pieces, e.g. the clipping norm's squares.
+  Status SumOverShards(std::span<float> values);
   // Floats of the shard buffer (0 in all-reduce mode).
   size_t shard_floats() const { return shard_floats_; }
+  // What bucket b's reduction leaves in reduced_grads(): this rank's piece
+  // (sharded), or the bucket's range of the arena.
+  GradPiece ReducedPiece(size_t b) const;
+  // Calls fn(b) after each bucket's reduction, on the thread that ran it
+  // (the communication thread, or the caller's inside grad_ready and
+  // FinishGradients), once ReducedPiece(b) is final. Not with one process
+  // (nothing is reduced). fn may use this object's const accessors, no
+  // other method. Set it before the first step.
+  void set_on_bucket_reduced(std::function<void(size_t bucket)> fn) {
+    on_bucket_reduced_ = std::move(fn);
+  }
   // Zeroes the arena's gradients before a step's first backward, except
   // buckets already discarded after their reduction (stage 2).
   void ZeroGrad();
   // Sharded mode: after the caller updated the parameters of its pieces,
   // every rank's parameters become the union of all ranks' pieces. Blocks
-  // for one all-gather per bucket. A no-op in all-reduce mode.
+  // for one all-gather per bucket. A no-op in all-reduce mode and in stage 3.
   Status GatherParams();
 
+  // ---- stage 3 (options.shard_params) ----
+  bool shards_params() const { return shard_params_ != nullptr; }
+  // What the model calls around each use of a unit's parameters (this
+  // object); null unless the parameters are sharded.
+  ParamUseHooks* param_hooks() { return shards_params() ? this : nullptr; }
+  // This rank's pieces of the parameters, at pieces()[b].offset like the
+  // gradients. REQUIRES: shards_params().
+  float* shard_params() const { return shard_params_.get(); }
+  // After the arena received whole parameters (initialised, synced from rank
+  // 0, loaded): keeps this rank's pieces and discards the arena's parameters
+  // and gradients. REQUIRES: no unit acquired, no operation pending.
+  void KeepOnlyShards();
+  // Every unit's parameters in the arena (for a checkpoint or the final
+  // parameters), until ReleaseAllParams. Blocks for the all-gathers; their
+  // errors.
+  Status GatherAllParams();
+  void ReleaseAllParams();
+  void Acquire(TensorRange unit, TensorRange next) override;
+  void Release(TensorRange unit) override;
+
+  // Bytes this rank holds now for parameters and gradients: the arena's
+  // resident pages (mincore) plus the shard and staging buffers (whole).
+  size_t ResidentBytesNow() const;
+  // The largest ResidentBytesNow measured (options.measure_resident_bytes;
+  // 0 otherwise).
+  size_t resident_high_water() const { return resident_high_water_; }
+  bool measures_resident() const { return options_.measure_resident_bytes; }
+
  private:
-  DataParallel(Collective* collective, ParamArena* arena, const DataParallelOptions& options,
-               std::vector<GradBucket> buckets);
+  DataParallel(const DataParallelGroups& groups, ParamArena* arena,
+               const DataParallelOptions& options, std::vector<GradBucket> buckets);
+  // All-reduce (sum) of `values` over `group` on the communication thread.
+  Status SumOver(Collective* group, std::span<float> values, const char* over);
 
   // One collective operation. A gradient bucket's reduction is only its
   // index (run by ReduceBucket, named by bucket_what_), so the per-step
@@ -195,9 +299,14 @@ class DataParallel {
   static constexpr size_t kNoBucket = ~size_t{0};
   struct Task {
     size_t bucket = kNoBucket;
-    std::string what;  // when no bucket: "broadcast of 118282 parameters from rank 0"
+    bool gather = false;  // with a bucket: its parameters' all-gather (stage 3)
+    std::string what;     // when no bucket: "broadcast of 118282 parameters from rank 0"
     std::function<Status()> run;
   };
+  // Stage 3: where a bucket's parameters are. Written by the caller
+  // (kReleased -> kGathering, kResident -> kReleased) and by whoever runs the
+  // gather (kGathering -> kResident).
+  enum ParamState : int { kReleased = 0, kGathering = 1, kResident = 2 };
 
   // Queues a task for the communication thread, or runs it now when there
   // is none. REQUIRES: a collective.
@@ -224,6 +333,16 @@ class DataParallel {
   Status ReduceScatterBucket(size_t b);
   // Bucket b's reduction: reduce-scatter (sharded) or all-reduce to the mean.
   Status ReduceBucket(size_t b);
+  // All-gather of bucket b's parameters into the arena, this rank's piece
+  // taken from `piece` (sharded mode).
+  Status AllGatherBucket(size_t b, const float* piece);
+  // Stage 3: the gather task of bucket b; queues it unless b is in the arena
+  // or on its way; waits until it is there (or the helper broke).
+  Status GatherTask(size_t b);
+  void StartGather(size_t b);
+  void WaitGathered(size_t b);
+  size_t BucketOfUnit(TensorRange unit) const;
+  void MeasureResident();
 
   // Fixed after construction.
   Collective* const collective_;  // null: single process
@@ -231,6 +350,13 @@ class DataParallel {
   const DataParallelOptions options_;
   const int rank_;
   const int world_;
+  // Sharded mode: the group that splits each bucket and the one that
+  // all-reduces the pieces (null when the sharding group is the world).
+  Collective* const shard_group_;
+  Collective* const replica_group_;
+  const int shard_rank_;
+  const int shard_size_;
+  const int replica_rank_;
   const std::vector<GradBucket> buckets_;
   std::vector<size_t> bucket_of_tensor_;  // table index -> bucket index
   std::vector<std::string> bucket_what_;  // each bucket's reduction task, named
@@ -243,6 +369,13 @@ class DataParallel {
   // thread during FinishGradients and by GatherParams, never at once.
   std::shared_ptr<float> staging_;
   std::vector<bool> discarded_;  // stage 2: bucket's gradients discarded since its reduction
+  std::function<void(size_t)> on_bucket_reduced_;    // may be empty
+  std::vector<std::string> gather_what_;             // stage 3: each bucket's gather task, named
+  std::shared_ptr<float> shard_params_;              // stage 3: [shard_floats_]
+  std::unique_ptr<std::atomic<int>[]> param_state_;  // stage 3: ParamState per bucket
+  mutable std::vector<unsigned char> page_flags_;    // mincore's output, sized once
+  size_t staging_floats_ = 0;
+  size_t resident_high_water_ = 0;
 
   // Used only by the caller's thread.
   std::vector<size_t> ready_in_bucket_;  // tensors of each bucket reported this step
@@ -253,9 +386,9 @@ class DataParallel {
   std::condition_variable work_cv_;  // tasks queued or stopping
   std::condition_variable idle_cv_;  // a task finished
   std::deque<Task> queue_;
-  size_t pending_ = 0;       // queued or running
-  std::string running_;      // what the communication thread is doing now
-  Status first_error_;       // sticky; OK while usable
+  size_t pending_ = 0;   // queued or running
+  std::string running_;  // what the communication thread is doing now
+  Status first_error_;   // sticky; OK while usable
   bool stop_ = false;
 
   std::thread comm_thread_;  // last: starts after every member above exists

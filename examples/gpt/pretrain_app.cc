@@ -41,17 +41,6 @@ int Fail(std::ostream& err, const ClusterSpec& spec, const Status& st, int code)
   return code;
 }
 
-trainer::GptPlanOptions PlanOptions(const trainer::config::GptJobConfig& config) {
-  trainer::GptPlanOptions o;
-  o.micro_batch_size = static_cast<int>(config.global.micro_batch_size);
-  o.seq_len = static_cast<int>(config.data.train.dataset.max_seq_len);
-  o.sharding_degree = static_cast<int>(config.distributed.sharding_degree);
-  o.sharding_stage =
-      config.distributed.sharding_degree > 1 ? static_cast<int>(config.distributed.sharding_stage) : 0;
-  o.precision = config.engine.mix_precision.precision;
-  return o;
-}
-
 }  // namespace
 
 int GptPretrainMain(const std::string& program, std::vector<std::string> args, std::ostream& out,
@@ -95,7 +84,7 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
       config_args->config, config_args->overrides, /*world_size=*/0);
   if (!dry.ok()) return Fail(err, spec, dry.status(), kExitUsage);
   if (dry->engine.dry_run) {
-    Result<trainer::GptPlan> plan = trainer::PlanGpt(dry->model, PlanOptions(*dry));
+    Result<trainer::GptPlan> plan = trainer::PlanGpt(dry->model, trainer::collective::GptPlanOptionsFor(*dry, env));
     if (!plan.ok()) return Fail(err, spec, plan.status(), kExitUsage);
     if (spec.rank == 0) out << plan->ToString() << std::endl;
     return 0;
@@ -138,6 +127,7 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   options.gpu_device = device->ToString();
   options.cpu_threads = *threads;
   options.collective_timeout = group.timeout;
+  options.join_group = trainer::collective::RankGroupFactory(spec, *device, group);
   Result<trainer::collective::TrainReport> report = trainer::collective::RunGptPretrain(
       *config, collective->get(), options, spec.rank == 0 ? &out : nullptr);
   if (!report.ok()) return Fail(err, spec, report.status(), kExitFailed);

@@ -16,124 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "tests/comm/collective_test_util.h"
-#include "tests/trainer_data/test_util.h"
+#include "tests/collective/gpt_run_util.h"
 #include "trainer/config/gpt_config.h"
 
 namespace fleet::trainer::collective {
 namespace {
 
-using config::GptJobConfig;
-using std::chrono::milliseconds;
-namespace fs = std::filesystem;
-
-// A fresh directory for one test's checkpoints.
-fs::path FreshDir(const std::string& name) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir = fs::path(::testing::TempDir()) /
-                 (std::string("gpt_pretrain_test.") + info->name() + "." + name + "." +
-                  std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-// A 2-layer, 64-wide GPT on the fortunes (byte vocabulary, 32 tokens),
-// global batch 8 in micro-batches of 2: 20 steps take a second or two.
-GptJobConfig TinyJob(int world, const fs::path& output_dir, std::vector<std::string> extra = {}) {
-  const std::string cache = (fs::path(::testing::TempDir()) / "gpt_pretrain_test_tokens").string();
-  std::vector<std::string> overrides = {
-      "Model.num_layers=2",
-      "Model.hidden_size=64",
-      "Model.num_attention_heads=2",
-      "Model.ffn_hidden_size=256",
-      "Model.max_position_embeddings=32",
-      "Data.Train.dataset.max_seq_len=32",
-      "Data.Eval.dataset.max_seq_len=32",
-      "Data.Train.dataset.cache_dir=" + cache,
-      "Data.Eval.dataset.cache_dir=" + cache,
-      "Global.global_batch_size=8",
-      "Global.micro_batch_size=2",
-      "Engine.max_steps=20",
-      "Engine.logging_freq=5",
-      "Engine.eval_freq=10",
-      "Engine.eval_iters=2",
-      "Engine.save_load.output_dir=" + output_dir.string(),
-      "Engine.save_load.save_steps=10",
-      "Optimizer.lr.decay_steps=20",
-      "Optimizer.lr.max_lr=3.0e-3",
-  };
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  auto config = config::LoadGptJobConfig(
-      data::testing::SourcePath("configs/gpt/pretrain_gpt_tiny.yaml"), overrides, world);
-  if (!config.ok()) throw std::runtime_error(config.status().ToString());
-  return *std::move(config);
-}
-
-struct RankRun {
-  TrainReport report;
-  std::string log;
-};
-
-// Trains `config` on `world` ranks (threads; one process without a group
-// for 1) and returns each rank's report and log.
-std::vector<RankRun> Train(const GptJobConfig& config, int world) {
-  std::vector<RankRun> runs(world);
-  auto body = [&](int rank, Collective* group) {
-    std::ostringstream log;
-    auto report = RunGptPretrain(config, group, GptPretrainOptions{}, &log);
-    testing::ThrowIfError(report.status(), "rank " + std::to_string(rank));
-    runs[rank] = RankRun{*std::move(report), log.str()};
-  };
-  if (world == 1) {
-    body(0, nullptr);
-  } else {
-    testing::RunGlooRanks(world, milliseconds(30000),
-                          [&](int rank, Collective& group) { body(rank, &group); });
-  }
-  return runs;
-}
-
-// The loss of each step over all ranks: the mean of the ranks' losses (each
-// the mean over its samples; every rank has as many).
-std::vector<double> MeanLosses(const std::vector<RankRun>& runs) {
-  std::vector<double> mean(runs[0].report.step_losses.size(), 0.0);
-  for (const RankRun& run : runs) {
-    EXPECT_EQ(run.report.step_losses.size(), mean.size());
-    for (size_t i = 0; i < mean.size(); ++i) mean[i] += run.report.step_losses[i] / runs.size();
-  }
-  return mean;
-}
-
-void ExpectClose(const std::vector<double>& got, const std::vector<double>& want, double rel,
-                 const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    EXPECT_NEAR(got[i], want[i], rel * std::abs(want[i])) << what << ", step " << i + 1;
-  }
-}
-
-// Parameters within 1e-5 + 1e-3 |want| (Adam turns the last-bit differences
-// of near-zero gradients into steps of up to lr, so nearly untrained
-// parameters get an absolute bound).
-void ExpectParamsClose(const std::vector<float>& got, const std::vector<float>& want,
-                       const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t worst = 0;
-  double worst_excess = -1.0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double excess =
-        std::abs(double{got[i]} - want[i]) - (1e-5 + 1e-3 * std::abs(double{want[i]}));
-    if (excess > worst_excess) {
-      worst_excess = excess;
-      worst = i;
-    }
-  }
-  EXPECT_LE(worst_excess, 0.0) << what << ": worst parameter " << worst << " " << got[worst]
-                               << " vs " << want[worst];
-}
-
-std::vector<double> AsDouble(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+using namespace testing_gpt;  // NOLINT: the helpers are this test's vocabulary
 
 TEST(GptPretrainTest, TwoRanksDataParallelAndShardedMatchOneRank) {
   const fs::path dir = FreshDir("ref");
@@ -144,10 +33,10 @@ TEST(GptPretrainTest, TwoRanksDataParallelAndShardedMatchOneRank) {
 
   const std::map<std::string, std::vector<std::string>> cases = {
       {"data parallel", {}},
-      {"sharding stage 1", {"Distributed.sharding.sharding_degree=2",
-                            "Distributed.sharding.sharding_stage=1"}},
-      {"sharding stage 2", {"Distributed.sharding.sharding_degree=2",
-                            "Distributed.sharding.sharding_stage=2"}},
+      {"sharding stage 1",
+       {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1"}},
+      {"sharding stage 2",
+       {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2"}},
       // Micro-batches of 4: one per step, no accumulation.
       {"sharding stage 2, no accumulation",
        {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2",
@@ -248,9 +137,9 @@ TEST(GptPretrainTest, LogLinesAreFleetXs) {
   std::vector<RankRun> runs = Train(TinyJob(1, FreshDir("log")), 1);
   const std::string& log = runs[0].log;
   for (const char* field :
-       {"[train] epoch: 0, step: 5, loss: ", "avg_reader_cost: ", "avg_batch_cost: ",
-        "speed: ", "ips_total: ", "ips: ", "learning rate: ", "[eval] epoch: 0, step: 10, loss: ",
-        "ppl: ", "[eval] epoch: 0, step: 20, loss: "}) {
+       {"[train] epoch: 0, step: 5, loss: ", "avg_reader_cost: ", "avg_batch_cost: ", "speed: ",
+        "ips_total: ", "ips: ", "learning rate: ", "[eval] epoch: 0, step: 10, loss: ", "ppl: ",
+        "[eval] epoch: 0, step: 20, loss: "}) {
     EXPECT_NE(log.find(field), std::string::npos) << "no '" << field << "' in\n" << log;
   }
   EXPECT_EQ(runs[0].report.eval_steps, (std::vector<int64_t>{10, 20}));
@@ -261,13 +150,13 @@ TEST(GptPretrainTest, LogLinesAreFleetXs) {
 
 TEST(GptPretrainTest, TestPartIsEvaluatedAfterTraining) {
   const std::string cache = (fs::path(::testing::TempDir()) / "gpt_pretrain_test_tokens").string();
-  std::vector<RankRun> runs = Train(
-      TinyJob(1, FreshDir("test"),
-              {"Data.Test.dataset.name=TextDataset", "Data.Test.dataset.tokenizer=byte",
-               "Data.Test.dataset.text_format=percent", "Data.Test.dataset.max_seq_len=32",
-               "Data.Test.dataset.split=[90, 5, 5]", "Data.Test.dataset.cache_dir=" + cache,
-               "Engine.test_iters=3"}),
-      1);
+  std::vector<RankRun> runs =
+      Train(TinyJob(1, FreshDir("test"),
+                    {"Data.Test.dataset.name=TextDataset", "Data.Test.dataset.tokenizer=byte",
+                     "Data.Test.dataset.text_format=percent", "Data.Test.dataset.max_seq_len=32",
+                     "Data.Test.dataset.split=[90, 5, 5]", "Data.Test.dataset.cache_dir=" + cache,
+                     "Engine.test_iters=3"}),
+            1);
   ASSERT_TRUE(runs[0].report.test_metric.has_value()) << runs[0].log;
   EXPECT_GT(*runs[0].report.test_metric, 0.5);
   EXPECT_LT(*runs[0].report.test_metric, 5.0);
@@ -279,8 +168,8 @@ TEST(GptPretrainTest, CheckpointOfAnotherShapeIsRefusedAndKept) {
   Train(TinyJob(1, dir, {"Engine.max_steps=2"}), 1);
   const auto size_before = fs::file_size(dir / "gpt.ckpt");
   const auto time_before = fs::last_write_time(dir / "gpt.ckpt");
-  auto report = RunGptPretrain(TinyJob(1, dir, {"Model.ffn_hidden_size=128"}), nullptr, {},
-                               nullptr);
+  auto report =
+      RunGptPretrain(TinyJob(1, dir, {"Model.ffn_hidden_size=128"}), nullptr, {}, nullptr);
   ASSERT_FALSE(report.ok());
   EXPECT_EQ(report.status().code(), StatusCode::kFailedPrecondition) << report.status().ToString();
   EXPECT_NE(report.status().ToString().find("mlp.fc.weight"), std::string::npos)

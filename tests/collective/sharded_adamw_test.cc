@@ -50,7 +50,7 @@ std::unique_ptr<ShardedAdamWUpdater> MakeUpdater(Fixture& f, const ShardedAdamWO
   AdamWConfig config;
   config.clip_norm = 0.5f;
   auto updater =
-      ShardedAdamWUpdater::Create(nullptr, &f.arena, &f.kernels, config, 1e-2f, options, "m");
+      ShardedAdamWUpdater::Create({}, &f.arena, &f.kernels, config, 1e-2f, options, "m");
   EXPECT_TRUE(updater.ok()) << updater.status().ToString();
   return *std::move(updater);
 }

@@ -28,7 +28,7 @@ struct Model {
   std::unique_ptr<collective::ShardedAdamWUpdater> updater;
   Model()
       : arena(ParamArena::Create({{"w", Shape{{8, 16}}}, {"b", Shape{{16}}}}, &backend).value()) {
-    updater = collective::ShardedAdamWUpdater::Create(nullptr, &arena, &kernels, AdamWConfig{},
+    updater = collective::ShardedAdamWUpdater::Create({}, &arena, &kernels, AdamWConfig{},
                                                       1e-2f, {}, "m")
                   .value();
   }

@@ -1,13 +1,14 @@
 // Parameter counts against the published GPT-2 / GPT-3 / FleetX figures, and
 // the dry-run plan's memory and FLOPs formulas (nothing is allocated: the
 // 175B plan below would not fit in this machine's memory).
-#include <string>
+#include "trainer/models/gpt_plan.h"
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "tests/trainer/test_util.h"
 #include "trainer/models/gpt.h"
-#include "trainer/models/gpt_plan.h"
 
 namespace fleet::trainer {
 namespace {
@@ -78,6 +79,18 @@ TEST(GptPlan, MemoryPerRankBySharding) {
   EXPECT_EQ(s2.grad_bytes, 2 * shard);
   EXPECT_EQ(s2.optimizer_bytes, 12 * shard);
   EXPECT_LT(s2.total_bytes, s1.total_bytes);
+  // Stage 3: shards of everything, plus the units a pass holds whole: the
+  // embeddings (V C + maxT C), ln_f (2 C), two blocks (12 C^2 + 13 C each),
+  // and a float32 staging buffer of the largest unit (the embeddings).
+  const GptPlan s3 = plan(Precision::kFp16, 8, 3);
+  const int64_t embeddings = (50257 + 1024) * 768, block = 12 * 768 * 768 + 13 * 768;
+  const int64_t working = embeddings + 2 * 768 + 2 * block;
+  EXPECT_EQ(s3.param_bytes, 2 * (shard + working));
+  EXPECT_EQ(s3.grad_bytes, 2 * (shard + working));
+  EXPECT_EQ(s3.optimizer_bytes, 12 * shard);
+  EXPECT_EQ(s3.comm_buffer_bytes, 4 * ((embeddings + 7) / 8) * 8);
+  EXPECT_LT(s3.param_bytes, s2.param_bytes);
+  EXPECT_EQ(s3.total_bytes, s3.model_state_bytes() + s3.activation_bytes);
   EXPECT_LT(s1.total_bytes, plan(Precision::kBf16, 8, 0).total_bytes);
   EXPECT_EQ(fp32.total_bytes,
             fp32.param_bytes + fp32.grad_bytes + fp32.optimizer_bytes + fp32.activation_bytes);
@@ -123,6 +136,52 @@ TEST(GptPlan, PlansHugeModelsWithoutAllocating) {
   EXPECT_NE(text.find("recompute adds"), std::string::npos) << text;
 }
 
+// Tensor parallelism splits as Megatron does; offload moves the optimizer
+// to the host; the communication per step follows the header's formulas.
+TEST(GptPlan, TensorParallelOffloadAndCommunication) {
+  const GptConfig c = Config(64, 16, 32, 2, 4);  // V 64, maxT 16, C 32, L 2, 4 heads
+  const int64_t N = GptParamCount(c);
+  auto one = PlanGpt(c, {.micro_batch_size = 2, .seq_len = 8});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->rank_params, N);
+  EXPECT_EQ(one->sharding_comm_bytes + one->dp_comm_bytes + one->mp_comm_bytes, 0);
+  // mp 2: wte 64x32/2, wpe 16x32 whole; per block LayerNorms 4x32 and the
+  // projections' biases 2x32 whole, qkv (96x32 + 96)/2, proj 32x32/2,
+  // fc (128x32 + 128)/2, fc proj 32x128/2; ln_f 2x32.
+  const int64_t block =
+      4 * 32 + 2 * 32 + (96 * 32 + 96) / 2 + 32 * 32 / 2 + (128 * 32 + 128) / 2 + 32 * 128 / 2;
+  const int64_t rank_params = 64 * 32 / 2 + 16 * 32 + 2 * block + 2 * 32;
+  auto plan = PlanGpt(c, {.micro_batch_size = 2,
+                          .seq_len = 8,
+                          .sharding_degree = 4,
+                          .sharding_stage = 3,
+                          .mp_degree = 2,
+                          .dp_degree = 2,
+                          .offload = true,
+                          .ranks_per_node = 8});
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->num_params, N);
+  EXPECT_EQ(plan->rank_params, rank_params);
+  const int64_t shard = (rank_params + 3) / 4;
+  EXPECT_EQ(plan->optimizer_bytes, 0);
+  EXPECT_EQ(plan->host_bytes_per_node, 8 * 16 * shard);
+  EXPECT_EQ(plan->host_copy_bytes, 2 * 4 * shard);
+  // Stage 3: a reduce-scatter and two all-gathers of the rank's parameters
+  // over 4; the share all-reduced over dp 2; (2 blocks x 4 + 2) all-reduces
+  // of [2 x 8, 32] over mp 2.
+  EXPECT_EQ(plan->sharding_comm_bytes, static_cast<int64_t>(3 * 0.75 * rank_params * 4));
+  EXPECT_EQ(plan->dp_comm_bytes, static_cast<int64_t>(2 * 0.5 * shard * 4));
+  EXPECT_EQ(plan->mp_comm_bytes, static_cast<int64_t>((2 * 4 + 2) * 2 * 0.5 * 16 * 32 * 4));
+  EXPECT_LT(plan->activation_bytes, one->activation_bytes);
+  const std::string text = plan->ToString();
+  for (const char* part : {"host per node (8 ranks)", "communication per step per rank",
+                           "tensor parallel", "optimizer offloaded"}) {
+    EXPECT_NE(text.find(part), std::string::npos) << part << " not in " << text;
+  }
+  EXPECT_TRUE(testing::IsInvalidArgumentNaming(PlanGpt(c, {.mp_degree = 3}).status(),
+                                               "Distributed.mp_degree"));
+}
+
 TEST(GptPlan, RejectsBadOptionsNamingTheKey) {
   const GptConfig c = Config(50257, 1024, 768, 12, 12);
   auto expect_key = [&](GptPlanOptions o, const std::string& key, GptConfig cfg) {
@@ -131,7 +190,7 @@ TEST(GptPlan, RejectsBadOptionsNamingTheKey) {
   expect_key({.micro_batch_size = 0}, "Global.micro_batch_size", c);
   expect_key({.seq_len = 1025}, "Data.seq_len", c);
   expect_key({.sharding_degree = 0}, "Distributed.sharding.sharding_degree", c);
-  expect_key({.sharding_stage = 3}, "Distributed.sharding.sharding_stage", c);
+  expect_key({.sharding_stage = 4}, "Distributed.sharding.sharding_stage", c);
   GptConfig bad = c;
   bad.num_attention_heads = 7;
   expect_key({}, "Model.num_attention_heads", bad);

@@ -1,10 +1,13 @@
 #include "trainer/collective/gpt_pretrain.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "comm/thread_pool.h"
@@ -29,6 +32,27 @@ std::string GptTrainLine(const ProgressWindow& w, int64_t tokens_per_sample) {
       ips_total / std::max(w.world_size, 1), w.learning_rate);
 }
 
+GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLookup& env) {
+  const config::DistributedConfig& d = config.distributed;
+  GptPlanOptions o;
+  o.micro_batch_size = static_cast<int>(config.global.micro_batch_size);
+  o.seq_len = static_cast<int>(config.data.train.dataset.max_seq_len);
+  o.sharding_degree = static_cast<int>(d.sharding_degree);
+  o.sharding_stage = d.sharding_degree > 1 ? static_cast<int>(d.sharding_stage) : 0;
+  o.precision = config.engine.mix_precision.precision;
+  o.mp_degree = static_cast<int>(d.mp_degree);
+  o.dp_degree = static_cast<int>(d.dp_degree);
+  o.offload = d.sharding_offload;
+  o.accumulate_steps = static_cast<int>(config.engine.accumulate_steps);
+  const int64_t world = d.dp_degree * d.sharding_degree * d.mp_degree;
+  int per_node = 0;
+  if (std::optional<std::string> n = env("FLEET_NPROC_PER_NODE")) {
+    if (!absl::SimpleAtoi(*n, &per_node)) per_node = 0;
+  }
+  o.ranks_per_node = per_node > 0 ? per_node : static_cast<int>(std::min<int64_t>(world, 8));
+  return o;
+}
+
 std::string GptEvalLine(const EvalWindow& w) {
   return absl::StrFormat("[eval] epoch: %d, step: %d, loss: %.6f, ppl: %.4f, eval_cost: %.2f sec",
                          w.epoch, w.step, w.metric, std::exp(w.metric), w.seconds);
@@ -37,6 +61,12 @@ std::string GptEvalLine(const EvalWindow& w) {
 Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
                                    const GptPretrainOptions& options, std::ostream* progress) {
   const int world = collective ? collective->size() : 1;
+  if (config.distributed.mp_degree > 1) {
+    return Status::InvalidArgument(
+        absl::StrCat("tensor parallelism (mp_degree ", config.distributed.mp_degree,
+                     ") is planned only (Engine.dry_run); training needs mp_degree 1"),
+        "Distributed.mp_degree");
+  }
   if (config.data_world_size() != world) {
     return Status::InvalidArgument(
         absl::StrCat("the config's dp_degree x sharding_degree is ", config.data_world_size(),
@@ -60,8 +90,8 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   task_options.eval_iters = config.engine.eval_iters;
   task_options.eval_batch = static_cast<int>(config.global.micro_batch_size);
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptTask> task,
-                         GptTask::Create(config.model, compute.backend.get(), kernels, std::move(train),
-                                         std::move(eval), task_options));
+                         GptTask::Create(config.model, compute.backend.get(), kernels,
+                                         std::move(train), std::move(eval), task_options));
 
   const CosineLrSchedule schedule(config.lr);
   const config::SaveLoadConfig& save = config.engine.save_load;
@@ -73,10 +103,10 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   loop.max_steps = config.engine.max_steps;
   loop.log_every_steps = static_cast<int>(config.engine.logging_freq);
   loop.evaluate = false;  // FleetX evaluates by step (eval_freq), not per epoch
-  loop.eval_every_steps = task->num_train_samples() > 0 && config.engine.eval_freq > 0 &&
-                                  config.data.eval.present
-                              ? config.engine.eval_freq
-                              : 0;
+  loop.eval_every_steps =
+      task->num_train_samples() > 0 && config.engine.eval_freq > 0 && config.data.eval.present
+          ? config.engine.eval_freq
+          : 0;
   loop.checkpoint_dir = save.output_dir;
   loop.resume_dir = save.ckpt_dir;
   loop.checkpoint_every_steps = save.save_steps.value_or(0);
@@ -87,18 +117,32 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   updater_options.sharding.degree = static_cast<int>(config.distributed.sharding_degree);
   updater_options.sharding.stage = static_cast<int>(config.distributed.sharding_stage);
   updater_options.data_parallel = loop.data_parallel;
+  updater_options.data_parallel.measure_resident_bytes = options.measure_memory;
+  updater_options.param_units = task->model().ParamUnits();
+  updater_options.offload = config.distributed.sharding_offload;
+  updater_options.offload_threads = options.cpu_threads;
   if (precision == Precision::kFp16 && compute.backend->device().is_cuda()) {
     LossScalerConfig scaler;
     scaler.init_scale = config.engine.mix_precision.scale_loss;
     updater_options.loss_scaler = scaler;
   }
   const float first_lr = schedule.At(0);
-  loop.make_updater = [kernels, adamw, updater_options, first_lr](
+  // Outlive the loop's updater, which reduces over them.
+  FLEET_ASSIGN_OR_RETURN(
+      std::unique_ptr<HybridGroups> hybrid,
+      HybridGroups::Create(HybridLayout{static_cast<int>(config.distributed.dp_degree),
+                                        static_cast<int>(config.distributed.sharding_degree)},
+                           collective, options.join_group));
+  const DataParallelGroups groups = hybrid->groups();
+  GptModel* model = &task->model();
+  loop.make_updater = [kernels, adamw, updater_options, first_lr, groups, model](
                           ParamArena* arena,
-                          Collective* group) -> Result<std::unique_ptr<GradientUpdater>> {
+                          Collective*) -> Result<std::unique_ptr<GradientUpdater>> {
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdamWUpdater> updater,
-                           ShardedAdamWUpdater::Create(group, arena, kernels, adamw, first_lr,
+                           ShardedAdamWUpdater::Create(groups, arena, kernels, adamw, first_lr,
                                                        updater_options, "gpt"));
+    // Stage 3: the model fetches its parameters through the updater.
+    model->set_param_hooks(updater->param_hooks());
     return std::unique_ptr<GradientUpdater>(std::move(updater));
   };
   const int64_t tokens_per_sample = task->seq_len();
@@ -107,7 +151,11 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   };
   loop.eval_line = GptEvalLine;
   loop.after_step = options.after_step;
-  FLEET_ASSIGN_OR_RETURN(TrainReport report, RunTrainLoop(loop, *task, collective, progress));
+  Result<TrainReport> trained = RunTrainLoop(loop, *task, collective, progress);
+  // The updater (and its hooks) is gone; the loop left every parameter in
+  // the arena.
+  model->set_param_hooks(nullptr);
+  FLEET_ASSIGN_OR_RETURN(TrainReport report, std::move(trained));
 
   // The Test part after training: every rank evaluates all test_iters
   // batches itself (the same number everywhere, no collective needed once

@@ -23,10 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "comm/cluster.h"
 #include "comm/collective.h"
 #include "comm/status.h"
+#include "trainer/collective/parallel_groups.h"
 #include "trainer/collective/train_loop.h"
 #include "trainer/config/gpt_config.h"
+#include "trainer/models/gpt_plan.h"
 
 namespace fleet::trainer::collective {
 
@@ -43,6 +46,14 @@ struct GptPretrainOptions {
   std::chrono::milliseconds collective_timeout{30000};
   // Called after every step (tests: fault injection); may be empty.
   std::function<Status(int64_t step)> after_step;
+  // Joins this rank's sharding and data-parallel groups when both
+  // Distributed.dp_degree and sharding_degree exceed 1 (parallel_groups.h;
+  // programs: rank_setup.h RankGroupFactory). Unused otherwise.
+  GroupFactory join_group;
+  // Measure the memory each rank holds for parameters, gradients and
+  // optimizer state (TrainReport::memory's measured_* fields; CPU only, a
+  // look at the page table per measurement). For tests and benchmarks.
+  bool measure_memory = false;
 };
 
 // Trains as described above. `collective` is this rank's group (null for
@@ -54,6 +65,12 @@ struct GptPretrainOptions {
 // Global.device gpu in a build or on a machine without CUDA.
 Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
                                    const GptPretrainOptions& options, std::ostream* progress);
+
+// The dry-run plan's options for `config` (Engine.dry_run): its batch,
+// sequence, degrees, stage, offload and precision; ranks per node from
+// FLEET_NPROC_PER_NODE (fleetrun sets it), else the job's ranks up to 8 (a
+// GPU node).
+GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLookup& env);
 
 // The FleetX-style lines above, for a run of `tokens_per_sample` tokens a
 // sample.

@@ -176,4 +176,17 @@ Result<std::unique_ptr<Collective>> CreateRankCollective(const ClusterSpec& spec
   return group;
 }
 
+GroupFactory RankGroupFactory(const ClusterSpec& spec, const Device& device,
+                              const RankGroupOptions& options) {
+  return [spec, device, options](const std::string& name, int rank,
+                                 int size) -> Result<std::unique_ptr<Collective>> {
+    ClusterSpec member = spec;
+    member.rank = rank;
+    member.world_size = size;
+    RankGroupOptions named = options;
+    named.group = absl::StrCat(options.group, ".", name);
+    return CreateRankCollective(member, device, named);
+  };
+}
+
 }  // namespace fleet::trainer::collective

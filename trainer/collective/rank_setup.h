@@ -22,6 +22,7 @@
 #include "comm/collective.h"
 #include "comm/status.h"
 #include "trainer/backend.h"
+#include "trainer/collective/parallel_groups.h"
 
 namespace fleet::trainer::collective {
 
@@ -92,5 +93,12 @@ Result<RankGroupOptions> RankGroupOptionsFromFlags(const EnvLookup& env);
 Result<std::unique_ptr<Collective>> CreateRankCollective(const ClusterSpec& spec,
                                                          const Device& device,
                                                          const RankGroupOptions& options);
+
+// Joins the subgroups of a hybrid job (parallel_groups.h) the way
+// CreateRankCollective joins the world: the same kind of collective, KV
+// store and timeout, group "<options.group>.<name>". The returned function
+// copies its arguments and may be called after they are gone.
+GroupFactory RankGroupFactory(const ClusterSpec& spec, const Device& device,
+                              const RankGroupOptions& options);
 
 }  // namespace fleet::trainer::collective

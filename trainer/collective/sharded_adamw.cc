@@ -1,5 +1,6 @@
 #include "trainer/collective/sharded_adamw.h"
 
+#include <glog/logging.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -9,8 +10,6 @@
 #include <system_error>
 #include <utility>
 #include <vector>
-
-#include <glog/logging.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -76,8 +75,8 @@ Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) 
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.arena_size, sizeof(h.arena_size), path, "header"));
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.step, sizeof(h.step), path, "header"));
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.loss_scale, sizeof(h.loss_scale), path, "header"));
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.loss_scale_clean_steps,
-                                    sizeof(h.loss_scale_clean_steps), path, "header"));
+  FLEET_RETURN_IF_ERROR(
+      ReadExactly(in, &h.loss_scale_clean_steps, sizeof(h.loss_scale_clean_steps), path, "header"));
   FLEET_RETURN_IF_ERROR(ReadExactly(in, &pieces, sizeof(pieces), path, "header"));
   if (pieces > (1u << 24)) {
     return Status::Corruption(absl::StrCat("implausible piece count ", pieces), path);
@@ -103,8 +102,7 @@ Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) 
   for (const auto& [begin, end] : h.pieces) {
     if (begin > end || end > h.arena_size) {
       return Status::Corruption(
-          absl::StrCat("piece [", begin, ", ", end, ") outside the arena of ", h.arena_size),
-          path);
+          absl::StrCat("piece [", begin, ", ", end, ") outside the arena of ", h.arena_size), path);
     }
   }
   h.data_offset = sizeof(kStateMagic) + bytes.size() + sizeof(crc);
@@ -125,34 +123,63 @@ class ShardedAdamWUpdater::ParamsFileOptimizer final : public Optimizer {
 };
 
 Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
-    Collective* collective, ParamArena* arena, GptKernels* kernels, const AdamWConfig& config,
-    float lr, const ShardedAdamWOptions& options, const std::string& name) {
+    const DataParallelGroups& groups, ParamArena* arena, GptKernels* kernels,
+    const AdamWConfig& config, float lr, const ShardedAdamWOptions& options,
+    const std::string& name) {
   CHECK(arena != nullptr && kernels != nullptr);
   const ShardingOptions& sharding = options.sharding;
-  const int world = collective ? collective->size() : 1;
-  if (sharding.degree != 1 && sharding.degree != world) {
+  const int world = groups.world ? groups.world->size() : 1;
+  // Degree 1: plain data parallel over the world; the world's size: the
+  // world is the sharding group; between: the caller's sharding and
+  // data-parallel groups.
+  const int shard_size = groups.shard ? groups.shard->size() : world;
+  if (sharding.degree < 1 || world % sharding.degree != 0 ||
+      (sharding.degree > 1 && shard_size != sharding.degree) ||
+      (sharding.degree > 1 && sharding.degree < world &&
+       (groups.replica == nullptr || groups.replica->size() != world / sharding.degree))) {
     return Status::InvalidArgument(
-        absl::StrCat("sharding degree must be 1 or the number of ranks (", world,
-                     "); a degree between needs separate sharding and data-parallel groups, "
-                     "which FleetPS does not have"),
+        absl::StrCat("sharding degree must divide the number of ranks (", world,
+                     ") and match the sharding group (", shard_size,
+                     " ranks) and data-parallel group given (",
+                     groups.replica ? groups.replica->size() : 0, " ranks)"),
         absl::StrCat(sharding.degree));
   }
-  if (sharding.degree > 1 && sharding.stage != 1 && sharding.stage != 2) {
-    return Status::InvalidArgument("sharding stage must be 1 or 2", absl::StrCat(sharding.stage));
+  if (sharding.degree > 1 && (sharding.stage < 1 || sharding.stage > 3)) {
+    return Status::InvalidArgument("sharding stage must be 1, 2 or 3",
+                                   absl::StrCat(sharding.stage));
+  }
+  const bool stage3 = sharding.degree > 1 && sharding.stage == 3;
+  if (stage3 && options.param_units.empty()) {
+    return Status::InvalidArgument(
+        "sharding stage 3 needs the model's parameter units (ShardedAdamWOptions::param_units)");
   }
   std::optional<DynamicLossScaler> scaler;
   if (options.loss_scaler) {
-    FLEET_ASSIGN_OR_RETURN(DynamicLossScaler created, DynamicLossScaler::Create(*options.loss_scaler));
+    FLEET_ASSIGN_OR_RETURN(DynamicLossScaler created,
+                           DynamicLossScaler::Create(*options.loss_scaler));
     scaler = created;
   }
   DataParallelOptions dp_options = options.data_parallel;
   dp_options.shard_gradients = sharding.degree > 1;
-  dp_options.release_reduced_gradients = sharding.degree > 1 && sharding.stage == 2;
+  dp_options.release_reduced_gradients = sharding.degree > 1 && sharding.stage >= 2;
+  dp_options.shard_params = stage3;
+  if (stage3) dp_options.units = options.param_units;
+  const DataParallelGroups dp_groups =
+      sharding.degree > 1 ? groups : DataParallelGroups{groups.world, nullptr, nullptr};
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp,
-                         DataParallel::Create(collective, arena, dp_options));
+                         DataParallel::Create(dp_groups, arena, dp_options));
+  GptCompute host;
+  if (options.offload) {
+    if (options.offload_threads < 1) {
+      return Status::InvalidArgument("offload needs at least 1 optimizer thread",
+                                     absl::StrCat(options.offload_threads));
+    }
+    FLEET_ASSIGN_OR_RETURN(host,
+                           CreateGptCompute("cpu", Precision::kFp32, options.offload_threads));
+  }
   return std::unique_ptr<ShardedAdamWUpdater>(
-      new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp), std::move(scaler),
-                              name));
+      new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp),
+                              std::move(scaler), name, std::move(host)));
 }
 
 ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
@@ -160,19 +187,33 @@ ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
                                          const ShardingOptions& sharding,
                                          std::unique_ptr<DataParallel> dp,
                                          std::optional<DynamicLossScaler> scaler,
-                                         const std::string& name)
+                                         const std::string& name, GptCompute host)
     : arena_(arena),
       kernels_(kernels),
       rule_(arena->table(), config),
       sharding_(sharding),
       dp_(std::move(dp)),
       name_(name),
+      host_(std::move(host)),
       state_floats_(dp_->sharded() ? dp_->shard_floats() : arena->size()),
-      m_(arena->backend()->AllocateFloats(state_floats_)),
-      v_(arena->backend()->AllocateFloats(state_floats_)),
+      m_(state_backend()->AllocateFloats(state_floats_)),
+      v_(state_backend()->AllocateFloats(state_floats_)),
+      master_(offloaded() ? state_backend()->AllocateFloats(state_floats_) : nullptr),
+      host_grads_(offloaded() ? state_backend()->AllocateFloats(state_floats_) : nullptr),
       params_file_(std::make_unique<ParamsFileOptimizer>(arena)),
       lr_(lr),
-      scaler_(std::move(scaler)) {}
+      scaler_(std::move(scaler)) {
+  if (offloaded()) {
+    // Each bucket's reduced gradients go to the host as soon as they are
+    // final, on the thread that reduced them, while backward goes on.
+    dp_->set_on_bucket_reduced([this](size_t b) {
+      const GradPiece piece = dp_->ReducedPiece(b);
+      arena_->backend()->CopyToHost(host_grads_.get() + piece.offset,
+                                    dp_->reduced_grads() + piece.offset,
+                                    piece.size() * sizeof(float));
+    });
+  }
+}
 
 ShardedAdamWUpdater::~ShardedAdamWUpdater() = default;
 
@@ -195,7 +236,7 @@ Status ShardedAdamWUpdater::Step(float lr) {
     }
     if (sharded()) {
       float sum = static_cast<float>(squares);
-      FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(std::span<float>(&sum, 1)));
+      FLEET_RETURN_IF_ERROR(dp_->SumOverShards(std::span<float>(&sum, 1)));
       squares = sum;
     }
     squares *= double{scale} * scale;
@@ -218,15 +259,48 @@ Status ShardedAdamWUpdater::Step(float lr) {
     }
   }
   lr_ = lr;
-  float* params = arena_->params().data();
   const int64_t t = step() + 1;
+  Backend* device = arena_->backend();
   for (const GradPiece& piece : dp_->pieces()) {
-    rule_.Update(kernels_, params + piece.begin, grads + piece.offset, m_.get() + piece.offset,
-                 v_.get() + piece.offset, piece.begin, piece.end, t, lr, scale * clip);
+    float* params = DeviceParams(piece);
+    float* m = m_.get() + piece.offset;
+    float* v = v_.get() + piece.offset;
+    if (!offloaded()) {
+      rule_.Update(kernels_, params, grads + piece.offset, m, v, piece.begin, piece.end, t, lr,
+                   scale * clip);
+      continue;
+    }
+    // The gradients reached the host as their buckets were reduced (one
+    // process: now); the update goes into the master copy, the compute
+    // parameters back.
+    const size_t bytes = piece.size() * sizeof(float);
+    float* master = master_.get() + piece.offset;
+    float* host_grads = host_grads_.get() + piece.offset;
+    if (dp_->world_size() == 1) device->CopyToHost(host_grads, grads + piece.offset, bytes);
+    rule_.Update(host_.kernels.get(), master, host_grads, m, v, piece.begin, piece.end, t, lr,
+                 scale * clip);
+    device->CopyFromHost(params, master, bytes);
   }
   FLEET_RETURN_IF_ERROR(dp_->GatherParams());
   params_file_->Step();
+  if (dp_->measures_resident()) {
+    measured_between_steps_ = std::max(measured_between_steps_, dp_->ResidentBytesNow());
+  }
   return Status::OK();
+}
+
+float* ShardedAdamWUpdater::DeviceParams(const GradPiece& piece) const {
+  // Stage 3 keeps its pieces of the parameters beside the gradients'.
+  return dp_->shards_params() ? dp_->shard_params() + piece.offset
+                              : arena_->params().data() + piece.begin;
+}
+
+void ShardedAdamWUpdater::InitMaster() {
+  if (!offloaded()) return;
+  for (const GradPiece& piece : dp_->pieces()) {
+    arena_->backend()->CopyToHost(master_.get() + piece.offset, DeviceParams(piece),
+                                  piece.size() * sizeof(float));
+  }
 }
 
 std::string ShardedAdamWUpdater::StateFileName(int64_t step, int rank, int files) const {
@@ -239,8 +313,7 @@ bool ShardedAdamWUpdater::HasCheckpoint(const std::filesystem::path& dir) const 
 }
 
 Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
-  const int files = sharded() ? dp_->world_size() : 1;
-  const std::filesystem::path path = dir / StateFileName(step(), dp_->rank(), files);
+  const std::filesystem::path path = dir / StateFileName(step(), dp_->shard_rank(), state_files());
   std::string header;
   AppendPod(&header, kStateVersion);
   AppendPod(&header, static_cast<uint64_t>(arena_->size()));
@@ -258,9 +331,9 @@ Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
                          data::AtomicFileWriter::Create(path.string()));
   FLEET_RETURN_IF_ERROR(out->Append(std::string_view(kStateMagic, sizeof(kStateMagic))));
   FLEET_RETURN_IF_ERROR(out->Append(header));
-  FLEET_RETURN_IF_ERROR(out->Append(std::string_view(
-      reinterpret_cast<const char*>(&header_crc), sizeof(header_crc))));
-  Backend* backend = arena_->backend();
+  FLEET_RETURN_IF_ERROR(out->Append(
+      std::string_view(reinterpret_cast<const char*>(&header_crc), sizeof(header_crc))));
+  Backend* backend = state_backend();
   std::vector<float> host;
   for (const GradPiece& piece : dp_->pieces()) {
     // m then v of the piece, then the checksum of both.
@@ -284,18 +357,21 @@ Status ShardedAdamWUpdater::Save(const std::filesystem::path& dir) {
   // their step, last: until it is renamed the previous checkpoint stands.
   Status state = writes_state() ? SaveState(dir) : Status::OK();
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, state, "saving the optimizer state"));
+  // Stage 3: rank 0 writes from a whole arena, which every rank helps gather.
+  FLEET_RETURN_IF_ERROR(dp_->GatherAllParams());
   Status params = dp_->rank() == 0
                       ? SaveCheckpoint((dir / (name_ + ".ckpt")).string(), *arena_, *params_file_)
                       : Status::OK();
+  dp_->ReleaseAllParams();
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, params, "saving the parameters"));
   if (writes_state()) RemoveOldState(dir);
   return Status::OK();
 }
 
 void ShardedAdamWUpdater::RemoveOldState(const std::filesystem::path& dir) const {
-  const std::string current = StateFileName(step(), dp_->rank(), sharded() ? dp_->world_size() : 1);
+  const std::string current = StateFileName(step(), dp_->shard_rank(), state_files());
   const std::string prefix = name_ + ".adamw.s";
-  const std::string mine = absl::StrCat(".", dp_->rank(), "-of-");
+  const std::string mine = absl::StrCat(".", dp_->shard_rank(), "-of-");
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string file = entry.path().filename().string();
@@ -316,12 +392,12 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
     const std::string file = entry.path().filename().string();
     if (file.starts_with(first) && absl::SimpleAtoi(file.substr(first.size()), &files)) break;
   }
-  if (ec) return Status::IOError("cannot list the checkpoint directory: " + ec.message(), dir.string());
+  if (ec)
+    return Status::IOError("cannot list the checkpoint directory: " + ec.message(), dir.string());
   if (files < 1) {
-    return Status::NotFound(
-        absl::StrCat("no optimizer state of step ", step, " beside the parameters (", first,
-                     "N missing)"),
-        dir.string());
+    return Status::NotFound(absl::StrCat("no optimizer state of step ", step,
+                                         " beside the parameters (", first, "N missing)"),
+                            dir.string());
   }
   std::vector<float> m(state_floats_), v(state_floats_);
   std::vector<size_t> filled(dp_->pieces().size(), 0);
@@ -386,7 +462,7 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
           dir.string());
     }
   }
-  Backend* backend = arena_->backend();
+  Backend* backend = state_backend();
   backend->CopyFromHost(m_.get(), m.data(), m.size() * sizeof(float));
   backend->CopyFromHost(v_.get(), v.data(), v.size() * sizeof(float));
   return Status::OK();
@@ -399,12 +475,17 @@ Status ShardedAdamWUpdater::Resume(const std::filesystem::path& dir) {
   FLEET_RETURN_IF_ERROR(dp_->SumOverRanks(std::span<float>(&found, 1)));
   if (found == 0) {
     // A fresh run: every rank starts from rank 0's parameters.
-    return dp_->SyncFromRoot(nullptr);
+    FLEET_RETURN_IF_ERROR(dp_->SyncFromRoot(nullptr));
+    dp_->KeepOnlyShards();
+    InitMaster();
+    return Status::OK();
   }
   const std::string params_path = (dir / (name_ + ".ckpt")).string();
   Status load = LoadCheckpoint(params_path, arena_, params_file_.get());
   if (load.ok()) load = LoadState(dir, params_file_->step());
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, load, "loading the checkpoint"));
+  dp_->KeepOnlyShards();
+  InitMaster();
   LOG(INFO) << "resumed from " << params_path << " at step " << step();
   return Status::OK();
 }
@@ -415,9 +496,16 @@ UpdaterMemory ShardedAdamWUpdater::memory() const {
   UpdaterMemory memory;
   // Stage 2 on the CPU discards the full gradients after each reduction;
   // elsewhere they stay allocated beside the shard.
-  const bool discarded = sharded() && sharding_.stage == 2 && arena_->backend()->device().is_cpu();
+  const bool discarded = sharded() && sharding_.stage >= 2 && arena_->backend()->device().is_cpu();
   memory.gradient_bytes = discarded ? shard : full + shard;
-  memory.optimizer_bytes = 2 * state_floats_ * sizeof(float);
+  // Offloaded moments are on the host, with the master weights and gradients.
+  memory.optimizer_bytes = offloaded() ? 0 : 2 * state_floats_ * sizeof(float);
+  memory.host_bytes = offloaded() ? 4 * state_floats_ * sizeof(float) : 0;
+  memory.param_bytes = dp_->shards_params() ? shard : full;
+  if (dp_->measures_resident()) {
+    memory.measured_peak_bytes = dp_->resident_high_water() + memory.optimizer_bytes;
+    memory.measured_between_steps_bytes = measured_between_steps_ + memory.optimizer_bytes;
+  }
   return memory;
 }
 

@@ -14,10 +14,28 @@
 //            system), so between steps a rank holds 1/W of the gradients.
 //            With gradient accumulation the full gradients live until the
 //            last micro-batch's backward has reduced them.
+//   stage 3  as stage 2, one bucket per model unit, and the parameters too
+//            are kept as this rank's pieces only: the model acquires a
+//            unit's parameters through param_hooks() (all-gathered, the next
+//            unit prefetched) and releases them after use (DataParallel,
+//            "Sharded parameters"); the update writes the pieces and nothing
+//            is gathered after it. A checkpoint gathers the whole model for
+//            rank 0 to write (a transient full copy per rank).
 // Every stage computes the same update (up to the order of float sums):
 // global-norm clipping sums the squares of each rank's pieces and
 // all-reduces them; the mean over ranks is folded into the update's
 // gradient scale.
+//
+// Offload (options.offload, FleetX's sharding_offload, DeepSpeed's
+// --cpu-optimizer): the fp32 master copy of this rank's pieces, m and v live
+// in a host arena (a CPU backend of their own), and the update runs there on
+// the CPU twin's kernels with their own offload_threads: each piece's reduced
+// gradients are copied to the host, updated into the master copy, and the
+// master copied back as the compute parameters (the arena's pieces, or stage
+// 3's shard). On CPU ranks the same code runs, host to host. Each bucket's
+// gradients are copied to the host as soon as it is reduced (on the thread
+// that reduced it, overlapping backward); the updates run after the last
+// bucket's reduction, since global-norm clipping needs every gradient.
 //
 // float16 (options.loss_scaler set): the losses are scaled by a
 // DynamicLossScaler (trainer/loss_scaler.h) whose overflow check reuses the
@@ -29,8 +47,9 @@
 //   <name>.ckpt                     parameters and step (trainer/checkpoint.h,
 //                                   optimizer "adamw" with no state buffers),
 //                                   written by rank 0, last, atomically
-//   <name>.adamw.s<step>.<r>-of-<D> rank r's m and v for its pieces (stage 0:
-//                                   one file, rank 0's, D = 1), each written
+//   <name>.adamw.s<step>.<r>-of-<D> m and v of shard r's pieces, written by
+//                                   the first rank of its data-parallel group
+//                                   (stage 0: one file, rank 0's, D = 1), each written
 //                                   atomically before the .ckpt; a rank
 //                                   removes its older ones once the new
 //                                   .ckpt is in place
@@ -51,6 +70,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "comm/collective.h"
 #include "comm/status.h"
@@ -58,16 +78,18 @@
 #include "trainer/collective/updater.h"
 #include "trainer/data_parallel.h"
 #include "trainer/kernels/gpt_kernels.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/param_arena.h"
 
 namespace fleet::trainer::collective {
 
 struct ShardingOptions {
-  // Ranks the optimizer state is split over: 1 (replicated) or the world
-  // size (the whole group); a degree between needs a second process group.
+  // Ranks the optimizer state is split over: 1 (replicated), the world size
+  // (the whole group), or a divisor between, with the sharding and
+  // data-parallel groups given to Create (parallel_groups.h).
   int degree = 1;
-  // 1 or 2 when degree > 1 (see the top of this file); ignored when 1.
+  // 1, 2 or 3 when degree > 1 (see the top of this file); ignored when 1.
   int stage = 1;
 };
 
@@ -76,19 +98,31 @@ struct ShardedAdamWOptions {
   DataParallelOptions data_parallel;
   // Dynamic loss scaling (float16 training); none for float32 and bfloat16.
   std::optional<LossScalerConfig> loss_scaler;
+  // Stage 3: the model's parameter units (GptModel::ParamUnits), required.
+  std::vector<TensorRange> param_units;
+  // Master weights and moments on the host, updated by offload_threads CPU
+  // threads (see the top of this file). Frees 12 bytes per parameter of the
+  // rank's share from the device; costs two copies of the share per step.
+  bool offload = false;
+  int offload_threads = 1;
 };
 
 class ShardedAdamWUpdater final : public GradientUpdater {
  public:
-  // `collective` (null for one process), `arena` and `kernels` (on the
+  // `groups` (world null for one process; shard and replica needed only for
+  // a degree between 1 and the world size), `arena` and `kernels` (on the
   // arena's device) are not owned and outlive this. `config` as validated
   // (AdamWConfig::Validate); `lr` is the learning rate until the first Step.
-  // InvalidArgument for a degree other than 1 or the world size, or a stage
-  // outside {1, 2}; DataParallel::Create's and DynamicLossScaler::Create's
-  // errors. Allocates m and v for this rank's pieces.
-  static Result<std::unique_ptr<ShardedAdamWUpdater>> Create(
-      Collective* collective, ParamArena* arena, GptKernels* kernels, const AdamWConfig& config,
-      float lr, const ShardedAdamWOptions& options, const std::string& name);
+  // InvalidArgument for a degree that does not divide the world or does not
+  // match the groups, a stage outside {1, 2, 3} or stage 3 without
+  // param_units; DataParallel::Create's and
+  // DynamicLossScaler::Create's errors. Allocates m and v for this rank's
+  // pieces.
+  static Result<std::unique_ptr<ShardedAdamWUpdater>> Create(const DataParallelGroups& groups,
+                                                             ParamArena* arena, GptKernels* kernels,
+                                                             const AdamWConfig& config, float lr,
+                                                             const ShardedAdamWOptions& options,
+                                                             const std::string& name);
   ~ShardedAdamWUpdater() override;
 
   void BeginStep() override { dp_->ZeroGrad(); }
@@ -102,6 +136,11 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   Status Save(const std::filesystem::path& dir) override;
   Status Resume(const std::filesystem::path& dir) override;
   UpdaterMemory memory() const override;
+  Status MaterializeParams() override { return dp_->GatherAllParams(); }
+
+  // What the model must call around its uses of parameters (stage 3; null
+  // otherwise). Valid while this updater lives.
+  ParamUseHooks* param_hooks() { return dp_->param_hooks(); }
 
   // The global gradient norm of the last Step (before clipping; 0 when
   // clipping is off).
@@ -113,15 +152,26 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   class ParamsFileOptimizer;
   ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels, const AdamWConfig& config, float lr,
                       const ShardingOptions& sharding, std::unique_ptr<DataParallel> dp,
-                      std::optional<DynamicLossScaler> scaler, const std::string& name);
+                      std::optional<DynamicLossScaler> scaler, const std::string& name,
+                      GptCompute host);
+  bool offloaded() const { return host_.kernels != nullptr; }
+  // Where m and v live: the host arena when offloaded, else the arena's device.
+  Backend* state_backend() const { return offloaded() ? host_.backend.get() : arena_->backend(); }
+  // The compute parameters of a piece: the arena's, or stage 3's shard.
+  float* DeviceParams(const GradPiece& piece) const;
+  // Offload: the master copy takes the compute parameters (after a resume).
+  void InitMaster();
   std::string StateFileName(int64_t step, int rank, int files) const;
   Status SaveState(const std::filesystem::path& dir) const;
   // Reads the moments of this rank's pieces from the state files of `step`.
   Status LoadState(const std::filesystem::path& dir, int64_t step);
   // Removes this rank's state files of steps other than the current one.
   void RemoveOldState(const std::filesystem::path& dir) const;
-  // The state files this rank writes (0 when another rank writes them all).
-  bool writes_state() const { return sharded() || dp_->rank() == 0; }
+  // Whether this rank writes a state file: the first replica of each piece
+  // (rank 0 alone when nothing is sharded).
+  bool writes_state() const { return sharded() ? dp_->replica_rank() == 0 : dp_->rank() == 0; }
+  // State files per checkpoint: one per shard.
+  int state_files() const { return dp_->shard_size(); }
   bool sharded() const { return dp_->sharded(); }
 
   // Fixed after construction.
@@ -131,12 +181,16 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   const ShardingOptions sharding_;
   const std::unique_ptr<DataParallel> dp_;
   const std::string name_;
+  GptCompute host_;            // offload: the host arena's backend and CPU kernels
   const size_t state_floats_;  // m and v each: this rank's pieces (or the arena)
   std::shared_ptr<float> m_, v_;
+  // Offload, on the host: fp32 master parameters and the reduced gradients.
+  std::shared_ptr<float> master_, host_grads_;
   // The params file's optimizer: name "adamw", the step, no state buffers.
   const std::unique_ptr<ParamsFileOptimizer> params_file_;
 
   float lr_;
+  size_t measured_between_steps_ = 0;
   double last_grad_norm_ = 0.0;
   std::optional<DynamicLossScaler> scaler_;
   int64_t skipped_steps_ = 0;

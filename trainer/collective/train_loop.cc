@@ -332,6 +332,7 @@ Result<TrainReport> Loop::Run() {
   }
   report.end_step = updater_->step();
   report.memory = updater_->memory();
+  FLEET_RETURN_IF_ERROR(updater_->MaterializeParams());
   report.params = task_.arena().ParamsToHost();
   return report;
 }

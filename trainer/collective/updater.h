@@ -12,7 +12,8 @@
 // A step, as the loop drives it:
 //   updater.BeginStep();                                  // zero gradients
 //   for m in micro-batches: task.ForwardBackward(updater.grad_ready(m == last), 1/k);
-//   updater.Step(lr);                                     // reduce, update, params equal everywhere
+//   updater.Step(lr);                                     // reduce, update, params equal
+//   everywhere
 //
 // Thread safety: one thread (the loop's) drives an updater.
 #pragma once
@@ -36,6 +37,14 @@ namespace fleet::trainer::collective {
 struct UpdaterMemory {
   size_t gradient_bytes = 0;   // gradients kept (full, or this rank's shard)
   size_t optimizer_bytes = 0;  // optimizer state (moments)
+  size_t param_bytes = 0;      // parameters kept (full, or this rank's shard at stage 3)
+  size_t host_bytes = 0;       // offload: master weights, moments and gradients on the host
+  // Measured where the updater can (ShardedAdamWUpdater with
+  // DataParallelOptions::measure_resident_bytes; 0 otherwise): the most
+  // bytes of parameters, gradients and optimizer state this rank held during
+  // a step, and right after a step.
+  size_t measured_peak_bytes = 0;
+  size_t measured_between_steps_bytes = 0;
 };
 
 class GradientUpdater {
@@ -81,6 +90,12 @@ class GradientUpdater {
   virtual Status Resume(const std::filesystem::path& dir) = 0;
 
   virtual UpdaterMemory memory() const = 0;
+
+  // Makes the arena hold every parameter (an updater that keeps only shards
+  // of them between steps, ZeRO stage 3, gathers them; they stay until the
+  // model next releases them). For the final parameters. Collective: every
+  // rank calls it. Errors: the gathers'.
+  virtual Status MaterializeParams() { return Status::OK(); }
 };
 
 // Any trainer::Optimizer over the whole arena, gradients all-reduced.
@@ -89,9 +104,11 @@ class ReplicatedUpdater final : public GradientUpdater {
   // `optimizer` is bound to `arena`; `collective` (null for one process)
   // and `arena` are not owned and outlive this. The checkpoint file is
   // "<name>.ckpt". Errors: DataParallel::Create's.
-  static Result<std::unique_ptr<ReplicatedUpdater>> Create(
-      Collective* collective, ParamArena* arena, std::unique_ptr<Optimizer> optimizer,
-      const DataParallelOptions& options, const std::string& name);
+  static Result<std::unique_ptr<ReplicatedUpdater>> Create(Collective* collective,
+                                                           ParamArena* arena,
+                                                           std::unique_ptr<Optimizer> optimizer,
+                                                           const DataParallelOptions& options,
+                                                           const std::string& name);
 
   void BeginStep() override { dp_->ZeroGrad(); }
   GradReadyFn grad_ready(bool last_micro_batch) override;

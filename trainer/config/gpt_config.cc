@@ -270,15 +270,12 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
 
 Status ParseDistributed(ConfigSection s, DistributedConfig* d, std::optional<int64_t>* dp) {
   FLEET_RETURN_IF_ERROR(s.OptionalInt("dp_degree", dp, 1));
-  FLEET_RETURN_IF_ERROR(OneOnly(s, "mp_degree", "FleetPS has no tensor parallelism"));
+  FLEET_RETURN_IF_ERROR(s.Int("mp_degree", &d->mp_degree, 1));
   FLEET_RETURN_IF_ERROR(OneOnly(s, "pp_degree", "FleetPS has no pipeline parallelism"));
   ConfigSection sh = s.Sub("sharding");
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_degree", &d->sharding_degree, 1));
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_stage", &d->sharding_stage, 1, 3));
-  if (d->sharding_stage == 3) {
-    return sh.Error("sharding_stage", "stage 3 (sharded parameters) is not supported; use 1 or 2");
-  }
-  FLEET_RETURN_IF_ERROR(OffOnly(sh, "sharding_offload", "FleetPS does not offload to the host"));
+  FLEET_RETURN_IF_ERROR(sh.Bool("sharding_offload", &d->sharding_offload));
   bool overlap = false;
   FLEET_RETURN_IF_ERROR(sh.Bool("reduce_overlap", &overlap));
   FLEET_RETURN_IF_ERROR(sh.Bool("broadcast_overlap", &overlap));
@@ -321,22 +318,28 @@ Status ParseFused(ConfigSection s) {
 Status Resolve(const ConfigDocument& doc, int64_t world_size, std::optional<int64_t> dp,
                const Batch& b, std::optional<int64_t> accumulate, GptJobConfig* c) {
   DistributedConfig& d = c->distributed;
-  if (world_size == 0) world_size = dp.value_or(1) * d.sharding_degree;
+  // Ranks of one data replica's model: sharding x mp.
+  const int64_t inner = d.sharding_degree * d.mp_degree;
+  const std::string inner_text =
+      d.mp_degree > 1
+          ? absl::StrCat("sharding_degree ", d.sharding_degree, " x mp_degree ", d.mp_degree)
+          : absl::StrCat("sharding_degree ", d.sharding_degree);
+  if (world_size == 0) world_size = dp.value_or(1) * inner;
   if (dp) {
-    if (*dp * d.sharding_degree != world_size) {
-      return doc.Error("Distributed.dp_degree",
-                       absl::StrCat(*dp, " x sharding_degree ", d.sharding_degree, " = ",
-                                    *dp * d.sharding_degree, " ranks, but the job has ", world_size,
-                                    " (leave dp_degree empty to derive it)"));
+    if (*dp * inner != world_size) {
+      return doc.Error(
+          "Distributed.dp_degree",
+          absl::StrCat(*dp, " x ", inner_text, " = ", *dp * inner, " ranks, but the job has ",
+                       world_size, " (leave dp_degree empty to derive it)"));
     }
     d.dp_degree = *dp;
   } else {
-    if (world_size % d.sharding_degree != 0) {
+    if (world_size % inner != 0) {
       return doc.Error(
           "Distributed.sharding.sharding_degree",
-          absl::StrCat(d.sharding_degree, " does not divide the job's ", world_size, " ranks"));
+          absl::StrCat(inner_text, " does not divide the job's ", world_size, " ranks"));
     }
-    d.dp_degree = world_size / d.sharding_degree;
+    d.dp_degree = world_size / inner;
   }
 
   GlobalConfig& g = c->global;

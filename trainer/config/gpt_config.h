@@ -13,8 +13,7 @@
 // FleetX keys that name Python objects or Paddle internals (Model.module,
 // Data.*.loader.collate_fn, mix_precision.custom_black_list, ...) are accepted
 // with any value so FleetX files load, and mean nothing here. FleetX features
-// FleetPS does not have (tensor/pipeline parallelism, sharding stage 3 or
-// offload, sequence parallelism, the Paddle profiler) are accepted only with
+// FleetPS does not have (pipeline parallelism, sequence parallelism, the Paddle profiler) are accepted only with
 // their "off" value; anything else is refused with a message saying so.
 //
 // Thread safety: plain values.
@@ -255,20 +254,34 @@ struct DataConfig {
 struct DistributedConfig {
   // `Distributed.dp_degree`: default (empty) world size / sharding_degree.
   // Data-parallel replicas. When given, dp_degree x sharding_degree must
-  // equal the number of ranks.
+  // equal the number of ranks. With both degrees above 1, rank r is in
+  // sharding group r / sharding_degree at index r % sharding_degree
+  // (FleetX's order; trainer/collective/parallel_groups.h).
   int64_t dp_degree = 1;
   // `Distributed.sharding.sharding_degree`: default 1, >= 1. Ranks that
   // split the optimizer state (stage 1) and gradients (stage 2) among
   // themselves; they also read distinct data, like dp ranks.
   int64_t sharding_degree = 1;
-  // `Distributed.sharding.sharding_stage`: 1 or 2, default 1. Stage 1
+  // `Distributed.sharding.sharding_stage`: 1, 2 or 3, default 1. Stage 1
   // keeps 1/sharding_degree of the optimizer state per rank; stage 2 also
-  // keeps only the rank's shard of the gradients after reduce-scatter.
-  // Same result either way; stage 2 saves more memory. FleetX's stage 3 is
-  // refused.
+  // keeps only the rank's shard of the gradients after reduce-scatter;
+  // stage 3 also of the parameters, all-gathering each block's just before
+  // its forward and backward (1.5x stage 2's communication). Same result
+  // whichever; each stage saves more memory than the one before.
   int64_t sharding_stage = 1;
-  // Accepted FleetX keys: mp_degree and pp_degree (1 only: no tensor or
-  // pipeline parallelism), sharding.sharding_offload (false only),
+  // `Distributed.sharding.sharding_offload`: default false. Keep the fp32
+  // master weights and AdamW's moments on the host and update them there on
+  // CPU threads (trainer/collective/sharded_adamw.h, "Offload"): frees 12
+  // bytes per parameter of the rank's share from the device for two copies
+  // of the share per step. For models whose state does not fit the device.
+  bool sharding_offload = false;
+  // `Distributed.mp_degree`: default 1. Megatron tensor parallelism's
+  // degree. Planned only: a dry run (Engine.dry_run) sizes a job with it
+  // (parameters, activations and communication split as Megatron splits
+  // them); training refuses a degree above 1. Ranks = dp_degree x
+  // sharding_degree x mp_degree.
+  int64_t mp_degree = 1;
+  // Accepted FleetX keys: pp_degree (1 only: no pipeline parallelism),
   // sharding.reduce_overlap and sharding.broadcast_overlap (communication
   // is always overlapped where the loop can).
 };
@@ -316,7 +329,8 @@ struct GptJobConfig {
 // key and resolves the derived values: dp_degree, the three batch sizes,
 // accumulate_steps, test_iters.
 // `world_size` is the number of ranks of the job; 0 means "as the config
-// says" (dp_degree, or 1 when it is empty, times sharding_degree), which is
+// says" (dp_degree, or 1 when it is empty, times sharding_degree and
+// mp_degree), which is
 // what a dry run of a big config uses on a small machine.
 // Errors: NotFound (the file or a base), InvalidArgument naming the key and
 // its file for unknown keys, wrong types, out-of-range values and

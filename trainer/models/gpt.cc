@@ -1,10 +1,10 @@
 #include "trainer/models/gpt.h"
 
+#include <glog/logging.h>
+
 #include <chrono>
 #include <cmath>
 #include <numbers>
-
-#include <glog/logging.h>
 
 #include "comm/splitmix.h"
 
@@ -427,16 +427,38 @@ void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   });
 }
 
-void GptModel::ForwardTrunk() {
+TensorRange GptModel::BlockUnit(int layer) const {
+  const size_t first = 2 + size_t(layer) * kGptTensorsPerBlock;
+  return {first, first + kGptTensorsPerBlock};
+}
+
+TensorRange GptModel::LnfUnit() const {
+  const size_t first = 2 + size_t(config_.num_layers) * kGptTensorsPerBlock;
+  return {first, first + 2};
+}
+
+std::vector<TensorRange> GptModel::ParamUnits() const {
+  std::vector<TensorRange> units = {EmbeddingUnit()};
+  for (int l = 0; l < config_.num_layers; ++l) units.push_back(BlockUnit(l));
+  units.push_back(LnfUnit());
+  return units;
+}
+
+void GptModel::ForwardTrunk(bool then_backward) {
   const int B = B_, T = T_, N = B * T, C = config_.hidden_size, L = config_.num_layers;
   const float* params = arena_.params().data();
   const auto* tokens = static_cast<const int32_t*>(ids_.get());
+  Acquire(EmbeddingUnit(), BlockUnit(0));
   Timed(GptLayerKind::kEmbedding, [&] {
     kernels_->EncoderForward(Act(GptAct::kResidual, 0), tokens, params + arena_.offset(0),
                              params + arena_.offset(1), B, T, C);
   });
-  for (int l = 0; l < L; ++l)
+  for (int l = 0; l < L; ++l) {
+    Acquire(BlockUnit(l), l + 1 < L ? BlockUnit(l + 1) : LnfUnit());
     BlockForward(l, Act(GptAct::kResidual, l), Act(GptAct::kResidual, l + 1));
+    Release(BlockUnit(l));
+  }
+  Acquire(LnfUnit(), then_backward ? BlockUnit(L - 1) : TensorRange{});
   Timed(GptLayerKind::kLayerNorm, [&] {
     kernels_->LayerNormForward(Act(GptAct::kLnf), Act(GptAct::kLnfMean), Act(GptAct::kLnfRstd),
                                Act(GptAct::kResidual, L), params + lnf_offset_,
@@ -457,7 +479,7 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens, std::span<const
     return Status::InvalidArgument("no position has a target (every target is -1)");
   }
   LoadInputs(tokens, targets, B, T);
-  ForwardTrunk();
+  ForwardTrunk(options.for_backward);
   const int N = B * T, C = config_.hidden_size, V = config_.vocab_size;
   float* logits = Act(GptAct::kLogits);
   float* losses = Act(GptAct::kLosses);
@@ -474,6 +496,10 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens, std::span<const
   double sum = 0.0;
   for (float l : host) sum += l;
   backward_ready_ = options.for_backward;
+  if (!options.for_backward) {
+    Release(LnfUnit());
+    Release(EmbeddingUnit());
+  }
   return static_cast<float>(sum / static_cast<double>(count));
 }
 
@@ -505,23 +531,28 @@ void GptModel::Backward(const GradReadyFn& on_grads_ready) {
                                 Act(GptAct::kLnfMean), Act(GptAct::kLnfRstd), N, C);
   });
   ready(lnf_tensor, lnf_tensor + 2);
+  Release(LnfUnit());
   for (int l = L - 1; l >= 0; --l) {
+    Acquire(BlockUnit(l), l > 0 ? BlockUnit(l - 1) : TensorRange{});
     if (config_.use_recompute) BlockForward(l, Act(GptAct::kResidual, l), nullptr);
     BlockBackward(l, Act(GptAct::kResidual, l), dres);
-    const size_t first = 2 + size_t(l) * kGptTensorsPerBlock;
-    ready(first, first + kGptTensorsPerBlock);
+    const TensorRange block = BlockUnit(l);
+    ready(block.first, block.end);
+    Release(block);
   }
+  // The embeddings' backward reads no parameters.
   Timed(GptLayerKind::kEmbedding, [&] {
     kernels_->EncoderBackward(grads + arena_.offset(0), grads + arena_.offset(1), dres,
                               static_cast<const int32_t*>(ids_.get()), B, T, C);
   });
   ready(0, 2);
+  Release(EmbeddingUnit());
 }
 
 Result<std::vector<float>> GptModel::LastLogits(std::span<const int32_t> tokens, int B, int T) {
   FLEET_RETURN_IF_ERROR(ValidateInputs(tokens, {}, B, T));
   LoadInputs(tokens, {}, B, T);
-  ForwardTrunk();
+  ForwardTrunk(/*then_backward=*/false);
   const int C = config_.hidden_size, V = config_.vocab_size;
   // Gather ln_f's output at position T - 1 of each row into [B, C].
   float* last = Act(GptAct::kDBufC);
@@ -537,6 +568,8 @@ Result<std::vector<float>> GptModel::LastLogits(std::span<const int32_t> tokens,
   });
   std::vector<float> host(size_t(B) * V);
   backend_->CopyToHost(host.data(), logits, host.size() * sizeof(float));
+  Release(LnfUnit());
+  Release(EmbeddingUnit());
   return host;
 }
 

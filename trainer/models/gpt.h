@@ -29,6 +29,20 @@
 // (same kernels on the same inputs; the kernels are deterministic), and the
 // activation memory holds 1 block instead of L (see GptActivationLayout).
 //
+// Parameters kept elsewhere (ZeRO stage 3, trainer/param_hooks.h): with
+// set_param_hooks the model acquires each unit's parameters (ParamUnits: the
+// embeddings wte and wpe, each block, ln_f) just before it reads them and
+// releases them when done:
+//   forward   embeddings, then block 0 .. L-1 (each released after its
+//             forward), then ln_f; the embeddings (wte is the head) and ln_f
+//             stay until backward, or are released at the end of an
+//             evaluation forward (for_backward false) and of LastLogits;
+//   backward  the head, then ln_f released; block L-1 .. 0, each acquired
+//             again before its (recompute and) backward and released after;
+//             the embeddings released last.
+// Each Acquire names the unit to come next (the one after it in that
+// order), so an implementation can fetch it while this one computes.
+//
 // Thread safety: one thread drives a model at a time.
 #pragma once
 
@@ -45,6 +59,7 @@
 #include "trainer/backend.h"
 #include "trainer/kernels/gpt_kernels.h"
 #include "trainer/param_arena.h"
+#include "trainer/param_hooks.h"
 
 namespace fleet::trainer {
 
@@ -295,6 +310,14 @@ class GptModel {
   // Accumulates kernel times into `profile` (not owned; null = off).
   void set_profile(GptProfile* profile) { profile_ = profile; }
 
+  // The units of the parameter table the hooks are called with, in table
+  // order: the embeddings, block 0 .. L-1, ln_f.
+  std::vector<TensorRange> ParamUnits() const;
+  // Calls `hooks` (not owned; must outlive its use; null: the parameters are
+  // always in the arena) around every use of a unit's parameters (see the
+  // top of this file).
+  void set_param_hooks(ParamUseHooks* hooks) { hooks_ = hooks; }
+
  private:
   // Views of one block's parameter (or gradient) tensors.
   struct BlockTensors {
@@ -322,8 +345,19 @@ class GptModel {
   // the activations).
   void BlockForward(int layer, const float* x, float* y);
   void BlockBackward(int layer, const float* x, float* dres);
-  // Forward up to ln_f (residual stream, blocks, final LayerNorm).
-  void ForwardTrunk();
+  // Forward up to ln_f (residual stream, blocks, final LayerNorm), leaving
+  // the embeddings and ln_f acquired; `then_backward`: the next unit after
+  // ln_f is block L-1's backward.
+  void ForwardTrunk(bool then_backward);
+  TensorRange EmbeddingUnit() const { return {0, 2}; }
+  TensorRange BlockUnit(int layer) const;
+  TensorRange LnfUnit() const;
+  void Acquire(TensorRange unit, TensorRange next) {
+    if (hooks_ != nullptr) hooks_->Acquire(unit, next);
+  }
+  void Release(TensorRange unit) {
+    if (hooks_ != nullptr) hooks_->Release(unit);
+  }
   template <typename Fn>
   void Timed(GptLayerKind kind, Fn&& fn);
 
@@ -344,6 +378,7 @@ class GptModel {
   bool backward_ready_ = false;
 
   GptProfile* profile_ = nullptr;
+  ParamUseHooks* hooks_ = nullptr;
 };
 
 }  // namespace fleet::trainer

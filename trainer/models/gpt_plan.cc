@@ -1,5 +1,6 @@
 #include "trainer/models/gpt_plan.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "trainer/adamw.h"
@@ -37,6 +38,24 @@ GptActivationLayout Layout(const GptConfig& c, int B, int T, bool recompute,
   return GptActivationLayout(c, B, T, recompute, saved, scratch);
 }
 
+// Floats of `layout` per rank of a tensor-parallel group of M: the buffers
+// Megatron splits (QKV, attention, its output, the MLP's hidden layer, the
+// vocabulary-parallel logits and their backward twins) divided by M; only
+// those kept from forward to backward when `saved_only`.
+int64_t ActivationFloats(const GptActivationLayout& layout, int M, bool saved_only) {
+  int64_t floats = 0;
+  for (int i = 0; i < static_cast<int>(GptAct::kCount); ++i) {
+    const GptAct a = static_cast<GptAct>(i);
+    if (saved_only && i >= static_cast<int>(GptAct::kDResidual)) break;
+    const bool split = a == GptAct::kQkv || a == GptAct::kAtt || a == GptAct::kAtty ||
+                       a == GptAct::kFch || a == GptAct::kFchGelu || a == GptAct::kLogits ||
+                       a == GptAct::kDQkv || a == GptAct::kDBufF || a == GptAct::kAttScratch;
+    const int64_t n = static_cast<int64_t>(layout.floats(a)) * layout.copies(a);
+    floats += split ? (n + M - 1) / M : n;
+  }
+  return floats;
+}
+
 std::string Bytes(int64_t bytes) {
   char buf[32];
   const double b = static_cast<double>(bytes);
@@ -67,17 +86,45 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
     return Status::InvalidArgument("must be >= 1, got " + std::to_string(options.sharding_degree),
                                    "Distributed.sharding.sharding_degree");
   }
-  if (options.sharding_stage < 0 || options.sharding_stage > 2) {
+  if (options.sharding_stage < 0 || options.sharding_stage > 3) {
     return Status::InvalidArgument(
-        "must be 0, 1 or 2, got " + std::to_string(options.sharding_stage),
+        "must be 0, 1, 2 or 3, got " + std::to_string(options.sharding_stage),
         "Distributed.sharding.sharding_stage");
   }
   GptPlan plan;
-  const int64_t N = GptParamCount(config);
+  if (options.mp_degree < 1 || config.num_attention_heads % options.mp_degree != 0) {
+    return Status::InvalidArgument("must be >= 1 and divide Model.num_attention_heads, got " +
+                                       std::to_string(options.mp_degree),
+                                   "Distributed.mp_degree");
+  }
+  if (options.dp_degree < 1 || options.accumulate_steps < 1 || options.ranks_per_node < 1) {
+    return Status::InvalidArgument("dp_degree, accumulate_steps and ranks_per_node must be >= 1",
+                                   "Distributed.dp_degree");
+  }
+  const int M = options.mp_degree;
+  // Parameters a rank of a tensor-parallel group holds (all when M = 1):
+  // Megatron splits wte by rows (vocabulary parallel), the QKV and first MLP
+  // matrices and biases by output (column parallel), the attention and
+  // second MLP projections by input (row parallel; their biases, the
+  // LayerNorms and wpe are whole on every rank).
+  int64_t N = 0, embeddings = 0, block = 0, lnf = 0;
+  ForEachGptTensor(config, [&](GptTensor kind, int layer, int64_t rows, int64_t cols) {
+    const bool split = kind == GptTensor::kWte || kind == GptTensor::kQkvW ||
+                       kind == GptTensor::kQkvB || kind == GptTensor::kProjW ||
+                       kind == GptTensor::kFcW || kind == GptTensor::kFcB ||
+                       kind == GptTensor::kFcProjW;
+    const int64_t whole = rows * (cols ? cols : 1);
+    const int64_t n = split ? (whole + M - 1) / M : whole;
+    N += n;
+    if (layer == 0) block += n;
+    if (layer < 0) (kind == GptTensor::kWte || kind == GptTensor::kWpe ? embeddings : lnf) += n;
+  });
   const int B = options.micro_batch_size;
   const int T = options.seq_len ? options.seq_len : config.max_position_embeddings;
   const int D = options.sharding_degree, stage = options.sharding_stage;
-  plan.num_params = N;
+  plan.options = options;
+  plan.num_params = GptParamCount(config);
+  plan.rank_params = N;
   plan.micro_batch_size = B;
   plan.seq_len = T;
 
@@ -88,18 +135,54 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   plan.param_bytes = compute_bytes * N;
   plan.grad_bytes = compute_bytes * (stage >= 2 ? shard : N);
   plan.optimizer_bytes = state_bytes * (stage >= 1 ? shard : N);
+  if (stage == 3) {
+    // The units held whole during a pass (see the header).
+    const int64_t working = embeddings + lnf + 2 * block;
+    plan.param_bytes = compute_bytes * (shard + working);
+    plan.grad_bytes = compute_bytes * (shard + working);
+    const int64_t largest = std::max(embeddings, block);
+    plan.comm_buffer_bytes = 4 * ((largest + D - 1) / D) * D;
+  }
+  const int64_t share = stage >= 1 ? shard : N;  // what this rank's optimizer updates
+  if (options.offload) {
+    // fp32 master, m, v and the gradients' copy on the host, per rank.
+    plan.optimizer_bytes = 0;
+    plan.host_bytes_per_node = int64_t{options.ranks_per_node} * 16 * share;
+    plan.host_copy_bytes = 2 * compute_bytes * share;
+  }
 
   const int64_t act_bytes = compute_bytes;
   const GptActivationLayout off = Layout(config, B, T, false, kernels);
   const GptActivationLayout on = Layout(config, B, T, true, kernels);
   const GptActivationLayout& used = config.use_recompute ? on : off;
-  plan.activation_bytes_no_recompute = act_bytes * static_cast<int64_t>(off.total_floats());
-  plan.activation_bytes_recompute = act_bytes * static_cast<int64_t>(on.total_floats());
-  plan.activation_forward_bytes = act_bytes * static_cast<int64_t>(used.saved_floats());
-  plan.activation_backward_bytes = act_bytes * static_cast<int64_t>(used.backward_floats());
+  plan.activation_bytes_no_recompute = act_bytes * ActivationFloats(off, M, false);
+  plan.activation_bytes_recompute = act_bytes * ActivationFloats(on, M, false);
+  plan.activation_forward_bytes = act_bytes * ActivationFloats(used, M, true);
+  plan.activation_backward_bytes =
+      act_bytes * (ActivationFloats(used, M, false) - ActivationFloats(used, M, true));
   plan.activation_bytes = plan.activation_forward_bytes + plan.activation_backward_bytes;
-  plan.total_bytes =
-      plan.param_bytes + plan.grad_bytes + plan.optimizer_bytes + plan.activation_bytes;
+  plan.total_bytes = plan.model_state_bytes() + plan.activation_bytes;
+
+  // Communication per step and rank, ring algorithms: an all-reduce over n
+  // ranks moves 2 (n - 1) / n of the buffer, an all-gather or
+  // reduce-scatter (n - 1) / n.
+  const int k = options.accumulate_steps;
+  auto ring = [](int n) { return n > 1 ? static_cast<double>(n - 1) / n : 0.0; };
+  // Sharding: gradients reduce-scattered once a step (the last micro-batch),
+  // parameters all-gathered after the update (stages 1, 2) or before every
+  // micro-batch's forward and backward (stage 3).
+  const double gathers = stage == 3 ? 2.0 * k : 1.0;
+  plan.sharding_comm_bytes =
+      static_cast<int64_t>((1.0 + gathers) * ring(D) * static_cast<double>(N * compute_bytes));
+  // Data parallel: the gradients of the share all-reduced.
+  plan.dp_comm_bytes = static_cast<int64_t>(2.0 * ring(options.dp_degree) *
+                                            static_cast<double>(share * compute_bytes));
+  // Tensor parallel, per micro-batch: per block two all-reduces of [B T, C]
+  // forward (and two more when recompute runs the forward again) and two
+  // backward; the embedding's forward and ln_f's input gradient one each.
+  const double mp_reduces = config.num_layers * (4.0 + (config.use_recompute ? 2.0 : 0.0)) + 2.0;
+  plan.mp_comm_bytes = static_cast<int64_t>(k * mp_reduces * 2.0 * ring(M) * double(B) * T *
+                                            config.hidden_size * compute_bytes);
 
   const double L = config.num_layers, C = config.hidden_size, F = config.ffn();
   const double matmul_params = static_cast<double>(N) - double(config.max_position_embeddings) * C;
@@ -116,14 +199,27 @@ std::string GptPlan::ToString() const {
   std::snprintf(flops, sizeof(flops),
                 "FLOPs per token %.4g (matmuls 6N' %.4g + attention 12LTC %.4g)", flops_per_token,
                 matmul_flops_per_token, attention_flops_per_token);
+  const GptPlanOptions& o = options;
+  std::string layout = "mp " + std::to_string(o.mp_degree) + " x sharding " +
+                       std::to_string(o.sharding_degree) + " (stage " +
+                       std::to_string(o.sharding_stage) + ") x dp " + std::to_string(o.dp_degree) +
+                       (o.offload ? ", optimizer offloaded" : "");
   std::string out =
       std::to_string(num_params) + " parameters; micro batch " + std::to_string(micro_batch_size) +
-      " x " + std::to_string(seq_len) + " tokens\nper rank: parameters " + Bytes(param_bytes) +
+      " x " + std::to_string(seq_len) + " tokens, " + std::to_string(o.accumulate_steps) +
+      " per step; " + layout + " (" + std::to_string(rank_params) +
+      " parameters per tensor-parallel rank)\nper rank: parameters " + Bytes(param_bytes) +
       ", gradients " + Bytes(grad_bytes) + ", optimizer states " + Bytes(optimizer_bytes) +
+      (comm_buffer_bytes > 0 ? ", comm buffers " + Bytes(comm_buffer_bytes) : std::string()) +
       ", activations " + Bytes(activation_bytes) + " (forward " + Bytes(activation_forward_bytes) +
       " + backward " + Bytes(activation_backward_bytes) + "; recompute off " +
       Bytes(activation_bytes_no_recompute) + ", on " + Bytes(activation_bytes_recompute) +
-      "), total " + Bytes(total_bytes) + "\n" + flops;
+      "), total " + Bytes(total_bytes) + " of device memory\nhost per node (" +
+      std::to_string(o.ranks_per_node) + " ranks): " + Bytes(host_bytes_per_node) +
+      (o.offload ? " (fp32 master, m, v, gradients)" : " (nothing offloaded)") +
+      "\ncommunication per step per rank: sharding " + Bytes(sharding_comm_bytes) +
+      ", data parallel " + Bytes(dp_comm_bytes) + ", tensor parallel " + Bytes(mp_comm_bytes) +
+      ", device<->host " + Bytes(host_copy_bytes) + "\n" + flops;
   if (recompute_flops_per_token > 0) {
     std::snprintf(flops, sizeof(flops), "; recompute adds %.4g", recompute_flops_per_token);
     out += flops;

@@ -12,6 +12,39 @@
 // Stage 1 divides the optimizer states by D, stage 2 also the gradients
 // (ZeRO, Rajbhandari et al. 2020, section 5: the steady state; an
 // implementation also holds a bucket of full gradients while reducing).
+// Stage 3 divides the parameters too, and adds what a pass holds whole
+// (DataParallel's "Sharded parameters"): the parameters of the embeddings
+// (wte is also the head, so they stay from forward to backward), ln_f, the
+// block computing and the block prefetched; the gradients of the
+// embeddings (wte's fill during the whole backward), ln_f, the block
+// computing and the one being reduced; and one float32 staging buffer of the
+// largest unit for the collectives (comm_buffer_bytes):
+//   parameters  c (N/D + E + Lf + 2 Bk)     c = 4 fp32, 2 bf16/fp16
+//   gradients   c (N/D + E + Lf + 2 Bk)     E, Lf, Bk: floats of the
+//   optimizer   s N/D                       embeddings, ln_f, one block
+//
+// Tensor parallelism (mp_degree M, planned only): N above is then what one
+// rank of the M holds, Megatron's split (wte by vocabulary rows; QKV and the
+// first MLP matrix by output, the two projections by input; LayerNorms, wpe
+// and the projections' biases whole), and the activations Megatron splits
+// (QKV, attention, its output, the MLP hidden layer, the logits, and their
+// gradients) are divided by M.
+//
+// Offload (options.offload): the optimizer states leave the device; the
+// host holds 16 bytes per parameter of each rank's share (fp32 master, m,
+// v, the gradients' copy), times ranks_per_node per node; each step copies
+// the share's gradients down and its parameters up (host_copy_bytes).
+//
+// Communication per step and rank (ring algorithms: all-reduce moves
+// 2 (n-1)/n of its buffer, all-gather and reduce-scatter (n-1)/n), with k
+// micro-batches per step:
+//   sharding  (1 + g) (D-1)/D c N    g = 1 (stages 1, 2: one gather after the
+//                                    update), 2k (stage 3: before every
+//                                    forward and backward); one
+//                                    reduce-scatter a step
+//   dp        2 (P-1)/P c share      the share's gradients, P = dp_degree
+//   mp        k (L (4 + 2 r) + 2) 2 (M-1)/M c B T C   Megatron's all-reduces,
+//                                    r = 1 with recompute
 //
 // Activations, per micro-batch of B x T tokens: the buffers of
 // GptActivationLayout, 4 bytes each in fp32 and 2 in bf16/fp16; with
@@ -56,19 +89,41 @@ struct GptPlanOptions {
   // Tokens per sequence; 0 = Model.max_position_embeddings.
   int seq_len = 0;
   // Distributed.sharding.sharding_degree (ranks sharing the states) and
-  // sharding_stage (0 none, 1 optimizer states, 2 also gradients).
+  // sharding_stage (0 none, 1 optimizer states, 2 also gradients, 3 also
+  // parameters).
   int sharding_degree = 1;
   int sharding_stage = 0;
   Precision precision = Precision::kFp32;
+  // Distributed.mp_degree (must divide the heads), dp_degree,
+  // sharding_offload; Engine.accumulate_steps; ranks on one node (host
+  // memory per node).
+  int mp_degree = 1;
+  int dp_degree = 1;
+  bool offload = false;
+  int accumulate_steps = 1;
+  int ranks_per_node = 1;
 };
 
 struct GptPlan {
   int64_t num_params = 0;
+  int64_t rank_params = 0;  // of one tensor-parallel rank (num_params when mp 1)
   int64_t micro_batch_size = 0, seq_len = 0;
   // Bytes per rank.
   int64_t param_bytes = 0;
   int64_t grad_bytes = 0;
   int64_t optimizer_bytes = 0;
+  // Stage 3: the collectives' staging buffer (0 otherwise).
+  int64_t comm_buffer_bytes = 0;
+  // Offload: host memory of a node's ranks, and the bytes each rank copies
+  // between device and host per step.
+  int64_t host_bytes_per_node = 0;
+  int64_t host_copy_bytes = 0;
+  // Bytes each rank sends per step, by group.
+  int64_t sharding_comm_bytes = 0;
+  int64_t dp_comm_bytes = 0;
+  int64_t mp_comm_bytes = 0;
+  // The options planned for (for ToString).
+  GptPlanOptions options;
   // Activations of one micro-batch with the config's use_recompute, split
   // into those kept from forward to backward and backward-only buffers; and
   // the totals with recompute off and on, for comparison.
@@ -77,7 +132,12 @@ struct GptPlan {
   int64_t activation_backward_bytes = 0;
   int64_t activation_bytes_no_recompute = 0;
   int64_t activation_bytes_recompute = 0;
-  int64_t total_bytes = 0;  // params + grads + optimizer + activations
+  int64_t total_bytes = 0;  // params + grads + optimizer + comm buffers + activations
+  // params + grads + optimizer + comm buffers: what DataParallel's
+  // measurement (measure_resident_bytes) and the moments compare with.
+  int64_t model_state_bytes() const {
+    return param_bytes + grad_bytes + optimizer_bytes + comm_buffer_bytes;
+  }
   // Model FLOPs per trained token and its two terms; recompute's extra.
   double flops_per_token = 0;
   double matmul_flops_per_token = 0;
@@ -90,8 +150,8 @@ struct GptPlan {
 
 // InvalidArgument naming the key for a bad config (GptConfig::Validate), a
 // micro batch < 1, seq_len outside [0, max_position_embeddings], degree < 1
-// or stage outside {0, 1, 2}. `kernels` (may be null, not kept) supplies the
-// attention memory of the twin that will run.
+// stage outside {0, 1, 2, 3}, or an mp_degree that does not divide the heads. `kernels` (may be
+// null, not kept) supplies the attention memory of the twin that will run.
 Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
                         const GptKernels* kernels = nullptr);
 
