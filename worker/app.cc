@@ -19,6 +19,7 @@
 #include "ps/client.h"
 #include "ps/file_system.h"
 #include "trainer/data/ctr_generator.h"
+#include "trainer/data/file_io.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "worker/communicator.h"
 #include "worker/config.h"
@@ -222,6 +223,9 @@ class WorkerRun {
   // FailedPrecondition where a rejoin is not supported (heter workers, an
   // epoch's end).
   Result<int64_t> ResumeStep(int64_t steps_per_epoch);
+  // InvalidArgument when no worker has a training batch: names the data spec
+  // and what this worker found in it (files, samples, malformed lines).
+  Status NoTrainingData() const;
 
   const PsWorkerOptions& o_;
   const WorkerConfig config_;
@@ -250,9 +254,12 @@ Result<PsWorkerReport> WorkerRun::Run() {
   FLEET_RETURN_IF_ERROR(CheckTables(config_, o_.job, *task_));
   if (o_.rank == 0 && !config_.train.save_dir.empty()) {
     // Before training, not when the first save fails after it.
+    // A config value to change: InvalidArgument, so ps_worker exits 2 as the
+    // servers do for server.save_dir.
     ps::PosixFileSystem fs;
-    FLEET_RETURN_IF_ERROR(
-        ps::CheckWritableDir(&fs, config_.train.save_dir).WithContext("train.save_dir"));
+    if (Status st = ps::CheckWritableDir(&fs, config_.train.save_dir); !st.ok()) {
+      return Status::InvalidArgument(st.message()).WithContext("train.save_dir");
+    }
   }
   LOG(INFO) << name_ << ": " << task_->num_train_batches() << " local batches of "
             << config_.train.batch_size << ", " << task_->dense_param_count()
@@ -271,6 +278,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
   FLEET_RETURN_IF_ERROR(
       group_.AllReduce("steps_per_epoch", &batches, ReduceOp::kMax, "batch count", /*kept=*/true));
   const int64_t steps_per_epoch = static_cast<int64_t>(batches[0]);
+  if (steps_per_epoch == 0) return NoTrainingData();
 
   // 2b. A restarted worker whose earlier life got past the start barrier
   // rejoins the others where that life left off; one that did not starts
@@ -425,6 +433,19 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
   LOG(INFO) << line.str();
   return report_;
+}
+
+Status WorkerRun::NoTrainingData() const {
+  const bool ctr = !config_.data.train.empty();
+  const std::string key = ctr ? "data.train" : "data.train_images";
+  const std::string& spec = ctr ? config_.data.train : config_.data.train_images;
+  std::string files = "?";
+  if (auto list = data::ExpandFileSpec(spec); list.ok()) files = std::to_string(list->size());
+  return Status::InvalidArgument(
+      "no training data: no worker of " + std::to_string(o_.num_workers) +
+          " got a batch; this worker found " + files + " files, 0 usable samples and " +
+          std::to_string(task_->malformed_lines()) + " malformed lines in '" + spec + "'",
+      key);
 }
 
 Result<int64_t> WorkerRun::ResumeStep(int64_t steps_per_epoch) {
