@@ -302,6 +302,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
     FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_init").WithContext("start barrier"));
     FLEET_RETURN_IF_ERROR(group_.MarkStarted());
   }
+  if (o_.started != nullptr) o_.started->store(true);
 
   // 3b. Heter workers run the dense part.
   if (!o_.heter_workers.empty()) FLEET_RETURN_IF_ERROR(UseHeterWorkers());
@@ -619,6 +620,8 @@ int PsWorkerMain(int argc, char** argv) {
   if (spec->kv_endpoint) o.kv_endpoint = spec->kv_endpoint->ToString();
   o.job = std::move(job).value();
   o.stop = &stop;
+  std::atomic<bool> started{false};
+  o.started = &started;
   o.log_dir = spec->log_dir;
   o.kv_auth = spec->credentials;
   auto auth = TransportAuth(*spec, o.job.distributed.auth);
@@ -642,7 +645,9 @@ int PsWorkerMain(int argc, char** argv) {
   auto report = RunPsWorker(o);
   if (!report.ok()) {
     LOG(ERROR) << "ps_worker " << o.rank << ": " << report.status().ToString();
-    return report.status().IsInvalidArgument() ? 2 : 1;
+    // Refused input at start-up (a config, the data) is 2, as for flags;
+    // whatever fails once training runs is the job's failure.
+    return report.status().IsInvalidArgument() && !started.load() ? 2 : 1;
   }
   return 0;
 }

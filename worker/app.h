@@ -93,6 +93,11 @@ struct PsWorkerOptions {
   // When it becomes true the worker finishes its current step, flushes and
   // returns (report.stopped). Not owned; may be null.
   const std::atomic<bool>* stop = nullptr;
+  // Set to true once the worker is past its start-up (data loaded, config
+  // checked against the tables, start barrier passed): an error before it
+  // is the input's (ps_worker exits 2 for InvalidArgument), one after it is
+  // the job's (exit 1). Not owned; may be null.
+  std::atomic<bool>* started = nullptr;
 };
 
 struct EpochReport {
