@@ -1,5 +1,6 @@
 #include "worker/app.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -223,6 +224,20 @@ class WorkerRun {
   // FailedPrecondition where a rejoin is not supported (heter workers, an
   // epoch's end).
   Result<int64_t> ResumeStep(int64_t steps_per_epoch);
+  // The metrics round that follows step index i of `epoch` (every
+  // train.log_interval steps and the epoch's last), nullopt when none does.
+  std::optional<std::string> TrainRound(int epoch, int64_t i, int64_t steps_per_epoch) const {
+    const bool window = config_.train.log_interval > 0 && (i + 1) % config_.train.log_interval == 0;
+    if (!window && i + 1 != steps_per_epoch) return std::nullopt;
+    return "e" + std::to_string(epoch) + "/s" + std::to_string(i + 1) + "/train";
+  }
+  // A sync worker rejoining at step `resume`: its earlier life may have died
+  // after the servers applied step resume - 1 but before it sent its part
+  // of the metrics round after that step, where the others now wait for it
+  // while it would wait for their push of step `resume` (a deadlock until
+  // Distributed.timeout_ms). It sends zeros for that round (the window's
+  // metrics lose its share; no update is lost).
+  Status JoinMissedRound(int64_t resume, int64_t steps_per_epoch);
   // InvalidArgument when no worker has a training batch: names the data spec
   // and what this worker found in it (files, samples, malformed lines).
   Status NoTrainingData() const;
@@ -326,6 +341,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
          << "); lost 0 updates";
     if (o_.job.distributed.mode == ps::SyncMode::kSync) {
       FLEET_RETURN_IF_ERROR(comm->ResumeAt(resume).WithContext(name_ + " rejoining"));
+      FLEET_RETURN_IF_ERROR(JoinMissedRound(resume, steps_per_epoch));
       // The step it was in when killed was not acknowledged to it (the
       // servers have not applied it everywhere), so it is pushed again.
       line << " (step " << resume << ", the one it was in when killed, is pushed again, applied "
@@ -370,14 +386,18 @@ Result<PsWorkerReport> WorkerRun::Run() {
             where);
       }
       ++report_.steps;
+      const int64_t global_step = (epoch - 1) * steps_per_epoch + i;
       const bool last = i + 1 == steps_per_epoch;
       // Steps still in flight to heter workers belong to this epoch's last line.
       if (last) FLEET_RETURN_IF_ERROR(Drain(epoch));
-      if ((config_.train.log_interval > 0 && (i + 1) % config_.train.log_interval == 0) || last) {
+      if (o_.die_after_push_for_test && o_.die_after_push_for_test(global_step)) {
+        return Status::Internal("killed by the test after pushing step " +
+                                std::to_string(global_step));
+      }
+      if (std::optional<std::string> round = TrainRound(epoch, i, steps_per_epoch)) {
         std::vector<float> sums = task_->TakeTrainSums();
         FLEET_RETURN_IF_ERROR(
-            group_.AllReduce("e" + std::to_string(epoch) + "/s" + std::to_string(i + 1) + "/train",
-                             &sums, ReduceOp::kSum, "training metrics"));
+            group_.AllReduce(*round, &sums, ReduceOp::kSum, "training metrics"));
         const MetricSummary m = task_->Summarize(sums);
         const double secs = Seconds(t_window);
         train_samples += m.samples;
@@ -434,6 +454,21 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
   LOG(INFO) << line.str();
   return report_;
+}
+
+Status WorkerRun::JoinMissedRound(int64_t resume, int64_t steps_per_epoch) {
+  if (resume == 0) return Status::OK();
+  const int64_t i = (resume - 1) % steps_per_epoch;
+  const int epoch = static_cast<int>((resume - 1) / steps_per_epoch) + 1;
+  const std::optional<std::string> round = TrainRound(epoch, i, steps_per_epoch);
+  if (!round) return Status::OK();
+  FLEET_ASSIGN_OR_RETURN(std::vector<std::string> rounds, group_.OwnRounds());
+  if (std::find(rounds.begin(), rounds.end(), *round) != rounds.end()) return Status::OK();
+  std::vector<float> zeros = task_->TakeTrainSums();  // nothing trained yet: zeros
+  std::fill(zeros.begin(), zeros.end(), 0.0f);
+  LOG(INFO) << name_ << ": sending zeros for metrics round " << *round
+            << ", which its earlier life left after pushing step " << resume - 1;
+  return group_.AllReduce(*round, &zeros, ReduceOp::kSum, "training metrics (rejoining)");
 }
 
 Status WorkerRun::NoTrainingData() const {
