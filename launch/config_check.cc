@@ -24,4 +24,14 @@ Status CheckPsJobConfig(const JobLayout& job) {
   return Status::OK();
 }
 
+Result<std::string> DefaultRecoveryDir(JobLayout* job, int max_restart) {
+  if (max_restart == 0) return std::string();
+  FLEET_ASSIGN_OR_RETURN(worker::PsJobConfig config,
+                         worker::LoadPsJobConfig(job->config, job->overrides));
+  if (!config.job.server.recovery_dir.empty()) return std::string();
+  const std::string dir = job->log_dir + "/recovery";
+  job->overrides.push_back("server.recovery_dir=" + dir);
+  return dir;
+}
+
 }  // namespace fleet::launch

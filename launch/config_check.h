@@ -16,4 +16,14 @@ namespace fleet::launch {
 // REQUIRES: job.mode is a PS mode.
 Status CheckPsJobConfig(const JobLayout& job);
 
+// With --max_restart > 0 a restarted server must come back with every
+// acknowledged update, or the job goes on from an empty server (and the
+// workers' "lost 0 updates" is false): when the config sets no
+// server.recovery_dir, adds "-o server.recovery_dir=<log dir>/recovery" to
+// job->overrides (servers keep their push log and recovery checkpoints
+// there; workers resend to a restarting server) and returns that directory;
+// "" when nothing was added. Errors as CheckPsJobConfig.
+// REQUIRES: job->mode is a PS mode.
+Result<std::string> DefaultRecoveryDir(JobLayout* job, int max_restart);
+
 }  // namespace fleet::launch

@@ -559,9 +559,15 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
   }
   job->auth_note = std::string(SecretSourceName(*secret));
   if (job->mode != Mode::kCollective) {
-    if (Status st = CheckPsJobConfig(*job); !st.ok()) {
+    auto recovery = DefaultRecoveryDir(&*job, options->max_restart);
+    Status st = recovery.ok() ? CheckPsJobConfig(*job) : recovery.status();
+    if (!st.ok()) {
       std::fprintf(io.err, "fleetrun: %s\n", st.message().c_str());
       return kExitBadFlags;
+    }
+    if (!recovery->empty()) {
+      std::fprintf(io.out, "fleetrun: --max_restart without server.recovery_dir: servers keep their push log and "
+                           "recovery checkpoints in %s\n", recovery->c_str());
     }
   }
   Launcher launcher(args, std::move(*options), std::move(*job), wake_fd, io);
