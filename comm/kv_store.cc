@@ -254,9 +254,8 @@ void KvStoreServer::Impl::Install() {
 bool KvStoreServer::Impl::RefusedOnHeaders(const httplib::Request& req, httplib::Response& res) {
   if (signer) {
     if (!req.has_header(KvRequestSigner::kHeader)) {
-      LOG_EVERY_N(WARNING, 100) << "kv store: refused " << req.method << " from "
-                                << req.remote_addr << " without credential ("
-                                << google::COUNTER << " so far)";
+      LOG_EVERY_N(WARNING, 100) << "kv store: refused " << req.method << " from " << req.remote_addr
+                                << " without credential (" << google::COUNTER << " so far)";
       Reply(res, 401, "this KV store needs the job's credential (X-Fleet-Auth)");
       return true;
     }

@@ -14,9 +14,9 @@ Result<LogDirLock> LogDirLock::Acquire(const std::string& dir, const std::string
   // O_CLOEXEC: the job's processes must not keep the lock past fleetrun.
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
-    return Status::IOError(std::string("cannot open the log directory's lock file (") +
-                               std::strerror(errno) + ")",
-                           path);
+    return Status::IOError(
+        std::string("cannot open the log directory's lock file (") + std::strerror(errno) + ")",
+        path);
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -33,10 +33,12 @@ Result<LogDirLock> LogDirLock::Acquire(const std::string& dir, const std::string
         "); its log files would be overwritten: give this job another --log_dir or --job_id");
   }
   const std::string me = "pid " + std::to_string(getpid()) + " job " + job_id + "\n";
-  if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+  if (ftruncate(fd, 0) != 0 ||
+      pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
     const int err = errno;
     close(fd);
-    return Status::IOError(std::string("cannot write the lock file (") + std::strerror(err) + ")", path);
+    return Status::IOError(std::string("cannot write the lock file (") + std::strerror(err) + ")",
+                           path);
   }
   return LogDirLock(fd);
 }

@@ -119,8 +119,8 @@ Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root);
 
 // Everything a PS job's processes read from its job file.
 struct PsJobConfig {
-  ps::JobConfig job;      // what the servers read (ps::LoadJobConfig)
-  WorkerConfig worker;    // what the workers and heter workers read
+  ps::JobConfig job;    // what the servers read (ps::LoadJobConfig)
+  WorkerConfig worker;  // what the workers and heter workers read
 };
 
 // Loads `path` with `overrides` applied in order, as every process of the job
