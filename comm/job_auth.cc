@@ -213,10 +213,17 @@ std::string KvRequestSigner::SignAt(std::string_view method, std::string_view ta
   return header.append(" ").append(Hex(mac));
 }
 
-Status KvRequestSigner::Verify(std::string_view header, std::string_view method,
-                               std::string_view target, std::string_view body,
-                               int64_t now_unix_ms, std::chrono::milliseconds window,
-                               std::string* nonce) const {
+namespace {
+
+// The fields of a credential header: version, unix ms, nonce, signature.
+struct HeaderParts {
+  int64_t unix_ms = 0;
+  std::string_view nonce;
+  std::string_view mac;
+};
+
+Status ParseHeader(std::string_view header, int64_t now_unix_ms, std::chrono::milliseconds window,
+                   HeaderParts* out) {
   const std::vector<std::string_view> parts = SplitSpaces(header);
   int64_t unix_ms = 0;
   auto parse = [&unix_ms](std::string_view t) {
@@ -233,12 +240,31 @@ Status KvRequestSigner::Verify(std::string_view header, std::string_view method,
                      " s from this clock (allowed: ", window.count() / 1000,
                      " s); are the machines' clocks in sync?"));
   }
+  *out = {unix_ms, parts[2], parts[3]};
+  return Status::OK();
+}
+
+}  // namespace
+
+Status KvRequestSigner::CheckHeader(std::string_view header, int64_t now_unix_ms,
+                                    std::chrono::milliseconds window) {
+  HeaderParts parts;
+  return ParseHeader(header, now_unix_ms, window, &parts);
+}
+
+Status KvRequestSigner::Verify(std::string_view header, std::string_view method,
+                               std::string_view target, std::string_view body,
+                               int64_t now_unix_ms, std::chrono::milliseconds window,
+                               std::string* nonce) const {
+  HeaderParts parts;
+  FLEET_RETURN_IF_ERROR(ParseHeader(header, now_unix_ms, window, &parts));
+  const int64_t unix_ms = parts.unix_ms;
   const std::string expected =
-      Hex(HmacSha256(auth_->kv_key(), SignedText(method, target, body, unix_ms, parts[2])));
-  if (CRYPTO_memcmp(expected.data(), parts[3].data(), expected.size()) != 0) {
+      Hex(HmacSha256(auth_->kv_key(), SignedText(method, target, body, unix_ms, parts.nonce)));
+  if (CRYPTO_memcmp(expected.data(), parts.mac.data(), expected.size()) != 0) {
     return Status::InvalidArgument("bad signature (not this job's secret)");
   }
-  *nonce = std::string(parts[2]);
+  *nonce = std::string(parts.nonce);
   return Status::OK();
 }
 

@@ -23,10 +23,19 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-// Handler threads of the server. A long poll holds one for its whole wait,
-// so this bounds how many waiters can be parked at once; requests beyond it
-// queue until a thread frees up (see kLongPollSlice for why that is safe).
-constexpr int kServerThreads = 64;
+// Handler threads of the server, started as connections need them. httplib
+// holds one per connection until its request is read and answered, and a
+// long poll holds one for its whole wait. The bound is high so that a
+// stranger's connections that trickle bytes (slowloris) do not take every
+// thread from the job's own clients; requests beyond it queue until a
+// thread frees up (see kLongPollSlice for why that is safe).
+constexpr size_t kMaxServerThreads = 1024;
+// The longest the server waits for each read of a request: a client sends
+// its whole request at once, so only a stranger (or a dead peer) is cut.
+constexpr std::chrono::seconds kReadTimeout{2};
+// The largest request body (a PUT's value): values are endpoints and ids,
+// far smaller. A larger Content-Length is refused before its body is read.
+constexpr size_t kMaxBodyBytes = size_t{16} << 20;
 // How long the server waits for its listener thread to come up in Start().
 constexpr milliseconds kStartBudget{5000};
 // A client never asks the server to hold one long poll longer than this; it
@@ -81,6 +90,61 @@ Status CheckKey(const std::string& key) {
   return Status::OK();
 }
 
+// httplib's task queue for the server: runs each connection on an idle
+// thread, starts a new one while fewer than max_threads run, else queues.
+// Threads live until shutdown(). Thread-safe.
+class GrowingTaskQueue : public httplib::TaskQueue {
+ public:
+  explicit GrowingTaskQueue(size_t max_threads) : max_threads_(max_threads) {}
+  ~GrowingTaskQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(fn));
+    if (idle_ < tasks_.size() && threads_.size() < max_threads_) {
+      threads_.emplace_back([this] { Work(); });
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    // Only the listener thread calls shutdown(), after its last enqueue().
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      ++idle_;
+      cv_.wait(lock, [this] { return stopping_ || !tasks_.empty(); });
+      --idle_;
+      if (tasks_.empty()) return;  // stopping, nothing left to run
+      std::function<void()> fn = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  const size_t max_threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;  // guarded by mu_
+  std::vector<std::thread> threads_;         // guarded by mu_
+  size_t idle_ = 0;                          // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------- server
@@ -100,6 +164,10 @@ struct KvStoreServer::Impl {
   // With options.auth: false (the reply set: 401 or 403) unless the request
   // carries a valid credential whose nonce was not seen before.
   bool Authorized(const httplib::Request& req, httplib::Response& res);
+  // True (the reply set: 401, 403, 411 or 413) when the headers alone show
+  // the request must be refused: with options.auth, no credential or one
+  // malformed or stale; a body of unknown (chunked) or too large a length.
+  bool RefusedOnHeaders(const httplib::Request& req, httplib::Response& res);
 
   // Fixed after construction.
   const KvStoreServerOptions options;
@@ -142,10 +210,14 @@ void Reply(httplib::Response& res, int code, std::string body) {
 }  // namespace
 
 void KvStoreServer::Impl::Install() {
-  http.new_task_queue = [] { return new httplib::ThreadPool(kServerThreads); };
-  // Our client closes after each request; a short keep-alive keeps Stop()
-  // from waiting on an idle connection of some other client.
+  http.new_task_queue = [] { return new GrowingTaskQueue(kMaxServerThreads); };
+  // Our client closes after each request: one request per connection, so
+  // no connection (and no thread) is held between requests, and Stop()
+  // never waits on an idle connection of some other client.
+  http.set_keep_alive_max_count(1);
   http.set_keep_alive_timeout(1);
+  http.set_read_timeout(kReadTimeout);
+  http.set_payload_max_length(kMaxBodyBytes);
   http.set_tcp_nodelay(true);
   // httplib's default also sets SO_REUSEPORT, which lets a second server
   // bind a port that is in use and silently take half the clients. Keep
@@ -154,8 +226,15 @@ void KvStoreServer::Impl::Install() {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
-  // Every route checks the credential first. (httplib's pre-routing hook
-  // runs before the body is read, and the signature covers the body.)
+  // On the headers, before any body is read: a request without a
+  // well-formed, fresh credential, or whose body is too large or of unknown
+  // length, is answered at once and its body never read.
+  http.set_pre_routing_handler([this](const httplib::Request& q, httplib::Response& r) {
+    return RefusedOnHeaders(q, r) ? httplib::Server::HandlerResponse::Handled
+                                  : httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Every route checks the whole credential first (the signature covers the
+  // body, so this runs once the body is read).
   using Handler = void (Impl::*)(const httplib::Request&, httplib::Response&);
   auto guarded = [this](Handler h) {
     return [this, h](const httplib::Request& q, httplib::Response& r) {
@@ -172,14 +251,39 @@ void KvStoreServer::Impl::Install() {
   http.Post(kAddRoute, guarded(&Impl::HandleAdd));
 }
 
-bool KvStoreServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) {
-  if (!signer) return true;
-  if (!req.has_header(KvRequestSigner::kHeader)) {
-    LOG_EVERY_N(WARNING, 100) << "kv store: refused " << req.method << " from " << req.remote_addr
-                              << " without credential (" << google::COUNTER << " so far)";
-    Reply(res, 401, "this KV store needs the job's credential (X-Fleet-Auth)");
-    return false;
+bool KvStoreServer::Impl::RefusedOnHeaders(const httplib::Request& req, httplib::Response& res) {
+  if (signer) {
+    if (!req.has_header(KvRequestSigner::kHeader)) {
+      LOG_EVERY_N(WARNING, 100) << "kv store: refused " << req.method << " from " << req.remote_addr
+                                << " without credential (" << google::COUNTER << " so far)";
+      Reply(res, 401, "this KV store needs the job's credential (X-Fleet-Auth)");
+      return true;
+    }
+    const int64_t now = std::chrono::duration_cast<milliseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    Status st = KvRequestSigner::CheckHeader(req.get_header_value(KvRequestSigner::kHeader), now,
+                                             options.auth_window);
+    if (!st.ok()) {
+      Reply(res, 403, absl::StrCat("credential refused: ", st.message()));
+      return true;
+    }
   }
+  const bool has_body = req.method == "PUT" || req.method == "POST";
+  if (req.has_header("Transfer-Encoding") || (has_body && !req.has_header("Content-Length"))) {
+    Reply(res, 411, "the kv store needs a Content-Length");
+    return true;
+  }
+  if (req.get_header_value<uint64_t>("Content-Length") > kMaxBodyBytes) {
+    Reply(res, 413, absl::StrCat("a kv store value holds at most ", kMaxBodyBytes, " bytes"));
+    return true;
+  }
+  return false;
+}
+
+bool KvStoreServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) {
+  // RefusedOnHeaders already answered requests without a credential.
+  if (!signer) return true;
   const int64_t now = std::chrono::duration_cast<milliseconds>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();

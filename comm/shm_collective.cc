@@ -1,5 +1,6 @@
 #include "comm/shm_collective.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -16,6 +17,8 @@
 #include <atomic>
 #include <cstring>
 #include <new>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -78,6 +81,7 @@ struct ShmCollective::Header {
   uint64_t slot_bytes = 0;
   alignas(64) std::atomic<uint32_t> wake{0};  // futex word: bumped when a rank arrives
   std::atomic<uint32_t> sleepers{0};          // ranks asleep on `wake`
+  std::atomic<int32_t> mapped{0};             // ranks that mapped the segment
   RankState ranks[kMaxRanks];
 };
 
@@ -176,6 +180,9 @@ Result<std::unique_ptr<ShmCollective>> ShmCollective::Create(KvStoreClient& kv,
                                                 header->slot_bytes));
   }
   header->ranks[options.rank].pid.store(getpid());
+  // The last rank to map the segment removes its name: nobody needs it any
+  // more, and a rank killed from here on leaks nothing.
+  if (header->mapped.fetch_add(1) + 1 == options.size) shm_unlink(name.c_str());
   std::unique_ptr<ShmCollective> group(new ShmCollective(options, base, bytes));
   if (options.rank == 0) {
     if (Status st = kv.Set(key, name); !st.ok()) {
@@ -184,11 +191,26 @@ Result<std::unique_ptr<ShmCollective>> ShmCollective::Create(KvStoreClient& kv,
     }
   }
   Status met = group->Meet("rendezvous");
-  // Every rank has it mapped (or the group failed): the name is no longer
-  // needed, and removing it now means a later crash leaks nothing.
-  if (options.rank == 0) shm_unlink(name.c_str());
+  // The group failed before every rank mapped it (the last one would have
+  // removed the name): rank 0 removes it.
+  if (options.rank == 0 && !met.ok()) shm_unlink(name.c_str());
   if (!met.ok()) return met;
   return group;
+}
+
+int RemoveShmSegmentsOf(int creator) {
+  // shm_open names live in /dev/shm on Linux.
+  const std::string prefix = absl::StrCat("fleet-", creator, "-");
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  std::vector<std::string> names;
+  while (const dirent* e = readdir(dir)) {
+    if (std::string_view(e->d_name).starts_with(prefix)) names.push_back(e->d_name);
+  }
+  closedir(dir);
+  int removed = 0;
+  for (const std::string& n : names) removed += shm_unlink(("/" + n).c_str()) == 0;
+  return removed;
 }
 
 ShmCollective::ShmCollective(ShmCollectiveOptions options, void* base, size_t bytes)

@@ -13,9 +13,11 @@
 // Segment. Rank 0 creates it under a random name (shm_open, mode 0600,
 // "/fleet-<its pid>-<random>"),
 // publishes the name in the KV store under "shm/<group>/gen<generation>/"
-// (readable only with the job's credentials), and removes the name once
-// every rank has mapped it, so a crash leaves nothing in /dev/shm after
-// start-up. It holds a header (one arrival counter and pid per rank), one
+// (readable only with the job's credentials). The last rank to map it
+// removes the name at once, so a crash leaves nothing in /dev/shm after
+// start-up; if a rank dies before that, rank 0 removes it when the
+// rendezvous fails, and a launcher removes what a killed rank 0 left
+// (RemoveShmSegmentsOf). It holds a header (one arrival counter and pid per rank), one
 // slot of `slot_bytes` per rank and one result slot.
 //
 // Algorithms, per chunk of at most one slot: all-reduce = every rank copies
@@ -68,6 +70,12 @@ struct ShmCollectiveOptions {
   // How long a barrier spins before it sleeps.
   std::chrono::microseconds spin{200};
 };
+
+// Removes the segments that process `creator` created and left behind
+// (named "/fleet-<creator>-*"), e.g. a rank 0 killed during the
+// rendezvous. For a launcher, once `creator` has exited; ranks that mapped
+// a segment keep their mapping. Returns how many names it removed.
+int RemoveShmSegmentsOf(int creator);
 
 class ShmCollective final : public Collective {
  public:

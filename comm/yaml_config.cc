@@ -11,6 +11,55 @@
 #include "absl/strings/str_split.h"
 
 namespace fleet {
+namespace {
+
+// InvalidArgument for the first map under `node` (depth first) that holds a
+// key twice; `path` is the dotted key of `node`.
+Status CheckUniqueKeys(const YAML::Node& node, const std::string& path, std::string_view source) {
+  if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      FLEET_RETURN_IF_ERROR(CheckUniqueKeys(node[i], absl::StrCat(path, path.empty() ? "" : ".", i),
+                                            source));
+    }
+    return Status::OK();
+  }
+  if (!node.IsMap()) return Status::OK();
+  std::map<std::string, int> first_line;  // scalar key -> its 1-based line
+  for (const auto& kv : node) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : YAML::Dump(kv.first);
+    const std::string full = path.empty() ? key : absl::StrCat(path, ".", key);
+    const int line = kv.first.Mark().line + 1;
+    if (auto [it, fresh] = first_line.emplace(key, line); !fresh) {
+      return Status::InvalidArgument(absl::StrCat("duplicate key ", full, " at line ", line,
+                                                  " (first at line ", it->second, ")"),
+                                     source);
+    }
+    FLEET_RETURN_IF_ERROR(CheckUniqueKeys(kv.second, full, source));
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<YAML::Node> ParseYaml(std::string_view text, std::string_view source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    return Status::InvalidArgument(absl::StrCat("YAML syntax error: ", e.what()), source);
+  }
+  FLEET_RETURN_IF_ERROR(CheckUniqueKeys(root, "", source));
+  return root;
+}
+
+Result<YAML::Node> LoadYamlFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Status::NotFound("cannot open config", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return Status::IOError("cannot read config", path);
+  return ParseYaml(text.str(), path);
+}
 
 Status ApplyOverride(YAML::Node root, const std::string& assignment) {
   const size_t eq = assignment.find('=');
@@ -120,18 +169,8 @@ struct Loaded {
 
 Result<Loaded> LoadChain(const std::string& path, const std::string* text,
                          std::vector<std::string>* chain) {
-  YAML::Node file;
-  try {
-    if (text != nullptr) {
-      file = YAML::Load(*text);
-    } else {
-      std::ifstream in(path);
-      if (!in) return Status::NotFound("cannot open config", path);
-      file = YAML::Load(in);
-    }
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(absl::StrCat("YAML syntax error: ", e.what()), path);
-  }
+  FLEET_ASSIGN_OR_RETURN(YAML::Node file,
+                         text != nullptr ? ParseYaml(*text, path) : LoadYamlFile(path));
   if (file.IsNull() || !file.IsDefined()) file = YAML::Node(YAML::NodeType::Map);
   if (!file.IsMap()) return Status::InvalidArgument("a config must be a YAML map", path);
 

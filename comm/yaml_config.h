@@ -33,6 +33,16 @@
 
 namespace fleet {
 
+// Parses YAML text (one document) and refuses what yaml-cpp accepts
+// silently: a map that holds the same key twice (yaml-cpp keeps both and a
+// lookup sees only the first). `source` (a file name) prefixes the errors.
+// Errors: InvalidArgument for a syntax error (with its line) or a duplicate
+// key (naming the key path and both lines).
+Result<YAML::Node> ParseYaml(std::string_view text, std::string_view source);
+// Reads and parses the file at `path` as ParseYaml does. NotFound when it
+// cannot be opened.
+Result<YAML::Node> LoadYamlFile(const std::string& path);
+
 // Applies one "Key.sub=value" override to root, creating maps as needed;
 // numeric path parts index sequences ("tables.0.dim=16"). The value is parsed
 // as YAML, so "[1, 2]", "{a: 1}", "1.5e-4", "True" and "null" work; a plain

@@ -17,6 +17,9 @@
 
 #include "comm/cluster.h"
 #include "comm/kv_store.h"
+#include "comm/shm_collective.h"
+#include "launch/config_check.h"
+#include "launch/log_dir_lock.h"
 #include "launch/job_secret.h"
 #include "launch/net.h"
 #include "launch/supervisor.h"
@@ -64,6 +67,9 @@ class Launcher {
         sup_(SupervisorOptions{.wake_fd = wake_fd, .tee_out = io.out}) {}
 
   int Run();
+  // Removes the shared-memory segments the job's processes left behind (a
+  // collective rank 0 killed during its rendezvous cannot). Call after Run().
+  void RemoveShmLeftovers();
 
  private:
   // Each returns an exit code when the job must end now, nullopt to go on.
@@ -76,7 +82,9 @@ class Launcher {
   int Supervise();
   int FinishJob();
   // Stops every process still running; the job's exit code.
-  int StopFailedJob();
+  // `wait_status` is the failed process's: one that exited 2 (it refused
+  // its input at start-up) makes the job exit 2 as well.
+  int StopFailedJob(int wait_status);
   void Report(size_t index, int wait_status, const std::string& action);
   // Marks `mine` done under `prefix`; the store's host then waits (bounded
   // by --rendezvous_timeout) until every id in `all` is marked, so the store
@@ -103,6 +111,7 @@ class Launcher {
   std::vector<size_t> servers_, heters_, workers_;  // supervisor indices by role
   std::map<size_t, int> render_rank_;               // supervisor index -> RenderProcess rank
   std::set<size_t> finished_;                       // workers that exited 0
+  std::optional<LogDirLock> log_lock_;               // held from Run() on
   Clock::time_point next_done_check_{};
 };
 
@@ -119,6 +128,12 @@ int Launcher::Run() {
     std::fprintf(io_.err, "fleetrun: --log_dir: cannot create '%s': %s\n", job_.log_dir.c_str(), ec.message().c_str());
     return kExitBadFlags;
   }
+  auto lock = LogDirLock::Acquire(job_.log_dir, job_.job_id);
+  if (!lock.ok()) {
+    std::fprintf(io_.err, "fleetrun: --log_dir: %s\n", lock.status().message().c_str());
+    return kExitBadFlags;
+  }
+  log_lock_.emplace(std::move(lock).value());
   if (job_.host_kv) {
     kv_server_ = std::make_unique<KvStoreServer>(
         KvStoreServerOptions{.listen = job_.kv_listen, .auth = job_.credentials});
@@ -332,12 +347,13 @@ void Launcher::Report(size_t index, int wait_status, const std::string& action) 
   std::fflush(io_.err);
 }
 
-int Launcher::StopFailedJob() {
+int Launcher::StopFailedJob(int wait_status) {
   const size_t others = sup_.Running().size();
   std::fprintf(io_.err, "fleetrun: job failed; stopping %zu other processes\n", others);
   std::fflush(io_.err);
   sup_.StopAll(grace_);
-  return kExitJobFailed;
+  const bool refused = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == kExitBadFlags;
+  return refused ? kExitBadFlags : kExitJobFailed;
 }
 
 std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& events) {
@@ -364,6 +380,7 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       }
       continue;
     }
+    RemoveShmSegmentsOf(sup_.pid(ev.index));  // before a restart replaces the pid
     if (sup_.restarts(ev.index) < opts_.max_restart) {
       Report(ev.index, ev.wait_status,
              "; restarting (" + std::to_string(sup_.restarts(ev.index) + 1) + " of " + std::to_string(opts_.max_restart) + ")");
@@ -390,7 +407,7 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       if (WIFEXITED(other->wait_status) && WEXITSTATUS(other->wait_status) == 0) continue;
       Report(other->index, other->wait_status, "");
     }
-    return StopFailedJob();
+    return StopFailedJob(ev.wait_status);
   }
   return std::nullopt;
 }
@@ -439,6 +456,12 @@ void Launcher::FinishRendezvous(const std::string& prefix, const std::vector<std
     for (const auto& ev : ignored) {
       if (ev.kind == Supervisor::Event::kSignal) return;  // asked to stop: stop waiting
     }
+  }
+}
+
+void Launcher::RemoveShmLeftovers() {
+  for (size_t i = 0; i < sup_.size(); ++i) {
+    if (sup_.pid(i) > 0 && !sup_.running(i)) RemoveShmSegmentsOf(sup_.pid(i));
   }
 }
 
@@ -535,8 +558,22 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
     return kExitBadFlags;
   }
   job->auth_note = std::string(SecretSourceName(*secret));
+  if (job->mode != Mode::kCollective) {
+    auto recovery = DefaultRecoveryDir(&*job, options->max_restart);
+    Status st = recovery.ok() ? CheckPsJobConfig(*job) : recovery.status();
+    if (!st.ok()) {
+      std::fprintf(io.err, "fleetrun: %s\n", st.message().c_str());
+      return kExitBadFlags;
+    }
+    if (!recovery->empty()) {
+      std::fprintf(io.out, "fleetrun: --max_restart without server.recovery_dir: servers keep their push log and "
+                           "recovery checkpoints in %s\n", recovery->c_str());
+    }
+  }
   Launcher launcher(args, std::move(*options), std::move(*job), wake_fd, io);
-  return launcher.Run();
+  const int rc = launcher.Run();
+  launcher.RemoveShmLeftovers();
+  return rc;
 }
 
 }  // namespace fleet::launch

@@ -21,7 +21,8 @@ namespace fleet::launch {
 // Exit codes of fleetrun.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitJobFailed = 1;     // a process failed, or a wait timed out
-inline constexpr int kExitBadFlags = 2;      // validation failed; nothing was started
+inline constexpr int kExitBadFlags = 2;      // validation failed; nothing was started, or a
+                                             // process refused its config at start-up (exit 2)
 // Stopped by SIGINT / SIGTERM: 128 + signo (130 / 143).
 
 struct LauncherIo {

@@ -107,7 +107,10 @@ Status Supervisor::Restart(size_t index, ProcessSpec spec) {
 
 Status Supervisor::Spawn(Proc& p, bool append) {
   const ProcessSpec& spec = p.spec;
-  int log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0644);
+  // O_NOFOLLOW: a log file planted as a symbolic link is refused, never
+  // followed to overwrite its target.
+  int log_fd = open(spec.log_path.c_str(),
+                    O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | (append ? O_APPEND : O_TRUNC), 0644);
   if (log_fd < 0) return Status::IOError(std::string("cannot open log file (") + std::strerror(errno) + ")", spec.log_path);
   if (append) {
     std::string marker = "==== fleetrun: restart " + std::to_string(p.restarts) + " of " + spec.Name() + " ====\n";

@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "comm/yaml_config.h"
 #include "ps/table/byte_io.h"
 
 namespace fleet::ps {
@@ -51,6 +54,32 @@ std::optional<ManifestId> ParseManifestName(const std::string& name) {
     return std::nullopt;
   if (static_cast<size_t>(consumed) != name.size()) return std::nullopt;  // e.g. a ".tmp"
   if (id.num_servers < 1 || id.rank < 0 || id.rank >= id.num_servers) return std::nullopt;
+  return id;
+}
+
+// A data file's name: "t<table>-g<gen>-shard<part>.bin" (sparse) or
+// "t<table>-g<gen>-dense-s<part>.bin" (dense, part = rank), perhaps + ".tmp".
+struct DataFileId {
+  uint32_t table = 0;
+  uint32_t gen = 0;
+  bool dense = false;
+  uint32_t part = 0;
+  bool tmp = false;
+};
+
+std::optional<DataFileId> ParseDataFileName(const std::string& name) {
+  DataFileId id;
+  int consumed = 0;
+  if (std::sscanf(name.c_str(), "t%u-g%u-shard%u.bin%n", &id.table, &id.gen, &id.part, &consumed) != 3) {
+    consumed = 0;
+    if (std::sscanf(name.c_str(), "t%u-g%u-dense-s%u.bin%n", &id.table, &id.gen, &id.part, &consumed) != 3)
+      return std::nullopt;
+    id.dense = true;
+  }
+  if (consumed == 0) return std::nullopt;
+  const std::string_view rest = std::string_view(name).substr(static_cast<size_t>(consumed));
+  if (!rest.empty() && rest != kTmpSuffix) return std::nullopt;
+  id.tmp = !rest.empty();
   return id;
 }
 
@@ -176,8 +205,10 @@ Result<Manifest> DecodeManifest(std::string_view data, const std::string& file) 
     uint32_t num_files;
     if (!r.GetString(&yaml) || !r.Get(&num_files)) return bad("truncated");
     ManifestTable mt;
+    Result<YAML::Node> table_yaml = ParseYaml(yaml, "table config");
+    if (!table_yaml.ok()) return bad(absl::StrCat("has unparsable ", table_yaml.status().message()));
     try {
-      Result<TableConfig> config = ParseTableConfig(YAML::Load(yaml));
+      Result<TableConfig> config = ParseTableConfig(*table_yaml);
       if (!config.ok()) return bad(absl::StrCat("has a bad table config: ", config.status().message()));
       mt.config = std::move(config).value();
     } catch (const YAML::Exception& e) {
@@ -281,12 +312,13 @@ Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const Serve
     }
   }
   FLEET_RETURN_IF_ERROR(fs_->CreateDir(dir));
+  FLEET_ASSIGN_OR_RETURN(std::vector<std::string> names, fs_->ListDir(dir));
+  RemoveUnfinishedSaves(dir, names, tables);
   if (mode == SaveMode::kBase) {
     // A base goes after the newest complete generation. Servers of one job
     // save at about the same time; one that finished first has made a
     // generation that is still incomplete for the others, who therefore
     // pick the same number.
-    FLEET_ASSIGN_OR_RETURN(std::vector<std::string> names, fs_->ListDir(dir));
     FLEET_ASSIGN_OR_RETURN(Generations groups, GroupManifests(dir, names));
     if (std::optional<uint32_t> newest = NewestComplete(groups)) gen = *newest + 1;
   }
@@ -405,9 +437,52 @@ Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const Serve
   return Status::OK();
 }
 
+void Checkpointer::RemoveUnfinishedSaves(const std::string& dir, const std::vector<std::string>& names,
+                                         const ServerTables& tables) {
+  Result<Generations> groups = GroupManifests(dir, names);
+  if (!groups.ok()) return;  // the save reports it
+  const std::optional<uint32_t> complete = NewestComplete(*groups);
+  std::set<uint32_t> published;  // generations this server published a manifest of
+  for (const auto& [gen, g] : *groups) {
+    if (g.num_servers == num_servers_ && g.by_rank.contains(rank_)) published.insert(gen);
+  }
+  auto mine = [&](const DataFileId& id) {
+    if (id.dense) {
+      if (static_cast<int>(id.part) != rank_) return false;
+      for (const DenseTable* t : tables.dense)
+        if (t->config().id == id.table) return true;
+      return false;
+    }
+    for (const SparseTable* t : tables.sparse)
+      if (t->config().id == id.table && t->owned_shards().contains(id.part)) return true;
+    return false;
+  };
+  int removed = 0;
+  for (const std::string& name : names) {
+    bool leftover = false;
+    if (std::optional<DataFileId> id = ParseDataFileName(name); id && mine(*id)) {
+      const bool unfinished = (!complete || id->gen > *complete) && !published.contains(id->gen);
+      leftover = id->tmp || unfinished;
+    } else if (name.ends_with(kTmpSuffix)) {
+      std::optional<ManifestId> m = ParseManifestName(name.substr(0, name.size() - std::strlen(kTmpSuffix)));
+      leftover = m && m->rank == rank_ && m->num_servers == num_servers_;
+    }
+    if (!leftover) continue;
+    Status rm = fs_->Remove(JoinPath(dir, name));
+    if (rm.ok()) {
+      ++removed;
+    } else if (!rm.IsNotFound()) {
+      LOG(WARNING) << "could not remove " << JoinPath(dir, name) << " left by an unfinished save: " << rm.ToString();
+    }
+  }
+  if (removed > 0) LOG(INFO) << "removed " << removed << " files left in " << dir << " by an unfinished save of server " << rank_;
+}
+
 Status Checkpointer::Load(const std::string& dir, const ServerTables& tables) {
   std::lock_guard<std::mutex> lock(mu_);
   FLEET_ASSIGN_OR_RETURN(std::vector<std::string> names, fs_->ListDir(dir));
+  // A read-only checkpoint directory just keeps them (logged).
+  RemoveUnfinishedSaves(dir, names, tables);
 
   FLEET_ASSIGN_OR_RETURN(Generations groups, GroupManifests(dir, names));
   const std::optional<uint32_t> newest = NewestComplete(groups);

@@ -13,6 +13,11 @@
 // version, table configs, file list with row counts, sizes and crc32, and
 // its own crc32) is written the same way and renamed LAST: a save that dies
 // midway leaves no manifest naming it, so Load never sees a half checkpoint.
+// What such a save (a server killed midway) left behind is removed by the
+// server's next save into the directory or load from it: its own temp files, and its own
+// shard and dense files of generations newer than the newest complete one
+// that it published no manifest for. Files of other servers are left alone
+// (they may be saving at the same moment).
 //
 // Failure handling:
 //   * any failure before the manifest rename: the new files are removed,
@@ -88,6 +93,11 @@ class Checkpointer {
 
  private:
   Status SaveImpl(const std::string& dir, SaveMode mode, const ServerTables& tables, bool snapshot);
+  // Removes the leftovers of this server's unfinished saves among `names`
+  // (the listing of dir); see the top of this file. Failures to remove are
+  // logged, not returned: the save can go on.
+  void RemoveUnfinishedSaves(const std::string& dir, const std::vector<std::string>& names,
+                             const ServerTables& tables);
 
   FileSystem* const fs_;
   const int rank_;

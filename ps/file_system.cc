@@ -176,12 +176,22 @@ constexpr const char* kOpNames[] = {"append", "sync", "close", "rename", "remove
 void FaultInjectionFileSystem::FailNth(Op op, int nth) {
   Counter& c = counters_[Index(op)];
   c.fail_at.store(nth > 0 ? c.calls.load() + nth : 0);
+  c.dies.store(false);
+}
+
+void FaultInjectionFileSystem::DieAtNth(Op op, int nth) {
+  FailNth(op, nth);
+  counters_[Index(op)].dies.store(true);
 }
 
 Status FaultInjectionFileSystem::Hit(Op op, std::string_view which) {
+  if (dead_.load()) return Status::IOError("injected: the process was killed", which);
   Counter& c = counters_[Index(op)];
   const int n = c.calls.fetch_add(1) + 1;
-  if (n == c.fail_at.load()) return Status::IOError(absl::StrCat("injected ", kOpNames[Index(op)], " failure"), which);
+  if (n == c.fail_at.load()) {
+    if (c.dies.load()) dead_.store(true);
+    return Status::IOError(absl::StrCat("injected ", kOpNames[Index(op)], " failure"), which);
+  }
   return Status::OK();
 }
 

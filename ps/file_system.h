@@ -82,6 +82,10 @@ class FaultInjectionFileSystem final : public FileSystem {
 
   // Fails the nth call (from now) of op; replaces any earlier setting.
   void FailNth(Op op, int nth);
+  // As FailNth, and from that call on every call of any kind fails too: the
+  // process was killed there (kill -9 in the middle of a save), so whatever
+  // it would have cleaned up stays behind.
+  void DieAtNth(Op op, int nth);
   // Calls of op seen so far.
   int calls(Op op) const { return counters_[Index(op)].calls.load(); }
 
@@ -102,7 +106,9 @@ class FaultInjectionFileSystem final : public FileSystem {
   struct Counter {
     std::atomic<int> calls{0};
     std::atomic<int> fail_at{0};  // absolute call number to fail; 0: none
+    std::atomic<bool> dies{false};  // failing that call kills the "process"
   };
+  std::atomic<bool> dead_{false};
 
   FileSystem* const base_;  // not owned
   Counter counters_[kOps];

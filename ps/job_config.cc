@@ -203,14 +203,7 @@ Result<JobConfig> ParseJobConfig(YAML::Node root) {
 
 Result<JobConfig> LoadJobConfig(const std::string& path,
                                 const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) return Status::NotFound("cannot open job config", path);
-  YAML::Node root;
-  try {
-    root = YAML::Load(in);
-  } catch (const YAML::Exception& e) {
-    return Status::InvalidArgument(absl::StrCat("YAML syntax error: ", e.what()), path);
-  }
+  FLEET_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
   for (const auto& o : overrides) {
     FLEET_RETURN_IF_ERROR(ApplyOverride(root, o).WithContext(path));
   }

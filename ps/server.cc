@@ -1,15 +1,18 @@
 #include "ps/server.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "comm/proto/ps.pb.h"
+#include "ps/table/accessor.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/byte_io.h"
 #include "ps/table/partition.h"
@@ -252,10 +255,30 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
 
 PsServer::~PsServer() { (void)Shutdown(/*save=*/false); }
 
+uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, size_t sparse_tables, size_t row_floats) {
+  const uint64_t row_bytes = row_floats * sizeof(float) + kRowOverheadBytes;
+  return std::max<uint64_t>(1, memory_bytes / 2 / std::max<size_t>(1, sparse_tables) / row_bytes);
+}
+
 Status PsServer::BuildTables() {
   const auto& job = options_.job;
-  for (const TableConfig& config : job.tables) {
+  uint64_t memory = options_.memory_bytes;
+  if (memory == 0) {
+    memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  }
+  const size_t sparse_tables = std::count_if(job.tables.begin(), job.tables.end(), [](const TableConfig& c) {
+    return c.kind == TableKind::kSparse;
+  });
+  for (TableConfig config : job.tables) {
     const std::string which = absl::StrCat("table ", config.id);
+    if (config.kind == TableKind::kSparse && config.max_rows_per_server == 0 && ValidateTableConfig(config).ok()) {
+      const size_t row_floats = MakeAccessor(config)->row_floats();
+      config.max_rows_per_server = DefaultMaxRowsPerServer(memory, sparse_tables, row_floats);
+      LOG(INFO) << "server " << options_.rank << ": " << which << ": max_rows_per_server not set, "
+                << config.max_rows_per_server << " rows (half of " << (memory >> 20) << " MiB over "
+                << sparse_tables << " sparse tables, " << row_floats * sizeof(float) + kRowOverheadBytes
+                << " bytes a row)";
+    }
     if (config.kind == TableKind::kSparse) {
       auto shards = AssignShards(config.shard_num, options_.num_servers, options_.rank);
       if (!shards.ok()) return shards.status().WithContext(which);
@@ -874,6 +897,7 @@ void PsServer::Barrier(Message req, Responder r) {
           which));
     }
     wait.size = meta->barrier_size();
+    wait.came.insert(meta->worker_rank());
     wait.arrived.insert_or_assign(meta->worker_rank(),
                                   Waiter{r, ReplyBy(req, Clock::now()), meta->client_id(),
                                          meta->sequence()});
@@ -923,7 +947,7 @@ void PsServer::ExpireWaits(Clock::time_point now) {
       BarrierWait& wait = it->second;
       std::vector<int> missing;
       for (int rank = 0; rank < wait.size; ++rank) {
-        if (!wait.arrived.contains(rank)) missing.push_back(rank);
+        if (!wait.came.contains(rank)) missing.push_back(rank);
       }
       for (auto a = wait.arrived.begin(); a != wait.arrived.end();) {
         if (a->second.reply_by > now) {
@@ -961,9 +985,54 @@ void PsServer::WatchWaits() {
   }
 }
 
+namespace {
+
+// Whether `path` is `root` or lies below it, after resolving "..", "." and
+// the symbolic links of the parts that exist.
+bool IsUnder(const std::string& path, const std::string& root) {
+  std::error_code ec1, ec2;
+  const std::filesystem::path p = std::filesystem::weakly_canonical(path, ec1);
+  const std::filesystem::path r = std::filesystem::weakly_canonical(root, ec2);
+  if (ec1 || ec2) return false;
+  auto pi = p.begin();
+  for (auto ri = r.begin(); ri != r.end(); ++ri, ++pi) {
+    if (ri->empty()) continue;  // a trailing separator
+    if (pi == p.end() || *pi != *ri) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Status PsServer::CheckCheckpointPath(const std::string& path, bool load) const {
+  // What the job config names: server.save_dir and train.save_dir (the
+  // workers' per-epoch saves go below it) for both, server.load_dir for loads.
+  const auto& server = options_.job.server;
+  std::vector<std::string> roots = {server.save_dir};
+  if (load) roots.push_back(server.load_dir);
+  try {
+    const YAML::Node& root = options_.job.root;
+    if (root.IsMap() && root["train"].IsMap() && root["train"]["save_dir"].IsScalar()) {
+      roots.push_back(root["train"]["save_dir"].Scalar());
+    }
+  } catch (const YAML::Exception&) {
+    // No train section: the other roots stand.
+  }
+  for (const std::string& root : roots) {
+    if (!root.empty() && IsUnder(path, root)) return Status::OK();
+  }
+  // A worker holds the job key, not the right to write anywhere the server can.
+  return Status::InvalidArgument(
+      absl::StrCat(load ? "load" : "save", " refused: the directory is not under the job's ",
+                   load ? "server.load_dir, " : "", "server.save_dir or train.save_dir (",
+                   absl::StrJoin(roots, ", "), ")"),
+      path);
+}
+
 Status PsServer::Save(const Message& req, Message* resp) {
   FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
   if (meta.path().empty()) return Status::InvalidArgument("save needs a directory");
+  FLEET_RETURN_IF_ERROR(CheckCheckpointPath(meta.path(), /*load=*/false));
   // Not at the same time as a recovery checkpoint: both mark the tables'
   // shards while they write them.
   std::unique_lock<std::mutex> lock(log_mu_, std::defer_lock);
@@ -975,6 +1044,7 @@ Status PsServer::Save(const Message& req, Message* resp) {
 Status PsServer::Load(const Message& req, Message* resp) {
   FLEET_ASSIGN_OR_RETURN(pb::PsRequestMeta meta, ParseMeta(req));
   if (meta.path().empty()) return Status::InvalidArgument("load needs a directory");
+  FLEET_RETURN_IF_ERROR(CheckCheckpointPath(meta.path(), /*load=*/true));
   if (recovery_dir_.empty()) return checkpointer_->Load(meta.path(), AllTables());
   // The log cannot describe a load: the loaded state becomes a checkpoint.
   std::lock_guard<std::mutex> lock(log_mu_);

@@ -101,7 +101,19 @@ struct PsServerOptions {
   // (VanOptions::auth); null: plain TCP. Programs pass
   // TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
   std::shared_ptr<const JobAuth> auth;
+  // The memory a sparse table's default row quota is derived from (see
+  // DefaultMaxRowsPerServer); 0: this machine's physical memory. For tests.
+  uint64_t memory_bytes = 0;
 };
+
+// The row quota of a sparse table whose config sets no max_rows_per_server:
+// half of `memory_bytes`, shared evenly by the server's `sparse_tables`,
+// over what one row costs (`row_floats` floats plus kRowOverheadBytes of
+// key, index and counters). At least 1. So a runaway or hostile client
+// creating keys without end gets a clear FailedPrecondition long before
+// the machine runs out of memory.
+inline constexpr uint64_t kRowOverheadBytes = 64;
+uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, size_t sparse_tables, size_t row_floats);
 
 // The numbered requests of one client a server applied (PsServer::Claim).
 struct AppliedRequests {
@@ -183,6 +195,10 @@ class PsServer {
   void WatchWaits();
   Status Save(const Message& req, Message* resp);
   Status Load(const Message& req, Message* resp);
+  // InvalidArgument unless `path` lies under a directory the job config
+  // names for checkpoints (server.save_dir, train.save_dir; for a load also
+  // server.load_dir): PS_SAVE and PS_LOAD go nowhere else.
+  Status CheckCheckpointPath(const std::string& path, bool load) const;
   Status Shrink(const Message& req, Message* resp);
   Status EndPass(const Message& req, Message* resp);
   Status Stats(const Message& req, Message* resp);
@@ -253,7 +269,11 @@ class PsServer {
   // size; guarded by barrier_mu_.
   struct BarrierWait {
     int size = 0;
-    std::map<int, Waiter> arrived;
+    std::map<int, Waiter> arrived;  // waiting for the others
+    // Every rank that arrived in this round, also those already answered at
+    // their own deadline: a timeout names only the ranks that never came
+    // (it once named a rank answered one watch tick earlier as missing).
+    std::set<int> came;
   };
   std::mutex barrier_mu_;
   std::map<std::string, BarrierWait> barriers_;

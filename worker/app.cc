@@ -1,5 +1,6 @@
 #include "worker/app.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -19,6 +20,7 @@
 #include "ps/client.h"
 #include "ps/file_system.h"
 #include "trainer/data/ctr_generator.h"
+#include "trainer/data/file_io.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "worker/communicator.h"
 #include "worker/config.h"
@@ -222,6 +224,23 @@ class WorkerRun {
   // FailedPrecondition where a rejoin is not supported (heter workers, an
   // epoch's end).
   Result<int64_t> ResumeStep(int64_t steps_per_epoch);
+  // The metrics round that follows step index i of `epoch` (every
+  // train.log_interval steps and the epoch's last), nullopt when none does.
+  std::optional<std::string> TrainRound(int epoch, int64_t i, int64_t steps_per_epoch) const {
+    const bool window = config_.train.log_interval > 0 && (i + 1) % config_.train.log_interval == 0;
+    if (!window && i + 1 != steps_per_epoch) return std::nullopt;
+    return "e" + std::to_string(epoch) + "/s" + std::to_string(i + 1) + "/train";
+  }
+  // A sync worker rejoining at step `resume`: its earlier life may have died
+  // after the servers applied step resume - 1 but before it sent its part
+  // of the metrics round after that step, where the others now wait for it
+  // while it would wait for their push of step `resume` (a deadlock until
+  // Distributed.timeout_ms). It sends zeros for that round (the window's
+  // metrics lose its share; no update is lost).
+  Status JoinMissedRound(int64_t resume, int64_t steps_per_epoch);
+  // InvalidArgument when no worker has a training batch: names the data spec
+  // and what this worker found in it (files, samples, malformed lines).
+  Status NoTrainingData() const;
 
   const PsWorkerOptions& o_;
   const WorkerConfig config_;
@@ -250,9 +269,12 @@ Result<PsWorkerReport> WorkerRun::Run() {
   FLEET_RETURN_IF_ERROR(CheckTables(config_, o_.job, *task_));
   if (o_.rank == 0 && !config_.train.save_dir.empty()) {
     // Before training, not when the first save fails after it.
+    // A config value to change: InvalidArgument, so ps_worker exits 2 as the
+    // servers do for server.save_dir.
     ps::PosixFileSystem fs;
-    FLEET_RETURN_IF_ERROR(
-        ps::CheckWritableDir(&fs, config_.train.save_dir).WithContext("train.save_dir"));
+    if (Status st = ps::CheckWritableDir(&fs, config_.train.save_dir); !st.ok()) {
+      return Status::InvalidArgument(st.message()).WithContext("train.save_dir");
+    }
   }
   LOG(INFO) << name_ << ": " << task_->num_train_batches() << " local batches of "
             << config_.train.batch_size << ", " << task_->dense_param_count()
@@ -271,6 +293,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
   FLEET_RETURN_IF_ERROR(
       group_.AllReduce("steps_per_epoch", &batches, ReduceOp::kMax, "batch count", /*kept=*/true));
   const int64_t steps_per_epoch = static_cast<int64_t>(batches[0]);
+  if (steps_per_epoch == 0) return NoTrainingData();
 
   // 2b. A restarted worker whose earlier life got past the start barrier
   // rejoins the others where that life left off; one that did not starts
@@ -294,6 +317,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
     FLEET_RETURN_IF_ERROR(client_->Barrier("ps_worker_init").WithContext("start barrier"));
     FLEET_RETURN_IF_ERROR(group_.MarkStarted());
   }
+  if (o_.started != nullptr) o_.started->store(true);
 
   // 3b. Heter workers run the dense part.
   if (!o_.heter_workers.empty()) FLEET_RETURN_IF_ERROR(UseHeterWorkers());
@@ -317,6 +341,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
          << "); lost 0 updates";
     if (o_.job.distributed.mode == ps::SyncMode::kSync) {
       FLEET_RETURN_IF_ERROR(comm->ResumeAt(resume).WithContext(name_ + " rejoining"));
+      FLEET_RETURN_IF_ERROR(JoinMissedRound(resume, steps_per_epoch));
       // The step it was in when killed was not acknowledged to it (the
       // servers have not applied it everywhere), so it is pushed again.
       line << " (step " << resume << ", the one it was in when killed, is pushed again, applied "
@@ -361,14 +386,18 @@ Result<PsWorkerReport> WorkerRun::Run() {
             where);
       }
       ++report_.steps;
+      const int64_t global_step = (epoch - 1) * steps_per_epoch + i;
       const bool last = i + 1 == steps_per_epoch;
       // Steps still in flight to heter workers belong to this epoch's last line.
       if (last) FLEET_RETURN_IF_ERROR(Drain(epoch));
-      if ((config_.train.log_interval > 0 && (i + 1) % config_.train.log_interval == 0) || last) {
+      if (o_.die_after_push_for_test && o_.die_after_push_for_test(global_step)) {
+        return Status::Internal("killed by the test after pushing step " +
+                                std::to_string(global_step));
+      }
+      if (std::optional<std::string> round = TrainRound(epoch, i, steps_per_epoch)) {
         std::vector<float> sums = task_->TakeTrainSums();
         FLEET_RETURN_IF_ERROR(
-            group_.AllReduce("e" + std::to_string(epoch) + "/s" + std::to_string(i + 1) + "/train",
-                             &sums, ReduceOp::kSum, "training metrics"));
+            group_.AllReduce(*round, &sums, ReduceOp::kSum, "training metrics"));
         const MetricSummary m = task_->Summarize(sums);
         const double secs = Seconds(t_window);
         train_samples += m.samples;
@@ -425,6 +454,34 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
   LOG(INFO) << line.str();
   return report_;
+}
+
+Status WorkerRun::JoinMissedRound(int64_t resume, int64_t steps_per_epoch) {
+  if (resume == 0) return Status::OK();
+  const int64_t i = (resume - 1) % steps_per_epoch;
+  const int epoch = static_cast<int>((resume - 1) / steps_per_epoch) + 1;
+  const std::optional<std::string> round = TrainRound(epoch, i, steps_per_epoch);
+  if (!round) return Status::OK();
+  FLEET_ASSIGN_OR_RETURN(std::vector<std::string> rounds, group_.OwnRounds());
+  if (std::find(rounds.begin(), rounds.end(), *round) != rounds.end()) return Status::OK();
+  std::vector<float> zeros = task_->TakeTrainSums();  // nothing trained yet: zeros
+  std::fill(zeros.begin(), zeros.end(), 0.0f);
+  LOG(INFO) << name_ << ": sending zeros for metrics round " << *round
+            << ", which its earlier life left after pushing step " << resume - 1;
+  return group_.AllReduce(*round, &zeros, ReduceOp::kSum, "training metrics (rejoining)");
+}
+
+Status WorkerRun::NoTrainingData() const {
+  const bool ctr = !config_.data.train.empty();
+  const std::string key = ctr ? "data.train" : "data.train_images";
+  const std::string& spec = ctr ? config_.data.train : config_.data.train_images;
+  std::string files = "?";
+  if (auto list = data::ExpandFileSpec(spec); list.ok()) files = std::to_string(list->size());
+  return Status::InvalidArgument(
+      "no training data: no worker of " + std::to_string(o_.num_workers) +
+          " got a batch; this worker found " + files + " files, 0 usable samples and " +
+          std::to_string(task_->malformed_lines()) + " malformed lines in '" + spec + "'",
+      key);
 }
 
 Result<int64_t> WorkerRun::ResumeStep(int64_t steps_per_epoch) {
@@ -598,6 +655,8 @@ int PsWorkerMain(int argc, char** argv) {
   if (spec->kv_endpoint) o.kv_endpoint = spec->kv_endpoint->ToString();
   o.job = std::move(job).value();
   o.stop = &stop;
+  std::atomic<bool> started{false};
+  o.started = &started;
   o.log_dir = spec->log_dir;
   o.kv_auth = spec->credentials;
   auto auth = TransportAuth(*spec, o.job.distributed.auth);
@@ -621,7 +680,9 @@ int PsWorkerMain(int argc, char** argv) {
   auto report = RunPsWorker(o);
   if (!report.ok()) {
     LOG(ERROR) << "ps_worker " << o.rank << ": " << report.status().ToString();
-    return report.status().IsInvalidArgument() ? 2 : 1;
+    // Refused input at start-up (a config, the data) is 2, as for flags;
+    // whatever fails once training runs is the job's failure.
+    return report.status().IsInvalidArgument() && !started.load() ? 2 : 1;
   }
   return 0;
 }

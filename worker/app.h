@@ -56,6 +56,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,16 @@ struct PsWorkerOptions {
   // When it becomes true the worker finishes its current step, flushes and
   // returns (report.stopped). Not owned; may be null.
   const std::atomic<bool>* stop = nullptr;
+  // Set to true once the worker is past its start-up (data loaded, config
+  // checked against the tables, start barrier passed): an error before it
+  // is the input's (ps_worker exits 2 for InvalidArgument), one after it is
+  // the job's (exit 1). Not owned; may be null.
+  std::atomic<bool>* started = nullptr;
+  // Fault injection for tests: called after each step's push with the
+  // step's number (from 0 over all epochs); true makes the worker return
+  // Internal there at once, as if killed between its push and its part of
+  // the metrics round. Empty: never.
+  std::function<bool(int64_t step)> die_after_push_for_test;
 };
 
 struct EpochReport {

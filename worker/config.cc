@@ -3,6 +3,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 
 #include "worker/task.h"
 
@@ -139,6 +140,38 @@ Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root) {
                                      {"save_dir", String(&c.train.save_dir)},
                                      {"save_every_epochs", IntIn(&c.train.save_every_epochs, 0)}}));
   return c;
+}
+
+namespace {
+
+// Errors without the file's name (the caller says which input is to blame).
+Result<PsJobConfig> ParseWithOverrides(const YAML::Node& file,
+                                       std::span<const std::string> overrides) {
+  YAML::Node root = YAML::Clone(file);
+  for (const std::string& o : overrides) FLEET_RETURN_IF_ERROR(ApplyOverride(root, o));
+  PsJobConfig c;
+  FLEET_ASSIGN_OR_RETURN(c.job, ps::ParseJobConfig(root));
+  FLEET_ASSIGN_OR_RETURN(c.worker, ParseWorkerConfig(c.job.root));
+  return c;
+}
+
+}  // namespace
+
+Result<PsJobConfig> LoadPsJobConfig(const std::string& path,
+                                    const std::vector<std::string>& overrides) {
+  FLEET_ASSIGN_OR_RETURN(YAML::Node file, LoadYamlFile(path));
+  auto all = ParseWithOverrides(file, overrides);
+  if (all.ok()) return all;
+  // Blame the first override after which the config stops parsing, or the
+  // file when it fails on its own: a few parses of a small tree.
+  const std::span<const std::string> list(overrides);
+  for (size_t n = 0; n < list.size(); ++n) {
+    if (auto next = ParseWithOverrides(file, list.first(n + 1)); !next.ok()) {
+      if (n == 0 && !ParseWithOverrides(file, {}).ok()) break;
+      return next.status().WithContext("-o " + list[n]);
+    }
+  }
+  return all.status().WithContext(path);
 }
 
 }  // namespace fleet::worker

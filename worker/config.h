@@ -69,6 +69,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "comm/status.h"
+#include "ps/job_config.h"
 
 namespace fleet::worker {
 
@@ -115,5 +116,20 @@ struct WorkerConfig {
 // key ("train.batch_size: must be >= 1") for a missing required key, an
 // unknown key or model.kind, a wrong type or a value out of range.
 Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root);
+
+// Everything a PS job's processes read from its job file.
+struct PsJobConfig {
+  ps::JobConfig job;    // what the servers read (ps::LoadJobConfig)
+  WorkerConfig worker;  // what the workers and heter workers read
+};
+
+// Loads `path` with `overrides` applied in order, as every process of the job
+// will, so a launcher can refuse a bad config before starting anything.
+// Errors: NotFound (the file), InvalidArgument. An error that only appears
+// once an override is applied names that override first ("-o
+// train.batchsize=1: train.batchsize: unknown key"), so the user is not sent
+// to a YAML file that is fine; otherwise the error names the file.
+Result<PsJobConfig> LoadPsJobConfig(const std::string& path,
+                                    const std::vector<std::string>& overrides);
 
 }  // namespace fleet::worker

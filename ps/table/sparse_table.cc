@@ -688,7 +688,9 @@ Status SparseTable::RefusedKeys(uint64_t refused, const char* op) const {
                             << op << " refused a row (max_rows_per_server "
                             << quota_->max() << ", or a local shard's slot space)";
   const std::string limit =
-      quota_->max() > 0 ? absl::StrCat("max_rows_per_server = ", quota_->max(), " rows reached")
+      quota_->max() > 0 ? absl::StrCat("max_rows_per_server = ", quota_->max(),
+                                       " rows reached; raise tables.<i>.max_rows_per_server if the "
+                                       "server has the memory")
                         : "a local shard's 2^32 - 1 slot ids are used up";
   return Status::FailedPrecondition(
       absl::StrCat(op, ": ", refused, " new keys were not stored (", limit,

@@ -148,19 +148,19 @@ struct TableConfig {
   // Raise it (2..10) to keep one-off keys out of memory. The counts of keys
   // not yet admitted are not checkpointed.
   uint32_t admission_min_count = 1;
-  // `max_rows_per_server` (sparse): default 0 (no quota). The most rows of
-  // this table one server stores. Once a server holds this many, a pull or
-  // push of a key it does not hold yet is answered FailedPrecondition naming
-  // the table and the quota (the key is not stored: a pull got its initial
-  // value, a push to it was dropped; keys already stored are served as
-  // usual), and the server logs it. Set it to what a server's memory allows
-  // (Stats() bytes / rows gives the cost of a row) to protect servers from a
-  // runaway or hostile client creating keys without end. The default is no
-  // quota because the right bound depends on the row width and the server's
-  // memory, which the job config does not know, and a default that is too
-  // low would fail a legitimate large job hours into training. Without a
-  // quota a local shard still refuses new keys, with the same error, once
-  // its 2^32 - 1 slot ids are used.
+  // `max_rows_per_server` (sparse): default 0, which a server replaces by a
+  // quota derived from its machine's memory and the row size (half of the
+  // memory over its sparse tables; ps/server.h DefaultMaxRowsPerServer) and
+  // logs. The most rows of this table one server stores. Once a server
+  // holds this many, a pull or push of a key it does not hold yet is
+  // answered FailedPrecondition naming the table and the quota (the key is
+  // not stored: a pull got its initial value, a push to it was dropped;
+  // keys already stored are served as usual), and the server logs it. Set
+  // it to what a server's memory allows (Stats() bytes / rows gives the cost
+  // of a row) when several servers or other programs share a machine, or to
+  // protect servers from a runaway or hostile client creating keys without
+  // end sooner. A local shard also refuses new keys, with the same error,
+  // once its 2^32 - 1 slot ids are used.
   uint64_t max_rows_per_server = 0;
 
   OptimizerConfig optimizer;

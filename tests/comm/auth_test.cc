@@ -6,9 +6,12 @@
 
 #include <httplib.h>
 
+#include <atomic>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <zmq.hpp>
@@ -17,6 +20,7 @@
 #include "comm/job_auth.h"
 #include "comm/kv_store.h"
 #include "comm/rpc.h"
+#include "tests/raw_connection.h"
 
 namespace fleet {
 namespace {
@@ -365,6 +369,75 @@ TEST_F(KvAuthTest, SignedClientWorksOthersGetFailedPrecondition) {
   KvStoreClient other(server_->endpoint(), "job", {.auth = Auth(kOtherSecret)});
   EXPECT_EQ(other.Set("a/b c", "forged").code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(job.Get("a/b c").value(), "value");
+}
+
+using ::fleet::testing::RawConnection;
+
+// Slowloris: 100 strangers each send the start of a request and then one
+// byte every 200 ms, never finishing it. The job's client is still served
+// (it once waited behind them for a server thread and failed with "Read").
+TEST_F(KvAuthTest, StrangersTricklingBytesDoNotStarveTheJobsClient) {
+  constexpr int kStrangers = 100;
+  std::vector<std::unique_ptr<RawConnection>> strangers;
+  for (int i = 0; i < kStrangers; ++i) {
+    strangers.push_back(std::make_unique<RawConnection>(server_->port()));
+    ASSERT_TRUE(strangers.back()->connected());
+    ASSERT_TRUE(strangers.back()->Send("GET /health HTTP/1.1\r\n"));
+  }
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    while (!done.load()) {
+      for (auto& c : strangers) c->Send("X");
+      std::this_thread::sleep_for(200ms);  // the attack's pace, not a wait for anything
+    }
+  });
+  KvStoreClient job(server_->endpoint(), "job",
+                    {.request_timeout = 2s, .auth = Auth(kSecret)});
+  const auto served = std::chrono::steady_clock::now();
+  Status first_failure;
+  for (int i = 0; i < 20 && first_failure.ok(); ++i) {
+    const std::string key = "k" + std::to_string(i);
+    first_failure = job.Set(key, "v");
+    if (first_failure.ok()) first_failure = job.Get(key).status();
+  }
+  const auto took = std::chrono::steady_clock::now() - served;
+  done.store(true);
+  trickle.join();
+  EXPECT_TRUE(first_failure.ok()) << first_failure.ToString();
+  std::printf("20 sets and gets beside 100 slowloris connections: %lld ms\n",
+              static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(took).count()));
+}
+
+// A stranger's 300 MB PUT is answered on its headers: the body is never
+// read (no memory is spent on it). A forged but well-formed credential
+// with a huge Content-Length is refused on its length the same way.
+TEST_F(KvAuthTest, LargeBodiesAreRefusedOnTheHeadersBeforeAnyIsRead) {
+  const std::string head = "PUT /kv/job/key HTTP/1.1\r\nHost: x\r\nContent-Length: 314572800\r\n";
+  struct Case {
+    std::string headers;
+    std::string status_line;
+  };
+  KvRequestSigner wrong(Auth(kOtherSecret));
+  const std::vector<Case> cases = {
+      {head + "\r\n", "HTTP/1.1 401"},
+      {head + "X-Fleet-Auth: v1 1000 " + std::string(32, 'a') + " " + std::string(64, 'b') +
+           "\r\n\r\n",
+       "HTTP/1.1 403"},
+      {head + "X-Fleet-Auth: " + wrong.Sign("PUT", "/kv/job/key", "") + "\r\n\r\n",
+       "HTTP/1.1 413"},
+      {"PUT /kv/job/key HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nX-Fleet-Auth: " +
+           wrong.Sign("PUT", "/kv/job/key", "") + "\r\n\r\n",
+       "HTTP/1.1 411"},
+  };
+  for (const Case& c : cases) {
+    RawConnection conn(server_->port());
+    ASSERT_TRUE(conn.connected());
+    ASSERT_TRUE(conn.Send(c.headers));
+    // No body is sent: a server that waits for it answers nothing until its
+    // read times out, and then not with these codes.
+    const std::string reply = conn.ReadAll();
+    EXPECT_EQ(reply.rfind(c.status_line, 0), 0u) << c.headers << "\n-> " << reply;
+  }
 }
 
 TEST(KvNoAuthTest, ServerWithoutAuthServesUnsignedAndSignedClients) {

@@ -92,6 +92,28 @@ TEST(YamlConfigTest, CyclesAndMissingBasesAreRefused) {
               HasSubstr("must be a YAML map"));
 }
 
+// yaml-cpp keeps both entries of a repeated key and a lookup sees the first,
+// so `lr: 0.1` written twice would silently train with the first value.
+TEST(YamlConfigTest, DuplicateKeysAreRefusedNamingTheKeyAndBothLines) {
+  TempDir dir;
+  WritePlain(dir.File("dup.yaml"), "A:\n  x: 1\n  y: 2\n  x: 3\n");
+  auto dup = ConfigDocument::Load(dir.File("dup.yaml"));
+  ASSERT_FALSE(dup.ok());
+  EXPECT_TRUE(dup.status().IsInvalidArgument());
+  EXPECT_THAT(dup.status().message(), HasSubstr("duplicate key A.x at line 4 (first at line 2)"));
+  EXPECT_THAT(dup.status().message(), HasSubstr("dup.yaml"));
+
+  // In a base file, at the top level, and inside a list entry.
+  WritePlain(dir.File("base.yaml"), "B: 1\nB: 2\n");
+  WritePlain(dir.File("child.yaml"), "_base_: base.yaml\nC: 1\n");
+  EXPECT_THAT(ConfigDocument::Load(dir.File("child.yaml")).status().message(),
+              HasSubstr("duplicate key B"));
+  EXPECT_THAT(ParseYaml("L:\n  - {k: 1, k: 2}\n", "inline").status().message(),
+              HasSubstr("duplicate key L.0.k"));
+  // The same key in two different maps is fine.
+  EXPECT_TRUE(ParseYaml("A: {x: 1}\nB: {x: 1}\n", "inline").ok());
+}
+
 TEST(YamlConfigTest, OverridesParseYamlValuesAndRecordTheirSource) {
   auto doc = ConfigDocument::FromString("A: {x: 1, l: [1, 2]}\n", "inline.yaml");
   ASSERT_TRUE(doc.ok());

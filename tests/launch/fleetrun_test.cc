@@ -86,7 +86,11 @@ class FleetrunTest : public ::testing::Test {
       fs::create_symlink(bin_ / "launch_fixture", fake_bin_ / name);
     }
     config_ = tmp_ / "job.yaml";
-    std::ofstream(config_) << "Distributed:\n  mode: sync\n";
+    // fleetrun loads the job config as the real processes would.
+    std::ofstream(config_) << "Distributed:\n  mode: sync\n"
+                              "tables: [{id: 0, kind: sparse, dim: 9}, {id: 1, kind: dense, dim: 10}]\n"
+                              "model: {kind: ctr_dnn}\n"
+                              "data: {train: x}\n";
     log_ = tmp_ / "log";
   }
   void TearDown() override { fs::remove_all(tmp_); }
@@ -232,7 +236,7 @@ class FleetrunTest : public ::testing::Test {
 TEST_F(FleetrunTest, PsSimulationCompletesAndEveryProcessGetsTheContract) {
   fs::path fx = FixtureDir("fx");
   std::vector<std::string> args = PsArgs(2, 3);
-  args.insert(args.end(), {"--heter_worker_num=1", "--job_id=jobA", "-o", "Opt.lr=0.1", "-oData.path=x"});
+  args.insert(args.end(), {"--heter_worker_num=1", "--job_id=jobA", "-o", "train.epochs=2", "-odata.train=y"});
   RunResult res = Run(args, {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_worker=connect"});
   ASSERT_EQ(res.exit_code, 0) << res.out << res.err;
   EXPECT_NE(res.out.find("all workers finished"), std::string::npos);
@@ -249,8 +253,8 @@ TEST_F(FleetrunTest, PsSimulationCompletesAndEveryProcessGetsTheContract) {
   const std::string worker = ReadFile(fx / "env.worker.1");
   for (const std::string& want : std::vector<std::string>{
            "env FLEET_ROLE=worker", "env FLEET_RANK=1", "env FLEET_WORLD_SIZE=3", "argv --role=worker", "argv --rank=1",
-        "argv --world_size=3", "argv --override=Opt.lr=0.1;Data.path=x",
-        "env FLEET_OVERRIDES=Opt.lr=0.1;Data.path=x", "env FLEET_CONFIG=" + config_.string(),
+        "argv --world_size=3", "argv --override=train.epochs=2;data.train=y",
+        "env FLEET_OVERRIDES=train.epochs=2;data.train=y", "env FLEET_CONFIG=" + config_.string(),
         "argv --config=" + config_.string(), "env FLEET_JOB_ID=jobA", "env FLEET_DEVICE=cpu",
         "env FLEET_LOG_DIR=" + logs.string(), "env FLEET_KV_ENDPOINT=127.0.0.1:", "argv --kv_endpoint=127.0.0.1:"}) {
     EXPECT_NE(worker.find(want + (want.back() == ':' ? "" : "\n")), std::string::npos) << want << " in\n" << worker;
@@ -472,6 +476,101 @@ TEST_F(FleetrunTest, InvalidFlagsExitTwoWithOneLineAndStartNothing) {
     EXPECT_EQ(res.err.rfind("fleetrun: " + c.flag, 0), 0u) << joined << res.err;
     EXPECT_EQ(res.out, "") << joined;
     EXPECT_FALSE(fs::exists(log_)) << joined;
+    EXPECT_TRUE(RecordedPids(fx).empty()) << joined;
+  }
+}
+
+// Two jobs with the same log directory (default --job_id, --http_port=0):
+// the second is refused with exit 2 naming the first's fleetrun pid and
+// starts nothing, so the first's logs stay whole; once the first is gone
+// the directory is free again.
+TEST_F(FleetrunTest, SecondJobOnALiveJobsLogDirIsRefused) {
+  fs::path fx1 = FixtureDir("fx1"), fx2 = FixtureDir("fx2");
+  Running one = Start(PsArgs(1, 1), {"FIXTURE_DIR=" + fx1.string(), "FIXTURE_MODE_worker=hang"});
+  const fs::path worker_log = log_ / "workerlog.0";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  while (ReadFile(worker_log).find("mode hang") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  ASSERT_NE(ReadFile(worker_log).find("mode hang"), std::string::npos);
+
+  RunResult two = Run(PsArgs(1, 1), {"FIXTURE_DIR=" + fx2.string()});
+  EXPECT_EQ(two.exit_code, 2) << two.err;
+  EXPECT_EQ(two.err.rfind("fleetrun: --log_dir: ", 0), 0u) << two.err;
+  EXPECT_NE(two.err.find("pid " + std::to_string(one.pid) + " job "), std::string::npos) << two.err;
+  EXPECT_TRUE(RecordedPids(fx2).empty());
+  EXPECT_NE(ReadFile(worker_log).find("mode hang"), std::string::npos);
+
+  ASSERT_EQ(kill(one.pid, SIGTERM), 0);
+  Finish(one);
+  RunResult three = Run(PsArgs(1, 1), {"FIXTURE_DIR=" + fx2.string()});
+  EXPECT_EQ(three.exit_code, 0) << three.err;
+}
+
+// A log file planted as a symbolic link is refused, not followed: its
+// target keeps its content.
+TEST_F(FleetrunTest, LogFilePlantedAsASymlinkIsNotFollowed) {
+  fs::path fx = FixtureDir("fx");
+  fs::create_directories(log_);
+  const fs::path target = tmp_ / "precious";
+  std::ofstream(target) << "keep me\n";
+  fs::create_symlink(target, log_ / "serverlog.0");
+  RunResult res = Run(PsArgs(1, 1), {"FIXTURE_DIR=" + fx.string()});
+  EXPECT_NE(res.exit_code, 0);
+  EXPECT_NE(res.err.find("serverlog.0"), std::string::npos) << res.err;
+  EXPECT_EQ(ReadFile(target), "keep me\n");
+  EXPECT_TRUE(RecordedPids(fx).empty());
+}
+
+// Rank 1 dies after rank 0 created and published its shared-memory segment
+// but before mapping it; rank 0, still in the rendezvous, is stopped by
+// fleetrun and cannot remove the segment: fleetrun removes it.
+TEST_F(FleetrunTest, RankDyingInTheShmRendezvousLeavesNoSegment) {
+  fs::path fx = FixtureDir("fx");
+  RunResult res = Run(CollectiveArgs(2), {"FIXTURE_DIR=" + fx.string(), "FIXTURE_MODE_collective=shm_join",
+                                          "FIXTURE_MODE_collective_1=shm_die"});
+  EXPECT_EQ(res.exit_code, 1) << res.err;
+  const std::string segment = ReadFile(fx / "segment.collective.1");
+  ASSERT_EQ(segment.rfind("/fleet-", 0), 0u) << "rank 0 never published its segment: " << res.err;
+  EXPECT_FALSE(fs::exists("/dev/shm" + segment)) << segment;
+  for (pid_t pid : RecordedPids(fx)) {
+    for (const auto& e : fs::directory_iterator("/dev/shm")) {
+      EXPECT_NE(e.path().filename().string().rfind("fleet-" + std::to_string(pid) + "-", 0), 0u) << e.path();
+    }
+  }
+}
+
+// The whole job config is loaded before anything starts: a bad `-o` is named
+// (not the YAML file, which is fine), a bad file is named, a duplicate key is
+// an error, and an unwritable save_dir fails with exit 2 as well.
+TEST_F(FleetrunTest, BadJobConfigExitsTwoNamingTheCulpritAndStartsNothing) {
+  fs::path fx = FixtureDir("fx");
+  const fs::path dup = tmp_ / "dup.yaml", plain = tmp_ / "plain_file";
+  std::ofstream(dup) << ReadFile(config_) << "model: {kind: mlp}\n";
+  std::ofstream(plain) << "x";
+  struct Case {
+    std::vector<std::string> extra;
+    std::string message;  // what the one line of stderr starts with
+  };
+  const std::vector<Case> cases = {
+      {{"-o", "train.batchsize=1"}, "fleetrun: -o train.batchsize=1: unknown key: train.batchsize"},
+      {{"-o", "train.epochs=2", "-o", "Distributed.mode=fast"}, "fleetrun: -o Distributed.mode=fast: "},
+      {{"-o", "train.batch_size=0"}, "fleetrun: -o train.batch_size=0: "},
+      {{"--config=" + dup.string()}, "fleetrun: duplicate key model at line 6 (first at line 4)"},
+      {{"-o", "train.save_dir=" + (plain / "ckpt").string()}, "fleetrun: train.save_dir: "},
+      {{"-o", "server.save_dir=" + (plain / "ckpt").string()}, "fleetrun: server.save_dir: "},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = PsArgs(1, 1);
+    args.insert(args.end(), c.extra.begin(), c.extra.end());
+    RunResult res = Run(args, {"FIXTURE_DIR=" + fx.string()});
+    const std::string joined = c.extra.back();
+    EXPECT_EQ(res.exit_code, 2) << joined << res.err;
+    EXPECT_EQ(std::count(res.err.begin(), res.err.end(), '\n'), 1) << joined << res.err;
+    EXPECT_EQ(res.err.rfind(c.message, 0), 0u) << joined << res.err;
+    EXPECT_EQ(res.err.find(config_.string()), std::string::npos) << joined << res.err;
+    EXPECT_EQ(res.out, "") << joined;
     EXPECT_TRUE(RecordedPids(fx).empty()) << joined;
   }
 }

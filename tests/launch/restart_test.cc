@@ -42,7 +42,8 @@ class RestartTest : public ::testing::Test {
     std::printf("\nserver or worker crash under --max_restart=1:\n%s", table_.c_str());
   }
 
-  // Starts ctr_dnn on 2 servers x 2 workers, 2 epochs, crash recovery on.
+  // Starts ctr_dnn on 2 servers x 2 workers, 2 epochs, crash recovery on (in
+  // the folder the test names, or the one fleetrun picks).
   FleetJob Start(const std::string& name, const std::string& mode) {
     const std::string job_id = "restart_" + name + "_" + std::to_string(getpid());
     const fs::path data = dir_ / "data";
@@ -50,12 +51,12 @@ class RestartTest : public ::testing::Test {
         bin_ + "/fleetrun", "--server_num=2", "--worker_num=2", "--max_restart=1",
         "--http_port=0", "--grace_period=1", "--job_id=" + job_id,
         "--log_dir=" + (dir_ / "log").string(), "--config=" + src_ + "/configs/ctr_dnn.yaml"};
-    for (const std::string& o :
-         {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
-          "data.oracle=" + (data / "oracle.txt").string(), std::string("train.epochs=2"),
-          "Distributed.mode=" + mode, "server.recovery_dir=" + (dir_ / ("rec_" + name)).string()}) {
-      args.insert(args.end(), {"-o", o});
-    }
+    std::vector<std::string> overrides = {
+        "data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
+        "data.oracle=" + (data / "oracle.txt").string(), std::string("train.epochs=2"),
+        "Distributed.mode=" + mode};
+    if (name_recovery_dir_) overrides.push_back("server.recovery_dir=" + (dir_ / ("rec_" + name)).string());
+    for (const std::string& o : overrides) args.insert(args.end(), {"-o", o});
     return testing::StartFleetrun(args, dir_ / (name + ".out"), job_id);
   }
 
@@ -106,7 +107,9 @@ class RestartTest : public ::testing::Test {
   // training steps; checks and reports both.
   void CrashServerOne(const std::string& mode, double bar) {
     Disturbed run;
-    StartDisturbed(mode, bar, "plain", "crash", "server 1", &run);
+    // Distinct names (job ids, output files) for each variant.
+    const std::string tag = name_recovery_dir_ ? "" : "_fleetrun_rec";
+    StartDisturbed(mode, bar, "plain" + tag, "crash" + tag, "server 1", &run);
     if (HasFatalFailure()) return;
     FleetJob& job = run.job;
     const pid_t victim = run.victim;
@@ -131,11 +134,17 @@ class RestartTest : public ::testing::Test {
         testing::ReadWholeFile(dir_ / "log" / job.job_id / "serverlog.1") +
         testing::ReadWholeFile(dir_ / "log" / "serverlog.1");
     EXPECT_NE(serverlog.find("lost 0 acknowledged updates"), std::string::npos) << serverlog;
+    if (!name_recovery_dir_) {
+      EXPECT_NE(out.find("without server.recovery_dir: servers keep their push log and recovery checkpoints in " +
+                         (dir_ / "log" / job.job_id / "recovery").string()),
+                std::string::npos)
+          << out;
+    }
     char row[384];
     std::snprintf(row, sizeof(row),
-                  "  %-5s kill -9 server 1: answered again after %.2f s (worker 0: %.0f ms after its "
+                  "  %-5s kill -9 server 1%s: answered again after %.2f s (worker 0: %.0f ms after its "
                   "first failed call); run %.1f s vs %.1f s undisturbed (%+.1f s); auc %.4f vs %.4f\n",
-                  mode.c_str(), resume_s, worker_ms, crash_s, run.plain_s, crash_s - run.plain_s,
+                  mode.c_str(), name_recovery_dir_ ? "" : " (recovery_dir by fleetrun)", resume_s, worker_ms, crash_s, run.plain_s, crash_s - run.plain_s,
                   auc_crash, run.auc_plain);
     table_ += row;
   }
@@ -207,6 +216,8 @@ class RestartTest : public ::testing::Test {
 
   static std::string bin_, src_, table_;
   static fs::path dir_;
+  // Whether Start names a server.recovery_dir (else fleetrun picks one).
+  bool name_recovery_dir_ = true;
 };
 
 std::string RestartTest::bin_, RestartTest::src_, RestartTest::table_;
@@ -215,6 +226,15 @@ fs::path RestartTest::dir_;
 TEST_F(RestartTest, SyncJobRidesOutAServerKill) { CrashServerOne("sync", 0.72); }
 
 TEST_F(RestartTest, AsyncJobRidesOutAServerKill) { CrashServerOne("async", 0.70); }
+
+// --max_restart=1 and no server.recovery_dir: fleetrun gives the servers one
+// under the log folder, so the restarted server comes back with every
+// acknowledged update (it restarted empty, the workers logged a false "lost
+// 0 updates" and the job failed).
+TEST_F(RestartTest, SyncJobRidesOutAServerKillWithoutARecoveryDirGiven) {
+  name_recovery_dir_ = false;
+  CrashServerOne("sync", 0.72);
+}
 
 TEST_F(RestartTest, SyncWorkerRejoinsAfterAKill) { KillWorkerOne("sync", 0.72); }
 

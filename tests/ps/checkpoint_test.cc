@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -384,6 +385,55 @@ TEST_F(CheckpointTest, FailedSavesKeepPreviousCheckpoint) {
       ASSERT_TRUE(Capture(check, 400) == expected);
     }
   }
+}
+
+// kill -9 of a server in the middle of a save: the save stops at its 5th
+// file append and does nothing after (no cleanup), leaving a temp file and
+// shard files of a generation it never published. The next load from the
+// directory removes them, and only them. (A save removes them the same way,
+// RemoveUnfinishedSaves; a save of the same generation would also overwrite
+// them, so a load is what shows it.)
+TEST_F(CheckpointTest, LeftoversOfAKilledSaveAreRemovedByTheNextLoad) {
+  std::vector<Server> two = MakeCluster(2, kSparseYaml, &pool_);
+  PushAll(two, Range(0, 300), 0.1f);
+  const std::string dir = Dir("ck");
+  ASSERT_TRUE(SaveAll(&fs_, two, dir, SaveMode::kBase).ok());
+  const Snapshot saved = Capture(two, 400);
+  auto listing = [&] {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) names.insert(e.path().filename());
+    return names;
+  };
+  const std::set<std::string> complete = listing();
+
+  PushAll(two, Range(100, 400), 0.2f);
+  {
+    FaultInjectionFileSystem dying(&fs_);
+    dying.DieAtNth(FaultInjectionFileSystem::Op::kAppend, 5);
+    Checkpointer ck(&dying, 0, 2, &pool_);
+    ASSERT_FALSE(ck.Save(dir, SaveMode::kBase, two[0].tables()).ok());
+  }
+  int tmp = 0, unpublished = 0;
+  for (const std::string& n : listing()) {
+    tmp += n.ends_with(".tmp");
+    unpublished += !complete.contains(n) && !n.ends_with(".tmp");
+  }
+  ASSERT_GE(tmp, 1);
+  ASSERT_GE(unpublished, 1);
+  // A temp file of server 1's (shard 11 is its) is not server 0's to remove.
+  const std::string others = "t1-g000001-shard00011.bin.tmp";
+  std::ofstream(std::filesystem::path(dir) / others) << "server 1 writing";
+
+  std::vector<Server> fresh = MakeCluster(2, kSparseYaml, &pool_);
+  std::set<std::string> expected = complete;
+  expected.insert(others);
+  for (int rank : {0, 1}) {
+    Checkpointer ck(&fs_, rank, 2, &pool_);
+    ASSERT_TRUE(ck.Load(dir, fresh[rank].tables()).ok());
+    if (rank == 1) expected.erase(others);
+    EXPECT_EQ(listing(), expected) << "after the load of server " << rank;
+  }
+  EXPECT_TRUE(Capture(fresh, 400) == saved);
 }
 
 TEST_F(CheckpointTest, DenseExportsAsNpy) {

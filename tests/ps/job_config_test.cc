@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
+#include <fstream>
+
 namespace fleet::ps {
 namespace {
 
@@ -57,6 +60,22 @@ TEST(JobConfigTest, UnknownSectionsAndKeysAnywhereAreRefusedNamingThem) {
   Status top = ParseWith("trian.epochs=5");
   EXPECT_THAT(top.ToString(), HasSubstr("unknown top-level section"));
   EXPECT_THAT(top.ToString(), HasSubstr("trian"));
+}
+
+// The file every PS process reads (LoadJobConfig) refuses a repeated key
+// instead of silently keeping the first one.
+TEST(JobConfigTest, DuplicateKeysInTheJobFileAreRefused) {
+  const std::string path = ::testing::TempDir() + "/dup_job.yaml";
+  {
+    std::ofstream out(path);
+    out << kFullJob << "Distributed: {mode: async}\n";
+  }
+  auto job = LoadJobConfig(path, {});
+  ASSERT_FALSE(job.ok());
+  EXPECT_TRUE(job.status().IsInvalidArgument());
+  EXPECT_THAT(job.status().ToString(), HasSubstr("duplicate key Distributed at line 7"));
+  EXPECT_THAT(job.status().ToString(), HasSubstr(path));
+  std::remove(path.c_str());
 }
 
 TEST(JobConfigTest, HugeCountsAndSizesAreRefusedNamingTheKeyAndBound) {

@@ -25,13 +25,17 @@ inline JobConfig MakeJob(const std::string& yaml) {
 
 class PsCluster {
  public:
-  PsCluster(const JobConfig& job, int num_servers, int num_workers) : job_(job) {
+  // `server_options` adjusts each server's options last (may be empty).
+  PsCluster(const JobConfig& job, int num_servers, int num_workers,
+            const std::function<void(PsServerOptions&)>& server_options = {})
+      : job_(job) {
     for (int s = 0; s < num_servers; ++s) {
       PsServerOptions o;
       o.rank = s;
       o.num_servers = num_servers;
       o.num_workers = num_workers;
       o.job = job;
+      if (server_options) server_options(o);
       auto server = PsServer::Create(o);
       CHECK(server.ok()) << server.status().ToString();
       auto bound = server.value()->Start();

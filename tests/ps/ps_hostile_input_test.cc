@@ -216,6 +216,30 @@ TEST(PsHostileInputTest, MissingWorkerIsNamedAtASyncStepAndABarrier) {
   });
 }
 
+// Two waiters of a barrier answered at different watch ticks: the second
+// one's message still names only the worker that never came (it named the
+// first one too, "workers 1, 2 of 3", when the two deadlines fell in
+// different ticks; under load that was 1 run in 3 of the test above). The
+// deadlines differ by design here: 1 s for worker 1, 2.5 s for worker 0.
+TEST(PsHostileInputTest, BarrierTimeoutNamesOnlyWorkersThatNeverCame) {
+  PsCluster cluster(Job("sync", "", /*timeout_ms=*/2500), 1, 3);
+  std::vector<Status> results(3);
+  cluster.RunWorkers([&](int rank) {
+    if (rank == 2) return;
+    BarrierOptions o;
+    o.timeout = rank == 1 ? 1000ms : 2500ms;
+    results[rank] = cluster.client(rank).Barrier("end", o);
+  });
+  for (int rank : {0, 1}) {
+    const Status& s = results[rank];
+    EXPECT_TRUE(s.IsTimeout()) << s.ToString();
+    EXPECT_NE(s.message().find("barrier 'end' of 3: worker 2 of 3 did not arrive within worker " +
+                               std::to_string(rank)),
+              std::string::npos)
+        << s.ToString();
+  }
+}
+
 TEST(PsHostileInputTest, RowQuotaRefusesNewKeysWithAClearErrorAndKeepsServing) {
   PsCluster cluster(Job("async", ", max_rows_per_server: 8"), 1, 1);
   PsClient& c = cluster.client(0);
@@ -240,6 +264,59 @@ TEST(PsHostileInputTest, RowQuotaRefusesNewKeysWithAClearErrorAndKeepsServing) {
   std::vector<float> row(4);
   ASSERT_TRUE(c.PullSparse(0, std::vector<uint64_t>{100}, row).ok());
   EXPECT_FLOAT_EQ(row[0], -0.02f) << "the stored key took both gradients (sgd lr 0.01)";
+}
+
+// Without max_rows_per_server a table still has a quota: half of the
+// machine's memory over the sparse tables, by the row's size. With 1 MiB of
+// "memory" and sgd rows of 4 floats (16 + 64 bytes), 6553 rows fit; one
+// client creating keys without end is refused beyond them (it made 1M rows
+// in 0.5 s with no quota at all).
+TEST(PsHostileInputTest, DefaultRowQuotaFollowsMemoryAndRowSize) {
+  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{1} << 20, 1, 4), 6553u);
+  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{1} << 20, 2, 4), 3276u);
+  // 64 GiB, adam rows of dim 8 (8 + 2 * 8 + 4 floats): 32 GiB / 176 B.
+  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{64} << 30, 1, 28), (uint64_t{32} << 30) / 176);
+  PsCluster cluster(Job("async"), 1, 1, [](PsServerOptions& o) { o.memory_bytes = uint64_t{1} << 20; });
+  PsClient& c = cluster.client(0);
+  std::vector<uint64_t> keys(10000);
+  std::iota(keys.begin(), keys.end(), 1);
+  Status s = c.PushSparseGrad(0, keys, std::vector<float>(keys.size() * 4, 1.0f));
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
+  EXPECT_NE(s.message().find("3447 new keys were not stored (max_rows_per_server = 6553 rows reached"),
+            std::string::npos)
+      << s.ToString();
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats.value()[0].tables(0).rows(), 6553u);
+}
+
+// A worker holds the job key, not the right to make servers write or read
+// anywhere: PS_SAVE and PS_LOAD stay under the job's checkpoint roots, also
+// through "..", and through a symbolic link planted under a root.
+TEST(PsHostileInputTest, SavesAndLoadsStayUnderTheJobsCheckpointRoots) {
+  namespace fs = std::filesystem;
+  const fs::path base = fs::path(::testing::TempDir()) / ("ps_roots_" + std::to_string(getpid()));
+  fs::remove_all(base);
+  const fs::path root = base / "ckpt", outside = base / "elsewhere";
+  fs::create_directories(outside);
+  PsCluster cluster(Job("async"), 1, 1,
+                    [&](PsServerOptions& o) { o.job.server.save_dir = root.string(); });
+  PsClient& c = cluster.client(0);
+  ASSERT_TRUE(c.Save((root / "epoch_1").string(), /*delta=*/false).ok());
+  ASSERT_TRUE(c.Load((root / "epoch_1").string()).ok());
+  fs::create_directory_symlink(outside, root / "link");
+  for (const fs::path& bad : {outside, root / ".." / "elsewhere", root / "link" / "x",
+                              fs::path("/tmp")}) {
+    SCOPED_TRACE(bad.string());
+    Status save = c.Save(bad.string(), /*delta=*/false);
+    EXPECT_TRUE(save.IsInvalidArgument()) << save.ToString();
+    EXPECT_NE(save.message().find("save refused: the directory is not under the job's"),
+              std::string::npos)
+        << save.ToString();
+    EXPECT_TRUE(c.Load(bad.string()).IsInvalidArgument());
+  }
+  EXPECT_TRUE(fs::is_empty(outside));
+  fs::remove_all(base);
 }
 
 TEST(SlotAllocatorTest, ExhaustedSlotSpaceIsReportedNotFatal) {

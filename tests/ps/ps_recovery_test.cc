@@ -231,7 +231,9 @@ TEST(PsRecoveryTest, ACorruptStepFileIsAnErrorNamingTheFile) {
 TEST(PsRecoveryTest, RecoveryCheckpointsLeaveTheJobsDeltaSavesIntact) {
   const std::string dir = TempDir("recovery-delta");
   const std::string saves = TempDir("recovery-delta-saves");
-  PsCluster cluster(Job(dir, 3), 2, 2);
+  // The job's checkpoint root: PS_SAVE and PS_LOAD go nowhere else.
+  const auto root = [&](PsServerOptions& o) { o.job.server.save_dir = saves; };
+  PsCluster cluster(Job(dir, 3), 2, 2, root);
   InitDense(cluster);
   RunSteps(cluster, 0, 2);
   ASSERT_TRUE(cluster.client(0).Save(saves, /*delta=*/false).ok());
@@ -239,7 +241,7 @@ TEST(PsRecoveryTest, RecoveryCheckpointsLeaveTheJobsDeltaSavesIntact) {
   Status s = cluster.client(0).Save(saves, /*delta=*/true);
   ASSERT_TRUE(s.ok()) << s.ToString();
   const std::string expected = Snapshot(cluster);
-  PsCluster fresh(Job("", 0), 2, 2);
+  PsCluster fresh(Job("", 0), 2, 2, root);
   s = fresh.client(0).Load(saves);
   ASSERT_TRUE(s.ok()) << s.ToString();
   EXPECT_TRUE(Snapshot(fresh) == expected) << "the delta lacks rows changed before a recovery checkpoint";

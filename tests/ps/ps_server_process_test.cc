@@ -344,7 +344,8 @@ TEST_F(ServerProcesses, StartupErrorsArePrintedAndExitTwoNotASignal) {
   {
     auto job = LoadJobConfig(config_.string(), {});
     ASSERT_TRUE(job.ok()) << job.status().ToString();
-    testing::PsCluster cluster(job.value(), 1, 1);
+    testing::PsCluster cluster(job.value(), 1, 1,
+                               [&](PsServerOptions& o) { o.job.server.save_dir = ckpt.string(); });
     ASSERT_TRUE(cluster.client(0).PushSparseGrad(0, std::vector<uint64_t>{1, 2, 3},
                                                  std::vector<float>(6, 1.0f))
                     .ok());

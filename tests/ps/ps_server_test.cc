@@ -452,8 +452,10 @@ TEST(PsServerTest, SaveAndLoadThroughClientsIncludingResharding) {
   std::vector<uint64_t> keys(300);
   std::iota(keys.begin(), keys.end(), 1);
   std::vector<float> saved_rows, saved_dense(10);
+  // The job's checkpoint root: PS_SAVE and PS_LOAD go nowhere else.
+  const auto root = [&](PsServerOptions& o) { o.job.server.save_dir = dir.string(); };
   {
-    PsCluster cluster(Job("async", 12), 2, 1);
+    PsCluster cluster(Job("async", 12), 2, 1, root);
     PsClient& c = cluster.client(0);
     std::vector<float> g(keys.size() * 4);
     for (size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(i % 13) * 0.25f;
@@ -470,7 +472,7 @@ TEST(PsServerTest, SaveAndLoadThroughClientsIncludingResharding) {
   }
   {
     // The same checkpoint into 3 servers.
-    PsCluster cluster(Job("async", 12), 3, 1);
+    PsCluster cluster(Job("async", 12), 3, 1, root);
     PsClient& c = cluster.client(0);
     ASSERT_TRUE(c.Load(dir.string()).ok());
     EXPECT_EQ(PullRows(c, keys), saved_rows);

@@ -63,15 +63,22 @@ double Dot(const Tensor& t, const std::vector<float>& r) {
 
 std::vector<float> Prefilled(size_t n) { return std::vector<float>(n, kPrefill); }
 
-// Linear with each fused activation; dx either added (prefilled at 0.25) or
-// overwritten (prefilled with garbage that must not survive).
-class LinearGradCheck : public ::testing::TestWithParam<std::tuple<kernels::Activation, GradMode>> {
+// Batch rows and output features of a Linear layer under test; {1, 1} is a
+// batch of one sample into a one-logit head (its scratch once went unallocated).
+struct LinearShape {
+  int batch;
+  int out;
 };
 
+// Linear with each fused activation; dx either added (prefilled at 0.25) or
+// overwritten (prefilled with garbage that must not survive).
+class LinearGradCheck
+    : public ::testing::TestWithParam<std::tuple<kernels::Activation, GradMode, LinearShape>> {};
+
 TEST_P(LinearGradCheck, MatchesFiniteDifferences) {
-  const auto [act, dx_mode] = GetParam();
+  const auto [act, dx_mode, shape] = GetParam();
   CpuBackend backend;
-  const int B = 3, in = 5, out = 4;
+  const int B = shape.batch, in = 5, out = shape.out;
   ParamTable table;
   AddLinearParams(&table, "fc", in, out);
   auto arena = ParamArena::Create(table, &backend);
@@ -119,7 +126,8 @@ INSTANTIATE_TEST_SUITE_P(
     Activations, LinearGradCheck,
     ::testing::Combine(::testing::Values(kernels::Activation::kNone, kernels::Activation::kTanh,
                                          kernels::Activation::kRelu),
-                       ::testing::Values(GradMode::kAdd, GradMode::kOverwrite)));
+                       ::testing::Values(GradMode::kAdd, GradMode::kOverwrite),
+                       ::testing::Values(LinearShape{3, 4}, LinearShape{1, 1})));
 
 // Activations: forward(x) -> y, backward(dy) adds into dx.
 template <typename Layer>
@@ -159,12 +167,16 @@ TEST(GradCheck, Sigmoid) {
   CheckActivation("sigmoid", layer, RandomVector(21, 6, -4, 4));
 }
 
-TEST(GradCheck, SoftmaxCrossEntropy) {
+// Batches of 4 samples and of one sample (whose loss scratch once went
+// unallocated and was written through null).
+class SoftmaxCrossEntropyGradCheck : public ::testing::TestWithParam<int> {};
+
+TEST_P(SoftmaxCrossEntropyGradCheck, MatchesFiniteDifferences) {
   CpuBackend backend;
   SoftmaxCrossEntropy layer(&backend);
-  const int B = 4, C = 6;
+  const int B = GetParam(), C = 6;
   auto logits = RandomVector(B * C, 8, -3, 3);
-  const std::vector<int32_t> labels = {0, 5, 2, 2};
+  const std::vector<int32_t> labels = {0, 5, 2, 2};  // the first B are used
   std::vector<float> probs(B * C);
   Tensor lt(logits.data(), Shape{B, C}), pt(probs.data(), Shape{B, C});
   const auto objective = [&] { return double{layer.Forward(lt, labels.data(), &pt)}; };
@@ -175,12 +187,19 @@ TEST(GradCheck, SoftmaxCrossEntropy) {
   EXPECT_TRUE(CheckGrad("dlogits", logits.data(), logits.size(), d, objective));
 }
 
-TEST(GradCheck, SigmoidBce) {
+INSTANTIATE_TEST_SUITE_P(Batches, SoftmaxCrossEntropyGradCheck, ::testing::Values(4, 1));
+
+// Batches of 6 samples and of one sample (SigmoidBceForward once got a null
+// row_loss for n = 1: `-o train.batch_size=1` crashed every CTR worker).
+class SigmoidBceGradCheck : public ::testing::TestWithParam<int> {};
+
+TEST_P(SigmoidBceGradCheck, MatchesFiniteDifferences) {
   CpuBackend backend;
   SigmoidBce layer(&backend);
-  const int B = 6;
+  const int B = GetParam();
   auto logits = RandomVector(B, 9, -4, 4);
-  const std::vector<float> targets = {0, 1, 1, 0, 0.3f, 1};  // soft labels allowed
+  // Soft labels allowed; the first B are used.
+  const std::vector<float> targets = {0, 1, 1, 0, 0.3f, 1};
   std::vector<float> probs(B);
   Tensor lt(logits.data(), Shape{B, 1}), pt(probs.data(), Shape{B, 1});
   const auto objective = [&] { return double{layer.Forward(lt, targets.data(), &pt)}; };
@@ -190,6 +209,8 @@ TEST(GradCheck, SigmoidBce) {
   layer.Backward(1.0f, &dt);
   EXPECT_TRUE(CheckGrad("dlogits", logits.data(), logits.size(), d, objective));
 }
+
+INSTANTIATE_TEST_SUITE_P(Batches, SigmoidBceGradCheck, ::testing::Values(6, 1));
 
 TEST(GradCheck, EmbeddingBag) {
   const int D = 3, num_rows = 8;

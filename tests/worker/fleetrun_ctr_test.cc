@@ -4,10 +4,13 @@
 // the servers save on the way out.
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -49,12 +52,25 @@ class FleetrunCtrTest : public ::testing::Test {
 
   CommandResult Fleetrun(const std::string& extra) {
     const fs::path data = dir_ / "data";
-    return RunCommand(bin_ + "/fleetrun --server_num=2 --worker_num=2 --http_port=0 --log_dir=" +
+    return FleetrunOn(data / "train", 2, "-o train.epochs=2 " + extra);
+  }
+  // `workers` workers and 1 server (2 servers with 2 workers) on `train`,
+  // held-out data and oracle from SetUp's set.
+  CommandResult FleetrunOn(const fs::path& train, int workers, const std::string& extra) {
+    const int servers = workers == 2 ? 2 : 1;
+    return RunCommand(bin_ + "/fleetrun --server_num=" + std::to_string(servers) +
+                      " --worker_num=" + std::to_string(workers) + " --http_port=0 --log_dir=" +
                       (dir_ / "log").string() + " --config=" + src_ +
-                      "/configs/ctr_dnn.yaml -o data.train=" + (data / "train").string() +
-                      " -o data.test=" + (data / "test").string() +
-                      " -o data.oracle=" + (data / "oracle.txt").string() +
-                      " -o train.epochs=2 " + extra);
+                      "/configs/ctr_dnn.yaml -o data.train=" + train.string() +
+                      " -o data.test=" + (dir_ / "data" / "test").string() +
+                      " -o data.oracle=" + (dir_ / "data" / "oracle.txt").string() + " " + extra);
+  }
+  // A training directory holding one file of `lines`.
+  fs::path TrainDir(const std::string& name, const std::string& lines) {
+    const fs::path d = dir_ / name;
+    fs::create_directories(d);
+    if (!lines.empty()) std::ofstream(d / "part-0") << lines;
+    return d;
   }
 
   std::string bin_, src_;
@@ -98,8 +114,59 @@ TEST_F(FleetrunCtrTest, AsyncAndGeoJobsComplete) {
 
 TEST_F(FleetrunCtrTest, BadOverrideStopsTheJobWithTheReason) {
   CommandResult run = Fleetrun("-o Distributed.mode=sometimes");
-  EXPECT_NE(run.exit_code, 0);
-  EXPECT_NE(run.output.find("Distributed.mode"), std::string::npos) << run.output;
+  // Refused by fleetrun before anything starts, naming the -o.
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_NE(run.output.find("fleetrun: -o Distributed.mode=sometimes: "), std::string::npos)
+      << run.output;
+  EXPECT_EQ(run.output.find("started"), std::string::npos) << run.output;
+}
+
+// The issue's repro: a batch of one sample crashed every worker with SIGSEGV.
+TEST_F(FleetrunCtrTest, BatchOfOneSampleTrains) {
+  std::string lines;  // the first 300 lines of SetUp's data
+  {
+    std::ifstream in(fs::directory_iterator(dir_ / "data" / "train")->path());
+    std::string line;
+    for (int i = 0; i < 300 && std::getline(in, line); ++i) lines += line + "\n";
+  }
+  CommandResult run =
+      FleetrunOn(TrainDir("small", lines), 1, "-o train.batch_size=1 -o train.epochs=1");
+  ASSERT_EQ(std::count(lines.begin(), lines.end(), '\n'), 300);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("summary: held-out auc"), std::string::npos) << run.output;
+  // Fewer lines than workers: worker 0's one batch has one sample, worker 1
+  // has none and takes the step empty.
+  run = FleetrunOn(TrainDir("one_line", lines.substr(0, lines.find('\n') + 1)), 2,
+                   "-o train.epochs=1");
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("1 steps per epoch"), std::string::npos) << run.output;
+}
+
+// No usable training line on any worker: an empty directory, or one of
+// garbage lines. Each worker exits 2 naming data.train, the path and what it
+// found (it died with SIGFPE dividing by 0 steps per epoch), and so does
+// fleetrun. (With fewer lines than workers, a worker without a line takes
+// its steps empty, as at the end of an uneven shard: the job trains.)
+TEST_F(FleetrunCtrTest, NoUsableTrainingDataExitsTwoNamingIt) {
+  struct Case {
+    std::string name, lines, found;
+  };
+  const std::vector<Case> cases = {
+      {"empty", "", "found 0 files, 0 usable samples and 0 malformed lines"},
+      {"garbage", "hello world\n\x01\x02 not a ctr line\n1 2 3\n",
+       "found 1 files, 0 usable samples and "},
+  };
+  for (const Case& c : cases) {
+    const fs::path train = TrainDir(c.name, c.lines);
+    CommandResult run = FleetrunOn(train, 2, "-o train.epochs=1");
+    EXPECT_EQ(run.exit_code, 2) << c.name << "\n" << run.output;
+    EXPECT_NE(run.output.find("no training data: no worker of 2 got a batch"), std::string::npos)
+        << c.name << "\n" << run.output;
+    EXPECT_NE(run.output.find(c.found), std::string::npos) << c.name << "\n" << run.output;
+    EXPECT_NE(run.output.find("in '" + train.string() + "': data.train"), std::string::npos)
+        << c.name << "\n" << run.output;
+    EXPECT_EQ(run.output.find("SIGFPE"), std::string::npos) << run.output;
+  }
 }
 
 // Issue bar: MNIST-MLP in PS mode, 2 servers x 2 workers, sync, Fashion-MNIST,

@@ -1,6 +1,7 @@
 // ps_worker end to end, in process: servers + workers on threads, small data.
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -136,6 +137,51 @@ TEST(WorkerSyncTest, TwoWorkersBatchBEqualOneWorkerBatch2B) {
   double moved = 0;
   for (size_t i = 0; i < d0.size(); ++i) moved = std::max<double>(moved, std::abs(d1[i] - d0[i]));
   EXPECT_GT(moved, 1e-3);
+}
+
+// A sync worker killed between its push of a step and its part of the
+// metrics round after it (log_interval 1), then restarted: the other worker
+// waits in that round for it, and it must not wait for the other's push of
+// the next step (they deadlocked until Distributed.timeout_ms: 6 of 12 runs
+// of the kill -9 repro). Killed here at a chosen point through
+// PsWorkerOptions::die_after_push_for_test, then restarted as fleetrun
+// --max_restart does (restart generation 1, same job id and KV store).
+TEST(WorkerSyncTest, RestartedWorkerRejoinsTheMetricsRoundItsEarlierLifeMissed) {
+  const std::string dir = FreshDir("sync_rejoin_round");
+  MakeCtrData(dir, 500);  // 1000 lines: 16 global batches of 64
+  std::string yaml = SmallCtrYaml(dir, "sync", 32, 1);
+  yaml.replace(yaml.find("log_interval: 0"), 15, "log_interval: 1");
+  yaml.replace(yaml.find("timeout_ms: 20000"), 17, "timeout_ms: 8000");
+  InProcessJob job(MakeJob(yaml), 1, 2);
+  auto options = [&](int rank) {
+    PsWorkerOptions o;
+    o.rank = rank;
+    o.num_workers = 2;
+    o.servers = job.servers();
+    o.kv_endpoint = job.kv_endpoint();
+    o.job_id = "rejoin";
+    o.job = job.job();
+    return o;
+  };
+  Result<PsWorkerReport> survivor = Status::Internal("not run"), first_life = survivor,
+                         second_life = survivor;
+  std::thread worker0([&] { survivor = RunPsWorker(options(0)); });
+  std::thread worker1([&] {
+    PsWorkerOptions o = options(1);
+    o.die_after_push_for_test = [](int64_t step) { return step == 5; };
+    first_life = RunPsWorker(o);
+    o = options(1);
+    o.restart_generation = 1;
+    second_life = RunPsWorker(o);
+  });
+  worker0.join();
+  worker1.join();
+  EXPECT_NE(first_life.status().message().find("killed by the test after pushing step 5"),
+            std::string::npos)
+      << first_life.status().ToString();
+  ASSERT_TRUE(survivor.ok()) << survivor.status().ToString();
+  ASSERT_TRUE(second_life.ok()) << second_life.status().ToString();
+  EXPECT_EQ(second_life->steps, survivor->steps - 6) << "rejoined at step 6";
 }
 
 // A checkpoint saved after epoch 1 and loaded into a fresh job evaluates to

@@ -94,6 +94,8 @@ class InProcessJob {
     return results;
   }
 
+  // The KV store the workers of Run() meet in (their metrics rounds).
+  std::string kv_endpoint() const { return kv_->endpoint(); }
   ps::PsClient& client() { return cluster_->client(0); }
   ps::testing::PsCluster& cluster() { return *cluster_; }
   const std::vector<std::string>& servers() const { return cluster_->endpoints(); }

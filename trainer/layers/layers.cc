@@ -9,6 +9,16 @@ namespace {
 int Rows(const Tensor& t) { return static_cast<int>(t.dim(0)); }
 int Cols(const Tensor& t) { return t.dim(0) == 0 ? 0 : static_cast<int>(t.numel() / t.dim(0)); }
 
+// Makes `scratch` hold at least `count` floats on the backend's device. A
+// default Tensor is a 0-dim view of nothing whose numel() is 1, so capacity is
+// judged on the data pointer too (a batch of one sample once wrote through null).
+void GrowScratch(Backend* backend, Tensor* scratch, int64_t count) {
+  if (count == 0) return;
+  if (scratch->empty() || scratch->numel() < count) {
+    *scratch = backend->AllocateTensor(Shape{count});
+  }
+}
+
 }  // namespace
 
 void AddLinearParams(ParamTable* table, std::string_view prefix, int in, int out) {
@@ -49,7 +59,7 @@ void Linear::Backward(const Tensor& dy, Tensor* dx, GradMode dx_mode) {
   if (act_ == kernels::Activation::kNone) {
     backend_->BiasBackward(db_.data(), dy.data(), B, out);
   } else {
-    if (dz_.numel() < int64_t{B} * out) dz_ = backend_->AllocateTensor(Shape{B, out});
+    GrowScratch(backend_, &dz_, int64_t{B} * out);
     backend_->BiasActBackward(dz_.data(), db_.data(), y_.data(), dy.data(), B, out, act_);
     dz = dz_.data();
   }
@@ -105,7 +115,7 @@ float SoftmaxCrossEntropy::Forward(const Tensor& logits, const int32_t* labels, 
   const int B = Rows(logits), C = Cols(logits);
   CHECK_EQ(probs->numel(), logits.numel());
   CHECK_GT(C, 0);
-  if (row_loss_.numel() < B) row_loss_ = backend_->AllocateTensor(Shape{B});
+  GrowScratch(backend_, &row_loss_, B);
   backend_->SoftmaxCrossEntropyForward(probs->data(), row_loss_.data(), logits.data(), labels, B,
                                        C);
   host_loss_.resize(B);
@@ -128,9 +138,7 @@ void SoftmaxCrossEntropy::Backward(float dloss, Tensor* dlogits) {
 float SigmoidBce::Forward(const Tensor& logits, const float* targets, Tensor* probs) {
   const size_t n = static_cast<size_t>(logits.numel());
   CHECK_EQ(probs->numel(), logits.numel());
-  if (static_cast<size_t>(row_loss_.numel()) < n) {
-    row_loss_ = backend_->AllocateTensor(Shape{static_cast<int64_t>(n)});
-  }
+  GrowScratch(backend_, &row_loss_, static_cast<int64_t>(n));
   backend_->SigmoidBceForward(probs->data(), row_loss_.data(), logits.data(), targets, n);
   host_loss_.resize(n);
   backend_->CopyToHost(host_loss_.data(), row_loss_.data(), n * sizeof(float));

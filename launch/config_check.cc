@@ -1,0 +1,37 @@
+#include "launch/config_check.h"
+
+#include <string>
+#include <utility>
+
+#include "ps/file_system.h"
+#include "worker/config.h"
+
+namespace fleet::launch {
+
+Status CheckPsJobConfig(const JobLayout& job) {
+  FLEET_ASSIGN_OR_RETURN(worker::PsJobConfig config,
+                         worker::LoadPsJobConfig(job.config, job.overrides));
+  // On a cluster these paths are another machine's; its processes check them.
+  if (job.mode != Mode::kPsSimulation) return Status::OK();
+  ps::PosixFileSystem fs;
+  const std::pair<const char*, const std::string*> dirs[] = {
+      {"server.save_dir", &config.job.server.save_dir},
+      {"server.recovery_dir", &config.job.server.recovery_dir},
+      {"train.save_dir", &config.worker.train.save_dir}};
+  for (const auto& [key, dir] : dirs) {
+    if (!dir->empty()) FLEET_RETURN_IF_ERROR(ps::CheckWritableDir(&fs, *dir).WithContext(key));
+  }
+  return Status::OK();
+}
+
+Result<std::string> DefaultRecoveryDir(JobLayout* job, int max_restart) {
+  if (max_restart == 0) return std::string();
+  FLEET_ASSIGN_OR_RETURN(worker::PsJobConfig config,
+                         worker::LoadPsJobConfig(job->config, job->overrides));
+  if (!config.job.server.recovery_dir.empty()) return std::string();
+  const std::string dir = job->log_dir + "/recovery";
+  job->overrides.push_back("server.recovery_dir=" + dir);
+  return dir;
+}
+
+}  // namespace fleet::launch
