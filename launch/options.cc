@@ -157,7 +157,7 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
       }
       break;
     }
-    if (arg == "-h" || arg == "--help") {
+    if (arg == "-h" || arg == "--help" || arg == "--helpshort") {
       out.help = true;
       continue;
     }
@@ -209,17 +209,22 @@ std::string FormatOptionsTable(const LaunchOptions& options) {
 }
 
 std::string FormatHelp() {
-  std::string out =
-      "usage: fleetrun [FLAGS] [PROGRAM [ARGS...]]\n"
-      "  parameter-server mode: fleetrun --server_num=S --worker_num=W --config=job.yaml\n"
-      "                         fleetrun --servers=ip:port,.. --workers=ip,.. --config=job.yaml\n"
-      "  collective mode:       fleetrun [--gpus=0,1 | --nproc_per_node=N] PROGRAM [ARGS...]\n"
-      "flags (default in brackets):\n";
-  std::vector<std::pair<std::string, std::string>> rows;
+  ProgramHelp help{"fleetrun [FLAGS] [PROGRAM [ARGS...]]",
+                   "Starts a FleetPS job and stops it when a process fails.\n"
+                   "  parameter-server mode: fleetrun --server_num=S --worker_num=W --config=job.yaml\n"
+                   "                         fleetrun --servers=ip:port,.. --workers=ip,.. --config=job.yaml\n"
+                   "  collective mode:       fleetrun [--gpus=0,1 | --nproc_per_node=N] PROGRAM [ARGS...]\n"
+                   "See README.md (Running jobs) and launch/README.md.",
+                   {},
+                   ""};
   for (const OptionSpec& spec : kOptions) {
-    rows.emplace_back(FlagName(spec), "[" + std::string(spec.default_text) + "] " + std::string(spec.help));
+    auto group = std::find_if(help.groups.begin(), help.groups.end(),
+                              [&](const HelpGroup& g) { return g.title == spec.group; });
+    if (group == help.groups.end()) group = help.groups.insert(group, {std::string(spec.group), {}});
+    group->flags.push_back({FlagName(spec), spec.name == "o" ? "Key.sub=value" : "",
+                            std::string(spec.help), std::string(spec.default_text)});
   }
-  return out + FormatAligned(rows);
+  return FormatProgramHelp(help);
 }
 
 std::string FormatHelpMarkdown() {

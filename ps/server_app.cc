@@ -4,9 +4,13 @@
 #include <glog/logging.h>
 #include <signal.h>
 
+#include <iostream>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "comm/absl_mutex_mode.h"
 #include "comm/cluster.h"
+#include "comm/program_help.h"
 #include "comm/stop_signal.h"
 #include "ps/server.h"
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include <gflags/gflags.h>
@@ -61,10 +62,9 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   for (std::string& a : config_args->rest) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
   char** argv_ptr = argv.data();
-  gflags::SetUsageMessage(
-      "gpt_pretrain -c CONFIG [-o Section.key=value ...] [flags]: GPT pretraining (see "
-      "examples/gpt/README.md)");
-  gflags::ParseCommandLineFlags(&argc, &argv_ptr, true);
+  if (std::optional<int> done = ParseFlagsOrHelp(PretrainHelp(), &argc, &argv_ptr, out)) {
+    return *done;
+  }
   if (argc > 1) {
     return Fail(err, spec, Status::InvalidArgument("unexpected argument", argv_ptr[1]), kExitUsage);
   }
