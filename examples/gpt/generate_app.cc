@@ -197,6 +197,7 @@ int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std
     err << "gpt_generate: " << compute.status().ToString() << "\n";
     return 1;
   }
+  if (!compute->precision_note.empty()) err << "gpt_generate: " << compute->precision_note << "\n";
   const uint64_t seed = flags->seed ? *flags->seed : static_cast<uint64_t>(config->global.seed);
   Result<GeneratedText> text =
       GenerateText(*config, flags->checkpoint, *flags->prompt, seed, &*compute);
