@@ -18,6 +18,10 @@
 #include "trainer/kernels/cpu_kernels.h"
 
 DEFINE_int32(epochs, 5, "Passes over the training set.");
+DEFINE_string(hidden, "128,128",
+              "Hidden layer widths, comma-separated (empty: none, a linear classifier). The "
+              "input width is the images' pixel count (784 for 28x28, 64 for 8x8), the output "
+              "the 10 classes.");
 DEFINE_int32(batch_size, 64,
              "Samples per step on each rank (global batch = batch_size x ranks). Larger batches "
              "run more samples/s but need more epochs or a larger --lr for the same accuracy.");
@@ -86,6 +90,20 @@ Result<MnistOptions> OptionsFromFlags() {
   return o;
 }
 
+Result<std::vector<int>> HiddenFromFlag() {
+  std::vector<int> widths;
+  for (const std::string& part :
+       std::vector<std::string>(absl::StrSplit(FLAGS_hidden, ',', absl::SkipWhitespace()))) {
+    int width = 0;
+    if (!absl::SimpleAtoi(part, &width) || width < 1) {
+      return Status::InvalidArgument("--hidden: widths must be integers >= 1, comma-separated",
+                                     FLAGS_hidden);
+    }
+    widths.push_back(width);
+  }
+  return widths;
+}
+
 data::MnistFiles FilesFromFlags() {
   data::MnistFiles files = data::MnistFilesIn(FLAGS_data_dir);
   if (!FLAGS_train_images.empty()) files.train_images = FLAGS_train_images;
@@ -150,6 +168,11 @@ int MnistMain(int argc, char** argv) {
 
   Result<data::MnistData> data = data::LoadMnistData(FilesFromFlags(), FLAGS_max_train_samples);
   if (!data.ok()) return Fail(spec, data.status(), kExitUsage);
+  Result<std::vector<int>> hidden = HiddenFromFlag();
+  if (!hidden.ok()) return Fail(spec, hidden.status(), kExitUsage);
+  Result<trainer::MlpConfig> model = MlpForData(*data, *hidden);
+  if (!model.ok()) return Fail(spec, model.status(), kExitUsage);
+  options->model.sizes = model->sizes;
   Result<std::unique_ptr<trainer::Backend>> backend = trainer::CreateBackend(*device, nullptr);
   if (!backend.ok()) return Fail(spec, backend.status(), kExitFailed);
   Result<trainer::collective::RankGroupOptions> group_options =
