@@ -33,6 +33,10 @@ constexpr milliseconds kPollTick{100};
 // node rendezvous, done markers): often enough to add little latency, rare
 // enough to be negligible load.
 constexpr milliseconds kStoreTick{200};
+// Between two reads of the processes' progress reports.
+constexpr milliseconds kProgressPollEvery{2000};
+// Between two "still waiting for ..." lines of a rendezvous.
+constexpr milliseconds kWaitNoteEvery{5000};
 
 milliseconds Seconds(double s) { return milliseconds(static_cast<int64_t>(s * 1000)); }
 
@@ -159,6 +163,10 @@ int Launcher::Run() {
 std::optional<int> Launcher::StartRole(Role role, const std::vector<int>& ranks) {
   for (int rank : ranks) {
     ProcessSpec spec = RenderProcess(job_, role, rank);
+    if (role == Role::kCollective && rank == 0) {
+      std::fprintf(io_.out, "fleetrun: the first process's environment:\n%s",
+                   FormatDistributedEnvs(spec.env).c_str());
+    }
     const std::string name = spec.Name(), endpoint = spec.endpoint, log = spec.log_path;
     auto index = sup_.Start(std::move(spec));
     if (!index.ok()) {
@@ -254,9 +262,20 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                  JoinCommand().c_str());
     std::fflush(io_.out);
   }
-  const auto deadline = Clock::now() + rendezvous_;
+  const auto start = Clock::now(), deadline = start + rendezvous_;
+  auto next_note = start + kWaitNoteEvery;
+  // Every few seconds, what this node waits for and who should provide it.
+  auto note = [&](const std::string& what) {
+    if (Clock::now() < next_note) return;
+    next_note = Clock::now() + kWaitNoteEvery;
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    std::fprintf(io_.out, "fleetrun: still waiting (%.0f of %.0f s) for %s\n", waited,
+                 std::chrono::duration<double>(rendezvous_).count(), what.c_str());
+    std::fflush(io_.out);
+  };
   Status last_error;
   if (c.node_rank_source == NodeRankSource::kAssigned) {
+    const std::string master_host = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'));
     // The master's store may not be up yet: retry until the deadline.
     while (true) {
       auto r = kv_->Add("collective/node_rank", 1);
@@ -271,6 +290,10 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                      last_error.message().c_str());
         return kExitJobFailed;
       }
+      note("the KV store at " + job_.kv_endpoint + " (" + last_error.message() +
+           "), which hands out node ranks; it is hosted by the master node, started on " + master_host +
+           " without --master: fleetrun --nnodes=" + std::to_string(c.nnodes) + " --host=" + master_host +
+           " PROGRAM ... (every node given --master waits for it)");
       if (auto rc = Tick(kStoreTick)) return rc;
     }
     if (c.node_rank >= c.nnodes) {
@@ -279,24 +302,31 @@ std::optional<int> Launcher::CollectiveRendezvous() {
       return kExitJobFailed;
     }
   }
-  Status st = kv_->Set("collective/nproc/" + std::to_string(c.node_rank), std::to_string(c.devices.size()));
-  std::vector<int> nproc(c.nnodes, -1);
+  // Each node publishes its process count and its ranks' endpoints (node 0
+  // also torch's master) and reads everyone's.
+  NodeInfo mine{static_cast<int>(c.devices.size()), c.trainer_endpoints,
+                c.node_rank == 0 ? c.master : std::string()};
+  const std::string my_key = "collective/nproc/" + std::to_string(c.node_rank);
+  Status st = kv_->Set(my_key, FormatNodeInfo(mine));
+  std::vector<std::optional<NodeInfo>> nodes(c.nnodes);
   while (true) {
     std::vector<int> missing;
     for (int n = 0; n < c.nnodes; ++n) {
-      if (nproc[n] >= 0) continue;
+      if (nodes[n]) continue;
       auto v = kv_->Get("collective/nproc/" + std::to_string(n));
-      int value = v.ok() ? std::atoi(v->c_str()) : 0;
-      if (v.ok() && value > 0) {
-        nproc[n] = value;
+      if (v.ok()) {
+        Result<NodeInfo> info = ParseNodeInfo(*v);
+        if (!info.ok()) {
+          std::fprintf(io_.err, "fleetrun: node %d published %s\n", n, info.status().message().c_str());
+          return kExitJobFailed;
+        }
+        nodes[n] = *std::move(info);
       } else {
-        if (!v.ok() && !v.status().IsNotFound()) last_error = v.status();
+        if (!v.status().IsNotFound()) last_error = v.status();
         missing.push_back(n);
       }
     }
-    if (!st.ok()) {  // our own registration failed: retry it too
-      st = kv_->Set("collective/nproc/" + std::to_string(c.node_rank), std::to_string(c.devices.size()));
-    }
+    if (!st.ok()) st = kv_->Set(my_key, FormatNodeInfo(mine));  // our own registration failed: retry it too
     if (missing.empty()) break;
     if (Clock::now() >= deadline) {
       std::fprintf(io_.err, "fleetrun: Timeout: nodes %s never joined through the KV store at %s within %lld ms%s%s\n",
@@ -304,8 +334,21 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                    last_error.ok() ? "" : "; last store error: ", last_error.ok() ? "" : last_error.message().c_str());
       return kExitJobFailed;
     }
+    note("nodes " + JoinInts(missing) + " of " + std::to_string(c.nnodes) + " to join through the KV store at " +
+         job_.kv_endpoint +
+         (c.node_rank_source == NodeRankSource::kAssigned
+              ? " (each runs fleetrun --master=" + job_.kv_endpoint + " --nnodes=" + std::to_string(c.nnodes) + " PROGRAM ...)"
+              : std::string(" (each runs this same fleetrun command)")));
     if (auto rc = Tick(kStoreTick)) return rc;
   }
+  std::vector<int> nproc(c.nnodes);
+  c.trainer_endpoints.clear();
+  for (int n = 0; n < c.nnodes; ++n) {
+    nproc[n] = nodes[n]->nproc;
+    c.trainer_endpoints.insert(c.trainer_endpoints.end(), nodes[n]->endpoints.begin(),
+                               nodes[n]->endpoints.end());
+  }
+  c.master = nodes[0]->master;
   c.rank_offset = 0;
   c.world_size = 0;
   for (int n = 0; n < c.nnodes; ++n) {
@@ -314,6 +357,21 @@ std::optional<int> Launcher::CollectiveRendezvous() {
   }
   std::fprintf(io_.out, "fleetrun: node %d of %d; ranks %d..%d of %d\n", c.node_rank, c.nnodes, c.rank_offset,
                c.rank_offset + static_cast<int>(c.devices.size()) - 1, c.world_size);
+  return std::nullopt;
+}
+
+std::optional<int> Launcher::PickCompatPorts() {
+  CollectiveLayout& c = job_.collective;
+  const int local = static_cast<int>(c.devices.size());
+  // One port per local rank, and one for torch's store should this be node 0.
+  Result<std::vector<int>> ports = FreeTcpPorts(c.node_host, local + 1);
+  if (!ports.ok()) {
+    std::fprintf(io_.err, "fleetrun: %s\n", ports.status().ToString().c_str());
+    return kExitJobFailed;
+  }
+  c.trainer_endpoints.clear();
+  for (int i = 0; i < local; ++i) c.trainer_endpoints.push_back(c.node_host + ":" + std::to_string((*ports)[i]));
+  c.master = c.node_host + ":" + std::to_string(ports->back());
   return std::nullopt;
 }
 
@@ -491,7 +549,8 @@ int Launcher::FinishJob() {
 Result<MachineInfo> GatherMachineInfo() {
   MachineInfo m;
   FLEET_ASSIGN_OR_RETURN(m.local_addresses, LocalIPv4Addresses());
-  m.gpu_count = CountGpus();
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  m.gpu_count = VisibleGpuCount(visible ? std::optional<std::string>(visible) : std::nullopt, CountGpus());
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n > 0) m.self_dir = std::filesystem::path(std::string(buf, n)).parent_path().string();

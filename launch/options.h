@@ -40,7 +40,7 @@ struct LaunchOptions {
   // Both modes.
   std::string log_dir = "log";
   std::string job_id = "default";
-  int http_port = 36001;
+  int http_port = -1;  // unset: a free port on one machine, else kDefaultHttpPort
   std::string bin_dir;
   int max_restart = 0;
   double grace_period_s = 5.0;

@@ -72,6 +72,14 @@ struct CollectiveLayout {
   int world_size = 0;
   // Master without --master: print the command the other nodes run.
   bool print_join_command = false;
+  bool from_slurm = false;  // node rank and count came from Slurm's variables
+  // The address this node's processes are reached at (127.0.0.1 on one node).
+  std::string node_host;
+  // For programs not written for FleetPS (launch/compat_env.h), filled by
+  // the launcher before the processes start: every rank's ip:port (Paddle's
+  // trainer endpoints) and node 0's ip:port for torch's MASTER_ADDR/PORT.
+  std::vector<std::string> trainer_endpoints;
+  std::string master;
 };
 
 struct JobLayout {
