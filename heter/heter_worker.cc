@@ -321,6 +321,10 @@ int HeterWorkerMain(int argc, char** argv) {
     LOG(ERROR) << "heter_worker: " << bound.status().ToString();
     return 2;
   }
+  if (Status s = RegisterRank(*spec, bound.value(), std::chrono::seconds(10)); !s.ok()) {
+    LOG(ERROR) << "heter_worker: " << s.ToString();
+    return 2;
+  }
   if (Status s = PublishEndpoint(*spec, bound.value()); !s.ok()) {
     LOG(ERROR) << "heter_worker: " << s.ToString();
     return 2;

@@ -142,7 +142,9 @@ int Launcher::Run() {
                                         KvStoreClientOptions{.request_timeout = std::chrono::seconds(2),
                                                              .auth = job_.credentials});
 
+  if (job_.mode == Mode::kStoreOnly) return ServeStoreOnly();
   if (job_.mode == Mode::kCollective) {
+    if (auto rc = PickCompatPorts()) return *rc;
     if (auto rc = CollectiveRendezvous()) return *rc;
     std::vector<int> local(job_.collective.devices.size());
     for (size_t i = 0; i < local.size(); ++i) local[i] = i;

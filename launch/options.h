@@ -47,6 +47,8 @@ struct LaunchOptions {
   double rendezvous_timeout_s = 120.0;
   std::string auth = "on";
   std::string job_secret_file;
+  // By hand: host only the KV store.
+  bool store_only = false;
 
   // Positional: the collective program and its arguments (verbatim).
   std::string program;

@@ -329,10 +329,31 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
   return Status::OK();
 }
 
+// --store_only: the KV store alone, for ps_server / ps_worker started by
+// hand (README.md, "By hand"). Every flag about processes is refused.
+Result<JobLayout> ResolveStoreOnly(const LaunchOptions& o) {
+  static constexpr std::string_view kProcessFlags[] = {
+      "server_num", "worker_num", "heter_worker_num", "servers", "workers", "heter_workers",
+      "gpus", "nproc_per_node", "ips", "master", "nnodes", "max_restart"};
+  for (std::string_view f : kProcessFlags) {
+    if (o.Given(f)) return Bad("--" + std::string(f), "cannot be combined with --store_only, which starts no process");
+  }
+  if (!o.program.empty()) return Bad("PROGRAM", "'" + o.program + "' given with --store_only, which starts no process");
+  if (o.Given("host") && !IsDottedIPv4(o.host)) return Bad("--host", "'" + o.host + "' is not an IPv4 address");
+  JobLayout job;
+  FLEET_RETURN_IF_ERROR(ResolveCommon(o, job));
+  job.mode = Mode::kStoreOnly;
+  job.host_kv = true;
+  job.kv_listen = (o.Given("host") ? o.host : std::string("127.0.0.1")) + ":" +
+                  std::to_string(HttpPort(o, /*one_machine=*/false));
+  job.kv_endpoint = job.kv_listen;
+  return job;
+}
+
 }  // namespace
 
-
 Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
+  if (o.store_only) return ResolveStoreOnly(o);
   static constexpr std::string_view kPsFlags[] = {"server_num", "worker_num", "heter_worker_num",
                                                   "servers", "workers", "heter_workers"};
   static constexpr std::string_view kCollectiveFlags[] = {"gpus", "nproc_per_node", "ips", "master", "nnodes", "host"};

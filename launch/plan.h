@@ -49,8 +49,12 @@ inline constexpr int kMaxProcessesPerRole = 1024;  // each PS count or list, --n
 inline constexpr int kMaxNodes = 1024;             // --nnodes, --ips
 inline constexpr int kMaxRestart = 100;            // --max_restart
 inline constexpr double kMaxSeconds = 86400;       // --grace_period, --rendezvous_timeout
+// The KV store's port when the job spans machines and --http_port is not
+// given (on one machine: a free port).
+inline constexpr int kDefaultHttpPort = 36001;
 
-enum class Mode { kPsSimulation, kPsCluster, kCollective };
+// kStoreOnly: --store_only, the KV store alone for processes started by hand.
+enum class Mode { kPsSimulation, kPsCluster, kCollective, kStoreOnly };
 
 // How this node finds its collective node rank.
 enum class NodeRankSource {

@@ -101,6 +101,12 @@ int PsServerMain(int argc, char** argv) {
   running.store(server.value().get());
   if (stop_early.load()) server.value()->RequestStop();
 
+  // Before publishing, so a second server given this rank never replaces
+  // the first one's endpoint.
+  if (Status s = RegisterRank(*spec, bound.value(), kRegisterTimeout); !s.ok()) {
+    LOG(ERROR) << "ps_server: " << s.ToString();
+    return 2;
+  }
   if (Status s = PublishEndpoint(*spec, bound.value()); !s.ok()) {
     LOG(ERROR) << "ps_server: " << s.ToString();
     return 2;

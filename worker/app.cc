@@ -1,7 +1,10 @@
 #include "worker/app.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -588,6 +591,10 @@ int PsWorkerMain(int argc, char** argv) {
   auto job = ps::JobConfigFromFlagsAndEnv(ProcessEnv());
   if (!job.ok()) {
     LOG(ERROR) << "ps_worker: " << job.status().ToString();
+    return 2;
+  }
+  if (Status joined = JoinAsWorker(*spec); !joined.ok()) {
+    LOG(ERROR) << "ps_worker: " << joined.ToString();
     return 2;
   }
   PsWorkerOptions o;
