@@ -100,6 +100,8 @@ struct KvStoreServer::Impl {
   // With options.auth: false (the reply set: 401 or 403) unless the request
   // carries a valid credential whose nonce was not seen before.
   bool Authorized(const httplib::Request& req, httplib::Response& res);
+  // GET /metrics, when options.metrics is set.
+  void InstallMetrics();
 
   // Fixed after construction.
   const KvStoreServerOptions options;
@@ -170,6 +172,16 @@ void KvStoreServer::Impl::Install() {
   http.Delete(kKeyRoute, guarded(&Impl::HandleDelete));
   http.Get(kListRoute, guarded(&Impl::HandleList));
   http.Post(kAddRoute, guarded(&Impl::HandleAdd));
+  InstallMetrics();
+}
+
+void KvStoreServer::Impl::InstallMetrics() {
+  if (!options.metrics) return;
+  http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& res) {
+    if (!Authorized(q, res)) return;
+    res.status = 200;
+    res.set_content(options.metrics(), "text/plain; version=0.0.4");
+  });
 }
 
 bool KvStoreServer::Impl::Authorized(const httplib::Request& req, httplib::Response& res) {
@@ -487,6 +499,13 @@ Result<std::string> KvStoreClient::Get(const std::string& key) {
   FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kGet, impl_->KeyPath(key), "",
                                                       impl_->options.request_timeout, "get"));
   FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "get", absl::StrCat(job_id_, "/", key)));
+  return std::move(reply.body);
+}
+
+Result<std::string> KvStoreClient::Metrics() {
+  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kGet, "/metrics", "",
+                                                      impl_->options.request_timeout, "metrics"));
+  FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "metrics", "/metrics"));
   return std::move(reply.body);
 }
 

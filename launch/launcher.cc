@@ -17,7 +17,10 @@
 
 #include "comm/cluster.h"
 #include "comm/kv_store.h"
+#include "comm/progress_report.h"
+#include "launch/compat_env.h"
 #include "launch/job_secret.h"
+#include "launch/metrics.h"
 #include "launch/net.h"
 #include "launch/supervisor.h"
 
@@ -67,17 +70,28 @@ class Launcher {
         rendezvous_(Seconds(opts_.rendezvous_timeout_s)),
         sup_(SupervisorOptions{.wake_fd = wake_fd, .tee_out = io.out}) {}
 
+  // Runs the job and ends with its one-line status.
   int Run();
 
  private:
+  int RunJob();
+  // Reads the processes' progress/<role>/<rank> reports into metrics_
+  // (at most every kProgressPollEvery).
+  void PollProgress();
+  void NoteExit(size_t index, int wait_status);
+  std::string JobStatusLine(int rc) const;
   // Each returns an exit code when the job must end now, nullopt to go on.
   std::optional<int> StartRole(Role role, const std::vector<int>& ranks);
   std::optional<int> WaitPublished(Role role, const std::vector<int>& ranks);
   std::optional<int> CollectiveRendezvous();
+  // Free ports for programs not written for FleetPS (launch/compat_env.h).
+  std::optional<int> PickCompatPorts();
   std::optional<int> HandleEvents(const std::vector<Supervisor::Event>& events);
   // Polls the supervisor once; the exit code when something ended the job.
   std::optional<int> Tick(milliseconds timeout) { return HandleEvents(sup_.Poll(timeout)); }
   int Supervise();
+  // --store_only: serves the KV store until SIGINT or SIGTERM, then exits 0.
+  int ServeStoreOnly();
   int FinishJob();
   // Stops every process still running; the job's exit code.
   int StopFailedJob();
@@ -102,6 +116,11 @@ class Launcher {
   const milliseconds rendezvous_;
 
   Supervisor sup_;
+  // Progress and exits of the processes, for /metrics, metrics.jsonl and the
+  // closing status line.
+  std::unique_ptr<JobMetrics> metrics_;
+  Clock::time_point started_at_ = Clock::now();
+  Clock::time_point next_progress_poll_{};
   std::unique_ptr<KvStoreServer> kv_server_;
   std::unique_ptr<KvStoreClient> kv_;
   std::vector<size_t> servers_, heters_, workers_;  // supervisor indices by role
@@ -111,21 +130,87 @@ class Launcher {
 };
 
 int Launcher::Run() {
+  const int rc = RunJob();
+  if (sup_.size() > 0) {
+    next_progress_poll_ = Clock::time_point();  // the last reports, for the throughput
+    PollProgress();
+    std::fprintf(rc == kExitOk ? io_.out : io_.err, "%s\n", JobStatusLine(rc).c_str());
+    std::fflush(rc == kExitOk ? io_.out : io_.err);
+  }
+  return rc;
+}
+
+int ExitCodeOf(int wait_status) {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+std::string Launcher::JobStatusLine(int rc) const {
+  std::string procs;
+  int failed = 0;
+  for (size_t i = 0; i < sup_.size(); ++i) {
+    const int code = ExitCodeOf(sup_.last_status(i));
+    failed += !sup_.running(i) && code != 0;
+    procs += (procs.empty() ? "" : ", ") + sup_.spec(i).Name() + " " +
+             (sup_.running(i) ? std::string("running") : std::to_string(code));
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - started_at_).count();
+  const std::string role = job_.mode == Mode::kCollective ? "collective" : "worker";
+  char line[256];
+  std::snprintf(line, sizeof(line), "; wall %.1f s; throughput %.0f samples/s (last reports, %ss summed)",
+                wall, metrics_ ? metrics_->Throughput(role) : 0.0, role.c_str());
+  return "fleetrun: job " + std::string(rc == kExitOk ? "done" : "failed") + ", exit " +
+         std::to_string(rc) + "; " + std::to_string(sup_.size()) + " processes, " +
+         std::to_string(failed) + " failed (exit codes: " + procs + ")" + line;
+}
+
+void Launcher::NoteExit(size_t index, int wait_status) {
+  if (metrics_) {
+    metrics_->Exited(std::string(RoleName(sup_.spec(index).role)), sup_.spec(index).rank,
+                     ExitCodeOf(wait_status));
+  }
+}
+
+void Launcher::PollProgress() {
+  if (!metrics_ || !kv_ || Clock::now() < next_progress_poll_) return;
+  next_progress_poll_ = Clock::now() + kProgressPollEvery;
+  Result<std::vector<std::string>> keys = kv_->List("progress/");
+  if (!keys.ok()) return;
+  for (const std::string& key : *keys) {
+    // progress/<role>/<rank>
+    const size_t slash = key.rfind('/');
+    const std::string role = key.substr(9, slash - 9);
+    Result<std::string> value = kv_->Get(key);
+    if (!value.ok()) continue;
+    Result<ProgressValue> progress = ParseProgressValue(*value);
+    if (progress.ok()) metrics_->Progress(role, std::atoi(key.c_str() + slash + 1), *progress);
+  }
+}
+
+int Launcher::RunJob() {
   std::fprintf(io_.out, "fleetrun: configuration\n%s", FormatOptionsTable(opts_).c_str());
   const char* mode = job_.mode == Mode::kPsSimulation ? "parameter-server, simulation on this machine"
                      : job_.mode == Mode::kPsCluster  ? "parameter-server, cluster"
+                     : job_.mode == Mode::kStoreOnly  ? "KV store only, for processes started by hand"
                                                       : "collective";
   std::fprintf(io_.out, "  (mode)              %s\n  (log files)         %s\n", mode, job_.log_dir.c_str());
   std::fprintf(io_.out, "  (auth)              %s\n", job_.auth_note.c_str());
+  if (job_.mode == Mode::kCollective && job_.collective.from_slurm) {
+    std::fprintf(io_.out, "fleetrun: Slurm detected (SLURM_* variables): node %d of %d, KV store %s%s\n",
+                 job_.collective.node_rank, job_.collective.nnodes, job_.kv_endpoint.c_str(),
+                 job_.host_kv ? (" (hosted here, listening on " + job_.kv_listen + ")").c_str() : " (on node 0)");
+  }
   std::error_code ec;
   std::filesystem::create_directories(job_.log_dir, ec);
   if (ec) {
     std::fprintf(io_.err, "fleetrun: --log_dir: cannot create '%s': %s\n", job_.log_dir.c_str(), ec.message().c_str());
     return kExitBadFlags;
   }
+  metrics_ = std::make_unique<JobMetrics>(job_.log_dir + "/metrics.jsonl");
   if (job_.host_kv) {
     kv_server_ = std::make_unique<KvStoreServer>(
-        KvStoreServerOptions{.listen = job_.kv_listen, .auth = job_.credentials});
+        KvStoreServerOptions{.listen = job_.kv_listen,
+                             .auth = job_.credentials,
+                             .metrics = [metrics = metrics_.get()] { return metrics->Text(); }});
     Status st = kv_server_->Start();
     if (!st.ok()) {
       std::fprintf(io_.err, "fleetrun: --http_port: cannot host the KV store: %s\n", st.message().c_str());
@@ -180,6 +265,7 @@ std::optional<int> Launcher::StartRole(Role role, const std::vector<int>& ranks)
       return kExitJobFailed;
     }
     render_rank_[*index] = rank;
+    metrics_->Started(std::string(RoleName(role)), sup_.spec(*index).rank);
     (role == Role::kServer ? servers_ : role == Role::kHeterWorker ? heters_ : workers_).push_back(*index);
     std::fprintf(io_.out, "fleetrun: started %-16s endpoint %-21s pid %-8d log %s\n", name.c_str(),
                  endpoint.empty() ? "-" : endpoint.c_str(), static_cast<int>(sup_.pid(*index)), log.c_str());
@@ -410,6 +496,7 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       return 128 + ev.signo;
     }
     const ProcessSpec& spec = sup_.spec(ev.index);
+    NoteExit(ev.index, ev.wait_status);
     const bool ok = WIFEXITED(ev.wait_status) && WEXITSTATUS(ev.wait_status) == 0;
     if (ok) {
       if (spec.role == Role::kWorker || spec.role == Role::kCollective) {
@@ -469,8 +556,26 @@ bool Launcher::AllWorkersDone() {
 
 int Launcher::Supervise() {
   while (true) {
+    PollProgress();
     if (auto rc = Tick(kPollTick)) return *rc;
     if (AllWorkersDone()) return FinishJob();
+  }
+}
+
+int Launcher::ServeStoreOnly() {
+  std::fprintf(io_.out,
+               "fleetrun: give every process --kv_endpoint=%s --job_id=%s%s; Ctrl-C or SIGTERM stops "
+               "the store\n",
+               job_.kv_endpoint.c_str(), job_.job_id.c_str(),
+               job_.auth ? " and the same job secret" : " --auth=off");
+  std::fflush(io_.out);
+  while (true) {
+    PollProgress();
+    for (const Supervisor::Event& ev : sup_.Poll(kPollTick)) {
+      if (ev.kind != Supervisor::Event::kSignal) continue;
+      std::fprintf(io_.out, "fleetrun: received %s; KV store stopped\n", strsignal(ev.signo));
+      return kExitOk;
+    }
   }
 }
 
@@ -522,6 +627,7 @@ int Launcher::FinishJob() {
   std::vector<int> statuses = sup_.Stop(stop, grace_, Supervisor::StopReason::kFinished);
   for (size_t k = 0; k < stop.size(); ++k) {
     const int s = statuses[k];
+    NoteExit(stop[k], s);
     if (sup_.killed_by_supervisor(stop[k])) {
       std::fprintf(io_.err, "fleetrun: warning: %s did not stop within %lld ms of SIGTERM; killed\n",
                    sup_.spec(stop[k]).Name().c_str(), static_cast<long long>(grace_.count()));

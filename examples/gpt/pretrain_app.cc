@@ -11,6 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "comm/cluster.h"
+#include "comm/program_help.h"
+#include "comm/progress_report.h"
 #include "comm/yaml_config.h"
 #include "trainer/collective/gpt_pretrain.h"
 #include "trainer/collective/rank_setup.h"
@@ -48,6 +50,24 @@ trainer::GptPlanOptions PlanOptions(const trainer::config::GptJobConfig& config)
       config.distributed.sharding_degree > 1 ? static_cast<int>(config.distributed.sharding_stage) : 0;
   o.precision = config.engine.mix_precision.precision;
   return o;
+}
+
+ProgramHelp PretrainHelp() {
+  ProgramHelp help{
+      "gpt_pretrain -c CONFIG [-o Section.key=value ...] [flags]",
+      "GPT pretraining from a FleetX-style YAML config (configs/gpt/; see examples/gpt/README.md).\n"
+      "Several ranks: fleetrun --nproc_per_node=N build/bin/gpt_pretrain -c CONFIG ...",
+      {{"Config",
+        {{"-c", "FILE", "the job's YAML config (configs/gpt/*.yaml; _base_ files are merged in)", ""},
+         {"-o", "Section.key=value",
+          "override one key of the config (repeatable), e.g. -o Engine.max_steps=20", ""},
+         GflagsHelpFlag("dry_run")}},
+       {"Performance and progress",
+        {GflagsHelpFlag("cpu_threads", "N"), GflagsHelpFlag("collective_timeout_ms", "MS"),
+         GflagsHelpFlag("progress_every_s", "S")}},
+       trainer::collective::RankSetupHelpGroup()}};
+  for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
+  return help;
 }
 
 }  // namespace
@@ -137,6 +157,18 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   options.gpu_device = device->ToString();
   options.cpu_threads = *threads;
   options.collective_timeout = group.timeout;
+  // Every rank says how far it is and when it will be done (FleetX runs by
+  // steps: Engine.max_steps is the job).
+  const int64_t max_steps = config->engine.max_steps;
+  ProgressReporterOptions progress_options =
+      ProgressOptionsFor(spec, absl::StrCat("gpt_pretrain rank ", spec.rank), max_steps, max_steps,
+                         config->global.local_batch_size);
+  if (max_steps <= 0) progress_options.interval = std::chrono::milliseconds(0);
+  ProgressReporter progress(std::move(progress_options));
+  options.after_step = [&progress](int64_t step) {
+    progress.Step(step);
+    return Status::OK();
+  };
   Result<trainer::collective::TrainReport> report = trainer::collective::RunGptPretrain(
       *config, collective->get(), options, spec.rank == 0 ? &out : nullptr);
   if (!report.ok()) return Fail(err, spec, report.status(), kExitFailed);

@@ -189,7 +189,8 @@ TEST_F(MnistProcessTest, FleetrunRunsTwoRanksToTheEnd) {
   std::vector<std::string> args = {BinPath("fleetrun"), "--nproc_per_node=2", "--http_port=0",
                                    "--log_dir=" + (dir_ / "logs").string()};
   const std::vector<std::string> mnist =
-      MnistArgs({"--epochs=2", "--log_every_steps=8", "--checkpoint_dir=" + (dir_ / "ckpt").string()});
+      MnistArgs({"--epochs=2", "--log_every_steps=8", "--checkpoint_dir=" + (dir_ / "ckpt").string(),
+                 "--progress_every_s=0.001"});
   args.insert(args.end(), mnist.begin(), mnist.end());
   Child fleetrun(args, {"PATH=/usr/bin:/bin"}, (dir_ / "fleetrun.log").string());
   const Exit exit = fleetrun.Wait(milliseconds(60000));
@@ -204,6 +205,23 @@ TEST_F(MnistProcessTest, FleetrunRunsTwoRanksToTheEnd) {
   // One node: the ranks meet over shared memory (--cpu_collective=auto).
   const std::string rank1 = ReadAll(dir_ / "logs" / "workerlog.1");
   EXPECT_NE(rank1.find("joined shm group mnist_mlp as rank 1 of 2"), std::string::npos) << rank1;
+  // Every rank tells how far it is: its progress lines with ETAs (32 steps
+  // last more than --progress_every_s), reported to fleetrun, which writes
+  // them to metrics.jsonl and ends with the job's status line.
+  EXPECT_TRUE(std::regex_search(rank1, std::regex(R"(mnist_mlp rank 1: step \d+/32 \(epoch \d: \d+/16\), [0-9.]+ steps/s, \d+ samples/s, eta epoch \d+s, job \d+s)")))
+      << rank1;
+  const std::string jsonl = ReadAll(dir_ / "logs" / "metrics.jsonl");
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(jsonl.find("\"role\": \"collective\", \"rank\": " + std::to_string(rank) + ", \"step\": "),
+              std::string::npos)
+        << jsonl;
+    EXPECT_NE(jsonl.find("\"role\": \"collective\", \"rank\": " + std::to_string(rank) +
+                         ", \"event\": \"exited\", \"exit_code\": 0"),
+              std::string::npos)
+        << jsonl;
+  }
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(fleetrun: job done, exit 0; 2 processes, 0 failed \(exit codes: collective 0 0, collective 1 0\); wall [0-9.]+ s; throughput \d+ samples/s)")))
+      << out;
 }
 
 }  // namespace
