@@ -94,10 +94,10 @@ void ProgressReporter::Step(int64_t steps_done) {
   const int64_t spe = std::max<int64_t>(options_.steps_per_epoch, 1);
   const int64_t in_epoch = steps_done % spe == 0 && steps_done > 0 ? spe : steps_done % spe;
   const int64_t epoch = (steps_done - in_epoch) / spe;
-  std::string line =
-      absl::StrFormat("%s: step %d/%d (epoch %d: %d/%d), %.2f steps/s, %.0f samples/s",
-                      options_.name, steps_done, options_.total_steps, epoch, in_epoch, spe,
-                      steps_per_s, steps_per_s * static_cast<double>(options_.samples_per_step));
+  std::string line = absl::StrFormat(
+      "%s: step %d/%d (epoch %d: %d/%d), %.2f steps/s, %.0f samples/s", options_.name, steps_done,
+      options_.total_steps, epoch + options_.epoch_base, in_epoch, spe, steps_per_s,
+      steps_per_s * static_cast<double>(options_.samples_per_step));
   if (steps_per_s > 0) {
     absl::StrAppend(&line, ", eta epoch ", FormatDuration((spe - in_epoch) / steps_per_s), ", job ",
                     FormatDuration((options_.total_steps - steps_done) / steps_per_s));

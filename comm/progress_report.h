@@ -54,7 +54,8 @@ struct ProgressReporterOptions {
   int rank = 0;
   int64_t total_steps = 0;  // of the job
   int64_t steps_per_epoch = 0;
-  int64_t samples_per_step = 0;                                  // this process's
+  int64_t samples_per_step = 0;  // this process's
+  int epoch_base = 0;            // the first epoch's number in the line (ps_worker counts from 1)
   std::chrono::milliseconds interval{std::chrono::seconds(10)};  // 0: Step does nothing
   // The KV store (none: log lines only), its job scope and credentials.
   std::optional<Endpoint> kv_endpoint;

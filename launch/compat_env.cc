@@ -114,23 +114,26 @@ int VisibleGpuCount(const std::optional<std::string>& cuda_visible_devices, int 
 std::string FormatDistributedEnvs(const std::vector<std::pair<std::string, std::string>>& env) {
   static constexpr std::string_view kPrefixes[] = {
       "PADDLE_", "FLAGS_selected", "RANK", "WORLD_SIZE", "LOCAL_", "MASTER_", "FLEET_"};
-  std::vector<std::pair<std::string, std::string>> rows;
-  size_t width = std::string_view("Distributed Envs").size();
+  std::vector<std::pair<std::string, std::string>> rows = {{"Distributed Envs", "Value"}};
   for (const auto& [name, value] : env) {
     if (name == "FLEET_JOB_SECRET") continue;
     bool shown = false;
     for (std::string_view prefix : kPrefixes) shown = shown || name.starts_with(prefix);
-    if (!shown) continue;
-    rows.emplace_back(name, value);
-    width = std::max(width, name.size());
+    if (shown) rows.emplace_back(name, value);
   }
-  const std::string rule = "  +" + std::string(width + 2, '-') + "+\n";
-  std::string out = "  | " + std::string("Distributed Envs") +
-                    std::string(width - std::string_view("Distributed Envs").size(), ' ') +
-                    " | Value\n";
-  out = rule + out + rule;
+  size_t name_width = 0, value_width = 0;
   for (const auto& [name, value] : rows) {
-    out += "  | " + name + std::string(width - name.size(), ' ') + " | " + value + "\n";
+    name_width = std::max(name_width, name.size());
+    value_width = std::max(value_width, value.size());
+  }
+  const std::string rule =
+      "  +" + std::string(name_width + 2, '-') + "+" + std::string(value_width + 2, '-') + "+\n";
+  std::string out = rule;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const auto& [name, value] = rows[i];
+    out += "  | " + name + std::string(name_width - name.size(), ' ') + " | " + value +
+           std::string(value_width - value.size(), ' ') + " |\n";
+    if (i == 0) out += rule;
   }
   return out + rule;
 }

@@ -48,6 +48,7 @@ ProgressReporterOptions WorkerProgress(const PsWorkerOptions& o, const std::stri
   p.total_steps = total_steps;
   p.steps_per_epoch = steps_per_epoch;
   p.samples_per_step = batch_size;
+  p.epoch_base = 1;  // as its "epoch E step S/N" lines
   p.interval = ProgressIntervalFromFlag();
   if (Result<Endpoint> kv = ParseEndpoint(o.kv_endpoint); !o.kv_endpoint.empty() && kv.ok()) {
     p.kv_endpoint = *kv;
