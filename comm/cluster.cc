@@ -1,11 +1,21 @@
 #include "comm/cluster.h"
 
+#include <arpa/inet.h>
 #include <gflags/gflags.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 
 #include <charconv>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "comm/kv_store.h"
 
 // The defaults below apply only when neither the flag nor its FLEET_*
@@ -99,6 +109,42 @@ Result<std::vector<Endpoint>> EndpointsFrom(const Setting& s) {
   return ParseEndpointList(s.text, s.source, EndpointParseOptions{.allow_port_zero = true});
 }
 
+// --workers as fleetrun takes it: a bare ip is that ip with port 0 (the
+// worker binds a free port and publishes it, should it need one).
+Result<std::vector<Endpoint>> WorkerEndpointsFrom(Setting s) {
+  std::vector<std::string> items = absl::StrSplit(s.text, ',');
+  for (std::string& item : items) {
+    if (!item.empty() && item.find(':') == std::string::npos) item += ":0";
+  }
+  s.text = absl::StrJoin(items, ",");
+  return EndpointsFrom(s);
+}
+
+// A server's or heter worker's rank when none is given: the position of its
+// --endpoint (FLEET_ENDPOINT) in its role's list, so the same --servers list
+// on every machine is all a by-hand start needs. nullopt when there is no
+// endpoint to look for; InvalidArgument when the list is ambiguous about it.
+Result<std::optional<int>> RankFromEndpoint(const ClusterSpec& spec, const EnvLookup& env) {
+  const std::vector<Endpoint>& list = spec.RoleEndpoints();
+  if (spec.role == Role::kWorker || spec.role == Role::kCollective || list.size() < 2) {
+    return std::optional<int>();
+  }
+  const Setting endpoint = Lookup("endpoint", "FLEET_ENDPOINT", env);
+  if (!endpoint.given) return std::optional<int>();
+  FLEET_ASSIGN_OR_RETURN(Endpoint mine, ParseEndpoint(endpoint.text, endpoint.source,
+                                                      EndpointParseOptions{.allow_port_zero = true}));
+  std::vector<int> found;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (list[i].host == mine.host && list[i].port == mine.port) found.push_back(static_cast<int>(i));
+  }
+  if (found.size() == 1) return std::optional<int>(found[0]);
+  return Status::InvalidArgument(
+      absl::StrCat("no --rank given and ", endpoint.source, " is ",
+                   found.empty() ? "not in" : "listed more than once in", " the ",
+                   std::string(RoleName(spec.role)), " list: give --rank"),
+      absl::StrCat(mine.ToString(), " in ", JoinEndpoints(list)));
+}
+
 }  // namespace
 
 std::string_view RoleName(Role role) {
@@ -168,12 +214,23 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
   FLEET_ASSIGN_OR_RETURN(spec.role, ParseRole(role.text, role.source));
 
   FLEET_ASSIGN_OR_RETURN(spec.servers, EndpointsFrom(Lookup("servers", "FLEET_SERVERS", env)));
-  FLEET_ASSIGN_OR_RETURN(spec.workers, EndpointsFrom(Lookup("workers", "FLEET_WORKERS", env)));
+  FLEET_ASSIGN_OR_RETURN(spec.workers, WorkerEndpointsFrom(Lookup("workers", "FLEET_WORKERS", env)));
   FLEET_ASSIGN_OR_RETURN(spec.heter_workers,
                          EndpointsFrom(Lookup("heter_workers", "FLEET_HETER_WORKERS", env)));
 
   Setting rank = Lookup("rank", "FLEET_RANK", env);
   FLEET_ASSIGN_OR_RETURN(spec.rank, ParseCount(rank));
+  if (!rank.given) {
+    FLEET_ASSIGN_OR_RETURN(std::optional<int> derived, RankFromEndpoint(spec, env));
+    if (derived) {
+      spec.rank = *derived;
+      rank.source = "the position of --endpoint in the list";
+    } else if (spec.role == Role::kWorker && spec.workers.size() > 1) {
+      return Status::InvalidArgument(
+          "no --rank given (FLEET_RANK) and --workers lists several workers: give each its --rank",
+          JoinEndpoints(spec.workers));
+    }
+  }
   Setting world = Lookup("world_size", "FLEET_WORLD_SIZE", env);
   FLEET_ASSIGN_OR_RETURN(spec.world_size, ParseCount(world));
   const std::vector<Endpoint>& mine = spec.RoleEndpoints();
@@ -249,6 +306,70 @@ Result<std::shared_ptr<const JobAuth>> TransportAuth(const ClusterSpec& spec, bo
         absl::StrCat(std::string(RoleName(spec.role)), " ", spec.rank));
   }
   return spec.credentials;
+}
+
+namespace {
+
+// Whether the process that registered as `holder` still runs: "ip:port" (a
+// server or heter worker) accepts a TCP connection within a second; "host
+// pid N" (a worker) on this host has its pid. A worker on another host
+// counts as running.
+bool HolderAlive(const std::string& holder) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  const std::string local = absl::StrCat(host, " pid ");
+  if (holder.rfind(local, 0) == 0) {
+    const int pid = std::atoi(holder.c_str() + local.size());
+    return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH);
+  }
+  Result<Endpoint> ep = ParseEndpoint(holder);
+  if (!ep.ok()) return true;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(ep->port));
+  if (inet_pton(AF_INET, ep->host.c_str(), &addr.sin_addr) != 1) return true;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;
+  bool alive = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  if (!alive && errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    int error = 0;
+    socklen_t len = sizeof(error);
+    alive = poll(&p, 1, 1000) != 1 ||  // no answer within the second: not refused
+            (getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0);
+  }
+  close(fd);
+  return alive;
+}
+
+}  // namespace
+
+Status RegisterRank(const ClusterSpec& spec, const std::string& who,
+                    std::chrono::milliseconds timeout) {
+  if (!spec.kv_endpoint) return Status::OK();
+  KvStoreClient kv(spec.kv_endpoint->ToString(), spec.job_id, {.auth = spec.credentials});
+  const std::string role(RoleName(spec.role));
+  const std::string key = absl::StrCat("ranks/", role, "/", spec.rank);
+  FLEET_ASSIGN_OR_RETURN(int64_t claims, kv.Add(key + "/claims", 1));
+  // A restart (fleetrun's --max_restart) takes its own rank over.
+  if (claims == 1 || spec.restart_generation > 0) {
+    return kv.Set(key, who).WithContext("cannot register at " + key);
+  }
+  Result<std::string> holder = kv.WaitGet(key, timeout);
+  // A rank whose holder is gone (it stopped, or crashed and is started
+  // again by hand) is free again.
+  if (holder.ok() && (*holder == who || !HolderAlive(*holder))) {
+    return kv.Set(key, who).WithContext("cannot register at " + key);
+  }
+  return Status::InvalidArgument(
+      absl::StrCat(role, " rank ", spec.rank, " is already taken by ",
+                   holder.ok() ? *holder : std::string("another process"), " (this is ", who,
+                   "): give each ", role, " its own --rank",
+                   spec.role == Role::kWorker
+                       ? std::string()
+                       : absl::StrCat(", or leave --rank out: a ", role,
+                                      "'s rank is the position of its --endpoint in its list")),
+      key);
 }
 
 std::string EndpointKey(Role role, int rank) {

@@ -6,11 +6,15 @@
 //
 //   flag             env var               default  meaning
 //   --role           FLEET_ROLE            (none)   server | worker | heter_worker | collective
-//   --rank           FLEET_RANK            0        this process's index within its role
+//   --rank           FLEET_RANK            0        this process's index within its role; a
+//                                                   server's or heter worker's default is the
+//                                                   position of --endpoint (FLEET_ENDPOINT) in its
+//                                                   list; several workers need it given
 //   --world_size     FLEET_WORLD_SIZE      derived  processes in this role; default: the length
 //                                                   of the role's endpoint list, else 1
 //   --servers        FLEET_SERVERS         ""       "ip:port,ip:port" of the PS servers
 //   --workers        FLEET_WORKERS         ""       endpoints of the workers / collective ranks
+//                                                   (a bare ip = ip:0, as fleetrun takes it)
 //   --heter_workers  FLEET_HETER_WORKERS   ""       endpoints of the heter workers
 //   --kv_endpoint    FLEET_KV_ENDPOINT     ""       "host:port" of fleetrun's KV store
 //   --job_id         FLEET_JOB_ID          default  scopes KV keys; [A-Za-z0-9_.-]+
@@ -104,6 +108,18 @@ std::string EndpointKey(Role role, int rank);
 // (ResolveEndpoints); OK without doing anything when there is no KV store.
 // Errors: the store's, with the key.
 Status PublishEndpoint(const ClusterSpec& spec, const std::string& bound);
+
+// Claims (spec.role, spec.rank) for this process in the spec's KV store, so
+// two processes given the same rank are told at start instead of failing
+// later. The first claim wins; a later one gets InvalidArgument naming the
+// holder and how to fix it, unless this process is a restart
+// (restart_generation > 0) or the holder is gone (its endpoint refuses
+// connections, or its pid on this host is gone), which take the rank over. `who` names this
+// process in messages (its endpoint, or host and pid). OK without doing
+// anything when there is no KV store; the store's errors otherwise. Blocks
+// up to `timeout` reading the holder's name.
+Status RegisterRank(const ClusterSpec& spec, const std::string& who,
+                    std::chrono::milliseconds timeout);
 
 // The real "ip:port" of every entry of `list` (the endpoints of `role`'s
 // ranks 0, 1, ...). An entry with port 0 was bound by that process itself

@@ -168,6 +168,8 @@ struct KvStoreServer::Impl {
   // the request must be refused: with options.auth, no credential or one
   // malformed or stale; a body of unknown (chunked) or too large a length.
   bool RefusedOnHeaders(const httplib::Request& req, httplib::Response& res);
+  // GET /metrics, when options.metrics is set.
+  void InstallMetrics();
 
   // Fixed after construction.
   const KvStoreServerOptions options;
@@ -249,6 +251,16 @@ void KvStoreServer::Impl::Install() {
   http.Delete(kKeyRoute, guarded(&Impl::HandleDelete));
   http.Get(kListRoute, guarded(&Impl::HandleList));
   http.Post(kAddRoute, guarded(&Impl::HandleAdd));
+  InstallMetrics();
+}
+
+void KvStoreServer::Impl::InstallMetrics() {
+  if (!options.metrics) return;
+  http.Get("/metrics", [this](const httplib::Request& q, httplib::Response& res) {
+    if (!Authorized(q, res)) return;
+    res.status = 200;
+    res.set_content(options.metrics(), "text/plain; version=0.0.4");
+  });
 }
 
 bool KvStoreServer::Impl::RefusedOnHeaders(const httplib::Request& req, httplib::Response& res) {
@@ -591,6 +603,13 @@ Result<std::string> KvStoreClient::Get(const std::string& key) {
   FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kGet, impl_->KeyPath(key), "",
                                                       impl_->options.request_timeout, "get"));
   FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "get", absl::StrCat(job_id_, "/", key)));
+  return std::move(reply.body);
+}
+
+Result<std::string> KvStoreClient::Metrics() {
+  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kGet, "/metrics", "",
+                                                      impl_->options.request_timeout, "metrics"));
+  FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "metrics", "/metrics"));
   return std::move(reply.body);
 }
 

@@ -22,6 +22,7 @@
 
 #include <chrono>
 #include <memory>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,10 @@ struct KvStoreServerOptions {
   // tolerates worse clock skew between machines; a captured request can be
   // replayed by nobody (nonces are remembered for this long).
   std::chrono::milliseconds auth_window{std::chrono::seconds(60)};
+  // When set, GET /metrics answers its text (Prometheus exposition format),
+  // guarded like every route; called on a server thread, so it must be
+  // thread-safe.
+  std::function<std::string()> metrics;
 };
 
 // Thread-safe. Serves on its own threads from Start() until Stop() or
@@ -101,6 +106,9 @@ class KvStoreClient {
   Status Delete(const std::string& key);
   // Keys (without the job scope) that start with prefix, sorted.
   Result<std::vector<std::string>> List(const std::string& prefix);
+  // The text of the server's GET /metrics (KvStoreServerOptions::metrics):
+  // NotFound when the server serves none.
+  Result<std::string> Metrics();
   // Atomically adds delta to the integer stored at key (absent = 0) and
   // returns the new value; used to hand out ranks.
   Result<int64_t> Add(const std::string& key, int64_t delta);

@@ -4,12 +4,16 @@
 #include <glog/logging.h>
 
 #include <cstdlib>
+#include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "comm/absl_mutex_mode.h"
 #include "comm/cluster.h"
+#include "comm/program_help.h"
 #include "comm/stop_signal.h"
 #include "trainer/kernels/cpu_kernels.h"
+#include "ps/job_config.h"
 #include "worker/config.h"
 
 DEFINE_string(endpoint, "",
@@ -221,11 +225,26 @@ Status HeterWorker::Shutdown(std::chrono::milliseconds grace) {
   return flushed;
 }
 
+namespace {
+
+ProgramHelp HeterHelp() {
+  ProgramHelp help{"heter_worker --endpoint=ip:port --config=job.yaml --servers=ip:port,... [flags]",
+                   "One heter worker: runs the dense part of the CPU workers' steps on cuda:K "
+                   "(--device / FLEET_DEVICE) or the CPU (fleetrun starts it).",
+                   {{"This heter worker",
+                     {GflagsHelpFlag("endpoint", "ip:port"), GflagsHelpFlag("device", "cpu|cuda:K")}},
+                    ps::JobConfigHelpGroup()}};
+  for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
+  return help;
+}
+
+}  // namespace
+
 int HeterWorkerMain(int argc, char** argv) {
-  gflags::SetUsageMessage(
-      "heter worker: heter_worker --endpoint=ip:port --config=job.yaml --servers=ip:port,...");
   gflags::SetCommandLineOptionWithMode("role", "heter_worker", gflags::SET_FLAGS_DEFAULT);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (std::optional<int> done = ParseFlagsOrHelp(HeterHelp(), &argc, &argv, std::cout)) {
+    return *done;
+  }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   UseReleaseMutexChecksInOptimizedBuilds();
@@ -300,6 +319,10 @@ int HeterWorkerMain(int argc, char** argv) {
   auto bound = heter.value()->Start();
   if (!bound.ok()) {
     LOG(ERROR) << "heter_worker: " << bound.status().ToString();
+    return 2;
+  }
+  if (Status s = RegisterRank(*spec, bound.value(), std::chrono::seconds(10)); !s.ok()) {
+    LOG(ERROR) << "heter_worker: " << s.ToString();
     return 2;
   }
   if (Status s = PublishEndpoint(*spec, bound.value()); !s.ok()) {

@@ -13,6 +13,7 @@ bool WholeJobHere(const JobLayout& job) {
   switch (job.mode) {
     case Mode::kPsSimulation: return true;
     case Mode::kCollective: return job.collective.nnodes == 1;
+    case Mode::kStoreOnly: return false;  // its processes are started by hand: they need the secret
     case Mode::kPsCluster: break;
   }
   for (const auto* list : {&job.servers, &job.heter_workers, &job.workers}) {

@@ -17,10 +17,13 @@
 
 #include "comm/cluster.h"
 #include "comm/kv_store.h"
+#include "comm/progress_report.h"
 #include "comm/shm_collective.h"
+#include "launch/compat_env.h"
 #include "launch/config_check.h"
 #include "launch/log_dir_lock.h"
 #include "launch/job_secret.h"
+#include "launch/metrics.h"
 #include "launch/net.h"
 #include "launch/supervisor.h"
 
@@ -36,6 +39,10 @@ constexpr milliseconds kPollTick{100};
 // node rendezvous, done markers): often enough to add little latency, rare
 // enough to be negligible load.
 constexpr milliseconds kStoreTick{200};
+// Between two reads of the processes' progress reports.
+constexpr milliseconds kProgressPollEvery{2000};
+// Between two "still waiting for ..." lines of a rendezvous.
+constexpr milliseconds kWaitNoteEvery{5000};
 
 milliseconds Seconds(double s) { return milliseconds(static_cast<int64_t>(s * 1000)); }
 
@@ -66,20 +73,31 @@ class Launcher {
         rendezvous_(Seconds(opts_.rendezvous_timeout_s)),
         sup_(SupervisorOptions{.wake_fd = wake_fd, .tee_out = io.out}) {}
 
+  // Runs the job and ends with its one-line status.
   int Run();
   // Removes the shared-memory segments the job's processes left behind (a
   // collective rank 0 killed during its rendezvous cannot). Call after Run().
   void RemoveShmLeftovers();
 
  private:
+  int RunJob();
+  // Reads the processes' progress/<role>/<rank> reports into metrics_
+  // (at most every kProgressPollEvery).
+  void PollProgress();
+  void NoteExit(size_t index, int wait_status);
+  std::string JobStatusLine(int rc) const;
   // Each returns an exit code when the job must end now, nullopt to go on.
   std::optional<int> StartRole(Role role, const std::vector<int>& ranks);
   std::optional<int> WaitPublished(Role role, const std::vector<int>& ranks);
   std::optional<int> CollectiveRendezvous();
+  // Free ports for programs not written for FleetPS (launch/compat_env.h).
+  std::optional<int> PickCompatPorts();
   std::optional<int> HandleEvents(const std::vector<Supervisor::Event>& events);
   // Polls the supervisor once; the exit code when something ended the job.
   std::optional<int> Tick(milliseconds timeout) { return HandleEvents(sup_.Poll(timeout)); }
   int Supervise();
+  // --store_only: serves the KV store until SIGINT or SIGTERM, then exits 0.
+  int ServeStoreOnly();
   int FinishJob();
   // Stops every process still running; the job's exit code.
   // `wait_status` is the failed process's: one that exited 2 (it refused
@@ -106,6 +124,11 @@ class Launcher {
   const milliseconds rendezvous_;
 
   Supervisor sup_;
+  // Progress and exits of the processes, for /metrics, metrics.jsonl and the
+  // closing status line.
+  std::unique_ptr<JobMetrics> metrics_;
+  Clock::time_point started_at_ = Clock::now();
+  Clock::time_point next_progress_poll_{};
   std::unique_ptr<KvStoreServer> kv_server_;
   std::unique_ptr<KvStoreClient> kv_;
   std::vector<size_t> servers_, heters_, workers_;  // supervisor indices by role
@@ -116,12 +139,75 @@ class Launcher {
 };
 
 int Launcher::Run() {
+  const int rc = RunJob();
+  if (sup_.size() > 0) {
+    next_progress_poll_ = Clock::time_point();  // the last reports, for the throughput
+    PollProgress();
+    std::fprintf(rc == kExitOk ? io_.out : io_.err, "%s\n", JobStatusLine(rc).c_str());
+    std::fflush(rc == kExitOk ? io_.out : io_.err);
+  }
+  return rc;
+}
+
+int ExitCodeOf(int wait_status) {
+  return WIFEXITED(wait_status) ? WEXITSTATUS(wait_status) : 128 + WTERMSIG(wait_status);
+}
+
+std::string Launcher::JobStatusLine(int rc) const {
+  std::string procs;
+  int failed = 0;
+  for (size_t i = 0; i < sup_.size(); ++i) {
+    const int code = ExitCodeOf(sup_.last_status(i));
+    failed += !sup_.running(i) && code != 0;
+    procs += (procs.empty() ? "" : ", ") + sup_.spec(i).Name() + " " +
+             (sup_.running(i) ? std::string("running") : std::to_string(code));
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - started_at_).count();
+  const std::string role = job_.mode == Mode::kCollective ? "collective" : "worker";
+  char line[256];
+  std::snprintf(line, sizeof(line), "; wall %.1f s; throughput %.0f samples/s (last reports, %ss summed)",
+                wall, metrics_ ? metrics_->Throughput(role) : 0.0, role.c_str());
+  return "fleetrun: job " + std::string(rc == kExitOk ? "done" : "failed") + ", exit " +
+         std::to_string(rc) + "; " + std::to_string(sup_.size()) + " processes, " +
+         std::to_string(failed) + " failed (exit codes: " + procs + ")" + line;
+}
+
+void Launcher::NoteExit(size_t index, int wait_status) {
+  if (metrics_) {
+    metrics_->Exited(std::string(RoleName(sup_.spec(index).role)), sup_.spec(index).rank,
+                     ExitCodeOf(wait_status));
+  }
+}
+
+void Launcher::PollProgress() {
+  if (!metrics_ || !kv_ || Clock::now() < next_progress_poll_) return;
+  next_progress_poll_ = Clock::now() + kProgressPollEvery;
+  Result<std::vector<std::string>> keys = kv_->List("progress/");
+  if (!keys.ok()) return;
+  for (const std::string& key : *keys) {
+    // progress/<role>/<rank>
+    const size_t slash = key.rfind('/');
+    const std::string role = key.substr(9, slash - 9);
+    Result<std::string> value = kv_->Get(key);
+    if (!value.ok()) continue;
+    Result<ProgressValue> progress = ParseProgressValue(*value);
+    if (progress.ok()) metrics_->Progress(role, std::atoi(key.c_str() + slash + 1), *progress);
+  }
+}
+
+int Launcher::RunJob() {
   std::fprintf(io_.out, "fleetrun: configuration\n%s", FormatOptionsTable(opts_).c_str());
   const char* mode = job_.mode == Mode::kPsSimulation ? "parameter-server, simulation on this machine"
                      : job_.mode == Mode::kPsCluster  ? "parameter-server, cluster"
+                     : job_.mode == Mode::kStoreOnly  ? "KV store only, for processes started by hand"
                                                       : "collective";
   std::fprintf(io_.out, "  (mode)              %s\n  (log files)         %s\n", mode, job_.log_dir.c_str());
   std::fprintf(io_.out, "  (auth)              %s\n", job_.auth_note.c_str());
+  if (job_.mode == Mode::kCollective && job_.collective.from_slurm) {
+    std::fprintf(io_.out, "fleetrun: Slurm detected (SLURM_* variables): node %d of %d, KV store %s%s\n",
+                 job_.collective.node_rank, job_.collective.nnodes, job_.kv_endpoint.c_str(),
+                 job_.host_kv ? (" (hosted here, listening on " + job_.kv_listen + ")").c_str() : " (on node 0)");
+  }
   std::error_code ec;
   std::filesystem::create_directories(job_.log_dir, ec);
   if (ec) {
@@ -134,9 +220,12 @@ int Launcher::Run() {
     return kExitBadFlags;
   }
   log_lock_.emplace(std::move(lock).value());
+  metrics_ = std::make_unique<JobMetrics>(job_.log_dir + "/metrics.jsonl");
   if (job_.host_kv) {
     kv_server_ = std::make_unique<KvStoreServer>(
-        KvStoreServerOptions{.listen = job_.kv_listen, .auth = job_.credentials});
+        KvStoreServerOptions{.listen = job_.kv_listen,
+                             .auth = job_.credentials,
+                             .metrics = [metrics = metrics_.get()] { return metrics->Text(); }});
     Status st = kv_server_->Start();
     if (!st.ok()) {
       std::fprintf(io_.err, "fleetrun: --http_port: cannot host the KV store: %s\n", st.message().c_str());
@@ -153,7 +242,9 @@ int Launcher::Run() {
                                         KvStoreClientOptions{.request_timeout = std::chrono::seconds(2),
                                                              .auth = job_.credentials});
 
+  if (job_.mode == Mode::kStoreOnly) return ServeStoreOnly();
   if (job_.mode == Mode::kCollective) {
+    if (auto rc = PickCompatPorts()) return *rc;
     if (auto rc = CollectiveRendezvous()) return *rc;
     std::vector<int> local(job_.collective.devices.size());
     for (size_t i = 0; i < local.size(); ++i) local[i] = i;
@@ -174,6 +265,10 @@ int Launcher::Run() {
 std::optional<int> Launcher::StartRole(Role role, const std::vector<int>& ranks) {
   for (int rank : ranks) {
     ProcessSpec spec = RenderProcess(job_, role, rank);
+    if (role == Role::kCollective && rank == 0) {
+      std::fprintf(io_.out, "fleetrun: the first process's environment:\n%s",
+                   FormatDistributedEnvs(spec.env).c_str());
+    }
     const std::string name = spec.Name(), endpoint = spec.endpoint, log = spec.log_path;
     auto index = sup_.Start(std::move(spec));
     if (!index.ok()) {
@@ -185,6 +280,7 @@ std::optional<int> Launcher::StartRole(Role role, const std::vector<int>& ranks)
       return kExitJobFailed;
     }
     render_rank_[*index] = rank;
+    metrics_->Started(std::string(RoleName(role)), sup_.spec(*index).rank);
     (role == Role::kServer ? servers_ : role == Role::kHeterWorker ? heters_ : workers_).push_back(*index);
     std::fprintf(io_.out, "fleetrun: started %-16s endpoint %-21s pid %-8d log %s\n", name.c_str(),
                  endpoint.empty() ? "-" : endpoint.c_str(), static_cast<int>(sup_.pid(*index)), log.c_str());
@@ -269,9 +365,20 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                  JoinCommand().c_str());
     std::fflush(io_.out);
   }
-  const auto deadline = Clock::now() + rendezvous_;
+  const auto start = Clock::now(), deadline = start + rendezvous_;
+  auto next_note = start + kWaitNoteEvery;
+  // Every few seconds, what this node waits for and who should provide it.
+  auto note = [&](const std::string& what) {
+    if (Clock::now() < next_note) return;
+    next_note = Clock::now() + kWaitNoteEvery;
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    std::fprintf(io_.out, "fleetrun: still waiting (%.0f of %.0f s) for %s\n", waited,
+                 std::chrono::duration<double>(rendezvous_).count(), what.c_str());
+    std::fflush(io_.out);
+  };
   Status last_error;
   if (c.node_rank_source == NodeRankSource::kAssigned) {
+    const std::string master_host = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'));
     // The master's store may not be up yet: retry until the deadline.
     while (true) {
       auto r = kv_->Add("collective/node_rank", 1);
@@ -286,6 +393,10 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                      last_error.message().c_str());
         return kExitJobFailed;
       }
+      note("the KV store at " + job_.kv_endpoint + " (" + last_error.message() +
+           "), which hands out node ranks; it is hosted by the master node, started on " + master_host +
+           " without --master: fleetrun --nnodes=" + std::to_string(c.nnodes) + " --host=" + master_host +
+           " PROGRAM ... (every node given --master waits for it)");
       if (auto rc = Tick(kStoreTick)) return rc;
     }
     if (c.node_rank >= c.nnodes) {
@@ -294,24 +405,31 @@ std::optional<int> Launcher::CollectiveRendezvous() {
       return kExitJobFailed;
     }
   }
-  Status st = kv_->Set("collective/nproc/" + std::to_string(c.node_rank), std::to_string(c.devices.size()));
-  std::vector<int> nproc(c.nnodes, -1);
+  // Each node publishes its process count and its ranks' endpoints (node 0
+  // also torch's master) and reads everyone's.
+  NodeInfo mine{static_cast<int>(c.devices.size()), c.trainer_endpoints,
+                c.node_rank == 0 ? c.master : std::string()};
+  const std::string my_key = "collective/nproc/" + std::to_string(c.node_rank);
+  Status st = kv_->Set(my_key, FormatNodeInfo(mine));
+  std::vector<std::optional<NodeInfo>> nodes(c.nnodes);
   while (true) {
     std::vector<int> missing;
     for (int n = 0; n < c.nnodes; ++n) {
-      if (nproc[n] >= 0) continue;
+      if (nodes[n]) continue;
       auto v = kv_->Get("collective/nproc/" + std::to_string(n));
-      int value = v.ok() ? std::atoi(v->c_str()) : 0;
-      if (v.ok() && value > 0) {
-        nproc[n] = value;
+      if (v.ok()) {
+        Result<NodeInfo> info = ParseNodeInfo(*v);
+        if (!info.ok()) {
+          std::fprintf(io_.err, "fleetrun: node %d published %s\n", n, info.status().message().c_str());
+          return kExitJobFailed;
+        }
+        nodes[n] = *std::move(info);
       } else {
-        if (!v.ok() && !v.status().IsNotFound()) last_error = v.status();
+        if (!v.status().IsNotFound()) last_error = v.status();
         missing.push_back(n);
       }
     }
-    if (!st.ok()) {  // our own registration failed: retry it too
-      st = kv_->Set("collective/nproc/" + std::to_string(c.node_rank), std::to_string(c.devices.size()));
-    }
+    if (!st.ok()) st = kv_->Set(my_key, FormatNodeInfo(mine));  // our own registration failed: retry it too
     if (missing.empty()) break;
     if (Clock::now() >= deadline) {
       std::fprintf(io_.err, "fleetrun: Timeout: nodes %s never joined through the KV store at %s within %lld ms%s%s\n",
@@ -319,8 +437,21 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                    last_error.ok() ? "" : "; last store error: ", last_error.ok() ? "" : last_error.message().c_str());
       return kExitJobFailed;
     }
+    note("nodes " + JoinInts(missing) + " of " + std::to_string(c.nnodes) + " to join through the KV store at " +
+         job_.kv_endpoint +
+         (c.node_rank_source == NodeRankSource::kAssigned
+              ? " (each runs fleetrun --master=" + job_.kv_endpoint + " --nnodes=" + std::to_string(c.nnodes) + " PROGRAM ...)"
+              : std::string(" (each runs this same fleetrun command)")));
     if (auto rc = Tick(kStoreTick)) return rc;
   }
+  std::vector<int> nproc(c.nnodes);
+  c.trainer_endpoints.clear();
+  for (int n = 0; n < c.nnodes; ++n) {
+    nproc[n] = nodes[n]->nproc;
+    c.trainer_endpoints.insert(c.trainer_endpoints.end(), nodes[n]->endpoints.begin(),
+                               nodes[n]->endpoints.end());
+  }
+  c.master = nodes[0]->master;
   c.rank_offset = 0;
   c.world_size = 0;
   for (int n = 0; n < c.nnodes; ++n) {
@@ -329,6 +460,21 @@ std::optional<int> Launcher::CollectiveRendezvous() {
   }
   std::fprintf(io_.out, "fleetrun: node %d of %d; ranks %d..%d of %d\n", c.node_rank, c.nnodes, c.rank_offset,
                c.rank_offset + static_cast<int>(c.devices.size()) - 1, c.world_size);
+  return std::nullopt;
+}
+
+std::optional<int> Launcher::PickCompatPorts() {
+  CollectiveLayout& c = job_.collective;
+  const int local = static_cast<int>(c.devices.size());
+  // One port per local rank, and one for torch's store should this be node 0.
+  Result<std::vector<int>> ports = FreeTcpPorts(c.node_host, local + 1);
+  if (!ports.ok()) {
+    std::fprintf(io_.err, "fleetrun: %s\n", ports.status().ToString().c_str());
+    return kExitJobFailed;
+  }
+  c.trainer_endpoints.clear();
+  for (int i = 0; i < local; ++i) c.trainer_endpoints.push_back(c.node_host + ":" + std::to_string((*ports)[i]));
+  c.master = c.node_host + ":" + std::to_string(ports->back());
   return std::nullopt;
 }
 
@@ -366,6 +512,7 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       return 128 + ev.signo;
     }
     const ProcessSpec& spec = sup_.spec(ev.index);
+    NoteExit(ev.index, ev.wait_status);
     const bool ok = WIFEXITED(ev.wait_status) && WEXITSTATUS(ev.wait_status) == 0;
     if (ok) {
       if (spec.role == Role::kWorker || spec.role == Role::kCollective) {
@@ -426,8 +573,26 @@ bool Launcher::AllWorkersDone() {
 
 int Launcher::Supervise() {
   while (true) {
+    PollProgress();
     if (auto rc = Tick(kPollTick)) return *rc;
     if (AllWorkersDone()) return FinishJob();
+  }
+}
+
+int Launcher::ServeStoreOnly() {
+  std::fprintf(io_.out,
+               "fleetrun: give every process --kv_endpoint=%s --job_id=%s%s; Ctrl-C or SIGTERM stops "
+               "the store\n",
+               job_.kv_endpoint.c_str(), job_.job_id.c_str(),
+               job_.auth ? " and the same job secret" : " --auth=off");
+  std::fflush(io_.out);
+  while (true) {
+    PollProgress();
+    for (const Supervisor::Event& ev : sup_.Poll(kPollTick)) {
+      if (ev.kind != Supervisor::Event::kSignal) continue;
+      std::fprintf(io_.out, "fleetrun: received %s; KV store stopped\n", strsignal(ev.signo));
+      return kExitOk;
+    }
   }
 }
 
@@ -485,6 +650,7 @@ int Launcher::FinishJob() {
   std::vector<int> statuses = sup_.Stop(stop, grace_, Supervisor::StopReason::kFinished);
   for (size_t k = 0; k < stop.size(); ++k) {
     const int s = statuses[k];
+    NoteExit(stop[k], s);
     if (sup_.killed_by_supervisor(stop[k])) {
       std::fprintf(io_.err, "fleetrun: warning: %s did not stop within %lld ms of SIGTERM; killed\n",
                    sup_.spec(stop[k]).Name().c_str(), static_cast<long long>(grace_.count()));
@@ -514,7 +680,8 @@ int Launcher::FinishJob() {
 Result<MachineInfo> GatherMachineInfo() {
   MachineInfo m;
   FLEET_ASSIGN_OR_RETURN(m.local_addresses, LocalIPv4Addresses());
-  m.gpu_count = CountGpus();
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  m.gpu_count = VisibleGpuCount(visible ? std::optional<std::string>(visible) : std::nullopt, CountGpus());
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n > 0) m.self_dir = std::filesystem::path(std::string(buf, n)).parent_path().string();

@@ -6,68 +6,83 @@
 #include <sstream>
 #include <variant>
 
+#include "comm/program_help.h"
+
 namespace fleet::launch {
 namespace {
 
 using Field = std::variant<int LaunchOptions::*, double LaunchOptions::*, std::string LaunchOptions::*,
-                           std::vector<std::string> LaunchOptions::*>;
+                           std::vector<std::string> LaunchOptions::*, bool LaunchOptions::*>;
 
 struct OptionSpec {
   std::string_view name;          // without "--"; "o" is the short -o
   Field field;
   std::string_view default_text;  // as shown in --help and README
   std::string_view help;
+  std::string_view group;  // --help's group, by purpose
 };
+
+constexpr std::string_view kPsGroup = "Parameter-server jobs";
+constexpr std::string_view kCollectiveGroup = "Collective jobs";
+constexpr std::string_view kJobGroup = "Job, KV store and logs (both kinds)";
+constexpr std::string_view kProcessGroup = "Processes (both kinds)";
+constexpr std::string_view kSecurityGroup = "Security (both kinds)";
+constexpr std::string_view kByHandGroup = "Processes started by hand";
 
 // The one list of fleetrun's flags. Order = order in --help, the start-up
 // table and README.
 const OptionSpec kOptions[] = {
     // Parameter-server mode.
     {"server_num", &LaunchOptions::server_num, "unset",
-     "PS simulation on this machine: number of ps_server processes (port 0: each binds a free port); at most 1024"},
-    {"worker_num", &LaunchOptions::worker_num, "unset", "PS simulation: number of ps_worker processes; at most 1024"},
-    {"heter_worker_num", &LaunchOptions::heter_worker_num, "0", "PS simulation: number of heter_worker processes; at most 1024"},
+     "PS simulation on this machine: number of ps_server processes (port 0: each binds a free port); at most 1024", kPsGroup},
+    {"worker_num", &LaunchOptions::worker_num, "unset", "PS simulation: number of ps_worker processes; at most 1024", kPsGroup},
+    {"heter_worker_num", &LaunchOptions::heter_worker_num, "0", "PS simulation: number of heter_worker processes; at most 1024", kPsGroup},
     {"servers", &LaunchOptions::servers, "unset",
-     "PS cluster: every server as ip:port, comma-separated (at most 1024); this machine starts the ones whose ip is its own"},
+     "PS cluster: every server as ip:port, comma-separated (at most 1024); this machine starts the ones whose ip is its own", kPsGroup},
     {"workers", &LaunchOptions::workers, "unset",
-     "PS cluster: every worker as ip or ip:port (bare ip = port 0: the worker binds and publishes one if it needs it)"},
-    {"heter_workers", &LaunchOptions::heter_workers, "unset", "PS cluster: every heter worker as ip:port"},
-    {"config", &LaunchOptions::config, "unset", "job YAML passed to every process (required in PS mode)"},
+     "PS cluster: every worker as ip or ip:port (bare ip = port 0: the worker binds and publishes one if it needs it)", kPsGroup},
+    {"heter_workers", &LaunchOptions::heter_workers, "unset", "PS cluster: every heter worker as ip:port", kPsGroup},
+    {"config", &LaunchOptions::config, "unset", "job YAML passed to every process (required in PS mode)", kPsGroup},
     {"o", &LaunchOptions::overrides, "none",
-     "-o Key.sub=value: override one config key; repeatable; passed on as --override= and FLEET_OVERRIDES"},
+     "-o Key.sub=value: override one config key; repeatable; passed on as --override= and FLEET_OVERRIDES", kPsGroup},
     // Collective mode.
     {"gpus", &LaunchOptions::gpus, "all GPUs",
-     "collective: GPU ids, one process per id (FLEET_DEVICE=cuda:K); each id must exist"},
-    {"devices", &LaunchOptions::gpus, "all GPUs", "alias of --gpus"},
+     "collective: GPU ids, one process per id (FLEET_DEVICE=cuda:K); each id must exist", kCollectiveGroup},
+    {"devices", &LaunchOptions::gpus, "all GPUs", "alias of --gpus", kCollectiveGroup},
     {"nproc_per_node", &LaunchOptions::nproc_per_node, "GPU count, or 1",
-     "collective: processes on this node (at most 1024); on a machine without GPU they are CPU (Gloo) processes"},
+     "collective: processes on this node (at most 1024); on a machine without GPU they are CPU processes "
+     "(shared memory on one node, Gloo across nodes)", kCollectiveGroup},
     {"ips", &LaunchOptions::ips, "unset",
      "collective multi-node: every node's ip, comma-separated, same command on each; node rank = position; "
-     "the first node hosts the KV store on --http_port"},
+     "the first node hosts the KV store on --http_port", kCollectiveGroup},
     {"master", &LaunchOptions::master, "unset",
-     "collective multi-node: ip:port of the master's KV store; node ranks are handed out there"},
+     "collective multi-node: ip:port of the master's KV store; node ranks are handed out there", kCollectiveGroup},
     {"nnodes", &LaunchOptions::nnodes, "1 (Slurm: SLURM_NNODES)",
-     "collective: number of nodes (at most 1024); >1 without --master makes this node the master and prints the command for the others"},
+     "collective: number of nodes (at most 1024); >1 without --master makes this node the master and prints the command for the others", kCollectiveGroup},
     {"host", &LaunchOptions::host, "first non-loopback address",
-     "collective multi-node: the address this node announces when it hosts the store"},
+     "collective multi-node: the address this node announces when it hosts the store", kCollectiveGroup},
     // Both modes.
     {"log_dir", &LaunchOptions::log_dir, "log",
-     "process logs: serverlog.N, workerlog.N, heterlog.N (under <log_dir>/<job_id>/ when --job_id is given)"},
-    {"job_id", &LaunchOptions::job_id, "default", "scopes KV store keys and the log folder so jobs can share a machine"},
-    {"http_port", &LaunchOptions::http_port, "36001",
-     "port of the KV store fleetrun hosts; 0 = a free port (only when the whole job is on this machine)"},
-    {"bin_dir", &LaunchOptions::bin_dir, "fleetrun's folder", "where ps_server, ps_worker and heter_worker are"},
-    {"max_restart", &LaunchOptions::max_restart, "0", "restart a failed process up to this many times (at most 100) before failing the job; the restart gets FLEET_RESTART and FLEET_RESTART_GENERATION"},
+     "process logs: serverlog.N, workerlog.N, heterlog.N (under <log_dir>/<job_id>/ when --job_id is given)", kJobGroup},
+    {"job_id", &LaunchOptions::job_id, "default", "scopes KV store keys and the log folder so jobs can share a machine", kJobGroup},
+    {"http_port", &LaunchOptions::http_port, "a free port on one machine; 36001 across machines",
+     "port of the KV store fleetrun hosts; 0 = a free port (only when the whole job is on this machine)", kJobGroup},
+    {"bin_dir", &LaunchOptions::bin_dir, "fleetrun's folder", "where ps_server, ps_worker and heter_worker are", kJobGroup},
+    {"max_restart", &LaunchOptions::max_restart, "0", "restart a failed process up to this many times (at most 100) before failing the job; the restart gets FLEET_RESTART and FLEET_RESTART_GENERATION", kProcessGroup},
     {"grace_period", &LaunchOptions::grace_period_s, "5",
-     "seconds between SIGTERM and SIGKILL when stopping processes (at most 86400)"},
+     "seconds between SIGTERM and SIGKILL when stopping processes (at most 86400)", kProcessGroup},
     {"rendezvous_timeout", &LaunchOptions::rendezvous_timeout_s, "120",
-     "seconds to wait for servers to publish endpoints and for other nodes to join (at most 86400)"},
+     "seconds to wait for servers to publish endpoints and for other nodes to join (at most 86400)", kProcessGroup},
     {"auth", &LaunchOptions::auth, "on",
      "on: ZeroMQ traffic encrypted and authenticated (CURVE), KV store requests signed, keys from the "
-     "job secret; off: plain, for trusted networks only (passed on as FLEET_AUTH)"},
+     "job secret; off: plain, for trusted networks only (passed on as FLEET_AUTH)", kSecurityGroup},
     {"job_secret_file", &LaunchOptions::job_secret_file, "unset",
      "file (mode 600) holding the job secret, needed on every machine of a multi-machine job (or "
-     "FLEET_JOB_SECRET); a job on one machine gets a fresh random one"},
+     "FLEET_JOB_SECRET); a job on one machine gets a fresh random one", kSecurityGroup},
+    {"store_only", &LaunchOptions::store_only, "off",
+     "host only the KV store, on --host (default 127.0.0.1) and --http_port (default 36001), for "
+     "ps_server/ps_worker started by hand with --kv_endpoint; needs --job_secret_file (or "
+     "--auth=off); runs until Ctrl-C or SIGTERM", kByHandGroup},
 };
 
 const OptionSpec* FindOption(std::string_view name) {
@@ -103,6 +118,11 @@ Status SetField(const OptionSpec& spec, std::string_view value, LaunchOptions& o
           out.*member = v;
         } else if constexpr (std::is_same_v<T, std::string>) {
           out.*member = std::string(value);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (value != "true" && value != "false") {
+            return Status::InvalidArgument(flag + ": '" + std::string(value) + "' is not true or false");
+          }
+          out.*member = value == "true";
         } else {
           (out.*member).emplace_back(value);
         }
@@ -123,6 +143,8 @@ std::string FieldValue(const OptionSpec& spec, const LaunchOptions& o) {
           return s.str();
         } else if constexpr (std::is_same_v<T, std::string>) {
           return (o.*member).empty() ? std::string("unset") : o.*member;
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return std::string(o.*member ? "on" : "off");
         } else {
           std::string joined;
           for (const std::string& v : o.*member) joined += (joined.empty() ? "" : " ") + v;
@@ -157,7 +179,7 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
       }
       break;
     }
-    if (arg == "-h" || arg == "--help") {
+    if (arg == "-h" || arg == "--help" || arg == "--helpshort") {
       out.help = true;
       continue;
     }
@@ -185,7 +207,9 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
     if (spec == nullptr) {
       return Status::InvalidArgument("--" + std::string(name) + ": unknown flag (see fleetrun --help)");
     }
-    if (!value) {
+    if (!value && std::holds_alternative<bool LaunchOptions::*>(spec->field)) {
+      value = "true";  // a switch: --store_only
+    } else if (!value) {
       if (i + 1 >= args.size()) return Status::InvalidArgument(FlagName(*spec) + ": missing value");
       value = args[++i];
     }
@@ -209,17 +233,22 @@ std::string FormatOptionsTable(const LaunchOptions& options) {
 }
 
 std::string FormatHelp() {
-  std::string out =
-      "usage: fleetrun [FLAGS] [PROGRAM [ARGS...]]\n"
-      "  parameter-server mode: fleetrun --server_num=S --worker_num=W --config=job.yaml\n"
-      "                         fleetrun --servers=ip:port,.. --workers=ip,.. --config=job.yaml\n"
-      "  collective mode:       fleetrun [--gpus=0,1 | --nproc_per_node=N] PROGRAM [ARGS...]\n"
-      "flags (default in brackets):\n";
-  std::vector<std::pair<std::string, std::string>> rows;
+  ProgramHelp help{"fleetrun [FLAGS] [PROGRAM [ARGS...]]",
+                   "Starts a FleetPS job and stops it when a process fails.\n"
+                   "  parameter-server mode: fleetrun --server_num=S --worker_num=W --config=job.yaml\n"
+                   "                         fleetrun --servers=ip:port,.. --workers=ip,.. --config=job.yaml\n"
+                   "  collective mode:       fleetrun [--gpus=0,1 | --nproc_per_node=N] PROGRAM [ARGS...]\n"
+                   "See README.md (Running jobs) and launch/README.md.",
+                   {},
+                   ""};
   for (const OptionSpec& spec : kOptions) {
-    rows.emplace_back(FlagName(spec), "[" + std::string(spec.default_text) + "] " + std::string(spec.help));
+    auto group = std::find_if(help.groups.begin(), help.groups.end(),
+                              [&](const HelpGroup& g) { return g.title == spec.group; });
+    if (group == help.groups.end()) group = help.groups.insert(group, {std::string(spec.group), {}});
+    group->flags.push_back({FlagName(spec), spec.name == "o" ? "Key.sub=value" : "",
+                            std::string(spec.help), std::string(spec.default_text)});
   }
-  return out + FormatAligned(rows);
+  return FormatProgramHelp(help);
 }
 
 std::string FormatHelpMarkdown() {

@@ -40,13 +40,15 @@ struct LaunchOptions {
   // Both modes.
   std::string log_dir = "log";
   std::string job_id = "default";
-  int http_port = 36001;
+  int http_port = -1;  // unset: a free port on one machine, else kDefaultHttpPort
   std::string bin_dir;
   int max_restart = 0;
   double grace_period_s = 5.0;
   double rendezvous_timeout_s = 120.0;
   std::string auth = "on";
   std::string job_secret_file;
+  // By hand: host only the KV store.
+  bool store_only = false;
 
   // Positional: the collective program and its arguments (verbatim).
   std::string program;

@@ -1,5 +1,7 @@
 #include "launch/plan.h"
 
+#include "launch/compat_env.h"
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -92,10 +94,18 @@ Result<std::string> FindProgram(const std::string& program, const std::string& p
   return Bad("PROGRAM", "'" + program + "' is not an executable file (nor found in PATH)");
 }
 
+// --http_port, or when not given: a free port for a job on this machine
+// alone (so two such jobs never collide), else the well-known one the other
+// machines can be told.
+int HttpPort(const LaunchOptions& o, bool one_machine) {
+  if (o.Given("http_port")) return o.http_port;
+  return one_machine ? 0 : kDefaultHttpPort;
+}
+
 Status ResolveCommon(const LaunchOptions& o, JobLayout& job) {
   if (!ValidJobId(o.job_id)) return Bad("--job_id", "'" + o.job_id + "' must be letters, digits, '_', '-' or '.'");
   if (o.log_dir.empty()) return Bad("--log_dir", "empty");
-  if (o.http_port < 0 || o.http_port > 65535) return Bad("--http_port", std::to_string(o.http_port) + " is not in 0..65535");
+  if (o.Given("http_port") && (o.http_port < 0 || o.http_port > 65535)) return Bad("--http_port", std::to_string(o.http_port) + " is not in 0..65535");
   if (o.max_restart < 0 || o.max_restart > kMaxRestart) {
     return Bad("--max_restart", std::to_string(o.max_restart) + " is not in 0.." + std::to_string(kMaxRestart));
   }
@@ -148,7 +158,7 @@ Status ResolvePs(const LaunchOptions& o, const MachineInfo& m, JobLayout& job) {
     for (int r = 0; r < o.worker_num; ++r) job.local_workers.push_back(r);
     for (int r = 0; r < std::max(o.heter_worker_num, 0); ++r) job.local_heter_workers.push_back(r);
     job.host_kv = true;
-    job.kv_listen = "127.0.0.1:" + std::to_string(o.http_port);
+    job.kv_listen = "127.0.0.1:" + std::to_string(HttpPort(o, /*one_machine=*/true));
     job.kv_endpoint = job.kv_listen;
   } else {
     job.mode = Mode::kPsCluster;
@@ -183,9 +193,9 @@ Status ResolvePs(const LaunchOptions& o, const MachineInfo& m, JobLayout& job) {
       return Bad("--servers", "none of this machine's addresses (" + Join(m.local_addresses, ", ") +
                                   ") is in --servers, --workers or --heter_workers");
     }
-    if (o.http_port == 0 && !any_loop) return Bad("--http_port", "0 (a free port) works only when the whole job is on this machine");
+    if (o.Given("http_port") && o.http_port == 0 && !any_loop) return Bad("--http_port", "0 (a free port) works only when the whole job is on this machine");
     // The launcher on the first server's machine hosts the store there.
-    job.kv_endpoint = job.servers[0].host + ":" + std::to_string(o.http_port);
+    job.kv_endpoint = job.servers[0].host + ":" + std::to_string(HttpPort(o, /*one_machine=*/!any_real));
     job.host_kv = is_local(job.servers[0]);
     job.kv_listen = job.kv_endpoint;
   }
@@ -240,7 +250,7 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
   if (o.Given("nnodes") && (o.nnodes < 1 || o.nnodes > kMaxNodes)) {
     return Bad("--nnodes", std::to_string(o.nnodes) + " is not in 1.." + std::to_string(kMaxNodes));
   }
-  const std::string port = std::to_string(o.http_port);
+  auto port = [&](bool one_machine) { return std::to_string(HttpPort(o, one_machine)); };
   const bool slurm = !m.slurm_nodelist.empty() && !m.slurm_nnodes.empty() && !m.slurm_procid.empty();
   if (o.Given("host") && !IsDottedIPv4(o.host)) return Bad("--host", "'" + o.host + "' is not an IPv4 address");
   if (o.Given("host") && !Contains(m.local_addresses, o.host)) return Bad("--host", "'" + o.host + "' is not an address of this machine");
@@ -262,11 +272,12 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     c.nnodes = ips.size();
     c.node_rank = it - ips.begin();
     c.node_rank_source = c.nnodes > 1 ? NodeRankSource::kKnown : NodeRankSource::kSingleNode;
-    if (c.nnodes > 1 && o.http_port == 0) return Bad("--http_port", "0 (a free port) cannot be used with --ips: the other nodes must know it");
+    if (c.nnodes > 1 && o.Given("http_port") && o.http_port == 0) return Bad("--http_port", "0 (a free port) cannot be used with --ips: the other nodes must know it");
     if (c.nnodes > 1 && IsLoopback(ips[0])) return Bad("--ips", "'" + ips[0] + "' is a loopback address but the job spans other machines");
-    job.kv_endpoint = ips[0] + ":" + port;
+    job.kv_endpoint = ips[0] + ":" + port(c.nnodes == 1);
     job.host_kv = c.node_rank == 0;
     job.kv_listen = job.kv_endpoint;
+    c.node_host = ips[c.node_rank];
   } else if (o.Given("master")) {
     auto ep = ParseEndpoint(o.master);
     if (!ep.ok()) return Bad("--master", ep.status().message());
@@ -275,6 +286,8 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     c.node_rank_source = NodeRankSource::kAssigned;
     job.kv_endpoint = ep->ToString();
     job.host_kv = false;
+    // A master on loopback: every node is this machine (tests, trials).
+    c.node_host = IsLoopback(ep->host) || host.empty() ? "127.0.0.1" : host;
   } else if (slurm) {
     int nnodes = 0, node_rank = -1;
     const std::string& id = m.slurm_nodeid.empty() ? m.slurm_procid : m.slurm_nodeid;
@@ -286,35 +299,61 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     }
     c.node_rank = node_rank;
     c.node_rank_source = c.nnodes > 1 ? NodeRankSource::kKnown : NodeRankSource::kSingleNode;
-    if (c.nnodes > 1 && o.http_port == 0) return Bad("--http_port", "0 (a free port) cannot be used under Slurm: the other nodes must know it");
+    if (c.nnodes > 1 && o.Given("http_port") && o.http_port == 0) return Bad("--http_port", "0 (a free port) cannot be used under Slurm: the other nodes must know it");
     if (m.slurm_master_ip.empty()) return Bad("--nnodes", "cannot resolve the first host of SLURM_NODELIST '" + m.slurm_nodelist + "'");
     job.host_kv = node_rank == 0;
     // Node 0 listens on every interface: the name other nodes resolve may
     // differ from what this node's resolver says (127.0.1.1 in /etc/hosts).
-    job.kv_listen = "0.0.0.0:" + port;
-    job.kv_endpoint = (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port;
+    job.kv_listen = "0.0.0.0:" + port(c.nnodes == 1);
+    job.kv_endpoint = (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(c.nnodes == 1);
+    c.from_slurm = true;
+    c.node_host = c.nnodes == 1 ? "127.0.0.1" : host;
+    if (c.node_host.empty()) return Bad("--host", "this machine has no non-loopback IPv4 address; pass --host");
   } else if (o.nnodes > 1) {
     if (host.empty()) return Bad("--host", "this machine has no non-loopback IPv4 address; pass --host");
     c.nnodes = o.nnodes;
     c.node_rank_source = NodeRankSource::kAssigned;
     c.print_join_command = true;
     job.host_kv = true;
-    job.kv_listen = host + ":" + port;
+    job.kv_listen = host + ":" + port(false);
     job.kv_endpoint = job.kv_listen;
+    c.node_host = host;
   } else {
     // One node: the whole job is on loopback.
     job.host_kv = true;
-    job.kv_listen = "127.0.0.1:" + port;
+    job.kv_listen = "127.0.0.1:" + port(true);
     job.kv_endpoint = job.kv_listen;
+    c.node_host = "127.0.0.1";
   }
   c.world_size = c.devices.size();
   return Status::OK();
 }
 
+// --store_only: the KV store alone, for ps_server / ps_worker started by
+// hand (README.md, "By hand"). Every flag about processes is refused.
+Result<JobLayout> ResolveStoreOnly(const LaunchOptions& o) {
+  static constexpr std::string_view kProcessFlags[] = {
+      "server_num", "worker_num", "heter_worker_num", "servers", "workers", "heter_workers",
+      "gpus", "nproc_per_node", "ips", "master", "nnodes", "max_restart"};
+  for (std::string_view f : kProcessFlags) {
+    if (o.Given(f)) return Bad("--" + std::string(f), "cannot be combined with --store_only, which starts no process");
+  }
+  if (!o.program.empty()) return Bad("PROGRAM", "'" + o.program + "' given with --store_only, which starts no process");
+  if (o.Given("host") && !IsDottedIPv4(o.host)) return Bad("--host", "'" + o.host + "' is not an IPv4 address");
+  JobLayout job;
+  FLEET_RETURN_IF_ERROR(ResolveCommon(o, job));
+  job.mode = Mode::kStoreOnly;
+  job.host_kv = true;
+  job.kv_listen = (o.Given("host") ? o.host : std::string("127.0.0.1")) + ":" +
+                  std::to_string(HttpPort(o, /*one_machine=*/false));
+  job.kv_endpoint = job.kv_listen;
+  return job;
+}
+
 }  // namespace
 
-
 Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
+  if (o.store_only) return ResolveStoreOnly(o);
   static constexpr std::string_view kPsFlags[] = {"server_num", "worker_num", "heter_worker_num",
                                                   "servers", "workers", "heter_workers"};
   static constexpr std::string_view kCollectiveFlags[] = {"gpus", "nproc_per_node", "ips", "master", "nnodes", "host"};
@@ -365,6 +404,11 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
             {"node_rank", std::to_string(c.node_rank)},
             {"nproc_per_node", std::to_string(c.devices.size())},
             {"device", c.devices.at(rank)}};
+    if (c.trainer_endpoints.size() == static_cast<size_t>(c.world_size)) {
+      const CompatPlace place{spec.rank, c.world_size, rank, static_cast<int>(c.devices.size()),
+                              c.master, c.trainer_endpoints, c.devices.at(rank)};
+      for (auto& [name, value] : CompatEnv(place)) spec.env.emplace_back(name, value);
+    }
     spec.exe = c.program_path;
     spec.argv.push_back(c.program);
     spec.argv.insert(spec.argv.end(), c.program_args.begin(), c.program_args.end());

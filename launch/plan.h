@@ -49,8 +49,12 @@ inline constexpr int kMaxProcessesPerRole = 1024;  // each PS count or list, --n
 inline constexpr int kMaxNodes = 1024;             // --nnodes, --ips
 inline constexpr int kMaxRestart = 100;            // --max_restart
 inline constexpr double kMaxSeconds = 86400;       // --grace_period, --rendezvous_timeout
+// The KV store's port when the job spans machines and --http_port is not
+// given (on one machine: a free port).
+inline constexpr int kDefaultHttpPort = 36001;
 
-enum class Mode { kPsSimulation, kPsCluster, kCollective };
+// kStoreOnly: --store_only, the KV store alone for processes started by hand.
+enum class Mode { kPsSimulation, kPsCluster, kCollective, kStoreOnly };
 
 // How this node finds its collective node rank.
 enum class NodeRankSource {
@@ -72,6 +76,14 @@ struct CollectiveLayout {
   int world_size = 0;
   // Master without --master: print the command the other nodes run.
   bool print_join_command = false;
+  bool from_slurm = false;  // node rank and count came from Slurm's variables
+  // The address this node's processes are reached at (127.0.0.1 on one node).
+  std::string node_host;
+  // For programs not written for FleetPS (launch/compat_env.h), filled by
+  // the launcher before the processes start: every rank's ip:port (Paddle's
+  // trainer endpoints) and node 0's ip:port for torch's MASTER_ADDR/PORT.
+  std::vector<std::string> trainer_endpoints;
+  std::string master;
 };
 
 struct JobLayout {

@@ -104,6 +104,8 @@ class Supervisor {
   pid_t pid(size_t index) const { return procs_[index].last_pid; }
   int restarts(size_t index) const { return procs_[index].restarts; }
   bool killed_by_supervisor(size_t index) const { return procs_[index].escalated; }
+  // The wait status of its last exit (0 before it exited once).
+  int last_status(size_t index) const { return procs_[index].last_status; }
   const ProcessSpec& spec(size_t index) const { return procs_[index].spec; }
   std::vector<size_t> Running() const;
 

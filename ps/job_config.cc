@@ -17,6 +17,10 @@ DEFINE_string(override, "",
 
 namespace fleet::ps {
 
+HelpGroup JobConfigHelpGroup() {
+  return {"Job config", {GflagsHelpFlag("config", "job.yaml"), GflagsHelpFlag("override", "'K=V;K=V'")}};
+}
+
 std::string_view SyncModeName(SyncMode mode) {
   switch (mode) {
     case SyncMode::kSync:

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/program_help.h"
 #include "comm/status.h"
 #include "comm/yaml_config.h"
 #include "ps/push_log.h"
@@ -220,6 +221,9 @@ Result<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::
 // else as LoadJobConfig.
 Result<JobConfig> JobConfigFromFlagsAndEnv(
     const std::function<std::optional<std::string>(const std::string&)>& env);
+
+// --config and --override as --help shows them (ps_server, ps_worker, heter_worker).
+HelpGroup JobConfigHelpGroup();
 
 // Parses an already loaded document. Errors as LoadJobConfig.
 Result<JobConfig> ParseJobConfig(YAML::Node root);

@@ -4,10 +4,12 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -600,13 +602,34 @@ DenseTable* PsServer::dense_table(uint32_t id) {
   return it == dense_.end() ? nullptr : it->second.get();
 }
 
+void PsServer::Count(pb::PsCommand command, const Message& req, const Message* resp) {
+  Traffic& t = traffic_[command];
+  t.requests.fetch_add(1, std::memory_order_relaxed);
+  uint64_t in = 0;
+  for (const auto& f : req.frames) in += f.size();
+  t.bytes_in.fetch_add(in, std::memory_order_relaxed);
+  if (resp != nullptr) {
+    uint64_t out = 0;
+    for (const auto& f : resp->frames) out += f.size();
+    t.bytes_out.fetch_add(out, std::memory_order_relaxed);
+  }
+}
+
 void PsServer::RegisterHandlers() {
-  // Each handler is counted as served or rejected by its reply status.
-  auto sync = [this](auto method) {
-    return [this, method](const Message& req, Message* resp) {
+  // Each handler is counted as served or rejected by its reply status, and
+  // by kind and bytes for the status line.
+  auto sync = [this](pb::PsCommand command, auto method) {
+    return [this, command, method](const Message& req, Message* resp) {
       Status s = (this->*method)(req, resp);
       (s.ok() ? served_ : rejected_).fetch_add(1, std::memory_order_relaxed);
+      Count(command, req, resp);
       return s;
+    };
+  };
+  auto counted = [this](pb::PsCommand command, auto handler) {
+    return [this, command, handler](Message req, Responder r) {
+      Count(command, req, nullptr);
+      handler(std::move(req), r);
     };
   };
   // A small sparse request takes tens of microseconds of table work, less
@@ -614,26 +637,87 @@ void PsServer::RegisterHandlers() {
   RpcHandlerOptions small_inline;
   small_inline.run_on_io_thread = true;
   small_inline.io_thread_if = [this](const Message& req) { return IsSmallSparseRequest(req); };
-  rpc_->RegisterSync(pb::PS_PULL_SPARSE, sync(&PsServer::PullSparse), small_inline);
-  rpc_->RegisterSync(pb::PS_PULL_DENSE, sync(&PsServer::PullDense));
-  rpc_->RegisterSync(pb::PS_INIT_DENSE, sync(&PsServer::InitDense));
-  rpc_->RegisterSync(pb::PS_SAVE, sync(&PsServer::Save));
-  rpc_->RegisterSync(pb::PS_LOAD, sync(&PsServer::Load));
-  rpc_->RegisterSync(pb::PS_SHRINK, sync(&PsServer::Shrink));
-  rpc_->RegisterSync(pb::PS_END_PASS, sync(&PsServer::EndPass));
-  rpc_->RegisterSync(pb::PS_STATS, sync(&PsServer::Stats));
-  rpc_->RegisterSync(pb::PS_STOP, sync(&PsServer::Stop));
-  rpc_->Register(
-      pb::PS_PUSH_SPARSE_GRAD,
-      [this](Message req, Responder r) { PushSparse(std::move(req), r, false); }, small_inline);
-  rpc_->Register(
-      pb::PS_PUSH_SPARSE_DELTA,
-      [this](Message req, Responder r) { PushSparse(std::move(req), r, true); }, small_inline);
+  rpc_->RegisterSync(pb::PS_PULL_SPARSE, sync(pb::PS_PULL_SPARSE, &PsServer::PullSparse), small_inline);
+  for (auto [command, method] : {std::pair{pb::PS_PULL_DENSE, &PsServer::PullDense},
+                                 std::pair{pb::PS_INIT_DENSE, &PsServer::InitDense},
+                                 std::pair{pb::PS_SAVE, &PsServer::Save},
+                                 std::pair{pb::PS_LOAD, &PsServer::Load},
+                                 std::pair{pb::PS_SHRINK, &PsServer::Shrink},
+                                 std::pair{pb::PS_END_PASS, &PsServer::EndPass},
+                                 std::pair{pb::PS_STATS, &PsServer::Stats},
+                                 std::pair{pb::PS_STOP, &PsServer::Stop}}) {
+    rpc_->RegisterSync(command, sync(command, method));
+  }
+  rpc_->Register(pb::PS_PUSH_SPARSE_GRAD,
+                 counted(pb::PS_PUSH_SPARSE_GRAD,
+                         [this](Message req, Responder r) { PushSparse(std::move(req), r, false); }),
+                 small_inline);
+  rpc_->Register(pb::PS_PUSH_SPARSE_DELTA,
+                 counted(pb::PS_PUSH_SPARSE_DELTA,
+                         [this](Message req, Responder r) { PushSparse(std::move(req), r, true); }),
+                 small_inline);
   rpc_->Register(pb::PS_PUSH_DENSE_GRAD,
-                 [this](Message req, Responder r) { PushDense(std::move(req), r, false); });
+                 counted(pb::PS_PUSH_DENSE_GRAD,
+                         [this](Message req, Responder r) { PushDense(std::move(req), r, false); }));
   rpc_->Register(pb::PS_PUSH_DENSE_DELTA,
-                 [this](Message req, Responder r) { PushDense(std::move(req), r, true); });
-  rpc_->Register(pb::PS_BARRIER, [this](Message req, Responder r) { Barrier(std::move(req), r); });
+                 counted(pb::PS_PUSH_DENSE_DELTA,
+                         [this](Message req, Responder r) { PushDense(std::move(req), r, true); }));
+  rpc_->Register(pb::PS_BARRIER, counted(pb::PS_BARRIER, [this](Message req, Responder r) {
+                   Barrier(std::move(req), r);
+                 }));
+}
+
+std::string PsServer::StatusLine() {
+  std::lock_guard<std::mutex> lock(status_mu_);
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::max(1e-3, std::chrono::duration<double>(now - status_at_).count());
+  status_at_ = now;
+  std::string kinds;
+  uint64_t in = 0, out = 0;
+  for (int c = 0; c < kCommandKinds; ++c) {
+    in += traffic_[c].bytes_in.load(std::memory_order_relaxed);
+    out += traffic_[c].bytes_out.load(std::memory_order_relaxed);
+    const uint64_t requests = traffic_[c].requests.load(std::memory_order_relaxed);
+    const uint64_t delta = requests - status_requests_[c];
+    status_requests_[c] = requests;
+    if (delta == 0) continue;
+    std::string name = pb::PsCommand_Name(static_cast<pb::PsCommand>(c));
+    if (name.rfind("PS_", 0) == 0) name = name.substr(3);
+    absl::AsciiStrToLower(&name);
+    absl::StrAppendFormat(&kinds, "%s%s %.1f", kinds.empty() ? "" : ", ", name, delta / seconds);
+  }
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::string line = absl::StrFormat(
+      "ps_server %d: requests/s {%s}, in %.2f MiB/s, out %.2f MiB/s", options_.rank,
+      kinds.empty() ? std::string("none") : kinds, (in - status_bytes_in_) / kMiB / seconds,
+      (out - status_bytes_out_) / kMiB / seconds);
+  status_bytes_in_ = in;
+  status_bytes_out_ = out;
+  for (auto& [id, table] : sparse_) {
+    const SparseTableStats s = table->Stats();
+    absl::StrAppendFormat(&line, ", table %d: %d rows %.1f MiB", id, s.rows, s.bytes / kMiB);
+  }
+  for (auto& [id, table] : dense_) {
+    absl::StrAppendFormat(&line, ", table %d: %d floats %.1f MiB", id, table->range().size(),
+                          table->memory_bytes() / kMiB);
+  }
+  // Resident memory: the second field of /proc/self/statm, in pages.
+  long pages = 0;
+  if (std::FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    long size = 0;
+    if (std::fscanf(statm, "%ld %ld", &size, &pages) != 2) pages = 0;
+    std::fclose(statm);
+  }
+  absl::StrAppendFormat(&line, ", rss %.0f MiB", pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / kMiB);
+  {
+    std::lock_guard<std::mutex> log_lock(log_mu_);
+    if (log_ != nullptr) {
+      absl::StrAppendFormat(&line, ", push log %d records to replay", since_checkpoint_);
+    } else {
+      line += ", push log off";
+    }
+  }
+  return line;
 }
 
 Result<std::string> PsServer::Start() {

@@ -55,6 +55,8 @@
 // Thread safety: all public methods are thread-safe.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <map>
@@ -149,6 +151,12 @@ class PsServer {
   // `save` and that is set, and closes the transport. Idempotent. Returns
   // the save's status.
   Status Shutdown(bool save);
+
+  // One line for the server's log, about the time since the previous call:
+  // requests/s by kind, bytes/s in and out, rows and bytes per table, the
+  // process's resident memory, and the push log's records a restart would
+  // replay. Thread-safe; ps_server logs it every --status_every_s.
+  std::string StatusLine();
 
   // In-process access for tests and tools. Tables keep serving meanwhile.
   SparseTable* sparse_table(uint32_t id);
@@ -292,6 +300,21 @@ class PsServer {
 
   std::atomic<uint64_t> served_{0};
   std::atomic<uint64_t> rejected_{0};
+
+  // Traffic by request kind (indexed by pb::PsCommand), for StatusLine.
+  struct Traffic {
+    std::atomic<uint64_t> requests{0};
+    std::atomic<uint64_t> bytes_in{0};
+    std::atomic<uint64_t> bytes_out{0};  // replies with a payload (pulls, stats)
+  };
+  static constexpr int kCommandKinds = pb::PsCommand_ARRAYSIZE;
+  std::array<Traffic, kCommandKinds> traffic_;
+  void Count(pb::PsCommand command, const Message& req, const Message* resp);
+  // StatusLine's previous snapshot; guarded by status_mu_.
+  std::mutex status_mu_;
+  std::chrono::steady_clock::time_point status_at_ = std::chrono::steady_clock::now();
+  std::array<uint64_t, kCommandKinds> status_requests_{};
+  uint64_t status_bytes_in_ = 0, status_bytes_out_ = 0;
 };
 
 }  // namespace fleet::ps

@@ -4,27 +4,53 @@
 #include <glog/logging.h>
 #include <signal.h>
 
+#include <iostream>
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "comm/absl_mutex_mode.h"
 #include "comm/cluster.h"
+#include "comm/program_help.h"
 #include "comm/stop_signal.h"
 #include "ps/server.h"
 
 DEFINE_string(endpoint, "",
               "ip:port this server listens on; port 0 picks a free port. Default: this rank's "
               "entry of --servers, else 127.0.0.1:0.");
+DEFINE_double(status_every_s, 30,
+              "Seconds between the server's status lines (requests/s by kind, bytes in and out, "
+              "rows per table, memory, push-log records to replay); 0 = none.");
 DEFINE_int32(num_workers, 0,
              "Workers pushing to this server (sync mode waits for all). Default: the length of "
              "--workers / FLEET_WORKERS, else 1.");
 
 namespace fleet::ps {
+namespace {
+
+// How long a server refused a rank waits to read who holds it.
+constexpr std::chrono::seconds kRegisterTimeout{10};
+
+ProgramHelp ServerHelp() {
+  ProgramHelp help{"ps_server --endpoint=ip:port --config=job.yaml [--servers=... --rank=N] [flags]",
+                   "One parameter server: serves the job's sparse and dense tables to the workers "
+                   "(fleetrun starts it; see README.md for starting it by hand).",
+                   {{"This server",
+                     {GflagsHelpFlag("endpoint", "ip:port"), GflagsHelpFlag("num_workers", "N"),
+                      GflagsHelpFlag("status_every_s", "S")}},
+                    JobConfigHelpGroup()}};
+  for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
+  return help;
+}
+
+}  // namespace
 
 int PsServerMain(int argc, char** argv) {
-  gflags::SetUsageMessage("parameter server: ps_server --endpoint=ip:port --config=job.yaml");
   // This program is a server unless told otherwise (FLEET_ROLE still wins
   // over a default, and is checked below).
   gflags::SetCommandLineOptionWithMode("role", "server", gflags::SET_FLAGS_DEFAULT);
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (std::optional<int> done = ParseFlagsOrHelp(ServerHelp(), &argc, &argv, std::cout)) {
+    return *done;
+  }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   UseReleaseMutexChecksInOptimizedBuilds();
@@ -97,15 +123,35 @@ int PsServerMain(int argc, char** argv) {
   running.store(server.value().get());
   if (stop_early.load()) server.value()->RequestStop();
 
+  // Before publishing, so a second server given this rank never replaces
+  // the first one's endpoint.
+  if (Status s = RegisterRank(*spec, bound.value(), kRegisterTimeout); !s.ok()) {
+    LOG(ERROR) << "ps_server: " << s.ToString();
+    return 2;
+  }
   if (Status s = PublishEndpoint(*spec, bound.value()); !s.ok()) {
     LOG(ERROR) << "ps_server: " << s.ToString();
     return 2;
   }
   LOG(INFO) << "ps_server " << spec->rank << " listening on " << bound.value();
 
-  // A server serves until told to stop; the loop only bounds each wait.
-  while (!server.value()->WaitForStopRequest(std::chrono::seconds(1))) {
+  // A server serves until told to stop; the loop bounds each wait and logs
+  // the status line every --status_every_s.
+  auto next_status = std::chrono::steady_clock::now();
+  const auto status_every = std::chrono::milliseconds(static_cast<int64_t>(FLAGS_status_every_s * 1000));
+  auto wait = std::chrono::milliseconds(1000);
+  if (status_every.count() > 0) {
+    next_status += status_every;
+    wait = std::min(wait, status_every);
   }
+  while (!server.value()->WaitForStopRequest(wait)) {
+    if (status_every.count() > 0 && std::chrono::steady_clock::now() >= next_status) {
+      next_status += status_every;
+      LOG(INFO) << server.value()->StatusLine();
+    }
+  }
+  // The last interval's traffic too, so every request shows in some line.
+  if (status_every.count() > 0) LOG(INFO) << server.value()->StatusLine();
   Status saved = server.value()->Shutdown(/*save=*/!abandoned.load());
   running.store(nullptr);
   return saved.ok() ? 0 : 1;

@@ -20,6 +20,7 @@ packages=(
   fortunes
   dataset-fashion-mnist
   procps iproute2
+  prometheus-cpp-dev
 )
 
 missing=()

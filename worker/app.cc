@@ -1,8 +1,11 @@
 #include "worker/app.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -13,11 +16,15 @@
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "absl/strings/str_cat.h"
 #include "comm/cluster.h"
 #include "comm/collective.h"
 #include "comm/kv_store.h"
+#include "comm/program_help.h"
+#include "comm/progress_report.h"
 #include "comm/stop_signal.h"
 #include "ps/client.h"
+#include "ps/job_config.h"
 #include "ps/file_system.h"
 #include "trainer/data/ctr_generator.h"
 #include "trainer/data/file_io.h"
@@ -31,6 +38,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// This worker's progress lines and its reports to fleetrun's /metrics.
+ProgressReporterOptions WorkerProgress(const PsWorkerOptions& o, const std::string& name,
+                                       int64_t steps_per_epoch, int64_t total_steps,
+                                       int64_t batch_size) {
+  ProgressReporterOptions p;
+  p.name = name;
+  p.role = "worker";
+  p.rank = o.rank;
+  p.total_steps = total_steps;
+  p.steps_per_epoch = steps_per_epoch;
+  p.samples_per_step = batch_size;
+  p.epoch_base = 1;  // as its "epoch E step S/N" lines
+  p.interval = ProgressIntervalFromFlag();
+  if (Result<Endpoint> kv = ParseEndpoint(o.kv_endpoint); !o.kv_endpoint.empty() && kv.ok()) {
+    p.kv_endpoint = *kv;
+  }
+  p.job_id = o.job_id;
+  p.kv_auth = o.kv_auth;
+  return p;
+}
 
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
@@ -264,6 +292,8 @@ Result<PsWorkerReport> WorkerRun::Run() {
 
   // 1. Data and model.
   const auto t_load = Clock::now();
+  LOG(INFO) << name_ << ": loading its shard of the data (" << o_.rank + 1 << " of "
+            << o_.num_workers << ")";
   FLEET_ASSIGN_OR_RETURN(task_, CreateWorkerTask(config_, o_.job, {o_.rank, o_.num_workers}));
   report_.metric_name = task_->metric_name();
   FLEET_RETURN_IF_ERROR(CheckTables(config_, o_.job, *task_));
@@ -357,6 +387,9 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
 
   // 4. Training.
+  ProgressReporter progress(WorkerProgress(o_, name_, steps_per_epoch,
+                                           steps_per_epoch * config_.train.epochs,
+                                           config_.train.batch_size));
   double train_seconds = 0;
   double train_samples = 0;
   for (int epoch = 1 + static_cast<int>(resume / steps_per_epoch);
@@ -387,6 +420,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
       }
       ++report_.steps;
       const int64_t global_step = (epoch - 1) * steps_per_epoch + i;
+      progress.Step((epoch - 1) * steps_per_epoch + i + 1);
       const bool last = i + 1 == steps_per_epoch;
       // Steps still in flight to heter workers belong to this epoch's last line.
       if (last) FLEET_RETURN_IF_ERROR(Drain(epoch));
@@ -624,9 +658,40 @@ Result<PsWorkerReport> RunPsWorker(const PsWorkerOptions& options) {
   return run.Run();
 }
 
+namespace {
+
+// Before any data is read: several workers meet through a KV store, and two
+// given the same rank are told now rather than failing later.
+Status JoinAsWorker(const ClusterSpec& spec) {
+  if (spec.world_size > 1 && !spec.kv_endpoint) {
+    return Status::InvalidArgument(
+        absl::StrCat(spec.world_size, " workers meet through a KV store: give --kv_endpoint=ip:port ",
+                     "(fleetrun hosts one; by hand, start fleetrun --store_only)"),
+        absl::StrCat("worker ", spec.rank));
+  }
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return RegisterRank(spec, absl::StrCat(host, " pid ", getpid()), std::chrono::seconds(10));
+}
+
+ProgramHelp WorkerHelp() {
+  ProgramHelp help{"ps_worker --config=job.yaml --servers=ip:port,... [--workers=ip,... --rank=N] "
+                   "[flags]",
+                   "One parameter-server worker: reads its shard of the data, trains, pulls and "
+                   "pushes parameters (fleetrun starts it; see README.md for starting it by hand).",
+                   {ps::JobConfigHelpGroup(), {"Progress", {GflagsHelpFlag("progress_every_s", "S")}}}};
+  for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
+  return help;
+}
+
+}  // namespace
+
 int PsWorkerMain(int argc, char** argv) {
-  gflags::SetUsageMessage("PS worker: ps_worker --config=job.yaml --servers=ip:port,...");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  // This program is a worker unless told otherwise (FLEET_ROLE still wins).
+  gflags::SetCommandLineOptionWithMode("role", "worker", gflags::SET_FLAGS_DEFAULT);
+  if (std::optional<int> done = ParseFlagsOrHelp(WorkerHelp(), &argc, &argv, std::cout)) {
+    return *done;
+  }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
@@ -645,6 +710,10 @@ int PsWorkerMain(int argc, char** argv) {
   auto job = ps::JobConfigFromFlagsAndEnv(ProcessEnv());
   if (!job.ok()) {
     LOG(ERROR) << "ps_worker: " << job.status().ToString();
+    return 2;
+  }
+  if (Status joined = JoinAsWorker(*spec); !joined.ok()) {
+    LOG(ERROR) << "ps_worker: " << joined.ToString();
     return 2;
   }
   PsWorkerOptions o;

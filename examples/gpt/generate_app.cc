@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "comm/program_help.h"
 #include "comm/yaml_config.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
@@ -69,12 +70,29 @@ Result<GeneratedText> GenerateText(const GptJobConfig& config, const std::string
 
 namespace {
 
-constexpr char kUsage[] =
-    "usage: gpt_generate -c CONFIG [-o Section.key=value ...] --checkpoint DIR --prompt TEXT\n"
-    "                    [--seed N] [--device cpu|cuda:K] [--threads N]\n"
-    "                    [--decode_strategy sampling|greedy_search]\n"
-    "                    [--top_k N] [--top_p P] [--temperature T] [--min_dec_len N]\n"
-    "                    [--max_dec_len N] [--num_return_sequences N]\n";
+ProgramHelp GenerateHelp() {
+  return {"gpt_generate -c CONFIG [-o Section.key=value ...] --checkpoint DIR --prompt TEXT [flags]",
+          "Prints text from a checkpoint gpt_pretrain saved, with the config it was trained with "
+          "(see examples/gpt/README.md).",
+          {{"What to run",
+            {{"-c", "FILE", "the config the checkpoint was trained with (required)", ""},
+             {"-o", "Section.key=value", "override one key of the config (repeatable)", ""},
+             {"--checkpoint", "DIR", "gpt_pretrain's Engine.save_load.output_dir (required)", ""},
+             {"--prompt", "TEXT", "the text to continue (required)", ""},
+             {"--device", "cpu|cuda:K", "where to run", "Global.device of the config"},
+             {"--threads", "N", "CPU threads", "the machine's cores"}}},
+           {"Decoding (each stands for -o Generation.<name>=...)",
+            {{"--decode_strategy", "sampling|greedy_search", "how the next token is chosen", "Generation"},
+             {"--top_k", "N", "sample among the N most likely tokens (0: all)", "Generation"},
+             {"--top_p", "P", "sample among the most likely tokens whose probabilities add up to P",
+              "Generation"},
+             {"--temperature", "T", "divides the logits before sampling", "Generation"},
+             {"--min_dec_len", "N", "no end-of-text before N new tokens", "Generation"},
+             {"--max_dec_len", "N", "new tokens at most", "Generation"},
+             {"--num_return_sequences", "N", "texts to print", "Generation"},
+             {"--seed", "N", "the same seed prints the same text", "Global.seed"}}}},
+          ""};
+}
 
 // Flags that stand for -o Generation.<name>=<value>.
 constexpr const char* kGenerationFlags[] = {"decode_strategy",     "top_k",       "top_p",
@@ -101,7 +119,7 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
   const std::vector<std::string>& rest = config_args.rest;
   for (size_t i = 0; i < rest.size(); ++i) {
     const std::string& arg = rest[i];
-    if (arg == "-h" || arg == "--help") {
+    if (arg == "-h" || arg == "--help" || arg == "--helpshort") {
       f.help = true;
       continue;
     }
@@ -162,7 +180,7 @@ int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std
     return 2;
   }
   if (flags->help) {
-    out << kUsage;
+    out << FormatProgramHelp(GenerateHelp());
     return 0;
   }
   Result<GptJobConfig> config = trainer::config::LoadGptJobConfig(flags->config, flags->overrides);
@@ -179,6 +197,7 @@ int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std
     err << "gpt_generate: " << compute.status().ToString() << "\n";
     return 1;
   }
+  if (!compute->precision_note.empty()) err << "gpt_generate: " << compute->precision_note << "\n";
   const uint64_t seed = flags->seed ? *flags->seed : static_cast<uint64_t>(config->global.seed);
   Result<GeneratedText> text =
       GenerateText(*config, flags->checkpoint, *flags->prompt, seed, &*compute);

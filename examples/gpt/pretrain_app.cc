@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "comm/cluster.h"
+#include "comm/program_help.h"
+#include "comm/progress_report.h"
 #include "comm/yaml_config.h"
 #include "trainer/backend.h"
 #include "trainer/collective/gpt_pretrain.h"
@@ -41,6 +43,24 @@ int Fail(std::ostream& err, const ClusterSpec& spec, const Status& st, int code)
   return code;
 }
 
+ProgramHelp PretrainHelp() {
+  ProgramHelp help{
+      "gpt_pretrain -c CONFIG [-o Section.key=value ...] [flags]",
+      "GPT pretraining from a FleetX-style YAML config (configs/gpt/; see examples/gpt/README.md).\n"
+      "Several ranks: fleetrun --nproc_per_node=N build/bin/gpt_pretrain -c CONFIG ...",
+      {{"Config",
+        {{"-c", "FILE", "the job's YAML config (configs/gpt/*.yaml; _base_ files are merged in)", ""},
+         {"-o", "Section.key=value",
+          "override one key of the config (repeatable), e.g. -o Engine.max_steps=20", ""},
+         GflagsHelpFlag("dry_run")}},
+       {"Performance and progress",
+        {GflagsHelpFlag("cpu_threads", "N"), GflagsHelpFlag("collective_timeout_ms", "MS"),
+         GflagsHelpFlag("progress_every_s", "S")}},
+       trainer::collective::RankSetupHelpGroup()}};
+  for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
+  return help;
+}
+
 }  // namespace
 
 int GptPretrainMain(const std::string& program, std::vector<std::string> args, std::ostream& out,
@@ -53,10 +73,9 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   for (std::string& a : config_args->rest) argv.push_back(a.data());
   int argc = static_cast<int>(argv.size());
   char** argv_ptr = argv.data();
-  gflags::SetUsageMessage(
-      "gpt_pretrain -c CONFIG [-o Section.key=value ...] [flags]: GPT pretraining (see "
-      "examples/gpt/README.md)");
-  gflags::ParseCommandLineFlags(&argc, &argv_ptr, true);
+  if (std::optional<int> done = ParseFlagsOrHelp(PretrainHelp(), &argc, &argv_ptr, out)) {
+    return *done;
+  }
   if (argc > 1) {
     return Fail(err, spec, Status::InvalidArgument("unexpected argument", argv_ptr[1]), kExitUsage);
   }
@@ -128,6 +147,18 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   options.cpu_threads = *threads;
   options.collective_timeout = group.timeout;
   options.join_group = trainer::collective::RankGroupFactory(spec, *device, group);
+  // Every rank says how far it is and when it will be done (FleetX runs by
+  // steps: Engine.max_steps is the job).
+  const int64_t max_steps = config->engine.max_steps;
+  ProgressReporterOptions progress_options =
+      ProgressOptionsFor(spec, absl::StrCat("gpt_pretrain rank ", spec.rank), max_steps, max_steps,
+                         config->global.local_batch_size);
+  if (max_steps <= 0) progress_options.interval = std::chrono::milliseconds(0);
+  ProgressReporter progress(std::move(progress_options));
+  options.after_step = [&progress](int64_t step) {
+    progress.Step(step);
+    return Status::OK();
+  };
   Result<trainer::collective::TrainReport> report = trainer::collective::RunGptPretrain(
       *config, collective->get(), options, spec.rank == 0 ? &out : nullptr);
   if (!report.ok()) return Fail(err, spec, report.status(), kExitFailed);

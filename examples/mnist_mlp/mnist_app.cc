@@ -1,23 +1,35 @@
 #include "examples/mnist_mlp/mnist_app.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "comm/cluster.h"
+#include "comm/program_help.h"
+#include "comm/progress_report.h"
 #include "examples/mnist_mlp/mnist_mlp.h"
 #include "trainer/collective/rank_setup.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_kernels.h"
 
 DEFINE_int32(epochs, 5, "Passes over the training set.");
+DEFINE_string(hidden, "128,128",
+              "Hidden layer widths, comma-separated (empty: none, a linear classifier). The "
+              "input width is the images' pixel count (784 for 28x28, 64 for 8x8), the output "
+              "the 10 classes.");
 DEFINE_int32(batch_size, 64,
              "Samples per step on each rank (global batch = batch_size x ranks). Larger batches "
              "run more samples/s but need more epochs or a larger --lr for the same accuracy.");
@@ -86,6 +98,20 @@ Result<MnistOptions> OptionsFromFlags() {
   return o;
 }
 
+Result<std::vector<int>> HiddenFromFlag() {
+  std::vector<int> widths;
+  for (const std::string& part :
+       std::vector<std::string>(absl::StrSplit(FLAGS_hidden, ',', absl::SkipWhitespace()))) {
+    int width = 0;
+    if (!absl::SimpleAtoi(part, &width) || width < 1) {
+      return Status::InvalidArgument("--hidden: widths must be integers >= 1, comma-separated",
+                                     FLAGS_hidden);
+    }
+    widths.push_back(width);
+  }
+  return widths;
+}
+
 data::MnistFiles FilesFromFlags() {
   data::MnistFiles files = data::MnistFilesIn(FLAGS_data_dir);
   if (!FLAGS_train_images.empty()) files.train_images = FLAGS_train_images;
@@ -103,13 +129,37 @@ int Fail(const ClusterSpec& spec, const Status& st, int code) {
   return code;
 }
 
+ProgramHelp MnistHelp() {
+  ProgramHelp help{
+      "mnist_mlp [flags]",
+      "Data-parallel MLP classifier on MNIST-format IDX files (see examples/mnist_mlp/README.md).\n"
+      "Several ranks: fleetrun --nproc_per_node=N build/bin/mnist_mlp [flags]",
+      {{"Data",
+        {GflagsHelpFlag("data_dir", "DIR"), GflagsHelpFlag("train_images", "FILE"),
+         GflagsHelpFlag("train_labels", "FILE"), GflagsHelpFlag("test_images", "FILE"),
+         GflagsHelpFlag("test_labels", "FILE"), GflagsHelpFlag("max_train_samples", "N")}},
+       {"Model and training",
+        {GflagsHelpFlag("hidden", "W,W,..."), GflagsHelpFlag("epochs", "N"), GflagsHelpFlag("batch_size", "N"), GflagsHelpFlag("lr", "LR"),
+         GflagsHelpFlag("max_steps", "N"), GflagsHelpFlag("seed", "N"),
+         GflagsHelpFlag("shuffle_seed", "N")}},
+       {"Checkpoints and output",
+        {GflagsHelpFlag("checkpoint_dir", "DIR"), GflagsHelpFlag("checkpoint_every_steps", "N"),
+         GflagsHelpFlag("log_every_steps", "N"), GflagsHelpFlag("progress_every_s", "S")}},
+       {"Performance",
+        {GflagsHelpFlag("bucket_kb", "KIB"), GflagsHelpFlag("blas_threads", "N"),
+         GflagsHelpFlag("collective_timeout_ms", "MS")}},
+       trainer::collective::RankSetupHelpGroup(),
+       {"Testing", {GflagsHelpFlag("debug_crash_at_step", "STEP"), GflagsHelpFlag("debug_crash_rank", "RANK")}}}};
+  for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
+  return help;
+}
+
 }  // namespace
 
 int MnistMain(int argc, char** argv) {
-  gflags::SetUsageMessage(
-      "mnist_mlp [flags]: data-parallel MLP on MNIST-format data; run under fleetrun for "
-      "several ranks (see examples/mnist_mlp/README.md)");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  if (std::optional<int> done = ParseFlagsOrHelp(MnistHelp(), &argc, &argv, std::cout)) {
+    return *done;
+  }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
@@ -150,6 +200,11 @@ int MnistMain(int argc, char** argv) {
 
   Result<data::MnistData> data = data::LoadMnistData(FilesFromFlags(), FLAGS_max_train_samples);
   if (!data.ok()) return Fail(spec, data.status(), kExitUsage);
+  Result<std::vector<int>> hidden = HiddenFromFlag();
+  if (!hidden.ok()) return Fail(spec, hidden.status(), kExitUsage);
+  Result<trainer::MlpConfig> model = MlpForData(*data, *hidden);
+  if (!model.ok()) return Fail(spec, model.status(), kExitUsage);
+  options->model.sizes = model->sizes;
   Result<std::unique_ptr<trainer::Backend>> backend = trainer::CreateBackend(*device, nullptr);
   if (!backend.ok()) return Fail(spec, backend.status(), kExitFailed);
   Result<trainer::collective::RankGroupOptions> group_options =
@@ -162,9 +217,25 @@ int MnistMain(int argc, char** argv) {
       trainer::collective::CreateRankCollective(spec, *device, group);
   if (!collective.ok()) return Fail(spec, collective.status(), kExitFailed);
 
+  // Every rank says how far it is and when it will be done.
+  const int64_t global_batch = int64_t{options->batch_size} * spec.world_size;
+  const int64_t steps_per_epoch = data->train.images.count / std::max<int64_t>(global_batch, 1);
+  int64_t total_steps = steps_per_epoch * options->epochs;
+  if (options->max_steps > 0) total_steps = std::min(total_steps, options->max_steps);
+  ProgressReporter progress(ProgressOptionsFor(spec, absl::StrCat("mnist_mlp rank ", spec.rank),
+                                               total_steps, steps_per_epoch, options->batch_size));
+  options->after_step = [&progress, crash = std::move(options->after_step)](int64_t step) {
+    progress.Step(step);
+    return crash ? crash(step) : Status::OK();
+  };
   Result<MnistReport> report =
       TrainMnist(*options, *data, collective->get(), backend->get(), &std::cout);
-  if (!report.ok()) return Fail(spec, report.status(), kExitFailed);
+  // The loop's InvalidArguments are about what was given (too few samples for
+  // one global batch, a checkpoint of another layout): exit 2, like bad data.
+  if (!report.ok()) {
+    return Fail(spec, report.status(),
+                report.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitFailed);
+  }
   return 0;
 }
 

@@ -2,9 +2,30 @@
 
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+
 #include "trainer/collective/mlp_classifier.h"
 
 namespace fleet::examples {
+
+Result<trainer::MlpConfig> MlpForData(const data::MnistData& data, const std::vector<int>& hidden) {
+  constexpr int kClasses = 10;  // LoadMnistData's label range
+  const int64_t pixels = data.train.images.pixels_per_image();
+  if (pixels != data.test.images.pixels_per_image()) {
+    return Status::InvalidArgument(
+        "training and test images differ in size",
+        absl::StrCat(data.train.images.rows, "x", data.train.images.cols, " vs ",
+                     data.test.images.rows, "x", data.test.images.cols));
+  }
+  trainer::MlpConfig config;
+  config.sizes = {static_cast<int>(pixels)};
+  for (int width : hidden) {
+    if (width < 1) return Status::InvalidArgument("hidden layer widths must be >= 1", absl::StrCat(width));
+    config.sizes.push_back(width);
+  }
+  config.sizes.push_back(kClasses);
+  return config;
+}
 
 Result<MnistReport> TrainMnist(const MnistOptions& options, const data::MnistData& data,
                                Collective* collective, trainer::Backend* backend,

@@ -1,5 +1,5 @@
-// The MNIST-MLP example as a library: data-parallel training of the
-// 784-128-128-10 tanh MLP (softmax cross-entropy, Adam) on MNIST-format IDX
+// The MNIST-MLP example as a library: data-parallel training of a tanh MLP
+// (784-128-128-10 on MNIST; the input width comes from the data) (softmax cross-entropy, Adam) on MNIST-format IDX
 // files, over any Collective (Gloo on CPUs, NCCL on GPUs) or none (one
 // process). TrainMnist is the collective training loop
 // (trainer/collective/train_loop.h, where sample order, checkpoints,
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <ostream>
+#include <vector>
 
 #include "comm/collective.h"
 #include "comm/status.h"
@@ -30,10 +31,16 @@ struct MnistOptions : trainer::collective::TrainLoopOptions {
   // optimizer) reach ~0.88 test accuracy on Fashion-MNIST; lr 1e-2 (the
   // PaddlePaddle example's) plateaus near 0.79.
   MnistOptions() { epochs = 5; }
-  // Layer widths (input first; must start with the image size, 784) and the
-  // seed of the parameter initialisation.
+  // Layer widths (input first: the image's pixel count; MlpForData makes
+  // them for the data) and the seed of the parameter initialisation.
   trainer::MlpConfig model;
 };
+
+// The MLP for `data`: input width = the images' pixel count (784 for
+// MNIST's 28x28, 64 for sklearn's 8x8 digits), then `hidden` (each >= 1;
+// none: a linear classifier), then the 10 classes. Errors: InvalidArgument
+// when the training and test images differ in size or a width is < 1.
+Result<trainer::MlpConfig> MlpForData(const data::MnistData& data, const std::vector<int>& hidden);
 
 // Per-step losses and times, the test accuracy after each epoch
 // (eval_metric), the final parameters.

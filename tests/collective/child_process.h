@@ -61,6 +61,8 @@ class Child {
     }
   }
 
+  pid_t pid() const { return pid_; }
+
   // Waits at most `timeout`; kills the process after that.
   Exit Wait(milliseconds timeout) {
     Exit out;

@@ -133,12 +133,50 @@ TEST(GptPretrainTest, ShardedCheckpointLoadsWithAnotherDegree) {
   EXPECT_EQ(again[0].report.step_losses.size(), 5u);
 }
 
+// FleetX's format string (ppfleetx LanguageModule.training_step_end), field
+// for field, then the reader cost: a FleetX log parser reads our lines.
+TEST(GptPretrainTest, TrainLineIsFleetXsLine) {
+  ProgressWindow w;
+  w.epoch = 0;
+  w.step = 10;
+  w.batch = 9;
+  w.loss = 5.25;
+  w.steps = 10;
+  w.seconds = 2.0;
+  w.global_batch = 16;
+  w.learning_rate = 1e-3f;
+  w.reader_seconds = 0.5;
+  w.world_size = 2;
+  EXPECT_EQ(GptTrainLine(w, 128),
+            "[train] epoch: 0, batch: 9, loss: 5.250000000, avg_batch_cost: 0.20000 sec, speed: "
+            "5.00 step/s, ips_total: 10240 tokens/s, ips: 5120 tokens/s, learning rate: 1.00000e-03, avg_reader_cost: 0.05000 sec");
+}
+
+// bf16 asked for on a CPU: one line says the run is fp32, and it is (the
+// losses equal an fp32 run's).
+TEST(GptPretrainTest, Bf16OnCpuSaysItRunsFp32) {
+  const std::vector<std::string> short_run = {"Engine.max_steps=5", "Engine.eval_freq=0",
+                                              "Engine.save_load.save_steps=-1"};
+  std::vector<std::string> bf16 = short_run;
+  bf16.push_back("Engine.mix_precision.enable=True");
+  bf16.push_back("Engine.mix_precision.dtype=bfloat16");
+  std::vector<RankRun> asked = Train(TinyJob(1, FreshDir("bf16"), bf16), 1);
+  EXPECT_NE(asked[0].log.find("note: Engine.mix_precision asks for bf16, but the CPU kernels "
+                              "compute in fp32: this run is fp32 (bf16 runs on GPUs)\n"),
+            std::string::npos)
+      << asked[0].log;
+  std::vector<RankRun> fp32 = Train(TinyJob(1, FreshDir("fp32"), short_run), 1);
+  EXPECT_EQ(fp32[0].log.find("mix_precision"), std::string::npos) << fp32[0].log;
+  EXPECT_EQ(asked[0].report.step_losses, fp32[0].report.step_losses);
+}
+
 TEST(GptPretrainTest, LogLinesAreFleetXs) {
   std::vector<RankRun> runs = Train(TinyJob(1, FreshDir("log")), 1);
   const std::string& log = runs[0].log;
   for (const char* field :
-       {"[train] epoch: 0, step: 5, loss: ", "avg_reader_cost: ", "avg_batch_cost: ", "speed: ",
-        "ips_total: ", "ips: ", "learning rate: ", "[eval] epoch: 0, step: 10, loss: ", "ppl: ",
+       {"[train] epoch: 0, batch: 4, loss: ", "[train] epoch: 0, batch: 9, loss: ",
+        "avg_reader_cost: ", "avg_batch_cost: ", "speed: ", "ips_total: ", "ips: ",
+        "learning rate: ", "[eval] epoch: 0, step: 10, loss: ", "ppl: ",
         "[eval] epoch: 0, step: 20, loss: "}) {
     EXPECT_NE(log.find(field), std::string::npos) << "no '" << field << "' in\n" << log;
   }

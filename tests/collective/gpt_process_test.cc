@@ -69,7 +69,7 @@ TEST_F(GptProcessTest, TwoRanksUnderFleetrunLearnAndGenerate) {
   const std::string out = ReadAll(dir_ / "fleetrun.log");
   ASSERT_FALSE(exit.timed_out) << out;
   ASSERT_TRUE(exit.exited && exit.code == 0) << out;
-  EXPECT_NE(out.find("[train] epoch: 0, step: 60, loss: "), std::string::npos) << out;
+  EXPECT_NE(out.find("[train] epoch: 0, batch: 59, loss: "), std::string::npos) << out;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(\[eval\] epoch: 0, step: 60, loss: ([0-9.]+))")))
       << out;

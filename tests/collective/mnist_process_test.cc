@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -62,6 +63,58 @@ class MnistProcessTest : public ::testing::Test {
   std::filesystem::path dir_;
   data::MnistFiles files_;
 };
+
+// sklearn's digits are 8x8 IDX files: the input width comes from the data,
+// the hidden widths from --hidden, and the run learns them.
+TEST_F(MnistProcessTest, TrainsEightByEightImagesWithHiddenFromTheFlag) {
+  const data::MnistFiles small =
+      testing::WriteIdxFiles(testing::SyntheticMnist(1024, 256, 3, /*side=*/8), dir_.string());
+  Child rank({BinPath("mnist_mlp"), "--train_images=" + small.train_images,
+              "--train_labels=" + small.train_labels, "--test_images=" + small.test_images,
+              "--test_labels=" + small.test_labels, "--blas_threads=1", "--hidden=32,16",
+              "--epochs=3", "--batch_size=32", "--lr=0.01", "--log_every_steps=0"},
+             {"PATH=/usr/bin:/bin"}, (dir_ / "digits.log").string());
+  const Exit exit = rank.Wait(milliseconds(60000));
+  const std::string out = ReadAll(dir_ / "digits.log");
+  ASSERT_TRUE(exit.exited && exit.code == 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex(R"(epoch: 2, test_accuracy: ([0-9.]+))"))) << out;
+  // 10 classes: chance is 0.1; the hidden linear map is learnable.
+  EXPECT_GT(std::stod(m[1]), 0.5) << out;
+}
+
+// Data the model cannot take is the user's input: exit 2 with the reason,
+// as examples/mnist_mlp/README.md promises.
+TEST_F(MnistProcessTest, BadDataExitsTwoNamingTheProblem) {
+  const std::string digits_dir = (dir_ / "digits").string();
+  std::filesystem::create_directories(digits_dir);
+  const data::MnistFiles small =
+      testing::WriteIdxFiles(testing::SyntheticMnist(64, 64, 3, /*side=*/8), digits_dir);
+  const std::string garbage = (dir_ / "garbage").string();
+  std::ofstream(garbage) << "not an IDX file";
+  struct Case {
+    std::string name;
+    std::vector<std::string> flags;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"mixed sizes", {"--test_images=" + small.test_images, "--test_labels=" + small.test_labels},
+       "training and test images differ in size"},
+      {"garbage", {"--train_images=" + garbage}, "garbage"},
+      {"bad hidden", {"--hidden=128,x"}, "--hidden"},
+      {"too few samples", {"--max_train_samples=10"}, "too few training samples"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> flags = c.flags;
+    flags.push_back("--epochs=1");
+    Child rank(MnistArgs(flags), {"PATH=/usr/bin:/bin"}, (dir_ / "bad.log").string());
+    const Exit exit = rank.Wait(milliseconds(60000));
+    const std::string out = ReadAll(dir_ / "bad.log");
+    EXPECT_TRUE(exit.exited && exit.code == 2) << out;
+    EXPECT_NE(out.find(c.want), std::string::npos) << out;
+  }
+}
 
 // Two ranks started by hand (the environment fleetrun would give them);
 // rank 1 SIGKILLs itself after step 5. Rank 0 must exit 1 with an error
@@ -136,7 +189,8 @@ TEST_F(MnistProcessTest, FleetrunRunsTwoRanksToTheEnd) {
   std::vector<std::string> args = {BinPath("fleetrun"), "--nproc_per_node=2", "--http_port=0",
                                    "--log_dir=" + (dir_ / "logs").string()};
   const std::vector<std::string> mnist =
-      MnistArgs({"--epochs=2", "--log_every_steps=8", "--checkpoint_dir=" + (dir_ / "ckpt").string()});
+      MnistArgs({"--epochs=2", "--log_every_steps=8", "--checkpoint_dir=" + (dir_ / "ckpt").string(),
+                 "--progress_every_s=0.001"});
   args.insert(args.end(), mnist.begin(), mnist.end());
   Child fleetrun(args, {"PATH=/usr/bin:/bin"}, (dir_ / "fleetrun.log").string());
   const Exit exit = fleetrun.Wait(milliseconds(60000));
@@ -151,6 +205,23 @@ TEST_F(MnistProcessTest, FleetrunRunsTwoRanksToTheEnd) {
   // One node: the ranks meet over shared memory (--cpu_collective=auto).
   const std::string rank1 = ReadAll(dir_ / "logs" / "workerlog.1");
   EXPECT_NE(rank1.find("joined shm group mnist_mlp as rank 1 of 2"), std::string::npos) << rank1;
+  // Every rank tells how far it is: its progress lines with ETAs (32 steps
+  // last more than --progress_every_s), reported to fleetrun, which writes
+  // them to metrics.jsonl and ends with the job's status line.
+  EXPECT_TRUE(std::regex_search(rank1, std::regex(R"(mnist_mlp rank 1: step \d+/32 \(epoch \d: \d+/16\), [0-9.]+ steps/s, \d+ samples/s, eta epoch \d+s, job \d+s)")))
+      << rank1;
+  const std::string jsonl = ReadAll(dir_ / "logs" / "metrics.jsonl");
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(jsonl.find("\"role\": \"collective\", \"rank\": " + std::to_string(rank) + ", \"step\": "),
+              std::string::npos)
+        << jsonl;
+    EXPECT_NE(jsonl.find("\"role\": \"collective\", \"rank\": " + std::to_string(rank) +
+                         ", \"event\": \"exited\", \"exit_code\": 0"),
+              std::string::npos)
+        << jsonl;
+  }
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(fleetrun: job done, exit 0; 2 processes, 0 failed \(exit codes: collective 0 0, collective 1 0\); wall [0-9.]+ s; throughput \d+ samples/s)")))
+      << out;
 }
 
 }  // namespace

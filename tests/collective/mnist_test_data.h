@@ -1,4 +1,4 @@
-// Synthetic MNIST-format data for the mnist_mlp tests: 28x28 byte images
+// Synthetic MNIST-format data for the mnist_mlp tests: 28x28 (or any side) byte images
 // whose label is the argmax of a hidden random linear map, so a small MLP
 // learns it, plus a writer of the four IDX files for the process tests.
 #pragma once
@@ -15,12 +15,12 @@
 namespace fleet::testing {
 
 inline data::IdxDataset SyntheticIdx(int64_t count, const std::vector<float>& hidden,
-                                     std::mt19937_64& rng) {
-  constexpr int kPixels = 28 * 28, kClasses = 10;
+                                     std::mt19937_64& rng, int side = 28) {
+  const int kPixels = side * side, kClasses = 10;
   data::IdxDataset d;
   d.images.count = count;
-  d.images.rows = 28;
-  d.images.cols = 28;
+  d.images.rows = side;
+  d.images.cols = side;
   d.images.pixels.resize(count * kPixels);
   d.labels.resize(count);
   for (int64_t i = 0; i < count; ++i) {
@@ -42,14 +42,15 @@ inline data::IdxDataset SyntheticIdx(int64_t count, const std::vector<float>& hi
   return d;
 }
 
-// Same seed, same data.
-inline data::MnistData SyntheticMnist(int64_t train, int64_t test, uint64_t seed = 7) {
+// Same seed, same data. `side` x `side` images (28: MNIST's; 8: sklearn's digits').
+inline data::MnistData SyntheticMnist(int64_t train, int64_t test, uint64_t seed = 7,
+                                      int side = 28) {
   std::mt19937_64 rng(seed);
-  std::vector<float> hidden(10 * 28 * 28);
+  std::vector<float> hidden(10 * side * side);
   for (float& w : hidden) w = static_cast<float>(static_cast<int64_t>(rng() % 2001) - 1000) / 1000.0f;
   data::MnistData data;
-  data.train = SyntheticIdx(train, hidden, rng);
-  data.test = SyntheticIdx(test, hidden, rng);
+  data.train = SyntheticIdx(train, hidden, rng, side);
+  data.test = SyntheticIdx(test, hidden, rng, side);
   return data;
 }
 
@@ -67,8 +68,8 @@ inline data::MnistFiles WriteIdxFiles(const data::MnistData& data, const std::st
     std::ofstream img(images, std::ios::binary);
     img.write("\0\0\x08\x03", 4);
     WriteBigEndian(img, static_cast<uint32_t>(d.images.count));
-    WriteBigEndian(img, 28);
-    WriteBigEndian(img, 28);
+    WriteBigEndian(img, static_cast<uint32_t>(d.images.rows));
+    WriteBigEndian(img, static_cast<uint32_t>(d.images.cols));
     for (float p : d.images.pixels) img.put(static_cast<char>(static_cast<int>(p * 255.0f + 0.5f)));
     std::ofstream lab(labels, std::ios::binary);
     lab.write("\0\0\x08\x01", 4);

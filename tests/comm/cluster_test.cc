@@ -86,7 +86,7 @@ TEST_F(ClusterSpecTest, BadValuesNameTheirSourceAndText) {
       {"FLEET_WORLD_SIZE", "2x", "FLEET_WORLD_SIZE"},
       {"FLEET_WORLD_SIZE", "5", "5 but 2 endpoints"},
       {"FLEET_WORKERS", "127.0.0.1:1,,127.0.0.1:2", "FLEET_WORKERS"},
-      {"FLEET_WORKERS", "127.0.0.1", "missing ':port'"},
+      {"FLEET_SERVERS", "127.0.0.1", "missing ':port'"},
       {"FLEET_WORKERS", "127.0.0.1:", "missing port"},
       {"FLEET_WORKERS", "127.0.0.1:70000", "port out of range"},
       {"FLEET_WORKERS", "127.0.0.1:80a", "not a number"},
@@ -106,6 +106,7 @@ TEST_F(ClusterSpecTest, BadValuesNameTheirSourceAndText) {
   };
   for (const Case& c : cases) {
     std::map<std::string, std::string> env = {{"FLEET_ROLE", "worker"},
+                                              {"FLEET_RANK", "0"},
                                               {"FLEET_WORKERS", "127.0.0.1:1,127.0.0.1:2"}};
     env[c.var] = c.value;
     auto spec = ClusterSpecFromFlagsAndEnv(EnvFromMap(env));
@@ -114,6 +115,41 @@ TEST_F(ClusterSpecTest, BadValuesNameTheirSourceAndText) {
     EXPECT_NE(spec.status().message().find(c.expect_in_message), std::string::npos)
         << c.var << "=" << c.value << ": " << spec.status().message();
   }
+}
+
+// By hand, the programs take what fleetrun takes: a bare ip in --workers,
+// and a server's rank from the position of its --endpoint in --servers.
+TEST_F(ClusterSpecTest, ByHandFlagsMeanWhatFleetrunsMean) {
+  auto worker = ClusterSpecFromFlagsAndEnv(EnvFromMap(
+      {{"FLEET_ROLE", "worker"}, {"FLEET_RANK", "1"}, {"FLEET_WORKERS", "10.0.0.1,10.0.0.2"}}));
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  EXPECT_EQ(JoinEndpoints(worker->workers), "10.0.0.1:0,10.0.0.2:0");
+  EXPECT_EQ(worker->world_size, 2);
+
+  const std::string servers = "10.0.0.1:6170,10.0.0.2:6170,10.0.0.2:6171";
+  auto server = ClusterSpecFromFlagsAndEnv(EnvFromMap(
+      {{"FLEET_ROLE", "server"}, {"FLEET_SERVERS", servers}, {"FLEET_ENDPOINT", "10.0.0.2:6171"}}));
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_EQ(server->rank, 2);
+  // A given rank wins.
+  auto given = ClusterSpecFromFlagsAndEnv(EnvFromMap({{"FLEET_ROLE", "server"},
+                                                      {"FLEET_RANK", "0"},
+                                                      {"FLEET_SERVERS", servers},
+                                                      {"FLEET_ENDPOINT", "10.0.0.2:6171"}}));
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->rank, 0);
+
+  auto absent = ClusterSpecFromFlagsAndEnv(EnvFromMap(
+      {{"FLEET_ROLE", "server"}, {"FLEET_SERVERS", servers}, {"FLEET_ENDPOINT", "10.0.0.3:6170"}}));
+  EXPECT_TRUE(absent.status().IsInvalidArgument());
+  EXPECT_NE(absent.status().message().find("FLEET_ENDPOINT is not in the server list: give --rank"),
+            std::string::npos)
+      << absent.status().message();
+  auto no_rank = ClusterSpecFromFlagsAndEnv(
+      EnvFromMap({{"FLEET_ROLE", "worker"}, {"FLEET_WORKERS", "10.0.0.1,10.0.0.2"}}));
+  EXPECT_TRUE(no_rank.status().IsInvalidArgument());
+  EXPECT_NE(no_rank.status().message().find("give each its --rank"), std::string::npos)
+      << no_rank.status().message();
 }
 
 TEST_F(ClusterSpecTest, BadFlagIsNamedAsAFlag) {

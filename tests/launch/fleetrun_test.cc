@@ -1,6 +1,9 @@
 // Drives the real fleetrun binary (from $FLEET_BIN_DIR) with launch_fixture
 // standing in for ps_server / ps_worker / heter_worker / PROGRAM.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -435,6 +438,111 @@ TEST_F(FleetrunTest, TwoPortZeroJobsRunSideBySide) {
   EXPECT_NE(kv(r1), kv(r2));
   EXPECT_TRUE(fs::exists(log_ / "one" / "workerlog.1"));
   EXPECT_TRUE(fs::exists(log_ / "two" / "workerlog.1"));
+}
+
+// A program written for torchrun or Paddle's fleetrun, not for FleetPS: a
+// shell script that checks the variables those launchers give and fails
+// naming what is missing.
+TEST_F(FleetrunTest, CollectiveProcessesGetTorchrunAndPaddleVariables) {
+  const fs::path script = tmp_ / "check_env.sh";
+  std::ofstream(script) << R"(#!/bin/sh
+fail() { echo "check_env: $*"; exit 1; }
+for v in RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT PADDLE_TRAINER_ID          PADDLE_TRAINERS_NUM PADDLE_CURRENT_ENDPOINT PADDLE_TRAINER_ENDPOINTS; do
+  eval "val=\${$v}"; [ -n "$val" ] || fail "$v is not set"
+done
+[ "$RANK" = "$FLEET_RANK" ] || fail "RANK $RANK != FLEET_RANK $FLEET_RANK"
+[ "$PADDLE_TRAINER_ID" = "$RANK" ] || fail "PADDLE_TRAINER_ID $PADDLE_TRAINER_ID != RANK $RANK"
+[ "$WORLD_SIZE" = 3 ] && [ "$PADDLE_TRAINERS_NUM" = 3 ] && [ "$LOCAL_WORLD_SIZE" = 3 ] || fail "sizes"
+[ "$LOCAL_RANK" = "$RANK" ] || fail "LOCAL_RANK $LOCAL_RANK on one node"
+[ "$MASTER_ADDR" = 127.0.0.1 ] || fail "MASTER_ADDR $MASTER_ADDR"
+n=0
+for ep in $(echo "$PADDLE_TRAINER_ENDPOINTS" | tr , ' '); do
+  [ $n = "$RANK" ] && { [ "$ep" = "$PADDLE_CURRENT_ENDPOINT" ] || fail "endpoint $n is $ep"; }
+  n=$((n + 1))
+done
+[ $n = 3 ] || fail "PADDLE_TRAINER_ENDPOINTS has $n entries"
+[ -z "$FLAGS_selected_gpus" ] || fail "FLAGS_selected_gpus set on a CPU rank"
+echo "$MASTER_PORT" > "$1/master_port.$RANK"
+echo "check_env rank $RANK ok"
+)";
+  fs::permissions(script, fs::perms::owner_all);
+  const fs::path out = FixtureDir("env");
+  RunResult res = Run({"--nproc_per_node=3", "--log_dir=" + log_.string(), "--http_port=0",
+                       script.string(), out.string()});
+  ASSERT_EQ(res.exit_code, 0) << res.out << res.err << ReadFile(log_ / "workerlog.1")
+                              << ReadFile(log_ / "workerlog.2");
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(ReadFile(log_ / ("workerlog." + std::to_string(r))).find("ok"), std::string::npos);
+  }
+  // One rendezvous port for all, and it was free: nothing listens on it now.
+  const std::string port = ReadFile(out / "master_port.0");
+  EXPECT_EQ(ReadFile(out / "master_port.1"), port);
+  EXPECT_EQ(ReadFile(out / "master_port.2"), port);
+  // The table of the first process, as Paddle's fleetrun prints it.
+  const size_t table = res.out.find("| Distributed Envs");
+  ASSERT_NE(table, std::string::npos) << res.out;
+  for (const char* name : {"| PADDLE_TRAINER_ID ", "| PADDLE_TRAINER_ENDPOINTS ", "| MASTER_PORT ",
+                           "| RANK ", "| FLEET_RANK "}) {
+    EXPECT_NE(res.out.find(name, table), std::string::npos) << name << "\n" << res.out;
+  }
+  EXPECT_EQ(res.out.find("FLEET_JOB_SECRET"), std::string::npos) << res.out;
+}
+
+// The README's simulation command given twice at once (no --http_port, no
+// --job_id): each job's store takes a free port by itself.
+TEST_F(FleetrunTest, TwoSimulationsWithoutHttpPortRunAtOnce) {
+  fs::path fx1 = FixtureDir("fx1"), fx2 = FixtureDir("fx2");
+  auto args = [&](const std::string& log) {
+    return std::vector<std::string>{"--server_num=2", "--worker_num=2", "--config=" + config_.string(),
+                                    "--bin_dir=" + fake_bin_.string(), "--log_dir=" + (tmp_ / log).string(),
+                                    "--grace_period=2"};
+  };
+  Running one = Start(args("log1"), {"FIXTURE_DIR=" + fx1.string(), "FIXTURE_MODE_worker=connect"});
+  Running two = Start(args("log2"), {"FIXTURE_DIR=" + fx2.string(), "FIXTURE_MODE_worker=connect"});
+  RunResult r1 = Finish(one), r2 = Finish(two);
+  EXPECT_EQ(r1.exit_code, 0) << r1.out << r1.err;
+  EXPECT_EQ(r2.exit_code, 0) << r2.out << r2.err;
+  for (const RunResult* r : {&r1, &r2}) {
+    EXPECT_EQ(r->out.find("127.0.0.1:36001"), std::string::npos) << r->out;
+    EXPECT_NE(r->out.find("KV store serving on 127.0.0.1:"), std::string::npos) << r->out;
+  }
+}
+
+// Every node given --master (none hosting the store): each says every few
+// seconds what it waits for and who should host it, then times out.
+TEST_F(FleetrunTest, NodesGivenMasterSayWhatTheyWaitFor) {
+  // A bound but not listening socket: nothing answers on its port.
+  const int sock = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string master = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  auto args = [&](const std::string& log) {
+    return std::vector<std::string>{"--master=" + master, "--nnodes=2", "--rendezvous_timeout=6", "--auth=off",
+                                    "--log_dir=" + (tmp_ / log).string(), (bin_ / "launch_fixture").string()};
+  };
+  Running one = Start(args("a"), {}), two = Start(args("b"), {});
+  for (RunResult r : {Finish(one), Finish(two)}) {
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find("fleetrun: still waiting ("), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" of 6 s) for the KV store at " + master), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("fleetrun --nnodes=2 --host=127.0.0.1 PROGRAM"), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("Timeout: no node rank from the KV store at " + master), std::string::npos) << r.err;
+  }
+  close(sock);
+}
+
+TEST_F(FleetrunTest, SlurmIsSaidInOneLine) {
+  fs::path fx = FixtureDir("fx");
+  RunResult res = Run(CollectiveArgs(1), {"FIXTURE_DIR=" + fx.string(), "SLURM_PROCID=0", "SLURM_NODEID=0",
+                                          "SLURM_NNODES=1", "SLURM_NODELIST=localhost"});
+  EXPECT_EQ(res.exit_code, 0) << res.out << res.err;
+  EXPECT_NE(res.out.find("fleetrun: Slurm detected (SLURM_* variables): node 0 of 1, KV store "), std::string::npos)
+      << res.out;
 }
 
 TEST_F(FleetrunTest, SpammyWorkerZeroIsTeedCompletely) {

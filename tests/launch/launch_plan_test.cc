@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "launch/compat_env.h"
 #include "launch/net.h"
 #include "launch/options.h"
 #include "launch/plan.h"
@@ -97,9 +98,16 @@ TEST_F(PlanTest, SimulationUsesLoopbackAndPortZero) {
   EXPECT_EQ(JoinEndpoints(job->servers), "127.0.0.1:0,127.0.0.1:0");
   EXPECT_EQ(job->local_workers, (std::vector<int>{0, 1, 2}));
   EXPECT_TRUE(job->host_kv);
-  EXPECT_EQ(job->kv_listen, "127.0.0.1:36001");
+  // A job on this machine alone takes a free port for its store, so two never collide.
+  EXPECT_EQ(job->kv_listen, "127.0.0.1:0");
   EXPECT_EQ(job->log_dir, "log");
   EXPECT_EQ(job->bin_dir, dir_.string());
+  auto given = Resolve({"--server_num=1", "--worker_num=1", "--config=" + config_, "--http_port=7777"});
+  ASSERT_TRUE(given.ok()) << given.status().ToString();
+  EXPECT_EQ(given->kv_listen, "127.0.0.1:7777");
+  auto one_node = Resolve({"--nproc_per_node=2", "prog"});
+  ASSERT_TRUE(one_node.ok()) << one_node.status().ToString();
+  EXPECT_EQ(one_node->kv_listen, "127.0.0.1:0");
 }
 
 TEST_F(PlanTest, ClusterStartsOnlyThisMachinesProcesses) {
@@ -260,6 +268,64 @@ TEST(Net, SlurmFirstHostAndGpuCount) {
   for (const char* n : {"nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm"}) std::ofstream(std::string(tmpl) + "/" + n);
   EXPECT_EQ(CountGpus(tmpl), 2);
   fs::remove_all(tmpl);
+}
+
+// torchrun's and Paddle's variables beside FLEET_*, once the launcher has
+// the ports; FLAGS_selected_gpus is the id CUDA gives the rank's GPU.
+TEST_F(PlanTest, CollectiveProcessesGetTorchrunAndPaddleNames) {
+  machine_.gpu_count = 2;
+  auto job = Resolve({"prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->collective.node_host, "127.0.0.1");
+  job->collective.trainer_endpoints = {"127.0.0.1:4001", "127.0.0.1:4002"};
+  job->collective.master = "127.0.0.1:4000";
+  ProcessSpec p = RenderProcess(*job, Role::kCollective, 1);
+  EXPECT_EQ(EnvOf(p, "RANK"), "1");
+  EXPECT_EQ(EnvOf(p, "WORLD_SIZE"), "2");
+  EXPECT_EQ(EnvOf(p, "LOCAL_RANK"), "1");
+  EXPECT_EQ(EnvOf(p, "LOCAL_WORLD_SIZE"), "2");
+  EXPECT_EQ(EnvOf(p, "MASTER_ADDR"), "127.0.0.1");
+  EXPECT_EQ(EnvOf(p, "MASTER_PORT"), "4000");
+  EXPECT_EQ(EnvOf(p, "PADDLE_TRAINER_ID"), "1");
+  EXPECT_EQ(EnvOf(p, "PADDLE_TRAINERS_NUM"), "2");
+  EXPECT_EQ(EnvOf(p, "PADDLE_CURRENT_ENDPOINT"), "127.0.0.1:4002");
+  EXPECT_EQ(EnvOf(p, "PADDLE_TRAINER_ENDPOINTS"), "127.0.0.1:4001,127.0.0.1:4002");
+  EXPECT_EQ(EnvOf(p, "FLAGS_selected_gpus"), "1");
+  const std::string table = FormatDistributedEnvs(p.env);
+  EXPECT_NE(table.find("| PADDLE_TRAINER_ENDPOINTS | 127.0.0.1:4001,127.0.0.1:4002"),
+            std::string::npos)
+      << table;
+}
+
+TEST(CompatEnv, NodeInfoRoundTripsAndRejectsGarbage) {
+  const NodeInfo info{2, {"10.0.0.2:5001", "10.0.0.2:5002"}, ""};
+  Result<NodeInfo> back = ParseNodeInfo(FormatNodeInfo(info));
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->nproc, 2);
+  EXPECT_EQ(back->endpoints, info.endpoints);
+  EXPECT_FALSE(ParseNodeInfo("2|10.0.0.2:5001|").ok());
+  EXPECT_FALSE(ParseNodeInfo("x||").ok());
+  EXPECT_FALSE(ParseNodeInfo("3").ok());
+}
+
+// CUDA_VISIBLE_DEVICES decides how many GPUs fleetrun deals out by default.
+TEST(CompatEnv, VisibleGpuCountFollowsCudaVisibleDevices) {
+  EXPECT_EQ(VisibleGpuCount(std::nullopt, 8), 8);
+  EXPECT_EQ(VisibleGpuCount(std::string("2,3"), 8), 2);
+  EXPECT_EQ(VisibleGpuCount(std::string(""), 8), 0);
+  EXPECT_EQ(VisibleGpuCount(std::string("1,9,2"), 8), 1);  // CUDA stops at the first invalid id
+  EXPECT_EQ(VisibleGpuCount(std::string("GPU-1a2b,GPU-3c4d"), 8), 2);
+  EXPECT_EQ(VisibleGpuCount(std::string("0,1"), 0), 0);
+}
+
+TEST(CompatEnv, FreeTcpPortsAreDistinct) {
+  Result<std::vector<int>> ports = FreeTcpPorts("127.0.0.1", 4);
+  ASSERT_TRUE(ports.ok()) << ports.status().ToString();
+  std::vector<int> sorted = *ports;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  for (int p : *ports) EXPECT_GT(p, 0);
+  EXPECT_FALSE(FreeTcpPorts("10.255.255.254", 1).ok());  // not an address of this machine
 }
 
 TEST(Readme, DocumentsEveryFlag) {

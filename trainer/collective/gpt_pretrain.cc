@@ -25,11 +25,14 @@ std::string GptTrainLine(const ProgressWindow& w, int64_t tokens_per_sample) {
   const double steps = static_cast<double>(std::max<int64_t>(w.steps, 1));
   const double speed = w.seconds > 0 ? w.steps / w.seconds : 0.0;
   const double ips_total = speed * static_cast<double>(w.global_batch * tokens_per_sample);
+  // FleetX's line (ppfleetx LanguageModule.training_step_end), field for
+  // field, so its log parsers read ours; the reader cost comes last, after
+  // every field FleetX has.
   return absl::StrFormat(
-      "[train] epoch: %d, step: %d, loss: %.6f, avg_reader_cost: %.5f sec, avg_batch_cost: %.5f "
-      "sec, speed: %.2f step/s, ips_total: %.0f tokens/s, ips: %.0f tokens/s, learning rate: %.5e",
-      w.epoch, w.step, w.loss, w.reader_seconds / steps, w.seconds / steps, speed, ips_total,
-      ips_total / std::max(w.world_size, 1), w.learning_rate);
+      "[train] epoch: %d, batch: %d, loss: %.9f, avg_batch_cost: %.5f sec, speed: %.2f step/s, "
+      "ips_total: %.0f tokens/s, ips: %.0f tokens/s, learning rate: %.5e, avg_reader_cost: %.5f sec",
+      w.epoch, w.batch, w.loss, w.seconds / steps, speed, ips_total,
+      ips_total / std::max(w.world_size, 1), w.learning_rate, w.reader_seconds / steps);
 }
 
 GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLookup& env) {
@@ -78,6 +81,7 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
       config.global.device == config::Device::kCpu ? std::string("cpu") : options.gpu_device;
   FLEET_ASSIGN_OR_RETURN(GptCompute compute,
                          CreateGptCompute(device, precision, options.cpu_threads));
+  if (progress != nullptr && !compute.precision_note.empty()) *progress << compute.precision_note << std::endl;
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptDataset> train,
                          data::OpenConfiguredDataset(config, data::DataPart::kTrain));
   std::unique_ptr<data::GptDataset> eval;

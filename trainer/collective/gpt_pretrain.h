@@ -10,8 +10,9 @@
 // output_dir when it holds a checkpoint).
 //
 // Log lines (FleetX's, to `progress`):
-//   [train] epoch: E, step: S, loss: L, avg_reader_cost: R sec, avg_batch_cost: B sec,
-//       speed: X step/s, ips_total: T tokens/s, ips: P tokens/s, learning rate: LR
+//   [train] epoch: E, batch: B, loss: L, avg_batch_cost: C sec, speed: X step/s,
+//       ips_total: T tokens/s, ips: P tokens/s, learning rate: LR, avg_reader_cost: R sec
+//     FleetX's line (B: the last step's index in its epoch, from 0), then the reader cost
 //   [eval] epoch: E, step: S, loss: L, ppl: P, eval_cost: C sec
 //   [test] step: S, loss: L, ppl: P        after training, when the config
 //       has Data.Test and Engine.test_iters > 0 (TrainReport::test_metric)

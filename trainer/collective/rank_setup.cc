@@ -29,6 +29,12 @@ DEFINE_string(gloo_iface, "", "Network interface for Gloo (e.g. eth0); wins over
 
 namespace fleet::trainer::collective {
 
+HelpGroup RankSetupHelpGroup() {
+  return {"Device and CPU group",
+          {GflagsHelpFlag("device", "cpu|cuda:K"), GflagsHelpFlag("cpu_collective", "auto|shm|gloo"),
+           GflagsHelpFlag("gloo_hostname", "ADDRESS"), GflagsHelpFlag("gloo_iface", "IFACE")}};
+}
+
 EnvLookup CollectiveProcessEnv() {
   EnvLookup process = ProcessEnv();
   return [process](const std::string& name) -> std::optional<std::string> {

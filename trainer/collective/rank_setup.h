@@ -20,11 +20,16 @@
 
 #include "comm/cluster.h"
 #include "comm/collective.h"
+#include "comm/program_help.h"
 #include "comm/status.h"
 #include "trainer/backend.h"
 #include "trainer/collective/parallel_groups.h"
 
 namespace fleet::trainer::collective {
+
+// The flags of a collective rank's device and CPU group (--device,
+// --cpu_collective, --gloo_hostname, --gloo_iface) as --help shows them.
+HelpGroup RankSetupHelpGroup();
 
 // The process environment with FLEET_ROLE defaulting to "collective".
 EnvLookup CollectiveProcessEnv();

@@ -300,6 +300,7 @@ Result<TrainReport> Loop::Run() {
       ProgressWindow window;
       window.epoch = epoch;
       window.step = done;
+      window.batch = step % spe;
       window.loss = sums[0] / sums[1];
       window.steps = loss_count;
       window.seconds = std::chrono::duration<double>(Clock::now() - window_start).count();

@@ -75,6 +75,7 @@ namespace fleet::trainer::collective {
 struct ProgressWindow {
   int64_t epoch = 0;         // of the last step, from 0
   int64_t step = 0;          // global steps done
+  int64_t batch = 0;         // the last step's index within its epoch, from 0 (FleetX's "batch")
   double loss = 0;           // mean loss of the window's steps over all ranks
   int64_t steps = 0;         // steps in the window
   double seconds = 0;        // wall time of the window (evaluation excluded)

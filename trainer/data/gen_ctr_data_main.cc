@@ -7,6 +7,10 @@
 #include <glog/logging.h>
 
 #include <cstdio>
+#include <iostream>
+#include <optional>
+
+#include "comm/program_help.h"
 
 #include "trainer/data/ctr_generator.h"
 
@@ -38,8 +42,22 @@ DEFINE_double(dense_weight_scale, 0.15, "Spread of the hidden weights of the den
 DEFINE_double(missing_rate, 0.02, "Probability that a slot or dense value is left empty.");
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("Write synthetic Criteo-format CTR data with a known oracle AUC.");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  const fleet::ProgramHelp help{
+      "gen_ctr_data --out_dir=DIR [flags]",
+      "Writes synthetic Criteo-format CTR data from a hidden model, with the oracle AUC.",
+      {{"Output",
+        {fleet::GflagsHelpFlag("out_dir", "DIR"), fleet::GflagsHelpFlag("train_files", "N"),
+         fleet::GflagsHelpFlag("test_files", "N"), fleet::GflagsHelpFlag("lines_per_file", "N"),
+         fleet::GflagsHelpFlag("seed", "N")}},
+       {"The hidden model",
+        {fleet::GflagsHelpFlag("vocab", "N"), fleet::GflagsHelpFlag("zipf", "X"),
+         fleet::GflagsHelpFlag("target_ctr", "P"), fleet::GflagsHelpFlag("weight_scale", "X"),
+         fleet::GflagsHelpFlag("slot_decay", "X"), fleet::GflagsHelpFlag("interaction_scale", "X"),
+         fleet::GflagsHelpFlag("dense_weight_scale", "X"),
+         fleet::GflagsHelpFlag("missing_rate", "P")}}}};
+  if (std::optional<int> done = fleet::ParseFlagsOrHelp(help, &argc, &argv, std::cout)) {
+    return *done;
+  }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 

@@ -4,6 +4,9 @@
 #include <glog/logging.h>
 
 #include <iostream>
+#include <optional>
+
+#include "comm/program_help.h"
 
 #include "trainer/data/tokenize_tool.h"
 
@@ -27,8 +30,22 @@ DEFINE_bool(shuffle_documents, false,
             "Shuffle documents (fixed seed) so a split by position holds out every file's.");
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("tokenize --input=FILES --output_prefix=PREFIX [--tokenizer=gpt2|byte]");
-  gflags::ParseCommandLineFlags(&argc, &argv, true);
+  const fleet::ProgramHelp help{
+      "tokenize --input=FILES --output_prefix=PREFIX [--tokenizer=gpt2|byte] [flags]",
+      "Turns text files into GPT token files: llm.c .bin shards and/or FleetX *_ids.npy + "
+      "*_idx.npz.",
+      {{"Input",
+        {fleet::GflagsHelpFlag("input", "FILES"), fleet::GflagsHelpFlag("text_format", "FORMAT"),
+         fleet::GflagsHelpFlag("json_key", "KEY"), fleet::GflagsHelpFlag("shuffle_documents")}},
+       {"Tokenizer",
+        {fleet::GflagsHelpFlag("tokenizer", "gpt2|byte"), fleet::GflagsHelpFlag("vocab_dir", "DIR")}},
+       {"Output",
+        {fleet::GflagsHelpFlag("output_prefix", "PREFIX"),
+         fleet::GflagsHelpFlag("output_format", "bin|fleetx|both"),
+         fleet::GflagsHelpFlag("shard_tokens", "N")}}}};
+  if (std::optional<int> done = fleet::ParseFlagsOrHelp(help, &argc, &argv, std::cout)) {
+    return *done;
+  }
   google::InitGoogleLogging(argv[0]);
   fleet::data::TokenizeToolOptions o;
   o.input = FLAGS_input;

@@ -36,6 +36,12 @@ Result<GptCompute> CreateGptCompute(std::string_view device, Precision precision
       return Status::InvalidArgument("cpu_threads must be >= 1, got", std::to_string(cpu_threads));
     }
     compute.pool = SetUpGptCpuThreads(cpu_threads);
+    if (precision != Precision::kFp32) {
+      compute.precision_note = "note: Engine.mix_precision asks for " +
+                               std::string(PrecisionName(precision)) +
+                               ", but the CPU kernels compute in fp32: this run is fp32 (" +
+                               std::string(PrecisionName(precision)) + " runs on GPUs)";
+    }
   }
   FLEET_ASSIGN_OR_RETURN(compute.backend, CreateBackend(dev, compute.pool.get()));
   FLEET_ASSIGN_OR_RETURN(compute.kernels,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "comm/status.h"
@@ -37,6 +38,9 @@ struct GptCompute {
   std::unique_ptr<ThreadPool> pool;  // CPU with more than 1 thread; else null
   std::unique_ptr<Backend> backend;
   std::unique_ptr<GptKernels> kernels;
+  // One line for the user when the precision asked for is not the one that
+  // runs (bf16 or fp16 on a CPU runs fp32); empty otherwise.
+  std::string precision_note;
 };
 
 // The backend and twin for a device string ("cpu" or "cuda:K", ParseDevice's
