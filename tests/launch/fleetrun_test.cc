@@ -522,14 +522,14 @@ TEST_F(FleetrunTest, NodesGivenMasterSayWhatTheyWaitFor) {
   ASSERT_EQ(getsockname(sock, reinterpret_cast<sockaddr*>(&addr), &len), 0);
   const std::string master = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
   auto args = [&](const std::string& log) {
-    return std::vector<std::string>{"--master=" + master, "--nnodes=2", "--rendezvous_timeout=6", "--auth=off",
+    return std::vector<std::string>{"--master=" + master, "--nnodes=2", "--rendezvous_timeout=9", "--auth=off",
                                     "--log_dir=" + (tmp_ / log).string(), (bin_ / "launch_fixture").string()};
   };
   Running one = Start(args("a"), {}), two = Start(args("b"), {});
   for (RunResult r : {Finish(one), Finish(two)}) {
     EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
     EXPECT_NE(r.out.find("fleetrun: still waiting ("), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find(" of 6 s) for the KV store at " + master), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(" of 9 s) for the KV store at " + master), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("fleetrun --nnodes=2 --host=127.0.0.1 PROGRAM"), std::string::npos) << r.out;
     EXPECT_NE(r.err.find("Timeout: no node rank from the KV store at " + master), std::string::npos) << r.err;
   }
