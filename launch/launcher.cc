@@ -366,8 +366,10 @@ std::optional<int> Launcher::CollectiveRendezvous() {
     std::fflush(io_.out);
   }
   const auto start = Clock::now(), deadline = start + rendezvous_;
-  auto next_note = start + kWaitNoteEvery;
-  // Every few seconds, what this node waits for and who should provide it.
+  // At the first failed try, then every few seconds: what this node waits
+  // for and who should provide it (the first line at once, so no user, and no
+  // test on a loaded machine, depends on how long the wait lasts).
+  auto next_note = start;
   auto note = [&](const std::string& what) {
     if (Clock::now() < next_note) return;
     next_note = Clock::now() + kWaitNoteEvery;
