@@ -727,7 +727,9 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
     return kExitBadFlags;
   }
   job->auth_note = std::string(SecretSourceName(*secret));
-  if (job->mode != Mode::kCollective) {
+  // A PS job's config is checked before anything starts; a collective job's
+  // belongs to its program, and --store_only runs no job.
+  if (job->mode == Mode::kPsSimulation || job->mode == Mode::kPsCluster) {
     auto recovery = DefaultRecoveryDir(&*job, options->max_restart);
     Status st = recovery.ok() ? CheckPsJobConfig(*job) : recovery.status();
     if (!st.ok()) {

@@ -10,6 +10,7 @@
 // losses of 2 to 6, i.e. < 1e-6 relative).
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -57,6 +58,21 @@ TEST(HybridLayoutTest, BadLayoutsAreRefused) {
   });
 }
 
+// A run resumed from step `from` of an uninterrupted run `whole` on the
+// same split goes on bit for bit: the same losses and final parameters on
+// every rank.
+void ExpectResumesExactly(const std::vector<RankRun>& resumed, const std::vector<RankRun>& whole,
+                          int64_t from) {
+  ASSERT_EQ(resumed.size(), whole.size());
+  ASSERT_EQ(resumed[0].report.start_step, from);
+  for (size_t r = 0; r < whole.size(); ++r) {
+    const std::vector<float>& all = whole[r].report.step_losses;
+    EXPECT_EQ(resumed[r].report.step_losses, std::vector<float>(all.begin() + from, all.end()))
+        << "rank " << r;
+    EXPECT_EQ(resumed[r].report.params, whole[r].report.params) << "rank " << r;
+  }
+}
+
 TEST(HybridParallelTest, DpTimesShardingMatchesOneProcess) {
   std::vector<RankRun> one = Train(TinyJob(1, FreshDir("one")), 1);
   const std::vector<double> want = AsDouble(one[0].report.step_losses);
@@ -92,13 +108,7 @@ TEST(HybridParallelTest, ResumeIsExactAndTheCheckpointLoadsUnderOtherSplits) {
   const fs::path same = FreshDir("same");
   fs::copy(dir, same, fs::copy_options::recursive);
   std::vector<RankRun> resumed = Train(TinyJob(4, same, Hybrid(2)), 4);
-  EXPECT_EQ(resumed[0].report.start_step, 10);
-  for (int r = 0; r < 4; ++r) {
-    const std::vector<float>& all = whole[r].report.step_losses;
-    EXPECT_EQ(resumed[r].report.step_losses, std::vector<float>(all.begin() + 10, all.end()))
-        << "rank " << r;
-    EXPECT_EQ(resumed[r].report.params, whole[r].report.params) << "rank " << r;
-  }
+  ExpectResumesExactly(resumed, whole, 10);
 
   // Other splits of 4 ranks, and one process, continue within the tolerance.
   const std::vector<std::pair<std::string, std::vector<std::string>>> splits = {
@@ -144,13 +154,7 @@ TEST(ZeroStage3Test, TwoRanksMatchOneProcessResumeAndLoadElsewhere) {
   const fs::path same = FreshDir("same");
   fs::copy(dir, same, fs::copy_options::recursive);
   std::vector<RankRun> resumed = Train(TinyJob(2, same, Stage3(2)), 2);
-  ASSERT_EQ(resumed[0].report.start_step, 10);
-  for (int r = 0; r < 2; ++r) {
-    const std::vector<float>& all = whole[r].report.step_losses;
-    EXPECT_EQ(resumed[r].report.step_losses, std::vector<float>(all.begin() + 10, all.end()))
-        << "rank " << r;
-    EXPECT_EQ(resumed[r].report.params, whole[r].report.params) << "rank " << r;
-  }
+  ExpectResumesExactly(resumed, whole, 10);
   // Stage 3's checkpoint under one process.
   std::vector<RankRun> single = Train(TinyJob(1, dir), 1);
   ASSERT_EQ(single[0].report.start_step, 10);
@@ -181,13 +185,7 @@ TEST(ZeroStage3Test, OffloadMatchesOneProcessAndResumes) {
   first.push_back("Engine.max_steps=10");
   Train(TinyJob(2, dir, first), 2);
   std::vector<RankRun> resumed = Train(TinyJob(2, dir, offload), 2);
-  ASSERT_EQ(resumed[0].report.start_step, 10);
-  for (int r = 0; r < 2; ++r) {
-    const std::vector<float>& all = whole[r].report.step_losses;
-    EXPECT_EQ(resumed[r].report.step_losses, std::vector<float>(all.begin() + 10, all.end()))
-        << "rank " << r;
-    EXPECT_EQ(resumed[r].report.params, whole[r].report.params) << "rank " << r;
-  }
+  ExpectResumesExactly(resumed, whole, 10);
 }
 
 // An 8-block model, 128 wide, so that the units held whole during a pass
