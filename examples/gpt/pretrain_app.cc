@@ -111,6 +111,9 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   Result<trainer::config::GptJobConfig> config = trainer::config::LoadGptJobConfig(
       config_args->config, config_args->overrides, spec.world_size);
   if (!config.ok()) return Fail(err, spec, config.status(), kExitUsage);
+  if (spec.rank == 0) {
+    for (const std::string& note : config->notes) out << "gpt_pretrain: " << note << std::endl;
+  }
 
   // The rank's device: fleetrun's (or --device's) GPU, or cuda:0 for a
   // single process started by hand (ResolveRankDevice says which and why).

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "tests/trainer_data/test_util.h"
 
 namespace fleet::trainer::config {
@@ -185,9 +186,11 @@ TEST(GptConfigTest, ErrorsInFilesNameTheFileThatSetTheKey) {
 }
 
 TEST(GptConfigTest, WorldSizeMustFitTheDegrees) {
-  Status st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {}, 4);
+  // More ranks than the file's dp_degree: one message with every override.
+  Status st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {}, 16);
   EXPECT_THAT(st.message(), HasSubstr("Distributed.dp_degree: 8 x sharding_degree 1 = 8 ranks, "
-                                      "but the job has 4"));
+                                      "but the job has 16; to run on 16 ranks give "
+                                      "-o Distributed.dp_degree=16 -o Global.global_batch_size=128"));
   EXPECT_THAT(st.message(), HasSubstr("pretrain_gpt_1.3B_dp8.yaml"));
   st = LoadError("pretrain_gpt_6.7B_sharding16.yaml", {}, 24);
   EXPECT_THAT(st.message(), HasSubstr("16 does not divide the job's 24 ranks"));
@@ -197,6 +200,51 @@ TEST(GptConfigTest, WorldSizeMustFitTheDegrees) {
   EXPECT_TRUE(LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"),
                                {"Distributed.dp_degree=null", "Global.local_batch_size=null"}, 4)
                   .ok());
+}
+
+TEST(GptConfigTest, ADp8FileOnFewerRanksKeepsItsGlobalBatchByAccumulation) {
+  for (int64_t world : {1, 2, 4}) {
+    auto c = LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"), {}, world);
+    ASSERT_TRUE(c.ok()) << world << ": " << c.status().ToString();
+    EXPECT_EQ(c->distributed.dp_degree, world);
+    EXPECT_EQ(c->global.global_batch_size, 64);
+    EXPECT_EQ(c->global.local_batch_size, 64 / world);
+    EXPECT_EQ(c->global.micro_batch_size, 8);
+    EXPECT_EQ(c->engine.accumulate_steps, 8 / world);
+    ASSERT_EQ(c->notes.size(), 1u);
+    EXPECT_THAT(c->notes[0], HasSubstr(absl::StrCat("written for 8 ranks (dp_degree 8, from ")));
+    EXPECT_THAT(c->notes[0],
+                HasSubstr(absl::StrCat("the job has ", world, ": running dp_degree ", world,
+                                       " with the global batch 64 kept by gradient accumulation "
+                                       "(local_batch_size ",
+                                       64 / world, " = ", 8 / world, " micro-batches of 8)")));
+  }
+  // As written: nothing adjusted, nothing noted.
+  auto as_written = LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"), {}, 8);
+  ASSERT_TRUE(as_written.ok()) << as_written.status().ToString();
+  EXPECT_TRUE(as_written->notes.empty());
+  EXPECT_EQ(as_written->engine.accumulate_steps, 1);
+}
+
+TEST(GptConfigTest, WhatTheCommandLineSaysIsNeverAdjusted) {
+  // dp_degree from -o on fewer ranks: one message listing every override.
+  Status st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {"Distributed.dp_degree=8"}, 2);
+  EXPECT_THAT(st.message(),
+              HasSubstr("8 x sharding_degree 1 = 8 ranks, but the job has 2; to run on 2 ranks "
+                        "give -o Distributed.dp_degree=2 -o Global.local_batch_size=32"));
+  EXPECT_THAT(st.message(), HasSubstr("(from -o Distributed.dp_degree=8)"));
+  // A global batch that the fewer ranks cannot split.
+  st = LoadError("pretrain_gpt_1.3B_dp8.yaml",
+                 {"Global.global_batch_size=8", "Global.local_batch_size=1",
+                  "Global.micro_batch_size=1"},
+                 3);
+  EXPECT_THAT(st.message(), HasSubstr("the global batch 8 cannot be kept on them; give "
+                                      "-o Distributed.dp_degree=3 -o Global.global_batch_size=3"));
+  // An explicit accumulate_steps on fewer ranks contradicts the adjustment.
+  st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {"Engine.accumulate_steps=1"}, 1);
+  EXPECT_THAT(st.message(),
+              HasSubstr("give -o Distributed.dp_degree=1 -o Global.local_batch_size=64 "
+                        "-o Engine.accumulate_steps=null"));
 }
 
 TEST(GptConfigTest, FleetXFilesLoadAsWritten) {

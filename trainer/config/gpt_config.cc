@@ -313,8 +313,34 @@ Status ParseFused(ConfigSection s) {
   return s.Finish();
 }
 
+bool FromOverride(const ConfigDocument& doc, std::string_view key) {
+  return doc.SourceOf(key).starts_with("-o ");
+}
+
+// The overrides that make a config written for other degrees run on
+// `world_size` ranks with its global batch (or, where that cannot divide,
+// its local batch): what one message lists instead of one error at a time.
+std::string OverridesFor(int64_t world_size, const DistributedConfig& d, const Batch& b,
+                         int64_t written_global, bool accumulate_given) {
+  const int64_t dp = world_size / (d.sharding_degree * d.mp_degree);
+  const int64_t data_world = dp * d.sharding_degree;
+  std::string out = absl::StrCat("-o Distributed.dp_degree=", dp);
+  if (written_global % data_world == 0 && (written_global / data_world) % b.micro == 0) {
+    if (b.local) absl::StrAppend(&out, " -o Global.local_batch_size=", written_global / data_world);
+  } else if (b.global) {
+    const int64_t local = b.local.value_or(b.micro);
+    absl::StrAppend(&out, " -o Global.global_batch_size=", local * data_world);
+  }
+  if (accumulate_given) absl::StrAppend(&out, " -o Engine.accumulate_steps=null");
+  return out;
+}
+
 // FleetX's process_dist_config + process_global_configs, with errors
-// instead of warnings and silent adjustments.
+// instead of warnings and silent adjustments. One adjustment FleetX lacks: a
+// config file written for more data-parallel ranks than the job has (a dp8
+// config on one GPU) runs on the job's ranks with the same global batch,
+// through more gradient accumulation, and says so in c->notes. What a user
+// set on the command line is never adjusted.
 Status Resolve(const ConfigDocument& doc, int64_t world_size, std::optional<int64_t> dp,
                const Batch& b, std::optional<int64_t> accumulate, GptJobConfig* c) {
   DistributedConfig& d = c->distributed;
@@ -325,59 +351,81 @@ Status Resolve(const ConfigDocument& doc, int64_t world_size, std::optional<int6
           ? absl::StrCat("sharding_degree ", d.sharding_degree, " x mp_degree ", d.mp_degree)
           : absl::StrCat("sharding_degree ", d.sharding_degree);
   if (world_size == 0) world_size = dp.value_or(1) * inner;
-  if (dp) {
-    if (*dp * inner != world_size) {
+  // The data-parallel degree the batch sizes were written for.
+  int64_t written_dp = dp.value_or(world_size / inner);
+  bool fewer_ranks = false;
+  if (world_size % inner != 0) {
+    return doc.Error("Distributed.sharding.sharding_degree",
+                     absl::StrCat(inner_text, " does not divide the job's ", world_size, " ranks"));
+  }
+  if (dp && *dp * inner != world_size) {
+    fewer_ranks = world_size < *dp * inner && !FromOverride(doc, "Distributed.dp_degree");
+    if (!fewer_ranks) {
+      const int64_t written_global = b.global.value_or(b.local.value_or(b.micro) * *dp *
+                                                       d.sharding_degree);
       return doc.Error(
           "Distributed.dp_degree",
           absl::StrCat(*dp, " x ", inner_text, " = ", *dp * inner, " ranks, but the job has ",
-                       world_size, " (leave dp_degree empty to derive it)"));
+                       world_size, "; to run on ", world_size, " ranks give ",
+                       OverridesFor(world_size, d, b, written_global, accumulate.has_value()),
+                       " (or leave dp_degree empty to derive it)"));
     }
-    d.dp_degree = *dp;
-  } else {
-    if (world_size % inner != 0) {
-      return doc.Error(
-          "Distributed.sharding.sharding_degree",
-          absl::StrCat(inner_text, " does not divide the job's ", world_size, " ranks"));
-    }
-    d.dp_degree = world_size / inner;
   }
+  d.dp_degree = world_size / inner;
 
   GlobalConfig& g = c->global;
   const int64_t data_world = c->data_world_size();
+  const int64_t written_data_world = written_dp * d.sharding_degree;
   const std::string degrees =
-      absl::StrCat("dp_degree ", d.dp_degree, " x sharding_degree ", d.sharding_degree);
+      absl::StrCat("dp_degree ", written_dp, " x sharding_degree ", d.sharding_degree);
   g.micro_batch_size = b.micro;
   if (!b.global && !b.local) {
     return doc.Error("Global.global_batch_size",
                      "neither global_batch_size nor local_batch_size is set; set one");
   }
-  if (b.global && b.local) {
-    if (*b.global != *b.local * data_world) {
-      return doc.Error("Global.global_batch_size",
-                       absl::StrCat(*b.global, " must equal local_batch_size ", *b.local, " x ",
-                                    degrees, " = ", *b.local * data_world, " (local_batch_size ",
-                                    "from ", doc.SourceOf("Global.local_batch_size"), ")"));
-    }
-    g.global_batch_size = *b.global;
-    g.local_batch_size = *b.local;
-  } else if (b.global) {
-    if (*b.global % data_world != 0) {
-      return doc.Error("Global.global_batch_size", absl::StrCat(*b.global, " is not a multiple of ",
-                                                                degrees, " = ", data_world));
-    }
-    g.global_batch_size = *b.global;
-    g.local_batch_size = *b.global / data_world;
-  } else {
-    g.local_batch_size = *b.local;
-    g.global_batch_size = *b.local * data_world;
+  if (b.global && b.local && *b.global != *b.local * written_data_world) {
+    return doc.Error("Global.global_batch_size",
+                     absl::StrCat(*b.global, " must equal local_batch_size ", *b.local, " x ",
+                                  degrees, " = ", *b.local * written_data_world,
+                                  " (local_batch_size from ",
+                                  doc.SourceOf("Global.local_batch_size"), ")"));
   }
+  if (b.global) {
+    if (*b.global % written_data_world != 0) {
+      return doc.Error("Global.global_batch_size",
+                       absl::StrCat(*b.global, " is not a multiple of ", degrees, " = ",
+                                    written_data_world));
+    }
+    g.global_batch_size = *b.global;
+  } else {
+    g.global_batch_size = *b.local * written_data_world;
+  }
+  if (fewer_ranks &&
+      (g.global_batch_size % data_world != 0 ||
+       (g.global_batch_size / data_world) % g.micro_batch_size != 0 ||
+       (accumulate && FromOverride(doc, "Engine.accumulate_steps")))) {
+    return doc.Error(
+        "Distributed.dp_degree",
+        absl::StrCat(*dp, " x ", inner_text, " = ", *dp * inner, " ranks, but the job has ",
+                     world_size, ", and the global batch ", g.global_batch_size,
+                     " cannot be kept on them; give ",
+                     OverridesFor(world_size, d, b, g.global_batch_size, accumulate.has_value())));
+  }
+  g.local_batch_size = g.global_batch_size / data_world;
   if (g.local_batch_size % g.micro_batch_size != 0) {
     return doc.Error(
         "Global.micro_batch_size",
         absl::StrCat(g.micro_batch_size, " does not divide local_batch_size ", g.local_batch_size));
   }
   c->engine.accumulate_steps = g.local_batch_size / g.micro_batch_size;
-  if (accumulate && *accumulate != c->engine.accumulate_steps) {
+  if (fewer_ranks) {
+    c->notes.push_back(absl::StrCat(
+        "Distributed.dp_degree: the config is written for ", *dp * inner, " ranks (dp_degree ",
+        *dp, ", from ", doc.SourceOf("Distributed.dp_degree"), ") and the job has ", world_size,
+        ": running dp_degree ", d.dp_degree, " with the global batch ", g.global_batch_size,
+        " kept by gradient accumulation (local_batch_size ", g.local_batch_size, " = ",
+        c->engine.accumulate_steps, " micro-batches of ", g.micro_batch_size, ")"));
+  } else if (accumulate && *accumulate != c->engine.accumulate_steps) {
     return doc.Error("Engine.accumulate_steps",
                      absl::StrCat(*accumulate, " must equal local_batch_size / micro_batch_size = ",
                                   c->engine.accumulate_steps, " (or be left empty)"));

@@ -323,6 +323,11 @@ struct GptJobConfig {
   // The merged document (for error messages naming a key's file, and for
   // printing the effective config).
   ConfigDocument document;
+
+  // What loading adjusted for the job, one line each for the log: today, a
+  // config written for more data-parallel ranks than the job has, run with
+  // its global batch through more gradient accumulation.
+  std::vector<std::string> notes;
 };
 
 // Reads `path` (its `_base_` chain, then `overrides` in order), checks every
@@ -332,10 +337,13 @@ struct GptJobConfig {
 // says" (dp_degree, or 1 when it is empty, times sharding_degree and
 // mp_degree), which is
 // what a dry run of a big config uses on a small machine.
+// A file's dp_degree written for more ranks than `world_size` gives is
+// lowered to fit, keeping the global batch by gradient accumulation (noted
+// in GptJobConfig::notes); a dp_degree given on the command line is not.
 // Errors: NotFound (the file or a base), InvalidArgument naming the key and
 // its file for unknown keys, wrong types, out-of-range values and
 // inconsistent batch sizes or degrees (including a world_size they do not
-// fit).
+// fit; that message lists every override the job would need).
 Result<GptJobConfig> LoadGptJobConfig(const std::string& path,
                                       const std::vector<std::string>& overrides,
                                       int64_t world_size = 0);
