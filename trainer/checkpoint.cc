@@ -9,38 +9,15 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace fleet::trainer {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'L', 'T', 'C', 'K', 'P', 'T', '\0'};
-
-class Writer {
- public:
-  template <typename T>
-  void Put(const T& v) {
-    const auto* p = reinterpret_cast<const char*>(&v);
-    buf_.insert(buf_.end(), p, p + sizeof(T));
-  }
-  void PutBytes(const void* data, size_t n) {
-    const auto* p = static_cast<const char*>(data);
-    buf_.insert(buf_.end(), p, p + n);
-  }
-  void PutString(std::string_view s) {
-    Put<uint32_t>(static_cast<uint32_t>(s.size()));
-    PutBytes(s.data(), s.size());
-  }
-  // Room for n more bytes, returned for the caller to fill.
-  char* Extend(size_t n) {
-    buf_.resize(buf_.size() + n);
-    return buf_.data() + buf_.size() - n;
-  }
-  std::vector<char>& buffer() { return buf_; }
-
- private:
-  std::vector<char> buf_;
-};
 
 // Bounds-checked reader: any overrun sets failed() instead of reading.
 class Reader {
@@ -97,30 +74,6 @@ Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
   return Status::OK();
 }
 
-Status WriteFileAtomically(const std::string& path, const std::vector<char>& bytes) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus("open for writing", tmp);
-  Status st = WriteAll(fd, bytes.data(), bytes.size(), tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync", tmp);
-  if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close", tmp);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
-    st = ErrnoStatus("rename to " + path, tmp);
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  // Make the rename itself durable.
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-  return Status::OK();
-}
-
 Result<std::vector<char>> ReadFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -144,16 +97,107 @@ Result<std::vector<char>> ReadFile(const std::string& path) {
   return bytes;
 }
 
-uint32_t Crc32(const char* data, size_t n) {
-  uLong crc = crc32(0L, Z_NULL, 0);
+// CRC-32 (zlib's) of `n` bytes continuing from `crc` (0 to start).
+uint32_t Crc32(uint32_t crc, const char* data, size_t n) {
+  uLong c = crc;
   while (n > 0) {  // zlib takes uInt lengths
     const uInt part = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), part);
+    c = crc32(c, reinterpret_cast<const Bytef*>(data), part);
     data += part;
     n -= part;
   }
-  return static_cast<uint32_t>(crc);
+  return static_cast<uint32_t>(c);
 }
+
+// Writes a checkpoint to "<path>.tmp" as it is produced, with a running
+// CRC-32 of every byte, then syncs it and renames it over `path`, so that
+// saving never holds a second whole copy of the parameters in host memory
+// (a 10B model's would be 40 GB). Errors stick: after the first one every
+// call does nothing and Commit returns it; the temporary file is removed
+// unless Commit succeeded, and `path` is untouched.
+class CheckpointFileWriter {
+ public:
+  explicit CheckpointFileWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) status_ = ErrnoStatus("open for writing", tmp_);
+  }
+  ~CheckpointFileWriter() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  CheckpointFileWriter(const CheckpointFileWriter&) = delete;
+  CheckpointFileWriter& operator=(const CheckpointFileWriter&) = delete;
+
+  template <typename T>
+  void Put(const T& v) {
+    Write(&v, sizeof(T));
+  }
+  void PutString(std::string_view s) {
+    Put<uint32_t>(static_cast<uint32_t>(s.size()));
+    Write(s.data(), s.size());
+  }
+  void Write(const void* data, size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    crc_ = Crc32(crc_, p, n);
+    if (pending_.size() + n <= kPendingBytes) {
+      pending_.insert(pending_.end(), p, p + n);
+      return;
+    }
+    Flush();
+    if (status_.ok()) status_ = WriteAll(fd_, p, n, tmp_);
+  }
+  // `floats` floats of `backend` memory: written in place from host memory,
+  // through a bounded staging buffer from a device's.
+  void WriteFrom(Backend* backend, const float* src, size_t floats) {
+    if (backend->device().is_cpu()) return Write(src, floats * sizeof(float));
+    std::vector<float> staging(std::min(floats, kStagingFloats));
+    for (size_t at = 0; at < floats && status_.ok(); at += staging.size()) {
+      const size_t n = std::min(staging.size(), floats - at);
+      backend->CopyToHost(staging.data(), src + at, n * sizeof(float));
+      Write(staging.data(), n * sizeof(float));
+    }
+  }
+  // Appends the CRC-32 of everything written before it, syncs the file,
+  // renames it over the target and makes the rename durable.
+  Status Commit() {
+    const uint32_t crc = crc_;
+    Put(crc);
+    Flush();
+    if (status_.ok() && ::fsync(fd_) != 0) status_ = ErrnoStatus("fsync", tmp_);
+    if (fd_ >= 0 && ::close(fd_) != 0 && status_.ok()) status_ = ErrnoStatus("close", tmp_);
+    fd_ = -1;
+    if (status_.ok() && ::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      status_ = ErrnoStatus("rename to " + path_, tmp_);
+    }
+    if (!status_.ok()) return status_;
+    committed_ = true;
+    std::string dir = std::filesystem::path(path_).parent_path().string();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+    return Status::OK();
+  }
+
+ private:
+  static constexpr size_t kPendingBytes = size_t{1} << 20;
+  static constexpr size_t kStagingFloats = size_t{16} << 20;  // 64 MiB
+
+  void Flush() {
+    if (status_.ok() && !pending_.empty()) status_ = WriteAll(fd_, pending_.data(), pending_.size(), tmp_);
+    pending_.clear();
+  }
+
+  const std::string path_;
+  const std::string tmp_;
+  int fd_ = -1;
+  uint32_t crc_ = 0;
+  std::vector<char> pending_;  // small writes gathered into one write(2)
+  Status status_;
+  bool committed_ = false;
+};
 
 // One entry of a checkpoint's tensor table.
 struct StoredTensor {
@@ -198,7 +242,7 @@ Result<CheckedCheckpoint> ReadCheckedCheckpoint(const std::string& path, const P
   uint32_t stored_crc = 0;
   std::memcpy(&stored_crc, bytes.data() + bytes.size() - sizeof(uint32_t), sizeof(uint32_t));
   const size_t body = bytes.size() - sizeof(uint32_t);
-  if (Crc32(bytes.data(), body) != stored_crc) {
+  if (Crc32(0, bytes.data(), body) != stored_crc) {
     return Status::Corruption("checkpoint checksum mismatch (truncated or damaged)", path);
   }
   Reader r(bytes.data() + sizeof(kMagic), body - sizeof(kMagic));
@@ -258,8 +302,8 @@ Result<CheckedCheckpoint> ReadCheckedCheckpoint(const std::string& path, const P
 
 Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
                       const Optimizer& optimizer) {
-  Writer w;
-  w.PutBytes(kMagic, sizeof(kMagic));
+  CheckpointFileWriter w(path);
+  w.Write(kMagic, sizeof(kMagic));
   w.Put<uint32_t>(kCheckpointVersion);
   w.PutString(optimizer.name());
   w.Put<int64_t>(optimizer.step());
@@ -273,13 +317,9 @@ Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
   w.Put<uint64_t>(n);
   w.Put<uint32_t>(static_cast<uint32_t>(optimizer.state().size()));
   Backend* be = arena.backend();
-  be->CopyToHost(w.Extend(n * sizeof(float)), arena.params().data(), n * sizeof(float));
-  for (const Tensor& s : optimizer.state()) {
-    be->CopyToHost(w.Extend(n * sizeof(float)), s.data(), n * sizeof(float));
-  }
-  const uint32_t crc = Crc32(w.buffer().data(), w.buffer().size());
-  w.Put<uint32_t>(crc);
-  return WriteFileAtomically(path, w.buffer());
+  w.WriteFrom(be, arena.params().data(), n);
+  for (const Tensor& s : optimizer.state()) w.WriteFrom(be, s.data(), n);
+  return w.Commit();
 }
 
 Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* optimizer) {

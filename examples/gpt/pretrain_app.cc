@@ -103,7 +103,7 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
       config_args->config, config_args->overrides, /*world_size=*/0);
   if (!dry.ok()) return Fail(err, spec, dry.status(), kExitUsage);
   if (dry->engine.dry_run) {
-    Result<trainer::GptPlan> plan = trainer::PlanGpt(dry->model, trainer::collective::GptPlanOptionsFor(*dry, env));
+    Result<trainer::GptPlan> plan = trainer::collective::PlanGptJob(*dry, env);
     if (!plan.ok()) return Fail(err, spec, plan.status(), kExitUsage);
     if (spec.rank == 0) out << plan->ToString() << std::endl;
     return 0;

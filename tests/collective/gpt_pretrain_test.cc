@@ -170,6 +170,30 @@ TEST(GptPretrainTest, Bf16OnCpuSaysItRunsFp32) {
   EXPECT_EQ(asked[0].report.step_losses, fp32[0].report.step_losses);
 }
 
+TEST(GptPretrainTest, DryRunOnCpuPlansWhatACpuRuns) {
+  const EnvLookup no_env = [](const std::string&) { return std::optional<std::string>(); };
+  GptJobConfig config = TinyJob(1, FreshDir("plan"), {"Engine.mix_precision.enable=True",
+                                                      "Engine.mix_precision.dtype=bfloat16"});
+  ASSERT_EQ(config.global.device, config::Device::kCpu);
+  auto cpu = PlanGptJob(config, no_env);
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  // fp32 storage (the CPU runs fp32 whatever mix_precision asks) ...
+  EXPECT_EQ(cpu->param_bytes, 4 * cpu->rank_params);
+  // ... and every layer's attention probabilities, as the CPU twin keeps them.
+  const int64_t B = config.global.micro_batch_size, T = 32, NH = 2, L = 2;
+  const auto& m = config.model;
+  GptPlanOptions flash_options = GptPlanOptionsFor(config, no_env);
+  flash_options.precision = Precision::kFp32;
+  auto flash = PlanGpt(m, flash_options);
+  ASSERT_TRUE(flash.ok());
+  EXPECT_GE(cpu->activation_bytes - flash->activation_bytes, 4 * L * B * NH * (T * T - T));
+  // On a GPU the plan is the flash kernels' in the precision asked for.
+  config.global.device = config::Device::kGpu;
+  auto gpu = PlanGptJob(config, no_env);
+  ASSERT_TRUE(gpu.ok());
+  EXPECT_EQ(gpu->param_bytes, 2 * gpu->rank_params);
+}
+
 TEST(GptPretrainTest, LogLinesAreFleetXs) {
   std::vector<RankRun> runs = Train(TinyJob(1, FreshDir("log")), 1);
   const std::string& log = runs[0].log;

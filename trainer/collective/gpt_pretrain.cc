@@ -56,6 +56,17 @@ GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLo
   return o;
 }
 
+Result<GptPlan> PlanGptJob(const config::GptJobConfig& config, const EnvLookup& env) {
+  GptPlanOptions options = GptPlanOptionsFor(config, env);
+  if (config.global.device != config::Device::kCpu) return PlanGpt(config.model, options);
+  // CPU ranks compute in fp32 whatever mix_precision asks, and the CPU twin
+  // keeps each layer's attention probabilities (B NH T T floats) where a
+  // GPU's flash kernels keep B NH T: plan what runs.
+  options.precision = Precision::kFp32;
+  FLEET_ASSIGN_OR_RETURN(GptCompute cpu, CreateGptCompute("cpu", Precision::kFp32, 1));
+  return PlanGpt(config.model, options, cpu.kernels.get());
+}
+
 std::string GptEvalLine(const EvalWindow& w) {
   return absl::StrFormat("[eval] epoch: %d, step: %d, loss: %.6f, ppl: %.4f, eval_cost: %.2f sec",
                          w.epoch, w.step, w.metric, std::exp(w.metric), w.seconds);

@@ -73,6 +73,12 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
 // GPU node).
 GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLookup& env);
 
+// The dry-run plan of `config` on the device it names: on GPUs with the
+// flash attention's memory, on CPU ranks with what the CPU twin holds and in
+// fp32 (what a CPU runs, whatever Engine.mix_precision asks). Errors as
+// PlanGpt.
+Result<GptPlan> PlanGptJob(const config::GptJobConfig& config, const EnvLookup& env);
+
 // The FleetX-style lines above, for a run of `tokens_per_sample` tokens a
 // sample.
 std::string GptTrainLine(const ProgressWindow& window, int64_t tokens_per_sample);

@@ -334,15 +334,22 @@ Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
   FLEET_RETURN_IF_ERROR(out->Append(
       std::string_view(reinterpret_cast<const char*>(&header_crc), sizeof(header_crc))));
   Backend* backend = state_backend();
+  // Host state is written in place; a device's is copied out a piece at a
+  // time.
+  const bool on_host = backend->device().is_cpu();
   std::vector<float> host;
   for (const GradPiece& piece : dp_->pieces()) {
     // m then v of the piece, then the checksum of both.
     uint32_t crc = 0;
     for (const float* state : {m_.get(), v_.get()}) {
-      host.resize(piece.size());
-      backend->CopyToHost(host.data(), state + piece.offset, piece.size() * sizeof(float));
-      const std::string_view bytes(reinterpret_cast<const char*>(host.data()),
-                                   host.size() * sizeof(float));
+      const float* src = state + piece.offset;
+      if (!on_host) {
+        host.resize(piece.size());
+        backend->CopyToHost(host.data(), src, piece.size() * sizeof(float));
+        src = host.data();
+      }
+      const std::string_view bytes(reinterpret_cast<const char*>(src),
+                                   piece.size() * sizeof(float));
       crc = Crc(crc, bytes.data(), bytes.size());
       FLEET_RETURN_IF_ERROR(out->Append(bytes));
     }
