@@ -294,7 +294,12 @@ Result<PsWorkerReport> WorkerRun::Run() {
   const auto t_load = Clock::now();
   LOG(INFO) << name_ << ": loading its shard of the data (" << o_.rank + 1 << " of "
             << o_.num_workers << ")";
-  FLEET_ASSIGN_OR_RETURN(task_, CreateWorkerTask(config_, o_.job, {o_.rank, o_.num_workers}));
+  WorkerTaskOptions task_options{.rank = o_.rank, .world_size = o_.num_workers};
+  task_options.load_progress_every = ProgressIntervalFromFlag();
+  task_options.load_progress = [this](const std::string& line) {
+    LOG(INFO) << name_ << ": " << line;
+  };
+  FLEET_ASSIGN_OR_RETURN(task_, CreateWorkerTask(config_, o_.job, task_options));
   report_.metric_name = task_->metric_name();
   FLEET_RETURN_IF_ERROR(CheckTables(config_, o_.job, *task_));
   if (o_.rank == 0 && !config_.train.save_dir.empty()) {

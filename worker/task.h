@@ -25,7 +25,9 @@
 // Thread safety: one thread drives a task. The registry is immutable.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -110,6 +112,11 @@ class WorkerTask {
 struct WorkerTaskOptions {
   int rank = 0;
   int world_size = 1;
+  // While a data set loads, `load_progress` gets a line ("data.train: 1.2M
+  // lines read, ...") every `load_progress_every`, so a long load is not
+  // silent. No callback, or an interval of 0: no lines.
+  std::chrono::nanoseconds load_progress_every{0};
+  std::function<void(const std::string&)> load_progress;
 };
 
 // A model ps_worker can train: how model.kind names it, how its config is

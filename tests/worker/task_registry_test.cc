@@ -12,6 +12,9 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include "ps/job_config.h"
+#include "tests/test_paths.h"
+#include "tests/worker/worker_test_util.h"
 #include "worker/config.h"
 
 namespace fleet::worker {
@@ -101,6 +104,36 @@ TEST(WorkerTaskRegistryTest, CreateWorkerTaskRefusesAKindNoModelHas) {
   ASSERT_FALSE(task.ok());
   EXPECT_TRUE(task.status().IsInvalidArgument());
   EXPECT_NE(task.status().message().find("ctr_dnn, mlp"), std::string::npos);
+}
+
+// A long data load is not silent: the loader reports what it has read.
+TEST(WorkerTaskRegistryTest, LoadingDataReportsProgress) {
+  const std::string dir = testing::FreshDir("task_load_progress");
+  testing::MakeCtrData(dir, 1024);
+  auto job = ps::LoadJobConfig(fleet::testing::SourcePath("configs/ctr_dnn.yaml"),
+                               {"data.train=" + dir + "/train", "data.test=" + dir + "/test",
+                                "data.oracle="});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  auto config = ParseWorkerConfig(job->root);
+  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  std::vector<std::string> lines;
+  WorkerTaskOptions options;
+  options.load_progress_every = std::chrono::nanoseconds(1);  // after every batch
+  options.load_progress = [&lines](const std::string& line) { lines.push_back(line); };
+  auto task = CreateWorkerTask(*config, *job, options);
+  ASSERT_TRUE(task.ok()) << task.status().ToString();
+  // 2 x 1024 training lines in batches of 256, then the test file's.
+  ASSERT_GE(lines.size(), 8u);
+  EXPECT_EQ(lines[7].rfind("loading data.train: 2048 lines of this worker's share read (2048 "
+                           "samples, 0 malformed), 8 batches, ",
+                           0),
+            0u)
+      << lines[7];
+  EXPECT_EQ(lines.back().rfind("loading data.test: ", 0), 0u) << lines.back();
+  // Off by default.
+  lines.clear();
+  ASSERT_TRUE(CreateWorkerTask(*config, *job, {}).ok());
+  EXPECT_TRUE(lines.empty());
 }
 
 }  // namespace

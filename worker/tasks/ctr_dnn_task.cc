@@ -9,10 +9,12 @@
 // each micro-batch to a heter worker (heter/client.h); see StartHeterStep.
 #include <glog/logging.h>
 
+#include <chrono>
 #include <cmath>
 #include <deque>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "ps/table/accessor.h"
 #include "trainer/data/ctr_reader.h"
 #include "trainer/data/file_io.h"
@@ -33,9 +35,10 @@ using trainer::Tensor;
 
 constexpr int kAucBuckets = data::BucketedAuc::kDefaultBuckets;
 
-// Reads this worker's shard of `spec` into batches of batch_size.
-Status LoadBatches(const std::string& spec, const WorkerTaskOptions& o, int batch_size,
-                   std::vector<data::CtrBatch>* out, int64_t* malformed) {
+// Reads this worker's shard of `spec` into batches of batch_size; `what`
+// ("data.train") names it in progress lines.
+Status LoadBatches(const std::string& what, const std::string& spec, const WorkerTaskOptions& o,
+                   int batch_size, std::vector<data::CtrBatch>* out, int64_t* malformed) {
   FLEET_ASSIGN_OR_RETURN(std::vector<std::string> files, data::ExpandFileSpec(spec));
   data::CtrReaderOptions ro;
   ro.batch_size = batch_size;
@@ -43,11 +46,25 @@ Status LoadBatches(const std::string& spec, const WorkerTaskOptions& o, int batc
   ro.world_size = o.world_size;
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::CtrReader> reader,
                          data::CtrReader::Open(std::move(files), ro));
+  using Clock = std::chrono::steady_clock;
+  const bool report = o.load_progress && o.load_progress_every.count() > 0;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point next_report = start + o.load_progress_every;
   while (true) {
     data::CtrBatch b;
     FLEET_ASSIGN_OR_RETURN(size_t n, reader->Next(&b));
     if (n == 0) break;
     out->push_back(std::move(b));
+    if (report && Clock::now() >= next_report) {
+      const data::CtrReaderStats& st = reader->stats();
+      const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+      o.load_progress(absl::StrFormat(
+          "loading %s: %d lines of this worker's share read (%d samples, %d malformed), %d "
+          "batches, %.0f lines/s",
+          what, st.lines, st.samples, st.malformed, out->size(),
+          seconds > 0 ? static_cast<double>(st.lines) / seconds : 0.0));
+      next_report = Clock::now() + o.load_progress_every;
+    }
   }
   *malformed += reader->stats().malformed;
   return Status::OK();
@@ -450,11 +467,13 @@ Result<std::unique_ptr<WorkerTask>> CreateCtrDnnTask(const WorkerConfig& config,
   std::vector<data::CtrBatch> train, test;
   int64_t malformed = 0;
   FLEET_RETURN_IF_ERROR(
-      LoadBatches(config.data.train, options, config.train.batch_size, &train, &malformed)
+      LoadBatches("data.train", config.data.train, options, config.train.batch_size, &train,
+                  &malformed)
           .WithContext("data.train"));
   if (!config.data.test.empty()) {
     FLEET_RETURN_IF_ERROR(
-        LoadBatches(config.data.test, options, config.train.batch_size, &test, &malformed)
+        LoadBatches("data.test", config.data.test, options, config.train.batch_size, &test,
+                    &malformed)
             .WithContext("data.test"));
   }
   return std::unique_ptr<WorkerTask>(std::make_unique<CtrDnnTask>(
