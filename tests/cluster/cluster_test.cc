@@ -1,0 +1,187 @@
+// Multi-host jobs across network namespaces (netns_cluster.h): hosts A, B
+// and C at 198.18.0.1-3 run the same fleetrun command, as a user of a real
+// cluster would, one command per host. Skipped where namespaces cannot be
+// made (not root, no iproute2).
+//
+//   * the harness: hosts reach each other and nothing else; namespaces are
+//     deleted afterwards, and those a crashed run left are deleted too;
+//   * start order: hosts that start before the KV store's host wait for it;
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/cluster/netns_cluster.h"
+#include "tests/launch/fleet_job.h"
+#include "tests/test_paths.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using fleet::testing::FleetJob;
+using fleet::testing::NetnsCluster;
+using fleet::testing::ReadWholeFile;
+using std::chrono::seconds;
+
+constexpr int kA = 0, kB = 1, kC = 2;
+const char* const kHostNames[] = {"A", "B", "C"};
+
+// 0 when a TCP connection to ip:port is made within 5 s, else errno.
+int ConnectTo(const std::string& ip, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  inet_pton(AF_INET, ip.c_str(), &addr.sin_addr);
+  const int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
+  close(fd);
+  return rc;
+}
+
+bool NamespaceExists(const std::string& name) { return fs::exists("/var/run/netns/" + name); }
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!NetnsCluster::Unavailable().empty()) return;
+    bin_ = fleet::testing::BinDir();
+    src_ = fleet::testing::SourceDir();
+    dir_ = fs::temp_directory_path() / ("fleet_cluster_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ASSERT_EQ(fleet::testing::GenerateCtrData(bin_, dir_ / "data", 300), "");
+    for (const auto& [name, secret] : {std::pair{"secret", "0123456789abcdef0123456789abcdef"},
+                                       std::pair{"wrong_secret", "fedcba9876543210fedcba9876543210"}}) {
+      std::ofstream(dir_ / name) << secret << "\n";
+      ASSERT_EQ(chmod((dir_ / name).c_str(), 0600), 0);
+    }
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  void SetUp() override {
+    if (const std::string why = NetnsCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+    std::string error;
+    cluster_ = NetnsCluster::Create(3, &error);
+    if (!cluster_) GTEST_SKIP() << "cannot create network namespaces here: " << error;
+    job_id_ = std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+              std::to_string(getpid());
+  }
+
+  void TearDown() override {
+    for (FleetJob& job : jobs_) {
+      if (!job.Ended()) job.WaitForExit(std::chrono::milliseconds(0));  // kills it
+    }
+    // A host's processes die with its fleetrun (PR_SET_PDEATHSIG); wait for
+    // them before the namespaces go.
+    const auto deadline = Clock::now() + seconds(10);
+    while (!fleet::testing::ProcessesOfJob(job_id_).empty() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    cluster_.reset();
+  }
+
+  // The PS job of the issue: servers on A and B, workers on B and C, the KV
+  // store on A (the first server's host); one epoch of tiny CTR data.
+  std::vector<std::string> PsCommand(int host, const std::string& secret = "secret") const {
+    std::vector<std::string> args = {bin_ + "/fleetrun",
+                                     "--job_secret_file=" + (dir_ / secret).string(),
+                                     "--servers=198.18.0.1:7000,198.18.0.2:7000",
+                                     "--workers=198.18.0.2,198.18.0.3",
+                                     "--config=" + src_ + "/configs/ctr_dnn.yaml",
+                                     "--job_id=" + job_id_,
+                                     "--log_dir=" + (dir_ / "log" / kHostNames[host]).string(),
+                                     "--grace_period=1",
+                                     "--rendezvous_timeout=30"};
+    const fs::path data = dir_ / "data";
+    for (const std::string& o : {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
+                                 "data.oracle=" + (data / "oracle.txt").string(), std::string("train.epochs=1"),
+                                 std::string("train.batch_size=64")}) {
+      args.insert(args.end(), {"-o", o});
+    }
+    return args;
+  }
+
+  // Starts `args` (fleetrun's) on `host`; its output goes to <dir>/<test>.<host>.out.
+  FleetJob& Start(int host, std::vector<std::string> args) {
+    const fs::path out = dir_ / (job_id_ + "." + kHostNames[host] + ".out");
+    jobs_.push_back(fleet::testing::StartFleetrun(std::move(args), out, job_id_, [this, host] {
+      if (!cluster_->Enter(host)) _exit(126);
+    }));
+    return jobs_.back();
+  }
+
+  static std::string bin_, src_;
+  static fs::path dir_;
+  std::unique_ptr<NetnsCluster> cluster_;
+  std::string job_id_;
+  std::deque<FleetJob> jobs_;
+};
+
+std::string ClusterTest::bin_, ClusterTest::src_;
+fs::path ClusterTest::dir_;
+
+TEST_F(ClusterTest, HostsReachEachOtherAndNothingElse) {
+  // B listens on its address; A connects to it.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t listener = cluster_->Spawn(kB, [&] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(7000);
+    inet_pton(AF_INET, NetnsCluster::Address(kB).c_str(), &addr.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 1) != 0) _exit(2);
+    (void)!write(ready[1], "x", 1);
+    pollfd p{fd, POLLIN, 0};
+    _exit(poll(&p, 1, 10000) == 1 && accept(fd, nullptr, nullptr) >= 0 ? 0 : 3);
+  });
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1) << "B's listener did not start";
+  close(ready[0]);
+  EXPECT_EQ(cluster_->RunIn(kA, [] { return ConnectTo(NetnsCluster::Address(kB), 7000); }), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(listener, &status, 0), listener);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // No route out of the cluster (TEST-NET-3), and no way to the machine's
+  // own loopback listeners either: A's loopback is its own.
+  EXPECT_EQ(cluster_->RunIn(kA, [] { return ConnectTo("203.0.113.1", 80); }), ENETUNREACH);
+  // C exists and is up.
+  EXPECT_EQ(cluster_->RunIn(kC, [] { return ConnectTo(NetnsCluster::Address(kA), 9); }), ECONNREFUSED);
+}
+
+TEST_F(ClusterTest, NamespacesAreDeletedAfterwardsAndAfterACrash) {
+  const std::string a = cluster_->Namespace(kA);
+  EXPECT_TRUE(NamespaceExists(a));
+  cluster_.reset();
+  EXPECT_FALSE(NamespaceExists(a));
+  // A run that crashed left a namespace: the next cluster deletes it.
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  const std::string stale = std::string(NetnsCluster::kPrefix) + std::to_string(gone) + "x0h0";
+  ASSERT_EQ(std::system(("ip netns add " + stale).c_str()), 0);
+  std::string error;
+  cluster_ = NetnsCluster::Create(1, &error);
+  ASSERT_TRUE(cluster_) << error;
+  EXPECT_FALSE(NamespaceExists(stale));
+}
+
+}  // namespace
