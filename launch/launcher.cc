@@ -62,6 +62,28 @@ std::string JoinInts(const std::vector<int>& v) {
   return out;
 }
 
+// The "still waiting" lines of one bounded wait: at the first failed try,
+// then every kWaitNoteEvery, so no user (and no test on a loaded machine)
+// depends on how long the wait lasts.
+class WaitNote {
+ public:
+  WaitNote(std::FILE* out, milliseconds limit) : out_(out), limit_(limit) {}
+  void Say(const std::string& what) {
+    if (Clock::now() < next_) return;
+    next_ = Clock::now() + kWaitNoteEvery;
+    const double waited = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::fprintf(out_, "fleetrun: still waiting (%.0f of %.0f s) for %s\n", waited,
+                 std::chrono::duration<double>(limit_).count(), what.c_str());
+    std::fflush(out_);
+  }
+
+ private:
+  std::FILE* const out_;
+  const milliseconds limit_;
+  const Clock::time_point start_ = Clock::now();
+  Clock::time_point next_ = start_;
+};
+
 class Launcher {
  public:
   Launcher(std::vector<std::string> args, LaunchOptions options, JobLayout job, int wake_fd, LauncherIo io)
@@ -90,6 +112,12 @@ class Launcher {
   std::optional<int> StartRole(Role role, const std::vector<int>& ranks);
   std::optional<int> WaitPublished(Role role, const std::vector<int>& ranks);
   std::optional<int> CollectiveRendezvous();
+  // On a host that does not serve the KV store: waits (up to
+  // --rendezvous_timeout) until the store answers, so hosts may start in
+  // any order; fails at once when it refuses this host's credential.
+  std::optional<int> WaitForStore();
+  // Which host serves the KV store and how it is started, for wait lines.
+  std::string StoreHostHint() const;
   // Free ports for programs not written for FleetPS (launch/compat_env.h).
   std::optional<int> PickCompatPorts();
   std::optional<int> HandleEvents(const std::vector<Supervisor::Event>& events);
@@ -243,6 +271,9 @@ int Launcher::RunJob() {
                                                              .auth = job_.credentials});
 
   if (job_.mode == Mode::kStoreOnly) return ServeStoreOnly();
+  if (!job_.host_kv) {
+    if (auto rc = WaitForStore()) return *rc;
+  }
   if (job_.mode == Mode::kCollective) {
     if (auto rc = PickCompatPorts()) return *rc;
     if (auto rc = CollectiveRendezvous()) return *rc;
@@ -365,42 +396,18 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                  JoinCommand().c_str());
     std::fflush(io_.out);
   }
-  const auto start = Clock::now(), deadline = start + rendezvous_;
-  // At the first failed try, then every few seconds: what this node waits
-  // for and who should provide it (the first line at once, so no user, and no
-  // test on a loaded machine, depends on how long the wait lasts).
-  auto next_note = start;
-  auto note = [&](const std::string& what) {
-    if (Clock::now() < next_note) return;
-    next_note = Clock::now() + kWaitNoteEvery;
-    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    std::fprintf(io_.out, "fleetrun: still waiting (%.0f of %.0f s) for %s\n", waited,
-                 std::chrono::duration<double>(rendezvous_).count(), what.c_str());
-    std::fflush(io_.out);
-  };
+  const auto deadline = Clock::now() + rendezvous_;
+  WaitNote note(io_.out, rendezvous_);
   Status last_error;
   if (c.node_rank_source == NodeRankSource::kAssigned) {
-    const std::string master_host = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'));
-    // The master's store may not be up yet: retry until the deadline.
-    while (true) {
-      auto r = kv_->Add("collective/node_rank", 1);
-      if (r.ok()) {
-        c.node_rank = static_cast<int>(*r - 1);
-        break;
-      }
-      last_error = r.status();
-      if (Clock::now() >= deadline) {
-        std::fprintf(io_.err, "fleetrun: Timeout: no node rank from the KV store at %s within %lld ms: %s\n",
-                     job_.kv_endpoint.c_str(), static_cast<long long>(rendezvous_.count()),
-                     last_error.message().c_str());
-        return kExitJobFailed;
-      }
-      note("the KV store at " + job_.kv_endpoint + " (" + last_error.message() +
-           "), which hands out node ranks; it is hosted by the master node, started on " + master_host +
-           " without --master: fleetrun --nnodes=" + std::to_string(c.nnodes) + " --host=" + master_host +
-           " PROGRAM ... (every node given --master waits for it)");
-      if (auto rc = Tick(kStoreTick)) return rc;
+    // The store answered (WaitForStore), so a failure now is no start-order matter.
+    auto r = kv_->Add("collective/node_rank", 1);
+    if (!r.ok()) {
+      std::fprintf(io_.err, "fleetrun: no node rank from the KV store at %s: %s\n", job_.kv_endpoint.c_str(),
+                   r.status().message().c_str());
+      return kExitJobFailed;
     }
+    c.node_rank = static_cast<int>(*r - 1);
     if (c.node_rank >= c.nnodes) {
       std::fprintf(io_.err, "fleetrun: --nnodes: node rank %d handed out, but the job has only %d nodes\n", c.node_rank,
                    c.nnodes);
@@ -439,7 +446,7 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                    last_error.ok() ? "" : "; last store error: ", last_error.ok() ? "" : last_error.message().c_str());
       return kExitJobFailed;
     }
-    note("nodes " + JoinInts(missing) + " of " + std::to_string(c.nnodes) + " to join through the KV store at " +
+    note.Say("nodes " + JoinInts(missing) + " of " + std::to_string(c.nnodes) + " to join through the KV store at " +
          job_.kv_endpoint +
          (c.node_rank_source == NodeRankSource::kAssigned
               ? " (each runs fleetrun --master=" + job_.kv_endpoint + " --nnodes=" + std::to_string(c.nnodes) + " PROGRAM ...)"
@@ -463,6 +470,42 @@ std::optional<int> Launcher::CollectiveRendezvous() {
   std::fprintf(io_.out, "fleetrun: node %d of %d; ranks %d..%d of %d\n", c.node_rank, c.nnodes, c.rank_offset,
                c.rank_offset + static_cast<int>(c.devices.size()) - 1, c.world_size);
   return std::nullopt;
+}
+
+std::string Launcher::StoreHostHint() const {
+  const std::string host = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'));
+  if (job_.mode == Mode::kPsCluster) return "it is served by the fleetrun on " + host + ", the first server's host";
+  const CollectiveLayout& c = job_.collective;
+  if (c.node_rank_source == NodeRankSource::kAssigned) {
+    return "it is served by the master node, started on " + host + " without --master: fleetrun --nnodes=" +
+           std::to_string(c.nnodes) + " --host=" + host + " PROGRAM ... (every node given --master waits for it)";
+  }
+  return "it is served by node 0's fleetrun (" + host + ")";
+}
+
+std::optional<int> Launcher::WaitForStore() {
+  const auto deadline = Clock::now() + rendezvous_;
+  WaitNote note(io_.out, rendezvous_);
+  while (true) {
+    // Any answer, "not found" included, shows the store serves this host.
+    Result<std::string> probe = kv_->Get("store/probe");
+    if (probe.ok() || probe.status().IsNotFound()) return std::nullopt;
+    if (probe.status().code() == StatusCode::kFailedPrecondition) {
+      std::fprintf(io_.err,
+                   "fleetrun: the KV store at %s refused this host: %s; give every host the same "
+                   "--job_secret_file (or FLEET_JOB_SECRET)\n",
+                   job_.kv_endpoint.c_str(), probe.status().message().c_str());
+      return kExitBadFlags;
+    }
+    if (Clock::now() >= deadline) {
+      std::fprintf(io_.err, "fleetrun: Timeout: the KV store at %s did not answer within %lld ms (%s); %s\n",
+                   job_.kv_endpoint.c_str(), static_cast<long long>(rendezvous_.count()),
+                   probe.status().message().c_str(), StoreHostHint().c_str());
+      return kExitJobFailed;
+    }
+    note.Say("the KV store at " + job_.kv_endpoint + " (" + probe.status().message() + "); " + StoreHostHint());
+    if (auto rc = Tick(kStoreTick)) return rc;
+  }
 }
 
 std::optional<int> Launcher::PickCompatPorts() {

@@ -184,4 +184,21 @@ TEST_F(ClusterTest, NamespacesAreDeletedAfterwardsAndAfterACrash) {
   EXPECT_FALSE(NamespaceExists(stale));
 }
 
+// Item 2 of issue 25: B and C start first and wait for the KV store
+// (served by A's fleetrun) saying so, instead of failing at once with
+// "kv store set failed: Connection"; A starts once both wait, and the job
+// completes on every host.
+TEST_F(ClusterTest, HostsStartedBeforeTheStoreHostWaitForIt) {
+  FleetJob& b = Start(kB, PsCommand(kB));
+  FleetJob& c = Start(kC, PsCommand(kC));
+  const std::string waiting = "for the KV store at 198.18.0.1:36001";
+  for (FleetJob* j : {&b, &c}) ASSERT_TRUE(j->WaitFor(waiting, seconds(30))) << j->Output();
+  FleetJob& a = Start(kA, PsCommand(kA));
+  for (FleetJob* j : {&a, &b, &c}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+    EXPECT_NE(j->Output().find("fleetrun: job done"), std::string::npos) << j->Output();
+  }
+  EXPECT_NE(b.Output().find("the first server's host"), std::string::npos) << b.Output();
+}
+
 }  // namespace
