@@ -384,7 +384,17 @@ std::string Launcher::JoinCommand() const {
     if (!drop && a != "--") cmd += " " + ShellQuote(a);
   }
   cmd += " " + ShellQuote(opts_.program);
-  for (const std::string& a : opts_.program_args) cmd += " " + ShellQuote(a);
+  // Not this node's --gloo_hostname: each node's fleetrun gives its ranks the
+  // node's own address (FLEET_HOST).
+  for (size_t i = 0; i < opts_.program_args.size(); ++i) {
+    const std::string& a = opts_.program_args[i];
+    if (a == "--gloo_hostname" || a == "-gloo_hostname") {
+      ++i;
+      continue;
+    }
+    if (a.starts_with("--gloo_hostname=") || a.starts_with("-gloo_hostname=")) continue;
+    cmd += " " + ShellQuote(a);
+  }
   return cmd;
 }
 

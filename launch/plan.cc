@@ -403,7 +403,11 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
             {"nnodes", std::to_string(c.nnodes)},
             {"node_rank", std::to_string(c.node_rank)},
             {"nproc_per_node", std::to_string(c.devices.size())},
-            {"device", c.devices.at(rank)}};
+            {"device", c.devices.at(rank)},
+            // The address this host has in the job: ranks bind and advertise
+            // it for their own connections (Gloo), never loopback unless the
+            // job is on one host.
+            {"host", c.node_host}};
     if (c.trainer_endpoints.size() == static_cast<size_t>(c.world_size)) {
       const CompatPlace place{spec.rank, c.world_size, rank, static_cast<int>(c.devices.size()),
                               c.master, c.trainer_endpoints, c.devices.at(rank)};

@@ -6,6 +6,8 @@
 //   * the harness: hosts reach each other and nothing else; namespaces are
 //     deleted afterwards, and those a crashed run left are deleted too;
 //   * start order: hosts that start before the KV store's host wait for it;
+//   * Gloo addresses: the same collective command on every host of --ips,
+//     and the join command the --nnodes master prints, work across hosts;
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -106,7 +108,7 @@ class ClusterTest : public ::testing::Test {
                                      "--workers=198.18.0.2,198.18.0.3",
                                      "--config=" + src_ + "/configs/ctr_dnn.yaml",
                                      "--job_id=" + job_id_,
-                                     "--log_dir=" + (dir_ / "log" / kHostNames[host]).string(),
+                                     "--log_dir=log",
                                      "--grace_period=1",
                                      "--rendezvous_timeout=30"};
     const fs::path data = dir_ / "data";
@@ -118,11 +120,36 @@ class ClusterTest : public ::testing::Test {
     return args;
   }
 
-  // Starts `args` (fleetrun's) on `host`; its output goes to <dir>/<test>.<host>.out.
+  // mnist_mlp as a collective PROGRAM over Gloo (2 nodes, 1 rank each),
+  // small enough for seconds: 512 samples, one epoch.
+  std::vector<std::string> Mnist(const std::vector<std::string>& more = {}) const {
+    std::vector<std::string> args = {bin_ + "/mnist_mlp", "--max_train_samples=512", "--epochs=1",
+                                     "--blas_threads=1", "--hidden=32", "--log_every_steps=2",
+                                     "--collective_timeout_ms=10000"};
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  }
+
+  // fleetrun's flags every collective host gets, then `mode` and PROGRAM.
+  std::vector<std::string> CollectiveCommand(const std::vector<std::string>& mode,
+                                             const std::vector<std::string>& program) const {
+    std::vector<std::string> args = {bin_ + "/fleetrun", "--job_secret_file=" + (dir_ / "secret").string(),
+                                     "--job_id=" + job_id_, "--log_dir=log", "--grace_period=1",
+                                     "--rendezvous_timeout=30", "--nproc_per_node=1"};
+    args.insert(args.end(), mode.begin(), mode.end());
+    args.insert(args.end(), program.begin(), program.end());
+    return args;
+  }
+
+  // Starts `args` (fleetrun's) on `host`, in the host's own working folder
+  // <dir>/<host> (so a relative --log_dir=log differs per host, as on real
+  // machines); its output goes to <dir>/<test>.<host>.out.
   FleetJob& Start(int host, std::vector<std::string> args) {
     const fs::path out = dir_ / (job_id_ + "." + kHostNames[host] + ".out");
-    jobs_.push_back(fleet::testing::StartFleetrun(std::move(args), out, job_id_, [this, host] {
-      if (!cluster_->Enter(host)) _exit(126);
+    const fs::path cwd = dir_ / kHostNames[host];
+    fs::create_directories(cwd);
+    jobs_.push_back(fleet::testing::StartFleetrun(std::move(args), out, job_id_, [this, host, cwd] {
+      if (!cluster_->Enter(host) || chdir(cwd.c_str()) != 0) _exit(126);
     }));
     return jobs_.back();
   }
@@ -199,6 +226,36 @@ TEST_F(ClusterTest, HostsStartedBeforeTheStoreHostWaitForIt) {
     EXPECT_NE(j->Output().find("fleetrun: job done"), std::string::npos) << j->Output();
   }
   EXPECT_NE(b.Output().find("the first server's host"), std::string::npos) << b.Output();
+}
+
+// Item 3: the README's collective command, identical on A and B, trains
+// across the two hosts: each host's ranks bind and advertise the host's own
+// address for Gloo (FLEET_HOST), not loopback.
+TEST_F(ClusterTest, SameCollectiveCommandOnEveryHostOfIps) {
+  const std::vector<std::string> command = CollectiveCommand({"--ips=198.18.0.1,198.18.0.2"}, Mnist());
+  FleetJob& a = Start(kA, command);
+  FleetJob& b = Start(kB, command);
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+  }
+  EXPECT_NE(a.Output().find("train_loss"), std::string::npos) << a.Output();
+}
+
+// Item 3: the command the master (--nnodes without --master) prints for the
+// other nodes leaves out the master's own --gloo_hostname, and run as
+// printed on B it joins the job.
+TEST_F(ClusterTest, JoinCommandPrintedByTheMasterWorksOnTheOtherHost) {
+  FleetJob& a = Start(kA, CollectiveCommand({"--nnodes=2"}, Mnist({"--gloo_hostname=198.18.0.1"})));
+  ASSERT_TRUE(a.WaitFor("nodes run:\n", seconds(30))) << a.Output();
+  const std::string out = a.Output();
+  const size_t at = out.find("nodes run:\n  ") + 13;
+  const std::string printed = out.substr(at, out.find('\n', at) - at);
+  EXPECT_EQ(printed.find("gloo_hostname"), std::string::npos) << printed;
+  ASSERT_TRUE(printed.starts_with("fleetrun ")) << printed;
+  FleetJob& b = Start(kB, {"/bin/sh", "-c", "exec " + bin_ + "/" + printed});
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+  }
 }
 
 }  // namespace

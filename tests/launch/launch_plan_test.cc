@@ -240,6 +240,8 @@ TEST_F(PlanTest, CollectiveDevicesAndRanks) {
   EXPECT_EQ(EnvOf(p, "FLEET_NNODES"), "2");
   EXPECT_EQ(EnvOf(p, "FLEET_NPROC_PER_NODE"), "3");
   EXPECT_EQ(EnvOf(p, "FLEET_DEVICE"), "cpu");
+  EXPECT_EQ(EnvOf(p, "FLEET_HOST"), "10.0.0.2");  // this host's --ips entry, for Gloo
+  EXPECT_EQ(EnvOf(RenderProcess(*all, Role::kCollective, 0), "FLEET_HOST"), "127.0.0.1");  // one host
   EXPECT_EQ(p.log_path, "log/workerlog.5");
   EXPECT_FALSE(p.tee);
 }
