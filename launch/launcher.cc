@@ -21,10 +21,11 @@
 #include "comm/shm_collective.h"
 #include "launch/compat_env.h"
 #include "launch/config_check.h"
-#include "launch/log_dir_lock.h"
 #include "launch/job_secret.h"
+#include "launch/log_dir_lock.h"
 #include "launch/metrics.h"
 #include "launch/net.h"
+#include "launch/peer_watch.h"
 #include "launch/supervisor.h"
 
 namespace fleet::launch {
@@ -122,7 +123,21 @@ class Launcher {
   std::optional<int> PickCompatPorts();
   std::optional<int> HandleEvents(const std::vector<Supervisor::Event>& events);
   // Polls the supervisor once; the exit code when something ended the job.
-  std::optional<int> Tick(milliseconds timeout) { return HandleEvents(sup_.Poll(timeout)); }
+  std::optional<int> Tick(milliseconds timeout);
+  // Multi-host jobs: starts heartbeating and watching the other hosts
+  // (launch/peer_watch.h). `self_id`/`self_name` name this host.
+  void StartPeerWatch(const std::string& self_id, const std::string& self_name,
+                      std::vector<PeerWatchOptions::Peer> peers);
+  // A PS cluster on several machines: each host is known by its address
+  // and watches the job's other addresses.
+  void StartPsPeerWatch();
+  // This host failed (`what` names the process or the cause): tells the
+  // other hosts at once, before the processes are stopped.
+  void TellPeersFailed(const std::string& what);
+  // The job failed on another host (or one died): stops everything here.
+  int StopForPeer(const std::string& why);
+  // Ends the peer watch as the job ends here (rc 0: "done").
+  void EndPeerWatch(int rc);
   int Supervise();
   // --store_only: serves the KV store until SIGINT or SIGTERM, then exits 0.
   int ServeStoreOnly();
@@ -130,7 +145,7 @@ class Launcher {
   // Stops every process still running; the job's exit code.
   // `wait_status` is the failed process's: one that exited 2 (it refused
   // its input at start-up) makes the job exit 2 as well.
-  int StopFailedJob(int wait_status);
+  int StopFailedJob(int wait_status, const std::string& what);
   void Report(size_t index, int wait_status, const std::string& action);
   // Marks `mine` done under `prefix`; the store's host then waits (bounded
   // by --rendezvous_timeout) until every id in `all` is marked, so the store
@@ -164,10 +179,18 @@ class Launcher {
   std::set<size_t> finished_;                       // workers that exited 0
   std::optional<LogDirLock> log_lock_;               // held from Run() on
   Clock::time_point next_done_check_{};
+  // Requests the KV store refused, by peer address (its server's threads
+  // write, the peer watch reads).
+  std::mutex refused_mu_;
+  std::map<std::string, std::string> refused_;
+  // After kv_: stopped before the client it uses.
+  std::unique_ptr<PeerWatch> peers_;
+  bool failed_elsewhere_ = false;
 };
 
 int Launcher::Run() {
   const int rc = RunJob();
+  EndPeerWatch(rc);
   if (sup_.size() > 0) {
     next_progress_poll_ = Clock::time_point();  // the last reports, for the throughput
     PollProgress();
@@ -253,7 +276,12 @@ int Launcher::RunJob() {
     kv_server_ = std::make_unique<KvStoreServer>(
         KvStoreServerOptions{.listen = job_.kv_listen,
                              .auth = job_.credentials,
-                             .metrics = [metrics = metrics_.get()] { return metrics->Text(); }});
+                             .metrics = [metrics = metrics_.get()] { return metrics->Text(); },
+                             .on_refused =
+                                 [this](const std::string& address, const std::string& why) {
+                                   std::lock_guard<std::mutex> lock(refused_mu_);
+                                   refused_.emplace(address, why);
+                                 }});
     Status st = kv_server_->Start();
     if (!st.ok()) {
       std::fprintf(io_.err, "fleetrun: --http_port: cannot host the KV store: %s\n", st.message().c_str());
@@ -282,6 +310,7 @@ int Launcher::RunJob() {
     if (auto rc = StartRole(Role::kCollective, local)) return *rc;
     return Supervise();
   }
+  StartPsPeerWatch();
   // Servers first; heter workers need the servers' real endpoints and
   // workers need both, so each stage waits for the previous one to publish.
   for (Role role : {Role::kServer, Role::kHeterWorker}) {
@@ -424,6 +453,18 @@ std::optional<int> Launcher::CollectiveRendezvous() {
       return kExitJobFailed;
     }
   }
+  {
+    std::vector<PeerWatchOptions::Peer> peers;
+    for (int n = 0; n < c.nnodes; ++n) {
+      if (n == c.node_rank) continue;
+      const std::string address = c.node_hosts.empty() ? "" : c.node_hosts[n];
+      peers.push_back({"node" + std::to_string(n),
+                       "node " + std::to_string(n) + (address.empty() ? "" : " at " + address),
+                       address});
+    }
+    StartPeerWatch("node" + std::to_string(c.node_rank),
+                   "node " + std::to_string(c.node_rank) + " at " + c.node_host, std::move(peers));
+  }
   // Each node publishes its process count and its ranks' endpoints (node 0
   // also torch's master) and reads everyone's.
   NodeInfo mine{static_cast<int>(c.devices.size()), c.trainer_endpoints,
@@ -479,6 +520,11 @@ std::optional<int> Launcher::CollectiveRendezvous() {
   }
   std::fprintf(io_.out, "fleetrun: node %d of %d; ranks %d..%d of %d\n", c.node_rank, c.nnodes, c.rank_offset,
                c.rank_offset + static_cast<int>(c.devices.size()) - 1, c.world_size);
+  std::string ranks;
+  for (size_t i = 0; i < c.devices.size(); ++i) {
+    ranks += (ranks.empty() ? "collective " : ", collective ") + std::to_string(c.rank_offset + i);
+  }
+  peers_->SetProcesses(ranks);
   return std::nullopt;
 }
 
@@ -548,7 +594,8 @@ void Launcher::Report(size_t index, int wait_status, const std::string& action) 
   std::fflush(io_.err);
 }
 
-int Launcher::StopFailedJob(int wait_status) {
+int Launcher::StopFailedJob(int wait_status, const std::string& what) {
+  TellPeersFailed(what);
   const size_t others = sup_.Running().size();
   std::fprintf(io_.err, "fleetrun: job failed; stopping %zu other processes\n", others);
   std::fflush(io_.err);
@@ -560,6 +607,7 @@ int Launcher::StopFailedJob(int wait_status) {
 std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& events) {
   for (const Supervisor::Event& ev : events) {
     if (ev.kind == Supervisor::Event::kSignal) {
+      TellPeersFailed(std::string("fleetrun received ") + strsignal(ev.signo));
       std::fprintf(io_.err, "fleetrun: received %s; stopping %zu processes\n", strsignal(ev.signo),
                    sup_.Running().size());
       std::fflush(io_.err);
@@ -609,9 +657,86 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       if (WIFEXITED(other->wait_status) && WEXITSTATUS(other->wait_status) == 0) continue;
       Report(other->index, other->wait_status, "");
     }
-    return StopFailedJob(ev.wait_status);
+    return StopFailedJob(ev.wait_status, spec.Name() + " (pid " +
+                                             std::to_string(sup_.pid(ev.index)) + ") " +
+                                             Supervisor::DescribeWaitStatus(ev.wait_status));
   }
   return std::nullopt;
+}
+
+std::optional<int> Launcher::Tick(milliseconds timeout) {
+  if (auto rc = HandleEvents(sup_.Poll(timeout))) return rc;
+  if (peers_) {
+    if (std::optional<std::string> why = peers_->failure()) return StopForPeer(*why);
+  }
+  return std::nullopt;
+}
+
+void Launcher::StartPsPeerWatch() {
+  std::set<std::string> hosts, mine;  // addresses: the job's, this machine's
+  for (const auto* list : {&job_.servers, &job_.heter_workers, &job_.workers}) {
+    for (const Endpoint& e : *list) hosts.insert(e.host);
+  }
+  std::string processes;
+  for (const auto& [role, ranks] : {std::pair{Role::kServer, &job_.local_servers},
+                                    std::pair{Role::kHeterWorker, &job_.local_heter_workers},
+                                    std::pair{Role::kWorker, &job_.local_workers}}) {
+    for (int r : *ranks) {
+      mine.insert(ListOf(role)[r].host);
+      processes +=
+          (processes.empty() ? "" : ", ") + std::string(RoleName(role)) + " " + std::to_string(r);
+    }
+  }
+  if (job_.mode != Mode::kPsCluster || hosts.size() < 2) return;
+  std::vector<PeerWatchOptions::Peer> peers;
+  for (const std::string& h : hosts) {
+    if (!mine.count(h)) peers.push_back({h, "host " + h, h});
+  }
+  StartPeerWatch(*mine.begin(), "host " + *mine.begin(), std::move(peers));
+  peers_->SetProcesses(processes);
+}
+
+void Launcher::StartPeerWatch(const std::string& self_id, const std::string& self_name,
+                              std::vector<PeerWatchOptions::Peer> peers) {
+  PeerWatchOptions o{.self_id = self_id,
+                     .self_name = self_name,
+                     .peers = std::move(peers),
+                     .peer_timeout = Seconds(opts_.peer_timeout_s),
+                     .join_timeout = rendezvous_,
+                     .refused = [this](const std::string& address) -> std::optional<std::string> {
+                       std::lock_guard<std::mutex> lock(refused_mu_);
+                       auto it = refused_.find(address);
+                       if (it == refused_.end()) return std::nullopt;
+                       return it->second;
+                     }};
+  peers_ = std::make_unique<PeerWatch>(kv_.get(), std::move(o));
+}
+
+void Launcher::TellPeersFailed(const std::string& what) {
+  if (peers_ && !failed_elsewhere_) peers_->MarkFailed(what);
+}
+
+int Launcher::StopForPeer(const std::string& why) {
+  failed_elsewhere_ = true;
+  std::fprintf(io_.err, "fleetrun: %s; stopping %zu processes on this host\n", why.c_str(),
+               sup_.Running().size());
+  std::fflush(io_.err);
+  sup_.StopAll(grace_);
+  return kExitJobFailed;
+}
+
+void Launcher::EndPeerWatch(int rc) {
+  if (!peers_) return;
+  if (rc == kExitOk) {
+    peers_->MarkEnded("done");
+  } else {
+    // Failures with no process to name (a wait that timed out) tell here.
+    TellPeersFailed("fleetrun failed (exit " + std::to_string(rc) + "; its output says why)");
+    peers_->MarkEnded("stopped");
+    // The store goes with this fleetrun: let the others read why first.
+    if (job_.host_kv) peers_->AwaitPeersEnded(std::chrono::seconds(3));
+  }
+  peers_.reset();
 }
 
 bool Launcher::AllWorkersDone() {

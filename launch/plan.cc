@@ -113,6 +113,9 @@ Status ResolveCommon(const LaunchOptions& o, JobLayout& job) {
   if (!(o.grace_period_s > 0 && o.grace_period_s <= kMaxSeconds)) {
     return Bad("--grace_period", "must be > 0 and at most " + max_s + " seconds");
   }
+  if (!(o.peer_timeout_s > 0 && o.peer_timeout_s <= kMaxSeconds)) {
+    return Bad("--peer_timeout", "must be > 0 and at most " + max_s + " seconds");
+  }
   if (!(o.rendezvous_timeout_s > 0 && o.rendezvous_timeout_s <= kMaxSeconds)) {
     return Bad("--rendezvous_timeout", "must be > 0 and at most " + max_s + " seconds");
   }
@@ -278,6 +281,7 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     job.host_kv = c.node_rank == 0;
     job.kv_listen = job.kv_endpoint;
     c.node_host = ips[c.node_rank];
+    c.node_hosts = ips;
   } else if (o.Given("master")) {
     auto ep = ParseEndpoint(o.master);
     if (!ep.ok()) return Bad("--master", ep.status().message());

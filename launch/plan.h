@@ -79,6 +79,8 @@ struct CollectiveLayout {
   bool from_slurm = false;  // node rank and count came from Slurm's variables
   // The address this node's processes are reached at (127.0.0.1 on one node).
   std::string node_host;
+  // Every node's address by node rank, when known before the rendezvous (--ips).
+  std::vector<std::string> node_hosts;
   // For programs not written for FleetPS (launch/compat_env.h), filled by
   // the launcher before the processes start: every rank's ip:port (Paddle's
   // trainer endpoints) and node 0's ip:port for torch's MASTER_ADDR/PORT.

@@ -8,7 +8,10 @@
 //   * start order: hosts that start before the KV store's host wait for it;
 //   * Gloo addresses: the same collective command on every host of --ips,
 //     and the join command the --nnodes master prints, work across hosts;
+//   * failing together: a host killed, cut off the network, or refused for
+//     its secret fails every host within 10 s, each naming it.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,15 +20,13 @@
 
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <filesystem>
 #include <fstream>
-#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tests/cluster/netns_cluster.h"
 #include "tests/launch/fleet_job.h"
@@ -67,8 +68,9 @@ class ClusterTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     ASSERT_EQ(fleet::testing::GenerateCtrData(bin_, dir_ / "data", 300), "");
-    for (const auto& [name, secret] : {std::pair{"secret", "0123456789abcdef0123456789abcdef"},
-                                       std::pair{"wrong_secret", "fedcba9876543210fedcba9876543210"}}) {
+    for (const auto& [name, secret] :
+         {std::pair{"secret", "0123456789abcdef0123456789abcdef"},
+          std::pair{"wrong_secret", "fedcba9876543210fedcba9876543210"}}) {
       std::ofstream(dir_ / name) << secret << "\n";
       ASSERT_EQ(chmod((dir_ / name).c_str(), 0600), 0);
     }
@@ -101,7 +103,8 @@ class ClusterTest : public ::testing::Test {
 
   // The PS job of the issue: servers on A and B, workers on B and C, the KV
   // store on A (the first server's host); one epoch of tiny CTR data.
-  std::vector<std::string> PsCommand(int host, const std::string& secret = "secret") const {
+  std::vector<std::string> PsCommand(int host, const std::string& secret = "secret",
+                                     const std::string& epochs = "1") const {
     std::vector<std::string> args = {bin_ + "/fleetrun",
                                      "--job_secret_file=" + (dir_ / secret).string(),
                                      "--servers=198.18.0.1:7000,198.18.0.2:7000",
@@ -112,9 +115,10 @@ class ClusterTest : public ::testing::Test {
                                      "--grace_period=1",
                                      "--rendezvous_timeout=30"};
     const fs::path data = dir_ / "data";
-    for (const std::string& o : {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
-                                 "data.oracle=" + (data / "oracle.txt").string(), std::string("train.epochs=1"),
-                                 std::string("train.batch_size=64")}) {
+    for (const std::string& o :
+         {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
+          "data.oracle=" + (data / "oracle.txt").string(), "train.epochs=" + epochs,
+          std::string("train.batch_size=64"), std::string("train.log_interval=2")}) {
       args.insert(args.end(), {"-o", o});
     }
     return args;
@@ -123,8 +127,12 @@ class ClusterTest : public ::testing::Test {
   // mnist_mlp as a collective PROGRAM over Gloo (2 nodes, 1 rank each),
   // small enough for seconds: 512 samples, one epoch.
   std::vector<std::string> Mnist(const std::vector<std::string>& more = {}) const {
-    std::vector<std::string> args = {bin_ + "/mnist_mlp", "--max_train_samples=512", "--epochs=1",
-                                     "--blas_threads=1", "--hidden=32", "--log_every_steps=2",
+    std::vector<std::string> args = {bin_ + "/mnist_mlp",
+                                     "--max_train_samples=512",
+                                     "--epochs=1",
+                                     "--blas_threads=1",
+                                     "--hidden=32",
+                                     "--log_every_steps=2",
                                      "--collective_timeout_ms=10000"};
     args.insert(args.end(), more.begin(), more.end());
     return args;
@@ -133,9 +141,11 @@ class ClusterTest : public ::testing::Test {
   // fleetrun's flags every collective host gets, then `mode` and PROGRAM.
   std::vector<std::string> CollectiveCommand(const std::vector<std::string>& mode,
                                              const std::vector<std::string>& program) const {
-    std::vector<std::string> args = {bin_ + "/fleetrun", "--job_secret_file=" + (dir_ / "secret").string(),
-                                     "--job_id=" + job_id_, "--log_dir=log", "--grace_period=1",
-                                     "--rendezvous_timeout=30", "--nproc_per_node=1"};
+    std::vector<std::string> args = {
+        bin_ + "/fleetrun",    "--job_secret_file=" + (dir_ / "secret").string(),
+        "--job_id=" + job_id_, "--log_dir=log",
+        "--grace_period=1",    "--rendezvous_timeout=30",
+        "--nproc_per_node=1"};
     args.insert(args.end(), mode.begin(), mode.end());
     args.insert(args.end(), program.begin(), program.end());
     return args;
@@ -152,6 +162,20 @@ class ClusterTest : public ::testing::Test {
       if (!cluster_->Enter(host) || chdir(cwd.c_str()) != 0) _exit(126);
     }));
     return jobs_.back();
+  }
+
+  // Waits until every job in `jobs` ended, at most `limit` after `since`;
+  // the seconds from `since` to the last end (limit + 1 when one is still
+  // running; it is then killed by TearDown).
+  static double SecondsUntilAllEnded(const std::vector<FleetJob*>& jobs, Clock::time_point since,
+                                     std::chrono::milliseconds limit) {
+    while (Clock::now() < since + limit) {
+      bool all = true;
+      for (FleetJob* j : jobs) all = j->Ended() && all;
+      if (all) return std::chrono::duration<double>(Clock::now() - since).count();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::chrono::duration<double>(limit).count() + 1;
   }
 
   static std::string bin_, src_;
@@ -174,7 +198,8 @@ TEST_F(ClusterTest, HostsReachEachOtherAndNothingElse) {
     addr.sin_family = AF_INET;
     addr.sin_port = htons(7000);
     inet_pton(AF_INET, NetnsCluster::Address(kB).c_str(), &addr.sin_addr);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 1) != 0) _exit(2);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 1) != 0)
+      _exit(2);
     (void)!write(ready[1], "x", 1);
     pollfd p{fd, POLLIN, 0};
     _exit(poll(&p, 1, 10000) == 1 && accept(fd, nullptr, nullptr) >= 0 ? 0 : 3);
@@ -191,7 +216,8 @@ TEST_F(ClusterTest, HostsReachEachOtherAndNothingElse) {
   // own loopback listeners either: A's loopback is its own.
   EXPECT_EQ(cluster_->RunIn(kA, [] { return ConnectTo("203.0.113.1", 80); }), ENETUNREACH);
   // C exists and is up.
-  EXPECT_EQ(cluster_->RunIn(kC, [] { return ConnectTo(NetnsCluster::Address(kA), 9); }), ECONNREFUSED);
+  EXPECT_EQ(cluster_->RunIn(kC, [] { return ConnectTo(NetnsCluster::Address(kA), 9); }),
+            ECONNREFUSED);
 }
 
 TEST_F(ClusterTest, NamespacesAreDeletedAfterwardsAndAfterACrash) {
@@ -232,7 +258,8 @@ TEST_F(ClusterTest, HostsStartedBeforeTheStoreHostWaitForIt) {
 // across the two hosts: each host's ranks bind and advertise the host's own
 // address for Gloo (FLEET_HOST), not loopback.
 TEST_F(ClusterTest, SameCollectiveCommandOnEveryHostOfIps) {
-  const std::vector<std::string> command = CollectiveCommand({"--ips=198.18.0.1,198.18.0.2"}, Mnist());
+  const std::vector<std::string> command =
+      CollectiveCommand({"--ips=198.18.0.1,198.18.0.2"}, Mnist());
   FleetJob& a = Start(kA, command);
   FleetJob& b = Start(kB, command);
   for (FleetJob* j : {&a, &b}) {
@@ -256,6 +283,77 @@ TEST_F(ClusterTest, JoinCommandPrintedByTheMasterWorksOnTheOtherHost) {
   for (FleetJob* j : {&a, &b}) {
     EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
   }
+}
+
+// Items 1 and 4: kill -9 of C's fleetrun (worker 1) while the job trains.
+// A (server 0 and the KV store, no worker) and B fail within 10 s, each
+// naming C and what it ran, and no process of the job is left anywhere.
+TEST_F(ClusterTest, KilledHostFailsEveryHostWithinSeconds) {
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  ASSERT_TRUE(c.WaitFor("started worker 1", seconds(10))) << c.Output();
+  kill(c.fleetrun, SIGKILL);
+  const auto killed = Clock::now();
+  const double took = SecondsUntilAllEnded({&a, &b}, killed, seconds(20));
+  std::printf("A and B ended %.1f s after kill -9 of C's fleetrun\n", took);
+  EXPECT_LE(took, 10.0);
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat"),
+              std::string::npos)
+        << j->Output();
+  }
+  c.Ended();
+  const auto deadline = Clock::now() + seconds(5);
+  while (!fleet::testing::ProcessesOfJob(job_id_).empty() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(fleet::testing::ProcessesOfJob(job_id_).empty());
+}
+
+// Item 6: C has the wrong secret. It is refused at once (exit 2), and A and
+// B fail within 10 s of that, naming C as refused by the KV store.
+TEST_F(ClusterTest, HostWithTheWrongSecretFailsEveryHost) {
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  ASSERT_TRUE(a.WaitFor("KV store serving on", seconds(30))) << a.Output();
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("started worker 0", seconds(30))) << b.Output();
+  FleetJob& c = Start(kC, PsCommand(kC, "wrong_secret", "1000"));
+  EXPECT_EQ(c.WaitForExit(seconds(30)), 2) << c.Output();
+  EXPECT_NE(c.Output().find("refused this host"), std::string::npos) << c.Output();
+  const double took = SecondsUntilAllEnded({&a, &b}, Clock::now(), seconds(20));
+  std::printf("A and B ended %.1f s after C was refused\n", took);
+  EXPECT_LE(took, 10.0);
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 was refused by the KV store"), std::string::npos)
+        << j->Output();
+  }
+}
+
+// Item 4: B is cut off the network while a collective job over --ips
+// trains (its processes run on; A's rank would wait in Gloo, B's for A).
+// A fails within 10 s naming node 1 and its rank; B, which lost the KV
+// store, fails within 10 s too. No host is left running.
+TEST_F(ClusterTest, HostCutOffFailsEveryHost) {
+  const std::vector<std::string> command =
+      CollectiveCommand({"--ips=198.18.0.1,198.18.0.2"}, Mnist({"--epochs=1000"}));
+  FleetJob& a = Start(kA, command);
+  FleetJob& b = Start(kB, command);
+  ASSERT_TRUE(a.WaitFor("train_loss", seconds(60))) << a.Output() << b.Output();
+  ASSERT_EQ(cluster_->CutOff(kB), "");
+  const double took = SecondsUntilAllEnded({&a, &b}, Clock::now(), seconds(20));
+  std::printf("A and B ended %.1f s after B was cut off\n", took);
+  EXPECT_LE(took, 10.0);
+  EXPECT_EQ(a.exit_code, 1) << a.Output();
+  EXPECT_NE(a.Output().find("node 1 at 198.18.0.2 (collective 1) stopped: no heartbeat"),
+            std::string::npos)
+      << a.Output();
+  EXPECT_EQ(b.exit_code, 1) << b.Output();
+  EXPECT_NE(b.Output().find("lost the KV store at 198.18.0.1:36001"), std::string::npos)
+      << b.Output();
 }
 
 }  // namespace

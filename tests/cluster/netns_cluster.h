@@ -61,14 +61,18 @@ class NetnsCluster {
     std::unique_ptr<NetnsCluster> c(new NetnsCluster(
         std::string(kPrefix) + std::to_string(getpid()) + "x" + std::to_string(serial++)));
     const std::string br = c->BridgeNamespace();
-    std::vector<std::string> steps = {"ip netns add " + br, "ip -n " + br + " link add br0 type bridge",
+    std::vector<std::string> steps = {"ip netns add " + br,
+                                      "ip -n " + br + " link add br0 type bridge",
                                       "ip -n " + br + " link set br0 up"};
     for (int h = 0; h < hosts; ++h) {
       const std::string ns = c->base_ + "h" + std::to_string(h), port = "p" + std::to_string(h);
       steps.insert(steps.end(),
-                   {"ip netns add " + ns, "ip -n " + br + " link add " + port + " type veth peer name eth0 netns " + ns,
-                    "ip -n " + br + " link set " + port + " master br0 up", "ip -n " + ns + " link set lo up",
-                    "ip -n " + ns + " addr add " + Address(h) + "/24 dev eth0", "ip -n " + ns + " link set eth0 up"});
+                   {"ip netns add " + ns,
+                    "ip -n " + br + " link add " + port + " type veth peer name eth0 netns " + ns,
+                    "ip -n " + br + " link set " + port + " master br0 up",
+                    "ip -n " + ns + " link set lo up",
+                    "ip -n " + ns + " addr add " + Address(h) + "/24 dev eth0",
+                    "ip -n " + ns + " link set eth0 up"});
     }
     for (const std::string& step : steps) {
       if (auto failed = Run(step)) {
@@ -122,11 +126,19 @@ class NetnsCluster {
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }
 
+  // Pulls `host`'s cable: its eth0 goes down, so its processes run on but
+  // reach no other host and are reached by none (no reset, no answer: a
+  // crashed host or a network failure as the others see it). "" on
+  // success, else ip's complaint.
+  std::string CutOff(int host) const {
+    return Run("ip -n " + Namespace(host) + " link set eth0 down").value_or("");
+  }
+
   // Caps what `host` sends to `rate` (tc's syntax, e.g. "20mbit") with a
   // token bucket filter on its eth0. "" on success, else tc's complaint.
   std::string CapBandwidth(int host, const std::string& rate) const {
-    const auto failed = Run("tc -n " + Namespace(host) + " qdisc add dev eth0 root tbf rate " + rate +
-                            " burst 64kb latency 200ms");
+    const auto failed = Run("tc -n " + Namespace(host) + " qdisc add dev eth0 root tbf rate " +
+                            rate + " burst 64kb latency 200ms");
     return failed.value_or("");
   }
 
