@@ -9,7 +9,8 @@
 //   * Gloo addresses: the same collective command on every host of --ips,
 //     and the join command the --nnodes master prints, work across hosts;
 //   * failing together: a host killed, cut off the network, or refused for
-//     its secret fails every host within 10 s, each naming it.
+//     its secret fails every host within 10 s, each naming it;
+//   * a bandwidth cap (tc tbf) on every link times nothing out.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -354,6 +355,23 @@ TEST_F(ClusterTest, HostCutOffFailsEveryHost) {
   EXPECT_EQ(b.exit_code, 1) << b.Output();
   EXPECT_NE(b.Output().find("lost the KV store at 198.18.0.1:36001"), std::string::npos)
       << b.Output();
+}
+
+// A slower link: every host's sending capped at 40 Mbit/s (tc tbf; this
+// kernel has no netem), which the dense pulls and pushes saturate. The job
+// completes on every host: no heartbeat is missed for --peer_timeout and no
+// request times out.
+TEST_F(ClusterTest, CappedLinksTimeNothingOut) {
+  for (int h : {kA, kB, kC}) ASSERT_EQ(cluster_->CapBandwidth(h, "40mbit"), "");
+  const auto start = Clock::now();
+  FleetJob& a = Start(kA, PsCommand(kA));
+  FleetJob& b = Start(kB, PsCommand(kB));
+  FleetJob& c = Start(kC, PsCommand(kC));
+  for (FleetJob* j : {&a, &b, &c}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+  }
+  std::printf("the PS job took %.1f s on 40 Mbit/s links\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
 }
 
 }  // namespace
