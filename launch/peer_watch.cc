@@ -168,7 +168,8 @@ void PeerWatch::Round() {
   if (from_peer) SetMarker(*why);
   if (why) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_) failure_ = std::move(why);
+    // A host that ended meanwhile (its own failure) needs no news.
+    if (!failure_ && !ended_) failure_ = std::move(why);
   }
 }
 
