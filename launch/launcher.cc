@@ -859,7 +859,12 @@ int Launcher::FinishJob() {
 
 Result<MachineInfo> GatherMachineInfo() {
   MachineInfo m;
-  FLEET_ASSIGN_OR_RETURN(m.local_addresses, LocalIPv4Addresses());
+  FLEET_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> interfaces, LocalIPv4Interfaces());
+  for (const InterfaceAddress& i : interfaces) {
+    m.local_addresses.push_back(i.address);
+    m.interface_of[i.address] = i.interface;
+  }
+  if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME")) m.nccl_socket_ifname = ifname;
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   m.gpu_count = VisibleGpuCount(visible ? std::optional<std::string>(visible) : std::nullopt, CountGpus());
   char buf[PATH_MAX];

@@ -330,6 +330,10 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     c.node_host = "127.0.0.1";
   }
   c.world_size = c.devices.size();
+  const auto iface = m.interface_of.find(c.node_host);
+  if (c.nnodes > 1 && !IsLoopback(c.node_host) && !m.nccl_socket_ifname && iface != m.interface_of.end()) {
+    c.nccl_socket_ifname = "=" + iface->second;  // "=": this interface exactly, not a prefix
+  }
   return Status::OK();
 }
 
@@ -416,6 +420,9 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
       const CompatPlace place{spec.rank, c.world_size, rank, static_cast<int>(c.devices.size()),
                               c.master, c.trainer_endpoints, c.devices.at(rank)};
       for (auto& [name, value] : CompatEnv(place)) spec.env.emplace_back(name, value);
+    }
+    if (c.devices.at(rank).starts_with("cuda:") && !c.nccl_socket_ifname.empty()) {
+      spec.env.emplace_back("NCCL_SOCKET_IFNAME", c.nccl_socket_ifname);
     }
     spec.exe = c.program_path;
     spec.argv.push_back(c.program);
