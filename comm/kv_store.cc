@@ -168,6 +168,8 @@ struct KvStoreServer::Impl {
   // the request must be refused: with options.auth, no credential or one
   // malformed or stale; a body of unknown (chunked) or too large a length.
   bool RefusedOnHeaders(const httplib::Request& req, httplib::Response& res);
+  // Answers 403 for a refused credential and tells options.on_refused.
+  void RefuseCredential(const httplib::Request& req, httplib::Response& res, const Status& why);
   // GET /metrics, when options.metrics is set.
   void InstallMetrics();
 
@@ -269,6 +271,7 @@ bool KvStoreServer::Impl::RefusedOnHeaders(const httplib::Request& req, httplib:
       LOG_EVERY_N(WARNING, 100) << "kv store: refused " << req.method << " from " << req.remote_addr
                                 << " without credential (" << google::COUNTER << " so far)";
       Reply(res, 401, "this KV store needs the job's credential (X-Fleet-Auth)");
+      if (options.on_refused) options.on_refused(req.remote_addr, "no credential (401)");
       return true;
     }
     const int64_t now = std::chrono::duration_cast<milliseconds>(
@@ -277,7 +280,7 @@ bool KvStoreServer::Impl::RefusedOnHeaders(const httplib::Request& req, httplib:
     Status st = KvRequestSigner::CheckHeader(req.get_header_value(KvRequestSigner::kHeader), now,
                                              options.auth_window);
     if (!st.ok()) {
-      Reply(res, 403, absl::StrCat("credential refused: ", st.message()));
+      RefuseCredential(req, res, st);
       return true;
     }
   }
@@ -317,8 +320,16 @@ bool KvStoreServer::Impl::Authorized(const httplib::Request& req, httplib::Respo
   }
   LOG_EVERY_N(WARNING, 100) << "kv store: refused " << req.method << " from " << req.remote_addr
                             << ": " << st.message() << " (" << google::COUNTER << " so far)";
-  Reply(res, 403, absl::StrCat("credential refused: ", st.message()));
+  RefuseCredential(req, res, st);
   return false;
+}
+
+void KvStoreServer::Impl::RefuseCredential(const httplib::Request& req, httplib::Response& res,
+                                           const Status& why) {
+  Reply(res, 403, absl::StrCat("credential refused: ", why.message()));
+  if (options.on_refused) {
+    options.on_refused(req.remote_addr, absl::StrCat("credential refused (403): ", why.message()));
+  }
 }
 
 void KvStoreServer::Impl::HandleGet(const httplib::Request& req, httplib::Response& res) {

@@ -48,6 +48,11 @@ struct KvStoreServerOptions {
   // guarded like every route; called on a server thread, so it must be
   // thread-safe.
   std::function<std::string()> metrics;
+  // When set, told of every request refused for its credential (401/403):
+  // the peer's address and why. Called on a server thread, so it must be
+  // thread-safe. fleetrun fails a job at once when one of its hosts is
+  // refused (launch/peer_watch.h).
+  std::function<void(const std::string& remote_address, const std::string& why)> on_refused;
 };
 
 // Thread-safe. Serves on its own threads from Start() until Stop() or

@@ -21,10 +21,11 @@
 #include "comm/shm_collective.h"
 #include "launch/compat_env.h"
 #include "launch/config_check.h"
-#include "launch/log_dir_lock.h"
 #include "launch/job_secret.h"
+#include "launch/log_dir_lock.h"
 #include "launch/metrics.h"
 #include "launch/net.h"
+#include "launch/peer_watch.h"
 #include "launch/supervisor.h"
 
 namespace fleet::launch {
@@ -62,6 +63,28 @@ std::string JoinInts(const std::vector<int>& v) {
   return out;
 }
 
+// The "still waiting" lines of one bounded wait: at the first failed try,
+// then every kWaitNoteEvery, so no user (and no test on a loaded machine)
+// depends on how long the wait lasts.
+class WaitNote {
+ public:
+  WaitNote(std::FILE* out, milliseconds limit) : out_(out), limit_(limit) {}
+  void Say(const std::string& what) {
+    if (Clock::now() < next_) return;
+    next_ = Clock::now() + kWaitNoteEvery;
+    const double waited = std::chrono::duration<double>(Clock::now() - start_).count();
+    std::fprintf(out_, "fleetrun: still waiting (%.0f of %.0f s) for %s\n", waited,
+                 std::chrono::duration<double>(limit_).count(), what.c_str());
+    std::fflush(out_);
+  }
+
+ private:
+  std::FILE* const out_;
+  const milliseconds limit_;
+  const Clock::time_point start_ = Clock::now();
+  Clock::time_point next_ = start_;
+};
+
 class Launcher {
  public:
   Launcher(std::vector<std::string> args, LaunchOptions options, JobLayout job, int wake_fd, LauncherIo io)
@@ -90,11 +113,31 @@ class Launcher {
   std::optional<int> StartRole(Role role, const std::vector<int>& ranks);
   std::optional<int> WaitPublished(Role role, const std::vector<int>& ranks);
   std::optional<int> CollectiveRendezvous();
+  // On a host that does not serve the KV store: waits (up to
+  // --rendezvous_timeout) until the store answers, so hosts may start in
+  // any order; fails at once when it refuses this host's credential.
+  std::optional<int> WaitForStore();
+  // Which host serves the KV store and how it is started, for wait lines.
+  std::string StoreHostHint() const;
   // Free ports for programs not written for FleetPS (launch/compat_env.h).
   std::optional<int> PickCompatPorts();
   std::optional<int> HandleEvents(const std::vector<Supervisor::Event>& events);
   // Polls the supervisor once; the exit code when something ended the job.
-  std::optional<int> Tick(milliseconds timeout) { return HandleEvents(sup_.Poll(timeout)); }
+  std::optional<int> Tick(milliseconds timeout);
+  // Multi-host jobs: starts heartbeating and watching the other hosts
+  // (launch/peer_watch.h). `self_id`/`self_name` name this host.
+  void StartPeerWatch(const std::string& self_id, const std::string& self_name,
+                      std::vector<PeerWatchOptions::Peer> peers);
+  // A PS cluster on several machines: each host is known by its address
+  // and watches the job's other addresses.
+  void StartPsPeerWatch();
+  // This host failed (`what` names the process or the cause): tells the
+  // other hosts at once, before the processes are stopped.
+  void TellPeersFailed(const std::string& what);
+  // The job failed on another host (or one died): stops everything here.
+  int StopForPeer(const std::string& why);
+  // Ends the peer watch as the job ends here (rc 0: "done").
+  void EndPeerWatch(int rc);
   int Supervise();
   // --store_only: serves the KV store until SIGINT or SIGTERM, then exits 0.
   int ServeStoreOnly();
@@ -102,7 +145,7 @@ class Launcher {
   // Stops every process still running; the job's exit code.
   // `wait_status` is the failed process's: one that exited 2 (it refused
   // its input at start-up) makes the job exit 2 as well.
-  int StopFailedJob(int wait_status);
+  int StopFailedJob(int wait_status, const std::string& what);
   void Report(size_t index, int wait_status, const std::string& action);
   // Marks `mine` done under `prefix`; the store's host then waits (bounded
   // by --rendezvous_timeout) until every id in `all` is marked, so the store
@@ -136,10 +179,18 @@ class Launcher {
   std::set<size_t> finished_;                       // workers that exited 0
   std::optional<LogDirLock> log_lock_;               // held from Run() on
   Clock::time_point next_done_check_{};
+  // Requests the KV store refused, by peer address (its server's threads
+  // write, the peer watch reads).
+  std::mutex refused_mu_;
+  std::map<std::string, std::string> refused_;
+  // After kv_: stopped before the client it uses.
+  std::unique_ptr<PeerWatch> peers_;
+  bool failed_elsewhere_ = false;
 };
 
 int Launcher::Run() {
   const int rc = RunJob();
+  EndPeerWatch(rc);
   if (sup_.size() > 0) {
     next_progress_poll_ = Clock::time_point();  // the last reports, for the throughput
     PollProgress();
@@ -225,7 +276,12 @@ int Launcher::RunJob() {
     kv_server_ = std::make_unique<KvStoreServer>(
         KvStoreServerOptions{.listen = job_.kv_listen,
                              .auth = job_.credentials,
-                             .metrics = [metrics = metrics_.get()] { return metrics->Text(); }});
+                             .metrics = [metrics = metrics_.get()] { return metrics->Text(); },
+                             .on_refused =
+                                 [this](const std::string& address, const std::string& why) {
+                                   std::lock_guard<std::mutex> lock(refused_mu_);
+                                   refused_.emplace(address, why);
+                                 }});
     Status st = kv_server_->Start();
     if (!st.ok()) {
       std::fprintf(io_.err, "fleetrun: --http_port: cannot host the KV store: %s\n", st.message().c_str());
@@ -243,6 +299,9 @@ int Launcher::RunJob() {
                                                              .auth = job_.credentials});
 
   if (job_.mode == Mode::kStoreOnly) return ServeStoreOnly();
+  if (!job_.host_kv) {
+    if (auto rc = WaitForStore()) return *rc;
+  }
   if (job_.mode == Mode::kCollective) {
     if (auto rc = PickCompatPorts()) return *rc;
     if (auto rc = CollectiveRendezvous()) return *rc;
@@ -251,6 +310,7 @@ int Launcher::RunJob() {
     if (auto rc = StartRole(Role::kCollective, local)) return *rc;
     return Supervise();
   }
+  StartPsPeerWatch();
   // Servers first; heter workers need the servers' real endpoints and
   // workers need both, so each stage waits for the previous one to publish.
   for (Role role : {Role::kServer, Role::kHeterWorker}) {
@@ -353,7 +413,17 @@ std::string Launcher::JoinCommand() const {
     if (!drop && a != "--") cmd += " " + ShellQuote(a);
   }
   cmd += " " + ShellQuote(opts_.program);
-  for (const std::string& a : opts_.program_args) cmd += " " + ShellQuote(a);
+  // Not this node's --gloo_hostname: each node's fleetrun gives its ranks the
+  // node's own address (FLEET_HOST).
+  for (size_t i = 0; i < opts_.program_args.size(); ++i) {
+    const std::string& a = opts_.program_args[i];
+    if (a == "--gloo_hostname" || a == "-gloo_hostname") {
+      ++i;
+      continue;
+    }
+    if (a.starts_with("--gloo_hostname=") || a.starts_with("-gloo_hostname=")) continue;
+    cmd += " " + ShellQuote(a);
+  }
   return cmd;
 }
 
@@ -365,47 +435,35 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                  JoinCommand().c_str());
     std::fflush(io_.out);
   }
-  const auto start = Clock::now(), deadline = start + rendezvous_;
-  // At the first failed try, then every few seconds: what this node waits
-  // for and who should provide it (the first line at once, so no user, and no
-  // test on a loaded machine, depends on how long the wait lasts).
-  auto next_note = start;
-  auto note = [&](const std::string& what) {
-    if (Clock::now() < next_note) return;
-    next_note = Clock::now() + kWaitNoteEvery;
-    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
-    std::fprintf(io_.out, "fleetrun: still waiting (%.0f of %.0f s) for %s\n", waited,
-                 std::chrono::duration<double>(rendezvous_).count(), what.c_str());
-    std::fflush(io_.out);
-  };
+  const auto deadline = Clock::now() + rendezvous_;
+  WaitNote note(io_.out, rendezvous_);
   Status last_error;
   if (c.node_rank_source == NodeRankSource::kAssigned) {
-    const std::string master_host = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'));
-    // The master's store may not be up yet: retry until the deadline.
-    while (true) {
-      auto r = kv_->Add("collective/node_rank", 1);
-      if (r.ok()) {
-        c.node_rank = static_cast<int>(*r - 1);
-        break;
-      }
-      last_error = r.status();
-      if (Clock::now() >= deadline) {
-        std::fprintf(io_.err, "fleetrun: Timeout: no node rank from the KV store at %s within %lld ms: %s\n",
-                     job_.kv_endpoint.c_str(), static_cast<long long>(rendezvous_.count()),
-                     last_error.message().c_str());
-        return kExitJobFailed;
-      }
-      note("the KV store at " + job_.kv_endpoint + " (" + last_error.message() +
-           "), which hands out node ranks; it is hosted by the master node, started on " + master_host +
-           " without --master: fleetrun --nnodes=" + std::to_string(c.nnodes) + " --host=" + master_host +
-           " PROGRAM ... (every node given --master waits for it)");
-      if (auto rc = Tick(kStoreTick)) return rc;
+    // The store answered (WaitForStore), so a failure now is no start-order matter.
+    auto r = kv_->Add("collective/node_rank", 1);
+    if (!r.ok()) {
+      std::fprintf(io_.err, "fleetrun: no node rank from the KV store at %s: %s\n", job_.kv_endpoint.c_str(),
+                   r.status().message().c_str());
+      return kExitJobFailed;
     }
+    c.node_rank = static_cast<int>(*r - 1);
     if (c.node_rank >= c.nnodes) {
       std::fprintf(io_.err, "fleetrun: --nnodes: node rank %d handed out, but the job has only %d nodes\n", c.node_rank,
                    c.nnodes);
       return kExitJobFailed;
     }
+  }
+  {
+    std::vector<PeerWatchOptions::Peer> peers;
+    for (int n = 0; n < c.nnodes; ++n) {
+      if (n == c.node_rank) continue;
+      const std::string address = c.node_hosts.empty() ? "" : c.node_hosts[n];
+      peers.push_back({"node" + std::to_string(n),
+                       "node " + std::to_string(n) + (address.empty() ? "" : " at " + address),
+                       address});
+    }
+    StartPeerWatch("node" + std::to_string(c.node_rank),
+                   "node " + std::to_string(c.node_rank) + " at " + c.node_host, std::move(peers));
   }
   // Each node publishes its process count and its ranks' endpoints (node 0
   // also torch's master) and reads everyone's.
@@ -439,7 +497,7 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                    last_error.ok() ? "" : "; last store error: ", last_error.ok() ? "" : last_error.message().c_str());
       return kExitJobFailed;
     }
-    note("nodes " + JoinInts(missing) + " of " + std::to_string(c.nnodes) + " to join through the KV store at " +
+    note.Say("nodes " + JoinInts(missing) + " of " + std::to_string(c.nnodes) + " to join through the KV store at " +
          job_.kv_endpoint +
          (c.node_rank_source == NodeRankSource::kAssigned
               ? " (each runs fleetrun --master=" + job_.kv_endpoint + " --nnodes=" + std::to_string(c.nnodes) + " PROGRAM ...)"
@@ -462,7 +520,48 @@ std::optional<int> Launcher::CollectiveRendezvous() {
   }
   std::fprintf(io_.out, "fleetrun: node %d of %d; ranks %d..%d of %d\n", c.node_rank, c.nnodes, c.rank_offset,
                c.rank_offset + static_cast<int>(c.devices.size()) - 1, c.world_size);
+  std::string ranks;
+  for (size_t i = 0; i < c.devices.size(); ++i) {
+    ranks += (ranks.empty() ? "collective " : ", collective ") + std::to_string(c.rank_offset + i);
+  }
+  peers_->SetProcesses(ranks);
   return std::nullopt;
+}
+
+std::string Launcher::StoreHostHint() const {
+  const std::string host = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'));
+  if (job_.mode == Mode::kPsCluster) return "it is served by the fleetrun on " + host + ", the first server's host";
+  const CollectiveLayout& c = job_.collective;
+  if (c.node_rank_source == NodeRankSource::kAssigned) {
+    return "it is served by the master node, started on " + host + " without --master: fleetrun --nnodes=" +
+           std::to_string(c.nnodes) + " --host=" + host + " PROGRAM ... (every node given --master waits for it)";
+  }
+  return "it is served by node 0's fleetrun (" + host + ")";
+}
+
+std::optional<int> Launcher::WaitForStore() {
+  const auto deadline = Clock::now() + rendezvous_;
+  WaitNote note(io_.out, rendezvous_);
+  while (true) {
+    // Any answer, "not found" included, shows the store serves this host.
+    Result<std::string> probe = kv_->Get("store/probe");
+    if (probe.ok() || probe.status().IsNotFound()) return std::nullopt;
+    if (probe.status().code() == StatusCode::kFailedPrecondition) {
+      std::fprintf(io_.err,
+                   "fleetrun: the KV store at %s refused this host: %s; give every host the same "
+                   "--job_secret_file (or FLEET_JOB_SECRET)\n",
+                   job_.kv_endpoint.c_str(), probe.status().message().c_str());
+      return kExitBadFlags;
+    }
+    if (Clock::now() >= deadline) {
+      std::fprintf(io_.err, "fleetrun: Timeout: the KV store at %s did not answer within %lld ms (%s); %s\n",
+                   job_.kv_endpoint.c_str(), static_cast<long long>(rendezvous_.count()),
+                   probe.status().message().c_str(), StoreHostHint().c_str());
+      return kExitJobFailed;
+    }
+    note.Say("the KV store at " + job_.kv_endpoint + " (" + probe.status().message() + "); " + StoreHostHint());
+    if (auto rc = Tick(kStoreTick)) return rc;
+  }
 }
 
 std::optional<int> Launcher::PickCompatPorts() {
@@ -495,7 +594,8 @@ void Launcher::Report(size_t index, int wait_status, const std::string& action) 
   std::fflush(io_.err);
 }
 
-int Launcher::StopFailedJob(int wait_status) {
+int Launcher::StopFailedJob(int wait_status, const std::string& what) {
+  TellPeersFailed(what);
   const size_t others = sup_.Running().size();
   std::fprintf(io_.err, "fleetrun: job failed; stopping %zu other processes\n", others);
   std::fflush(io_.err);
@@ -507,6 +607,7 @@ int Launcher::StopFailedJob(int wait_status) {
 std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& events) {
   for (const Supervisor::Event& ev : events) {
     if (ev.kind == Supervisor::Event::kSignal) {
+      TellPeersFailed(std::string("fleetrun received ") + strsignal(ev.signo));
       std::fprintf(io_.err, "fleetrun: received %s; stopping %zu processes\n", strsignal(ev.signo),
                    sup_.Running().size());
       std::fflush(io_.err);
@@ -556,9 +657,86 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       if (WIFEXITED(other->wait_status) && WEXITSTATUS(other->wait_status) == 0) continue;
       Report(other->index, other->wait_status, "");
     }
-    return StopFailedJob(ev.wait_status);
+    return StopFailedJob(ev.wait_status, spec.Name() + " (pid " +
+                                             std::to_string(sup_.pid(ev.index)) + ") " +
+                                             Supervisor::DescribeWaitStatus(ev.wait_status));
   }
   return std::nullopt;
+}
+
+std::optional<int> Launcher::Tick(milliseconds timeout) {
+  if (auto rc = HandleEvents(sup_.Poll(timeout))) return rc;
+  if (peers_) {
+    if (std::optional<std::string> why = peers_->failure()) return StopForPeer(*why);
+  }
+  return std::nullopt;
+}
+
+void Launcher::StartPsPeerWatch() {
+  std::set<std::string> hosts, mine;  // addresses: the job's, this machine's
+  for (const auto* list : {&job_.servers, &job_.heter_workers, &job_.workers}) {
+    for (const Endpoint& e : *list) hosts.insert(e.host);
+  }
+  std::string processes;
+  for (const auto& [role, ranks] : {std::pair{Role::kServer, &job_.local_servers},
+                                    std::pair{Role::kHeterWorker, &job_.local_heter_workers},
+                                    std::pair{Role::kWorker, &job_.local_workers}}) {
+    for (int r : *ranks) {
+      mine.insert(ListOf(role)[r].host);
+      processes +=
+          (processes.empty() ? "" : ", ") + std::string(RoleName(role)) + " " + std::to_string(r);
+    }
+  }
+  if (job_.mode != Mode::kPsCluster || hosts.size() < 2) return;
+  std::vector<PeerWatchOptions::Peer> peers;
+  for (const std::string& h : hosts) {
+    if (!mine.count(h)) peers.push_back({h, "host " + h, h});
+  }
+  StartPeerWatch(*mine.begin(), "host " + *mine.begin(), std::move(peers));
+  peers_->SetProcesses(processes);
+}
+
+void Launcher::StartPeerWatch(const std::string& self_id, const std::string& self_name,
+                              std::vector<PeerWatchOptions::Peer> peers) {
+  PeerWatchOptions o{.self_id = self_id,
+                     .self_name = self_name,
+                     .peers = std::move(peers),
+                     .peer_timeout = Seconds(opts_.peer_timeout_s),
+                     .join_timeout = rendezvous_,
+                     .refused = [this](const std::string& address) -> std::optional<std::string> {
+                       std::lock_guard<std::mutex> lock(refused_mu_);
+                       auto it = refused_.find(address);
+                       if (it == refused_.end()) return std::nullopt;
+                       return it->second;
+                     }};
+  peers_ = std::make_unique<PeerWatch>(kv_.get(), std::move(o));
+}
+
+void Launcher::TellPeersFailed(const std::string& what) {
+  if (peers_ && !failed_elsewhere_) peers_->MarkFailed(what);
+}
+
+int Launcher::StopForPeer(const std::string& why) {
+  failed_elsewhere_ = true;
+  std::fprintf(io_.err, "fleetrun: %s; stopping %zu processes on this host\n", why.c_str(),
+               sup_.Running().size());
+  std::fflush(io_.err);
+  sup_.StopAll(grace_);
+  return kExitJobFailed;
+}
+
+void Launcher::EndPeerWatch(int rc) {
+  if (!peers_) return;
+  if (rc == kExitOk) {
+    peers_->MarkEnded("done");
+  } else {
+    // Failures with no process to name (a wait that timed out) tell here.
+    TellPeersFailed("fleetrun failed (exit " + std::to_string(rc) + "; its output says why)");
+    peers_->MarkEnded("stopped");
+    // The store goes with this fleetrun: let the others read why first.
+    if (job_.host_kv) peers_->AwaitPeersEnded(std::chrono::seconds(3));
+  }
+  peers_.reset();
 }
 
 bool Launcher::AllWorkersDone() {
@@ -681,7 +859,12 @@ int Launcher::FinishJob() {
 
 Result<MachineInfo> GatherMachineInfo() {
   MachineInfo m;
-  FLEET_ASSIGN_OR_RETURN(m.local_addresses, LocalIPv4Addresses());
+  FLEET_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> interfaces, LocalIPv4Interfaces());
+  for (const InterfaceAddress& i : interfaces) {
+    m.local_addresses.push_back(i.address);
+    m.interface_of[i.address] = i.interface;
+  }
+  if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME")) m.nccl_socket_ifname = ifname;
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   m.gpu_count = VisibleGpuCount(visible ? std::optional<std::string>(visible) : std::nullopt, CountGpus());
   char buf[PATH_MAX];

@@ -34,20 +34,22 @@ std::vector<std::string> SplitString(std::string_view text, char sep) {
 
 bool IsLoopback(std::string_view ipv4) { return ipv4.starts_with("127."); }
 
-Result<std::vector<std::string>> LocalIPv4Addresses() {
+Result<std::vector<InterfaceAddress>> LocalIPv4Interfaces() {
   ifaddrs* raw = nullptr;
   if (getifaddrs(&raw) != 0) return Status::IOError("getifaddrs failed", std::strerror(errno));
   struct Free {
     void operator()(ifaddrs* p) const { freeifaddrs(p); }
   };
   std::unique_ptr<ifaddrs, Free> list(raw);
-  std::vector<std::string> out;
+  std::vector<InterfaceAddress> out;
   for (ifaddrs* it = raw; it != nullptr; it = it->ifa_next) {
     if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
     char buf[INET_ADDRSTRLEN] = {};
     const auto* sin = reinterpret_cast<const sockaddr_in*>(it->ifa_addr);
     if (inet_ntop(AF_INET, &sin->sin_addr, buf, sizeof(buf)) == nullptr) continue;
-    if (std::find(out.begin(), out.end(), buf) == out.end()) out.emplace_back(buf);
+    if (std::none_of(out.begin(), out.end(), [&](const InterfaceAddress& a) { return a.address == buf; })) {
+      out.push_back({buf, it->ifa_name ? it->ifa_name : ""});
+    }
   }
   return out;
 }

@@ -1,7 +1,7 @@
 // What fleetrun needs to know about this machine: its interface addresses,
 // its GPUs, and Slurm's node list. Endpoint parsing itself is comm/endpoint.h.
 // SplitString, IsLoopback and FirstSlurmHost are pure; the probes
-// (LocalIPv4Addresses, CountGpus, ResolveIPv4) touch the OS.
+// (LocalIPv4Interfaces, CountGpus, ResolveIPv4) touch the OS.
 #pragma once
 
 #include <string>
@@ -21,9 +21,14 @@ bool IsDottedIPv4(const std::string& s);
 // True for 127.0.0.0/8.
 bool IsLoopback(std::string_view ipv4);
 
-// This machine's IPv4 interface addresses (getifaddrs), loopback included.
-// IOError when getifaddrs fails.
-Result<std::vector<std::string>> LocalIPv4Addresses();
+// This machine's IPv4 interface addresses (getifaddrs), loopback included,
+// each with the name of its interface ("10.0.0.2" -> "eth0"), in
+// getifaddrs' order. IOError when getifaddrs fails.
+struct InterfaceAddress {
+  std::string address;
+  std::string interface;
+};
+Result<std::vector<InterfaceAddress>> LocalIPv4Interfaces();
 
 // Number of NVIDIA GPUs, counted as /dev/nvidia<N> device nodes under
 // `dev_dir` (no CUDA link needed). 0 when there are none.

@@ -73,6 +73,9 @@ const OptionSpec kOptions[] = {
      "seconds between SIGTERM and SIGKILL when stopping processes (at most 86400)", kProcessGroup},
     {"rendezvous_timeout", &LaunchOptions::rendezvous_timeout_s, "120",
      "seconds to wait for servers to publish endpoints and for other nodes to join (at most 86400)", kProcessGroup},
+    {"peer_timeout", &LaunchOptions::peer_timeout_s, "5",
+     "multi-host jobs: seconds without a heartbeat (through the KV store) after which a host counts as "
+     "dead and the job fails on every host (at most 86400)", kProcessGroup},
     {"auth", &LaunchOptions::auth, "on",
      "on: ZeroMQ traffic encrypted and authenticated (CURVE), KV store requests signed, keys from the "
      "job secret; off: plain, for trusted networks only (passed on as FLEET_AUTH)", kSecurityGroup},

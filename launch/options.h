@@ -45,6 +45,7 @@ struct LaunchOptions {
   int max_restart = 0;
   double grace_period_s = 5.0;
   double rendezvous_timeout_s = 120.0;
+  double peer_timeout_s = 5.0;
   std::string auth = "on";
   std::string job_secret_file;
   // By hand: host only the KV store.

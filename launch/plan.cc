@@ -113,6 +113,9 @@ Status ResolveCommon(const LaunchOptions& o, JobLayout& job) {
   if (!(o.grace_period_s > 0 && o.grace_period_s <= kMaxSeconds)) {
     return Bad("--grace_period", "must be > 0 and at most " + max_s + " seconds");
   }
+  if (!(o.peer_timeout_s > 0 && o.peer_timeout_s <= kMaxSeconds)) {
+    return Bad("--peer_timeout", "must be > 0 and at most " + max_s + " seconds");
+  }
   if (!(o.rendezvous_timeout_s > 0 && o.rendezvous_timeout_s <= kMaxSeconds)) {
     return Bad("--rendezvous_timeout", "must be > 0 and at most " + max_s + " seconds");
   }
@@ -278,6 +281,7 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     job.host_kv = c.node_rank == 0;
     job.kv_listen = job.kv_endpoint;
     c.node_host = ips[c.node_rank];
+    c.node_hosts = ips;
   } else if (o.Given("master")) {
     auto ep = ParseEndpoint(o.master);
     if (!ep.ok()) return Bad("--master", ep.status().message());
@@ -326,6 +330,10 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     c.node_host = "127.0.0.1";
   }
   c.world_size = c.devices.size();
+  const auto iface = m.interface_of.find(c.node_host);
+  if (c.nnodes > 1 && !IsLoopback(c.node_host) && !m.nccl_socket_ifname && iface != m.interface_of.end()) {
+    c.nccl_socket_ifname = "=" + iface->second;  // "=": this interface exactly, not a prefix
+  }
   return Status::OK();
 }
 
@@ -403,11 +411,18 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
             {"nnodes", std::to_string(c.nnodes)},
             {"node_rank", std::to_string(c.node_rank)},
             {"nproc_per_node", std::to_string(c.devices.size())},
-            {"device", c.devices.at(rank)}};
+            {"device", c.devices.at(rank)},
+            // The address this host has in the job: ranks bind and advertise
+            // it for their own connections (Gloo), never loopback unless the
+            // job is on one host.
+            {"host", c.node_host}};
     if (c.trainer_endpoints.size() == static_cast<size_t>(c.world_size)) {
       const CompatPlace place{spec.rank, c.world_size, rank, static_cast<int>(c.devices.size()),
                               c.master, c.trainer_endpoints, c.devices.at(rank)};
       for (auto& [name, value] : CompatEnv(place)) spec.env.emplace_back(name, value);
+    }
+    if (c.devices.at(rank).starts_with("cuda:") && !c.nccl_socket_ifname.empty()) {
+      spec.env.emplace_back("NCCL_SOCKET_IFNAME", c.nccl_socket_ifname);
     }
     spec.exe = c.program_path;
     spec.argv.push_back(c.program);

@@ -9,7 +9,9 @@
 
 #include <signal.h>
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -32,6 +34,10 @@ using ::fleet::RoleName;
 // GatherMachineInfo in launcher.h) and given in so planning stays pure.
 struct MachineInfo {
   std::vector<std::string> local_addresses;  // IPv4, loopback included
+  // The interface of each of them ("10.0.0.2" -> "eth0").
+  std::map<std::string, std::string> interface_of;
+  // NCCL_SOCKET_IFNAME as fleetrun was given it (unset: nullopt).
+  std::optional<std::string> nccl_socket_ifname;
   int gpu_count = 0;
   std::string self_dir;  // folder of the fleetrun executable
   std::string path_env;  // $PATH, for finding PROGRAM
@@ -79,6 +85,12 @@ struct CollectiveLayout {
   bool from_slurm = false;  // node rank and count came from Slurm's variables
   // The address this node's processes are reached at (127.0.0.1 on one node).
   std::string node_host;
+  // Every node's address by node rank, when known before the rendezvous (--ips).
+  std::vector<std::string> node_hosts;
+  // GPU ranks of a job on several nodes: NCCL's bootstrap and sockets use
+  // the interface of node_host ("=eth0"), unless fleetrun was given
+  // NCCL_SOCKET_IFNAME (then it is inherited) or the interface is unknown.
+  std::string nccl_socket_ifname;
   // For programs not written for FleetPS (launch/compat_env.h), filled by
   // the launcher before the processes start: every rank's ip:port (Paddle's
   // trainer endpoints) and node 0's ip:port for torch's MASTER_ADDR/PORT.

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <regex>
@@ -138,9 +139,11 @@ struct FleetJob {
 };
 
 // Forks and execs `args` (args[0] is fleetrun's path; pass --job_id=<job_id>
-// among them) with stdout and stderr going to `output`.
+// among them) with stdout and stderr going to `output`. `in_child`, when
+// given, runs in the child before the exec (e.g. to enter a network
+// namespace; it _exits when that fails).
 inline FleetJob StartFleetrun(std::vector<std::string> args, const std::filesystem::path& output,
-                              const std::string& job_id) {
+                              const std::string& job_id, const std::function<void()>& in_child = {}) {
   FleetJob job;
   job.output = output;
   job.job_id = job_id;
@@ -149,6 +152,7 @@ inline FleetJob StartFleetrun(std::vector<std::string> args, const std::filesyst
   argv.push_back(nullptr);
   job.fleetrun = fork();
   if (job.fleetrun == 0) {
+    if (in_child) in_child();
     const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(fd, 1);
     dup2(fd, 2);

@@ -240,6 +240,9 @@ TEST_F(PlanTest, CollectiveDevicesAndRanks) {
   EXPECT_EQ(EnvOf(p, "FLEET_NNODES"), "2");
   EXPECT_EQ(EnvOf(p, "FLEET_NPROC_PER_NODE"), "3");
   EXPECT_EQ(EnvOf(p, "FLEET_DEVICE"), "cpu");
+  EXPECT_EQ(EnvOf(p, "FLEET_HOST"), "10.0.0.2");  // this host's --ips entry, for Gloo
+  EXPECT_EQ(EnvOf(RenderProcess(*all, Role::kCollective, 0), "FLEET_HOST"), "127.0.0.1");  // one host
+  EXPECT_EQ(EnvOf(p, "NCCL_SOCKET_IFNAME"), "(absent)");  // a CPU rank
   EXPECT_EQ(p.log_path, "log/workerlog.5");
   EXPECT_FALSE(p.tee);
 }
@@ -272,6 +275,24 @@ TEST(Net, SlurmFirstHostAndGpuCount) {
 
 // torchrun's and Paddle's variables beside FLEET_*, once the launcher has
 // the ports; FLAGS_selected_gpus is the id CUDA gives the rank's GPU.
+// GPU ranks on several nodes: NCCL's bootstrap uses the interface of this
+// node's address in the job, unless fleetrun was given NCCL_SOCKET_IFNAME.
+TEST_F(PlanTest, NcclUsesTheInterfaceOfTheNodesAddress) {
+  machine_.gpu_count = 1;
+  machine_.interface_of = {{"127.0.0.1", "lo"}, {"10.0.0.2", "ens5"}};
+  auto job = Resolve({"--ips=10.0.0.1,10.0.0.2", "prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  job->collective.world_size = 2;
+  EXPECT_EQ(EnvOf(RenderProcess(*job, Role::kCollective, 0), "NCCL_SOCKET_IFNAME"), "=ens5");
+  auto one = Resolve({"prog"});  // one node: NCCL finds its peers on loopback
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(EnvOf(RenderProcess(*one, Role::kCollective, 0), "NCCL_SOCKET_IFNAME"), "(absent)");
+  machine_.nccl_socket_ifname = "ib0";  // given by the user: inherited as it is
+  auto given = Resolve({"--ips=10.0.0.1,10.0.0.2", "prog"});
+  ASSERT_TRUE(given.ok());
+  EXPECT_EQ(EnvOf(RenderProcess(*given, Role::kCollective, 0), "NCCL_SOCKET_IFNAME"), "(absent)");
+}
+
 TEST_F(PlanTest, CollectiveProcessesGetTorchrunAndPaddleNames) {
   machine_.gpu_count = 2;
   auto job = Resolve({"prog"});

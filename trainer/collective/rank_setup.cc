@@ -23,8 +23,8 @@ DEFINE_string(cpu_collective, "auto",
               "or auto: shm when the job has one node (FLEET_NNODES=1, as fleetrun "
               "--nproc_per_node sets), gloo otherwise.");
 DEFINE_string(gloo_hostname, "127.0.0.1",
-              "Address Gloo binds and advertises (CPU ranks). Loopback fits one machine; on a "
-              "cluster give this machine's address or set --gloo_iface.");
+              "Address Gloo binds and advertises (CPU ranks). Unset under fleetrun: this host's "
+              "address in the job (FLEET_HOST); else loopback, which fits one machine.");
 DEFINE_string(gloo_iface, "", "Network interface for Gloo (e.g. eth0); wins over --gloo_hostname.");
 
 namespace fleet::trainer::collective {
@@ -104,6 +104,14 @@ Result<RankGroupOptions> RankGroupOptionsFromFlags(const EnvLookup& env) {
   RankGroupOptions o;
   o.gloo_hostname = FLAGS_gloo_hostname;
   o.gloo_iface = FLAGS_gloo_iface;
+  // Under fleetrun, this host's address in the job (FLEET_HOST) unless a
+  // flag says otherwise: one command then serves every host of a cluster.
+  std::optional<std::string> host = env("FLEET_HOST");
+  if (host && !host->empty() && o.gloo_iface.empty() &&
+      gflags::GetCommandLineFlagInfoOrDie("gloo_hostname").is_default) {
+    o.gloo_hostname = *host;
+    o.hostname_flag = "FLEET_HOST (fleetrun's address of this host)";
+  }
   o.cpu_collective = FLAGS_cpu_collective;
   if (o.cpu_collective != "auto" && o.cpu_collective != "shm" && o.cpu_collective != "gloo") {
     return Status::InvalidArgument("--cpu_collective: want auto, shm or gloo",

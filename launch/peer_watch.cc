@@ -1,0 +1,176 @@
+#include "launch/peer_watch.h"
+
+#include <cstdio>
+
+namespace fleet::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr char kFailedKey[] = "job/failed";
+
+std::string Seconds(Clock::duration d) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", std::chrono::duration<double>(d).count());
+  return text;
+}
+
+// "<beat>|<description>" -> description.
+std::string Description(const std::string& value) { return value.substr(value.find('|') + 1); }
+
+bool Ended(const std::string& value) {
+  return value.starts_with("done|") || value.starts_with("stopped|");
+}
+
+}  // namespace
+
+PeerWatch::PeerWatch(KvStoreClient* kv, PeerWatchOptions options)
+    : kv_(kv), options_(std::move(options)) {
+  thread_ = std::thread([this] { Loop(); });
+}
+
+PeerWatch::~PeerWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void PeerWatch::SetProcesses(const std::string& processes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  processes_ = processes;
+}
+
+std::optional<std::string> PeerWatch::failure() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+std::string PeerWatch::SelfValue() {
+  std::string name = options_.self_name + (processes_.empty() ? "" : " (" + processes_ + ")");
+  return std::to_string(++beat_) + "|" + name;
+}
+
+void PeerWatch::MarkFailed(const std::string& what) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    name = options_.self_name + (processes_.empty() ? "" : " (" + processes_ + ")");
+  }
+  // The first failure is the cause; later ones are its consequences.
+  SetMarker(name + ": " + what);
+  MarkEnded("stopped");
+}
+
+void PeerWatch::SetMarker(const std::string& text) {
+  // Best effort: a peer that misses it still sees this host's heartbeat
+  // stop, or loses the store.
+  if (kv_->Get(kFailedKey).status().IsNotFound()) (void)kv_->Set(kFailedKey, text);
+}
+
+void PeerWatch::MarkEnded(const std::string& state) {
+  std::string value;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_) return;
+    ended_ = true;
+    value = state + "|" + options_.self_name + (processes_.empty() ? "" : " (" + processes_ + ")");
+  }
+  (void)kv_->Set("hosts/" + options_.self_id, value);  // best effort, as SetMarker
+}
+
+void PeerWatch::AwaitPeersEnded(milliseconds limit) {
+  const auto now = Clock::now(), deadline = now + limit;
+  // Only peers alive at the last look can still read the marker.
+  std::vector<std::string> alive;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, seen] : seen_) {
+      if (seen.joined && !seen.ended && now - seen.changed < options_.peer_timeout)
+        alive.push_back(id);
+    }
+  }
+  while (!alive.empty() && Clock::now() < deadline) {
+    std::erase_if(alive, [this](const std::string& id) {
+      Result<std::string> v = kv_->Get("hosts/" + id);
+      return v.ok() && Ended(*v);
+    });
+    if (!alive.empty()) std::this_thread::sleep_for(milliseconds(100));
+  }
+}
+
+void PeerWatch::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_) {
+    lock.unlock();
+    Round();
+    lock.lock();
+    wake_.wait_for(lock, options_.beat_every, [this] { return stop_; });
+  }
+}
+
+void PeerWatch::Round() {
+  const auto now = Clock::now();
+  std::string mine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ended_ || failure_) return;
+    // A round that came late (a request that hung): peers could not be
+    // observed meanwhile, so the gap is not held against them.
+    if (now - last_round_ > 3 * options_.beat_every) {
+      for (auto& [id, seen] : seen_) seen.changed = now;
+    }
+    last_round_ = now;
+    mine = SelfValue();
+  }
+  std::optional<std::string> why;
+  const Status beat = kv_->Set("hosts/" + options_.self_id, mine);
+  if (beat.ok()) {
+    store_lost_since_.reset();
+  } else if (!store_lost_since_) {
+    store_lost_since_ = now;
+  } else if (now - *store_lost_since_ >= options_.peer_timeout) {
+    why = "lost the KV store at " + kv_->endpoint() + " for " + Seconds(now - *store_lost_since_) +
+          " (" + beat.message() +
+          "): the fleetrun serving it stopped, or its host or the network failed";
+  }
+  Result<std::string> marker = kv_->Get(kFailedKey);
+  if (marker.ok()) why = "job failed: " + *marker;
+  bool from_peer = false;  // a peer died or was refused: tell the others
+  for (const PeerWatchOptions::Peer& peer : options_.peers) {
+    Result<std::string> value = kv_->Get("hosts/" + peer.id);
+    std::optional<std::string> refused;
+    if (options_.refused && !peer.address.empty()) refused = options_.refused(peer.address);
+    std::lock_guard<std::mutex> lock(mu_);
+    Seen& seen = seen_[peer.id];
+    if (value.ok() && (!seen.joined || *value != seen.value)) {
+      seen = Seen{*value, now, true, Ended(*value)};
+    }
+    // Without the store, this host cannot judge its peers: the store's
+    // loss is the news (above).
+    if (why || !beat.ok()) continue;
+    const std::string name = seen.joined ? Description(seen.value) : peer.name;
+    if (seen.joined && !seen.ended && now - seen.changed >= options_.peer_timeout) {
+      why = name + " stopped: no heartbeat for " + Seconds(now - seen.changed) +
+            " (its fleetrun was killed, or the host or the network failed)";
+    } else if (!seen.joined && refused) {
+      why = name + " was refused by the KV store: " + *refused +
+            "; every host needs the same --job_secret_file";
+    } else if (!seen.joined && now - started_ >= options_.join_timeout) {
+      why = name + " never joined through the KV store at " + kv_->endpoint() + " within " +
+            Seconds(options_.join_timeout);
+    }
+    from_peer = why.has_value();
+  }
+  if (from_peer) SetMarker(*why);
+  if (why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    // A host that ended meanwhile (its own failure) needs no news.
+    if (!failure_ && !ended_) failure_ = std::move(why);
+  }
+}
+
+}  // namespace fleet::launch

@@ -1,0 +1,109 @@
+// Failing together: the fleetruns of a multi-host job watch each other
+// through the KV store, so any host's death or refusal fails every host
+// within seconds, each naming the host and what it ran.
+//
+// Each fleetrun publishes a heartbeat under hosts/<id> ("<beat>|<what this
+// host runs>") every `beat_every` from a thread of its own (a main loop
+// busy stopping processes still beats) and reads its peers' and the job's
+// failure marker (job/failed, "<host>: <what failed>"). A peer is dead when
+// its heartbeat has not changed for `peer_timeout` (its fleetrun was
+// killed, or its host or the network failed); a peer that never beat within
+// `join_timeout` never joined. The fleetrun serving the store also hears of
+// requests it refused (a wrong job secret): one from a peer's address that
+// has not joined fails the job at once (a stranger on a host that joined
+// cannot fail it so). The first to see a peer dead or refused writes the
+// marker, so every host learns of it. A host that finished or stopped
+// marks its heartbeat so and is no longer watched.
+//
+// Thread-safe: the watch thread and the caller share state under a mutex.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comm/kv_store.h"
+
+namespace fleet::launch {
+
+struct PeerWatchOptions {
+  // This host's key under hosts/ and how others name it ("host 10.0.0.3").
+  std::string self_id;
+  std::string self_name;
+  struct Peer {
+    std::string id;
+    std::string name;     // until the peer's own heartbeat names it
+    std::string address;  // IPv4, to match refused requests; "" when unknown
+  };
+  std::vector<Peer> peers;
+  std::chrono::milliseconds beat_every{1000};
+  std::chrono::milliseconds peer_timeout{5000};
+  std::chrono::milliseconds join_timeout{120000};
+  // Why the KV store refused a request from `address` (401/403), nullopt
+  // when it refused none; set on the host serving the store. Thread-safe.
+  std::function<std::optional<std::string>(const std::string& address)> refused;
+};
+
+class PeerWatch {
+ public:
+  // `kv` must outlive the watch. Starts beating and watching at once.
+  PeerWatch(KvStoreClient* kv, PeerWatchOptions options);
+  ~PeerWatch();  // stops the thread (within one request timeout)
+  PeerWatch(const PeerWatch&) = delete;
+  PeerWatch& operator=(const PeerWatch&) = delete;
+
+  // What this host runs, appended to its name in peers' messages.
+  void SetProcesses(const std::string& processes);
+  // Why the job must end, once a peer died, never joined, was refused, or
+  // marked the job failed; nullopt while all is well.
+  std::optional<std::string> failure() const;
+  // This host failed: marks the job failed with "<self name>: <what>" (the
+  // first marker stays: later failures are its consequences) and this host
+  // stopped.
+  void MarkFailed(const std::string& what);
+  // This host ended (finished, or stopped because of another's failure):
+  // peers no longer watch it. `state` is "done" or "stopped".
+  void MarkEnded(const std::string& state);
+  // For the host serving the store, after the job failed: waits up to
+  // `limit` until every peer alive at the last look has marked itself
+  // ended (so each has read the marker before the store goes).
+  void AwaitPeersEnded(std::chrono::milliseconds limit);
+
+ private:
+  struct Seen {
+    std::string value;
+    std::chrono::steady_clock::time_point changed;
+    bool joined = false;
+    bool ended = false;
+  };
+  void Loop();
+  // One round: beat, read the marker and the peers. Sets failure_.
+  void Round();
+  std::string SelfValue();
+  void SetMarker(const std::string& text);
+
+  KvStoreClient* const kv_;
+  const PeerWatchOptions options_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  bool ended_ = false;
+  std::string processes_;
+  std::optional<std::string> failure_;
+  uint64_t beat_ = 0;
+  std::map<std::string, Seen> seen_;  // by peer id
+  std::chrono::steady_clock::time_point last_round_ = started_;
+  // Watch thread only: since when this host's heartbeats fail.
+  std::optional<std::chrono::steady_clock::time_point> store_lost_since_;
+  std::thread thread_;
+};
+
+}  // namespace fleet::launch

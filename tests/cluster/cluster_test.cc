@@ -1,0 +1,377 @@
+// Multi-host jobs across network namespaces (netns_cluster.h): hosts A, B
+// and C at 198.18.0.1-3 run the same fleetrun command, as a user of a real
+// cluster would, one command per host. Skipped where namespaces cannot be
+// made (not root, no iproute2).
+//
+//   * the harness: hosts reach each other and nothing else; namespaces are
+//     deleted afterwards, and those a crashed run left are deleted too;
+//   * start order: hosts that start before the KV store's host wait for it;
+//   * Gloo addresses: the same collective command on every host of --ips,
+//     and the join command the --nnodes master prints, work across hosts;
+//   * failing together: a host killed, cut off the network, or refused for
+//     its secret fails every host within 10 s, each naming it;
+//   * a bandwidth cap (tc tbf) on every link times nothing out.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cluster/netns_cluster.h"
+#include "tests/launch/fleet_job.h"
+#include "tests/test_paths.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using fleet::testing::FleetJob;
+using fleet::testing::NetnsCluster;
+using fleet::testing::ReadWholeFile;
+using std::chrono::seconds;
+
+constexpr int kA = 0, kB = 1, kC = 2;
+const char* const kHostNames[] = {"A", "B", "C"};
+
+// 0 when a TCP connection to ip:port is made within 5 s, else errno.
+int ConnectTo(const std::string& ip, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  inet_pton(AF_INET, ip.c_str(), &addr.sin_addr);
+  const int rc = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 ? 0 : errno;
+  close(fd);
+  return rc;
+}
+
+bool NamespaceExists(const std::string& name) { return fs::exists("/var/run/netns/" + name); }
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!NetnsCluster::Unavailable().empty()) return;
+    bin_ = fleet::testing::BinDir();
+    src_ = fleet::testing::SourceDir();
+    dir_ = fs::temp_directory_path() / ("fleet_cluster_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    ASSERT_EQ(fleet::testing::GenerateCtrData(bin_, dir_ / "data", 300), "");
+    for (const auto& [name, secret] :
+         {std::pair{"secret", "0123456789abcdef0123456789abcdef"},
+          std::pair{"wrong_secret", "fedcba9876543210fedcba9876543210"}}) {
+      std::ofstream(dir_ / name) << secret << "\n";
+      ASSERT_EQ(chmod((dir_ / name).c_str(), 0600), 0);
+    }
+  }
+  static void TearDownTestSuite() {
+    if (!dir_.empty()) fs::remove_all(dir_);
+  }
+
+  void SetUp() override {
+    if (const std::string why = NetnsCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+    std::string error;
+    cluster_ = NetnsCluster::Create(3, &error);
+    if (!cluster_) GTEST_SKIP() << "cannot create network namespaces here: " << error;
+    job_id_ = std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()) + "_" +
+              std::to_string(getpid());
+  }
+
+  void TearDown() override {
+    for (FleetJob& job : jobs_) {
+      if (!job.Ended()) job.WaitForExit(std::chrono::milliseconds(0));  // kills it
+    }
+    // A host's processes die with its fleetrun (PR_SET_PDEATHSIG); wait for
+    // them before the namespaces go.
+    const auto deadline = Clock::now() + seconds(10);
+    while (!fleet::testing::ProcessesOfJob(job_id_).empty() && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    cluster_.reset();
+  }
+
+  // The PS job of the issue: servers on A and B, workers on B and C, the KV
+  // store on A (the first server's host); one epoch of tiny CTR data.
+  std::vector<std::string> PsCommand(int host, const std::string& secret = "secret",
+                                     const std::string& epochs = "1") const {
+    std::vector<std::string> args = {bin_ + "/fleetrun",
+                                     "--job_secret_file=" + (dir_ / secret).string(),
+                                     "--servers=198.18.0.1:7000,198.18.0.2:7000",
+                                     "--workers=198.18.0.2,198.18.0.3",
+                                     "--config=" + src_ + "/configs/ctr_dnn.yaml",
+                                     "--job_id=" + job_id_,
+                                     "--log_dir=log",
+                                     "--grace_period=1",
+                                     "--rendezvous_timeout=30"};
+    const fs::path data = dir_ / "data";
+    for (const std::string& o :
+         {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
+          "data.oracle=" + (data / "oracle.txt").string(), "train.epochs=" + epochs,
+          std::string("train.batch_size=64"), std::string("train.log_interval=2")}) {
+      args.insert(args.end(), {"-o", o});
+    }
+    return args;
+  }
+
+  // mnist_mlp as a collective PROGRAM over Gloo (2 nodes, 1 rank each),
+  // small enough for seconds: 512 samples, one epoch.
+  std::vector<std::string> Mnist(const std::vector<std::string>& more = {}) const {
+    std::vector<std::string> args = {bin_ + "/mnist_mlp",
+                                     "--max_train_samples=512",
+                                     "--epochs=1",
+                                     "--blas_threads=1",
+                                     "--hidden=32",
+                                     "--log_every_steps=2",
+                                     "--collective_timeout_ms=10000"};
+    args.insert(args.end(), more.begin(), more.end());
+    return args;
+  }
+
+  // fleetrun's flags every collective host gets, then `mode` and PROGRAM.
+  std::vector<std::string> CollectiveCommand(const std::vector<std::string>& mode,
+                                             const std::vector<std::string>& program) const {
+    std::vector<std::string> args = {
+        bin_ + "/fleetrun",    "--job_secret_file=" + (dir_ / "secret").string(),
+        "--job_id=" + job_id_, "--log_dir=log",
+        "--grace_period=1",    "--rendezvous_timeout=30",
+        "--nproc_per_node=1"};
+    args.insert(args.end(), mode.begin(), mode.end());
+    args.insert(args.end(), program.begin(), program.end());
+    return args;
+  }
+
+  // Starts `args` (fleetrun's) on `host`, in the host's own working folder
+  // <dir>/<host> (so a relative --log_dir=log differs per host, as on real
+  // machines); its output goes to <dir>/<test>.<host>.out.
+  FleetJob& Start(int host, std::vector<std::string> args) {
+    const fs::path out = dir_ / (job_id_ + "." + kHostNames[host] + ".out");
+    const fs::path cwd = dir_ / kHostNames[host];
+    fs::create_directories(cwd);
+    jobs_.push_back(fleet::testing::StartFleetrun(std::move(args), out, job_id_, [this, host, cwd] {
+      if (!cluster_->Enter(host) || chdir(cwd.c_str()) != 0) _exit(126);
+    }));
+    return jobs_.back();
+  }
+
+  // Waits until every job in `jobs` ended, at most `limit` after `since`;
+  // the seconds from `since` to the last end (limit + 1 when one is still
+  // running; it is then killed by TearDown).
+  static double SecondsUntilAllEnded(const std::vector<FleetJob*>& jobs, Clock::time_point since,
+                                     std::chrono::milliseconds limit) {
+    while (Clock::now() < since + limit) {
+      bool all = true;
+      for (FleetJob* j : jobs) all = j->Ended() && all;
+      if (all) return std::chrono::duration<double>(Clock::now() - since).count();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return std::chrono::duration<double>(limit).count() + 1;
+  }
+
+  static std::string bin_, src_;
+  static fs::path dir_;
+  std::unique_ptr<NetnsCluster> cluster_;
+  std::string job_id_;
+  std::deque<FleetJob> jobs_;
+};
+
+std::string ClusterTest::bin_, ClusterTest::src_;
+fs::path ClusterTest::dir_;
+
+TEST_F(ClusterTest, HostsReachEachOtherAndNothingElse) {
+  // B listens on its address; A connects to it.
+  int ready[2];
+  ASSERT_EQ(pipe(ready), 0);
+  const pid_t listener = cluster_->Spawn(kB, [&] {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(7000);
+    inet_pton(AF_INET, NetnsCluster::Address(kB).c_str(), &addr.sin_addr);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 1) != 0)
+      _exit(2);
+    (void)!write(ready[1], "x", 1);
+    pollfd p{fd, POLLIN, 0};
+    _exit(poll(&p, 1, 10000) == 1 && accept(fd, nullptr, nullptr) >= 0 ? 0 : 3);
+  });
+  close(ready[1]);
+  char byte = 0;
+  ASSERT_EQ(read(ready[0], &byte, 1), 1) << "B's listener did not start";
+  close(ready[0]);
+  EXPECT_EQ(cluster_->RunIn(kA, [] { return ConnectTo(NetnsCluster::Address(kB), 7000); }), 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(listener, &status, 0), listener);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  // No route out of the cluster (TEST-NET-3), and no way to the machine's
+  // own loopback listeners either: A's loopback is its own.
+  EXPECT_EQ(cluster_->RunIn(kA, [] { return ConnectTo("203.0.113.1", 80); }), ENETUNREACH);
+  // C exists and is up.
+  EXPECT_EQ(cluster_->RunIn(kC, [] { return ConnectTo(NetnsCluster::Address(kA), 9); }),
+            ECONNREFUSED);
+}
+
+TEST_F(ClusterTest, NamespacesAreDeletedAfterwardsAndAfterACrash) {
+  const std::string a = cluster_->Namespace(kA);
+  EXPECT_TRUE(NamespaceExists(a));
+  cluster_.reset();
+  EXPECT_FALSE(NamespaceExists(a));
+  // A run that crashed left a namespace: the next cluster deletes it.
+  const pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  const std::string stale = std::string(NetnsCluster::kPrefix) + std::to_string(gone) + "x0h0";
+  ASSERT_EQ(std::system(("ip netns add " + stale).c_str()), 0);
+  std::string error;
+  cluster_ = NetnsCluster::Create(1, &error);
+  ASSERT_TRUE(cluster_) << error;
+  EXPECT_FALSE(NamespaceExists(stale));
+}
+
+// Item 2 of issue 25: B and C start first and wait for the KV store
+// (served by A's fleetrun) saying so, instead of failing at once with
+// "kv store set failed: Connection"; A starts once both wait, and the job
+// completes on every host.
+TEST_F(ClusterTest, HostsStartedBeforeTheStoreHostWaitForIt) {
+  FleetJob& b = Start(kB, PsCommand(kB));
+  FleetJob& c = Start(kC, PsCommand(kC));
+  const std::string waiting = "for the KV store at 198.18.0.1:36001";
+  for (FleetJob* j : {&b, &c}) ASSERT_TRUE(j->WaitFor(waiting, seconds(30))) << j->Output();
+  FleetJob& a = Start(kA, PsCommand(kA));
+  for (FleetJob* j : {&a, &b, &c}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+    EXPECT_NE(j->Output().find("fleetrun: job done"), std::string::npos) << j->Output();
+  }
+  EXPECT_NE(b.Output().find("the first server's host"), std::string::npos) << b.Output();
+}
+
+// Item 3: the README's collective command, identical on A and B, trains
+// across the two hosts: each host's ranks bind and advertise the host's own
+// address for Gloo (FLEET_HOST), not loopback.
+TEST_F(ClusterTest, SameCollectiveCommandOnEveryHostOfIps) {
+  const std::vector<std::string> command =
+      CollectiveCommand({"--ips=198.18.0.1,198.18.0.2"}, Mnist());
+  FleetJob& a = Start(kA, command);
+  FleetJob& b = Start(kB, command);
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+  }
+  EXPECT_NE(a.Output().find("train_loss"), std::string::npos) << a.Output();
+}
+
+// Item 3: the command the master (--nnodes without --master) prints for the
+// other nodes leaves out the master's own --gloo_hostname, and run as
+// printed on B it joins the job.
+TEST_F(ClusterTest, JoinCommandPrintedByTheMasterWorksOnTheOtherHost) {
+  FleetJob& a = Start(kA, CollectiveCommand({"--nnodes=2"}, Mnist({"--gloo_hostname=198.18.0.1"})));
+  ASSERT_TRUE(a.WaitFor("nodes run:\n", seconds(30))) << a.Output();
+  const std::string out = a.Output();
+  const size_t at = out.find("nodes run:\n  ") + 13;
+  const std::string printed = out.substr(at, out.find('\n', at) - at);
+  EXPECT_EQ(printed.find("gloo_hostname"), std::string::npos) << printed;
+  ASSERT_TRUE(printed.starts_with("fleetrun ")) << printed;
+  FleetJob& b = Start(kB, {"/bin/sh", "-c", "exec " + bin_ + "/" + printed});
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+  }
+}
+
+// Items 1 and 4: kill -9 of C's fleetrun (worker 1) while the job trains.
+// A (server 0 and the KV store, no worker) and B fail within 10 s, each
+// naming C and what it ran, and no process of the job is left anywhere.
+TEST_F(ClusterTest, KilledHostFailsEveryHostWithinSeconds) {
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  ASSERT_TRUE(c.WaitFor("started worker 1", seconds(10))) << c.Output();
+  kill(c.fleetrun, SIGKILL);
+  const auto killed = Clock::now();
+  const double took = SecondsUntilAllEnded({&a, &b}, killed, seconds(20));
+  std::printf("A and B ended %.1f s after kill -9 of C's fleetrun\n", took);
+  EXPECT_LE(took, 10.0);
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat"),
+              std::string::npos)
+        << j->Output();
+  }
+  c.Ended();
+  const auto deadline = Clock::now() + seconds(5);
+  while (!fleet::testing::ProcessesOfJob(job_id_).empty() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(fleet::testing::ProcessesOfJob(job_id_).empty());
+}
+
+// Item 6: C has the wrong secret. It is refused at once (exit 2), and A and
+// B fail within 10 s of that, naming C as refused by the KV store.
+TEST_F(ClusterTest, HostWithTheWrongSecretFailsEveryHost) {
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  ASSERT_TRUE(a.WaitFor("KV store serving on", seconds(30))) << a.Output();
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("started worker 0", seconds(30))) << b.Output();
+  FleetJob& c = Start(kC, PsCommand(kC, "wrong_secret", "1000"));
+  EXPECT_EQ(c.WaitForExit(seconds(30)), 2) << c.Output();
+  EXPECT_NE(c.Output().find("refused this host"), std::string::npos) << c.Output();
+  const double took = SecondsUntilAllEnded({&a, &b}, Clock::now(), seconds(20));
+  std::printf("A and B ended %.1f s after C was refused\n", took);
+  EXPECT_LE(took, 10.0);
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 was refused by the KV store"), std::string::npos)
+        << j->Output();
+  }
+}
+
+// Item 4: B is cut off the network while a collective job over --ips
+// trains (its processes run on; A's rank would wait in Gloo, B's for A).
+// A fails within 10 s naming node 1 and its rank; B, which lost the KV
+// store, fails within 10 s too. No host is left running.
+TEST_F(ClusterTest, HostCutOffFailsEveryHost) {
+  const std::vector<std::string> command =
+      CollectiveCommand({"--ips=198.18.0.1,198.18.0.2"}, Mnist({"--epochs=1000"}));
+  FleetJob& a = Start(kA, command);
+  FleetJob& b = Start(kB, command);
+  ASSERT_TRUE(a.WaitFor("train_loss", seconds(60))) << a.Output() << b.Output();
+  ASSERT_EQ(cluster_->CutOff(kB), "");
+  const double took = SecondsUntilAllEnded({&a, &b}, Clock::now(), seconds(20));
+  std::printf("A and B ended %.1f s after B was cut off\n", took);
+  EXPECT_LE(took, 10.0);
+  EXPECT_EQ(a.exit_code, 1) << a.Output();
+  EXPECT_NE(a.Output().find("node 1 at 198.18.0.2 (collective 1) stopped: no heartbeat"),
+            std::string::npos)
+      << a.Output();
+  EXPECT_EQ(b.exit_code, 1) << b.Output();
+  EXPECT_NE(b.Output().find("lost the KV store at 198.18.0.1:36001"), std::string::npos)
+      << b.Output();
+}
+
+// A slower link: every host's sending capped at 40 Mbit/s (tc tbf; this
+// kernel has no netem), which the dense pulls and pushes saturate. The job
+// completes on every host: no heartbeat is missed for --peer_timeout and no
+// request times out.
+TEST_F(ClusterTest, CappedLinksTimeNothingOut) {
+  for (int h : {kA, kB, kC}) ASSERT_EQ(cluster_->CapBandwidth(h, "40mbit"), "");
+  const auto start = Clock::now();
+  FleetJob& a = Start(kA, PsCommand(kA));
+  FleetJob& b = Start(kB, PsCommand(kB));
+  FleetJob& c = Start(kC, PsCommand(kC));
+  for (FleetJob* j : {&a, &b, &c}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+  }
+  std::printf("the PS job took %.1f s on 40 Mbit/s links\n",
+              std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+}  // namespace

@@ -1,0 +1,146 @@
+// PeerWatch in-process: watches over a KV store on loopback, with beats
+// every 20 ms and a peer timeout of 1 s so each case takes about a
+// second. (tests/cluster runs it across network namespaces through fleetrun.)
+#include "launch/peer_watch.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+namespace fleet::launch {
+namespace {
+
+using std::chrono::milliseconds;
+
+class PeerWatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KvStoreServerOptions server;
+    server.listen = "127.0.0.1:0";
+    server_ = std::make_unique<KvStoreServer>(server);
+    ASSERT_TRUE(server_->Start().ok());
+    KvStoreClientOptions client;
+    client.request_timeout = milliseconds(500);
+    kv_ = std::make_unique<KvStoreClient>(server_->endpoint(), "job", client);
+  }
+
+  // A watch for host `self` whose peers are `peers` (ids = names = the
+  // letters).
+  std::unique_ptr<PeerWatch> Watch(const std::string& self, const std::vector<std::string>& peers,
+                                   PeerWatchOptions options = {}) {
+    options.self_id = self;
+    options.self_name = "host " + self;
+    for (const std::string& p : peers) options.peers.push_back({p, "host " + p, "10.0.0." + p});
+    options.beat_every = milliseconds(20);
+    options.peer_timeout = milliseconds(1000);
+    if (options.join_timeout == PeerWatchOptions{}.join_timeout)
+      options.join_timeout = milliseconds(5000);
+    return std::make_unique<PeerWatch>(kv_.get(), std::move(options));
+  }
+
+  // The watch's failure once it has one, "" when none came within 5 s.
+  static std::string FailureOf(const PeerWatch& watch) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (std::optional<std::string> why = watch.failure()) return *why;
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return "";
+  }
+
+  // Waits until `watch` has seen peer `id` beat (its failure would
+  // otherwise be "never joined").
+  void AwaitJoined(const std::string& id) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!kv_->Get("hosts/" + id).ok() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+  }
+
+  // The value at `key`, "" when absent.
+  std::string ValueOf(const std::string& key) {
+    Result<std::string> v = kv_->Get(key);
+    return v.ok() ? *v : "";
+  }
+
+  std::unique_ptr<KvStoreServer> server_;
+  std::unique_ptr<KvStoreClient> kv_;
+};
+
+TEST_F(PeerWatchTest, APeerThatStopsBeatingIsNamedWithItsProcesses) {
+  auto a = Watch("1", {"2"});
+  auto b = Watch("2", {"1"});
+  b->SetProcesses("worker 1");
+  AwaitJoined("2");
+  // Give a's watch a round that sees b's processes, then b goes silent
+  // (as a fleetrun killed with SIGKILL: no end marked).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (ValueOf("hosts/2").find("worker 1") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  std::this_thread::sleep_for(milliseconds(100));  // a few of a's rounds read it
+  b.reset();
+  const std::string why = FailureOf(*a);
+  EXPECT_NE(why.find("host 2 (worker 1) stopped: no heartbeat for"), std::string::npos) << why;
+  // The others learn it from the marker.
+  EXPECT_NE(ValueOf("job/failed").find("host 2 (worker 1) stopped"), std::string::npos);
+}
+
+TEST_F(PeerWatchTest, AFailedHostsMarkerReachesThePeers) {
+  auto a = Watch("1", {"2"});
+  auto b = Watch("2", {"1"});
+  b->SetProcesses("worker 1");
+  b->MarkFailed("worker 1 (pid 7) exited with status 3");
+  EXPECT_EQ(FailureOf(*a), "job failed: host 2 (worker 1): worker 1 (pid 7) exited with status 3");
+  EXPECT_EQ(b->failure(), std::nullopt);  // its own failure is no news to it
+}
+
+TEST_F(PeerWatchTest, AHostThatEndedIsNotWatched) {
+  auto a = Watch("1", {"2", "3"});
+  auto b = Watch("2", {"1", "3"});
+  b->MarkEnded("done");
+  b.reset();
+  // Host 3 fails later: that, not host 2's silence, is what a reports.
+  auto c = Watch("3", {"1", "2"});
+  std::this_thread::sleep_for(milliseconds(1200));  // longer than the peer timeout
+  c->MarkFailed("worker 2 exited with status 1");
+  EXPECT_EQ(FailureOf(*a), "job failed: host 3: worker 2 exited with status 1");
+}
+
+TEST_F(PeerWatchTest, APeerThatNeverJoinsOrIsRefusedIsNamed) {
+  PeerWatchOptions short_join;
+  short_join.join_timeout = milliseconds(300);
+  auto a = Watch("1", {"2"}, short_join);
+  EXPECT_NE(FailureOf(*a).find("host 2 never joined through the KV store at"), std::string::npos);
+
+  ASSERT_TRUE(kv_->Delete("job/failed").ok());
+  PeerWatchOptions refusing;
+  refusing.refused = [](const std::string& address) -> std::optional<std::string> {
+    if (address == "10.0.0.3") return std::string("credential refused (403): bad signature");
+    return std::nullopt;
+  };
+  auto b = Watch("2", {"3"}, refusing);
+  EXPECT_EQ(
+      FailureOf(*b),
+      "host 3 was refused by the KV store: credential refused (403): bad signature; every host "
+      "needs the same --job_secret_file");
+}
+
+TEST_F(PeerWatchTest, LosingTheStoreIsNamed) {
+  auto a = Watch("1", {"2"});
+  auto b = Watch("2", {"1"});
+  AwaitJoined("1");
+  AwaitJoined("2");
+  const std::string endpoint = server_->endpoint();
+  server_->Stop();
+  const std::string why = FailureOf(*a);
+  EXPECT_NE(why.find("lost the KV store at " + endpoint), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace fleet::launch
