@@ -106,16 +106,18 @@ DEFINE_int64(
     busy_poll_us, 0,
     "the job's Distributed.busy_poll_us (servers and workers poll this long before sleeping); "
     "--preset=all also runs the 1x1 small shapes with 100");
-// Internal: the server child.
-DEFINE_string(curve, "both",
-              "off | on | both: run each case with plain ZeroMQ, with the job's CURVE encryption "
-              "and authentication (keys from a random job secret), or both, then print the CURVE "
+DEFINE_string(auth, "both",
+              "off | on | both: run each case with plain ZeroMQ, with the job's default "
+              "authentication (keys from a random job secret), or both, then print the auth "
               "on/off ratios");
+DEFINE_bool(encrypt, false,
+            "the auth cases use ZeroMQ CURVE (encrypted) instead of the default per-message MACs");
 DEFINE_bool(pslite, true,
             "also measure the ps-lite-shaped reference (bench/pslite_ref.h) in every case, "
             "alternating with the bare exchange and FleetPS, and print FleetPS against it");
+// Internal: the server child.
 DEFINE_bool(serve, false, "internal: run as a server child of ps_bench");
-DEFINE_bool(serve_curve, false, "internal: CURVE with the secret in FLEET_JOB_SECRET");
+DEFINE_bool(serve_auth, false, "internal: auth with the secret in FLEET_JOB_SECRET");
 DEFINE_int32(serve_rank, 0, "internal");
 DEFINE_string(serve_job, "", "internal: job config YAML");
 DEFINE_int32(report_fd, -1, "internal: pipe to report the bound endpoints on");
@@ -147,12 +149,12 @@ struct Case {
   int window = 1;
   uint64_t rows = 0;
   int64_t busy_poll_us = 0;  // Distributed.busy_poll_us
-  bool curve = false;        // ZeroMQ CURVE (Distributed.auth on, with a secret)
+  bool auth = false;         // Distributed.auth on, with a secret (--encrypt: CURVE)
 
-  // "small", "small bp100" when busy polling, "small curve" with CURVE.
+  // "small", "small bp100" when busy polling, "small auth" with auth.
   std::string label() const {
     return absl::StrCat(name, busy_poll_us ? absl::StrCat(" bp", busy_poll_us) : std::string(),
-                        curve ? " curve" : "");
+                        auth ? " auth" : "");
   }
 };
 
@@ -204,12 +206,12 @@ bench::PsLiteRule PsLiteRuleOf(const ps::JobConfig& job) {
   return rule;
 }
 
-// The job's credentials for the CURVE cases: a random secret made by the
+// The job's credentials for the auth cases: a random secret made by the
 // parent and handed to the server children in FLEET_JOB_SECRET, as fleetrun
 // does.
 std::shared_ptr<const JobAuth> BenchAuth() {
   const char* secret = std::getenv("FLEET_JOB_SECRET");
-  if (secret == nullptr) Fail("no FLEET_JOB_SECRET for a CURVE case");
+  if (secret == nullptr) Fail("no FLEET_JOB_SECRET for an auth case");
   auto auth = JobAuth::FromSecret(secret, "FLEET_JOB_SECRET");
   if (!auth.ok()) Fail(auth.status().ToString());
   return auth.value();
@@ -223,7 +225,8 @@ int ServeMain() {
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
   o.job = ParseJob(FLAGS_serve_job);
-  if (FLAGS_serve_curve) o.auth = BenchAuth();
+  if (FLAGS_serve_auth) o.auth = BenchAuth();
+  o.encrypt = FLAGS_encrypt;
   auto server = ps::PsServer::Create(std::move(o));
   if (!server.ok()) {
     LOG(ERROR) << "ps_bench server: " << server.status().ToString();
@@ -271,7 +274,7 @@ ServerProcess SpawnServer(const Case& c, int rank, const std::string& yaml) {
                                    absl::StrCat("--workers=", c.workers),
                                    "--serve_job=" + yaml,
                                    absl::StrCat("--report_fd=", fds[1]),
-                                   absl::StrCat("--serve_curve=", c.curve),
+                                   absl::StrCat("--serve_auth=", c.auth), absl::StrCat("--encrypt=", FLAGS_encrypt),
                                    absl::StrCat("--minloglevel=", FLAGS_minloglevel)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -783,7 +786,8 @@ CaseResult RunCase(const Case& c) {
     o.servers = ps_endpoints;
     o.worker_rank = w;
     o.num_workers = c.workers;
-    if (c.curve) o.auth = BenchAuth();
+    if (c.auth) o.auth = BenchAuth();
+    o.encrypt = FLAGS_encrypt;
     auto client = ps::PsClient::Create(o, job);
     if (!client.ok()) Fail("client: " + client.status().ToString());
     clients.push_back(std::move(client).value());
@@ -1034,15 +1038,15 @@ void PrintSummary(const std::vector<CaseResult>& results) {
   // Targets of issue 3 (1 server, 1 worker), for the cases that were run.
   auto find = [&](const std::string& name, int s, int w) -> const CaseResult* {
     for (const CaseResult& r : results)
-      if (r.c.name == name && r.c.servers == s && r.c.workers == w && !r.c.curve) return &r;
+      if (r.c.name == name && r.c.servers == s && r.c.workers == w && !r.c.auth) return &r;
     return nullptr;
   };
   std::vector<std::string> lines;
   auto verdict = [](bool ok) { return ok ? "MET   " : "MISSED"; };
   // Every busy-polling setting that was run, with what it costs in CPU.
   for (const CaseResult& r : results) {
-    // The targets are the plain transport's; CURVE has its own table.
-    if (r.c.name != "small" || r.c.servers != 1 || r.c.workers != 1 || r.c.curve) continue;
+    // The targets are the plain transport's; auth has its own table.
+    if (r.c.name != "small" || r.c.servers != 1 || r.c.workers != 1 || r.c.auth) continue;
     for (const OpResult& o : r.ops) {
       const double cpu = o.fleet_cpu[0] + o.fleet_cpu[1], bare_cpu = o.bare_cpu[0] + o.bare_cpu[1];
       lines.push_back(absl::StrFormat(
@@ -1085,21 +1089,21 @@ void PrintSummary(const std::vector<CaseResult>& results) {
   }
 }
 
-// Each CURVE case against the same case without: p50 time per op and
+// Each auth case against the same case without: p50 time per op and
 // throughput, on / off.
-void PrintCurveRatios(const std::vector<CaseResult>& results) {
+void PrintAuthRatios(const std::vector<CaseResult>& results) {
   bool header = false;
   for (const CaseResult& on : results) {
-    if (!on.c.curve) continue;
+    if (!on.c.auth) continue;
     for (const CaseResult& off : results) {
       Case plain = on.c;
-      plain.curve = false;
-      if (off.c.curve || off.c.label() != plain.label() || off.c.servers != on.c.servers ||
+      plain.auth = false;
+      if (off.c.auth || off.c.label() != plain.label() || off.c.servers != on.c.servers ||
           off.c.workers != on.c.workers || off.ops.size() != on.ops.size()) {
         continue;
       }
       if (!header) {
-        std::printf("== CURVE on / off (same run)\n%-12s %3s %-12s %-4s | %9s %9s %7s | %9s %9s %7s\n",
+        std::printf("== auth on / off (same run)\n%-12s %3s %-12s %-4s | %9s %9s %7s | %9s %9s %7s\n",
                     "shape", "SxW", "keys x dim", "op", "p50 off", "p50 on", "ratio", "ops/s off",
                     "ops/s on", "ratio");
         header = true;
@@ -1115,7 +1119,7 @@ void PrintCurveRatios(const std::vector<CaseResult>& results) {
       }
     }
   }
-  if (header) std::printf("  ratio: CURVE on / off (p50: lower is better for off; ops/s: higher)\n\n");
+  if (header) std::printf("  ratio: auth on / off (p50: lower is better for off; ops/s: higher)\n\n");
 }
 
 // FleetPS against the ps-lite-shaped reference, per shape, with the
@@ -1136,10 +1140,10 @@ void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
   };
   std::vector<std::string> missed;
   for (const CaseResult& plain : results) {
-    if (plain.c.curve) continue;
+    if (plain.c.auth) continue;
     const CaseResult* auth = nullptr;
     for (const CaseResult& r : results) {
-      if (r.c.curve && r.c.name == plain.c.name && r.c.servers == plain.c.servers &&
+      if (r.c.auth && r.c.name == plain.c.name && r.c.servers == plain.c.servers &&
           r.c.workers == plain.c.workers && r.c.busy_poll_us == plain.c.busy_poll_us &&
           r.ops.size() == plain.ops.size())
         auth = &r;
@@ -1196,17 +1200,17 @@ int Main() {
   } else {
     cases.push_back(CaseFromFlags());
   }
-  if (FLAGS_curve != "off" && FLAGS_curve != "on" && FLAGS_curve != "both") {
-    Fail("--curve must be off, on or both");
+  if (FLAGS_auth != "off" && FLAGS_auth != "on" && FLAGS_auth != "both") {
+    Fail("--auth must be off, on or both");
   }
-  if (FLAGS_curve != "off") {
+  if (FLAGS_auth != "off") {
     auto secret = JobAuth::RandomSecret();
     if (!secret.ok()) Fail(secret.status().ToString());
     setenv("FLEET_JOB_SECRET", secret->c_str(), 1);
     std::vector<Case> expanded;
     for (Case c : cases) {
-      if (FLAGS_curve == "both") expanded.push_back(c);
-      c.curve = true;
+      if (FLAGS_auth == "both") expanded.push_back(c);
+      c.auth = true;
       expanded.push_back(c);
     }
     cases = std::move(expanded);
@@ -1216,7 +1220,7 @@ int Main() {
   for (const Case& c : cases) results.push_back(RunCase(c));
   std::printf("total %.0f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
   PrintSummary(results);
-  PrintCurveRatios(results);
+  PrintAuthRatios(results);
   PrintPsLiteRatios(results);
   return 0;
 }
