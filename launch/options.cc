@@ -74,8 +74,9 @@ const OptionSpec kOptions[] = {
     {"rendezvous_timeout", &LaunchOptions::rendezvous_timeout_s, "120",
      "seconds to wait for servers to publish endpoints and for other nodes to join (at most 86400)", kProcessGroup},
     {"auth", &LaunchOptions::auth, "on",
-     "on: ZeroMQ traffic encrypted and authenticated (CURVE), KV store requests signed, keys from the "
-     "job secret; off: plain, for trusted networks only (passed on as FLEET_AUTH)", kSecurityGroup},
+     "on: every ZeroMQ message authenticated (per-connection MACs; values travel in the clear), KV store "
+     "requests signed, keys from the job secret; off: plain, for trusted networks only (passed on as "
+     "FLEET_AUTH)", kSecurityGroup},
     {"job_secret_file", &LaunchOptions::job_secret_file, "unset",
      "file (mode 600) holding the job secret, needed on every machine of a multi-machine job (or "
      "FLEET_JOB_SECRET); a job on one machine gets a fresh random one", kSecurityGroup},
