@@ -1,7 +1,9 @@
 // ps_bench: parameter-server pull and push through PsServer/PsClient, next
 // to a bare ZeroMQ DEALER/ROUTER exchange of the same bytes with the same
-// window, measured in the same run (bench/zmq_echo.h).
+// window (bench/zmq_echo.h) and to a ps-lite-shaped parameter server
+// (bench/pslite_ref.h), measured in the same run, alternating.
 //
+//   build/bin/ps_bench --preset=pslite               # issue 24's shapes, plain and auth, vs the ps-lite reference
 //   build/bin/ps_bench --preset=all                  # every shape of issue 3 (small 1x1 also busy-polling), one summary
 //   build/bin/ps_bench --shape=small --window=8 --servers=2 --workers=2
 //   build/bin/ps_bench --keys=4096 --dim=16 --rule=adam --rows=1000000
@@ -55,6 +57,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +65,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
+#include "bench/pslite_ref.h"
 #include "bench/zmq_echo.h"
 #include "comm/absl_mutex_mode.h"
 #include "ps/client.h"
@@ -70,7 +74,10 @@
 #include "ps/table/accessor.h"
 #include "ps/table/sparse_table.h"
 
-DEFINE_string(preset, "", "all: every shape of issue 3 (1x1 and 2x2) plus the --rows sweep, one summary");
+DEFINE_string(preset, "",
+              "all: every shape of issue 3 (1x1 and 2x2) plus the --rows sweep, one summary; pslite: the "
+              "shapes of issue 24 (small w1/w8, large, embedding; 1x1 and 2x2) against the ps-lite-shaped "
+              "reference");
 DEFINE_string(shape, "",
               "small | small8 | large | embedding | rows100k | rows10m: sets keys, dim, rule, window "
               "(and rows); flags given explicitly still win");
@@ -99,13 +106,18 @@ DEFINE_int64(
     busy_poll_us, 0,
     "the job's Distributed.busy_poll_us (servers and workers poll this long before sleeping); "
     "--preset=all also runs the 1x1 small shapes with 100");
-// Internal: the server child.
-DEFINE_string(curve, "both",
-              "off | on | both: run each case with plain ZeroMQ, with the job's CURVE encryption "
-              "and authentication (keys from a random job secret), or both, then print the CURVE "
+DEFINE_string(auth, "both",
+              "off | on | both: run each case with plain ZeroMQ, with the job's default "
+              "authentication (keys from a random job secret), or both, then print the auth "
               "on/off ratios");
+DEFINE_bool(encrypt, false,
+            "the auth cases use ZeroMQ CURVE (encrypted) instead of the default per-message MACs");
+DEFINE_bool(pslite, true,
+            "also measure the ps-lite-shaped reference (bench/pslite_ref.h) in every case, "
+            "alternating with the bare exchange and FleetPS, and print FleetPS against it");
+// Internal: the server child.
 DEFINE_bool(serve, false, "internal: run as a server child of ps_bench");
-DEFINE_bool(serve_curve, false, "internal: CURVE with the secret in FLEET_JOB_SECRET");
+DEFINE_bool(serve_auth, false, "internal: auth with the secret in FLEET_JOB_SECRET");
 DEFINE_int32(serve_rank, 0, "internal");
 DEFINE_string(serve_job, "", "internal: job config YAML");
 DEFINE_int32(report_fd, -1, "internal: pipe to report the bound endpoints on");
@@ -137,12 +149,12 @@ struct Case {
   int window = 1;
   uint64_t rows = 0;
   int64_t busy_poll_us = 0;  // Distributed.busy_poll_us
-  bool curve = false;        // ZeroMQ CURVE (Distributed.auth on, with a secret)
+  bool auth = false;         // Distributed.auth on, with a secret (--encrypt: CURVE)
 
-  // "small", "small bp100" when busy polling, "small curve" with CURVE.
+  // "small", "small bp100" when busy polling, "small auth" with auth.
   std::string label() const {
     return absl::StrCat(name, busy_poll_us ? absl::StrCat(" bp", busy_poll_us) : std::string(),
-                        curve ? " curve" : "");
+                        auth ? " auth" : "");
   }
 };
 
@@ -181,12 +193,25 @@ ps::JobConfig ParseJob(const std::string& yaml) {
 
 // ---------------------------------------------------------------- server child
 
-// The job's credentials for the CURVE cases: a random secret made by the
+// The reference's optimizer: the job table's rule and its parameters.
+bench::PsLiteRule PsLiteRuleOf(const ps::JobConfig& job) {
+  const ps::OptimizerConfig& o = job.table(kTable)->optimizer;
+  if (o.rule != ps::OptimizerKind::kSgd && o.rule != ps::OptimizerKind::kAdagrad)
+    Fail("the ps-lite-shaped reference has sgd and adagrad only (--pslite=false for others)");
+  bench::PsLiteRule rule;
+  rule.kind = o.rule == ps::OptimizerKind::kSgd ? bench::PsLiteRule::kSgd : bench::PsLiteRule::kAdagrad;
+  rule.learning_rate = o.learning_rate;
+  rule.initial_g2sum = o.initial_g2sum;
+  rule.epsilon = o.epsilon;
+  return rule;
+}
+
+// The job's credentials for the auth cases: a random secret made by the
 // parent and handed to the server children in FLEET_JOB_SECRET, as fleetrun
 // does.
 std::shared_ptr<const JobAuth> BenchAuth() {
   const char* secret = std::getenv("FLEET_JOB_SECRET");
-  if (secret == nullptr) Fail("no FLEET_JOB_SECRET for a CURVE case");
+  if (secret == nullptr) Fail("no FLEET_JOB_SECRET for an auth case");
   auto auth = JobAuth::FromSecret(secret, "FLEET_JOB_SECRET");
   if (!auth.ok()) Fail(auth.status().ToString());
   return auth.value();
@@ -200,7 +225,8 @@ int ServeMain() {
   o.num_servers = FLAGS_servers;
   o.num_workers = FLAGS_workers;
   o.job = ParseJob(FLAGS_serve_job);
-  if (FLAGS_serve_curve) o.auth = BenchAuth();
+  if (FLAGS_serve_auth) o.auth = BenchAuth();
+  o.encrypt = FLAGS_encrypt;
   auto server = ps::PsServer::Create(std::move(o));
   if (!server.ok()) {
     LOG(ERROR) << "ps_bench server: " << server.status().ToString();
@@ -212,7 +238,9 @@ int ServeMain() {
     return 2;
   }
   bench::BareEchoServer echo;
-  const std::string line = absl::StrCat(bound.value(), " ", echo.endpoint(), "\n");
+  const ps::JobConfig job = ParseJob(FLAGS_serve_job);
+  bench::PsLiteServer pslite(job.table(kTable)->dim, PsLiteRuleOf(job));
+  const std::string line = absl::StrCat(bound.value(), " ", echo.endpoint(), " ", pslite.endpoint(), "\n");
   if (write(FLAGS_report_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return 2;
   close(FLAGS_report_fd);
   while (!server.value()->WaitForStopRequest(std::chrono::seconds(1))) {
@@ -225,6 +253,7 @@ struct ServerProcess {
   pid_t pid = -1;
   std::string ps_endpoint;
   std::string echo_endpoint;
+  std::string pslite_endpoint;
 };
 
 std::string SelfPath() {
@@ -245,7 +274,7 @@ ServerProcess SpawnServer(const Case& c, int rank, const std::string& yaml) {
                                    absl::StrCat("--workers=", c.workers),
                                    "--serve_job=" + yaml,
                                    absl::StrCat("--report_fd=", fds[1]),
-                                   absl::StrCat("--serve_curve=", c.curve),
+                                   absl::StrCat("--serve_auth=", c.auth), absl::StrCat("--encrypt=", FLAGS_encrypt),
                                    absl::StrCat("--minloglevel=", FLAGS_minloglevel)};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -285,9 +314,8 @@ ServerProcess SpawnServer(const Case& c, int rank, const std::string& yaml) {
   close(fds[0]);
   ServerProcess s;
   s.pid = pid;
-  const size_t space = line.find(' ');
-  s.ps_endpoint = line.substr(0, space);
-  s.echo_endpoint = line.substr(space + 1, line.find('\n') - space - 1);
+  std::istringstream fields(line);
+  fields >> s.ps_endpoint >> s.echo_endpoint >> s.pslite_endpoint;
   return s;
 }
 
@@ -490,6 +518,38 @@ class BareDriver final : public Driver {
   std::vector<std::vector<std::vector<uint64_t>>> requests_;  // [slot][server] keys (+ grads)
 };
 
+// The ps-lite-shaped reference (bench/pslite_ref.h): ZPull / ZPush, then
+// Wait, at every window (ps-lite has no blocking call of its own).
+class PsLiteDriver final : public Driver {
+ public:
+  PsLiteDriver(bench::PsLiteWorker* worker, Op op, const Case& c, uint64_t universe, uint64_t start)
+      : worker_(worker), op_(op), keys_n_(c.keys), stream_(universe, start),
+        keys_(c.window, std::vector<uint64_t>(c.keys)), timestamps_(c.window) {
+    if (op == Op::kPull) {
+      values_.assign(c.window, std::vector<float>(c.keys * c.dim));
+    } else {
+      grads_.resize(c.keys * c.dim);
+      for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = 1e-4f * static_cast<float>(1 + i % 7);
+    }
+  }
+  void Issue(int slot) override {
+    stream_.Fill(keys_[slot].data(), keys_n_);
+    timestamps_[slot] = op_ == Op::kPull ? worker_->ZPull(keys_[slot], values_[slot])
+                                         : worker_->ZPush(keys_[slot], grads_);
+  }
+  void Wait(int slot) override { worker_->Wait(timestamps_[slot]); }
+
+ private:
+  bench::PsLiteWorker* worker_;
+  Op op_;
+  size_t keys_n_;
+  KeyStream stream_;
+  std::vector<std::vector<uint64_t>> keys_;
+  std::vector<std::vector<float>> values_;
+  std::vector<float> grads_;
+  std::vector<int> timestamps_;
+};
+
 // ---------------------------------------------------------------- measurement
 
 struct Measurement {
@@ -616,6 +676,38 @@ void Verify(ps::PsClient& client, const ps::JobConfig& job, const Case& c, uint6
   }
 }
 
+// The reference gets the same two pushes as Verify and must pull what the
+// rule computes (so it does the work it is credited with).
+void VerifyPsLite(bench::PsLiteWorker& worker, const ps::JobConfig& job, const Case& c, uint64_t universe) {
+  const size_t n = std::min<size_t>(c.keys, 4096), d = c.dim;
+  std::vector<uint64_t> keys(n);
+  for (size_t i = 0; i < n; ++i) keys[i] = KeyOf(universe + 1000 + i);
+  std::vector<float> got(n * d, -1.0f), g(n * d);
+  worker.Wait(worker.ZPull(keys, got));
+  for (float v : got) {
+    if (v != 0.0f) Fail(absl::StrCat("verify ps-lite reference: a fresh row pulled ", v));
+  }
+  const bench::PsLiteRule rule = PsLiteRuleOf(job);
+  std::vector<float> w(n * d, 0.0f), g2(n * d, rule.initial_g2sum);
+  for (int step = 0; step < 2; ++step) {
+    for (size_t i = 0; i < n * d; ++i) {
+      g[i] = 0.05f * static_cast<float>(static_cast<int>((i * 7 + step * 3) % 11) - 5);
+      if (rule.kind == bench::PsLiteRule::kSgd) {
+        w[i] -= rule.learning_rate * g[i];
+      } else {
+        g2[i] += g[i] * g[i];
+        w[i] -= rule.learning_rate * g[i] / (std::sqrt(g2[i]) + rule.epsilon);
+      }
+    }
+    worker.Wait(worker.ZPush(keys, g));
+  }
+  worker.Wait(worker.ZPull(keys, got));
+  for (size_t i = 0; i < n * d; ++i) {
+    if (std::fabs(got[i] - w[i]) > 1e-6f * std::max(1.0f, std::fabs(w[i])))
+      Fail(absl::StrCat("verify ps-lite reference: element ", i, " pulled ", got[i], ", expected ", w[i]));
+  }
+}
+
 void VerifyBare(bench::BareEchoClient& client) {
   const std::vector<uint64_t> buf(64, 7);
   for (int s = 0; s < client.num_servers(); ++s) {
@@ -632,12 +724,12 @@ void VerifyBare(bench::BareEchoClient& client) {
 
 struct OpResult {
   Op op;
-  Summary fleet, bare;
-  double fleet_ops = 0, bare_ops = 0;  // ops/s, all workers
+  Summary fleet, bare, pslite;
+  double fleet_ops = 0, bare_ops = 0, pslite_ops = 0;  // ops/s, all workers
   int64_t iterations = 0;              // per worker per round
   double value_bytes = 0;              // per op
   // CPU us per op: [bench process (workers + client I/O), servers].
-  double fleet_cpu[2] = {0, 0}, bare_cpu[2] = {0, 0};
+  double fleet_cpu[2] = {0, 0}, bare_cpu[2] = {0, 0}, pslite_cpu[2] = {0, 0};
   double lat_ratio() const { return bare.p50 > 0 ? fleet.p50 / bare.p50 : 0; }
   double tput_ratio() const { return bare_ops > 0 ? fleet_ops / bare_ops : 0; }
 };
@@ -680,28 +772,33 @@ CaseResult RunCase(const Case& c) {
   for (int r = 0; r < c.servers; ++r) servers.push_back(SpawnServer(c, r, yaml));
   g_server_pids.clear();
   for (const auto& s : servers) g_server_pids.push_back(s.pid);
-  std::vector<std::string> ps_endpoints, echo_endpoints;
+  std::vector<std::string> ps_endpoints, echo_endpoints, pslite_endpoints;
   for (const auto& s : servers) {
     ps_endpoints.push_back(s.ps_endpoint);
     echo_endpoints.push_back(s.echo_endpoint);
+    pslite_endpoints.push_back(s.pslite_endpoint);
   }
   std::vector<std::unique_ptr<ps::PsClient>> clients;
   std::vector<std::unique_ptr<bench::BareEchoClient>> bare_clients;
+  std::vector<std::unique_ptr<bench::PsLiteWorker>> pslite_workers;
   for (int w = 0; w < c.workers; ++w) {
     ps::PsClientOptions o;
     o.servers = ps_endpoints;
     o.worker_rank = w;
     o.num_workers = c.workers;
-    if (c.curve) o.auth = BenchAuth();
+    if (c.auth) o.auth = BenchAuth();
+    o.encrypt = FLAGS_encrypt;
     auto client = ps::PsClient::Create(o, job);
     if (!client.ok()) Fail("client: " + client.status().ToString());
     clients.push_back(std::move(client).value());
     bare_clients.push_back(std::make_unique<bench::BareEchoClient>(echo_endpoints));
+    if (FLAGS_pslite) pslite_workers.push_back(std::make_unique<bench::PsLiteWorker>(pslite_endpoints, c.dim));
   }
 
   // Verify once, before anything is timed.
   Verify(*clients[0], job, c, universe);
   VerifyBare(*bare_clients[0]);
+  if (FLAGS_pslite) VerifyPsLite(*pslite_workers[0], job, c, universe);
 
   // Populate every row the timed requests touch, with large batched pushes
   // (zero gradients), two in flight.
@@ -729,6 +826,14 @@ CaseResult RunCase(const Case& c) {
       }
     }
     result.populate_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    // The reference holds the same rows (not timed, not counted in memory).
+    for (uint64_t first = 0; FLAGS_pslite && first < universe; first += batch) {
+      const size_t n = std::min<uint64_t>(batch, universe - first);
+      keys[0].resize(n);
+      for (size_t i = 0; i < n; ++i) keys[0][i] = KeyOf(first + i);
+      pslite_workers[0]->Wait(
+          pslite_workers[0]->ZPush(keys[0], std::span<const float>(zeros.data(), n * c.dim)));
+    }
   }
   uint64_t rss1 = 0;
   for (const auto& s : servers) rss1 += RssBytes(s.pid);
@@ -754,38 +859,48 @@ CaseResult RunCase(const Case& c) {
 
   for (Op op : {Op::kPull, Op::kPush}) {
     if (FLAGS_ops.find(OpName(op)) == std::string::npos) continue;
-    std::vector<std::unique_ptr<Driver>> fleet, bare;
+    std::vector<std::unique_ptr<Driver>> fleet, bare, pslite;
     for (int w = 0; w < c.workers; ++w) {
       const uint64_t start = universe / c.workers * w;
       fleet.push_back(std::make_unique<FleetDriver>(clients[w].get(), op, c, universe, start));
       bare.push_back(std::make_unique<BareDriver>(bare_clients[w].get(), op, c, universe, start));
+      if (FLAGS_pslite)
+        pslite.push_back(std::make_unique<PsLiteDriver>(pslite_workers[w].get(), op, c, universe, start));
     }
     OpResult r;
     r.op = op;
     r.value_bytes = static_cast<double>(c.keys * c.dim * 4);
     r.iterations = ChooseIterations(fleet, bare, c.window);
-    Measurement mf, mb;
+    if (FLAGS_pslite) RunWorkers(pslite, c.window, std::max<int64_t>(10, 2 * c.window), nullptr);  // warm-up
+    Measurement mf, mb, mp;
     for (int round = 0; round < FLAGS_rounds; ++round) {
       RunWorkers(bare, c.window, r.iterations, &mb);
+      if (FLAGS_pslite) RunWorkers(pslite, c.window, r.iterations, &mp);
       RunWorkers(fleet, c.window, r.iterations, &mf);
     }
-    r.fleet = mf.summary();
-    r.bare = mb.summary();
-    r.fleet_ops = mf.ops_per_s();
-    r.bare_ops = mb.ops_per_s();
-    r.fleet_cpu[0] = mf.client_cpu_us_per_op();
-    r.fleet_cpu[1] = mf.server_cpu_us_per_op();
-    r.bare_cpu[0] = mb.client_cpu_us_per_op();
-    r.bare_cpu[1] = mb.server_cpu_us_per_op();
+    auto take = [](const Measurement& m, Summary* s, double* ops, double cpu[2]) {
+      *s = m.summary();
+      *ops = m.ops_per_s();
+      cpu[0] = m.client_cpu_us_per_op();
+      cpu[1] = m.server_cpu_us_per_op();
+    };
+    take(mf, &r.fleet, &r.fleet_ops, r.fleet_cpu);
+    take(mb, &r.bare, &r.bare_ops, r.bare_cpu);
+    if (FLAGS_pslite) take(mp, &r.pslite, &r.pslite_ops, r.pslite_cpu);
     std::printf("  %s: %lld ops per worker x %d rounds; request %.0f B, reply %.0f B per op\n", OpName(op),
                 static_cast<long long>(r.iterations), FLAGS_rounds,
                 op == Op::kPull ? c.keys * 8.0 : c.keys * (8.0 + 4.0 * c.dim),
                 op == Op::kPull ? c.keys * 4.0 * c.dim : 0.0);
     PrintMeasureHeader();
     PrintMeasureRow(absl::StrCat("bare zmq ", OpName(op)), r.bare, r.bare_ops, r.value_bytes, r.bare_cpu);
+    if (FLAGS_pslite)
+      PrintMeasureRow(absl::StrCat("ps-lite ref ", OpName(op)), r.pslite, r.pslite_ops, r.value_bytes, r.pslite_cpu);
     PrintMeasureRow(absl::StrCat("fleet ", OpName(op)), r.fleet, r.fleet_ops, r.value_bytes, r.fleet_cpu);
     std::printf("  ratio fleet/bare: p50 time per op %.2fx, throughput %.2fx, CPU per op %.1fx\n", r.lat_ratio(),
               r.tput_ratio(), (r.fleet_cpu[0] + r.fleet_cpu[1]) / std::max(1e-9, r.bare_cpu[0] + r.bare_cpu[1]));
+    if (FLAGS_pslite)
+      std::printf("  fleet vs ps-lite ref (above 1: FleetPS better): latency %.2fx, throughput %.2fx\n",
+                  r.fleet.p50 > 0 ? r.pslite.p50 / r.fleet.p50 : 0, r.pslite_ops > 0 ? r.fleet_ops / r.pslite_ops : 0);
     std::fflush(stdout);
     result.ops.push_back(r);
   }
@@ -794,6 +909,7 @@ CaseResult RunCase(const Case& c) {
     std::fprintf(stderr, "ps_bench: stop servers: %s\n", s.ToString().c_str());
   clients.clear();
   bare_clients.clear();
+  pslite_workers.clear();
   for (const auto& s : servers) Reap(s, std::chrono::seconds(15));
   std::printf("\n");
   return result;
@@ -867,6 +983,22 @@ std::vector<Case> PresetAll() {
   return cases;
 }
 
+// The shapes of issue 24 (small at window 1 and 8, large, embedding; 1x1
+// and 2x2), no busy polling: what the ps-lite comparison needs.
+std::vector<Case> PresetPsLite() {
+  std::vector<Case> cases;
+  for (auto [s, w] : {std::pair{1, 1}, std::pair{2, 2}}) {
+    for (const char* shape : {"small", "small8", "large", "embedding"}) {
+      Case c = ShapeCase(shape);
+      c.servers = s;
+      c.workers = w;
+      c.busy_poll_us = FLAGS_busy_poll_us;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
 std::string LoadAverage() {
   std::ifstream in("/proc/loadavg");
   std::string a, b, c;
@@ -906,15 +1038,15 @@ void PrintSummary(const std::vector<CaseResult>& results) {
   // Targets of issue 3 (1 server, 1 worker), for the cases that were run.
   auto find = [&](const std::string& name, int s, int w) -> const CaseResult* {
     for (const CaseResult& r : results)
-      if (r.c.name == name && r.c.servers == s && r.c.workers == w && !r.c.curve) return &r;
+      if (r.c.name == name && r.c.servers == s && r.c.workers == w && !r.c.auth) return &r;
     return nullptr;
   };
   std::vector<std::string> lines;
   auto verdict = [](bool ok) { return ok ? "MET   " : "MISSED"; };
   // Every busy-polling setting that was run, with what it costs in CPU.
   for (const CaseResult& r : results) {
-    // The targets are the plain transport's; CURVE has its own table.
-    if (r.c.name != "small" || r.c.servers != 1 || r.c.workers != 1 || r.c.curve) continue;
+    // The targets are the plain transport's; auth has its own table.
+    if (r.c.name != "small" || r.c.servers != 1 || r.c.workers != 1 || r.c.auth) continue;
     for (const OpResult& o : r.ops) {
       const double cpu = o.fleet_cpu[0] + o.fleet_cpu[1], bare_cpu = o.bare_cpu[0] + o.bare_cpu[1];
       lines.push_back(absl::StrFormat(
@@ -957,21 +1089,21 @@ void PrintSummary(const std::vector<CaseResult>& results) {
   }
 }
 
-// Each CURVE case against the same case without: p50 time per op and
+// Each auth case against the same case without: p50 time per op and
 // throughput, on / off.
-void PrintCurveRatios(const std::vector<CaseResult>& results) {
+void PrintAuthRatios(const std::vector<CaseResult>& results) {
   bool header = false;
   for (const CaseResult& on : results) {
-    if (!on.c.curve) continue;
+    if (!on.c.auth) continue;
     for (const CaseResult& off : results) {
       Case plain = on.c;
-      plain.curve = false;
-      if (off.c.curve || off.c.label() != plain.label() || off.c.servers != on.c.servers ||
+      plain.auth = false;
+      if (off.c.auth || off.c.label() != plain.label() || off.c.servers != on.c.servers ||
           off.c.workers != on.c.workers || off.ops.size() != on.ops.size()) {
         continue;
       }
       if (!header) {
-        std::printf("== CURVE on / off (same run)\n%-12s %3s %-12s %-4s | %9s %9s %7s | %9s %9s %7s\n",
+        std::printf("== auth on / off (same run)\n%-12s %3s %-12s %-4s | %9s %9s %7s | %9s %9s %7s\n",
                     "shape", "SxW", "keys x dim", "op", "p50 off", "p50 on", "ratio", "ops/s off",
                     "ops/s on", "ratio");
         header = true;
@@ -987,7 +1119,69 @@ void PrintCurveRatios(const std::vector<CaseResult>& results) {
       }
     }
   }
-  if (header) std::printf("  ratio: CURVE on / off (p50: lower is better for off; ops/s: higher)\n\n");
+  if (header) std::printf("  ratio: auth on / off (p50: lower is better for off; ops/s: higher)\n\n");
+}
+
+// FleetPS against the ps-lite-shaped reference, per shape, with the
+// figure issue 24 judges each shape by: p50 time per op for window-1 small
+// and embedding requests, throughput otherwise. Each FleetPS run is divided
+// by the reference measured in the same case (alternating rounds). Above 1:
+// FleetPS better. Auth cost: FleetPS with the default auth over plain.
+void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
+  if (!FLAGS_pslite) return;
+  std::printf("== against the ps-lite-shaped reference (bench/pslite_ref.h; same case, alternating rounds)\n");
+  std::printf("%-10s %3s %-12s %-4s %-6s | %10s %10s %10s | %7s %7s | %9s\n", "shape", "SxW", "keys x dim", "op",
+              "figure", "ps-lite", "fleet", "fleet auth", "plain", "auth", "auth cost");
+  auto figure = [](const Case& c, const OpResult& o, bool pslite) {
+    const bool latency = c.window == 1 && c.name != "large";
+    if (latency) return pslite ? o.pslite.p50 : o.fleet.p50;
+    const double ops = pslite ? o.pslite_ops : o.fleet_ops;
+    return c.name == "large" ? ops * o.value_bytes / 1e9 : ops;
+  };
+  std::vector<std::string> missed;
+  for (const CaseResult& plain : results) {
+    if (plain.c.auth) continue;
+    const CaseResult* auth = nullptr;
+    for (const CaseResult& r : results) {
+      if (r.c.auth && r.c.name == plain.c.name && r.c.servers == plain.c.servers &&
+          r.c.workers == plain.c.workers && r.c.busy_poll_us == plain.c.busy_poll_us &&
+          r.ops.size() == plain.ops.size())
+        auth = &r;
+    }
+    for (size_t i = 0; i < plain.ops.size(); ++i) {
+      const OpResult& o = plain.ops[i];
+      const bool latency = plain.c.window == 1 && plain.c.name != "large";
+      // Above 1 = FleetPS better, for either kind of figure.
+      auto better = [&](const CaseResult& r) {
+        const double f = figure(r.c, r.ops[i], false), p = figure(r.c, r.ops[i], true);
+        return latency ? (f > 0 ? p / f : 0) : (p > 0 ? f / p : 0);
+      };
+      const double plain_ratio = better(plain);
+      const double auth_ratio = auth ? better(*auth) : 0;
+      const double auth_fig = auth ? figure(auth->c, auth->ops[i], false) : 0;
+      const double plain_fig = figure(plain.c, o, false);
+      const double cost = auth ? (latency ? auth_fig / plain_fig : plain_fig / auth_fig) : 0;
+      std::printf("%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %6.2fx | %8.2fx\n",
+                  plain.c.label().c_str(), plain.c.servers, plain.c.workers,
+                  absl::StrCat(plain.c.keys, "x", plain.c.dim).c_str(), OpName(o.op),
+                  latency ? "p50 us" : (plain.c.name == "large" ? "GB/s" : "ops/s"), figure(plain.c, o, true),
+                  plain_fig, auth_fig, plain_ratio, auth_ratio, cost);
+      const std::string what = absl::StrCat(plain.c.label(), " ", plain.c.servers, "x", plain.c.workers, " ",
+                                            OpName(o.op));
+      if (plain_ratio < 1.5) missed.push_back(absl::StrFormat("%s plain %.2fx (target >= 1.5)", what, plain_ratio));
+      if (auth && auth_ratio < 1.0) missed.push_back(absl::StrFormat("%s auth %.2fx (target >= 1.0)", what, auth_ratio));
+      if (auth && cost > 1.3) missed.push_back(absl::StrFormat("%s auth cost %.2fx plain (target <= 1.3)", what, cost));
+    }
+  }
+  std::printf("  plain / auth: FleetPS without / with the default auth over the reference (above 1: FleetPS better);"
+              " auth cost: auth over plain FleetPS (time, or inverse throughput)\n");
+  if (missed.empty()) {
+    std::printf("  every target of issue 24 met in this run\n\n");
+  } else {
+    std::printf("  missed in this run:\n");
+    for (const auto& m : missed) std::printf("    %s\n", m.c_str());
+    std::printf("\n");
+  }
 }
 
 int Main() {
@@ -999,22 +1193,24 @@ int Main() {
   std::vector<Case> cases;
   if (FLAGS_preset == "all") {
     cases = PresetAll();
+  } else if (FLAGS_preset == "pslite") {
+    cases = PresetPsLite();
   } else if (!FLAGS_preset.empty()) {
-    Fail("unknown --preset '" + FLAGS_preset + "' (all)");
+    Fail("unknown --preset '" + FLAGS_preset + "' (all | pslite)");
   } else {
     cases.push_back(CaseFromFlags());
   }
-  if (FLAGS_curve != "off" && FLAGS_curve != "on" && FLAGS_curve != "both") {
-    Fail("--curve must be off, on or both");
+  if (FLAGS_auth != "off" && FLAGS_auth != "on" && FLAGS_auth != "both") {
+    Fail("--auth must be off, on or both");
   }
-  if (FLAGS_curve != "off") {
+  if (FLAGS_auth != "off") {
     auto secret = JobAuth::RandomSecret();
     if (!secret.ok()) Fail(secret.status().ToString());
     setenv("FLEET_JOB_SECRET", secret->c_str(), 1);
     std::vector<Case> expanded;
     for (Case c : cases) {
-      if (FLAGS_curve == "both") expanded.push_back(c);
-      c.curve = true;
+      if (FLAGS_auth == "both") expanded.push_back(c);
+      c.auth = true;
       expanded.push_back(c);
     }
     cases = std::move(expanded);
@@ -1024,7 +1220,8 @@ int Main() {
   for (const Case& c : cases) results.push_back(RunCase(c));
   std::printf("total %.0f s\n", std::chrono::duration<double>(Clock::now() - t0).count());
   PrintSummary(results);
-  PrintCurveRatios(results);
+  PrintAuthRatios(results);
+  PrintPsLiteRatios(results);
   return 0;
 }
 

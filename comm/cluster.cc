@@ -37,8 +37,8 @@ DEFINE_string(job_id, "default",
               "Scopes every KV-store key so jobs sharing a store never collide. Give each "
               "concurrent job its own.");
 DEFINE_string(auth, "on",
-              "on: the job's ZeroMQ traffic is encrypted and authenticated (CURVE) and KV store "
-              "requests are signed, all with keys derived from the job secret "
+              "on: every message of the job's ZeroMQ traffic is authenticated (values travel in "
+              "the clear) and KV store requests are signed, all with keys derived from the job secret "
               "(FLEET_JOB_SECRET or --job_secret_file); off: plain traffic, for trusted "
               "networks only.");
 DEFINE_string(job_secret_file, "",

@@ -124,6 +124,7 @@ Result<std::shared_ptr<const JobAuth>> JobAuth::FromSecret(std::string_view secr
   auth->curve_server_ = CurvePairFrom(HkdfSha256(secret, kSalt, "fleet curve server v1", 32));
   auth->curve_client_ = CurvePairFrom(HkdfSha256(secret, kSalt, "fleet curve client v1", 32));
   auth->kv_key_ = HkdfSha256(secret, kSalt, "fleet kv hmac v1", kSha256Bytes);
+  auth->van_key_ = HkdfSha256(secret, kSalt, "fleet van mac v1", kSha256Bytes);
   return std::shared_ptr<const JobAuth>(std::move(auth));
 }
 

@@ -10,7 +10,10 @@
 //                               connecting socket); a server's ZAP handler
 //                               admits exactly this public key;
 //   "fleet kv hmac v1"       -> the HMAC-SHA256 key that signs KV store
-//                               requests (KvRequestSigner below).
+//                               requests (KvRequestSigner below);
+//   "fleet van mac v1"       -> the key the Van's greeting proves and its
+//                               per-connection message keys come from
+//                               (comm/van_auth.h).
 // One keypair per side is enough: every process of a job is equally trusted,
 // and anyone without the secret can compute neither secret key.
 //
@@ -67,12 +70,15 @@ class JobAuth {
   const CurveKeyPair& curve_client() const { return curve_client_; }
   // The key KvRequestSigner uses (32 raw bytes).
   const std::string& kv_key() const { return kv_key_; }
+  // The key comm/van_auth.h derives per-connection keys from (32 raw bytes).
+  const std::string& van_key() const { return van_key_; }
 
  private:
   JobAuth() = default;
   CurveKeyPair curve_server_;
   CurveKeyPair curve_client_;
   std::string kv_key_;
+  std::string van_key_;
 };
 
 // HKDF-SHA256 (RFC 5869): `length` (<= 255 * 32) bytes from input keying

@@ -8,14 +8,18 @@
 #include <cerrno>
 #include <deque>
 #include <future>
+#include <span>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include <openssl/crypto.h>
 #include <zmq.hpp>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "comm/endpoint.h"
+#include "comm/van_auth.h"
 
 namespace fleet {
 namespace {
@@ -186,10 +190,37 @@ struct LockedSocket {
 };
 
 struct Van::Impl {
+  // The connecting side's state of message authentication (comm/van_auth.h),
+  // guarded by the connection's dealer.mu.
+  struct ClientSession {
+    std::string id;   // of the greeting in progress or done; empty before the first
+    std::string key;  // empty until welcomed
+    bool ready = false;  // welcomed: messages go out; otherwise they wait in `pending`
+    uint64_t next_send = 0;
+    van_auth::ReplayWindow window;
+    // The session before the last greeting: replies to requests sent under
+    // it may still come.
+    std::string previous_id, previous_key;
+    van_auth::ReplayWindow previous_window;
+    std::deque<Message> pending;
+    std::chrono::steady_clock::time_point greeted_at;
+    bool unanswered_reported = false;
+  };
+
+  // The bound side's state of one session (comm/van_auth.h).
+  struct ServerSession {
+    std::string key;  // fixed after creation
+    std::atomic<uint64_t> next_send{0};
+    std::mutex mu;
+    van_auth::ReplayWindow window;  // guarded by mu
+    bool authenticated = false;     // a message under it checked out; I/O thread only
+  };
+
   struct Connection {
     std::string endpoint;
     LockedSocket dealer;
     zmq::socket_t monitor;  // I/O thread only (after Connect hands it over)
+    ClientSession session;  // guarded by dealer.mu
 
     Connection(zmq::context_t& context, std::string e)
         : endpoint(std::move(e)), dealer(context, zmq::socket_type::dealer) {}
@@ -229,9 +260,23 @@ struct Van::Impl {
   // the reply is not left for the next tick.
   std::atomic<bool> io_polls_dealers{true};
 
-  // With options.auth: started by Bind, before the router accepts; stopped
-  // after every socket is closed. Guarded by mu until then.
+  // With options.auth and encrypt: started by Bind, before the router
+  // accepts; stopped after every socket is closed. Guarded by mu until then.
   std::unique_ptr<ZapHandler> zap;
+
+  // Message authentication, bound side: sessions by id. Greetings from
+  // strangers make sessions that never authenticate; past
+  // kMaxUnauthenticatedSessions those are dropped.
+  static constexpr size_t kMaxUnauthenticatedSessions = 4096;
+  std::mutex sessions_mu;
+  absl::flat_hash_map<std::string, std::shared_ptr<ServerSession>> sessions;  // guarded
+  size_t unauthenticated_sessions = 0;  // guarded by sessions_mu
+  std::atomic<uint64_t> refused_messages{0};
+
+  // A greeting unanswered this long reports the connection down.
+  static constexpr std::chrono::milliseconds kGreetingTimeout{1500};
+
+  bool mac() const { return options.auth != nullptr && !options.encrypt; }
 
   // zmq::poll with a zero timeout: how many items are ready; 0 on EINTR, -1
   // on any other error.
@@ -257,6 +302,18 @@ struct Van::Impl {
 
   LockedSocket* SocketFor(const Route& to);
   Status SendOn(LockedSocket& target, const Route& to, const Message& message);
+  // Hands the parts to ZeroMQ. REQUIRES: target.mu held.
+  void SendLocked(LockedSocket& target, const Route& to, const std::string& header,
+                  const Message& message, const std::string* trailer);
+  // Message authentication (comm/van_auth.h).
+  void Greet(Connection& conn);
+  void CheckGreetings(std::chrono::steady_clock::time_point now);
+  // False when the message is the Van's own (a greeting) or is refused;
+  // otherwise strips the trailer and sets from->session.
+  bool Authenticate(Route* from, std::vector<zmq::message_t>& parts, size_t header_index);
+  void OnHello(const std::string& routing_id, std::string_view id);
+  void OnWelcome(int connection, std::string_view nonce, std::string_view proof);
+  void Refuse(const char* why);
   void Loop();
   void RebuildPollItems();
   // Delivers every message ready on `socket`, or stops after a delivery
@@ -270,7 +327,7 @@ struct Van::Impl {
 
 Result<std::unique_ptr<Van>> Van::Create(VanOptions options, VanReceiver* receiver) {
   CHECK(receiver != nullptr);
-  if (options.auth && !zmq_has("curve")) {
+  if (options.auth && options.encrypt && !zmq_has("curve")) {
     return Status::FailedPrecondition(
         "this libzmq has no CURVE (built without libsodium): run with auth off "
         "(Distributed.auth: off / --auth=off) or install a libzmq with CURVE");
@@ -315,7 +372,7 @@ Result<std::string> Van::Bind(const std::string& endpoint) {
   auto router = std::make_unique<LockedSocket>(impl_->context, zmq::socket_type::router);
   SetCommonOptions(router->socket, impl_->options);
   router->socket.set(zmq::sockopt::router_mandatory, 1);
-  if (const JobAuth* auth = impl_->options.auth.get()) {
+  if (const JobAuth* auth = impl_->options.encrypt ? impl_->options.auth.get() : nullptr) {
     if (!impl_->zap) {
       FLEET_ASSIGN_OR_RETURN(impl_->zap,
                              ZapHandler::Start(impl_->context, auth->curve_client().public_key));
@@ -343,7 +400,9 @@ Result<int> Van::Connect(const std::string& endpoint) {
   const int id = static_cast<int>(impl_->connections.size());
   auto conn = std::make_unique<Impl::Connection>(impl_->context, zmq_endpoint);
   SetCommonOptions(conn->dealer.socket, impl_->options);
-  if (impl_->options.auth) SetCurveClient(conn->dealer.socket, *impl_->options.auth);
+  if (impl_->options.auth && impl_->options.encrypt) {
+    SetCurveClient(conn->dealer.socket, *impl_->options.auth);
+  }
   const std::string monitor_addr =
       absl::StrCat("inproc://van-monitor-", reinterpret_cast<uintptr_t>(impl_.get()), "-", id);
   zmq_socket_monitor(conn->dealer.socket.handle(), monitor_addr.c_str(),
@@ -396,24 +455,43 @@ std::string Van::endpoint(int connection) const {
 Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& message) {
   const std::string header = message.header.SerializeAsString();
   const auto& frames = message.frames;
+  // The bound side signs outside the socket's lock: a reply's tag over
+  // megabytes must not hold up the other handler threads' replies.
+  std::string trailer;
+  if (mac() && !to.outgoing()) {
+    std::shared_ptr<ServerSession> session;
+    {
+      std::lock_guard<std::mutex> lock(sessions_mu);
+      auto it = sessions.find(to.session);
+      if (it != sessions.end()) session = it->second;
+    }
+    if (session == nullptr) {
+      return Status::Unavailable("no authenticated session for this caller (it reconnected?)");
+    }
+    std::vector<van_auth::Part> parts{{header.data(), header.size()}};
+    for (const Bytes& f : frames) parts.push_back({f.data(), f.size()});
+    trailer = van_auth::Trailer(session->key, van_auth::Direction::kToClient, to.session,
+                                session->next_send.fetch_add(1), parts);
+  }
   bool wake_io = false;
   {
     std::lock_guard<std::mutex> lock(target.mu);
     if (target.closed) return Status::FailedPrecondition("van stopped");
+    if (mac() && to.outgoing()) {
+      // The connecting side signs under the lock: the session may change
+      // with a greeting, and until it is welcomed messages wait.
+      ClientSession& session = connections[to.connection]->session;
+      if (!session.ready) {
+        session.pending.push_back(message);
+        return Status::OK();
+      }
+      std::vector<van_auth::Part> parts{{header.data(), header.size()}};
+      for (const Bytes& f : frames) parts.push_back({f.data(), f.size()});
+      trailer = van_auth::Trailer(session.key, van_auth::Direction::kToServer, session.id,
+                                  session.next_send++, parts);
+    }
     try {
-      if (!to.outgoing()) {
-        target.socket.send(zmq::buffer(to.routing_id), zmq::send_flags::sndmore);
-      }
-      target.socket.send(zmq::buffer(header), frames.empty()
-                                                  ? zmq::send_flags::dontwait
-                                                  : zmq::send_flags::sndmore |
-                                                        zmq::send_flags::dontwait);
-      for (size_t i = 0; i < frames.size(); ++i) {
-        zmq::message_t part = ToZmq(frames[i]);
-        target.socket.send(part, i + 1 == frames.size()
-                                     ? zmq::send_flags::dontwait
-                                     : zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-      }
+      SendLocked(target, to, header, message, trailer.empty() ? nullptr : &trailer);
     } catch (const zmq::error_t& e) {
       // EHOSTUNREACH on the ROUTER: the caller that sent the request is gone.
       LOG(WARNING) << "van: send of command " << message.header.command() << " failed: "
@@ -436,6 +514,246 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& m
   }
   if (wake_io) Wake();
   return Status::OK();
+}
+
+void Van::Impl::SendLocked(LockedSocket& target, const Route& to, const std::string& header,
+                           const Message& message, const std::string* trailer) {
+  const auto& frames = message.frames;
+  const auto more = zmq::send_flags::sndmore | zmq::send_flags::dontwait;
+  if (!to.outgoing()) target.socket.send(zmq::buffer(to.routing_id), zmq::send_flags::sndmore);
+  const bool last_is_header = frames.empty() && trailer == nullptr;
+  target.socket.send(zmq::buffer(header), last_is_header ? zmq::send_flags::dontwait : more);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    zmq::message_t part = ToZmq(frames[i]);
+    const bool last = i + 1 == frames.size() && trailer == nullptr;
+    target.socket.send(part, last ? zmq::send_flags::dontwait : more);
+  }
+  if (trailer != nullptr) target.socket.send(zmq::buffer(*trailer), zmq::send_flags::dontwait);
+}
+
+// ---- message authentication (comm/van_auth.h) ----
+
+void Van::Impl::Refuse(const char* why) {
+  refused_messages.fetch_add(1);
+  LOG_EVERY_N(WARNING, 100) << "van: refused a message: " << why << " (" << google::COUNTER
+                            << " so far)";
+}
+
+// A fresh session for every TCP connection (again after a reconnect): the
+// peer may be a new process that knows none of ours.
+void Van::Impl::Greet(Connection& conn) {
+  std::lock_guard<std::mutex> lock(conn.dealer.mu);
+  if (conn.dealer.closed) return;
+  ClientSession& s = conn.session;
+  if (s.ready) {
+    s.previous_id = std::move(s.id);
+    s.previous_key = std::move(s.key);
+    s.previous_window = s.window;
+  }
+  s.id = van_auth::RandomBytes(van_auth::kIdBytes);
+  s.key.clear();
+  s.ready = false;
+  s.next_send = 0;
+  s.window = van_auth::ReplayWindow();
+  s.greeted_at = std::chrono::steady_clock::now();
+  s.unanswered_reported = false;
+  try {
+    conn.dealer.socket.send(zmq::buffer(van_auth::kHello), zmq::send_flags::sndmore);
+    conn.dealer.socket.send(zmq::buffer(s.id), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    LOG(WARNING) << "van: greeting " << conn.endpoint << " failed: " << e.what();
+  }
+}
+
+void Van::Impl::CheckGreetings(std::chrono::steady_clock::time_point now) {
+  std::vector<std::pair<int, std::string>> unanswered;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t c = 0; c < connections.size(); ++c) {
+      Connection& conn = *connections[c];
+      std::lock_guard<std::mutex> socket_lock(conn.dealer.mu);
+      ClientSession& s = conn.session;
+      if (s.id.empty() || s.ready || s.unanswered_reported || now - s.greeted_at < kGreetingTimeout) {
+        continue;
+      }
+      s.unanswered_reported = true;
+      unanswered.emplace_back(static_cast<int>(c), conn.endpoint);
+    }
+  }
+  for (auto& [connection, endpoint] : unanswered) {
+    receiver->OnConnectionDown(
+        connection, endpoint,
+        Status::Unavailable(absl::StrCat("no answer to this job's authentication handshake "
+                                         "within ",
+                                         kGreetingTimeout.count(),
+                                         " ms: the peer runs with auth off or encrypted "
+                                         "(CURVE), or is not a FleetPS node"),
+                            endpoint));
+  }
+}
+
+void Van::Impl::OnHello(const std::string& routing_id, std::string_view id) {
+  std::string nonce;
+  {
+    std::lock_guard<std::mutex> lock(sessions_mu);
+    // A greeting played again must not reset a session's counters.
+    if (sessions.contains(std::string(id))) return Refuse("greeting for a session that exists");
+    if (unauthenticated_sessions >= kMaxUnauthenticatedSessions) {
+      absl::erase_if(sessions, [](const auto& kv) { return !kv.second->authenticated; });
+      unauthenticated_sessions = 0;
+    }
+    nonce = van_auth::RandomBytes(van_auth::kNonceBytes);
+    auto session = std::make_shared<ServerSession>();
+    session->key = van_auth::SessionKey(options.auth->van_key(), id, nonce);
+    sessions.emplace(std::string(id), std::move(session));
+    ++unauthenticated_sessions;
+  }
+  const std::string proof = van_auth::WelcomeProof(options.auth->van_key(), id, nonce);
+  std::lock_guard<std::mutex> lock(router->mu);
+  if (router->closed) return;
+  try {
+    router->socket.send(zmq::buffer(routing_id), zmq::send_flags::sndmore);
+    router->socket.send(zmq::buffer(van_auth::kWelcome), zmq::send_flags::sndmore);
+    router->socket.send(zmq::buffer(nonce), zmq::send_flags::sndmore);
+    router->socket.send(zmq::buffer(proof), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    LOG_EVERY_N(WARNING, 100) << "van: welcome failed: " << e.what();
+  }
+}
+
+void Van::Impl::OnWelcome(int connection, std::string_view nonce, std::string_view proof) {
+  Connection* conn;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    conn = connections[connection].get();
+  }
+  bool was_reported;
+  {
+    std::lock_guard<std::mutex> lock(conn->dealer.mu);
+    ClientSession& s = conn->session;
+    if (s.id.empty() || s.ready || nonce.size() != van_auth::kNonceBytes) {
+      return Refuse("welcome without a greeting");
+    }
+    const std::string want = van_auth::WelcomeProof(options.auth->van_key(), s.id, nonce);
+    if (proof.size() != want.size() || CRYPTO_memcmp(proof.data(), want.data(), want.size()) != 0) {
+      // Not this job's server: it gets nothing of ours.
+      return Refuse("welcome from a peer without this job's secret");
+    }
+    s.key = van_auth::SessionKey(options.auth->van_key(), s.id, nonce);
+    s.ready = true;
+    was_reported = s.unanswered_reported;
+    const Route to{connection, {}, {}};
+    for (const Message& m : s.pending) {
+      const std::string header = m.header.SerializeAsString();
+      std::vector<van_auth::Part> parts{{header.data(), header.size()}};
+      for (const Bytes& f : m.frames) parts.push_back({f.data(), f.size()});
+      const std::string trailer = van_auth::Trailer(s.key, van_auth::Direction::kToServer, s.id,
+                                                    s.next_send++, parts);
+      try {
+        SendLocked(conn->dealer, to, header, m, &trailer);
+      } catch (const zmq::error_t& e) {
+        LOG(WARNING) << "van: send of a waiting message failed: " << e.what();
+      }
+    }
+    s.pending.clear();
+  }
+  // Replies to what was waiting are due; whoever receives must look.
+  Wake();
+  if (was_reported) receiver->OnConnectionUp(connection);
+}
+
+bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
+                             size_t header_index) {
+  const std::string_view first = parts[header_index].to_string_view();
+  if (!from->outgoing() && first == van_auth::kHello) {
+    if (parts.size() != header_index + 2 || parts.back().size() != van_auth::kIdBytes) {
+      Refuse("malformed greeting");
+    } else {
+      OnHello(from->routing_id, parts.back().to_string_view());
+    }
+    return false;
+  }
+  if (from->outgoing() && first == van_auth::kWelcome) {
+    if (parts.size() != 3) {
+      Refuse("malformed welcome");
+    } else {
+      OnWelcome(from->connection, parts[1].to_string_view(), parts[2].to_string_view());
+    }
+    return false;
+  }
+  van_auth::TrailerFields fields;
+  if (parts.size() < header_index + 2 ||
+      !van_auth::ParseTrailer(parts.back().to_string_view(), &fields)) {
+    Refuse("no authentication trailer (a peer without auth?)");
+    return false;
+  }
+  std::vector<van_auth::Part> signed_parts;
+  signed_parts.reserve(parts.size() - header_index - 1);
+  for (size_t i = header_index; i + 1 < parts.size(); ++i) {
+    signed_parts.push_back({parts[i].data(), parts[i].size()});
+  }
+  const std::string_view trailer = parts.back().to_string_view();
+  if (!from->outgoing()) {
+    std::shared_ptr<ServerSession> session;
+    {
+      std::lock_guard<std::mutex> lock(sessions_mu);
+      auto it = sessions.find(std::string(fields.id));
+      if (it != sessions.end()) session = it->second;
+    }
+    if (session == nullptr) {
+      Refuse("unknown session");
+      return false;
+    }
+    if (!van_auth::Verify(session->key, van_auth::Direction::kToServer, trailer, signed_parts)) {
+      Refuse("bad tag (changed or forged)");
+      return false;
+    }
+    {
+      std::lock_guard<std::mutex> lock(session->mu);
+      if (!session->window.Accept(fields.sequence)) {
+        Refuse("sequence number taken before (played again)");
+        return false;
+      }
+    }
+    if (!session->authenticated) {
+      // The I/O thread alone receives on the router, so this flag and the
+      // eviction in OnHello never race.
+      session->authenticated = true;
+      std::lock_guard<std::mutex> lock(sessions_mu);
+      --unauthenticated_sessions;
+    }
+    from->session = std::string(fields.id);
+  } else {
+    Connection* conn;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      conn = connections[from->connection].get();
+    }
+    std::string key;
+    {
+      std::lock_guard<std::mutex> lock(conn->dealer.mu);
+      const ClientSession& s = conn->session;
+      if (s.ready && fields.id == s.id) key = s.key;
+      else if (!s.previous_id.empty() && fields.id == s.previous_id) key = s.previous_key;
+    }
+    if (key.empty()) {
+      Refuse("unknown session");
+      return false;
+    }
+    if (!van_auth::Verify(key, van_auth::Direction::kToClient, trailer, signed_parts)) {
+      Refuse("bad tag (changed or forged)");
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(conn->dealer.mu);
+    ClientSession& s = conn->session;
+    van_auth::ReplayWindow& window = fields.id == s.id ? s.window : s.previous_window;
+    if (!window.Accept(fields.sequence)) {
+      Refuse("sequence number taken before (played again)");
+      return false;
+    }
+  }
+  parts.pop_back();
+  return true;
 }
 
 bool Van::ReceiveWhile(const std::function<void()>& start,
@@ -575,6 +893,7 @@ void Van::Impl::Loop() {
     const auto now = std::chrono::steady_clock::now();
     if (delivered > 0) spin_until = now + options.busy_poll;
     next_tick = now + options.tick;
+    if (mac()) CheckGreetings(now);
     receiver->OnTick(now);
     bool changed;
     {
@@ -617,13 +936,15 @@ int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
     if (keep_going != nullptr && !(*keep_going)()) return delivered + 1;
   }
 }
-void Van::Impl::Deliver(const Route& from, std::vector<zmq::message_t>& parts,
+void Van::Impl::Deliver(const Route& route, std::vector<zmq::message_t>& parts,
                         size_t header_index) {
   if (parts.size() <= header_index) {
     LOG_EVERY_N(WARNING, 100) << "van: dropping message without header frame ("
                               << google::COUNTER << " so far)";
     return;
   }
+  Route from = route;
+  if (mac() && !Authenticate(&from, parts, header_index)) return;
   Message message;
   if (!message.header.ParseFromArray(parts[header_index].data(),
                                      static_cast<int>(parts[header_index].size()))) {
@@ -664,6 +985,14 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
           Status::Unavailable("connection lost (peer closed, crashed or missed heartbeats)",
                               endpoint));
     } else if (event == ZMQ_EVENT_CONNECTED) {
+      if (mac()) {
+        Connection* conn;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          conn = connections[connection].get();
+        }
+        Greet(*conn);
+      }
       receiver->OnConnectionUp(connection);
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
@@ -677,7 +1006,7 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
       }
       receiver->OnConnectionDown(
           connection, endpoint,
-          Status::Unavailable(options.auth ? "CURVE handshake failed: the peer does not hold "
+          Status::Unavailable(options.auth && options.encrypt ? "CURVE handshake failed: the peer does not hold "
                                              "this job's keys (another job, or a different "
                                              "job secret?)"
                                            : "handshake failed: the peer requires this job's "

@@ -36,6 +36,9 @@ namespace fleet {
 struct Route {
   int connection = -1;
   std::string routing_id;
+  // With message authentication (VanOptions::auth, not encrypt): the
+  // session a caller's message came under; a reply must carry it back.
+  std::string session;
 
   bool outgoing() const { return connection >= 0; }
 };
@@ -62,17 +65,28 @@ struct VanOptions {
   // to their callers before closing. Outgoing connections never linger: a
   // request to a dead peer must not hold up shutdown.
   std::chrono::milliseconds reply_linger{1000};
-  // The job's credentials. When set, every socket speaks ZeroMQ CURVE
-  // (encrypted and authenticated): the bound socket is a CURVE server with
-  // the job's server key and admits, through a ZAP handler on this Van's
-  // context, only clients presenting the job's client key; outgoing
-  // connections present that key and accept only the job's server key. A
-  // peer without them never gets a message through (its handshake fails;
-  // its requests time out) and the server goes on serving the others.
-  // Costs a handshake per connection and the encryption of every byte
-  // (README: figures). Null (default): plain TCP, anyone reaching the port
-  // is served; for trusted networks only (Distributed.auth: off).
+  // The job's credentials. When set, only holders of the job secret get a
+  // message through, and a message changed, forged or played again is
+  // refused (dropped and counted; the caller's request times out):
+  //  * encrypt false (default): every message carries a MAC under a key of
+  //    its connection, agreed in a greeting that proves the job secret on
+  //    both sides (comm/van_auth.h). The bytes travel in the clear. Costs a
+  //    round trip per connection and a Poly1305 pass over every byte on
+  //    each side (several GB/s; README: figures). A connection whose peer
+  //    does not answer the greeting within 1.5 s (auth off there, or not a
+  //    FleetPS node) is reported down ("handshake").
+  //  * encrypt true: every socket speaks ZeroMQ CURVE (encrypted and
+  //    authenticated): the bound socket is a CURVE server with the job's
+  //    server key and admits, through a ZAP handler on this Van's context,
+  //    only clients presenting the job's client key; outgoing connections
+  //    present that key and accept only the job's server key. Costs a
+  //    handshake per connection and the encryption of every byte on
+  //    ZeroMQ's I/O thread (~0.5 GB/s).
+  // A peer without the keys never gets a message through and the server
+  // goes on serving the others. Null (default): plain TCP, anyone reaching
+  // the port is served; for trusted networks only (Distributed.auth: off).
   std::shared_ptr<const JobAuth> auth;
+  bool encrypt = false;
 };
 
 // Called on the Van's I/O thread, or for outgoing connections on a thread

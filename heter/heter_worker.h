@@ -63,7 +63,7 @@ struct HeterWorkerOptions {
   // Threads of the element-wise kernels on the CPU (besides BLAS's own:
   // train.blas_threads). 0: the compute thread does them.
   int pool_threads = 0;
-  // The job's CURVE credentials for this heter worker (serving and as a PS client)'s ZeroMQ traffic
+  // The job's credentials for this heter worker (serving and as a PS client)'s ZeroMQ traffic
   // (VanOptions::auth); null: plain TCP. Programs pass
   // TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
   std::shared_ptr<const JobAuth> auth;

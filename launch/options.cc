@@ -77,8 +77,9 @@ const OptionSpec kOptions[] = {
      "multi-host jobs: seconds without a heartbeat (through the KV store) after which a host counts as "
      "dead and the job fails on every host (at most 86400)", kProcessGroup},
     {"auth", &LaunchOptions::auth, "on",
-     "on: ZeroMQ traffic encrypted and authenticated (CURVE), KV store requests signed, keys from the "
-     "job secret; off: plain, for trusted networks only (passed on as FLEET_AUTH)", kSecurityGroup},
+     "on: every ZeroMQ message authenticated (per-connection MACs; values travel in the clear), KV store "
+     "requests signed, keys from the job secret; off: plain, for trusted networks only (passed on as "
+     "FLEET_AUTH)", kSecurityGroup},
     {"job_secret_file", &LaunchOptions::job_secret_file, "unset",
      "file (mode 600) holding the job secret, needed on every machine of a multi-machine job (or "
      "FLEET_JOB_SECRET); a job on one machine gets a fresh random one", kSecurityGroup},

@@ -225,6 +225,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, cons
   rpc.default_timeout = job.distributed.timeout;
   rpc.van.busy_poll = job.distributed.busy_poll;
   rpc.van.auth = client->options_.auth;
+  rpc.van.encrypt = client->options_.encrypt;
   FLEET_ASSIGN_OR_RETURN(client->rpc_, RpcNode::Create(rpc));
   for (const std::string& endpoint : client->options_.servers) {
     auto peer = client->rpc_->Connect(endpoint);

@@ -61,10 +61,13 @@ struct PsClientOptions {
   int num_workers = 1;
   // Used in server logs and errors; default "worker:<rank>".
   std::string name;
-  // The job's CURVE credentials for this client's ZeroMQ traffic
-  // (VanOptions::auth); null: plain TCP. Programs pass
-  // TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
+  // The job's credentials for this client's ZeroMQ traffic
+  // (VanOptions::auth: every message authenticated); null: plain TCP.
+  // Programs pass TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
   std::shared_ptr<const JobAuth> auth;
+  // With auth: encrypt too, with ZeroMQ CURVE (VanOptions::encrypt; several
+  // times the cost on large values). Both sides of a job must agree.
+  bool encrypt = false;
 };
 
 // Per-call options. timeout 0 = JobConfig Distributed.timeout_ms.

@@ -139,13 +139,13 @@ struct DistributedConfig {
   // new process loading the recovery checkpoint and replaying its log.
   // 0, or no recovery_dir: a lost server fails the call at once.
   std::chrono::milliseconds server_restart_timeout{30000};
-  // `Distributed.auth`: default on. On: the job's ZeroMQ traffic (servers,
-  // workers, heter workers) is encrypted and authenticated with ZeroMQ CURVE
+  // `Distributed.auth`: default on. On: every message of the job's ZeroMQ
+  // traffic (servers, workers, heter workers) is authenticated (comm/van_auth.h)
   // under keys derived from the job secret (comm/job_auth.h), so only the
-  // job's processes get in. Off: plain TCP, anyone who reaches a port can
-  // pull, push, save or stop; only for a trusted, isolated network. On costs
-  // a handshake per connection and the encryption of every byte (README:
-  // round-trip figures). fleetrun --auth=off (FLEET_AUTH=off) turns it off
+  // job's processes get in; values travel in the clear. Off: plain TCP, anyone
+  // who reaches a port can pull, push, save or stop; only for a trusted network.
+  // On costs a round trip per connection and a MAC pass over every byte on each
+  // side (README: figures). fleetrun --auth=off (FLEET_AUTH=off) turns it off
   // too, and also the KV store's request signing.
   bool auth = true;
   HeterConfig heter;

@@ -250,6 +250,7 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
   rpc.default_timeout = server->options_.job.distributed.timeout;
   rpc.van.busy_poll = server->options_.job.distributed.busy_poll;
   rpc.van.auth = server->options_.auth;
+  rpc.van.encrypt = server->options_.encrypt;
   FLEET_ASSIGN_OR_RETURN(server->rpc_, RpcNode::Create(rpc));
   server->RegisterHandlers();
   return server;

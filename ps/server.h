@@ -99,10 +99,13 @@ struct PsServerOptions {
   bool restarted = false;
   // How long Shutdown waits for requests already being handled.
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
-  // The job's CURVE credentials for this server's ZeroMQ traffic
-  // (VanOptions::auth); null: plain TCP. Programs pass
-  // TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
+  // The job's credentials for this server's ZeroMQ traffic
+  // (VanOptions::auth: every message authenticated); null: plain TCP.
+  // Programs pass TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
   std::shared_ptr<const JobAuth> auth;
+  // With auth: encrypt too, with ZeroMQ CURVE (VanOptions::encrypt; several
+  // times the cost on large values). Both sides of a job must agree.
+  bool encrypt = false;
   // The memory a sparse table's default row quota is derived from (see
   // DefaultMaxRowsPerServer); 0: this machine's physical memory. For tests.
   uint64_t memory_bytes = 0;

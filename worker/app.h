@@ -79,7 +79,7 @@ struct PsWorkerOptions {
   // worker was restarted and rejoins the running job (step 2b above).
   int restart_generation = 0;
   // The job's credentials: kv_auth signs KV store requests; auth is the
-  // CURVE credentials of its ZeroMQ traffic (servers, heter workers). Null:
+  // credentials of its ZeroMQ traffic (servers, heter workers). Null:
   // unsigned / plain TCP. ps_worker sets kv_auth from the ClusterSpec and
   // auth from TransportAuth (comm/cluster.h).
   std::shared_ptr<const JobAuth> kv_auth;

@@ -1,6 +1,8 @@
 // Job authentication: key derivation from the job secret, the secret file's
-// checks, ZeroMQ CURVE with the ZAP handler (strangers refused, the job's
-// clients served throughout) and the KV store's signed requests.
+// checks, the Van's two modes (per-message MACs after a greeting, the
+// default; ZeroMQ CURVE with the ZAP handler): strangers refused, the job's
+// clients served throughout; changed and replayed messages refused; and the
+// KV store's signed requests.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "comm/job_auth.h"
 #include "comm/kv_store.h"
 #include "comm/rpc.h"
+#include "comm/van_auth.h"
 #include "tests/raw_connection.h"
 
 namespace fleet {
@@ -167,8 +170,10 @@ TEST_F(SecretFileTest, ClusterSpecReadsFileOrEnvironmentAndAuthOff) {
 
 // ---- ZeroMQ CURVE ----
 
-RpcNodeOptions Options(const std::string& name, std::shared_ptr<const JobAuth> auth) {
+RpcNodeOptions Options(const std::string& name, std::shared_ptr<const JobAuth> auth,
+                       bool encrypt = false) {
   RpcNodeOptions o;
+  o.van.encrypt = encrypt;
   o.name = name;
   o.default_timeout = 3s;
   o.van.heartbeat_interval = 200ms;
@@ -186,11 +191,12 @@ Message EchoRequest(size_t n) {
   return m;
 }
 
-class CurveTest : public ::testing::Test {
+// Parameter: VanOptions::encrypt (CURVE) or not (message authentication).
+class TransportAuthTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(zmq_has("curve")) << "this libzmq has no CURVE";
-    server_ = RpcNode::Create(Options("server", Auth(kSecret))).value();
+    server_ = RpcNode::Create(Options("server", Auth(kSecret), GetParam())).value();
     server_->RegisterSync(kEcho, [this](const Message& request, Message* response) {
       served_.fetch_add(1);
       response->header.add_frames()->CopyFrom(request.header.frames(0));
@@ -202,7 +208,7 @@ class CurveTest : public ::testing::Test {
 
   // A job client's echo of n floats comes back intact.
   void ExpectJobClientServed(size_t n) {
-    auto client = RpcNode::Create(Options("job-client", Auth(kSecret))).value();
+    auto client = RpcNode::Create(Options("job-client", Auth(kSecret), GetParam())).value();
     const int peer = client->Connect(endpoint_).value();
     auto reply = client->CallSync(peer, EchoRequest(n));
     ASSERT_TRUE(reply.ok()) << reply.status().ToString();
@@ -237,19 +243,19 @@ class CurveTest : public ::testing::Test {
   std::atomic<int> served_{0};
 };
 
-TEST_F(CurveTest, JobClientsAreServedSmallAndLarge) {
+TEST_P(TransportAuthTest, JobClientsAreServedSmallAndLarge) {
   ExpectJobClientServed(1);
   ExpectJobClientServed(1 << 20);
   EXPECT_EQ(served_.load(), 2);
 }
 
-TEST_F(CurveTest, PlainZeroMqClientIsRefusedAndServerKeepsServing) {
+TEST_P(TransportAuthTest, PlainZeroMqClientIsRefusedAndServerKeepsServing) {
   EXPECT_FALSE(RawDealerGetsReply([](zmq::socket_t&) {}, 1500ms));
   EXPECT_EQ(served_.load(), 0);
   ExpectJobClientServed(16);
 }
 
-TEST_F(CurveTest, ClientWithRandomKeyAndRightServerKeyIsRefusedByZap) {
+TEST_P(TransportAuthTest, ClientWithRandomKeyAndRightServerKeyIsRefusedByZap) {
   // Knows the server's public key but holds its own keypair: only ZAP
   // stands between it and the handlers.
   char pub[41], sec[41];
@@ -266,9 +272,9 @@ TEST_F(CurveTest, ClientWithRandomKeyAndRightServerKeyIsRefusedByZap) {
   ExpectJobClientServed(16);
 }
 
-TEST_F(CurveTest, NodeOfAnotherJobOrWithoutAuthFailsAndServerKeepsServing) {
+TEST_P(TransportAuthTest, NodeOfAnotherJobOrWithoutAuthFailsAndServerKeepsServing) {
   for (auto auth : {Auth(kOtherSecret), std::shared_ptr<const JobAuth>()}) {
-    auto stranger = RpcNode::Create(Options("stranger", auth)).value();
+    auto stranger = RpcNode::Create(Options("stranger", auth, GetParam())).value();
     const int peer = stranger->Connect(endpoint_).value();
     RpcOptions o;
     o.timeout = 1500ms;
@@ -281,11 +287,11 @@ TEST_F(CurveTest, NodeOfAnotherJobOrWithoutAuthFailsAndServerKeepsServing) {
   ExpectJobClientServed(16);
 }
 
-TEST_F(CurveTest, JobClientOfAnAuthOffServerFailsFast) {
+TEST_P(TransportAuthTest, JobClientOfAnAuthOffServerFailsFast) {
   auto plain = RpcNode::Create(Options("plain", nullptr)).value();
   plain->RegisterSync(kEcho, [](const Message&, Message*) { return Status::OK(); });
   const std::string plain_endpoint = plain->Listen("127.0.0.1:0").value();
-  auto client = RpcNode::Create(Options("job-client", Auth(kSecret))).value();
+  auto client = RpcNode::Create(Options("job-client", Auth(kSecret), GetParam())).value();
   const int peer = client->Connect(plain_endpoint).value();
   RpcOptions o;
   o.timeout = 3s;
@@ -295,6 +301,201 @@ TEST_F(CurveTest, JobClientOfAnAuthOffServerFailsFast) {
   EXPECT_TRUE(reply.status().IsUnavailable()) << reply.status().ToString();
   EXPECT_NE(reply.status().message().find("handshake"), std::string::npos);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2500ms);
+}
+
+TEST_P(TransportAuthTest, NodesOfTheOtherModeFailAndServerKeepsServing) {
+  auto other = RpcNode::Create(Options("other-mode", Auth(kSecret), !GetParam())).value();
+  const int peer = other->Connect(endpoint_).value();
+  RpcOptions o;
+  o.timeout = 1500ms;
+  auto reply = other->CallSync(peer, EchoRequest(4), o);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(served_.load(), 0);
+  ExpectJobClientServed(16);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, TransportAuthTest, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Curve" : "Mac"; });
+
+// ---- message authentication on the wire (comm/van_auth.h) ----
+
+// A raw DEALER that holds the job secret and speaks the greeting itself, so
+// a test can send what no Van would: a message changed after it was signed,
+// or one sent twice.
+class RawJobPeer {
+ public:
+  RawJobPeer(const std::string& endpoint, const JobAuth& auth) : dealer_(ctx_, zmq::socket_type::dealer) {
+    dealer_.set(zmq::sockopt::linger, 0);
+    dealer_.connect("tcp://" + endpoint);
+    id_ = van_auth::RandomBytes(van_auth::kIdBytes);
+    dealer_.send(zmq::buffer(van_auth::kHello), zmq::send_flags::sndmore);
+    dealer_.send(zmq::buffer(id_), zmq::send_flags::none);
+    std::vector<zmq::message_t> welcome = Receive(3s);
+    EXPECT_EQ(welcome.size(), 3u) << "no welcome";
+    if (welcome.size() != 3) return;
+    const std::string nonce = welcome[1].to_string();
+    EXPECT_EQ(welcome[2].to_string(), van_auth::WelcomeProof(auth.van_key(), id_, nonce));
+    key_ = van_auth::SessionKey(auth.van_key(), id_, nonce);
+  }
+
+  // The parts of an echo request of n floats, signed under `sequence`.
+  std::vector<std::string> Signed(size_t n, uint64_t sequence, uint64_t request_id) {
+    Message m = EchoRequest(n);
+    m.header.set_request_id(request_id);
+    m.header.set_sender("raw-job-peer");
+    std::vector<std::string> parts = {m.header.SerializeAsString(),
+                                      std::string(m.frames[0].data(), m.frames[0].size())};
+    std::vector<van_auth::Part> spans;
+    for (const auto& p : parts) spans.push_back({p.data(), p.size()});
+    parts.push_back(van_auth::Trailer(key_, van_auth::Direction::kToServer, id_, sequence, spans));
+    return parts;
+  }
+
+  void Send(const std::vector<std::string>& parts) {
+    for (size_t i = 0; i < parts.size(); ++i) {
+      dealer_.send(zmq::buffer(parts[i]), i + 1 < parts.size() ? zmq::send_flags::sndmore
+                                                               : zmq::send_flags::none);
+    }
+  }
+
+  // The next message, or nothing within `wait`.
+  std::vector<zmq::message_t> Receive(std::chrono::milliseconds wait) {
+    std::vector<zmq::message_t> parts;
+    zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, wait) <= 0) return parts;
+    bool more = true;
+    while (more) {
+      zmq::message_t part;
+      if (!dealer_.recv(part, zmq::recv_flags::none)) break;
+      more = part.more();
+      parts.push_back(std::move(part));
+    }
+    return parts;
+  }
+
+  // True when a reply whose trailer checks out under this session comes.
+  bool GetsSignedReply(std::chrono::milliseconds wait) {
+    std::vector<zmq::message_t> reply = Receive(wait);
+    if (reply.size() < 2) return false;
+    std::vector<van_auth::Part> spans;
+    for (size_t i = 0; i + 1 < reply.size(); ++i) spans.push_back({reply[i].data(), reply[i].size()});
+    return van_auth::Verify(key_, van_auth::Direction::kToClient, reply.back().to_string_view(),
+                            spans);
+  }
+
+ private:
+  zmq::context_t ctx_{1};
+  zmq::socket_t dealer_;
+  std::string id_, key_;
+};
+
+class MessageAuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = RpcNode::Create(Options("server", Auth(kSecret))).value();
+    server_->RegisterSync(kEcho, [this](const Message& request, Message* response) {
+      served_.fetch_add(1);
+      response->header.add_frames()->CopyFrom(request.header.frames(0));
+      response->frames.push_back(request.frames[0]);
+      return Status::OK();
+    });
+    endpoint_ = server_->Listen("127.0.0.1:0").value();
+  }
+
+  std::unique_ptr<RpcNode> server_;
+  std::string endpoint_;
+  std::atomic<int> served_{0};
+};
+
+TEST_F(MessageAuthTest, SignedMessageIsServedWithASignedReply) {
+  RawJobPeer peer(endpoint_, *Auth(kSecret));
+  peer.Send(peer.Signed(1024, 0, 1));
+  EXPECT_TRUE(peer.GetsSignedReply(3s));
+  EXPECT_EQ(served_.load(), 1);
+}
+
+TEST_F(MessageAuthTest, ChangedBulkFrameOrHeaderOrTrailerIsRefused) {
+  RawJobPeer peer(endpoint_, *Auth(kSecret));
+  uint64_t sequence = 0;
+  for (int target : {0, 1, 2}) {  // header, payload (4 MiB), trailer's tag
+    std::vector<std::string> parts = peer.Signed(1 << 20, sequence++, 10 + target);
+    std::string& part = parts[target];
+    part[target == 2 ? part.size() - 1 : part.size() / 2] ^= 0x01;
+    peer.Send(parts);
+  }
+  EXPECT_TRUE(peer.Receive(1500ms).empty());
+  EXPECT_EQ(served_.load(), 0);
+  // The session goes on: the next signed message is served.
+  peer.Send(peer.Signed(4, sequence++, 20));
+  EXPECT_TRUE(peer.GetsSignedReply(3s));
+  EXPECT_EQ(served_.load(), 1);
+}
+
+TEST_F(MessageAuthTest, ReplayedOrReorderedTooFarMessageIsRefused) {
+  RawJobPeer peer(endpoint_, *Auth(kSecret));
+  const std::vector<std::string> first = peer.Signed(4, 0, 1);
+  peer.Send(first);
+  ASSERT_TRUE(peer.GetsSignedReply(3s));
+  peer.Send(first);  // the same bytes again
+  // A sequence number 64 or more below the highest taken is refused too.
+  peer.Send(peer.Signed(4, 100, 2));
+  ASSERT_TRUE(peer.GetsSignedReply(3s));
+  peer.Send(peer.Signed(4, 36, 3));
+  EXPECT_TRUE(peer.Receive(1500ms).empty());
+  EXPECT_EQ(served_.load(), 2);
+}
+
+TEST_F(MessageAuthTest, RecordedSessionIsRefusedByAnotherServerOrGreeting) {
+  std::vector<std::string> recorded;
+  {
+    RawJobPeer peer(endpoint_, *Auth(kSecret));
+    recorded = peer.Signed(4, 0, 1);
+  }
+  // Played to a new server (a restarted one), over a connection of its own.
+  auto other = RpcNode::Create(Options("server-2", Auth(kSecret))).value();
+  std::atomic<int> other_served{0};
+  other->RegisterSync(kEcho, [&](const Message&, Message*) {
+    other_served.fetch_add(1);
+    return Status::OK();
+  });
+  const std::string other_endpoint = other->Listen("127.0.0.1:0").value();
+  RawJobPeer replayer(other_endpoint, *Auth(kSecret));
+  replayer.Send(recorded);
+  EXPECT_TRUE(replayer.Receive(1500ms).empty());
+  EXPECT_EQ(other_served.load(), 0);
+}
+
+TEST(VanAuthTest, TagDependsOnEveryByteOnlyAndNotOnThePreviousMessage) {
+  const std::string key(32, 'k'), id(van_auth::kIdBytes, 'i');
+  const std::string a = "header", b(70000, 'x');
+  const std::vector<van_auth::Part> parts = {{a.data(), a.size()}, {b.data(), b.size()}};
+  // A thread's cipher context is reused from message to message: a tag
+  // must come out the same on a fresh thread.
+  const std::string first = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts);
+  const std::string again = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts);
+  std::string fresh;
+  std::thread([&] { fresh = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts); }).join();
+  EXPECT_EQ(first, again);
+  EXPECT_EQ(first, fresh);
+  EXPECT_TRUE(van_auth::Verify(key, van_auth::Direction::kToServer, first, parts));
+  EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToClient, first, parts));
+  // Moving a byte from one part to the next keeps the concatenation but
+  // not the tag (lengths are signed).
+  const std::string a2 = "heade", b2 = "r" + b;
+  const std::vector<van_auth::Part> shifted = {{a2.data(), a2.size()}, {b2.data(), b2.size()}};
+  EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToServer, first, shifted));
+}
+
+TEST(ReplayWindowTest, TakesEachNumberOnceWithin64) {
+  van_auth::ReplayWindow w;
+  EXPECT_TRUE(w.Accept(5));
+  EXPECT_FALSE(w.Accept(5));
+  EXPECT_TRUE(w.Accept(3));  // late, not taken yet
+  EXPECT_FALSE(w.Accept(3));
+  EXPECT_TRUE(w.Accept(200));
+  EXPECT_TRUE(w.Accept(137));
+  EXPECT_FALSE(w.Accept(136));  // 64 below the highest
+  EXPECT_FALSE(w.Accept(5));
 }
 
 // ---- KV store ----

@@ -32,7 +32,7 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 // The job secret the servers get (FLEET_JOB_SECRET, as fleetrun hands it
-// down): their traffic is CURVE, so the clients here need the same keys.
+// down): their traffic is authenticated, so the clients here need the same keys.
 constexpr char kSecret[] = "ps-server-process-test-secret-0123456789abcdef";
 
 std::shared_ptr<const JobAuth> TestAuth() { return JobAuth::FromSecret(kSecret, "test").value(); }

@@ -1,0 +1,156 @@
+#include "comm/van_auth.h"
+
+#include <glog/logging.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include <cstring>
+#include <memory>
+
+#include "comm/job_auth.h"
+
+namespace fleet::van_auth {
+namespace {
+
+constexpr size_t kKeyBytes = 32;
+
+struct CipherCtxFree {
+  void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
+};
+
+// One cipher context per thread, set to ChaCha20-Poly1305 once: fetching
+// the cipher again for every message (what EVP_chacha20_poly1305() in an
+// init does) cost ~10 us, more than a 12 KB message's tag.
+EVP_CIPHER_CTX* ThreadCipher() {
+  thread_local std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree> ctx = [] {
+    std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree> c(EVP_CIPHER_CTX_new());
+    EVP_CIPHER* cipher = EVP_CIPHER_fetch(nullptr, "ChaCha20-Poly1305", nullptr);
+    CHECK(c != nullptr && cipher != nullptr) << "OpenSSL has no ChaCha20-Poly1305";
+    CHECK_EQ(EVP_EncryptInit_ex2(c.get(), cipher, nullptr, nullptr, nullptr), 1);
+    EVP_CIPHER_free(cipher);  // the context keeps its own reference
+    return c;
+  }();
+  return ctx.get();
+}
+
+void PutU64(uint64_t v, unsigned char* out) {
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
+}
+
+uint64_t GetU64(const char* in) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(in[i]);
+  return v;
+}
+
+// The 16-byte tag of ChaCha20-Poly1305 with no plaintext over id, sequence,
+// part count, part lengths and parts.
+void Tag(std::string_view key, Direction direction, std::string_view id, uint64_t sequence,
+         std::span<const Part> parts, unsigned char tag[kTagBytes]) {
+  CHECK_EQ(key.size(), kKeyBytes);
+  unsigned char iv[12];
+  const uint32_t dir = static_cast<uint32_t>(direction);
+  std::memcpy(iv, &dir, 4);
+  PutU64(sequence, iv + 4);
+  EVP_CIPHER_CTX* ctx = ThreadCipher();
+  int len = 0;
+  bool ok = EVP_EncryptInit_ex2(ctx, nullptr, reinterpret_cast<const unsigned char*>(key.data()),
+                                iv, nullptr) == 1;
+  auto aad = [&](const void* data, size_t size) {
+    // OpenSSL takes int lengths: feed large parts in pieces.
+    const auto* p = static_cast<const unsigned char*>(data);
+    while (ok && size > 0) {
+      const int chunk = static_cast<int>(std::min<size_t>(size, size_t{1} << 30));
+      ok = EVP_EncryptUpdate(ctx, nullptr, &len, p, chunk) == 1;
+      p += chunk;
+      size -= chunk;
+    }
+  };
+  unsigned char fixed[8];
+  aad(id.data(), id.size());
+  PutU64(sequence, fixed);
+  aad(fixed, 8);
+  PutU64(parts.size(), fixed);
+  aad(fixed, 8);
+  for (const Part& p : parts) {
+    PutU64(p.size, fixed);
+    aad(fixed, 8);
+  }
+  for (const Part& p : parts) aad(p.data, p.size);
+  ok = ok && EVP_EncryptFinal_ex(ctx, nullptr, &len) == 1 &&
+       EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, kTagBytes, tag) == 1;
+  CHECK(ok) << "OpenSSL ChaCha20-Poly1305 failed";
+}
+
+}  // namespace
+
+std::string RandomBytes(size_t n) {
+  std::string out(n, '\0');
+  CHECK_EQ(RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), static_cast<int>(n)), 1)
+      << "the OS random generator failed";
+  return out;
+}
+
+std::string WelcomeProof(std::string_view van_key, std::string_view id, std::string_view nonce) {
+  std::string data = "welcome";
+  data.append(id);
+  data.append(nonce);
+  unsigned char mac[32];
+  unsigned int len = 0;
+  CHECK(HMAC(EVP_sha256(), van_key.data(), static_cast<int>(van_key.size()),
+             reinterpret_cast<const unsigned char*>(data.data()), data.size(), mac,
+             &len) != nullptr);
+  return std::string(reinterpret_cast<const char*>(mac), kProofBytes);
+}
+
+std::string SessionKey(std::string_view van_key, std::string_view id, std::string_view nonce) {
+  std::string salt(id);
+  salt.append(nonce);
+  return HkdfSha256(van_key, salt, "fleet van session v1", kKeyBytes);
+}
+
+std::string Trailer(std::string_view session_key, Direction direction, std::string_view id,
+                    uint64_t sequence, std::span<const Part> parts) {
+  CHECK_EQ(id.size(), kIdBytes);
+  std::string out(kTrailerBytes, '\0');
+  std::memcpy(out.data(), id.data(), kIdBytes);
+  PutU64(sequence, reinterpret_cast<unsigned char*>(out.data() + kIdBytes));
+  Tag(session_key, direction, id, sequence, parts,
+      reinterpret_cast<unsigned char*>(out.data() + kIdBytes + 8));
+  return out;
+}
+
+bool ParseTrailer(std::string_view trailer, TrailerFields* fields) {
+  if (trailer.size() != kTrailerBytes) return false;
+  fields->id = trailer.substr(0, kIdBytes);
+  fields->sequence = GetU64(trailer.data() + kIdBytes);
+  return true;
+}
+
+bool Verify(std::string_view session_key, Direction direction, std::string_view trailer,
+            std::span<const Part> parts) {
+  TrailerFields f;
+  if (!ParseTrailer(trailer, &f)) return false;
+  unsigned char want[kTagBytes];
+  Tag(session_key, direction, f.id, f.sequence, parts, want);
+  return CRYPTO_memcmp(want, trailer.data() + kIdBytes + 8, kTagBytes) == 0;
+}
+
+bool ReplayWindow::Accept(uint64_t sequence) {
+  if (!any_ || sequence > highest_) {
+    const uint64_t shift = any_ ? sequence - highest_ : 64;
+    seen_ = shift >= 64 ? 0 : seen_ << shift;
+    seen_ |= 1;
+    highest_ = sequence;
+    any_ = true;
+    return true;
+  }
+  const uint64_t back = highest_ - sequence;
+  if (back >= 64 || (seen_ >> back) & 1) return false;
+  seen_ |= uint64_t{1} << back;
+  return true;
+}
+
+}  // namespace fleet::van_auth

@@ -1,0 +1,94 @@
+// Message authentication of the Van's traffic (VanOptions::auth, unless
+// VanOptions::encrypt asks for CURVE): every message carries a MAC under a
+// key of its connection, so only holders of the job secret get a message
+// through, and a message changed, forged or played again is refused. The
+// bytes travel in the clear (see README: Authentication).
+//
+// Greeting, once per TCP connection (the connecting side starts it when
+// ZeroMQ reports the connection up, again after every reconnect):
+//   client -> server  [kHello][session id: 16 random bytes]
+//   server -> client  [kWelcome][server nonce: 16 random bytes]
+//                     [proof: HMAC-SHA256(van_key, "welcome" | id | nonce), 16 bytes]
+// Both sides then hold the session key HKDF-SHA256(van_key, salt = id |
+// nonce, "fleet van session v1"). The client sends nothing of the job's
+// until the proof checks out (a stranger listening on a job's port learns
+// nothing but the id), and the server's fresh nonce makes a recorded
+// session useless against any later server.
+//
+// Every other message ends with a trailer frame
+//   [session id: 16][sequence number: 8, little endian][tag: 16]
+// where tag = Poly1305 of ChaCha20-Poly1305 (RFC 8439, OpenSSL) under the
+// session key, nonce = direction | sequence number, over no plaintext and
+// the additional data: id, sequence number, the number of the other parts,
+// each one's length, then their bytes. Sequence numbers count up from 0 per
+// session and direction; a receiver takes each at most once (ReplayWindow).
+//
+// Thread safety: free functions are thread-safe; a ReplayWindow is not.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace fleet::van_auth {
+
+constexpr size_t kIdBytes = 16;
+constexpr size_t kNonceBytes = 16;
+constexpr size_t kProofBytes = 16;
+constexpr size_t kTagBytes = 16;
+constexpr size_t kTrailerBytes = kIdBytes + 8 + kTagBytes;
+
+// First part of the greeting messages. A zero byte first: no protobuf
+// header starts with one, so they cannot be mistaken for a message.
+inline constexpr std::string_view kHello{"\0fleet hello v1", 15};
+inline constexpr std::string_view kWelcome{"\0fleet welcome v1", 17};
+
+enum class Direction : uint32_t { kToServer = 1, kToClient = 2 };
+
+// `n` bytes from the OS's CSPRNG. CHECK-fails if it fails (no entropy: the
+// machine cannot run a secure job at all).
+std::string RandomBytes(size_t n);
+
+// The server's proof that it holds van_key, and the session key.
+std::string WelcomeProof(std::string_view van_key, std::string_view id, std::string_view nonce);
+std::string SessionKey(std::string_view van_key, std::string_view id, std::string_view nonce);
+
+struct Part {
+  const void* data;
+  size_t size;
+};
+
+// The trailer for `parts` (every part of the message after the routing id,
+// the trailer excluded).
+std::string Trailer(std::string_view session_key, Direction direction, std::string_view id,
+                    uint64_t sequence, std::span<const Part> parts);
+
+struct TrailerFields {
+  std::string_view id;
+  uint64_t sequence = 0;
+};
+// The id and sequence number of a trailer; false when it is not one.
+bool ParseTrailer(std::string_view trailer, TrailerFields* fields);
+
+// True when `trailer`'s tag is right for `parts` under `session_key`
+// (constant-time comparison).
+bool Verify(std::string_view session_key, Direction direction, std::string_view trailer,
+            std::span<const Part> parts);
+
+// Which sequence numbers a receiver has taken: any above the highest so far,
+// and those up to 63 below it not taken yet (two threads sending on one
+// connection may reorder a little; IPsec's anti-replay window).
+class ReplayWindow {
+ public:
+  // True (and remembered) the first time `sequence` is offered.
+  bool Accept(uint64_t sequence);
+
+ private:
+  bool any_ = false;
+  uint64_t highest_ = 0;
+  uint64_t seen_ = 0;  // bit i: highest_ - i was taken
+};
+
+}  // namespace fleet::van_auth
