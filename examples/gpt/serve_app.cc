@@ -186,6 +186,16 @@ void CompletionServer::Routes() {
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(1 << 20);
 
+  // httplib's own refusals (no such route 404, body over the limit 413) in
+  // the same JSON shape as ours.
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string what = res.status == 404 ? "no endpoint " + req.method + " " + req.path +
+                                                     " (POST /v1/completions, GET /health, "
+                                                     "GET /metrics)"
+                                               : "the request was refused";
+    res.set_content(ErrorBody(what, "invalid_request_error"), "application/json");
+  });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(nlohmann::json({{"status", "ok"},
                                     {"model", options_.model_name},

@@ -270,6 +270,11 @@ TEST(GptServe, BadRequestsAre400sAndTheServerKeepsServing) {
     EXPECT_NE(r.body["error"]["message"].get<std::string>().find(needle), std::string::npos)
         << body << " -> " << r.raw;
   }
+  auto missing = s.Client()->Get("/v1/chat/completions");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_NE(missing->body.find("no endpoint GET /v1/chat/completions"), std::string::npos)
+      << missing->body;
   const Reply ok = s.Post(json{{"prompt", "a"}, {"max_tokens", 48}, {"temperature", 0}});
   ASSERT_EQ(ok.status, 200) << ok.raw;
   // A prompt of 1 token leaves 47 positions to feed back: at most 48 tokens.
