@@ -1,5 +1,6 @@
 #include "examples/gpt/serve_request.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -117,6 +118,7 @@ Result<CompletionRequest> ParseCompletionRequest(std::string_view body,
   }
   if (!j.is_object()) return Bad("the body must be a JSON object");
   CompletionRequest r;
+  r.max_tokens = std::min<int64_t>(r.max_tokens, limits.max_tokens);  // OpenAI's 16, if allowed
   bool has_prompt = false;
   for (const auto& [key, value] : j.items()) {
     if (key == "prompt") {

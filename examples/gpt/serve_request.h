@@ -43,7 +43,7 @@ struct CompletionLimits {
 
 struct CompletionRequest {
   std::vector<int32_t> prompt;   // token ids, 1..context of them
-  int64_t max_tokens = 16;       // [1, CompletionLimits::max_tokens]
+  int64_t max_tokens = 16;       // [1, CompletionLimits::max_tokens]; absent: 16 or that limit
   double temperature = 1.0;      // [0, 2]; 0 picks the most likely token (greedy)
   int64_t top_k = 0;             // >= 0; 0: every token
   double top_p = 1.0;            // (0, 1]
