@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -324,60 +323,18 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
   Flags f;
   f.config = config_args.config;
   f.overrides = config_args.overrides;
-  f.serve.port = 8000;
-  auto integer = [](const std::string& name, const std::string& value, int64_t min,
-                    int64_t* out) -> Status {
-    if (!absl::SimpleAtoi(value, out) || *out < min) {
-      return Status::InvalidArgument("--" + name + " must be an integer >= " + std::to_string(min) +
-                                     ", got \"" + value + "\"");
-    }
-    return Status::OK();
+  // Each flag and where its value goes; integers with their range.
+  const std::map<std::string, std::string*> text_flags = {{"checkpoint", &f.checkpoint},
+                                                          {"device", &f.device},
+                                                          {"model_name", &f.serve.model_name},
+                                                          {"host", &f.serve.host}};
+  struct IntegerFlag {
+    int64_t value, min, max;
   };
-  // Each flag and what its value sets.
-  const std::map<std::string, std::function<Status(const std::string&, const std::string&)>>
-      setters = {
-          {"checkpoint", [&](auto&, auto& v) { return f.checkpoint = v, Status::OK(); }},
-          {"device", [&](auto&, auto& v) { return f.device = v, Status::OK(); }},
-          {"model_name", [&](auto&, auto& v) { return f.serve.model_name = v, Status::OK(); }},
-          {"host", [&](auto&, auto& v) { return f.serve.host = v, Status::OK(); }},
-          {"threads",
-           [&](auto& n, auto& v) {
-             int64_t x;
-             FLEET_RETURN_IF_ERROR(integer(n, v, 1, &x));
-             f.threads = static_cast<int>(x);
-             return Status::OK();
-           }},
-          {"port",
-           [&](auto& n, auto& v) {
-             int64_t x;
-             FLEET_RETURN_IF_ERROR(integer(n, v, 0, &x));
-             if (x > 65535) return Status::InvalidArgument("--port must be <= 65535");
-             f.serve.port = static_cast<int>(x);
-             return Status::OK();
-           }},
-          {"max_batch",
-           [&](auto& n, auto& v) {
-             int64_t x;
-             FLEET_RETURN_IF_ERROR(integer(n, v, 1, &x));
-             f.serve.scheduler.max_batch = static_cast<int>(std::min<int64_t>(x, 1 << 16));
-             return Status::OK();
-           }},
-          {"max_queue",
-           [&](auto& n, auto& v) {
-             int64_t x;
-             FLEET_RETURN_IF_ERROR(integer(n, v, 1, &x));
-             f.serve.scheduler.max_queue = static_cast<int>(std::min<int64_t>(x, 1 << 16));
-             return Status::OK();
-           }},
-          {"max_tokens", [&](auto& n, auto& v) { return integer(n, v, 0, &f.serve.max_tokens); }},
-          {"request_timeout_s",
-           [&](auto& n, auto& v) {
-             int64_t x;
-             FLEET_RETURN_IF_ERROR(integer(n, v, 1, &x));
-             f.serve.request_timeout = std::chrono::seconds(x);
-             return Status::OK();
-           }},
-      };
+  std::map<std::string, IntegerFlag> integer_flags = {
+      {"threads", {0, 1, 4096}},       {"port", {8000, 0, 65535}},
+      {"max_batch", {16, 1, 4096}},    {"max_queue", {64, 1, 1 << 20}},
+      {"max_tokens", {0, 0, 1 << 30}}, {"request_timeout_s", {600, 1, 7 * 24 * 3600}}};
   const std::vector<std::string>& rest = config_args.rest;
   for (size_t i = 0; i < rest.size(); ++i) {
     const std::string& arg = rest[i];
@@ -392,8 +349,9 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
     std::string name = arg.substr(2), value;
     const size_t eq = name.find('=');
     if (eq != std::string::npos) name.resize(eq);
-    auto setter = setters.find(name);
-    if (setter == setters.end()) {
+    auto text = text_flags.find(name);
+    auto integer = integer_flags.find(name);
+    if (text == text_flags.end() && integer == integer_flags.end()) {
       return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
     }
     if (eq != std::string::npos) {
@@ -402,8 +360,23 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
       if (i + 1 >= rest.size()) return Status::InvalidArgument("--" + name + " needs a value");
       value = rest[++i];
     }
-    FLEET_RETURN_IF_ERROR(setter->second(name, value));
+    if (text != text_flags.end()) {
+      *text->second = value;
+      continue;
+    }
+    IntegerFlag& flag = integer->second;
+    if (!absl::SimpleAtoi(value, &flag.value) || flag.value < flag.min || flag.value > flag.max) {
+      return Status::InvalidArgument("--" + name + " must be an integer in [" +
+                                     std::to_string(flag.min) + ", " + std::to_string(flag.max) +
+                                     "], got \"" + value + "\"");
+    }
   }
+  f.threads = static_cast<int>(integer_flags["threads"].value);
+  f.serve.port = static_cast<int>(integer_flags["port"].value);
+  f.serve.scheduler.max_batch = static_cast<int>(integer_flags["max_batch"].value);
+  f.serve.scheduler.max_queue = static_cast<int>(integer_flags["max_queue"].value);
+  f.serve.max_tokens = integer_flags["max_tokens"].value;
+  f.serve.request_timeout = std::chrono::seconds(integer_flags["request_timeout_s"].value);
   if (f.help) return f;
   if (f.config.empty()) return Status::InvalidArgument("-c CONFIG is required (see --help)");
   if (f.checkpoint.empty()) return Status::InvalidArgument("--checkpoint DIR is required");

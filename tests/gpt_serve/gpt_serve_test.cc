@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -368,6 +369,23 @@ TEST(GptServe, CudaGivesTheCpuText) {
   const Reply a = cpu.Post(request), b = gpu.Post(request);
   ASSERT_EQ(b.status, 200) << b.raw;
   EXPECT_EQ(b.body["choices"][0]["text"], a.body["choices"][0]["text"]);
+}
+
+TEST(GptServe, BadCommandLinesAreExitStatus2WithTheReason) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--checkpoint", "x"}, "-c CONFIG is required"},
+      {{"-c", "a.yaml"}, "--checkpoint DIR is required"},
+      {{"-c", "a.yaml", "--checkpoint", "x", "--port", "70000"}, "--port must be an integer in"},
+      {{"-c", "a.yaml", "--checkpoint", "x", "--max_batch=0"}, "--max_batch must be"},
+      {{"-c", "a.yaml", "--checkpoint", "x", "--max_queue"}, "--max_queue needs a value"},
+      {{"-c", "a.yaml", "--checkpoint", "x", "--batch", "4"}, "unknown flag --batch"},
+  };
+  for (const auto& [args, needle] : cases) {
+    std::ostringstream out, err;
+    EXPECT_EQ(GptServeMain(args, out, err), 2) << err.str();
+    EXPECT_NE(err.str().find(needle), std::string::npos) << err.str();
+    EXPECT_TRUE(out.str().empty());
+  }
 }
 
 // The program: -c CONFIG --checkpoint DIR --port 0 serves the checkpoint
