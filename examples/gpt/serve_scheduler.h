@@ -10,7 +10,9 @@
 //      read once per step for all of them) and samples each one's next token
 //      with its own sampler and seeded generator,
 // and a sequence that finished (end-of-text, max_tokens, the context full)
-// leaves its slot between steps. A request's tokens depend only on its own
+// leaves its slot between steps. An admitted prompt's prefill runs before
+// that iteration's step (in prefill_chunk pieces), so a long prompt delays
+// the running sequences' next token by its prefill time. A request's tokens depend only on its own
 // prompt, options and seed, never on what it is batched with (within float
 // rounding of the logits).
 //
@@ -105,6 +107,8 @@ class CompletionScheduler {
   // channel its tokens arrive on. Unavailable when max_queue requests are
   // waiting or the scheduler shut down; InvalidArgument when the sampling
   // options are refused by the sampler. Never blocks on the model.
+  // REQUIRES: request.seed is set (the server draws one when the client
+  // sent none).
   Result<std::shared_ptr<CompletionChannel>> Submit(const CompletionRequest& request);
 
   // While paused, requests wait in the queue and running ones go on (for
