@@ -26,6 +26,17 @@ std::string DefaultDevice(const GptJobConfig& config) {
   return config.global.device == trainer::config::Device::kCpu ? "cpu" : "cuda:0";
 }
 
+Result<std::unique_ptr<trainer::GptModel>> LoadGptModel(const GptJobConfig& config,
+                                                        const std::string& checkpoint_dir,
+                                                        trainer::GptCompute* compute) {
+  FLEET_ASSIGN_OR_RETURN(
+      std::unique_ptr<trainer::GptModel> model,
+      trainer::GptModel::Create(config.model, compute->backend.get(), compute->kernels.get()));
+  const std::string file = (std::filesystem::path(checkpoint_dir) / kGptCheckpointFile).string();
+  FLEET_RETURN_IF_ERROR(trainer::LoadCheckpointParams(file, &model->arena()));
+  return model;
+}
+
 Result<GeneratedText> GenerateText(const GptJobConfig& config, const std::string& checkpoint_dir,
                                    const std::string& prompt, uint64_t seed,
                                    trainer::GptCompute* compute) {
@@ -35,11 +46,8 @@ Result<GeneratedText> GenerateText(const GptJobConfig& config, const std::string
   // InvalidArgument (naming Model.max_position_embeddings).
   const std::vector<int32_t> ids = tokenizer->Encode(prompt);
 
-  FLEET_ASSIGN_OR_RETURN(
-      std::unique_ptr<trainer::GptModel> model,
-      trainer::GptModel::Create(config.model, compute->backend.get(), compute->kernels.get()));
-  const std::string file = (std::filesystem::path(checkpoint_dir) / kGptCheckpointFile).string();
-  FLEET_RETURN_IF_ERROR(trainer::LoadCheckpointParams(file, &model->arena()));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<trainer::GptModel> model,
+                         LoadGptModel(config, checkpoint_dir, compute));
 
   const auto& g = config.generation;
   FLEET_ASSIGN_OR_RETURN(
@@ -71,27 +79,29 @@ Result<GeneratedText> GenerateText(const GptJobConfig& config, const std::string
 namespace {
 
 ProgramHelp GenerateHelp() {
-  return {"gpt_generate -c CONFIG [-o Section.key=value ...] --checkpoint DIR --prompt TEXT [flags]",
-          "Prints text from a checkpoint gpt_pretrain saved, with the config it was trained with "
-          "(see examples/gpt/README.md).",
-          {{"What to run",
-            {{"-c", "FILE", "the config the checkpoint was trained with (required)", ""},
-             {"-o", "Section.key=value", "override one key of the config (repeatable)", ""},
-             {"--checkpoint", "DIR", "gpt_pretrain's Engine.save_load.output_dir (required)", ""},
-             {"--prompt", "TEXT", "the text to continue (required)", ""},
-             {"--device", "cpu|cuda:K", "where to run", "Global.device of the config"},
-             {"--threads", "N", "CPU threads", "the machine's cores"}}},
-           {"Decoding (each stands for -o Generation.<name>=...)",
-            {{"--decode_strategy", "sampling|greedy_search", "how the next token is chosen", "Generation"},
-             {"--top_k", "N", "sample among the N most likely tokens (0: all)", "Generation"},
-             {"--top_p", "P", "sample among the most likely tokens whose probabilities add up to P",
-              "Generation"},
-             {"--temperature", "T", "divides the logits before sampling", "Generation"},
-             {"--min_dec_len", "N", "no end-of-text before N new tokens", "Generation"},
-             {"--max_dec_len", "N", "new tokens at most", "Generation"},
-             {"--num_return_sequences", "N", "texts to print", "Generation"},
-             {"--seed", "N", "the same seed prints the same text", "Global.seed"}}}},
-          ""};
+  return {
+      "gpt_generate -c CONFIG [-o Section.key=value ...] --checkpoint DIR --prompt TEXT [flags]",
+      "Prints text from a checkpoint gpt_pretrain saved, with the config it was trained with "
+      "(see examples/gpt/README.md).",
+      {{"What to run",
+        {{"-c", "FILE", "the config the checkpoint was trained with (required)", ""},
+         {"-o", "Section.key=value", "override one key of the config (repeatable)", ""},
+         {"--checkpoint", "DIR", "gpt_pretrain's Engine.save_load.output_dir (required)", ""},
+         {"--prompt", "TEXT", "the text to continue (required)", ""},
+         {"--device", "cpu|cuda:K", "where to run", "Global.device of the config"},
+         {"--threads", "N", "CPU threads", "the machine's cores"}}},
+       {"Decoding (each stands for -o Generation.<name>=...)",
+        {{"--decode_strategy", "sampling|greedy_search", "how the next token is chosen",
+          "Generation"},
+         {"--top_k", "N", "sample among the N most likely tokens (0: all)", "Generation"},
+         {"--top_p", "P", "sample among the most likely tokens whose probabilities add up to P",
+          "Generation"},
+         {"--temperature", "T", "divides the logits before sampling", "Generation"},
+         {"--min_dec_len", "N", "no end-of-text before N new tokens", "Generation"},
+         {"--max_dec_len", "N", "new tokens at most", "Generation"},
+         {"--num_return_sequences", "N", "texts to print", "Generation"},
+         {"--seed", "N", "the same seed prints the same text", "Global.seed"}}}},
+      ""};
 }
 
 // Flags that stand for -o Generation.<name>=<value>.

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -36,6 +37,7 @@
 #include "comm/status.h"
 #include "trainer/config/gpt_config.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
+#include "trainer/models/gpt.h"
 
 namespace fleet::examples::gpt {
 
@@ -52,6 +54,15 @@ struct GeneratedText {
 
 // The device a config asks for: "cpu" for Global.device cpu, "cuda:0" for gpu.
 std::string DefaultDevice(const trainer::config::GptJobConfig& config);
+
+// Builds config.model on `compute` (CreateGptCompute's backend and twin, not
+// owned, must outlive the model) and loads <checkpoint_dir>/gpt.ckpt's
+// parameters into it. Errors: InvalidArgument for a bad Model section;
+// NotFound / Corruption / FailedPrecondition (another shape, naming the
+// tensor) from the checkpoint.
+Result<std::unique_ptr<trainer::GptModel>> LoadGptModel(const trainer::config::GptJobConfig& config,
+                                                        const std::string& checkpoint_dir,
+                                                        trainer::GptCompute* compute);
 
 // Builds config.model on `compute` (CreateGptCompute's backend and twin, not
 // owned), loads <checkpoint_dir>/gpt.ckpt's parameters, and generates

@@ -1,7 +1,9 @@
 // GptDecoder: the KV-cache decoder's logits after the prompt and after every
 // step equal GptModel::LastLogits over the whole prefix, on the oracle and
 // the CPU twin (serial and threaded), with a chunked prefill and several
-// sequences; and the errors a caller can cause, none of which changes the
+// sequences; the same for independent slots (continuous batching: each
+// slot with its own prompt and position, joining and leaving between
+// steps); and the errors a caller can cause, none of which changes the
 // decoder's state.
 #include "trainer/models/gpt_decoder.h"
 
@@ -110,6 +112,93 @@ TEST_P(GptDecoderTest, EveryStepEqualsTheWholePrefixsLastLogits) {
   EXPECT_TRUE(AllClose("prefill again", std::vector<float>(again->begin(), again->begin() + V),
                        *want, 2e-5, 2e-5));
   EXPECT_EQ(d.position(), static_cast<int>(prompt.size()));
+}
+
+// Slots at different positions, stepped together in any order, joining
+// (PrefillSlot) and leaving (ResetSlot, a full context) between steps: every
+// row equals LastLogits over that slot's own prefix. Slots 0 and 1 start at
+// one position, so a step also holds a run of consecutive slots sharing one
+// attention call, next to slots alone.
+TEST_P(GptDecoderTest, IndependentSlotsEqualTheirOwnPrefixsLastLogits) {
+  const GptConfig config = TinyConfig();
+  Model m(config, GetParam());
+  const int B = 4, V = config.vocab_size, maxT = config.max_position_embeddings;
+  auto decoder = GptDecoder::Create(m.model.get(), {.batch = B, .prefill_chunk = 3});
+  ASSERT_TRUE(decoder.ok()) << decoder.status().ToString();
+  GptDecoder& d = **decoder;
+  std::vector<std::vector<int32_t>> seqs(B);
+  int checked = 0;
+  auto expect_row = [&](int slot, std::span<const float> row) {
+    const int T = static_cast<int>(seqs[slot].size());
+    ASSERT_EQ(d.position(slot), T);
+    auto want = m.model->LastLogits(seqs[slot], 1, T);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ASSERT_TRUE(AllClose("slot " + std::to_string(slot) + " at " + std::to_string(T) + " tokens",
+                         std::vector<float>(row.begin(), row.end()), *want, 2e-5, 2e-5));
+    ++checked;
+  };
+  auto prefill = [&](int slot, std::vector<int32_t> prompt) {
+    seqs[slot] = prompt;
+    auto logits = d.PrefillSlot(slot, prompt);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    ASSERT_EQ(logits->size(), size_t(V));
+    expect_row(slot, *logits);
+  };
+  prefill(0, {5, 1, 9});
+  prefill(1, {7, 7, 2});
+  prefill(3, {30, 4, 4, 11, 8, 19, 2});  // 3 chunks
+  int steps = 0;
+  for (;;) {
+    // Slot 2 joins after 3 steps; slot 0 leaves after 5 and comes back with
+    // another prompt after 7; the others stay until their context is full.
+    if (steps == 3) prefill(2, {12});
+    if (steps == 5) {
+      d.ResetSlot(0);
+      seqs[0].clear();
+      EXPECT_EQ(d.position(0), 0);
+    }
+    if (steps == 7) prefill(0, {3, 36});
+    std::vector<int> slots;
+    for (int slot : {3, 0, 1, 2}) {  // not in id order
+      if (!seqs[slot].empty() && d.position(slot) < maxT) slots.push_back(slot);
+    }
+    if (slots.empty()) break;
+    std::vector<int32_t> next;
+    for (int slot : slots) {
+      next.push_back((d.position(slot) * 5 + slot * 13) % V);
+      seqs[slot].push_back(next.back());
+    }
+    auto logits = d.StepSlots(slots, next);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    ASSERT_EQ(logits->size(), slots.size() * V);
+    for (size_t i = 0; i < slots.size(); ++i) expect_row(slots[i], logits->subspan(i * V, V));
+    ++steps;
+  }
+  // 5 prefills; steps: slot 0 5 + 22, slot 1 21, slot 2 23, slot 3 17.
+  EXPECT_EQ(checked, 5 + 5 + 22 + 21 + 23 + 17);
+
+  // Errors change nothing.
+  const std::vector<int> full = {1};
+  EXPECT_TRUE(IsInvalidArgumentNaming(d.StepSlots(full, std::vector<int32_t>{1}).status(),
+                                      "Model.max_position_embeddings"));
+  d.ResetSlot(2);
+  EXPECT_EQ(d.StepSlots(std::vector<int>{2}, std::vector<int32_t>{1}).status().code(),
+            StatusCode::kFailedPrecondition);
+  prefill(2, {6});
+  EXPECT_TRUE(
+      d.StepSlots(std::vector<int>{2, 2}, std::vector<int32_t>{1, 1}).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      d.StepSlots(std::vector<int>{2}, std::vector<int32_t>{1, 1}).status().IsInvalidArgument());
+  EXPECT_TRUE(IsInvalidArgumentNaming(
+      d.StepSlots(std::vector<int>{2}, std::vector<int32_t>{V}).status(), "Model.vocab_size"));
+  EXPECT_TRUE(IsInvalidArgumentNaming(d.PrefillSlot(0, std::vector<int32_t>(maxT + 1, 1)).status(),
+                                      "Model.max_position_embeddings"));
+  EXPECT_EQ(d.position(0), 0);
+  EXPECT_EQ(d.position(2), 1);
+  auto logits = d.StepSlots(std::vector<int>{2}, std::vector<int32_t>{9});
+  ASSERT_TRUE(logits.ok());
+  seqs[2].push_back(9);
+  expect_row(2, *logits);
 }
 
 INSTANTIATE_TEST_SUITE_P(Twins, GptDecoderTest, ::testing::Values(-1, 0, 2), TwinName);

@@ -76,6 +76,8 @@ GptDecoder::GptDecoder(GptModel* model, const GptDecoderOptions& options)
   logits_ = backend_->AllocateFloats(B * V);
   tokens_ = backend_->AllocateBytes(R * sizeof(int32_t));
   logits_host_.resize(B * V);
+  positions_.assign(B, 0);
+  for (int b = 0; b < options.batch; ++b) all_slots_.push_back(b);
 }
 
 Status GptDecoder::CheckIds(std::span<const int32_t> ids) const {
@@ -91,9 +93,7 @@ Status GptDecoder::CheckIds(std::span<const int32_t> ids) const {
   return Status::OK();
 }
 
-Result<std::span<const float>> GptDecoder::Prefill(std::span<const int32_t> prompt) {
-  position_ = 0;
-  prefilled_ = false;
+Status GptDecoder::CheckPrompt(std::span<const int32_t> prompt) const {
   const int maxT = max_positions();
   if (prompt.empty()) return Status::InvalidArgument("the prompt has no tokens");
   if (prompt.size() > static_cast<size_t>(maxT)) {
@@ -102,18 +102,30 @@ Result<std::span<const float>> GptDecoder::Prefill(std::span<const int32_t> prom
                                        std::to_string(maxT),
                                    "Model.max_position_embeddings");
   }
-  FLEET_RETURN_IF_ERROR(CheckIds(prompt));
+  return CheckIds(prompt);
+}
+
+void GptDecoder::FeedPrompt(int slot, std::span<const int32_t> prompt) {
+  positions_[slot] = 0;
   const int P = static_cast<int>(prompt.size());
   const int chunk = std::min(rows_, options_.prefill_chunk);
+  const int slots[] = {slot};
   for (int start = 0; start < P; start += chunk) {
     const int n = std::min(chunk, P - start);
     backend_->CopyFromHost(tokens_.get(), prompt.data() + start, n * sizeof(int32_t));
-    Forward(1, n);
+    Forward(slots, n);
   }
-  // Sequence 0 holds the prompt's keys and values; give every other
-  // sequence the same rows.
+}
+
+Result<std::span<const float>> GptDecoder::Prefill(std::span<const int32_t> prompt) {
+  std::fill(positions_.begin(), positions_.end(), 0);
+  FLEET_RETURN_IF_ERROR(CheckPrompt(prompt));
+  FeedPrompt(0, prompt);
+  // Slot 0 holds the prompt's keys and values; give every other slot the
+  // same rows.
   const GptConfig& c = model_->config();
-  const size_t C = c.hidden_size, B = options_.batch, seq = size_t(maxT) * C;
+  const size_t C = c.hidden_size, B = options_.batch, seq = size_t(max_positions()) * C;
+  const size_t P = prompt.size();
   for (int l = 0; l < c.num_layers; ++l) {
     for (size_t b = 1; b < B; ++b) {
       for (float* cache : {k_cache_.get(), v_cache_.get()}) {
@@ -126,48 +138,106 @@ Result<std::span<const float>> GptDecoder::Prefill(std::span<const int32_t> prom
   for (size_t b = 1; b < B; ++b) {
     std::copy_n(logits_host_.begin(), V, logits_host_.begin() + b * V);
   }
-  prefilled_ = true;
+  std::fill(positions_.begin(), positions_.end(), static_cast<int>(P));
   return std::span<const float>(logits_host_);
 }
 
+Result<std::span<const float>> GptDecoder::PrefillSlot(int slot, std::span<const int32_t> prompt) {
+  CHECK(slot >= 0 && slot < options_.batch) << "slot " << slot << " of " << options_.batch;
+  positions_[slot] = 0;
+  FLEET_RETURN_IF_ERROR(CheckPrompt(prompt));
+  FeedPrompt(slot, prompt);
+  return std::span<const float>(logits_host_).first(model_->config().vocab_size);
+}
+
+void GptDecoder::ResetSlot(int slot) {
+  CHECK(slot >= 0 && slot < options_.batch) << "slot " << slot << " of " << options_.batch;
+  positions_[slot] = 0;
+}
+
 Result<std::span<const float>> GptDecoder::Step(std::span<const int32_t> tokens) {
-  if (!prefilled_) return Status::FailedPrecondition("GptDecoder::Step before a Prefill");
+  if (positions_[0] == 0) return Status::FailedPrecondition("GptDecoder::Step before a Prefill");
   if (tokens.size() != static_cast<size_t>(options_.batch)) {
     return Status::InvalidArgument("Step takes one token per sequence: got " +
                                    std::to_string(tokens.size()) + ", batch " +
                                    std::to_string(options_.batch));
   }
-  if (position_ >= max_positions()) {
-    return Status::InvalidArgument("the sequences already hold " + std::to_string(position_) +
-                                       " tokens, the model's context (no position left for "
-                                       "another token)",
-                                   "Model.max_position_embeddings");
-  }
-  FLEET_RETURN_IF_ERROR(CheckIds(tokens));
-  backend_->CopyFromHost(tokens_.get(), tokens.data(), tokens.size() * sizeof(int32_t));
-  Forward(options_.batch, 1);
-  return std::span<const float>(logits_host_);
+  return StepSlots(all_slots_, tokens);
 }
 
-void GptDecoder::Forward(int Bn, int T) {
+Result<std::span<const float>> GptDecoder::StepSlots(std::span<const int> slots,
+                                                     std::span<const int32_t> tokens) {
+  if (tokens.size() != slots.size()) {
+    return Status::InvalidArgument("StepSlots takes one token per slot: got " +
+                                   std::to_string(tokens.size()) + " tokens for " +
+                                   std::to_string(slots.size()) + " slots");
+  }
+  std::vector<char> seen(options_.batch, 0);
+  for (int slot : slots) {
+    CHECK(slot >= 0 && slot < options_.batch) << "slot " << slot << " of " << options_.batch;
+    if (seen[slot]++) {
+      return Status::InvalidArgument("slot " + std::to_string(slot) + " is stepped twice");
+    }
+    if (positions_[slot] == 0) {
+      return Status::FailedPrecondition("slot " + std::to_string(slot) +
+                                        " holds no prompt (PrefillSlot it first)");
+    }
+    if (positions_[slot] >= max_positions()) {
+      return Status::InvalidArgument("slot " + std::to_string(slot) + " already holds " +
+                                         std::to_string(positions_[slot]) +
+                                         " tokens, the model's context (no position left for "
+                                         "another token)",
+                                     "Model.max_position_embeddings");
+    }
+  }
+  FLEET_RETURN_IF_ERROR(CheckIds(tokens));
+  if (slots.empty()) return std::span<const float>();
+  backend_->CopyFromHost(tokens_.get(), tokens.data(), tokens.size() * sizeof(int32_t));
+  Forward(slots, 1);
+  return std::span<const float>(logits_host_).first(slots.size() * model_->config().vocab_size);
+}
+
+void GptDecoder::Forward(std::span<const int> slots, int T) {
   const GptConfig& c = model_->config();
   const int C = c.hidden_size, F = c.ffn(), NH = c.num_attention_heads, V = c.vocab_size;
-  const int maxT = c.max_position_embeddings, N = Bn * T;
-  CHECK(N <= rows_ && position_ + T <= maxT);
-  const size_t layer_cache = size_t(options_.batch) * maxT * C;
+  const int maxT = c.max_position_embeddings, Bn = static_cast<int>(slots.size()), N = Bn * T;
+  CHECK(N <= rows_);
+  const size_t layer_cache = size_t(options_.batch) * maxT * C, slot_cache = size_t(maxT) * C;
   GptKernels* k = kernels_;
   float *x = x_.get(), *ln = ln_.get(), *mean = mean_.get(), *rstd = rstd_.get();
   float *qkv = qkv_.get(), *atty = atty_.get(), *fch = fch_.get(), *fch_gelu = fch_gelu_.get();
   const auto* tokens = static_cast<const int32_t*>(tokens_.get());
 
-  // The new rows sit at positions [position_, position_ + T).
-  k->EncoderForward(x, tokens, wte_, wpe_ + size_t(position_) * C, Bn, T, C);
+  // Runs of slots with consecutive ids at one position share one embedding
+  // and one attention call (a shared-prompt Step is a single run); slots at
+  // their own positions get a call each. {first row index i, run length n}.
+  std::vector<std::pair<int, int>> runs;
+  for (int i = 0; i < Bn; ++i) {
+    CHECK(positions_[slots[i]] + T <= maxT);
+    if (!runs.empty()) {
+      auto& [first, n] = runs.back();
+      if (slots[first] + n == slots[i] && positions_[slots[first]] == positions_[slots[i]]) {
+        ++n;
+        continue;
+      }
+    }
+    runs.push_back({i, 1});
+  }
+  // Each run's new rows sit at positions [past, past + T).
+  for (auto [i, n] : runs) {
+    const size_t row = size_t(i) * T;
+    k->EncoderForward(x + row * C, tokens + row, wte_, wpe_ + size_t(positions_[slots[i]]) * C, n,
+                      T, C);
+  }
   for (int l = 0; l < c.num_layers; ++l) {
     k->LayerNormForward(ln, mean, rstd, x, P(l, GptTensor::kLn1W), P(l, GptTensor::kLn1B), N, C);
     k->MatmulForward(qkv, ln, P(l, GptTensor::kQkvW), P(l, GptTensor::kQkvB), N, C, 3 * C, false);
-    k->AttentionDecodeForward(atty, k_cache_.get() + l * layer_cache,
-                              v_cache_.get() + l * layer_cache, scratch_.get(), qkv, Bn, T,
-                              position_, maxT, C, NH);
+    for (auto [i, n] : runs) {
+      const size_t row = size_t(i) * T, cache = l * layer_cache + slots[i] * slot_cache;
+      k->AttentionDecodeForward(atty + row * C, k_cache_.get() + cache, v_cache_.get() + cache,
+                                scratch_.get(), qkv + row * 3 * C, n, T, positions_[slots[i]], maxT,
+                                C, NH);
+    }
     k->MatmulForward(x, atty, P(l, GptTensor::kProjW), P(l, GptTensor::kProjB), N, C, C, true);
     k->LayerNormForward(ln, mean, rstd, x, P(l, GptTensor::kLn2W), P(l, GptTensor::kLn2B), N, C);
     k->MatmulForward(fch, ln, P(l, GptTensor::kFcW), P(l, GptTensor::kFcB), N, C, F, false);
@@ -175,7 +245,7 @@ void GptDecoder::Forward(int Bn, int T) {
     k->MatmulForward(x, fch_gelu, P(l, GptTensor::kFcProjW), P(l, GptTensor::kFcProjB), N, F, C,
                      true);
   }
-  // Only each sequence's last new row needs logits.
+  // Only each slot's last new row needs logits.
   const float* last = x;
   if (T > 1) {
     for (int b = 0; b < Bn; ++b) {
@@ -187,7 +257,7 @@ void GptDecoder::Forward(int Bn, int T) {
   k->LayerNormForward(ln, mean, rstd, last, lnfw_, lnfb_, Bn, C);
   k->MatmulForward(logits_.get(), ln, wte_, nullptr, Bn, C, V, false);
   backend_->CopyToHost(logits_host_.data(), logits_.get(), size_t(Bn) * V * sizeof(float));
-  position_ += T;
+  for (int slot : slots) positions_[slot] += T;
 }
 
 }  // namespace fleet::trainer

@@ -11,11 +11,19 @@
 //              rows [0, position]; x += proj(.); x += mlp(ln_2(x))
 //   logits = ln_f(x at the last new position) wte^T       -> host [B, V]
 //
-// Prefill feeds the prompt (shared by the B sequences) in chunks of
-// `prefill_chunk` positions through sequence 0 and then copies its cache rows
-// to the other sequences; Step feeds one token per sequence. The logits equal
-// GptModel::LastLogits over the whole prefix within float rounding
-// (gpt_decoder_test checks every step on the CPU twin and the oracle).
+// The B sequences sit in slots of their own (cache rows, position). Two ways
+// to drive them:
+//   * shared prompt (gpt_generate's num_return_sequences): Prefill feeds the
+//     prompt in chunks of `prefill_chunk` positions through slot 0 and copies
+//     its cache rows to the other slots; Step feeds one token per slot.
+//   * independent slots (gpt_serve's continuous batching): PrefillSlot starts
+//     one slot over with its own prompt, StepSlots feeds one token to each of
+//     a set of slots at their own positions. The GEMMs see one row per
+//     stepped slot (weights read once per step for all of them); embedding
+//     and attention run per slot over its own cache rows.
+// Either way each slot's logits equal GptModel::LastLogits over that slot's
+// whole prefix within float rounding (gpt_decoder_test checks every step on
+// the CPU twin and the oracle, with slots at different positions).
 //
 // Memory (device): 2 L B maxT C floats of cache, plus buffers for
 // max(B, prefill_chunk) rows, plus the attention scratch and [B, V] logits.
@@ -70,8 +78,31 @@ class GptDecoder {
   // changes on error.
   Result<std::span<const float>> Step(std::span<const int32_t> tokens);
 
-  // Tokens held per sequence (prompt + steps).
-  int position() const { return position_; }
+  // Starts slot `slot` over with `prompt` (host ids), leaving the other
+  // slots as they are, and returns the logits after its last token, host
+  // [V], valid until the next call. Errors as Prefill's; the slot is then
+  // empty (position 0). REQUIRES: 0 <= slot < batch().
+  Result<std::span<const float>> PrefillSlot(int slot, std::span<const int32_t> prompt);
+
+  // Appends tokens[i] to slot slots[i] (distinct slots, host ids, one token
+  // each) and returns the logits after them, host [slots.size(), V] in the
+  // order of `slots`, valid until the next call. Slots not named keep their
+  // state. FailedPrecondition for an empty slot (never prefilled, or
+  // ResetSlot); InvalidArgument for a repeated slot, sizes that differ, a
+  // slot whose context is full (naming Model.max_position_embeddings) or an
+  // id out of range (naming Model.vocab_size); nothing changes on error.
+  // REQUIRES: every slot in [0, batch()).
+  Result<std::span<const float>> StepSlots(std::span<const int> slots,
+                                           std::span<const int32_t> tokens);
+
+  // Empties slot `slot` (position 0); its cache rows are overwritten by the
+  // next PrefillSlot. REQUIRES: 0 <= slot < batch().
+  void ResetSlot(int slot);
+
+  // Tokens held by slot `slot` (prompt + steps); 0 when empty.
+  int position(int slot) const { return positions_.at(slot); }
+  // Tokens held per sequence after Prefill and Steps (slot 0's position).
+  int position() const { return positions_[0]; }
   int batch() const { return options_.batch; }
   // Model.max_position_embeddings: position() never exceeds it.
   int max_positions() const { return model_->config().max_position_embeddings; }
@@ -79,10 +110,15 @@ class GptDecoder {
  private:
   GptDecoder(GptModel* model, const GptDecoderOptions& options);
   Status CheckIds(std::span<const int32_t> ids) const;
-  // Runs Bn sequences' T new tokens (device ids in tokens_) at positions
-  // [position_, position_ + T) through the model and writes the logits of
-  // each sequence's last new position to logits_host_ rows [0, Bn).
-  void Forward(int Bn, int T);
+  Status CheckPrompt(std::span<const int32_t> prompt) const;
+  // Feeds `prompt` (checked) to slot `slot` in prefill_chunk pieces; the
+  // logits after its last token land in logits_host_ row 0.
+  void FeedPrompt(int slot, std::span<const int32_t> prompt);
+  // Runs `slots.size()` slots' T new tokens each (device ids in tokens_,
+  // slot after slot) at positions [positions_[s], positions_[s] + T) through
+  // the model, writes the logits of each slot's last new position to
+  // logits_host_ rows in the order of `slots`, and advances their positions.
+  void Forward(std::span<const int> slots, int T);
   // Block tensor `t` of `layer` in the model's parameters.
   const float* P(int layer, GptTensor t) const {
     return block_params_[layer * kGptTensorsPerBlock + static_cast<int>(t) -
@@ -106,8 +142,8 @@ class GptDecoder {
   std::shared_ptr<void> tokens_;  // int32 [rows_]
 
   std::vector<float> logits_host_;  // [B, V]
-  int position_ = 0;
-  bool prefilled_ = false;
+  std::vector<int> positions_;      // [B]: tokens each slot holds
+  std::vector<int> all_slots_;      // 0, 1, ..., B-1
 };
 
 }  // namespace fleet::trainer

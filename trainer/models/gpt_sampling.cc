@@ -117,6 +117,22 @@ Result<std::unique_ptr<TokenSampler>> CreateTokenSampler(const std::string& deco
       "Generation.decode_strategy");
 }
 
+Result<int32_t> SampleNextToken(std::span<const float> logits, const TokenSampler& sampler,
+                                std::mt19937_64* rng, int64_t generated,
+                                const GenerateOptions& options, std::vector<float>* scratch) {
+  const size_t V = logits.size();
+  const bool has_eot = options.eot_id >= 0 && static_cast<size_t>(options.eot_id) < V;
+  const size_t limit =
+      options.vocab_limit > 0 ? std::min(V, static_cast<size_t>(options.vocab_limit)) : V;
+  const bool mask_eot = has_eot && generated < options.min_dec_len;
+  if (!mask_eot && limit == V) return sampler.Sample(logits, rng);
+  constexpr float kNever = -std::numeric_limits<float>::infinity();
+  scratch->assign(logits.begin(), logits.end());
+  std::fill(scratch->begin() + limit, scratch->end(), kNever);
+  if (mask_eot) (*scratch)[options.eot_id] = kNever;
+  return sampler.Sample(*scratch, rng);
+}
+
 Result<GeneratedTokens> GenerateTokens(GptDecoder* decoder, const TokenSampler& sampler,
                                        std::mt19937_64* rng, std::span<const int32_t> prompt,
                                        const GenerateOptions& options) {
@@ -145,20 +161,12 @@ Result<GeneratedTokens> GenerateTokens(GptDecoder* decoder, const TokenSampler& 
   // The token each sequence is fed next; a finished sequence keeps feeding
   // its last one (any valid id: its logits are no longer read).
   std::vector<int32_t> next(B, 0);
-  std::vector<float> masked;
+  std::vector<float> scratch;
   for (int64_t step = 0;; ++step) {
     for (size_t b = 0; b < B; ++b) {
       if (done[b]) continue;
-      std::span<const float> row = logits.subspan(b * V, V);
-      const bool mask_eot = has_eot && step < options.min_dec_len;
-      if (mask_eot || limit < V) {
-        constexpr float kNever = -std::numeric_limits<float>::infinity();
-        masked.assign(row.begin(), row.end());
-        std::fill(masked.begin() + limit, masked.end(), kNever);
-        if (mask_eot) masked[options.eot_id] = kNever;
-        row = masked;
-      }
-      FLEET_ASSIGN_OR_RETURN(int32_t token, sampler.Sample(row, rng));
+      FLEET_ASSIGN_OR_RETURN(int32_t token, SampleNextToken(logits.subspan(b * V, V), sampler, rng,
+                                                            step, options, &scratch));
       if (has_eot && token == options.eot_id) {
         done[b] = 1;
         continue;

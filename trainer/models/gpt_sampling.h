@@ -110,6 +110,16 @@ struct GeneratedTokens {
   bool context_full = false;
 };
 
+// The next token of one sequence that has `generated` tokens so far, from
+// its logits [V]: ids >= options.vocab_limit and, while generated <
+// options.min_dec_len, end-of-text are masked, then `sampler` draws from
+// *rng. `scratch` holds the masked copy (reused between calls). The rule
+// GenerateTokens applies to every token; gpt_serve applies it per request.
+// Errors: FailedPrecondition from the sampler.
+Result<int32_t> SampleNextToken(std::span<const float> logits, const TokenSampler& sampler,
+                                std::mt19937_64* rng, int64_t generated,
+                                const GenerateOptions& options, std::vector<float>* scratch);
+
 // Feeds `prompt` to every sequence of `decoder` and extends each by sampled
 // tokens until it draws end-of-text, has max_dec_len tokens, or the context
 // is full. Sequences are drawn in order 0..B-1 at each step from *rng.
