@@ -38,8 +38,7 @@ Result<GeneratedText> GenerateText(const GptJobConfig& config, const std::string
   FLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<trainer::GptModel> model,
       trainer::GptModel::Create(config.model, compute->backend.get(), compute->kernels.get()));
-  const std::string file = (std::filesystem::path(checkpoint_dir) / kGptCheckpointFile).string();
-  FLEET_RETURN_IF_ERROR(trainer::LoadCheckpointParams(file, &model->arena()));
+  FLEET_RETURN_IF_ERROR(trainer::LoadPretrainedGpt(checkpoint_dir, config.model, &model->arena()));
 
   const auto& g = config.generation;
   FLEET_ASSIGN_OR_RETURN(
