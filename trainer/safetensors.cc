@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -29,11 +28,11 @@ struct DtypeInfo {
   size_t bytes;
 };
 constexpr DtypeInfo kDtypes[] = {
-    {SafetensorsDtype::kF64, "F64", 8},  {SafetensorsDtype::kF32, "F32", 4},
-    {SafetensorsDtype::kF16, "F16", 2},  {SafetensorsDtype::kBF16, "BF16", 2},
-    {SafetensorsDtype::kI64, "I64", 8},  {SafetensorsDtype::kI32, "I32", 4},
-    {SafetensorsDtype::kI16, "I16", 2},  {SafetensorsDtype::kI8, "I8", 1},
-    {SafetensorsDtype::kU8, "U8", 1},    {SafetensorsDtype::kBool, "BOOL", 1},
+    {SafetensorsDtype::kF64, "F64", 8}, {SafetensorsDtype::kF32, "F32", 4},
+    {SafetensorsDtype::kF16, "F16", 2}, {SafetensorsDtype::kBF16, "BF16", 2},
+    {SafetensorsDtype::kI64, "I64", 8}, {SafetensorsDtype::kI32, "I32", 4},
+    {SafetensorsDtype::kI16, "I16", 2}, {SafetensorsDtype::kI8, "I8", 1},
+    {SafetensorsDtype::kU8, "U8", 1},   {SafetensorsDtype::kBool, "BOOL", 1},
 };
 
 const DtypeInfo& Info(SafetensorsDtype dtype) {
@@ -73,7 +72,8 @@ Status ParseEntry(const std::string& path, const std::string& name, const nlohma
   // a size that matches its range.
   uint64_t elements = 1;
   for (const nlohmann::json& d : *shape) {
-    if (!d.is_number_unsigned()) return Bad(path, which + "a dimension is not a non-negative integer");
+    if (!d.is_number_unsigned())
+      return Bad(path, which + "a dimension is not a non-negative integer");
     const uint64_t dim = d.get<uint64_t>();
     if (dim > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
         (dim != 0 && elements > std::numeric_limits<uint64_t>::max() / dim)) {
@@ -89,9 +89,9 @@ Status ParseEntry(const std::string& path, const std::string& name, const nlohma
   const uint64_t begin = (*offsets)[0].get<uint64_t>();
   const uint64_t end = (*offsets)[1].get<uint64_t>();
   if (begin > end || end > data_bytes) {
-    return Bad(path, absl::StrCat(which, "data_offsets [", begin, ", ", end,
-                                  "] outside the file's ", data_bytes,
-                                  " data bytes (truncated file?)"));
+    return Bad(path,
+               absl::StrCat(which, "data_offsets [", begin, ", ", end, "] outside the file's ",
+                            data_bytes, " data bytes (truncated file?)"));
   }
   if (elements > std::numeric_limits<uint64_t>::max() / info->bytes ||
       elements * info->bytes != end - begin) {
@@ -119,8 +119,8 @@ Result<SafetensorsDtype> ParseFloatDtype(std::string_view name) {
   if (name == "F32" || name == "float32" || name == "fp32") return SafetensorsDtype::kF32;
   if (name == "F16" || name == "float16" || name == "fp16") return SafetensorsDtype::kF16;
   if (name == "BF16" || name == "bfloat16" || name == "bf16") return SafetensorsDtype::kBF16;
-  return Status::InvalidArgument(
-      "unknown float dtype \"" + std::string(name) + "\": use float32, float16 or bfloat16");
+  return Status::InvalidArgument("unknown float dtype \"" + std::string(name) +
+                                 "\": use float32, float16 or bfloat16");
 }
 
 int64_t SafetensorsTensor::num_elements() const {
@@ -134,7 +134,7 @@ int64_t SafetensorsTensor::num_elements() const {
 uint16_t FloatToBf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
   if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);  // stay a quiet NaN
-  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
+  u += 0x7fff + ((u >> 16) & 1);                                      // round to nearest even
   return static_cast<uint16_t>(u >> 16);
 }
 
@@ -152,7 +152,7 @@ uint16_t FloatToFp16(float f) {
   uint32_t mant = (abs & 0x7fffff) | 0x800000;  // with the implicit 1
   int shift;
   uint16_t biased;
-  if (exp < -14) {  // subnormal half: value = mant * 2^(exp - 23), unit 2^-24
+  if (exp < -14) {     // subnormal half: value = mant * 2^(exp - 23), unit 2^-24
     shift = -exp - 1;  // 23 - (exp + 24), up to 24 (exp -25 rounds to 0 or 2^-24)
     biased = 0;
   } else {
@@ -190,7 +190,8 @@ Result<std::unique_ptr<SafetensorsReader>> SafetensorsReader::Open(const std::st
   if (!in) return Status::IOError("cannot open", path);
   char size_bytes[8];
   if (file_size < 8 || !in.read(size_bytes, 8)) {
-    return Bad(path, absl::StrCat("the file has ", file_size, " bytes, fewer than the 8 of the header length"));
+    return Bad(path, absl::StrCat("the file has ", file_size,
+                                  " bytes, fewer than the 8 of the header length"));
   }
   const uint64_t header_bytes = LoadLE<uint64_t>(size_bytes);
   if (header_bytes > kMaxHeaderBytes || header_bytes > file_size - 8) {
@@ -243,10 +244,10 @@ Result<std::string> SafetensorsReader::ReadBytes(const SafetensorsTensor& t) con
   std::string bytes(t.bytes, '\0');
   if (!in || !in.seekg(static_cast<std::streamoff>(t.file_offset)) ||
       !in.read(bytes.data(), static_cast<std::streamsize>(t.bytes))) {
-    return Status::IOError(absl::StrCat("cannot read tensor '", t.name, "' (", t.bytes,
-                                        " bytes at offset ", t.file_offset,
-                                        "); did the file change?"),
-                           path_);
+    return Status::IOError(
+        absl::StrCat("cannot read tensor '", t.name, "' (", t.bytes, " bytes at offset ",
+                     t.file_offset, "); did the file change?"),
+        path_);
   }
   return bytes;
 }
@@ -264,9 +265,15 @@ Status SafetensorsReader::ReadFloats(const SafetensorsTensor& t, std::span<float
   const char* p = bytes.data();
   for (size_t i = 0; i < out.size(); ++i) {
     switch (t.dtype) {
-      case SafetensorsDtype::kF32: out[i] = LoadLE<float>(p + 4 * i); break;
-      case SafetensorsDtype::kF16: out[i] = Fp16ToFloat(LoadLE<uint16_t>(p + 2 * i)); break;
-      default: out[i] = Bf16ToFloat(LoadLE<uint16_t>(p + 2 * i)); break;
+      case SafetensorsDtype::kF32:
+        out[i] = LoadLE<float>(p + 4 * i);
+        break;
+      case SafetensorsDtype::kF16:
+        out[i] = Fp16ToFloat(LoadLE<uint16_t>(p + 2 * i));
+        break;
+      default:
+        out[i] = Bf16ToFloat(LoadLE<uint16_t>(p + 2 * i));
+        break;
     }
   }
   return Status::OK();

@@ -12,26 +12,29 @@ namespace fleet::examples::gpt {
 namespace {
 
 ProgramHelp ConvertHelp() {
-  return {"gpt_convert (--from_hf DIR --checkpoint DIR | --checkpoint DIR -c CONFIG --to_hf DIR) "
-          "[flags]",
-          "Converts Hugging Face GPT-2 checkpoints (config.json + model.safetensors) into a "
-          "FleetPS checkpoint (DIR/gpt.ckpt) and back (see examples/gpt/README.md).",
-          {{"Direction",
-            {{"--from_hf", "DIR", "read this Hugging Face GPT-2 directory", ""},
-             {"--to_hf", "DIR", "write a Hugging Face GPT-2 directory here", ""},
-             {"--checkpoint", "DIR",
-              "the FleetPS checkpoint directory (gpt.ckpt): written with --from_hf, read with "
-              "--to_hf (required)",
-              ""}}},
-           {"Model and format",
-            {{"-c", "FILE",
-              "the GPT config: its Model section is the checkpoint's shape (required with "
-              "--to_hf; with --from_hf it is checked against config.json)",
-              ""},
-             {"-o", "Section.key=value", "override one key of the config (repeatable)", ""},
-             {"--dtype", "float32|float16|bfloat16", "the tensors' type in the written "
-              "model.safetensors", "float32"}}}},
-          ""};
+  return {
+      "gpt_convert (--from_hf DIR --checkpoint DIR | --checkpoint DIR -c CONFIG --to_hf DIR) "
+      "[flags]",
+      "Converts Hugging Face GPT-2 checkpoints (config.json + model.safetensors) into a "
+      "FleetPS checkpoint (DIR/gpt.ckpt) and back (see examples/gpt/README.md).",
+      {{"Direction",
+        {{"--from_hf", "DIR", "read this Hugging Face GPT-2 directory", ""},
+         {"--to_hf", "DIR", "write a Hugging Face GPT-2 directory here", ""},
+         {"--checkpoint", "DIR",
+          "the FleetPS checkpoint directory (gpt.ckpt): written with --from_hf, read with "
+          "--to_hf (required)",
+          ""}}},
+       {"Model and format",
+        {{"-c", "FILE",
+          "the GPT config: its Model section is the checkpoint's shape (required with "
+          "--to_hf; with --from_hf it is checked against config.json)",
+          ""},
+         {"-o", "Section.key=value", "override one key of the config (repeatable)", ""},
+         {"--dtype", "float32|float16|bfloat16",
+          "the tensors' type in the written "
+          "model.safetensors",
+          "float32"}}}},
+      ""};
 }
 
 struct Flags {
@@ -66,7 +69,8 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
                           : name == "checkpoint" ? &f.checkpoint
                           : name == "dtype"      ? &f.dtype
                                                  : nullptr;
-    if (target == nullptr) return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
+    if (target == nullptr)
+      return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
     if (eq != std::string::npos) {
       value = arg.substr(2 + eq + 1);
     } else {
@@ -129,11 +133,12 @@ int GptConvertMain(const std::vector<std::string>& args, std::ostream& out, std:
       err << "gpt_convert: " << st.ToString() << "\n";
       return 1;
     }
-    out << "gpt_convert: wrote " << flags->checkpoint << "/" << trainer::kGptCheckpointFile
-        << " (" << ShapeLine(*shape) << ")\n";
+    out << "gpt_convert: wrote " << flags->checkpoint << "/" << trainer::kGptCheckpointFile << " ("
+        << ShapeLine(*shape) << ")\n";
     return 0;
   }
-  Status st = trainer::ConvertCheckpointToHf(flags->checkpoint, config->model, flags->to_hf, *dtype);
+  Status st =
+      trainer::ConvertCheckpointToHf(flags->checkpoint, config->model, flags->to_hf, *dtype);
   if (!st.ok()) {
     err << "gpt_convert: " << st.ToString() << "\n";
     return 1;

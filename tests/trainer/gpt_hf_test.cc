@@ -17,10 +17,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "tests/test_paths.h"
 #include "trainer/backend.h"
@@ -298,11 +297,11 @@ TEST(SafetensorsTest, HalfConversionsRoundToNearestEven) {
   EXPECT_EQ(FloatToFp16(65519.0f), 0x7bff);
   EXPECT_EQ(FloatToFp16(65520.0f), 0x7c00);  // the tie rounds to even: infinity
   EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);           // tie to even
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.5f, -25)), 0x0001);           // above the tie
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -14)), 0x0400);           // smallest normal
-  EXPECT_EQ(FloatToFp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);    // tie to even
-  EXPECT_EQ(FloatToFp16(1.0f + std::ldexp(3.0f, -11)), 0x3c02);    // tie to even, up
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);         // tie to even
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.5f, -25)), 0x0001);         // above the tie
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -14)), 0x0400);         // smallest normal
+  EXPECT_EQ(FloatToFp16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie to even
+  EXPECT_EQ(FloatToFp16(1.0f + std::ldexp(3.0f, -11)), 0x3c02);  // tie to even, up
   EXPECT_TRUE(std::isnan(Fp16ToFloat(FloatToFp16(std::nanf("")))));
   EXPECT_EQ(FloatToBf16(1.0f), 0x3f80);
   EXPECT_EQ(FloatToBf16(std::bit_cast<float>(0x3f808000u)), 0x3f80);  // tie to even
@@ -326,9 +325,12 @@ TEST(GptHfTest, ConfigSettingsGptModelCannotComputeAreRefusedByKey) {
     const char* key;
     nlohmann::json value;
   } cases[] = {
-      {"activation_function", "relu"}, {"layer_norm_epsilon", 1e-6},
-      {"tie_word_embeddings", false},  {"scale_attn_by_inverse_layer_idx", true},
-      {"n_head", 3},                   {"n_layer", "two"},
+      {"activation_function", "relu"},
+      {"layer_norm_epsilon", 1e-6},
+      {"tie_word_embeddings", false},
+      {"scale_attn_by_inverse_layer_idx", true},
+      {"n_head", 3},
+      {"n_layer", "two"},
   };
   for (const auto& c : cases) {
     nlohmann::json doc = good;
@@ -375,8 +377,7 @@ TEST(GptHfTest, TensorsThatDoNotFitTheConfigAreNamed) {
   WriteTiny(dir);
   doc["n_positions"] = 9;
   WriteFile(cfg, doc.dump());
-  EXPECT_NE(load_error().find("'wpe.weight' has shape [8, 8]"), std::string::npos)
-      << load_error();
+  EXPECT_NE(load_error().find("'wpe.weight' has shape [8, 8]"), std::string::npos) << load_error();
   EXPECT_NE(load_error().find("needs [9, 8]"), std::string::npos) << load_error();
   // A model config of another shape than the weights.
   WriteTiny(dir);

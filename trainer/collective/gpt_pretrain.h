@@ -7,7 +7,11 @@
 // Distributed.sharding (sharded_adamw.h), evaluation every Engine.eval_freq
 // steps, checkpoints into Engine.save_load.output_dir every save_steps
 // steps, after each epoch and at the end, resuming from ckpt_dir (or
-// output_dir when it holds a checkpoint).
+// output_dir when it holds a checkpoint). Engine.mode finetune trains the
+// same way on PromptResponseDataset pairs (loss on response tokens only),
+// starting from Engine.init_from's parameters (a FleetPS or Hugging Face
+// GPT-2 checkpoint, trainer/models/gpt_hf.h), which pretraining may also
+// start from.
 //
 // Log lines (FleetX's, to `progress`):
 //   [train] epoch: E, batch: B, loss: L, avg_batch_cost: C sec, speed: X step/s,

@@ -3,10 +3,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -28,22 +27,38 @@ struct HfTensor {
 HfTensor HfName(GptTensor tensor, int layer) {
   const std::string h = "h." + std::to_string(layer) + ".";
   switch (tensor) {
-    case GptTensor::kWte: return {"wte.weight"};
-    case GptTensor::kWpe: return {"wpe.weight"};
-    case GptTensor::kLn1W: return {h + "ln_1.weight"};
-    case GptTensor::kLn1B: return {h + "ln_1.bias"};
-    case GptTensor::kQkvW: return {h + "attn.c_attn.weight", true};
-    case GptTensor::kQkvB: return {h + "attn.c_attn.bias"};
-    case GptTensor::kProjW: return {h + "attn.c_proj.weight", true};
-    case GptTensor::kProjB: return {h + "attn.c_proj.bias"};
-    case GptTensor::kLn2W: return {h + "ln_2.weight"};
-    case GptTensor::kLn2B: return {h + "ln_2.bias"};
-    case GptTensor::kFcW: return {h + "mlp.c_fc.weight", true};
-    case GptTensor::kFcB: return {h + "mlp.c_fc.bias"};
-    case GptTensor::kFcProjW: return {h + "mlp.c_proj.weight", true};
-    case GptTensor::kFcProjB: return {h + "mlp.c_proj.bias"};
-    case GptTensor::kLnfW: return {"ln_f.weight"};
-    case GptTensor::kLnfB: return {"ln_f.bias"};
+    case GptTensor::kWte:
+      return {"wte.weight"};
+    case GptTensor::kWpe:
+      return {"wpe.weight"};
+    case GptTensor::kLn1W:
+      return {h + "ln_1.weight"};
+    case GptTensor::kLn1B:
+      return {h + "ln_1.bias"};
+    case GptTensor::kQkvW:
+      return {h + "attn.c_attn.weight", true};
+    case GptTensor::kQkvB:
+      return {h + "attn.c_attn.bias"};
+    case GptTensor::kProjW:
+      return {h + "attn.c_proj.weight", true};
+    case GptTensor::kProjB:
+      return {h + "attn.c_proj.bias"};
+    case GptTensor::kLn2W:
+      return {h + "ln_2.weight"};
+    case GptTensor::kLn2B:
+      return {h + "ln_2.bias"};
+    case GptTensor::kFcW:
+      return {h + "mlp.c_fc.weight", true};
+    case GptTensor::kFcB:
+      return {h + "mlp.c_fc.bias"};
+    case GptTensor::kFcProjW:
+      return {h + "mlp.c_proj.weight", true};
+    case GptTensor::kFcProjB:
+      return {h + "mlp.c_proj.bias"};
+    case GptTensor::kLnfW:
+      return {"ln_f.weight"};
+    case GptTensor::kLnfB:
+      return {"ln_f.bias"};
   }
   LOG(FATAL) << "unknown GptTensor";
 }
@@ -65,7 +80,8 @@ bool IsMaskBuffer(std::string_view name) {
          (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"));
 }
 
-Result<int> PositiveInt(const nlohmann::json& doc, const std::string& key, const std::string& path) {
+Result<int> PositiveInt(const nlohmann::json& doc, const std::string& key,
+                        const std::string& path) {
   const auto it = doc.find(key);
   if (it == doc.end()) return Status::InvalidArgument("config.json has no \"" + key + "\"", path);
   if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > (1 << 30)) {
@@ -96,8 +112,7 @@ Result<GptConfig> ReadHfGpt2Config(const std::string& path) {
   }
   if (doc.contains("layer_norm_epsilon")) {
     const nlohmann::json& eps = doc["layer_norm_epsilon"];
-    if (!eps.is_number() ||
-        std::abs(eps.get<double>() - kLayerNormEps) > 1e-3 * kLayerNormEps) {
+    if (!eps.is_number() || std::abs(eps.get<double>() - kLayerNormEps) > 1e-3 * kLayerNormEps) {
       return refuse("layer_norm_epsilon", "FleetPS's LayerNorm uses GPT-2's 1e-05");
     }
   }
@@ -115,9 +130,9 @@ Result<GptConfig> ReadHfGpt2Config(const std::string& path) {
   FLEET_ASSIGN_OR_RETURN(c.num_attention_heads, PositiveInt(doc, "n_head", path));
   FLEET_ASSIGN_OR_RETURN(c.hidden_size, PositiveInt(doc, "n_embd", path));
   FLEET_ASSIGN_OR_RETURN(c.vocab_size, PositiveInt(doc, "vocab_size", path));
-  FLEET_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                         PositiveInt(doc, doc.contains("n_positions") ? "n_positions" : "n_ctx",
-                                     path));
+  FLEET_ASSIGN_OR_RETURN(
+      c.max_position_embeddings,
+      PositiveInt(doc, doc.contains("n_positions") ? "n_positions" : "n_ctx", path));
   c.ffn_hidden_size = 0;
   if (doc.contains("n_inner") && !doc["n_inner"].is_null()) {
     FLEET_ASSIGN_OR_RETURN(c.ffn_hidden_size, PositiveInt(doc, "n_inner", path));
@@ -161,7 +176,8 @@ std::string HfGpt2ConfigJson(const GptConfig& c, SafetensorsDtype dtype) {
 Result<std::vector<float>> ReadHfGpt2Weights(const std::string& path, const GptConfig& config) {
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsReader> reader, SafetensorsReader::Open(path));
   // "transformer." when the file was saved from GPT2LMHeadModel's state dict.
-  const std::string prefix = reader->Find("transformer.wte.weight") != nullptr ? "transformer." : "";
+  const std::string prefix =
+      reader->Find("transformer.wte.weight") != nullptr ? "transformer." : "";
   std::set<std::string> expected;
   ForEachGptTensor(config, [&](GptTensor t, int layer, int64_t, int64_t) {
     expected.insert(prefix + HfName(t, layer).name);
@@ -191,7 +207,7 @@ Result<std::vector<float>> ReadHfGpt2Weights(const std::string& path, const GptC
           absl::StrCat("tensor '", name, "' is missing (config.json's shape needs it)"), path);
       return;
     }
-    std::vector<int64_t> want = cols == 0 ? std::vector<int64_t>{rows}
+    std::vector<int64_t> want = cols == 0       ? std::vector<int64_t>{rows}
                                 : hf.transposed ? std::vector<int64_t>{cols, rows}
                                                 : std::vector<int64_t>{rows, cols};
     if (t->shape != want) {
@@ -271,7 +287,8 @@ Result<HfGpt2Checkpoint> ReadHfGpt2Dir(const std::string& dir) {
   const std::filesystem::path d(dir);
   HfGpt2Checkpoint ckpt;
   FLEET_ASSIGN_OR_RETURN(ckpt.config, ReadHfGpt2Config((d / kHfConfigFile).string()));
-  FLEET_ASSIGN_OR_RETURN(ckpt.params, ReadHfGpt2Weights((d / kHfWeightsFile).string(), ckpt.config));
+  FLEET_ASSIGN_OR_RETURN(ckpt.params,
+                         ReadHfGpt2Weights((d / kHfWeightsFile).string(), ckpt.config));
   return ckpt;
 }
 
@@ -295,8 +312,7 @@ Status CheckSameGptShape(const GptConfig& hf, const GptConfig& model) {
       {"Model.num_layers", hf.num_layers, model.num_layers},
       {"Model.num_attention_heads", hf.num_attention_heads, model.num_attention_heads},
       {"Model.ffn_hidden_size", hf.ffn(), model.ffn()},
-      {"Model.max_position_embeddings", hf.max_position_embeddings,
-       model.max_position_embeddings},
+      {"Model.max_position_embeddings", hf.max_position_embeddings, model.max_position_embeddings},
   };
   for (const auto& f : fields) {
     if (f.a != f.b) {
@@ -329,9 +345,10 @@ Status LoadPretrainedGpt(const std::string& path, const GptConfig& config, Param
   }
   const std::string file = CheckpointFile(path);
   if (!std::filesystem::exists(file, ec)) {
-    return Status::NotFound(absl::StrCat("no pretrained model: neither ", hf_config.string(),
-                                         " (Hugging Face) nor ", file, " (FleetPS) exists"),
-                            path);
+    return Status::NotFound(
+        absl::StrCat("no model: the FleetPS checkpoint ", file, " does not exist, nor does ",
+                     hf_config.string(), " of a Hugging Face GPT-2 directory"),
+        path);
   }
   return LoadCheckpointParams(file, arena);
 }
@@ -346,9 +363,8 @@ Result<GptConfig> ConvertHfToCheckpoint(const std::string& hf_dir, const std::st
   if (ec) return Status::IOError("cannot create the directory: " + ec.message(), ckpt_dir);
   // SGD has no state: the file holds the parameters alone (step 0).
   Sgd no_state(&arena, 1.0f);
-  FLEET_RETURN_IF_ERROR(
-      SaveCheckpoint((std::filesystem::path(ckpt_dir) / kGptCheckpointFile).string(), arena,
-                     no_state));
+  FLEET_RETURN_IF_ERROR(SaveCheckpoint(
+      (std::filesystem::path(ckpt_dir) / kGptCheckpointFile).string(), arena, no_state));
   return hf.config;
 }
 
