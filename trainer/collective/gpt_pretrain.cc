@@ -165,6 +165,21 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
     return GptTrainLine(w, tokens_per_sample);
   };
   loop.eval_line = GptEvalLine;
+  std::unique_ptr<tensorboard::EventWriter> events;
+  if (!options.tensorboard_dir.empty() && (collective == nullptr || collective->rank() == 0)) {
+    FLEET_ASSIGN_OR_RETURN(events, tensorboard::EventWriter::Create(options.tensorboard_dir));
+    loop.scalars = events.get();
+    loop.progress_scalars = [tokens_per_sample](const ProgressWindow& w,
+                                                tensorboard::ScalarSink& s) {
+      if (w.seconds <= 0) return Status::OK();
+      return s.Scalar("train/tokens_per_sec", w.step,
+                      static_cast<double>(w.steps * w.global_batch * tokens_per_sample) /
+                          w.seconds);
+    };
+    loop.eval_scalars = [](const EvalWindow& w, tensorboard::ScalarSink& s) {
+      return s.Scalar("eval/ppl", w.step, std::exp(w.metric));
+    };
+  }
   loop.after_step = options.after_step;
   Result<TrainReport> trained = RunTrainLoop(loop, *task, collective, progress);
   // The updater (and its hooks) is gone; the loop left every parameter in

@@ -59,6 +59,11 @@ struct GptPretrainOptions {
   // optimizer state (TrainReport::memory's measured_* fields; CPU only, a
   // look at the page table per measurement). For tests and benchmarks.
   bool measure_memory = false;
+  // Rank 0 writes TensorBoard event files here (empty: none): the loop's
+  // curves (train_loop.h) plus train/tokens_per_sec and eval/ppl.
+  // Programs: tensorboard::TensorBoardDir of --tensorboard_dir, the log dir
+  // and Engine.tensorboard.
+  std::string tensorboard_dir;
 };
 
 // Trains as described above. `collective` is this rank's group (null for

@@ -101,6 +101,7 @@ Status ParseEngine(ConfigSection s, EngineConfig* e, std::optional<int64_t>* acc
   FLEET_RETURN_IF_ERROR(s.Choice("mode", &mode, {"pretrain", "finetune"}));
   e->mode = mode == "finetune" ? EngineMode::kFinetune : EngineMode::kPretrain;
   FLEET_RETURN_IF_ERROR(s.String("init_from", &e->init_from));
+  FLEET_RETURN_IF_ERROR(s.Bool("tensorboard", &e->tensorboard));
   FLEET_RETURN_IF_ERROR(ParseMixPrecision(s.Sub("mix_precision"), &e->mix_precision));
 
   ConfigSection sl = s.Sub("save_load");

@@ -113,6 +113,13 @@ struct EngineConfig {
   // continues from it. With mode pretrain it continues pretraining from the
   // weights.
   std::string init_from;
+  // `Engine.tensorboard` (FleetPS): default true. Rank 0 writes TensorBoard
+  // event files (loss, learning rate, tokens/s, gradient norm, loss scale,
+  // eval loss and perplexity) into <log_dir>/tb when the job has a log
+  // directory (fleetrun's --log_dir), or into gpt_pretrain's
+  // --tensorboard_dir. false writes none unless --tensorboard_dir asks.
+  // View with `tensorboard --logdir <log_dir>/tb`.
+  bool tensorboard = true;
   // `Engine.max_steps`: default 500000, >= 1. Training stops after this many
   // optimizer steps (or num_train_epochs, whichever comes first).
   int64_t max_steps = 500000;
