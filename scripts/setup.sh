@@ -16,7 +16,7 @@ packages=(
   libabsl-dev libdivide-dev
   zlib1g-dev
   libzip-dev libpcre2-dev nlohmann-json3-dev
-  python3-numpy
+  python3-numpy python3-protobuf
   fortunes
   dataset-fashion-mnist
   procps iproute2

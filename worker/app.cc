@@ -29,9 +29,14 @@
 #include "trainer/data/ctr_generator.h"
 #include "trainer/data/file_io.h"
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/tensorboard/event_writer.h"
 #include "worker/communicator.h"
 #include "worker/config.h"
 #include "worker/task.h"
+
+DEFINE_string(tensorboard_dir, "",
+              "Worker 0 writes TensorBoard event files here (loss, AUC or accuracy, samples/s, "
+              "held-out metrics). Default: <log_dir>/tb under fleetrun; none otherwise.");
 
 namespace fleet::worker {
 namespace {
@@ -279,10 +284,28 @@ class WorkerRun {
   std::unique_ptr<Communicator> comm_;
   MetricsGroup group_;
   PsWorkerReport report_;
+  std::unique_ptr<tensorboard::EventWriter> events_;  // worker 0 with a tensorboard_dir
 };
+
+// Writes `values` (tag, value) at `step` into `events` (may be null); a
+// failed write logs a warning and stops the curves, not the training.
+void WriteCurves(std::unique_ptr<tensorboard::EventWriter>& events, int64_t step,
+                 std::initializer_list<std::pair<std::string, double>> values) {
+  if (events == nullptr) return;
+  for (const auto& [tag, value] : values) {
+    if (Status st = events->Scalar(tag, step, value); !st.ok()) {
+      LOG(WARNING) << "TensorBoard curves stopped: " << st.ToString();
+      events.reset();
+      return;
+    }
+  }
+}
 
 Result<PsWorkerReport> WorkerRun::Run() {
   trainer::kernels::SetBlasThreads(config_.train.blas_threads);
+  if (o_.rank == 0 && !o_.tensorboard_dir.empty()) {
+    FLEET_ASSIGN_OR_RETURN(events_, tensorboard::EventWriter::Create(o_.tensorboard_dir));
+  }
   report_.oracle_auc = kNaN;
   report_.heldout_metric = kNaN;
   if (!config_.data.oracle.empty()) {
@@ -445,6 +468,10 @@ Result<PsWorkerReport> WorkerRun::Run() {
                   << " loss " << FormatMetric(m.loss) << " " << task_->metric_name() << " "
                   << FormatMetric(m.metric) << " samples/s "
                   << static_cast<int64_t>(secs > 0 ? m.samples / secs : 0);
+        WriteCurves(events_, global_step + 1,
+                    {{"train/loss", m.loss},
+                     {std::string("train/") + task_->metric_name(), m.metric},
+                     {"train/samples_per_sec", secs > 0 ? m.samples / secs : 0.0}});
         t_window = Clock::now();
       }
     }
@@ -622,6 +649,8 @@ Status WorkerRun::Evaluate(int epoch) {
       group_.AllReduce(round + "/heldout", &sums, ReduceOp::kSum, "held-out metrics"));
   const MetricSummary m = task_->Summarize(sums);
   report_.epochs.push_back({epoch, m.loss, m.metric});
+  WriteCurves(events_, report_.steps,
+              {{"eval/loss", m.loss}, {std::string("eval/") + task_->metric_name(), m.metric}});
   report_.heldout_metric = m.metric;
   std::ostringstream line;
   line << "epoch " << epoch << " held-out loss " << FormatMetric(m.loss) << " "
@@ -684,7 +713,9 @@ ProgramHelp WorkerHelp() {
                    "[flags]",
                    "One parameter-server worker: reads its shard of the data, trains, pulls and "
                    "pushes parameters (fleetrun starts it; see README.md for starting it by hand).",
-                   {ps::JobConfigHelpGroup(), {"Progress", {GflagsHelpFlag("progress_every_s", "S")}}}};
+                   {ps::JobConfigHelpGroup(), {"Progress",
+                     {GflagsHelpFlag("progress_every_s", "S"),
+                      GflagsHelpFlag("tensorboard_dir", "DIR")}}}};
   for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
   return help;
 }
@@ -732,6 +763,7 @@ int PsWorkerMain(int argc, char** argv) {
   std::atomic<bool> started{false};
   o.started = &started;
   o.log_dir = spec->log_dir;
+  o.tensorboard_dir = tensorboard::TensorBoardDir(FLAGS_tensorboard_dir, spec->log_dir, true);
   o.kv_auth = spec->credentials;
   auto auth = TransportAuth(*spec, o.job.distributed.auth);
   if (!auth.ok()) {

@@ -104,6 +104,12 @@ struct PsWorkerOptions {
   // Internal there at once, as if killed between its push and its part of
   // the metrics round. Empty: never.
   std::function<bool(int64_t step)> die_after_push_for_test;
+  // Worker 0 writes TensorBoard event files here (empty: none): train/loss,
+  // train/<metric_name> (auc or accuracy) and train/samples_per_sec at each
+  // progress line, eval/loss and eval/<metric_name> at each evaluation, by
+  // global step. ps_worker: --tensorboard_dir, else <log_dir>/tb under
+  // fleetrun (tensorboard::TensorBoardDir).
+  std::string tensorboard_dir;
 };
 
 struct EpochReport {

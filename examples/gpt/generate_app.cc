@@ -32,8 +32,7 @@ Result<std::unique_ptr<trainer::GptModel>> LoadGptModel(const GptJobConfig& conf
   FLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<trainer::GptModel> model,
       trainer::GptModel::Create(config.model, compute->backend.get(), compute->kernels.get()));
-  const std::string file = (std::filesystem::path(checkpoint_dir) / kGptCheckpointFile).string();
-  FLEET_RETURN_IF_ERROR(trainer::LoadCheckpointParams(file, &model->arena()));
+  FLEET_RETURN_IF_ERROR(trainer::LoadPretrainedGpt(checkpoint_dir, config.model, &model->arena()));
   return model;
 }
 

@@ -11,8 +11,9 @@
 // num_return_sequences). The flags --decode_strategy, --top_k, --top_p,
 // --temperature, --min_dec_len, --max_dec_len and --num_return_sequences
 // are shorthands for -o Generation.<key>=<value> (applied after every -o).
-// The parameters come from <checkpoint>/gpt.ckpt, the file gpt_pretrain
-// saves (any optimizer state in it is skipped).
+// The parameters come from <checkpoint>/gpt.ckpt, the file gpt_pretrain (or
+// gpt_convert) writes, or from a Hugging Face GPT-2 directory given as
+// --checkpoint (any optimizer state in gpt.ckpt is skipped).
 //
 // Output (stdout): each sequence's text, the prompt followed by what was
 // generated up to end-of-text or max_dec_len; with num_return_sequences > 1
@@ -38,12 +39,12 @@
 #include "trainer/config/gpt_config.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt.h"
+#include "trainer/models/gpt_hf.h"
 
 namespace fleet::examples::gpt {
 
-// The checkpoint file gpt_pretrain writes into its output directory (its
-// task name is "gpt").
-inline constexpr char kGptCheckpointFile[] = "gpt.ckpt";
+// The checkpoint file gpt_pretrain writes into its output directory.
+using trainer::kGptCheckpointFile;
 
 struct GeneratedText {
   // Per sequence: the prompt's text followed by the generated text.
@@ -56,16 +57,17 @@ struct GeneratedText {
 std::string DefaultDevice(const trainer::config::GptJobConfig& config);
 
 // Builds config.model on `compute` (CreateGptCompute's backend and twin, not
-// owned, must outlive the model) and loads <checkpoint_dir>/gpt.ckpt's
-// parameters into it. Errors: InvalidArgument for a bad Model section;
-// NotFound / Corruption / FailedPrecondition (another shape, naming the
-// tensor) from the checkpoint.
+// owned, must outlive the model) and loads the parameters of
+// <checkpoint_dir>/gpt.ckpt, or of a Hugging Face GPT-2 directory
+// (trainer::LoadPretrainedGpt). Errors: InvalidArgument for a bad Model
+// section; NotFound / Corruption / FailedPrecondition (another shape, naming
+// the tensor) from the checkpoint.
 Result<std::unique_ptr<trainer::GptModel>> LoadGptModel(const trainer::config::GptJobConfig& config,
                                                         const std::string& checkpoint_dir,
                                                         trainer::GptCompute* compute);
 
 // Builds config.model on `compute` (CreateGptCompute's backend and twin, not
-// owned), loads <checkpoint_dir>/gpt.ckpt's parameters, and generates
+// owned), loads its parameters as LoadGptModel does, and generates
 // config.generation.num_return_sequences continuations of `prompt` with a
 // mt19937_64 seeded with `seed`. Blocks for the whole generation.
 // Errors: NotFound / Corruption / FailedPrecondition (another shape, naming

@@ -20,6 +20,7 @@
 #include "trainer/collective/rank_setup.h"
 #include "trainer/config/gpt_config.h"
 #include "trainer/models/gpt_plan.h"
+#include "trainer/tensorboard/event_writer.h"
 
 DEFINE_bool(dry_run, false, "Print the plan (as Engine.dry_run) and exit without training.");
 DEFINE_int32(cpu_threads, 0,
@@ -28,6 +29,10 @@ DEFINE_int32(cpu_threads, 0,
 DEFINE_int32(collective_timeout_ms, 60000,
              "Bound on rendezvous and each collective call (ms). A dead or stalled rank is "
              "reported after this long; raise it only for very slow steps between collectives.");
+
+DEFINE_string(tensorboard_dir, "",
+              "Rank 0 writes TensorBoard event files here. Default: <log_dir>/tb when fleetrun "
+              "gives a log dir and Engine.tensorboard is true (its default); none otherwise.");
 
 namespace fleet::examples::gpt {
 namespace {
@@ -150,6 +155,8 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   options.cpu_threads = *threads;
   options.collective_timeout = group.timeout;
   options.join_group = trainer::collective::RankGroupFactory(spec, *device, group);
+  options.tensorboard_dir = tensorboard::TensorBoardDir(FLAGS_tensorboard_dir, spec.log_dir,
+                                                        config->engine.tensorboard);
   // Every rank says how far it is and when it will be done (FleetX runs by
   // steps: Engine.max_steps is the job).
   const int64_t max_steps = config->engine.max_steps;

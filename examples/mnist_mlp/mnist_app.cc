@@ -22,6 +22,7 @@
 #include "comm/progress_report.h"
 #include "examples/mnist_mlp/mnist_mlp.h"
 #include "trainer/collective/rank_setup.h"
+#include "trainer/tensorboard/event_writer.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_kernels.h"
 
@@ -68,6 +69,9 @@ DEFINE_int64(debug_crash_at_step, -1,
              "Testing only: the rank given by --debug_crash_rank kills itself (SIGKILL) after "
              "this step, to show how the other ranks and fleetrun react. -1 = never.");
 DEFINE_int32(debug_crash_rank, 0, "Testing only: see --debug_crash_at_step.");
+DEFINE_string(tensorboard_dir, "",
+              "Rank 0 writes TensorBoard event files here (loss, learning rate, samples/s, test "
+              "accuracy). Default: <log_dir>/tb when fleetrun gives a log dir; none otherwise.");
 
 namespace fleet::examples {
 namespace {
@@ -228,6 +232,15 @@ int MnistMain(int argc, char** argv) {
     progress.Step(step);
     return crash ? crash(step) : Status::OK();
   };
+  std::unique_ptr<tensorboard::EventWriter> events;
+  const std::string tb_dir = tensorboard::TensorBoardDir(FLAGS_tensorboard_dir, spec.log_dir, true);
+  if (!tb_dir.empty() && spec.rank == 0) {
+    Result<std::unique_ptr<tensorboard::EventWriter>> created =
+        tensorboard::EventWriter::Create(tb_dir);
+    if (!created.ok()) return Fail(spec, created.status(), kExitFailed);
+    events = std::move(created).value();
+    options->scalars = events.get();
+  }
   Result<MnistReport> report =
       TrainMnist(*options, *data, collective->get(), backend->get(), &std::cout);
   // The loop's InvalidArguments are about what was given (too few samples for

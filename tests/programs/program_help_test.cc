@@ -71,7 +71,7 @@ TEST_P(ProgramHelpTest, HelpIsUsageThenGroupedOwnFlags) {
 INSTANTIATE_TEST_SUITE_P(Programs, ProgramHelpTest,
                          ::testing::Values("fleetrun", "ps_server", "ps_worker", "heter_worker",
                                            "mnist_mlp", "gpt_pretrain", "gpt_generate", "gpt_serve",
-                                           "tokenize", "gen_ctr_data"));
+                                           "gpt_convert", "tokenize", "gen_ctr_data"));
 
 TEST(ProgramHelpText, GptPretrainListsConfigFlagsAndItsReadmeExists) {
   const HelpRun run = RunHelp("gpt_pretrain", "--help");

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/tensorboard_events.h"
 #include "tests/worker/worker_test_util.h"
 #include "trainer/data/ctr_reader.h"
 #include "trainer/data/file_io.h"
@@ -223,6 +224,37 @@ TEST(WorkerCheckpointTest, LoadedCheckpointContinuesWithTheSameMetric) {
     auto rc = RunOk(c);
     ASSERT_EQ(rc.size(), 2u);
     EXPECT_NEAR(rc[0].heldout_metric, auc2, 1e-4);
+  }
+}
+
+// Worker 0's TensorBoard curves, decoded as TensorBoard reads them
+// (tests/read_tb_events.py, python3-protobuf), hold the report's values: the
+// training loss of every progress line and each epoch's held-out AUC.
+TEST(WorkerTensorBoardTest, CurvesHoldTheReportedValues) {
+  const std::string missing = fleet::testing::TbDecoderMissing();
+  if (!missing.empty()) GTEST_SKIP() << "skipped: " << missing;
+  const std::string dir = FreshDir("tensorboard");
+  MakeCtrData(dir, 500);
+  InProcessJob job(MakeJob(SmallCtrYaml(dir, "sync", 64, 2)), 1, 2);
+  job.tensorboard_dir = dir + "/tb";
+  auto reports = RunOk(job);
+  ASSERT_EQ(reports.size(), 2u);
+  std::string error;
+  const auto scalars = fleet::testing::ReadTbScalars(FLEET_PROTOC, FLEET_TEST_SOURCE_DIR,
+                                                     dir + "/tb", &error);
+  ASSERT_TRUE(error.empty()) << error;
+  std::vector<double> losses, aucs;
+  for (const auto& s : scalars) {
+    if (s.tag == "train/loss") losses.push_back(s.value);
+    if (s.tag == "eval/auc") aucs.push_back(s.value);
+  }
+  ASSERT_EQ(losses.size(), reports[0].train_losses.size());
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_NEAR(losses[i], reports[0].train_losses[i], 1e-6 * std::abs(losses[i])) << i;
+  }
+  ASSERT_EQ(aucs.size(), reports[0].epochs.size());
+  for (size_t i = 0; i < aucs.size(); ++i) {
+    EXPECT_NEAR(aucs[i], reports[0].epochs[i].heldout_metric, 1e-6) << i;
   }
 }
 

@@ -73,6 +73,9 @@ class InProcessJob {
     CHECK(kv_->Start().ok());
   }
 
+  // PsWorkerOptions::tensorboard_dir of every worker (worker 0 writes).
+  std::string tensorboard_dir;
+
   // Runs every worker to completion; returns their results in rank order.
   std::vector<Result<PsWorkerReport>> Run() {
     std::vector<Result<PsWorkerReport>> results(num_workers_, Status::Internal("not run"));
@@ -87,6 +90,7 @@ class InProcessJob {
         o.job_id = "job" + std::to_string(run_++ / num_workers_);
         o.job = job_;
         o.heter_workers = heter_workers_;
+        o.tensorboard_dir = tensorboard_dir;
         results[w] = RunPsWorker(o);
       });
     }

@@ -18,6 +18,7 @@
 #include "trainer/data/gpt_data.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/loss_scaler.h"
+#include "trainer/models/gpt_hf.h"
 
 namespace fleet::trainer::collective {
 
@@ -93,11 +94,11 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   FLEET_ASSIGN_OR_RETURN(GptCompute compute,
                          CreateGptCompute(device, precision, options.cpu_threads));
   if (progress != nullptr && !compute.precision_note.empty()) *progress << compute.precision_note << std::endl;
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptDataset> train,
-                         data::OpenConfiguredDataset(config, data::DataPart::kTrain));
-  std::unique_ptr<data::GptDataset> eval;
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptSamples> train,
+                         data::OpenConfiguredSamples(config, data::DataPart::kTrain));
+  std::unique_ptr<data::GptSamples> eval;
   if (config.data.eval.present && config.engine.eval_freq > 0) {
-    FLEET_ASSIGN_OR_RETURN(eval, data::OpenConfiguredDataset(config, data::DataPart::kEval));
+    FLEET_ASSIGN_OR_RETURN(eval, data::OpenConfiguredSamples(config, data::DataPart::kEval));
   }
 
   GptKernels* kernels = compute.kernels.get();
@@ -107,6 +108,16 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptTask> task,
                          GptTask::Create(config.model, compute.backend.get(), kernels,
                                          std::move(train), std::move(eval), task_options));
+  if (!config.engine.init_from.empty()) {
+    // Every rank reads the weights itself (the loop then broadcasts rank 0's
+    // anyway); a checkpoint the loop resumes from replaces them.
+    FLEET_RETURN_IF_ERROR(
+        LoadPretrainedGpt(config.engine.init_from, config.model, &task->arena())
+            .WithContext("Engine.init_from"));
+    if (progress != nullptr && (collective == nullptr || collective->rank() == 0)) {
+      *progress << "gpt_pretrain: parameters from " << config.engine.init_from << std::endl;
+    }
+  }
 
   const CosineLrSchedule schedule(config.lr);
   const config::SaveLoadConfig& save = config.engine.save_load;
@@ -165,6 +176,21 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
     return GptTrainLine(w, tokens_per_sample);
   };
   loop.eval_line = GptEvalLine;
+  std::unique_ptr<tensorboard::EventWriter> events;
+  if (!options.tensorboard_dir.empty() && (collective == nullptr || collective->rank() == 0)) {
+    FLEET_ASSIGN_OR_RETURN(events, tensorboard::EventWriter::Create(options.tensorboard_dir));
+    loop.scalars = events.get();
+    loop.progress_scalars = [tokens_per_sample](const ProgressWindow& w,
+                                                tensorboard::ScalarSink& s) {
+      if (w.seconds <= 0) return Status::OK();
+      return s.Scalar("train/tokens_per_sec", w.step,
+                      static_cast<double>(w.steps * w.global_batch * tokens_per_sample) /
+                          w.seconds);
+    };
+    loop.eval_scalars = [](const EvalWindow& w, tensorboard::ScalarSink& s) {
+      return s.Scalar("eval/ppl", w.step, std::exp(w.metric));
+    };
+  }
   loop.after_step = options.after_step;
   Result<TrainReport> trained = RunTrainLoop(loop, *task, collective, progress);
   // The updater (and its hooks) is gone; the loop left every parameter in
@@ -176,8 +202,8 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   // batches itself (the same number everywhere, no collective needed once
   // the loop's group is done with); rank 0's line is the one shown.
   if (config.data.test.present && config.engine.test_iters > 0) {
-    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptDataset> test,
-                           data::OpenConfiguredDataset(config, data::DataPart::kTest));
+    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptSamples> test,
+                           data::OpenConfiguredSamples(config, data::DataPart::kTest));
     FLEET_ASSIGN_OR_RETURN(std::vector<float> sums,
                            task->LossSums(*test, config.engine.test_iters, 0, 1));
     report.test_metric = task->EvalMetric(sums);

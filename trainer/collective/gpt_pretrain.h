@@ -7,7 +7,11 @@
 // Distributed.sharding (sharded_adamw.h), evaluation every Engine.eval_freq
 // steps, checkpoints into Engine.save_load.output_dir every save_steps
 // steps, after each epoch and at the end, resuming from ckpt_dir (or
-// output_dir when it holds a checkpoint).
+// output_dir when it holds a checkpoint). Engine.mode finetune trains the
+// same way on PromptResponseDataset pairs (loss on response tokens only),
+// starting from Engine.init_from's parameters (a FleetPS or Hugging Face
+// GPT-2 checkpoint, trainer/models/gpt_hf.h), which pretraining may also
+// start from.
 //
 // Log lines (FleetX's, to `progress`):
 //   [train] epoch: E, batch: B, loss: L, avg_batch_cost: C sec, speed: X step/s,
@@ -55,6 +59,11 @@ struct GptPretrainOptions {
   // optimizer state (TrainReport::memory's measured_* fields; CPU only, a
   // look at the page table per measurement). For tests and benchmarks.
   bool measure_memory = false;
+  // Rank 0 writes TensorBoard event files here (empty: none): the loop's
+  // curves (train_loop.h) plus train/tokens_per_sec and eval/ppl.
+  // Programs: tensorboard::TensorBoardDir of --tensorboard_dir, the log dir
+  // and Engine.tensorboard.
+  std::string tensorboard_dir;
 };
 
 // Trains as described above. `collective` is this rank's group (null for

@@ -1,13 +1,15 @@
-// GptTask: GPT-2 pretraining as a CollectiveTask (task.h), so the collective
-// loop (train_loop.h) trains it like any model: samples are GptDataset
-// sequences of seq_len + 1 tokens (trainer/data/gpt_dataset.h), inputs the
-// first seq_len and targets the last seq_len; the loss is the mean
-// next-token cross-entropy; evaluation is the mean loss over the Eval part.
+// GptTask: GPT-2 training as a CollectiveTask (task.h), so the collective
+// loop (train_loop.h) trains it like any model: samples are GptSamples
+// (trainer/data/gpt_dataset.h) of seq_len inputs and targets: a GptDataset's
+// token stream for pretraining, a PromptResponseDataset's pairs for
+// fine-tuning (targets -1 on the prompt and padding). The loss is the mean
+// next-token cross-entropy over the positions with a target; evaluation is
+// the mean loss over the Eval part's targets.
 //
 // Evaluation. eval_iters batches of eval_batch sequences, batch i holding
 // eval samples [i * eval_batch, (i + 1) * eval_batch) (wrapping around a
 // small part), dealt to the ranks round robin (batch i to rank i mod W); the
-// sums are the tokens' summed loss and their count, so the metric is the
+// sums are the targets' summed loss and their count, so the metric is the
 // same whatever the number of ranks.
 //
 // Ownership: the task owns the model; the backend, kernels and datasets are
@@ -45,8 +47,8 @@ class GptTask final : public CollectiveTask {
   // bound differs from the model's vocabulary.
   static Result<std::unique_ptr<GptTask>> Create(const GptConfig& model, Backend* backend,
                                                  GptKernels* kernels,
-                                                 std::shared_ptr<const data::GptDataset> train,
-                                                 std::shared_ptr<const data::GptDataset> eval,
+                                                 std::shared_ptr<const data::GptSamples> train,
+                                                 std::shared_ptr<const data::GptSamples> eval,
                                                  const GptTaskOptions& options);
 
   std::string name() const override { return "gpt"; }
@@ -63,32 +65,31 @@ class GptTask final : public CollectiveTask {
   // i in [0, iters) and i mod world_size == rank (batch i as described at the
   // top). What EvalSums does for the Eval part; gpt_pretrain's test
   // evaluation after training uses it for the Test part.
-  Result<std::vector<float>> LossSums(const data::GptDataset& dataset, int64_t iters, int rank,
+  Result<std::vector<float>> LossSums(const data::GptSamples& dataset, int64_t iters, int rank,
                                       int world_size);
 
   GptModel& model() { return *model_; }
-  int64_t seq_len() const { return train_->options().seq_len; }
+  int64_t seq_len() const { return train_->seq_len(); }
 
  private:
-  GptTask(std::unique_ptr<GptModel> model, std::shared_ptr<const data::GptDataset> train,
-          std::shared_ptr<const data::GptDataset> eval, const GptTaskOptions& options)
+  GptTask(std::unique_ptr<GptModel> model, std::shared_ptr<const data::GptSamples> train,
+          std::shared_ptr<const data::GptSamples> eval, const GptTaskOptions& options)
       : model_(std::move(model)),
         train_(std::move(train)),
         eval_(std::move(eval)),
         options_(options) {}
 
   // Reads samples `ids` of `dataset` into tokens_ / targets_ ([n, T] each).
-  Status ReadBatch(const data::GptDataset& dataset, std::span<const int64_t> ids);
+  Status ReadBatch(const data::GptSamples& dataset, std::span<const int64_t> ids);
 
   // Fixed after construction.
   const std::unique_ptr<GptModel> model_;
-  const std::shared_ptr<const data::GptDataset> train_;
-  const std::shared_ptr<const data::GptDataset> eval_;
+  const std::shared_ptr<const data::GptSamples> train_;
+  const std::shared_ptr<const data::GptSamples> eval_;
   const GptTaskOptions options_;
 
   // The loaded batch.
   int batch_ = 0;
-  std::vector<int32_t> samples_;  // [batch, T + 1]
   std::vector<int32_t> tokens_;   // [batch, T]
   std::vector<int32_t> targets_;  // [batch, T]
 };

@@ -131,6 +131,9 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   int64_t step() const override;
   float learning_rate() const override { return lr_; }
   float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
+  std::optional<double> grad_norm() const override {
+    return rule_.config().clip_norm > 0.0f ? std::optional<double>(last_grad_norm_) : std::nullopt;
+  }
   Status SumOverRanks(std::span<float> values) override { return dp_->SumOverRanks(values); }
   bool HasCheckpoint(const std::filesystem::path& dir) const override;
   Status Save(const std::filesystem::path& dir) override;

@@ -103,7 +103,8 @@ class Loop {
         collective_(collective),
         progress_(progress),
         rank_(collective ? collective->rank() : 0),
-        world_(collective ? collective->size() : 1) {}
+        world_(collective ? collective->size() : 1),
+        scalars_(rank_ == 0 ? options.scalars : nullptr) {}
 
   Result<TrainReport> Run();
 
@@ -121,6 +122,17 @@ class Loop {
   void Print(const std::string& line) {
     if (progress_ != nullptr) *progress_ << line << std::endl;
   }
+  // Calls write(*scalars_) when curves are written; a failure warns once
+  // and stops the writing (TensorBoard is worth no lost training).
+  template <typename Fn>
+  void WriteScalars(Fn&& write) {
+    if (scalars_ == nullptr) return;
+    Status st = write(*scalars_);
+    if (!st.ok()) {
+      Print("warning: TensorBoard curves stopped: " + st.ToString());
+      scalars_ = nullptr;
+    }
+  }
 
   const TrainLoopOptions& options_;
   CollectiveTask& task_;
@@ -128,6 +140,7 @@ class Loop {
   std::ostream* const progress_;
   const int rank_;
   const int world_;
+  tensorboard::ScalarSink* scalars_;  // rank 0's options.scalars, null once a write failed
 
   DataLayout layout_;
   std::unique_ptr<GradientUpdater> updater_;
@@ -264,6 +277,10 @@ Status Loop::EvaluateAndReport(int64_t epoch, int64_t step, TrainReport* report)
   Print(options_.eval_line ? options_.eval_line(window)
                            : absl::StrFormat("epoch: %d, %s: %.4f", epoch,
                                              task_.eval_metric_name(), metric));
+  WriteScalars([&](tensorboard::ScalarSink& s) -> Status {
+    FLEET_RETURN_IF_ERROR(s.Scalar("eval/" + task_.eval_metric_name(), step, metric));
+    return options_.eval_scalars ? options_.eval_scalars(window, s) : Status::OK();
+  });
   return Status::OK();
 }
 
@@ -308,7 +325,25 @@ Result<TrainReport> Loop::Run() {
       window.learning_rate = updater_->learning_rate();
       window.reader_seconds = reader_seconds_;
       window.world_size = world_;
+      window.grad_norm = updater_->grad_norm();
+      window.loss_scale = updater_->loss_scale();
       Print(options_.progress_line(window));
+      WriteScalars([&](tensorboard::ScalarSink& s) -> Status {
+        FLEET_RETURN_IF_ERROR(s.Scalar("train/loss", done, window.loss));
+        FLEET_RETURN_IF_ERROR(s.Scalar("train/learning_rate", done, window.learning_rate));
+        if (window.seconds > 0) {
+          FLEET_RETURN_IF_ERROR(s.Scalar(
+              "train/samples_per_sec", done,
+              static_cast<double>(window.steps * window.global_batch) / window.seconds));
+        }
+        if (window.grad_norm) {
+          FLEET_RETURN_IF_ERROR(s.Scalar("train/grad_norm", done, *window.grad_norm));
+        }
+        if (window.loss_scale != 1.0f) {
+          FLEET_RETURN_IF_ERROR(s.Scalar("train/loss_scale", done, window.loss_scale));
+        }
+        return options_.progress_scalars ? options_.progress_scalars(window, s) : Status::OK();
+      });
       loss_sum = 0.0f;
       loss_count = 0;
       reader_seconds_ = 0;

@@ -68,6 +68,7 @@
 #include "trainer/collective/updater.h"
 #include "trainer/data_parallel.h"
 #include "trainer/optimizer.h"
+#include "trainer/tensorboard/event_writer.h"
 
 namespace fleet::trainer::collective {
 
@@ -83,6 +84,8 @@ struct ProgressWindow {
   float learning_rate = 0;   // the optimizer's at the last step
   double reader_seconds = 0;  // of `seconds`, this rank's time in LoadBatch
   int world_size = 1;
+  std::optional<double> grad_norm;  // the updater's, at the last step (GradientUpdater::grad_norm)
+  float loss_scale = 1;             // the updater's, for the next step
 };
 
 // An evaluation's result, for its line.
@@ -98,6 +101,16 @@ struct EvalWindow {
 std::string DefaultProgressLine(const ProgressWindow& window);
 
 struct TrainLoopOptions {
+  // TensorBoard curves (trainer/tensorboard/event_writer.h), written by rank
+  // 0 only; not owned, null = none. At each progress line: train/loss,
+  // train/learning_rate, train/samples_per_sec, train/grad_norm (when the
+  // updater measures it) and train/loss_scale (when not 1); at each
+  // evaluation eval/<task's eval_metric_name>. progress_scalars and
+  // eval_scalars (may be empty) add a task's own. A failed write prints one
+  // warning line and stops the writing, not the training.
+  tensorboard::ScalarSink* scalars = nullptr;
+  std::function<Status(const ProgressWindow&, tensorboard::ScalarSink&)> progress_scalars;
+  std::function<Status(const EvalWindow&, tensorboard::ScalarSink&)> eval_scalars;
   // Passes over the training samples. The run stops earlier at max_steps.
   int epochs = 1;
   // Samples per step on each rank; the global batch is batch_size x ranks.

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -71,6 +72,9 @@ class GradientUpdater {
   // (float16's dynamic loss scale; 1 otherwise). The loop passes it, over
   // the number of micro-batches, as ForwardBackward's gradient scale.
   virtual float loss_scale() const { return 1.0f; }
+  // The global gradient norm of the last Step, before clipping, when the
+  // updater measures it (AdamW with clipping on); nullopt otherwise.
+  virtual std::optional<double> grad_norm() const { return std::nullopt; }
   // In place: values become their sum over ranks (metrics).
   virtual Status SumOverRanks(std::span<float> values) = 0;
 

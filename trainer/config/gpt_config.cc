@@ -16,6 +16,8 @@ std::string_view DatasetKindName(DatasetKind k) {
       return "TokenBinDataset";
     case DatasetKind::kText:
       return "TextDataset";
+    case DatasetKind::kPromptResponse:
+      return "PromptResponseDataset";
   }
   return "unknown";
 }
@@ -95,6 +97,11 @@ Status ParseEngine(ConfigSection s, EngineConfig* e, std::optional<int64_t>* acc
   FLEET_RETURN_IF_ERROR(s.Int("eval_iters", &e->eval_iters, 0));
   FLEET_RETURN_IF_ERROR(s.OptionalInt("test_iters", test_iters, 0));
   FLEET_RETURN_IF_ERROR(s.Bool("dry_run", &e->dry_run));
+  std::string mode = "pretrain";
+  FLEET_RETURN_IF_ERROR(s.Choice("mode", &mode, {"pretrain", "finetune"}));
+  e->mode = mode == "finetune" ? EngineMode::kFinetune : EngineMode::kPretrain;
+  FLEET_RETURN_IF_ERROR(s.String("init_from", &e->init_from));
+  FLEET_RETURN_IF_ERROR(s.Bool("tensorboard", &e->tensorboard));
   FLEET_RETURN_IF_ERROR(ParseMixPrecision(s.Sub("mix_precision"), &e->mix_precision));
 
   ConfigSection sl = s.Sub("save_load");
@@ -167,10 +174,12 @@ Status ParseDataSplit(ConfigSection s, DataSplitConfig* d) {
   ConfigSection ds = s.Sub("dataset");
   DatasetConfig& c = d->dataset;
   std::string name = "GPTDataset";
-  FLEET_RETURN_IF_ERROR(ds.Choice("name", &name, {"GPTDataset", "TokenBinDataset", "TextDataset"}));
+  FLEET_RETURN_IF_ERROR(ds.Choice(
+      "name", &name, {"GPTDataset", "TokenBinDataset", "TextDataset", "PromptResponseDataset"}));
   c.kind = name == "GPTDataset"        ? DatasetKind::kFleetX
            : name == "TokenBinDataset" ? DatasetKind::kTokenBin
-                                       : DatasetKind::kText;
+           : name == "TextDataset"     ? DatasetKind::kText
+                                       : DatasetKind::kPromptResponse;
   FLEET_RETURN_IF_ERROR(ds.String("input_dir", &c.input_dir));
   FLEET_RETURN_IF_ERROR(ds.String("input_files", &c.input_files));
   if (!c.input_dir.empty() && !c.input_files.empty()) {
@@ -435,6 +444,17 @@ Status Resolve(const ConfigDocument& doc, int64_t world_size, std::optional<int6
 
 // Checks that need more than one section.
 Status CheckAcross(const ConfigDocument& doc, const GptJobConfig& c) {
+  const bool finetune = c.engine.mode == EngineMode::kFinetune;
+  if (finetune && c.engine.init_from.empty()) {
+    return doc.Error("Engine.init_from",
+                     "Engine.mode finetune needs the pretrained model to start from (a FleetPS "
+                     "checkpoint directory or a Hugging Face GPT-2 directory)");
+  }
+  if (finetune && c.data.train.dataset.kind != DatasetKind::kPromptResponse) {
+    return doc.Error("Data.Train.dataset.name",
+                     "Engine.mode finetune trains on PromptResponseDataset (JSONL prompt/response "
+                     "pairs)");
+  }
   const struct {
     const char* name;
     const DataSplitConfig* split;
@@ -443,6 +463,9 @@ Status CheckAcross(const ConfigDocument& doc, const GptJobConfig& c) {
     if (!s.split->present) continue;
     const DatasetConfig& ds = s.split->dataset;
     const std::string prefix = absl::StrCat("Data.", s.name, ".dataset.");
+    if (!finetune && ds.kind == DatasetKind::kPromptResponse) {
+      return doc.Error(prefix + "name", "PromptResponseDataset needs Engine.mode: finetune");
+    }
     if (ds.max_seq_len > c.model.max_position_embeddings) {
       return doc.Error(prefix + "max_seq_len",
                        absl::StrCat(ds.max_seq_len, " exceeds Model.max_position_embeddings ",

@@ -93,7 +93,33 @@ struct SaveLoadConfig {
   std::string ckpt_dir;
 };
 
+enum class EngineMode { kPretrain, kFinetune };
+
 struct EngineConfig {
+  // `Engine.mode` (FleetPS): pretrain | finetune, default pretrain.
+  // pretrain: next-token loss on every position of token streams (GPTDataset,
+  // TokenBinDataset, TextDataset). finetune: supervised fine-tuning of a
+  // pretrained model (init_from, required) on prompt/response pairs
+  // (PromptResponseDataset, required for Data.Train), the loss on the
+  // response tokens only. Full fine-tuning: every parameter trains, data
+  // parallel and sharded as pretraining is.
+  EngineMode mode = EngineMode::kPretrain;
+  // `Engine.init_from` (FleetPS): default empty. The parameters to start
+  // from: a FleetPS checkpoint (a directory holding gpt.ckpt, e.g. what
+  // gpt_pretrain or gpt_convert wrote, or the file) or a Hugging Face GPT-2
+  // directory (config.json + model.safetensors, whose shape must equal the
+  // Model section's). Only parameters are taken (a fresh optimizer, step 0).
+  // A checkpoint in save_load.output_dir (or ckpt_dir) wins: a resumed run
+  // continues from it. With mode pretrain it continues pretraining from the
+  // weights.
+  std::string init_from;
+  // `Engine.tensorboard` (FleetPS): default true. Rank 0 writes TensorBoard
+  // event files (loss, learning rate, tokens/s, gradient norm, loss scale,
+  // eval loss and perplexity) into <log_dir>/tb when the job has a log
+  // directory (fleetrun's --log_dir), or into gpt_pretrain's
+  // --tensorboard_dir. false writes none unless --tensorboard_dir asks.
+  // View with `tensorboard --logdir <log_dir>/tb`.
+  bool tensorboard = true;
   // `Engine.max_steps`: default 500000, >= 1. Training stops after this many
   // optimizer steps (or num_train_epochs, whichever comes first).
   int64_t max_steps = 500000;
@@ -158,13 +184,18 @@ enum class DatasetKind {
   kFleetX,    // GPTDataset: FleetX's *_ids.npy + *_idx.npz
   kTokenBin,  // TokenBinDataset: llm.c .bin token shards
   kText,      // TextDataset: text files, tokenized once into cache_dir
+  kPromptResponse,  // PromptResponseDataset: JSONL prompt/response pairs (finetune)
 };
 std::string_view DatasetKindName(DatasetKind k);
 
 struct DatasetConfig {
   // `Data.<Split>.dataset.name`: GPTDataset (FleetX's *_ids.npy + *_idx.npz
-  // pairs), TokenBinDataset (FleetPS: llm.c .bin shards) or TextDataset
-  // (FleetPS: text, tokenized into cache_dir at start). Default GPTDataset.
+  // pairs), TokenBinDataset (FleetPS: llm.c .bin shards), TextDataset
+  // (FleetPS: text, tokenized into cache_dir at start) or
+  // PromptResponseDataset (FleetPS, Engine.mode finetune only: JSONL files,
+  // one {"prompt": ..., "response": ...} object a line, each pair one
+  // sequence padded to max_seq_len, trainer/data/prompt_response.h). Default
+  // GPTDataset.
   DatasetKind kind = DatasetKind::kFleetX;
   // `Data.<Split>.dataset.input_dir` (FleetX): a directory holding the
   // data files. `input_files` (FleetPS): a file list instead, as

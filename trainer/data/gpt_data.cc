@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "trainer/data/file_io.h"
+#include "trainer/data/prompt_response.h"
 #include "trainer/data/text_corpus.h"
 
 namespace fleet::data {
@@ -75,6 +76,7 @@ Result<std::vector<std::string>> ConfiguredDataFiles(const DatasetConfig& d,
         return Status::NotFound(absl::StrCat(spec_key, ": no *.bin shards in"), spec);
       return out;
     case DatasetKind::kText:
+    case DatasetKind::kPromptResponse:
       return std::move(listed).value();
   }
   return Status::InvalidArgument("unknown dataset kind", key);
@@ -98,6 +100,8 @@ Result<std::unique_ptr<GptDataset>> OpenConfiguredDataset(
 
   Result<std::shared_ptr<const TokenCorpus>> corpus = Status::Internal("unset");
   switch (d.kind) {
+    case DatasetKind::kPromptResponse:
+      return Status::InvalidArgument("PromptResponseDataset is not a token stream", key + ".name");
     case DatasetKind::kFleetX:
       corpus = TokenCorpus::OpenFleetX(files);
       break;
@@ -131,6 +135,30 @@ Result<std::unique_ptr<GptDataset>> OpenConfiguredDataset(
   auto dataset = GptDataset::Open(*corpus, o);
   if (!dataset.ok()) return dataset.status().WithContext(key);
   return dataset;
+}
+
+Result<std::unique_ptr<GptSamples>> OpenConfiguredSamples(
+    const trainer::config::GptJobConfig& config, DataPart part) {
+  const trainer::config::DataSplitConfig& split = part == DataPart::kTrain  ? config.data.train
+                                                  : part == DataPart::kEval ? config.data.eval
+                                                                            : config.data.test;
+  if (split.dataset.kind != DatasetKind::kPromptResponse) {
+    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptDataset> d, OpenConfiguredDataset(config, part));
+    return std::unique_ptr<GptSamples>(std::move(d));
+  }
+  const std::string key = absl::StrCat("Data.", std::string(DataPartName(part)), ".dataset");
+  if (!split.present) return Status::FailedPrecondition("the config has no such section", key);
+  const DatasetConfig& d = split.dataset;
+  FLEET_ASSIGN_OR_RETURN(std::vector<std::string> files, ConfiguredDataFiles(d, key));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, OpenConfiguredTokenizer(d));
+  PromptResponseOptions o;
+  o.seq_len = d.max_seq_len;
+  o.vocab_size = config.model.vocab_size;
+  o.split = d.split;
+  o.part = static_cast<int>(part);
+  auto dataset = PromptResponseDataset::Open(files, *tokenizer, o);
+  if (!dataset.ok()) return dataset.status().WithContext(key);
+  return std::unique_ptr<GptSamples>(std::move(dataset).value());
 }
 
 }  // namespace fleet::data

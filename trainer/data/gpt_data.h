@@ -42,8 +42,15 @@ std::string_view DataPartName(DataPart part);
 
 // The GptDataset of `part` as config.data's section for it describes, with
 // config.model.vocab_size as the id bound. FailedPrecondition when the
-// config has no such section (e.g. no Data.Eval).
+// config has no such section (e.g. no Data.Eval); InvalidArgument for a
+// PromptResponseDataset section (not a token stream: OpenConfiguredSamples).
 Result<std::unique_ptr<GptDataset>> OpenConfiguredDataset(
+    const trainer::config::GptJobConfig& config, DataPart part);
+
+// What a GPT task trains on for `part`: OpenConfiguredDataset's GptDataset
+// for the token-stream kinds, a PromptResponseDataset (prompt_response.h)
+// for PromptResponseDataset. Errors: those of either, with the section's key.
+Result<std::unique_ptr<GptSamples>> OpenConfiguredSamples(
     const trainer::config::GptJobConfig& config, DataPart part);
 
 // The tokenizer named by a dataset section (Data.<Split>.dataset.tokenizer,

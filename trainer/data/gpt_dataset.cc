@@ -153,15 +153,33 @@ Result<std::unique_ptr<GptDataset>> GptDataset::Open(std::shared_ptr<const Token
   return d;
 }
 
-Status GptDataset::ReadSample(int64_t index, int32_t* out) const {
+Status GptDataset::CheckIndex(int64_t index) const {
   if (index < 0 || index >= num_samples_) {
     return Status::InvalidArgument(
         absl::StrCat("sample ", index, " is outside the ", num_samples_, " samples of the ",
                      PartName(options_.part), " part"),
         corpus_->Describe());
   }
+  return Status::OK();
+}
+
+Status GptDataset::ReadSample(int64_t index, int32_t* out) const {
+  FLEET_RETURN_IF_ERROR(CheckIndex(index));
   return corpus_->Read(begin_ + index * options_.seq_len, options_.seq_len + 1, options_.vocab_size,
                        out);
+}
+
+Status GptDataset::ReadInputsAndTargets(std::span<const int64_t> ids, int32_t* tokens,
+                                        int32_t* targets) const {
+  const int64_t T = options_.seq_len;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    FLEET_RETURN_IF_ERROR(CheckIndex(ids[i]));
+    // Two overlapping reads straight into the rows: no sample buffer.
+    const int64_t begin = begin_ + ids[i] * T;
+    FLEET_RETURN_IF_ERROR(corpus_->Read(begin, T, options_.vocab_size, tokens + i * T));
+    FLEET_RETURN_IF_ERROR(corpus_->Read(begin + 1, T, options_.vocab_size, targets + i * T));
+  }
+  return Status::OK();
 }
 
 Status GptDataset::ReadSamples(std::span<const int64_t> ids, int32_t* out) const {

@@ -43,6 +43,26 @@
 
 namespace fleet::data {
 
+// What a GPT task trains on: numbered samples, each seq_len input tokens
+// and the seq_len targets after them (-1: a position without loss, e.g.
+// padding or a prompt). GptDataset (pretraining: every position has a
+// target) and PromptResponseDataset (fine-tuning, prompt_response.h) are
+// the two. Implementations are immutable and may be shared by threads.
+class GptSamples {
+ public:
+  virtual ~GptSamples() = default;
+  virtual int64_t num_samples() const = 0;
+  virtual int64_t seq_len() const = 0;
+  // Ids (tokens and targets) are below this (Model.vocab_size).
+  virtual int64_t vocab_size() const = 0;
+  // Samples `ids` into tokens and targets, each ids.size() x seq_len()
+  // row-major. Allocates nothing. Errors: InvalidArgument for an id outside
+  // [0, num_samples()), and the implementation's read errors (naming the
+  // file); rows before the failing one are filled.
+  virtual Status ReadInputsAndTargets(std::span<const int64_t> ids, int32_t* tokens,
+                                      int32_t* targets) const = 0;
+};
+
 class TokenCorpus {
  public:
   // FleetX *_ids.npy + *_idx.npz pairs, named by prefix ("data/train" for
@@ -95,7 +115,7 @@ struct GptDatasetOptions {
   int part = 0;
 };
 
-class GptDataset {
+class GptDataset final : public GptSamples {
  public:
   // Errors: InvalidArgument for bad options (naming the option) or a part
   // too small for one sample (the message gives the part's tokens and what
@@ -103,7 +123,9 @@ class GptDataset {
   static Result<std::unique_ptr<GptDataset>> Open(std::shared_ptr<const TokenCorpus> corpus,
                                                   const GptDatasetOptions& options);
 
-  int64_t num_samples() const { return num_samples_; }
+  int64_t num_samples() const override { return num_samples_; }
+  int64_t seq_len() const override { return options_.seq_len; }
+  int64_t vocab_size() const override { return options_.vocab_size; }
   int64_t sample_tokens() const { return options_.seq_len + 1; }
   const GptDatasetOptions& options() const { return options_; }
   const TokenCorpus& corpus() const { return *corpus_; }
@@ -119,9 +141,13 @@ class GptDataset {
   // batch the collective loop hands CollectiveTask::LoadBatch. Errors as
   // ReadSample; rows before the failing one are filled.
   Status ReadSamples(std::span<const int64_t> ids, int32_t* out) const;
+  // Sample i's first seq_len tokens as inputs, its last seq_len as targets.
+  Status ReadInputsAndTargets(std::span<const int64_t> ids, int32_t* tokens,
+                              int32_t* targets) const override;
 
  private:
   GptDataset(std::shared_ptr<const TokenCorpus> corpus, const GptDatasetOptions& options);
+  Status CheckIndex(int64_t index) const;
 
   const std::shared_ptr<const TokenCorpus> corpus_;
   const GptDatasetOptions options_;

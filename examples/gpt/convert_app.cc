@@ -1,0 +1,152 @@
+#include "examples/gpt/convert_app.h"
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "comm/program_help.h"
+#include "comm/yaml_config.h"
+#include "trainer/config/gpt_config.h"
+#include "trainer/models/gpt_hf.h"
+
+namespace fleet::examples::gpt {
+namespace {
+
+ProgramHelp ConvertHelp() {
+  return {
+      "gpt_convert (--from_hf DIR --checkpoint DIR | --checkpoint DIR -c CONFIG --to_hf DIR) "
+      "[flags]",
+      "Converts Hugging Face GPT-2 checkpoints (config.json + model.safetensors) into a "
+      "FleetPS checkpoint (DIR/gpt.ckpt) and back (see examples/gpt/README.md).",
+      {{"Direction",
+        {{"--from_hf", "DIR", "read this Hugging Face GPT-2 directory", ""},
+         {"--to_hf", "DIR", "write a Hugging Face GPT-2 directory here", ""},
+         {"--checkpoint", "DIR",
+          "the FleetPS checkpoint directory (gpt.ckpt): written with --from_hf, read with "
+          "--to_hf (required)",
+          ""}}},
+       {"Model and format",
+        {{"-c", "FILE",
+          "the GPT config: its Model section is the checkpoint's shape (required with "
+          "--to_hf; with --from_hf it is checked against config.json)",
+          ""},
+         {"-o", "Section.key=value", "override one key of the config (repeatable)", ""},
+         {"--dtype", "float32|float16|bfloat16",
+          "the tensors' type in the written "
+          "model.safetensors",
+          "float32"}}}},
+      ""};
+}
+
+struct Flags {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string from_hf, to_hf, checkpoint;
+  std::string dtype = "float32";
+  bool help = false;
+};
+
+Result<Flags> ParseFlags(const std::vector<std::string>& args) {
+  FLEET_ASSIGN_OR_RETURN(ConfigArgs config_args, ParseConfigArgs(args));
+  Flags f;
+  f.config = config_args.config;
+  f.overrides = config_args.overrides;
+  const std::vector<std::string>& rest = config_args.rest;
+  for (size_t i = 0; i < rest.size(); ++i) {
+    const std::string& arg = rest[i];
+    if (arg == "-h" || arg == "--help" || arg == "--helpshort") {
+      f.help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      return Status::InvalidArgument("unexpected argument \"" + arg + "\" (see --help)");
+    }
+    // --name=value or --name value.
+    std::string name = arg.substr(2), value;
+    const size_t eq = name.find('=');
+    if (eq != std::string::npos) name.resize(eq);
+    std::string* target = name == "from_hf"      ? &f.from_hf
+                          : name == "to_hf"      ? &f.to_hf
+                          : name == "checkpoint" ? &f.checkpoint
+                          : name == "dtype"      ? &f.dtype
+                                                 : nullptr;
+    if (target == nullptr)
+      return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
+    if (eq != std::string::npos) {
+      value = arg.substr(2 + eq + 1);
+    } else {
+      if (i + 1 >= rest.size()) return Status::InvalidArgument("--" + name + " needs a value");
+      value = rest[++i];
+    }
+    *target = value;
+  }
+  if (f.help) return f;
+  if (f.from_hf.empty() == f.to_hf.empty()) {
+    return Status::InvalidArgument("give exactly one of --from_hf DIR and --to_hf DIR");
+  }
+  if (f.checkpoint.empty()) return Status::InvalidArgument("--checkpoint DIR is required");
+  if (!f.to_hf.empty() && f.config.empty()) {
+    return Status::InvalidArgument(
+        "--to_hf needs -c CONFIG: its Model section is the checkpoint's shape");
+  }
+  return f;
+}
+
+std::string ShapeLine(const trainer::GptConfig& c) {
+  return absl::StrCat(trainer::GptParamCount(c), " parameters: ", c.num_layers, " layers, ",
+                      c.num_attention_heads, " heads, hidden ", c.hidden_size, ", vocabulary ",
+                      c.vocab_size, ", ", c.max_position_embeddings, " positions");
+}
+
+}  // namespace
+
+int GptConvertMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  Result<Flags> flags = ParseFlags(args);
+  if (!flags.ok()) {
+    err << "gpt_convert: " << flags.status().ToString() << "\n";
+    return 2;
+  }
+  if (flags->help) {
+    out << FormatProgramHelp(ConvertHelp());
+    return 0;
+  }
+  Result<trainer::SafetensorsDtype> dtype = trainer::ParseFloatDtype(flags->dtype);
+  if (!dtype.ok()) {
+    err << "gpt_convert: --dtype: " << dtype.status().ToString() << "\n";
+    return 2;
+  }
+  std::optional<trainer::config::GptJobConfig> config;
+  if (!flags->config.empty()) {
+    Result<trainer::config::GptJobConfig> loaded =
+        trainer::config::LoadGptJobConfig(flags->config, flags->overrides);
+    if (!loaded.ok()) {
+      err << "gpt_convert: " << loaded.status().ToString() << "\n";
+      return 2;
+    }
+    config = std::move(*loaded);
+  }
+  if (!flags->from_hf.empty()) {
+    Result<trainer::GptConfig> shape =
+        trainer::ConvertHfToCheckpoint(flags->from_hf, flags->checkpoint);
+    Status st = shape.status();
+    if (st.ok() && config) st = trainer::CheckSameGptShape(*shape, config->model);
+    if (!st.ok()) {
+      err << "gpt_convert: " << st.ToString() << "\n";
+      return 1;
+    }
+    out << "gpt_convert: wrote " << flags->checkpoint << "/" << trainer::kGptCheckpointFile << " ("
+        << ShapeLine(*shape) << ")\n";
+    return 0;
+  }
+  Status st =
+      trainer::ConvertCheckpointToHf(flags->checkpoint, config->model, flags->to_hf, *dtype);
+  if (!st.ok()) {
+    err << "gpt_convert: " << st.ToString() << "\n";
+    return 1;
+  }
+  out << "gpt_convert: wrote " << flags->to_hf << "/" << trainer::kHfConfigFile << " and "
+      << trainer::kHfWeightsFile << " (" << trainer::SafetensorsDtypeName(*dtype) << ", "
+      << ShapeLine(config->model) << ")\n";
+  return 0;
+}
+
+}  // namespace fleet::examples::gpt
