@@ -43,8 +43,9 @@
 //                                    forward and backward); one
 //                                    reduce-scatter a step
 //   dp        2 (P-1)/P c share      the share's gradients, P = dp_degree
-//   mp        k (L (4 + 2 r) + 2) 2 (M-1)/M c B T C   Megatron's all-reduces,
-//                                    r = 1 with recompute
+//   mp        k 2 (M-1)/M B T ((L (4 + r) + 2) c C + 12)   Megatron's
+//                                    all-reduces (r = 1 with recompute) and
+//                                    the cross-entropy's three of [B T]
 //
 // Activations, per micro-batch of B x T tokens: the buffers of
 // GptActivationLayout, 4 bytes each in fp32 and 2 in bf16/fp16; with
