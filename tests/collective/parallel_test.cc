@@ -20,7 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "examples/gpt/generate_app.h"
 #include "tests/collective/gpt_run_util.h"
+#include "trainer/checkpoint.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/collective/parallel_groups.h"
 #include "trainer/models/gpt_plan.h"
 
@@ -289,16 +292,37 @@ TEST(TensorParallelTest, Mp2AndMp2TimesDp2MatchOneProcess) {
   }
 }
 
+// gpt_generate's library on one process reads the checkpoint of a
+// tensor-parallel run in `dir`: the whole model it loads is the one the run
+// trained (`trained`, gathered), and it generates from it.
+void ExpectGenerationLoads(const fs::path& dir, const std::vector<float>& trained) {
+  const GptJobConfig config = TinyJob(1, dir, {"Generation.decode_strategy=greedy_search",
+                                               "Generation.max_dec_len=8"});
+  auto compute = CreateGptCompute("cpu", Precision::kFp32, 1);
+  ASSERT_TRUE(compute.ok()) << compute.status().ToString();
+  auto model = GptModel::Create(config.model, compute->backend.get(), compute->kernels.get());
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const std::string ckpt = (dir / examples::gpt::kGptCheckpointFile).string();
+  ASSERT_TRUE(LoadCheckpointParams(ckpt, &(*model)->arena()).ok());
+  EXPECT_EQ((*model)->arena().ParamsToHost(), trained);
+  auto text = examples::gpt::GenerateText(config, dir.string(), "Hi", 1, &*compute);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  ASSERT_EQ(text->texts.size(), 1u);
+  EXPECT_EQ(text->texts[0].rfind("Hi", 0), 0u) << text->texts[0];
+  EXPECT_GT(text->texts[0].size(), 2u) << "nothing generated";
+}
+
 TEST(TensorParallelTest, ResumesExactlyAndTheCheckpointLoadsUnderOtherSplits) {
   std::vector<RankRun> whole = Train(TinyJob(2, FreshDir("whole"), Mp2()), 2);
   const std::vector<double> want = MeanLosses(whole);
   const std::vector<double> rest(want.begin() + 10, want.end());
 
   const fs::path dir = FreshDir("cut");
-  Train(TinyJob(2, dir, Mp2({"Engine.max_steps=10"})), 2);
+  std::vector<RankRun> cut = Train(TinyJob(2, dir, Mp2({"Engine.max_steps=10"})), 2);
   // One state file per model part, in the whole model's layout.
   EXPECT_TRUE(fs::exists(dir / "gpt.adamw.s10.0-of-2"));
   EXPECT_TRUE(fs::exists(dir / "gpt.adamw.s10.1-of-2"));
+  ExpectGenerationLoads(dir, cut[0].report.params);
 
   const fs::path same = FreshDir("same");
   fs::copy(dir, same, fs::copy_options::recursive);
