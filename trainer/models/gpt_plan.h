@@ -23,12 +23,14 @@
 //   gradients   c (N/D + E + Lf + 2 Bk)     E, Lf, Bk: floats of the
 //   optimizer   s N/D                       embeddings, ln_f, one block
 //
-// Tensor parallelism (mp_degree M, planned only): N above is then what one
-// rank of the M holds, Megatron's split (wte by vocabulary rows; QKV and the
-// first MLP matrix by output, the two projections by input; LayerNorms, wpe
-// and the projections' biases whole), and the activations Megatron splits
-// (QKV, attention, its output, the MLP hidden layer, the logits, and their
-// gradients) are divided by M.
+// Tensor parallelism (mp_degree M): N above is then what one rank of the M
+// holds, as GptTensorParallel splits it (gpt_tensor_parallel.h: wte by
+// vocabulary rows, ceil(V / M) of them; QKV and the first MLP matrix by
+// output, the two projections by input; LayerNorms, wpe and the
+// projections' biases whole), and the activations are GptModel's layout for
+// one rank (GptActivationLayout with mp_degree: QKV, attention, its output,
+// the MLP hidden layer, the logits and their gradients divided by M, plus
+// the cross-entropy's [N] and [2 N] for the reductions).
 //
 // Offload (options.offload): the optimizer states leave the device; the
 // host holds 16 bytes per parameter of each rank's share (fp32 master, m,
