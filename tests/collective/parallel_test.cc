@@ -23,8 +23,8 @@
 #include "examples/gpt/generate_app.h"
 #include "tests/collective/gpt_run_util.h"
 #include "trainer/checkpoint.h"
-#include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/collective/parallel_groups.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt_plan.h"
 
 namespace fleet::trainer::collective {
@@ -276,11 +276,10 @@ TEST(TensorParallelTest, Mp2AndMp2TimesDp2MatchOneProcess) {
     int ranks;
     std::vector<std::string> overrides;
   };
-  for (const Split& split :
-       {Split{"mp2", 2, Mp2()}, Split{"mp2 x dp2", 4, Mp2()},
-        Split{"mp2 x sharding2 stage 3", 4,
-              Mp2({"Distributed.sharding.sharding_degree=2",
-                   "Distributed.sharding.sharding_stage=3"})}}) {
+  for (const Split& split : {Split{"mp2", 2, Mp2()}, Split{"mp2 x dp2", 4, Mp2()},
+                             Split{"mp2 x sharding2 stage 3", 4,
+                                   Mp2({"Distributed.sharding.sharding_degree=2",
+                                        "Distributed.sharding.sharding_stage=3"})}}) {
     const std::string& name = split.name;
     const int ranks = split.ranks;
     std::vector<RankRun> runs = Train(TinyJob(ranks, FreshDir("tp"), split.overrides), ranks);
@@ -308,8 +307,8 @@ TEST(TensorParallelTest, Mp2AndMp2TimesDp2MatchOneProcess) {
 // tensor-parallel run in `dir`: the whole model it loads is the one the run
 // trained (`trained`, gathered), and it generates from it.
 void ExpectGenerationLoads(const fs::path& dir, const std::vector<float>& trained) {
-  const GptJobConfig config = TinyJob(1, dir, {"Generation.decode_strategy=greedy_search",
-                                               "Generation.max_dec_len=8"});
+  const GptJobConfig config =
+      TinyJob(1, dir, {"Generation.decode_strategy=greedy_search", "Generation.max_dec_len=8"});
   auto compute = CreateGptCompute("cpu", Precision::kFp32, 1);
   ASSERT_TRUE(compute.ok()) << compute.status().ToString();
   auto model = GptModel::Create(config.model, compute->backend.get(), compute->kernels.get());

@@ -536,10 +536,10 @@ TEST_P(GptCpuVsReference, VocabularyShards) {
                                 B, T, C, begin, rows);
     ref_.EncoderShardBackward(dte_b.data(), dpe_b.data(), dout.data(), tokens.data(), B, T, C,
                               begin, rows);
-    EXPECT_TRUE(AllClose("shard dwte",
-                         std::vector<float>(dwte.begin() + begin * C,
-                                            dwte.begin() + (begin + rows) * C),
-                         dte_b, kAbs, kRel));
+    EXPECT_TRUE(
+        AllClose("shard dwte",
+                 std::vector<float>(dwte.begin() + begin * C, dwte.begin() + (begin + rows) * C),
+                 dte_b, kAbs, kRel));
     EXPECT_TRUE(AllClose("shard dwpe", dpe_a, dwpe_whole, kAbs, kRel));
   }
   EXPECT_TRUE(AllClose("summed shards", sum, whole, kAbs, kRel));

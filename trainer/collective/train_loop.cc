@@ -206,11 +206,11 @@ Status Loop::Save(int64_t step) {
     // Position first: a crash before the checkpoint's rename leaves the old
     // checkpoint, which the unchanged layout still places (see the header).
     if (ec) {
-      prepared = Status::IOError("cannot create the checkpoint directory: " + ec.message(),
-                                 dir.string());
+      prepared =
+          Status::IOError("cannot create the checkpoint directory: " + ec.message(), dir.string());
     } else if (options_.writes_data_position) {
-      prepared = data::WriteFileAtomically((dir / kPositionFile).string(),
-                                           PositionText(layout_, step));
+      prepared =
+          data::WriteFileAtomically((dir / kPositionFile).string(), PositionText(layout_, step));
     }
   }
   // The other ranks may write their own files into the directory next (one

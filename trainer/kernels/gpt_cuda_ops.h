@@ -93,11 +93,9 @@ cudaError_t CrossEntropyForward(float* losses, float* logits, const int32_t* tar
 cudaError_t EncoderShardForward(float* out, const int32_t* tokens, const float* wte,
                                 const float* wpe, int B, int T, int C, int v_begin, int V,
                                 cudaStream_t s);
-cudaError_t EncoderShardBackward(float* dwte, float* dwpe, const float* dout,
-                                 const int32_t* tokens, int B, int T, int C, int v_begin, int V,
-                                 cudaStream_t s);
-cudaError_t CrossEntropyShardMax(float* row_max, const float* logits, int N, int V,
-                                 cudaStream_t s);
+cudaError_t EncoderShardBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                 int B, int T, int C, int v_begin, int V, cudaStream_t s);
+cudaError_t CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, cudaStream_t s);
 cudaError_t CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
                                   const int32_t* targets, int N, int V, int v_begin,
                                   cudaStream_t s);
