@@ -175,8 +175,9 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   }
 
   // The Test part after training: every rank evaluates all test_iters
-  // batches itself (the same number everywhere, no collective needed once
-  // the loop's group is done with); rank 0's line is the one shown.
+  // batches itself (the same number everywhere, no data-parallel collective
+  // needed once the loop's group is done with; a tensor-parallel group runs
+  // the same batches together); rank 0's line is the one shown.
   if (config.data.test.present && config.engine.test_iters > 0) {
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptDataset> test,
                            data::OpenConfiguredDataset(config, data::DataPart::kTest));
