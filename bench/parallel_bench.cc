@@ -1,10 +1,12 @@
 // parallel_bench: GPT pretraining on 2 CPU ranks (threads over one
-// shared-memory group) under each sharding combination, beside plain data
-// parallel in the same run: step time and the bytes each rank hands to its
-// collectives per step.
+// shared-memory group) under each sharding combination and tensor
+// parallelism, beside plain data parallel in the same run: step time and
+// the bytes each rank hands to its collectives per step.
 //
 //   combinations: dp 2 (the reference), sharding 2 at stages 1, 2 and 3,
-//                 stage 3 with the optimizer offloaded
+//                 stage 3 with the optimizer offloaded, mp 2 (Megatron
+//                 tensor parallelism: both ranks run the whole global
+//                 batch on half the model)
 //   model:        configs/gpt/pretrain_gpt_tiny.yaml (4 layers, hidden 256,
 //                 sequence 128, micro-batch 8), float32, 1 kernel thread a rank
 //   bytes/step:   what each rank sends per step under ring algorithms (the
@@ -16,6 +18,9 @@
 //
 // Before timing it verifies the run: every combination's losses equal the
 // data-parallel ones within 1e-4 relative (the same global batch).
+// Tensor parallelism moves activations, not gradients: per step
+// 2 (W-1)/W x (4 L + 2) all-reduces of [B T, C] per micro-batch forward and
+// backward, against data parallel's one all-reduce of the gradients.
 //
 //   parallel_bench [--config=configs/gpt/pretrain_gpt_tiny.yaml] [--steps=20] [--warmup=5]
 #include <gflags/gflags.h>
@@ -164,6 +169,7 @@ int Main() {
       {"stage 3 + offload",
        {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3",
         "Distributed.sharding.sharding_offload=True"}},
+      {"mp 2 (tensor parallel)", {"Distributed.mp_degree=2"}},
   };
   std::vector<std::vector<RankResult>> runs;
   for (size_t i = 0; i < combinations.size(); ++i) {

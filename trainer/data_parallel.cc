@@ -579,7 +579,10 @@ GradReadyFn DataParallel::grad_ready() {
 }
 
 Status DataParallel::FinishGradients() {
-  if (collective_ == nullptr) return Status::OK();
+  if (collective_ == nullptr) {
+    MeasureResident();  // one process: every gradient is complete now
+    return Status::OK();
+  }
   // Buckets never reported complete go out now, in bucket order, which is
   // the same on every rank. (After a failure the communication thread skips
   // them and WaitIdle returns the first error.)

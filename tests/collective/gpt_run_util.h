@@ -157,17 +157,17 @@ inline void ExpectClose(const std::vector<double>& got, const std::vector<double
   }
 }
 
-// Parameters within 1e-5 + 1e-3 |want| (Adam turns the last-bit differences
+// Parameters within abs + 1e-3 |want| (Adam turns the last-bit differences
 // of near-zero gradients into steps of up to lr, so nearly untrained
-// parameters get an absolute bound).
+// parameters get an absolute bound, 1e-5 unless said).
 inline void ExpectParamsClose(const std::vector<float>& got, const std::vector<float>& want,
-                              const std::string& what) {
+                              const std::string& what, double abs = 1e-5) {
   ASSERT_EQ(got.size(), want.size()) << what;
   size_t worst = 0;
   double worst_excess = -1.0;
   for (size_t i = 0; i < got.size(); ++i) {
     const double excess =
-        std::abs(double{got[i]} - want[i]) - (1e-5 + 1e-3 * std::abs(double{want[i]}));
+        std::abs(double{got[i]} - want[i]) - (abs + 1e-3 * std::abs(double{want[i]}));
     if (excess > worst_excess) {
       worst_excess = excess;
       worst = i;

@@ -463,6 +463,65 @@ TEST_P(GptCudaKernels, CrossEntropy) {
   }
 }
 
+// The vocabulary-parallel pieces on a shard of rows / columns in the middle
+// of the vocabulary, against the CPU twin.
+TEST_P(GptCudaKernels, VocabularyShards) {
+  const int B = 2, T = 37, C = 96, V = 50, N = B * T, begin = 13, rows = 20;
+  const auto tokens = RandomIds(N, V, 40);
+  const auto wte = RandomVector(size_t(rows) * C, 41), wpe = RandomVector(size_t(T) * C, 42);
+  const int32_t* d_tokens = dev_->PutInts(tokens);
+  for (bool with_wpe : {false, true}) {
+    const std::string at = with_wpe ? "with wpe " : "";
+    std::vector<float> out(size_t(N) * C);
+    cpu_.EncoderShardForward(out.data(), tokens.data(), wte.data(), with_wpe ? wpe.data() : nullptr,
+                             B, T, C, begin, rows);
+    float* d_out = dev_->Zeros(out.size());
+    gpu().EncoderShardForward(d_out, d_tokens, dev_->Put(wte), with_wpe ? dev_->Put(wpe) : nullptr,
+                              B, T, C, begin, rows);
+    EXPECT_TRUE(Close(at + "shard out", dev_->Get(d_out, out.size()), out, precision(), false));
+  }
+  const auto dout = RandomVector(size_t(N) * C, 43);
+  auto dwte = RandomVector(wte.size(), 44), dwpe = RandomVector(wpe.size(), 45);
+  float* d_dwte = dev_->Put(dwte);
+  float* d_dwpe = dev_->Put(dwpe);
+  cpu_.EncoderShardBackward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C, begin,
+                            rows);
+  gpu().EncoderShardBackward(d_dwte, d_dwpe, dev_->Put(dout), d_tokens, B, T, C, begin, rows);
+  EXPECT_TRUE(Close("shard dwte", dev_->Get(d_dwte, dwte.size()), dwte, precision(), false));
+  EXPECT_TRUE(Close("shard dwpe", dev_->Get(d_dwpe, dwpe.size()), dwpe, precision(), false));
+
+  const auto logits = RandomVector(size_t(N) * rows, 46, -5.0f, 5.0f);
+  auto targets = RandomIds(N, V, 47);  // about 40% inside the shard
+  targets[3] = -1;
+  const int32_t* d_targets = dev_->PutInts(targets);
+  std::vector<float> row_max(N), sums(2 * N);
+  cpu_.CrossEntropyShardMax(row_max.data(), logits.data(), N, rows);
+  float* d_logits = dev_->Put(logits);
+  float* d_max = dev_->Zeros(N);
+  gpu().CrossEntropyShardMax(d_max, d_logits, N, rows);
+  EXPECT_EQ(dev_->Get(d_max, N), row_max) << "row max";
+  for (float& m : row_max) m += 0.5f;  // as if another shard held a larger logit
+  d_max = dev_->Put(row_max);
+  cpu_.CrossEntropyShardSums(sums.data(), logits.data(), row_max.data(), targets.data(), N, rows,
+                             begin);
+  float* d_sums = dev_->Zeros(2 * N);
+  gpu().CrossEntropyShardSums(d_sums, d_logits, d_max, d_targets, N, rows, begin);
+  EXPECT_TRUE(AllClose("sums", dev_->Get(d_sums, 2 * N), sums, 1e-6, 1e-5));
+  for (float& x : sums) x += 1.0f;  // the other shard's part
+  d_sums = dev_->Put(sums);
+  for (const bool write : {false, true}) {
+    std::vector<float> z = logits, losses(N);
+    cpu_.CrossEntropyShardFinish(losses.data(), z.data(), row_max.data(), sums.data(),
+                                 targets.data(), N, rows, begin, 0.5f, write);
+    float* d_z = dev_->Put(logits);
+    float* d_losses = dev_->Zeros(N);
+    gpu().CrossEntropyShardFinish(d_losses, d_z, d_max, d_sums, d_targets, N, rows, begin, 0.5f,
+                                  write);
+    EXPECT_TRUE(AllClose("shard losses", dev_->Get(d_losses, N), losses, 1e-6, 1e-5));
+    EXPECT_TRUE(AllClose("shard dlogits", dev_->Get(d_z, z.size()), z, 1e-6, 1e-4));
+  }
+}
+
 TEST_P(GptCudaKernels, SumOfSquaresAndAdamW) {
   for (const size_t n : {size_t{0}, size_t{1}, size_t{1000}, (size_t{1} << 20) + 3}) {
     const auto x = RandomVector(n, 40);

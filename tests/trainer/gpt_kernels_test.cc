@@ -508,6 +508,88 @@ TEST_P(GptCpuVsReference, CrossEntropy) {
   }
 }
 
+// The vocabulary-parallel pieces: the embedding lookup of a shard of wte
+// rows (with and without wpe), and the cross-entropy of logits split into
+// two column shards, combined as GptModel combines them over ranks (max,
+// then sums), equals the whole row's CrossEntropyForward.
+TEST_P(GptCpuVsReference, VocabularyShards) {
+  const int B = 3, T = 7, C = 24, V = 41, N = B * T;
+  const auto tokens = RandomIds(N, V, 80);
+  const auto wte = RandomVector(V * C, 81), wpe = RandomVector(T * C, 82),
+             dout = RandomVector(N * C, 83);
+  std::vector<float> whole(N * C), sum(N * C, 0.0f);
+  ref_.EncoderForward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  std::vector<float> dwte_whole(V * C, 0.0f), dwpe_whole(T * C, 0.0f);
+  ref_.EncoderBackward(dwte_whole.data(), dwpe_whole.data(), dout.data(), tokens.data(), B, T, C);
+  std::vector<float> dwte(V * C, 0.0f);
+  for (auto [begin, rows] : {std::pair{0, 21}, {21, 20}}) {
+    std::vector<float> a(N * C), b(N * C);
+    const float* pe = begin == 0 ? wpe.data() : nullptr;  // added by one shard
+    cpu()->EncoderShardForward(a.data(), tokens.data(), wte.data() + begin * C, pe, B, T, C, begin,
+                               rows);
+    ref_.EncoderShardForward(b.data(), tokens.data(), wte.data() + begin * C, pe, B, T, C, begin,
+                             rows);
+    EXPECT_TRUE(AllClose("shard out", a, b, kAbs, kRel));
+    for (int i = 0; i < N * C; ++i) sum[i] += a[i];
+    std::vector<float> dpe_a(T * C, 0.0f), dpe_b(T * C, 0.0f), dte_b(rows * C, 0.0f);
+    cpu()->EncoderShardBackward(dwte.data() + begin * C, dpe_a.data(), dout.data(), tokens.data(),
+                                B, T, C, begin, rows);
+    ref_.EncoderShardBackward(dte_b.data(), dpe_b.data(), dout.data(), tokens.data(), B, T, C,
+                              begin, rows);
+    EXPECT_TRUE(
+        AllClose("shard dwte",
+                 std::vector<float>(dwte.begin() + begin * C, dwte.begin() + (begin + rows) * C),
+                 dte_b, kAbs, kRel));
+    EXPECT_TRUE(AllClose("shard dwpe", dpe_a, dwpe_whole, kAbs, kRel));
+  }
+  EXPECT_TRUE(AllClose("summed shards", sum, whole, kAbs, kRel));
+  EXPECT_TRUE(AllClose("dwte of the shards", dwte, dwte_whole, kAbs, kRel));
+
+  auto logits = RandomVector(N * V, 84, -20.0f, 20.0f);
+  auto targets = RandomIds(N, V, 85);
+  targets[4] = -1;
+  for (bool write : {false, true}) {
+    std::vector<float> want_losses(N), want = logits;
+    ref_.CrossEntropyForward(want_losses.data(), want.data(), targets.data(), N, V, 0.25f, write);
+    for (GptKernels* k : {cpu(), static_cast<GptKernels*>(&ref_)}) {
+      const std::string what = std::string(k->name()) + (write ? " with dlogits" : "");
+      // Two shards of columns [0, 17) and [17, V), each its own [N, Vs] block.
+      const std::pair<int, int> shards[] = {{0, 17}, {17, V - 17}};
+      std::vector<std::vector<float>> z(2);
+      std::vector<float> row_max(N, -INFINITY), sums(2 * N, 0.0f);
+      for (int s = 0; s < 2; ++s) {
+        const auto [begin, cols] = shards[s];
+        for (int i = 0; i < N; ++i) {
+          z[s].insert(z[s].end(), logits.begin() + i * V + begin,
+                      logits.begin() + i * V + begin + cols);
+        }
+        std::vector<float> m(N);
+        k->CrossEntropyShardMax(m.data(), z[s].data(), N, cols);
+        for (int i = 0; i < N; ++i) row_max[i] = std::max(row_max[i], m[i]);
+      }
+      for (int s = 0; s < 2; ++s) {
+        std::vector<float> part(2 * N);
+        k->CrossEntropyShardSums(part.data(), z[s].data(), row_max.data(), targets.data(), N,
+                                 shards[s].second, shards[s].first);
+        for (int i = 0; i < 2 * N; ++i) sums[i] += part[i];
+      }
+      std::vector<float> got = logits;
+      for (int s = 0; s < 2; ++s) {
+        const auto [begin, cols] = shards[s];
+        std::vector<float> losses(N);
+        k->CrossEntropyShardFinish(losses.data(), z[s].data(), row_max.data(), sums.data(),
+                                   targets.data(), N, cols, begin, 0.25f, write);
+        EXPECT_TRUE(AllClose(what + " losses", losses, want_losses, kAbs, kRel));
+        for (int i = 0; i < N; ++i) {
+          std::copy(z[s].begin() + i * cols, z[s].begin() + (i + 1) * cols,
+                    got.begin() + i * V + begin);
+        }
+      }
+      EXPECT_TRUE(AllClose(what + " logits", got, want, 1e-7, kRel));
+    }
+  }
+}
+
 TEST_P(GptCpuVsReference, SumOfSquaresAndAdamW) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{1000003}}) {
     const auto x = RandomVector(n, 80);

@@ -168,10 +168,11 @@ TEST(GptPlan, TensorParallelOffloadAndCommunication) {
   EXPECT_EQ(plan->host_copy_bytes, 2 * 4 * shard);
   // Stage 3: a reduce-scatter and two all-gathers of the rank's parameters
   // over 4; the share all-reduced over dp 2; (2 blocks x 4 + 2) all-reduces
-  // of [2 x 8, 32] over mp 2.
+  // of [2 x 8, 32] over mp 2, and the cross-entropy's max and sums (3 x [16]).
   EXPECT_EQ(plan->sharding_comm_bytes, static_cast<int64_t>(3 * 0.75 * rank_params * 4));
   EXPECT_EQ(plan->dp_comm_bytes, static_cast<int64_t>(2 * 0.5 * shard * 4));
-  EXPECT_EQ(plan->mp_comm_bytes, static_cast<int64_t>((2 * 4 + 2) * 2 * 0.5 * 16 * 32 * 4));
+  EXPECT_EQ(plan->mp_comm_bytes,
+            static_cast<int64_t>(((2 * 4 + 2) * 32 + 3) * 2 * 0.5 * 16 * 4));
   EXPECT_LT(plan->activation_bytes, one->activation_bytes);
   const std::string text = plan->ToString();
   for (const char* part : {"host per node (8 ranks)", "communication per step per rank",

@@ -19,6 +19,7 @@
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/models/gpt_hf.h"
+#include "trainer/models/gpt_tensor_parallel.h"
 
 namespace fleet::trainer::collective {
 
@@ -76,18 +77,26 @@ std::string GptEvalLine(const EvalWindow& w) {
 Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
                                    const GptPretrainOptions& options, std::ostream* progress) {
   const int world = collective ? collective->size() : 1;
-  if (config.distributed.mp_degree > 1) {
+  const config::DistributedConfig& dist = config.distributed;
+  if (config.data_world_size() * dist.mp_degree != world) {
     return Status::InvalidArgument(
-        absl::StrCat("tensor parallelism (mp_degree ", config.distributed.mp_degree,
-                     ") is planned only (Engine.dry_run); training needs mp_degree 1"),
-        "Distributed.mp_degree");
-  }
-  if (config.data_world_size() != world) {
-    return Status::InvalidArgument(
-        absl::StrCat("the config's dp_degree x sharding_degree is ", config.data_world_size(),
-                     " but the job has ", world, " ranks"),
+        absl::StrCat("the config's dp_degree x sharding_degree x mp_degree is ",
+                     config.data_world_size() * dist.mp_degree, " but the job has ", world,
+                     " ranks"),
         "Distributed.dp_degree");
   }
+  // The groups first: the model is built for this rank's tensor-parallel part.
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<HybridGroups> hybrid,
+                         HybridGroups::Create(HybridLayout{static_cast<int>(dist.dp_degree),
+                                                           static_cast<int>(dist.sharding_degree),
+                                                           static_cast<int>(dist.mp_degree)},
+                                              collective, options.join_group));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptTensorParallel> tensor_parallel,
+                         GptTensorParallel::Create(config.model, hybrid->model_parallel()));
+  // The loop runs over the data world: the ranks of a tensor-parallel group
+  // read the same samples and show one set of lines (the first rank's).
+  Collective* data_world = hybrid->groups().world;
+  if (!tensor_parallel->lead()) progress = nullptr;
   const Precision precision = config.engine.mix_precision.precision;
   const std::string device =
       config.global.device == config::Device::kCpu ? std::string("cpu") : options.gpu_device;
@@ -105,6 +114,7 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   GptTaskOptions task_options;
   task_options.eval_iters = config.engine.eval_iters;
   task_options.eval_batch = static_cast<int>(config.global.micro_batch_size);
+  task_options.tensor_parallel = dist.mp_degree > 1 ? tensor_parallel.get() : nullptr;
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptTask> task,
                          GptTask::Create(config.model, compute.backend.get(), kernels,
                                          std::move(train), std::move(eval), task_options));
@@ -138,6 +148,7 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   loop.checkpoint_every_steps = save.save_steps.value_or(0);
   loop.data_parallel.timeout = 2 * options.collective_timeout;
   loop.learning_rate_at = [schedule](int64_t step) { return schedule.At(step); };
+  loop.writes_data_position = tensor_parallel->lead();
   const AdamWConfig adamw = config.optimizer;
   ShardedAdamWOptions updater_options;
   updater_options.sharding.degree = static_cast<int>(config.distributed.sharding_degree);
@@ -147,18 +158,14 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   updater_options.param_units = task->model().ParamUnits();
   updater_options.offload = config.distributed.sharding_offload;
   updater_options.offload_threads = options.cpu_threads;
+  updater_options.tensor_parallel = dist.mp_degree > 1 ? &tensor_parallel->split() : nullptr;
   if (precision == Precision::kFp16 && compute.backend->device().is_cuda()) {
     LossScalerConfig scaler;
     scaler.init_scale = config.engine.mix_precision.scale_loss;
     updater_options.loss_scaler = scaler;
   }
   const float first_lr = schedule.At(0);
-  // Outlive the loop's updater, which reduces over them.
-  FLEET_ASSIGN_OR_RETURN(
-      std::unique_ptr<HybridGroups> hybrid,
-      HybridGroups::Create(HybridLayout{static_cast<int>(config.distributed.dp_degree),
-                                        static_cast<int>(config.distributed.sharding_degree)},
-                           collective, options.join_group));
+  // `hybrid` outlives the loop's updater, which reduces over its groups.
   const DataParallelGroups groups = hybrid->groups();
   GptModel* model = &task->model();
   loop.make_updater = [kernels, adamw, updater_options, first_lr, groups, model](
@@ -192,15 +199,22 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
     };
   }
   loop.after_step = options.after_step;
-  Result<TrainReport> trained = RunTrainLoop(loop, *task, collective, progress);
+  Result<TrainReport> trained = RunTrainLoop(loop, *task, data_world, progress);
   // The updater (and its hooks) is gone; the loop left every parameter in
   // the arena.
   model->set_param_hooks(nullptr);
   FLEET_ASSIGN_OR_RETURN(TrainReport report, std::move(trained));
+  if (dist.mp_degree > 1) {
+    // The report holds the whole model, as one process's would.
+    FLEET_RETURN_IF_ERROR(GatherWholeParams(tensor_parallel->split(),
+                                            model->arena().params().data(), compute.backend.get(),
+                                            &report.params));
+  }
 
   // The Test part after training: every rank evaluates all test_iters
-  // batches itself (the same number everywhere, no collective needed once
-  // the loop's group is done with); rank 0's line is the one shown.
+  // batches itself (the same number everywhere, no data-parallel collective
+  // needed once the loop's group is done with; a tensor-parallel group runs
+  // the same batches together); rank 0's line is the one shown.
   if (config.data.test.present && config.engine.test_iters > 0) {
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::GptSamples> test,
                            data::OpenConfiguredSamples(config, data::DataPart::kTest));

@@ -51,9 +51,11 @@ struct GptPretrainOptions {
   std::chrono::milliseconds collective_timeout{30000};
   // Called after every step (tests: fault injection); may be empty.
   std::function<Status(int64_t step)> after_step;
-  // Joins this rank's sharding and data-parallel groups when both
-  // Distributed.dp_degree and sharding_degree exceed 1 (parallel_groups.h;
-  // programs: rank_setup.h RankGroupFactory). Unused otherwise.
+  // Joins this rank's subgroups (parallel_groups.h): the sharding and
+  // data-parallel groups when both Distributed.dp_degree and
+  // sharding_degree exceed 1, the model-parallel group and data world when
+  // mp_degree exceeds 1 and is not the whole job (programs: rank_setup.h
+  // RankGroupFactory). Unused otherwise.
   GroupFactory join_group;
   // Measure the memory each rank holds for parameters, gradients and
   // optimizer state (TrainReport::memory's measured_* fields; CPU only, a
@@ -67,8 +69,11 @@ struct GptPretrainOptions {
 };
 
 // Trains as described above. `collective` is this rank's group (null for
-// one process); its size must equal config.data_world_size(), and on GPUs
-// it must be an NCCL group on gpu_device. Engine.mix_precision: bfloat16 or
+// one process); its size must equal dp_degree x sharding_degree x
+// mp_degree, and on GPUs it must be an NCCL group on gpu_device. With
+// mp_degree > 1 the ranks of each tensor-parallel group read the same data
+// and only its first prints the log lines; TrainReport::params is the
+// whole model on every rank. Engine.mix_precision: bfloat16 or
 // float16 GEMMs on GPUs (the CPU computes in float32), float16 with dynamic
 // loss scaling from scale_loss. Errors: those of the data, the model, the
 // loop and the checkpoints, each naming what failed; Unavailable for

@@ -38,7 +38,8 @@ Result<std::unique_ptr<GptTask>> GptTask::Create(const GptConfig& model, Backend
   if (options.eval_iters < 0 || options.eval_batch < 1) {
     return Status::InvalidArgument("eval_iters must be >= 0 and eval_batch >= 1");
   }
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> gpt, GptModel::Create(model, backend, kernels));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> gpt,
+                         GptModel::Create(model, backend, kernels, options.tensor_parallel));
   return std::unique_ptr<GptTask>(
       new GptTask(std::move(gpt), std::move(train), std::move(eval), options));
 }
@@ -60,6 +61,7 @@ Result<float> GptTask::ForwardBackward(const GradReadyFn& grad_ready, float grad
   FLEET_ASSIGN_OR_RETURN(
       float loss, model_->Forward(tokens_, targets_, batch_, static_cast<int>(seq_len()), options));
   model_->Backward(grad_ready);
+  FLEET_RETURN_IF_ERROR(model_->comm_status());
   return loss;
 }
 

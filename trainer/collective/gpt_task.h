@@ -36,6 +36,10 @@ struct GptTaskOptions {
   // (Global.micro_batch_size). 0 batches: EvalSums returns zeros.
   int64_t eval_iters = 10;
   int eval_batch = 1;
+  // The model's tensor-parallel split (not owned, outlives the task; null:
+  // the whole model on this rank). The ranks of its group must load the
+  // same batches.
+  GptTensorParallel* tensor_parallel = nullptr;
 };
 
 class GptTask final : public CollectiveTask {

@@ -169,6 +169,10 @@ Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> dp,
                          DataParallel::Create(dp_groups, arena, dp_options));
   GptCompute host;
+  if (options.tensor_parallel != nullptr &&
+      options.tensor_parallel->local_size[options.tensor_parallel->rank] != arena->size()) {
+    return Status::InvalidArgument("the tensor-parallel split does not describe this arena");
+  }
   if (options.offload) {
     if (options.offload_threads < 1) {
       return Status::InvalidArgument("offload needs at least 1 optimizer thread",
@@ -179,7 +183,7 @@ Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
   }
   return std::unique_ptr<ShardedAdamWUpdater>(
       new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp),
-                              std::move(scaler), name, std::move(host)));
+                              std::move(scaler), name, options.tensor_parallel, std::move(host)));
 }
 
 ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
@@ -187,13 +191,15 @@ ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
                                          const ShardingOptions& sharding,
                                          std::unique_ptr<DataParallel> dp,
                                          std::optional<DynamicLossScaler> scaler,
-                                         const std::string& name, GptCompute host)
+                                         const std::string& name, const ParamSplit* split,
+                                         GptCompute host)
     : arena_(arena),
       kernels_(kernels),
       rule_(arena->table(), config),
       sharding_(sharding),
       dp_(std::move(dp)),
       name_(name),
+      split_(split),
       host_(std::move(host)),
       state_floats_(dp_->sharded() ? dp_->shard_floats() : arena->size()),
       m_(state_backend()->AllocateFloats(state_floats_)),
@@ -231,12 +237,24 @@ Status ShardedAdamWUpdater::Step(float lr) {
   float clip = 1.0f;
   if (rule_.config().clip_norm > 0.0f || scaler_) {
     double squares = 0.0;
-    for (const GradPiece& piece : dp_->pieces()) {
-      squares += kernels_->SumOfSquares(grads + piece.offset, piece.size());
+    if (split_ == nullptr) {
+      for (const GradPiece& piece : dp_->pieces()) {
+        squares += kernels_->SumOfSquares(grads + piece.offset, piece.size());
+      }
+    } else {
+      // Each part's own tensors; the replicated ones once, in part 0.
+      for (const StateRun& run : StateRuns(/*to_save=*/true)) {
+        squares += kernels_->SumOfSquares(grads + run.offset, run.end - run.begin);
+      }
     }
     if (sharded()) {
       float sum = static_cast<float>(squares);
       FLEET_RETURN_IF_ERROR(dp_->SumOverShards(std::span<float>(&sum, 1)));
+      squares = sum;
+    }
+    if (split_ != nullptr) {
+      float sum = static_cast<float>(squares);
+      FLEET_RETURN_IF_ERROR(SumOverModelParallel(&sum));
       squares = sum;
     }
     squares *= double{scale} * scale;
@@ -307,23 +325,96 @@ std::string ShardedAdamWUpdater::StateFileName(int64_t step, int rank, int files
   return absl::StrCat(name_, ".adamw.s", step, ".", rank, "-of-", files);
 }
 
+int ShardedAdamWUpdater::state_file() const {
+  return (split_ ? split_->rank : 0) * dp_->shard_size() + dp_->shard_rank();
+}
+
+size_t ShardedAdamWUpdater::CheckpointFloats() const {
+  return split_ ? split_->whole_size : arena_->size();
+}
+
+std::vector<ShardedAdamWUpdater::StateRun> ShardedAdamWUpdater::StateRuns(bool to_save) const {
+  std::vector<StateRun> runs;
+  for (const GradPiece& piece : dp_->pieces()) {
+    if (split_ == nullptr) {
+      runs.push_back({piece.begin, piece.end, piece.offset});
+      continue;
+    }
+    // The segments overlapping the piece (both in arena order).
+    const std::vector<ArenaSegment>& segments = split_->mine();
+    auto it = std::upper_bound(
+        segments.begin(), segments.end(), piece.begin,
+        [](size_t at, const ArenaSegment& seg) { return at < seg.local + seg.size; });
+    for (; it != segments.end() && it->local < piece.end; ++it) {
+      if (to_save && it->replicated && split_->rank != 0) continue;
+      const size_t lo = std::max(piece.begin, it->local);
+      const size_t hi = std::min(piece.end, it->local + it->size);
+      if (lo >= hi) continue;
+      runs.push_back({it->whole + (lo - it->local), it->whole + (hi - it->local),
+                      piece.offset + (lo - piece.begin)});
+    }
+  }
+  return runs;
+}
+
+Status ShardedAdamWUpdater::SumOverModelParallel(float* value) {
+  if (split_ == nullptr || split_->group == nullptr) return Status::OK();
+  Backend* backend = arena_->backend();
+  std::shared_ptr<float> buffer = backend->AllocateFloats(1);
+  backend->CopyFromHost(buffer.get(), value, sizeof(float));
+  FLEET_RETURN_IF_ERROR(
+      split_->group->AllReduce(buffer.get(), 1, ReduceOp::kSum)
+          .WithContext("summing the gradient norm over the tensor-parallel group"));
+  backend->CopyToHost(value, buffer.get(), sizeof(float));
+  return Status::OK();
+}
+
+Status ShardedAdamWUpdater::SaveParams(const std::filesystem::path& path) {
+  if (split_ == nullptr) {
+    return dp_->rank() == 0 ? SaveCheckpoint(path.string(), *arena_, *params_file_) : Status::OK();
+  }
+  // The first data-parallel rank of every part gathers the whole model over
+  // the model-parallel group; part 0 writes it.
+  if (dp_->rank() != 0) return Status::OK();
+  std::vector<float> whole;
+  FLEET_RETURN_IF_ERROR(
+      GatherWholeParams(*split_, arena_->params().data(), arena_->backend(), &whole));
+  if (split_->rank != 0) return Status::OK();
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Backend> cpu, CreateBackend(Device{}, nullptr));
+  FLEET_ASSIGN_OR_RETURN(ParamArena host, ParamArena::Create(split_->whole_table, cpu.get()));
+  FLEET_RETURN_IF_ERROR(host.ParamsFromHost(whole));
+  return SaveCheckpoint(path.string(), host, *params_file_);
+}
+
+Status ShardedAdamWUpdater::LoadParams(const std::filesystem::path& path) {
+  if (split_ == nullptr) return LoadCheckpoint(path.string(), arena_, params_file_.get());
+  // Every rank reads the whole model and keeps its part.
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Backend> cpu, CreateBackend(Device{}, nullptr));
+  FLEET_ASSIGN_OR_RETURN(ParamArena host, ParamArena::Create(split_->whole_table, cpu.get()));
+  FLEET_RETURN_IF_ERROR(LoadCheckpoint(path.string(), &host, params_file_.get()));
+  std::vector<float> part(arena_->size());
+  TakePart(*split_, std::span<const float>(host.params().data(), host.size()), part);
+  return arena_->ParamsFromHost(part);
+}
+
 bool ShardedAdamWUpdater::HasCheckpoint(const std::filesystem::path& dir) const {
   std::error_code ec;
   return !dir.empty() && std::filesystem::exists(dir / (name_ + ".ckpt"), ec);
 }
 
 Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
-  const std::filesystem::path path = dir / StateFileName(step(), dp_->shard_rank(), state_files());
+  const std::filesystem::path path = dir / StateFileName(step(), state_file(), state_files());
+  const std::vector<StateRun> runs = StateRuns(/*to_save=*/true);
   std::string header;
   AppendPod(&header, kStateVersion);
-  AppendPod(&header, static_cast<uint64_t>(arena_->size()));
+  AppendPod(&header, static_cast<uint64_t>(CheckpointFloats()));
   AppendPod(&header, step());
   AppendPod(&header, scaler_ ? double{scaler_->scale()} : 1.0);
   AppendPod(&header, scaler_ ? scaler_->clean_steps() : int64_t{0});
-  AppendPod(&header, static_cast<uint32_t>(dp_->pieces().size()));
-  for (const GradPiece& piece : dp_->pieces()) {
-    AppendPod(&header, static_cast<uint64_t>(piece.begin));
-    AppendPod(&header, static_cast<uint64_t>(piece.end));
+  AppendPod(&header, static_cast<uint32_t>(runs.size()));
+  for (const StateRun& run : runs) {
+    AppendPod(&header, static_cast<uint64_t>(run.begin));
+    AppendPod(&header, static_cast<uint64_t>(run.end));
   }
   const uint32_t header_crc =
       Crc(Crc(0, kStateMagic, sizeof(kStateMagic)), header.data(), header.size());
@@ -338,18 +429,18 @@ Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
   // time.
   const bool on_host = backend->device().is_cpu();
   std::vector<float> host;
-  for (const GradPiece& piece : dp_->pieces()) {
-    // m then v of the piece, then the checksum of both.
+  for (const StateRun& run : runs) {
+    // m then v of the run, then the checksum of both.
     uint32_t crc = 0;
     for (const float* state : {m_.get(), v_.get()}) {
-      const float* src = state + piece.offset;
+      const float* src = state + run.offset;
+      const size_t floats = run.end - run.begin;
       if (!on_host) {
-        host.resize(piece.size());
-        backend->CopyToHost(host.data(), src, piece.size() * sizeof(float));
+        host.resize(floats);
+        backend->CopyToHost(host.data(), src, floats * sizeof(float));
         src = host.data();
       }
-      const std::string_view bytes(reinterpret_cast<const char*>(src),
-                                   piece.size() * sizeof(float));
+      const std::string_view bytes(reinterpret_cast<const char*>(src), floats * sizeof(float));
       crc = Crc(crc, bytes.data(), bytes.size());
       FLEET_RETURN_IF_ERROR(out->Append(bytes));
     }
@@ -366,9 +457,7 @@ Status ShardedAdamWUpdater::Save(const std::filesystem::path& dir) {
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, state, "saving the optimizer state"));
   // Stage 3: rank 0 writes from a whole arena, which every rank helps gather.
   FLEET_RETURN_IF_ERROR(dp_->GatherAllParams());
-  Status params = dp_->rank() == 0
-                      ? SaveCheckpoint((dir / (name_ + ".ckpt")).string(), *arena_, *params_file_)
-                      : Status::OK();
+  Status params = SaveParams(dir / (name_ + ".ckpt"));
   dp_->ReleaseAllParams();
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, params, "saving the parameters"));
   if (writes_state()) RemoveOldState(dir);
@@ -376,9 +465,9 @@ Status ShardedAdamWUpdater::Save(const std::filesystem::path& dir) {
 }
 
 void ShardedAdamWUpdater::RemoveOldState(const std::filesystem::path& dir) const {
-  const std::string current = StateFileName(step(), dp_->shard_rank(), state_files());
+  const std::string current = StateFileName(step(), state_file(), state_files());
   const std::string prefix = name_ + ".adamw.s";
-  const std::string mine = absl::StrCat(".", dp_->shard_rank(), "-of-");
+  const std::string mine = absl::StrCat(".", state_file(), "-of-");
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     const std::string file = entry.path().filename().string();
@@ -407,17 +496,19 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
                             dir.string());
   }
   std::vector<float> m(state_floats_), v(state_floats_);
-  std::vector<size_t> filled(dp_->pieces().size(), 0);
+  const std::vector<StateRun> runs = StateRuns(/*to_save=*/false);
+  std::vector<size_t> filled(runs.size(), 0);
   std::vector<float> block;
   for (int r = 0; r < files; ++r) {
     const std::string path = (dir / StateFileName(step, r, files)).string();
     std::ifstream in(path, std::ios::binary);
     if (!in) return Status::NotFound("cannot open optimizer state file", path);
     FLEET_ASSIGN_OR_RETURN(StateHeader h, ReadStateHeader(in, path));
-    if (h.arena_size != arena_->size() || h.step != step) {
+    if (h.arena_size != CheckpointFloats() || h.step != step) {
       return Status::FailedPrecondition(
           absl::StrCat("optimizer state of ", h.arena_size, " parameters at step ", h.step,
-                       ", but the model has ", arena_->size(), " and the checkpoint step ", step),
+                       ", but the model has ", CheckpointFloats(), " and the checkpoint step ",
+                       step),
           path);
     }
     if (scaler_ && r == 0) {
@@ -433,7 +524,7 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
       const size_t len = end - begin;
       const uint64_t bytes = 2 * len * sizeof(float) + sizeof(uint32_t);
       bool needed = false;
-      for (const GradPiece& mine : dp_->pieces()) {
+      for (const StateRun& mine : runs) {
         needed |= std::max<size_t>(mine.begin, begin) < std::min<size_t>(mine.end, end);
       }
       if (needed) {
@@ -446,8 +537,8 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
           return Status::Corruption(
               absl::StrCat("checksum mismatch in the moments of [", begin, ", ", end, ")"), path);
         }
-        for (size_t p = 0; p < dp_->pieces().size(); ++p) {
-          const GradPiece& mine = dp_->pieces()[p];
+        for (size_t p = 0; p < runs.size(); ++p) {
+          const StateRun& mine = runs[p];
           const size_t lo = std::max<size_t>(mine.begin, begin);
           const size_t hi = std::min<size_t>(mine.end, end);
           if (lo >= hi) continue;
@@ -462,10 +553,10 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
     }
   }
   for (size_t p = 0; p < filled.size(); ++p) {
-    if (filled[p] != dp_->pieces()[p].size()) {
+    if (filled[p] != runs[p].end - runs[p].begin) {
       return Status::Corruption(
           absl::StrCat("the state files of step ", step, " do not cover parameters [",
-                       dp_->pieces()[p].begin, ", ", dp_->pieces()[p].end, ")"),
+                       runs[p].begin, ", ", runs[p].end, ")"),
           dir.string());
     }
   }
@@ -488,7 +579,7 @@ Status ShardedAdamWUpdater::Resume(const std::filesystem::path& dir) {
     return Status::OK();
   }
   const std::string params_path = (dir / (name_ + ".ckpt")).string();
-  Status load = LoadCheckpoint(params_path, arena_, params_file_.get());
+  Status load = LoadParams(params_path);
   if (load.ok()) load = LoadState(dir, params_file_->step());
   FLEET_RETURN_IF_ERROR(AgreeOnSuccess(*this, load, "loading the checkpoint"));
   dp_->KeepOnlyShards();

@@ -61,6 +61,17 @@
 // during a save leaves the previous checkpoint whole. Every rank reads the
 // directory, so with several machines it must be shared storage.
 //
+// Tensor parallelism (options.tensor_parallel, a ParamSplit of the model's
+// group): the groups given to Create are then those of this rank's slice
+// (the ranks holding the same part of the model), and the arena is this
+// rank's part. The clipping norm adds the squares of the other parts over
+// the model-parallel group (replicated tensors counted once). Checkpoints
+// stay in the whole model's layout: the data-parallel rank 0 of every part
+// gathers the parameters over the model-parallel group for its first rank
+// to write, and each state file lists whole-model ranges (file r of
+// M x D: part r / D, shard r mod D; replicated tensors only in part 0's
+// files), so a checkpoint loads under any split, tensor-parallel or not.
+//
 // Thread safety: one thread drives an updater.
 #pragma once
 
@@ -81,6 +92,7 @@
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/param_arena.h"
+#include "trainer/param_split.h"
 
 namespace fleet::trainer::collective {
 
@@ -105,6 +117,9 @@ struct ShardedAdamWOptions {
   // rank's share from the device; costs two copies of the share per step.
   bool offload = false;
   int offload_threads = 1;
+  // This rank's part of a tensor-parallel model (see the top of this file;
+  // not owned, outlives the updater); null: the arena is the whole model.
+  const ParamSplit* tensor_parallel = nullptr;
 };
 
 class ShardedAdamWUpdater final : public GradientUpdater {
@@ -156,7 +171,7 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels, const AdamWConfig& config, float lr,
                       const ShardingOptions& sharding, std::unique_ptr<DataParallel> dp,
                       std::optional<DynamicLossScaler> scaler, const std::string& name,
-                      GptCompute host);
+                      const ParamSplit* split, GptCompute host);
   bool offloaded() const { return host_.kernels != nullptr; }
   // Where m and v live: the host arena when offloaded, else the arena's device.
   Backend* state_backend() const { return offloaded() ? host_.backend.get() : arena_->backend(); }
@@ -165,6 +180,23 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   // Offload: the master copy takes the compute parameters (after a resume).
   void InitMaster();
   std::string StateFileName(int64_t step, int rank, int files) const;
+  // A run of moments: checkpoint (whole-model) floats [begin, end) are
+  // m_/v_[offset, offset + end - begin).
+  struct StateRun {
+    size_t begin = 0, end = 0, offset = 0;
+  };
+  // This rank's pieces as checkpoint runs; `to_save`: without the
+  // replicated tensors of model-parallel parts other than the first.
+  std::vector<StateRun> StateRuns(bool to_save) const;
+  // The checkpoint's parameter count (the whole model's).
+  size_t CheckpointFloats() const;
+  // Index of this rank's state file and their number per checkpoint.
+  int state_file() const;
+  // Tensor parallelism: the sum over the model-parallel group of a host value.
+  Status SumOverModelParallel(float* value);
+  // Writes / reads the params file in the whole model's layout.
+  Status SaveParams(const std::filesystem::path& path);
+  Status LoadParams(const std::filesystem::path& path);
   Status SaveState(const std::filesystem::path& dir) const;
   // Reads the moments of this rank's pieces from the state files of `step`.
   Status LoadState(const std::filesystem::path& dir, int64_t step);
@@ -173,8 +205,8 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   // Whether this rank writes a state file: the first replica of each piece
   // (rank 0 alone when nothing is sharded).
   bool writes_state() const { return sharded() ? dp_->replica_rank() == 0 : dp_->rank() == 0; }
-  // State files per checkpoint: one per shard.
-  int state_files() const { return dp_->shard_size(); }
+  // State files per checkpoint: one per shard (of each tensor-parallel part).
+  int state_files() const { return dp_->shard_size() * (split_ ? split_->degree : 1); }
   bool sharded() const { return dp_->sharded(); }
 
   // Fixed after construction.
@@ -184,8 +216,9 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   const ShardingOptions sharding_;
   const std::unique_ptr<DataParallel> dp_;
   const std::string name_;
-  GptCompute host_;            // offload: the host arena's backend and CPU kernels
-  const size_t state_floats_;  // m and v each: this rank's pieces (or the arena)
+  const ParamSplit* const split_;  // tensor parallelism; null: none
+  GptCompute host_;                // offload: the host arena's backend and CPU kernels
+  const size_t state_floats_;      // m and v each: this rank's pieces (or the arena)
   std::shared_ptr<float> m_, v_;
   // Offload, on the host: fp32 master parameters and the reduced gradients.
   std::shared_ptr<float> master_, host_grads_;

@@ -218,10 +218,13 @@ Status Loop::Save(int64_t step) {
     std::filesystem::create_directories(dir, ec);
     // Position first: a crash before the checkpoint's rename leaves the old
     // checkpoint, which the unchanged layout still places (see the header).
-    prepared = ec ? Status::IOError("cannot create the checkpoint directory: " + ec.message(),
-                                    dir.string())
-                  : data::WriteFileAtomically((dir / kPositionFile).string(),
-                                              PositionText(layout_, step));
+    if (ec) {
+      prepared =
+          Status::IOError("cannot create the checkpoint directory: " + ec.message(), dir.string());
+    } else if (options_.writes_data_position) {
+      prepared =
+          data::WriteFileAtomically((dir / kPositionFile).string(), PositionText(layout_, step));
+    }
   }
   // The other ranks may write their own files into the directory next (one
   // process: the sum is local and this returns `prepared`).

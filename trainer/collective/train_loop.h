@@ -153,6 +153,10 @@ struct TrainLoopOptions {
   std::function<std::string(const ProgressWindow&)> progress_line = DefaultProgressLine;
   // Formats each evaluation line; empty: "epoch: E, <metric name>: M".
   std::function<std::string(const EvalWindow&)> eval_line;
+  // Whether rank 0 of `collective` writes the data position file. False on
+  // the tensor-parallel ranks other than the first of their group: each of
+  // them is rank 0 of its own slice, and the first writes the same file.
+  bool writes_data_position = true;
   // Called after every completed step with the global step reached; a
   // non-OK status ends the run with it. For tests and fault injection.
   std::function<Status(int64_t step)> after_step;

@@ -307,10 +307,12 @@ struct DistributedConfig {
   // of the share per step. For models whose state does not fit the device.
   bool sharding_offload = false;
   // `Distributed.mp_degree`: default 1. Megatron tensor parallelism's
-  // degree. Planned only: a dry run (Engine.dry_run) sizes a job with it
-  // (parameters, activations and communication split as Megatron splits
-  // them); training refuses a degree above 1. Ranks = dp_degree x
-  // sharding_degree x mp_degree.
+  // degree: each group of mp_degree consecutive ranks splits every block
+  // (heads, MLP width) and the vocabulary (trainer/models/
+  // gpt_tensor_parallel.h) and reads the same data. Must divide the heads
+  // and the MLP width. Raise it when the model does not fit a rank even
+  // with ZeRO; it costs activation all-reduces every block (best within a
+  // node). Ranks = dp_degree x sharding_degree x mp_degree.
   int64_t mp_degree = 1;
   // Accepted FleetX keys: pp_degree (1 only: no pipeline parallelism),
   // sharding.reduce_overlap and sharding.broadcast_overlap (communication

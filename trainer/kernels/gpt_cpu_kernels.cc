@@ -560,6 +560,90 @@ void CpuGptKernels::CrossEntropyForward(float* losses, float* logits, const int3
   });
 }
 
+void CpuGptKernels::EncoderShardForward(float* out, const int32_t* tokens, const float* wte,
+                                        const float* wpe, int B, int T, int C, int v_begin, int V) {
+  const int64_t N = int64_t{B} * T;
+  const Blocks rows = Split(N, workers_, std::max<int64_t>(1, kMinElements / C), kBlocksPerWorker);
+  For(rows.count, [&](size_t blk) {
+    for (int64_t i = rows.begin(blk); i < rows.end(blk); ++i) {
+      float* o = out + i * C;
+      const int64_t row = int64_t{tokens[i]} - v_begin;
+      if (wpe != nullptr) {
+        std::memcpy(o, wpe + (i % T) * C, sizeof(float) * C);
+      } else {
+        std::memset(o, 0, sizeof(float) * C);
+      }
+      if (row >= 0 && row < V) AddRange(o, wte + row * C, C);
+    }
+  });
+}
+
+void CpuGptKernels::EncoderShardBackward(float* dwte, float* dwpe, const float* dout,
+                                         const int32_t* tokens, int B, int T, int C, int v_begin,
+                                         int V) {
+  // As EncoderBackward: tasks own rows of dwpe or a column range of dwte.
+  const Blocks pos =
+      Split(T, workers_, std::max<int64_t>(1, kMinElements / (int64_t{B} * C)), kBlocksPerWorker);
+  const Blocks cols = Split(C, workers_, 16, 1, 16);
+  For(pos.count + cols.count, [&](size_t task) {
+    if (task < pos.count) {
+      for (int64_t t = pos.begin(task); t < pos.end(task); ++t) {
+        for (int b = 0; b < B; ++b) AddRange(dwpe + t * C, dout + (int64_t{b} * T + t) * C, C);
+      }
+      return;
+    }
+    const size_t blk = task - pos.count;
+    const int64_t c0 = cols.begin(blk), n = cols.end(blk) - c0;
+    for (int64_t i = 0; i < int64_t{B} * T; ++i) {
+      const int64_t row = int64_t{tokens[i]} - v_begin;
+      if (row < 0 || row >= V) continue;
+      AddRange(dwte + row * C + c0, dout + i * C + c0, static_cast<int>(n));
+    }
+  });
+}
+
+void CpuGptKernels::CrossEntropyShardMax(float* row_max, const float* logits, int N, int V) {
+  const Blocks rows = Split(N, workers_, 1, kBlocksPerWorker);
+  For(rows.count, [&](size_t blk) {
+    for (int64_t i = rows.begin(blk); i < rows.end(blk); ++i) row_max[i] = MaxOf(logits + i * V, V);
+  });
+}
+
+void CpuGptKernels::CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                                          const int32_t* targets, int N, int V, int v_begin) {
+  const Blocks rows = Split(N, workers_, 1, kBlocksPerWorker);
+  For(rows.count, [&](size_t blk) {
+    for (int64_t i = rows.begin(blk); i < rows.end(blk); ++i) {
+      const float* z = logits + i * V;
+      const int64_t target = int64_t{targets[i]} - v_begin;
+      sums[i] = static_cast<float>(SumExp(z, V, row_max[i]));
+      sums[N + i] = targets[i] >= 0 && target >= 0 && target < V ? z[target] : 0.0f;
+    }
+  });
+}
+
+void CpuGptKernels::CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                                            const float* sums, const int32_t* targets, int N, int V,
+                                            int v_begin, float dloss, bool write_dlogits) {
+  const Blocks rows = Split(N, workers_, 1, kBlocksPerWorker);
+  For(rows.count, [&](size_t blk) {
+    for (int64_t i = rows.begin(blk); i < rows.end(blk); ++i) {
+      float* z = logits + i * V;
+      if (targets[i] < 0) {
+        losses[i] = 0.0f;
+        if (write_dlogits) std::memset(z, 0, sizeof(float) * V);
+        continue;
+      }
+      losses[i] = static_cast<float>(std::log(double{sums[i]}) + row_max[i] - sums[N + i]);
+      if (!write_dlogits) continue;
+      ExpInPlace(z, V, row_max[i]);  // z = exp(z - max)
+      ScaleRange(z, V, static_cast<float>(dloss / sums[i]));
+      const int64_t target = int64_t{targets[i]} - v_begin;
+      if (target >= 0 && target < V) z[target] -= dloss;
+    }
+  });
+}
+
 double CpuGptKernels::SumOfSquares(const float* x, size_t n) {
   constexpr size_t kMaxBlocks = 64;
   const Blocks blocks =

@@ -74,6 +74,16 @@ class CpuGptKernels final : public GptKernels {
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N, int V,
                            float dloss, bool write_dlogits) override;
+  void EncoderShardForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                           int B, int T, int C, int v_begin, int V) override;
+  void EncoderShardBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                            int B, int T, int C, int v_begin, int V) override;
+  void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V) override;
+  void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                             const int32_t* targets, int N, int V, int v_begin) override;
+  void CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                               const float* sums, const int32_t* targets, int N, int V, int v_begin,
+                               float dloss, bool write_dlogits) override;
   double SumOfSquares(const float* x, size_t n) override;
   void AdamWUpdate(float* p, const float* g, float* m, float* v, size_t n,
                    const AdamWStep& step) override;

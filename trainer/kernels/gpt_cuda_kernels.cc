@@ -388,6 +388,41 @@ void CudaGptKernels::CrossEntropyForward(float* losses, float* logits, const int
       ops::CrossEntropyForward(losses, logits, targets, N, V, dloss, write_dlogits, stream_));
 }
 
+void CudaGptKernels::EncoderShardForward(float* out, const int32_t* tokens, const float* wte,
+                                         const float* wpe, int B, int T, int C, int v_begin,
+                                         int V) {
+  Enter();
+  FLEET_CUDA_CHECK(ops::EncoderShardForward(out, tokens, wte, wpe, B, T, C, v_begin, V, stream_));
+}
+
+void CudaGptKernels::EncoderShardBackward(float* dwte, float* dwpe, const float* dout,
+                                          const int32_t* tokens, int B, int T, int C, int v_begin,
+                                          int V) {
+  Enter();
+  FLEET_CUDA_CHECK(
+      ops::EncoderShardBackward(dwte, dwpe, dout, tokens, B, T, C, v_begin, V, stream_));
+}
+
+void CudaGptKernels::CrossEntropyShardMax(float* row_max, const float* logits, int N, int V) {
+  Enter();
+  FLEET_CUDA_CHECK(ops::CrossEntropyShardMax(row_max, logits, N, V, stream_));
+}
+
+void CudaGptKernels::CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                                           const int32_t* targets, int N, int V, int v_begin) {
+  Enter();
+  FLEET_CUDA_CHECK(
+      ops::CrossEntropyShardSums(sums, logits, row_max, targets, N, V, v_begin, stream_));
+}
+
+void CudaGptKernels::CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                                             const float* sums, const int32_t* targets, int N,
+                                             int V, int v_begin, float dloss, bool write_dlogits) {
+  Enter();
+  FLEET_CUDA_CHECK(ops::CrossEntropyShardFinish(losses, logits, row_max, sums, targets, N, V,
+                                                v_begin, dloss, write_dlogits, stream_));
+}
+
 double CudaGptKernels::SumOfSquares(const float* x, size_t n) {
   Enter();
   FLEET_CUDA_CHECK(ops::SumOfSquares(partials_, x, n, stream_));

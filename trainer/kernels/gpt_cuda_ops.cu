@@ -21,6 +21,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 namespace fleet::trainer::cuda::gpt {
@@ -75,6 +76,19 @@ __global__ void EncoderForwardKernel(float* out, const int32_t* tokens, const fl
   }
 }
 
+// As EncoderForwardKernel for the wte rows [v_begin, v_begin + V) (others
+// contribute 0) and an optional wpe.
+__global__ void EncoderShardForwardKernel(float* out, const int32_t* tokens, const float* wte,
+                                          const float* wpe, int T, int C, int v_begin, int V,
+                                          size_t n) {
+  for (size_t i = GlobalThread(); i < n; i += GridThreads()) {
+    const size_t row = i / C, c = i % C;
+    const int tok = tokens[row] - v_begin;
+    const float we = tok >= 0 && tok < V ? wte[size_t(tok) * C + c] : 0.0f;
+    out[i] = we + (wpe != nullptr ? wpe[(row % T) * C + c] : 0.0f);
+  }
+}
+
 // dwpe[t, c] += sum_b dout[b, t, c]; n = T C.
 __global__ void EncoderBackwardWpeKernel(float* dwpe, const float* dout, int B, int T, int C,
                                          size_t n) {
@@ -91,8 +105,9 @@ __global__ void EncoderBackwardWpeKernel(float* dwpe, const float* dout, int B, 
 // a chunk at a time through shared memory).
 constexpr int kTokenChunk = 1024;
 constexpr unsigned kTokenOwners = 512;
+// Only ids in [v_begin, v_begin + V) count (a vocabulary shard, row id - v_begin).
 __global__ void EncoderBackwardWteKernel(float* dwte, const float* dout, const int32_t* tokens,
-                                         int N, int C) {
+                                         int N, int C, int v_begin, int V) {
   __shared__ int32_t chunk[kTokenChunk];
   const int owner = blockIdx.x, owners = gridDim.x;
   for (int i0 = 0; i0 < N; i0 += kTokenChunk) {
@@ -101,8 +116,8 @@ __global__ void EncoderBackwardWteKernel(float* dwte, const float* dout, const i
     for (int k = threadIdx.x; k < len; k += blockDim.x) chunk[k] = tokens[i0 + k];
     __syncthreads();
     for (int k = 0; k < len; ++k) {
-      const int tok = chunk[k];
-      if (tok % owners != owner) continue;  // uniform over the block
+      const int tok = chunk[k] - v_begin;
+      if (tok < 0 || tok >= V || tok % owners != owner) continue;  // uniform over the block
       float* dst = dwte + size_t(tok) * C;
       const float* src = dout + size_t(i0 + k) * C;
       for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] += src[c];
@@ -698,6 +713,67 @@ __global__ void CrossEntropyKernel(float* losses, float* logits, const int32_t* 
   }
 }
 
+// The vocabulary-parallel cross-entropy's passes (GptKernels::CrossEntropyShard*),
+// one block of kThreads per row, sums in a fixed order as CrossEntropyKernel.
+__global__ void CrossEntropyShardMaxKernel(float* row_max, const float* logits, int V) {
+  __shared__ float smax[kWarpsPerBlock];
+  const size_t row = blockIdx.x;
+  const float* z = logits + row * V;
+  float mx = -INFINITY;
+  for (int c = threadIdx.x; c < V; c += blockDim.x) mx = fmaxf(mx, z[c]);
+  mx = WarpMax(mx);
+  if (threadIdx.x % 32 == 0) smax[threadIdx.x / 32] = mx;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 0; w < kWarpsPerBlock; ++w) mx = fmaxf(mx, smax[w]);
+    row_max[row] = mx;
+  }
+}
+
+__global__ void CrossEntropyShardSumsKernel(float* sums, const float* logits, const float* row_max,
+                                            const int32_t* targets, int N, int V, int v_begin) {
+  __shared__ double ssum[kWarpsPerBlock];
+  const size_t row = blockIdx.x;
+  const float* z = logits + row * V;
+  const float mx = row_max[row];
+  float part = 0.0f;
+  for (int c = threadIdx.x; c < V; c += blockDim.x) part += expf(z[c] - mx);
+  const double wsum = WarpSum(static_cast<double>(part));
+  if (threadIdx.x % 32 == 0) ssum[threadIdx.x / 32] = wsum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double sum = 0.0;
+    for (int w = 0; w < kWarpsPerBlock; ++w) sum += ssum[w];
+    sums[row] = static_cast<float>(sum);
+    const int target = targets[row] - v_begin;
+    sums[N + row] = targets[row] >= 0 && target >= 0 && target < V ? z[target] : 0.0f;
+  }
+}
+
+__global__ void CrossEntropyShardFinishKernel(float* losses, float* logits, const float* row_max,
+                                              const float* sums, const int32_t* targets, int N,
+                                              int V, int v_begin, float dloss,
+                                              bool write_dlogits) {
+  const size_t row = blockIdx.x;
+  float* z = logits + row * V;
+  if (targets[row] < 0) {  // uniform over the block
+    if (threadIdx.x == 0) losses[row] = 0.0f;
+    if (write_dlogits) {
+      for (int c = threadIdx.x; c < V; c += blockDim.x) z[c] = 0.0f;
+    }
+    return;
+  }
+  const float mx = row_max[row];
+  const double sum = sums[row];
+  if (threadIdx.x == 0) losses[row] = static_cast<float>(log(sum) + mx - sums[N + row]);
+  if (!write_dlogits) return;
+  const int target = targets[row] - v_begin;
+  const float k = static_cast<float>(dloss / sum);
+  for (int c = threadIdx.x; c < V; c += blockDim.x) {
+    z[c] = expf(z[c] - mx) * k - (c == target ? dloss : 0.0f);
+  }
+}
+
 // partials[block] = the block's sum over its grid-stride elements.
 __global__ void SumOfSquaresPartialKernel(double* partials, const float* x, size_t n) {
   __shared__ double sh[kWarpsPerBlock];
@@ -751,7 +827,32 @@ cudaError_t EncoderBackward(float* dwte, float* dwpe, const float* dout, const i
   EncoderBackwardWpeKernel<<<GridFor(n), kThreads, 0, s>>>(dwpe, dout, B, T, C, n);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  EncoderBackwardWteKernel<<<kTokenOwners, kThreads, 0, s>>>(dwte, dout, tokens, B * T, C);
+  EncoderBackwardWteKernel<<<kTokenOwners, kThreads, 0, s>>>(dwte, dout, tokens, B * T, C, 0,
+                                                              INT_MAX);
+  return cudaGetLastError();
+}
+
+cudaError_t EncoderShardForward(float* out, const int32_t* tokens, const float* wte,
+                                const float* wpe, int B, int T, int C, int v_begin, int V,
+                                cudaStream_t s) {
+  const size_t n = size_t(B) * T * C;
+  if (n) {
+    EncoderShardForwardKernel<<<GridFor(n), kThreads, 0, s>>>(out, tokens, wte, wpe, T, C, v_begin,
+                                                              V, n);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t EncoderShardBackward(float* dwte, float* dwpe, const float* dout,
+                                 const int32_t* tokens, int B, int T, int C, int v_begin, int V,
+                                 cudaStream_t s) {
+  const size_t n = size_t(T) * C;
+  if (n == 0 || B <= 0) return cudaGetLastError();
+  EncoderBackwardWpeKernel<<<GridFor(n), kThreads, 0, s>>>(dwpe, dout, B, T, C, n);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  EncoderBackwardWteKernel<<<kTokenOwners, kThreads, 0, s>>>(dwte, dout, tokens, B * T, C, v_begin,
+                                                              V);
   return cudaGetLastError();
 }
 
@@ -829,6 +930,31 @@ cudaError_t CrossEntropyForward(float* losses, float* logits, const int32_t* tar
   if (N <= 0 || V <= 0) return cudaGetLastError();
   CrossEntropyKernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(losses, logits, targets, V,
                                                                    dloss, write_dlogits);
+  return cudaGetLastError();
+}
+
+cudaError_t CrossEntropyShardMax(float* row_max, const float* logits, int N, int V,
+                                 cudaStream_t s) {
+  if (N <= 0 || V <= 0) return cudaGetLastError();
+  CrossEntropyShardMaxKernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(row_max, logits, V);
+  return cudaGetLastError();
+}
+
+cudaError_t CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                                  const int32_t* targets, int N, int V, int v_begin,
+                                  cudaStream_t s) {
+  if (N <= 0 || V <= 0) return cudaGetLastError();
+  CrossEntropyShardSumsKernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(
+      sums, logits, row_max, targets, N, V, v_begin);
+  return cudaGetLastError();
+}
+
+cudaError_t CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                                    const float* sums, const int32_t* targets, int N, int V,
+                                    int v_begin, float dloss, bool write_dlogits, cudaStream_t s) {
+  if (N <= 0 || V <= 0) return cudaGetLastError();
+  CrossEntropyShardFinishKernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(
+      losses, logits, row_max, sums, targets, N, V, v_begin, dloss, write_dlogits);
   return cudaGetLastError();
 }
 

@@ -88,6 +88,21 @@ cudaError_t GeluBackward(float* dinp, const float* inp, const float* dout, size_
 cudaError_t CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N,
                                 int V, float dloss, bool write_dlogits, cudaStream_t s);
 
+// The vocabulary-shard kernels of GptKernels (EncoderShard*, one element per
+// thread; CrossEntropyShard*, one block per row).
+cudaError_t EncoderShardForward(float* out, const int32_t* tokens, const float* wte,
+                                const float* wpe, int B, int T, int C, int v_begin, int V,
+                                cudaStream_t s);
+cudaError_t EncoderShardBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                                 int B, int T, int C, int v_begin, int V, cudaStream_t s);
+cudaError_t CrossEntropyShardMax(float* row_max, const float* logits, int N, int V, cudaStream_t s);
+cudaError_t CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                                  const int32_t* targets, int N, int V, int v_begin,
+                                  cudaStream_t s);
+cudaError_t CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                                    const float* sums, const int32_t* targets, int N, int V,
+                                    int v_begin, float dloss, bool write_dlogits, cudaStream_t s);
+
 // Sum of squares in two passes: `partials` (kSumOfSquaresBlocks doubles) gets
 // one sum per block, then partials[0] the total, summed in block order.
 inline constexpr int kSumOfSquaresBlocks = 1024;

@@ -178,6 +178,39 @@ class GptKernels {
   virtual void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N,
                                    int V, float dloss, bool write_dlogits) = 0;
 
+  // ---- vocabulary-parallel pieces (tensor parallelism, GptModel with mp > 1) ---------
+  // A rank holds rows [v_begin, v_begin + V) of wte (V is the shard's row
+  // count) and so the logits of those ids only. Token ids stay global.
+  // out[b, t, :] = (tokens[b, t] in the shard ? wte[tokens[b, t] - v_begin, :] : 0)
+  //                + (wpe ? wpe[t, :] : 0)
+  //   out: [B, T, C], tokens: int32 [B, T], wte: [V, C], wpe: [maxT, C] or null
+  virtual void EncoderShardForward(float* out, const int32_t* tokens, const float* wte,
+                                   const float* wpe, int B, int T, int C, int v_begin, int V) = 0;
+  // dwte[tokens[b, t] - v_begin, :] += dout[b, t, :] for tokens in the shard;
+  // dwpe[t, :] += sum_b dout[b, t, :].
+  //   dwte: [V, C], dwpe: [maxT, C], dout: [B, T, C], tokens: int32 [B, T]
+  virtual void EncoderShardBackward(float* dwte, float* dwpe, const float* dout,
+                                    const int32_t* tokens, int B, int T, int C, int v_begin,
+                                    int V) = 0;
+  // The softmax cross-entropy of logits split by columns over ranks, in three
+  // passes with all-reduces between (GptModel does them):
+  //   1. row_max[i] = max_c logits[i, c]                  (then the max over ranks)
+  //   2. sums[i] = sum_c exp(logits[i, c] - row_max[i]);
+  //      sums[N + i] = logits[i, targets[i] - v_begin] if the target is in the
+  //      shard, else 0                                    (then the sum over ranks)
+  //   3. losses[i] = log(sums[i]) + row_max[i] - sums[N + i], and, when
+  //      write_dlogits, logits[i, :] = dloss * (exp(logits[i, :] - row_max[i]) /
+  //      sums[i] - onehot) IN PLACE (the onehot only where the target is in the
+  //      shard). Rows with targets[i] < 0 get losses[i] = 0 and a zero row.
+  // With one rank (v_begin 0, the whole vocabulary) this is CrossEntropyForward.
+  //   logits: [N, V], row_max, losses: [N], sums: [2 N], targets: int32 [N] in [-1, vocab)
+  virtual void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V) = 0;
+  virtual void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                                     const int32_t* targets, int N, int V, int v_begin) = 0;
+  virtual void CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                                       const float* sums, const int32_t* targets, int N, int V,
+                                       int v_begin, float dloss, bool write_dlogits) = 0;
+
   // ---- optimizer pieces -------------------------------------------------------------
   // sum_i x[i]^2, accumulated in double; returned on the host (blocking).
   //   x: [n]

@@ -245,6 +245,75 @@ void CrossEntropyForward(F* losses, F* logits, const int32_t* targets, int N, in
   }
 }
 
+void EncoderShardForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                         int B, int T, int C, int v_begin, int V) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      float* o = out + (int64_t{b} * T + t) * C;
+      const int64_t row = int64_t{tokens[b * T + t]} - v_begin;
+      for (int c = 0; c < C; ++c) {
+        const float we = row >= 0 && row < V ? wte[row * C + c] : 0.0f;
+        o[c] = we + (wpe != nullptr ? wpe[int64_t{t} * C + c] : 0.0f);
+      }
+    }
+  }
+}
+
+void EncoderShardBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                          int T, int C, int v_begin, int V) {
+  for (int b = 0; b < B; ++b) {
+    for (int t = 0; t < T; ++t) {
+      const float* d = dout + (int64_t{b} * T + t) * C;
+      const int64_t row = int64_t{tokens[b * T + t]} - v_begin;
+      for (int c = 0; c < C; ++c) {
+        if (row >= 0 && row < V) dwte[row * C + c] += d[c];
+        dwpe[int64_t{t} * C + c] += d[c];
+      }
+    }
+  }
+}
+
+void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V) {
+  for (int i = 0; i < N; ++i) {
+    float m = -INFINITY;
+    for (int c = 0; c < V; ++c) m = std::max(m, logits[int64_t{i} * V + c]);
+    row_max[i] = m;
+  }
+}
+
+void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                           const int32_t* targets, int N, int V, int v_begin) {
+  for (int i = 0; i < N; ++i) {
+    const float* z = logits + int64_t{i} * V;
+    double sum = 0.0;
+    for (int c = 0; c < V; ++c) sum += std::exp(double{z[c]} - row_max[i]);
+    const int64_t target = int64_t{targets[i]} - v_begin;
+    sums[i] = static_cast<float>(sum);
+    sums[N + i] = targets[i] >= 0 && target >= 0 && target < V ? z[target] : 0.0f;
+  }
+}
+
+void CrossEntropyShardFinish(float* losses, float* logits, const float* row_max, const float* sums,
+                             const int32_t* targets, int N, int V, int v_begin, float dloss,
+                             bool write_dlogits) {
+  for (int i = 0; i < N; ++i) {
+    float* z = logits + int64_t{i} * V;
+    if (targets[i] < 0) {
+      losses[i] = 0.0f;
+      if (write_dlogits) std::fill(z, z + V, 0.0f);
+      continue;
+    }
+    const double lse = std::log(double{sums[i]}) + row_max[i];
+    losses[i] = static_cast<float>(lse - sums[N + i]);
+    if (!write_dlogits) continue;
+    const int64_t target = int64_t{targets[i]} - v_begin;
+    for (int c = 0; c < V; ++c) {
+      const double p = std::exp(double{z[c]} - lse);
+      z[c] = static_cast<float>(double{dloss} * (p - (c == target ? 1.0 : 0.0)));
+    }
+  }
+}
+
 double SumOfSquares(const float* x, size_t n) {
   double acc = 0.0;
   for (size_t i = 0; i < n; ++i) acc += double{x[i]} * x[i];
@@ -378,6 +447,28 @@ void RefGptKernels::GeluForward(float* out, const float* inp, size_t n) {
 }
 void RefGptKernels::GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) {
   ref::GeluBackward(dinp, inp, dout, n);
+}
+void RefGptKernels::EncoderShardForward(float* out, const int32_t* tokens, const float* wte,
+                                        const float* wpe, int B, int T, int C, int v_begin, int V) {
+  ref::EncoderShardForward(out, tokens, wte, wpe, B, T, C, v_begin, V);
+}
+void RefGptKernels::EncoderShardBackward(float* dwte, float* dwpe, const float* dout,
+                                         const int32_t* tokens, int B, int T, int C, int v_begin,
+                                         int V) {
+  ref::EncoderShardBackward(dwte, dwpe, dout, tokens, B, T, C, v_begin, V);
+}
+void RefGptKernels::CrossEntropyShardMax(float* row_max, const float* logits, int N, int V) {
+  ref::CrossEntropyShardMax(row_max, logits, N, V);
+}
+void RefGptKernels::CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                                          const int32_t* targets, int N, int V, int v_begin) {
+  ref::CrossEntropyShardSums(sums, logits, row_max, targets, N, V, v_begin);
+}
+void RefGptKernels::CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                                            const float* sums, const int32_t* targets, int N, int V,
+                                            int v_begin, float dloss, bool write_dlogits) {
+  ref::CrossEntropyShardFinish(losses, logits, row_max, sums, targets, N, V, v_begin, dloss,
+                               write_dlogits);
 }
 void RefGptKernels::CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N,
                                         int V, float dloss, bool write_dlogits) {

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "comm/splitmix.h"
+#include "trainer/models/gpt_tensor_parallel.h"
 
 namespace fleet::trainer {
 
@@ -105,8 +106,10 @@ int64_t GptParamCount(const GptConfig& config) {
 // ---- activation layout ------------------------------------------------------------------
 
 GptActivationLayout::GptActivationLayout(const GptConfig& c, int B, int T, bool recompute,
-                                         size_t att_saved, size_t att_scratch) {
-  const size_t N = size_t(B) * T, C = c.hidden_size, F = c.ffn(), V = c.vocab_size;
+                                         size_t att_saved, size_t att_scratch, int mp_degree) {
+  const size_t M = mp_degree;
+  const size_t N = size_t(B) * T, C = c.hidden_size, F = c.ffn() / M;
+  const size_t V = (size_t(c.vocab_size) + M - 1) / M, Ca = C / M;  // this rank's widths
   const int L = c.num_layers;
   const int block_copies = recompute ? 1 : L;
   auto set = [&](GptAct a, size_t floats, int copies) {
@@ -117,9 +120,9 @@ GptActivationLayout::GptActivationLayout(const GptConfig& c, int B, int T, bool 
   set(GptAct::kLn1, N * C, block_copies);
   set(GptAct::kLn1Mean, N, block_copies);
   set(GptAct::kLn1Rstd, N, block_copies);
-  set(GptAct::kQkv, N * 3 * C, block_copies);
+  set(GptAct::kQkv, N * 3 * Ca, block_copies);
   set(GptAct::kAtt, att_saved, block_copies);
-  set(GptAct::kAtty, N * C, block_copies);
+  set(GptAct::kAtty, N * Ca, block_copies);
   set(GptAct::kResidual2, N * C, block_copies);
   set(GptAct::kLn2, N * C, block_copies);
   set(GptAct::kLn2Mean, N, block_copies);
@@ -130,10 +133,12 @@ GptActivationLayout::GptActivationLayout(const GptConfig& c, int B, int T, bool 
   set(GptAct::kLnfMean, N, 1);
   set(GptAct::kLnfRstd, N, 1);
   set(GptAct::kLogits, N * V, 1);
+  set(GptAct::kCeRowMax, N, M > 1 ? 1 : 0);
+  set(GptAct::kCeSums, 2 * N, M > 1 ? 1 : 0);
   set(GptAct::kLosses, N, 1);
   set(GptAct::kDResidual, N * C, 1);
   set(GptAct::kDBufC, N * C, 1);
-  set(GptAct::kDQkv, N * 3 * C, 1);
+  set(GptAct::kDQkv, N * 3 * Ca, 1);
   set(GptAct::kDBufF, N * F, 1);
   set(GptAct::kAttScratch, att_scratch, 1);
   size_t end = 0;
@@ -149,10 +154,10 @@ GptActivationLayout::GptActivationLayout(const GptConfig& c, int B, int T, bool 
 
 std::string_view GptActivationLayout::Name(GptAct a) {
   static constexpr std::array<std::string_view, kCount> kNames = {
-      "residual",  "ln1",       "ln1_mean", "ln1_rstd", "qkv",        "att",
-      "atty",      "residual2", "ln2",      "ln2_mean", "ln2_rstd",   "fch",
-      "fch_gelu",  "lnf",       "lnf_mean", "lnf_rstd", "logits",     "losses",
-      "dresidual", "dbuf_c",    "dqkv",     "dbuf_f",   "att_scratch"};
+      "residual",  "ln1",      "ln1_mean", "ln1_rstd",   "qkv",     "att",      "atty",
+      "residual2", "ln2",      "ln2_mean", "ln2_rstd",   "fch",     "fch_gelu", "lnf",
+      "lnf_mean",  "lnf_rstd", "logits",   "ce_row_max", "ce_sums", "losses",   "dresidual",
+      "dbuf_c",    "dqkv",     "dbuf_f",   "att_scratch"};
   return kNames[Index(a)];
 }
 
@@ -215,7 +220,8 @@ void InitTensor(GptTensor kind, const GptConfig& c, uint64_t seed, size_t index,
 }  // namespace
 
 Result<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, Backend* backend,
-                                                   GptKernels* kernels) {
+                                                   GptKernels* kernels,
+                                                   GptTensorParallel* tensor_parallel) {
   CHECK(backend != nullptr);
   CHECK(kernels != nullptr);
   FLEET_RETURN_IF_ERROR(config.Validate());
@@ -224,21 +230,43 @@ Result<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, Back
                                        " but memory on " + backend->device().ToString(),
                                    kernels->name());
   }
-  FLEET_ASSIGN_OR_RETURN(ParamArena arena, ParamArena::Create(GptParamTable(config), backend));
-  // Initialise tensor by tensor through one host buffer of the largest size.
-  std::vector<float> host;
-  size_t index = 0;
+  FLEET_ASSIGN_OR_RETURN(
+      ParamArena arena,
+      ParamArena::Create(tensor_parallel ? tensor_parallel->ShardTable() : GptParamTable(config),
+                         backend));
+  // Initialise tensor by tensor through one host buffer of the largest size;
+  // a shard takes its segments of each whole tensor.
+  const std::vector<ArenaSegment>* segments =
+      tensor_parallel ? &tensor_parallel->split().mine() : nullptr;
+  std::vector<float> host, part;
+  size_t index = 0, whole_offset = 0, next_segment = 0;
   ForEachGptTensor(config, [&](GptTensor kind, int, int64_t rows, int64_t cols) {
     host.resize(static_cast<size_t>(rows * (cols ? cols : 1)));
     InitTensor(kind, config, config.seed, index, host);
-    backend->CopyFromHost(arena.param(index).data(), host.data(), host.size() * sizeof(float));
+    const float* values = host.data();
+    if (segments != nullptr) {
+      part.clear();
+      for (; next_segment < segments->size(); ++next_segment) {
+        const ArenaSegment& seg = (*segments)[next_segment];
+        if (seg.whole >= whole_offset + host.size()) break;
+        const float* from = host.data() + (seg.whole - whole_offset);
+        part.insert(part.end(), from, from + seg.size);
+      }
+      values = part.data();
+    }
+    Tensor param = arena.param(index);
+    CHECK_EQ(size_t(param.numel()), segments ? part.size() : host.size());
+    backend->CopyFromHost(param.data(), values, size_t(param.numel()) * sizeof(float));
+    whole_offset += host.size();
     ++index;
   });
-  return std::unique_ptr<GptModel>(new GptModel(config, backend, kernels, std::move(arena)));
+  return std::unique_ptr<GptModel>(
+      new GptModel(config, backend, kernels, std::move(arena), tensor_parallel));
 }
 
-GptModel::GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena)
-    : config_(config), backend_(backend), kernels_(kernels), arena_(std::move(arena)) {
+GptModel::GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena,
+                   GptTensorParallel* tp)
+    : config_(config), backend_(backend), kernels_(kernels), tp_(tp), arena_(std::move(arena)) {
   // Tensor indices: wte 0, wpe 1, block l at 2 + 12 l, ln_f after the blocks.
   for (int l = 0; l < config_.num_layers; ++l) {
     block_offset_.push_back(arena_.offset(2 + size_t(l) * kGptTensorsPerBlock));
@@ -258,8 +286,16 @@ void GptModel::Timed(GptLayerKind kind, Fn&& fn) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+Status GptModel::comm_status() const { return tp_ ? tp_->status() : Status::OK(); }
+
+int GptModel::AttnWidth() const { return tp_ ? tp_->attention_width() : config_.hidden_size; }
+int GptModel::Heads() const { return tp_ ? tp_->heads() : config_.num_attention_heads; }
+int GptModel::FfnWidth() const { return tp_ ? tp_->ffn() : config_.ffn(); }
+int GptModel::VocabRows() const { return tp_ ? tp_->vocab_rows() : config_.vocab_size; }
+
 GptModel::BlockTensors GptModel::Block(float* base, int layer) const {
-  const int64_t C = config_.hidden_size, F = config_.ffn();
+  // This rank's shapes (the whole model's without tensor parallelism).
+  const int64_t C = config_.hidden_size, F = FfnWidth(), Ca = AttnWidth();
   float* p = base + block_offset_[layer];
   BlockTensors t;
   auto take = [&p](int64_t n) {
@@ -270,9 +306,9 @@ GptModel::BlockTensors GptModel::Block(float* base, int layer) const {
   // The order of ForEachGptTensor.
   t.ln1w = take(C);
   t.ln1b = take(C);
-  t.qkvw = take(3 * C * C);
-  t.qkvb = take(3 * C);
-  t.projw = take(C * C);
+  t.qkvw = take(3 * Ca * C);
+  t.qkvb = take(3 * Ca);
+  t.projw = take(C * Ca);
   t.projb = take(C);
   t.ln2w = take(C);
   t.ln2b = take(C);
@@ -301,12 +337,13 @@ void GptModel::EnsureActivations(int B, int T) {
   if (B <= cap_b_ && T <= cap_t_) return;
   cap_b_ = std::max(cap_b_, B);
   cap_t_ = std::max(cap_t_, T);
-  const int NH = config_.num_attention_heads;
+  const int NH = Heads();
   acts_.reset();  // free the old buffers before allocating the larger ones
   ids_.reset();
   layout_ = GptActivationLayout(config_, cap_b_, cap_t_, config_.use_recompute,
                                 kernels_->AttentionSavedFloats(cap_b_, cap_t_, NH),
-                                kernels_->AttentionScratchFloats(cap_b_, cap_t_, NH));
+                                kernels_->AttentionScratchFloats(cap_b_, cap_t_, NH),
+                                tp_ ? tp_->degree() : 1);
   acts_ = backend_->AllocateFloats(layout_.total_floats());
   ids_ = backend_->AllocateBytes(2 * size_t(cap_b_) * cap_t_ * sizeof(int32_t));
 }
@@ -359,37 +396,52 @@ void GptModel::LoadInputs(std::span<const int32_t> tokens, std::span<const int32
   });
 }
 
+void GptModel::RowParallelForward(float* out, const float* residual, const float* inp,
+                                  const float* weight, const float* bias, int N, int IC) {
+  const int C = config_.hidden_size;
+  GptKernels* k = kernels_;
+  // out = residual + inp weight^T + bias: copy, then accumulate onto it. With
+  // tensor parallelism only the lead rank adds the residual and the bias;
+  // the others contribute their partial product, and the sum is the whole.
+  if (tp_ == nullptr || tp_->lead()) {
+    Timed(GptLayerKind::kMemory,
+          [&] { backend_->CopyOnDevice(out, residual, size_t(N) * C * sizeof(float)); });
+    Timed(GptLayerKind::kMatmul, [&] { k->MatmulForward(out, inp, weight, bias, N, IC, C, true); });
+  } else {
+    Timed(GptLayerKind::kMatmul,
+          [&] { k->MatmulForward(out, inp, weight, nullptr, N, IC, C, false); });
+  }
+  if (tp_ != nullptr) Timed(GptLayerKind::kMemory, [&] { tp_->AllReduceSum(out, size_t(N) * C); });
+}
+
+void GptModel::AllReduceInputGrad(float* dinp, size_t n) {
+  if (tp_ != nullptr) Timed(GptLayerKind::kMemory, [&] { tp_->AllReduceSum(dinp, n); });
+}
+
 void GptModel::BlockForward(int layer, const float* x, float* y) {
-  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, F = config_.ffn();
-  const int NH = config_.num_attention_heads;
+  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, F = FfnWidth();
+  const int NH = Heads(), Ca = AttnWidth();
   const BlockTensors P = Block(arena_.params().data(), layer);
   const BlockActs A = BlockBuffers(layer);
   GptKernels* k = kernels_;
   Timed(GptLayerKind::kLayerNorm,
         [&] { k->LayerNormForward(A.ln1, A.ln1_mean, A.ln1_rstd, x, P.ln1w, P.ln1b, N, C); });
   Timed(GptLayerKind::kMatmul,
-        [&] { k->MatmulForward(A.qkv, A.ln1, P.qkvw, P.qkvb, N, C, 3 * C, false); });
-  Timed(GptLayerKind::kAttention, [&] { k->AttentionForward(A.atty, A.att, A.qkv, B, T, C, NH); });
-  // residual2 = x + proj(atty): copy, then accumulate the projection onto it.
-  Timed(GptLayerKind::kMemory,
-        [&] { backend_->CopyOnDevice(A.res2, x, size_t(N) * C * sizeof(float)); });
-  Timed(GptLayerKind::kMatmul,
-        [&] { k->MatmulForward(A.res2, A.atty, P.projw, P.projb, N, C, C, true); });
+        [&] { k->MatmulForward(A.qkv, A.ln1, P.qkvw, P.qkvb, N, C, 3 * Ca, false); });
+  Timed(GptLayerKind::kAttention, [&] { k->AttentionForward(A.atty, A.att, A.qkv, B, T, Ca, NH); });
+  RowParallelForward(A.res2, x, A.atty, P.projw, P.projb, N, Ca);
   Timed(GptLayerKind::kLayerNorm,
         [&] { k->LayerNormForward(A.ln2, A.ln2_mean, A.ln2_rstd, A.res2, P.ln2w, P.ln2b, N, C); });
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulForward(A.fch, A.ln2, P.fcw, P.fcb, N, C, F, false); });
   Timed(GptLayerKind::kGelu, [&] { k->GeluForward(A.fch_gelu, A.fch, size_t(N) * F); });
   if (y == nullptr) return;
-  Timed(GptLayerKind::kMemory,
-        [&] { backend_->CopyOnDevice(y, A.res2, size_t(N) * C * sizeof(float)); });
-  Timed(GptLayerKind::kMatmul,
-        [&] { k->MatmulForward(y, A.fch_gelu, P.fcprojw, P.fcprojb, N, F, C, true); });
+  RowParallelForward(y, A.res2, A.fch_gelu, P.fcprojw, P.fcprojb, N, F);
 }
 
 void GptModel::BlockBackward(int layer, const float* x, float* dres) {
-  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, F = config_.ffn();
-  const int NH = config_.num_attention_heads;
+  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, F = FfnWidth();
+  const int NH = Heads(), Ca = AttnWidth();
   const BlockTensors P = Block(arena_.params().data(), layer);
   const BlockTensors G = Block(arena_.grads().data(), layer);
   const BlockActs A = BlockBuffers(layer);
@@ -400,7 +452,9 @@ void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   auto zero = [&](float* buf, size_t n) {
     Timed(GptLayerKind::kMemory, [&] { backend_->Fill(buf, n, 0.0f); });
   };
-  // MLP: dres flows into the projection; GELU in place; fc; ln_2 adds to dres.
+  // MLP: dres flows into the projection (row parallel: unchanged on every
+  // rank); GELU in place; fc (column parallel: its input gradient summed
+  // over ranks); ln_2 adds to dres.
   zero(dF, size_t(N) * F);
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulBackward(dF, G.fcprojw, G.fcprojb, dres, A.fch_gelu, P.fcprojw, N, F, C); });
@@ -408,20 +462,22 @@ void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   zero(dC, size_t(N) * C);
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulBackward(dC, G.fcw, G.fcb, dF, A.ln2, P.fcw, N, C, F); });
+  AllReduceInputGrad(dC, size_t(N) * C);
   Timed(GptLayerKind::kLayerNorm, [&] {
     k->LayerNormBackward(dres, G.ln2w, G.ln2b, dC, A.res2, P.ln2w, A.ln2_mean, A.ln2_rstd, N, C);
   });
   // Attention: projection, attention, qkv; ln_1 adds to dres.
-  zero(dC, size_t(N) * C);
+  zero(dC, size_t(N) * Ca);
   Timed(GptLayerKind::kMatmul,
-        [&] { k->MatmulBackward(dC, G.projw, G.projb, dres, A.atty, P.projw, N, C, C); });
-  zero(dqkv, size_t(N) * 3 * C);
+        [&] { k->MatmulBackward(dC, G.projw, G.projb, dres, A.atty, P.projw, N, Ca, C); });
+  zero(dqkv, size_t(N) * 3 * Ca);
   Timed(GptLayerKind::kAttention, [&] {
-    k->AttentionBackward(dqkv, Act(GptAct::kAttScratch), dC, A.qkv, A.atty, A.att, B, T, C, NH);
+    k->AttentionBackward(dqkv, Act(GptAct::kAttScratch), dC, A.qkv, A.atty, A.att, B, T, Ca, NH);
   });
   zero(dC, size_t(N) * C);
   Timed(GptLayerKind::kMatmul,
-        [&] { k->MatmulBackward(dC, G.qkvw, G.qkvb, dqkv, A.ln1, P.qkvw, N, C, 3 * C); });
+        [&] { k->MatmulBackward(dC, G.qkvw, G.qkvb, dqkv, A.ln1, P.qkvw, N, C, 3 * Ca); });
+  AllReduceInputGrad(dC, size_t(N) * C);
   Timed(GptLayerKind::kLayerNorm, [&] {
     k->LayerNormBackward(dres, G.ln1w, G.ln1b, dC, x, P.ln1w, A.ln1_mean, A.ln1_rstd, N, C);
   });
@@ -450,8 +506,17 @@ void GptModel::ForwardTrunk(bool then_backward) {
   const auto* tokens = static_cast<const int32_t*>(ids_.get());
   Acquire(EmbeddingUnit(), BlockUnit(0));
   Timed(GptLayerKind::kEmbedding, [&] {
-    kernels_->EncoderForward(Act(GptAct::kResidual, 0), tokens, params + arena_.offset(0),
-                             params + arena_.offset(1), B, T, C);
+    float* out = Act(GptAct::kResidual, 0);
+    const float* wte = params + arena_.offset(0);
+    const float* wpe = params + arena_.offset(1);
+    if (tp_ == nullptr) {
+      kernels_->EncoderForward(out, tokens, wte, wpe, B, T, C);
+      return;
+    }
+    // Vocabulary parallel: each rank its rows' tokens, wpe once, summed.
+    kernels_->EncoderShardForward(out, tokens, wte, tp_->lead() ? wpe : nullptr, B, T, C,
+                                  tp_->vocab_begin(), tp_->vocab_rows());
+    tp_->AllReduceSum(out, size_t(N) * C);
   });
   for (int l = 0; l < L; ++l) {
     Acquire(BlockUnit(l), l + 1 < L ? BlockUnit(l + 1) : LnfUnit());
@@ -464,6 +529,25 @@ void GptModel::ForwardTrunk(bool then_backward) {
                                Act(GptAct::kResidual, L), params + lnf_offset_,
                                params + lnf_offset_ + C, N, C);
   });
+}
+
+void GptModel::CrossEntropy(float* losses, float* logits, const int32_t* targets, int N,
+                            float dloss, bool write_dlogits) {
+  const int V = VocabRows();
+  if (tp_ == nullptr) {
+    kernels_->CrossEntropyForward(losses, logits, targets, N, V, dloss, write_dlogits);
+    return;
+  }
+  // Vocabulary parallel: the row max, then the sums of exponentials and the
+  // target logits, each reduced over the ranks; the logits stay split.
+  float* row_max = Act(GptAct::kCeRowMax);
+  float* sums = Act(GptAct::kCeSums);
+  kernels_->CrossEntropyShardMax(row_max, logits, N, V);
+  tp_->AllReduceMax(row_max, N);
+  kernels_->CrossEntropyShardSums(sums, logits, row_max, targets, N, V, tp_->vocab_begin());
+  tp_->AllReduceSum(sums, 2 * size_t(N));
+  kernels_->CrossEntropyShardFinish(losses, logits, row_max, sums, targets, N, V,
+                                    tp_->vocab_begin(), dloss, write_dlogits);
 }
 
 Result<float> GptModel::Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets,
@@ -480,7 +564,7 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens, std::span<const
   }
   LoadInputs(tokens, targets, B, T);
   ForwardTrunk(options.for_backward);
-  const int N = B * T, C = config_.hidden_size, V = config_.vocab_size;
+  const int N = B * T, C = config_.hidden_size, V = VocabRows();
   float* logits = Act(GptAct::kLogits);
   float* losses = Act(GptAct::kLosses);
   const float* wte = arena_.params().data();
@@ -488,9 +572,8 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens, std::span<const
   Timed(GptLayerKind::kMatmul,
         [&] { kernels_->MatmulForward(logits, Act(GptAct::kLnf), wte, nullptr, N, C, V, false); });
   const float dloss = options.grad_scale / static_cast<float>(count);
-  Timed(GptLayerKind::kClassifier, [&] {
-    kernels_->CrossEntropyForward(losses, logits, target_ids, N, V, dloss, options.for_backward);
-  });
+  Timed(GptLayerKind::kClassifier,
+        [&] { CrossEntropy(losses, logits, target_ids, N, dloss, options.for_backward); });
   std::vector<float> host(N);
   backend_->CopyToHost(host.data(), losses, host.size() * sizeof(float));
   double sum = 0.0;
@@ -500,13 +583,14 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens, std::span<const
     Release(LnfUnit());
     Release(EmbeddingUnit());
   }
+  FLEET_RETURN_IF_ERROR(comm_status());
   return static_cast<float>(sum / static_cast<double>(count));
 }
 
 void GptModel::Backward(const GradReadyFn& on_grads_ready) {
   CHECK(backward_ready_) << "GptModel::Backward needs a Forward with for_backward first";
   backward_ready_ = false;
-  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, V = config_.vocab_size;
+  const int B = B_, T = T_, N = B * T, C = config_.hidden_size, V = VocabRows();
   const int L = config_.num_layers;
   const float* params = arena_.params().data();
   float* grads = arena_.grads().data();
@@ -525,6 +609,7 @@ void GptModel::Backward(const GradReadyFn& on_grads_ready) {
     kernels_->MatmulBackward(dC, grads + arena_.offset(0), nullptr, Act(GptAct::kLogits),
                              Act(GptAct::kLnf), params + arena_.offset(0), N, C, V);
   });
+  AllReduceInputGrad(dC, size_t(N) * C);
   Timed(GptLayerKind::kLayerNorm, [&] {
     kernels_->LayerNormBackward(dres, grads + lnf_offset_, grads + lnf_offset_ + C, dC,
                                 Act(GptAct::kResidual, L), params + lnf_offset_,
@@ -542,14 +627,27 @@ void GptModel::Backward(const GradReadyFn& on_grads_ready) {
   }
   // The embeddings' backward reads no parameters.
   Timed(GptLayerKind::kEmbedding, [&] {
-    kernels_->EncoderBackward(grads + arena_.offset(0), grads + arena_.offset(1), dres,
-                              static_cast<const int32_t*>(ids_.get()), B, T, C);
+    const auto* tokens = static_cast<const int32_t*>(ids_.get());
+    float* dwte = grads + arena_.offset(0);
+    float* dwpe = grads + arena_.offset(1);
+    if (tp_ == nullptr) {
+      kernels_->EncoderBackward(dwte, dwpe, dres, tokens, B, T, C);
+    } else {
+      kernels_->EncoderShardBackward(dwte, dwpe, dres, tokens, B, T, C, tp_->vocab_begin(),
+                                     tp_->vocab_rows());
+    }
   });
   ready(0, 2);
   Release(EmbeddingUnit());
 }
 
 Result<std::vector<float>> GptModel::LastLogits(std::span<const int32_t> tokens, int B, int T) {
+  if (tp_ != nullptr && tp_->degree() > 1) {
+    return Status::FailedPrecondition(
+        "next-token logits need the whole vocabulary; load the checkpoint (whole-model layout) "
+        "into a model without tensor parallelism",
+        "Distributed.mp_degree");
+  }
   FLEET_RETURN_IF_ERROR(ValidateInputs(tokens, {}, B, T));
   LoadInputs(tokens, {}, B, T);
   ForwardTrunk(/*then_backward=*/false);

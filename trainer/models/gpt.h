@@ -43,6 +43,13 @@
 // Each Acquire names the unit to come next (the one after it in that
 // order), so an implementation can fetch it while this one computes.
 //
+// Tensor parallelism (Megatron-LM): with a GptTensorParallel context
+// (gpt_tensor_parallel.h) the arena holds this rank's shard of the table and
+// the passes all-reduce over the context's group where Megatron does; the
+// context's header says what is split and how. Every rank of the group
+// must run the same passes on the same tokens. LastLogits needs the whole
+// vocabulary and refuses a split model.
+//
 // Thread safety: one thread drives a model at a time.
 #pragma once
 
@@ -62,6 +69,8 @@
 #include "trainer/param_hooks.h"
 
 namespace fleet::trainer {
+
+class GptTensorParallel;
 
 // The Model section of a GPT job config (FleetX's key names).
 struct GptConfig {
@@ -172,10 +181,14 @@ int64_t GptParamCount(const GptConfig& config);
 //       att [AttentionSavedFloats(B, T, NH)], atty [N, C], residual2 [N, C],
 //       ln2 [N, C], ln2_mean [N], ln2_rstd [N], fch [N, F], fch_gelu [N, F]
 //     head: lnf [N, C], lnf_mean [N], lnf_rstd [N], logits [N, V] (the
-//       gradient in place after Forward), losses [N]
+//       gradient in place after Forward), ce_row_max [N], ce_sums [2 N]
+//       (tensor parallel only), losses [N]
 //   backward only (one copy, reused by every block):
 //     dresidual [N, C], dbuf_c [N, C], dqkv [N, 3C], dbuf_f [N, F],
 //     att_scratch [AttentionScratchFloats(B, T, NH)]
+// With tensor parallelism over M ranks, the layout of one rank: 3C, the
+// attention's C (att, atty), F and V become 3C/M, C/M, F/M and ceil(V/M),
+// and attention's buffers are the twin's for NH/M heads.
 enum class GptAct {
   kResidual,
   kLn1,
@@ -194,6 +207,8 @@ enum class GptAct {
   kLnfMean,
   kLnfRstd,
   kLogits,
+  kCeRowMax,
+  kCeSums,
   kLosses,
   kDResidual,
   kDBufC,
@@ -205,10 +220,10 @@ enum class GptAct {
 
 class GptActivationLayout {
  public:
-  // att_saved / att_scratch: the twin's AttentionSavedFloats(B, T, NH) and
-  // AttentionScratchFloats(B, T, NH).
+  // att_saved / att_scratch: the twin's AttentionSavedFloats(B, T, NH / M)
+  // and AttentionScratchFloats(B, T, NH / M); mp_degree M (see above).
   GptActivationLayout(const GptConfig& config, int B, int T, bool recompute, size_t att_saved,
-                      size_t att_scratch);
+                      size_t att_scratch, int mp_degree = 1);
   GptActivationLayout() = default;
 
   static std::string_view Name(GptAct a);
@@ -272,15 +287,23 @@ class GptModel {
   // InvalidArgument for a bad config (config.Validate()). `backend` allocates
   // the arena and activations and `kernels` computes; both not owned, must
   // outlive the model, and must be on the same device (InvalidArgument
-  // otherwise). Parameters are initialised from config.seed.
+  // otherwise). Parameters are initialised from config.seed (a tensor-parallel
+  // shard with the values of the whole model's rows and columns it holds).
+  // `tensor_parallel` (not owned, outlives the model; null: the whole model
+  // on this rank) splits the model over its group.
   static Result<std::unique_ptr<GptModel>> Create(const GptConfig& config, Backend* backend,
-                                                  GptKernels* kernels);
+                                                  GptKernels* kernels,
+                                                  GptTensorParallel* tensor_parallel = nullptr);
 
   const GptConfig& config() const { return config_; }
   ParamArena& arena() { return arena_; }
   const ParamArena& arena() const { return arena_; }
   Backend* backend() const { return backend_; }
   GptKernels* kernels() const { return kernels_; }
+  GptTensorParallel* tensor_parallel() const { return tp_; }
+  // OK, or the first failed collective call of tensor parallelism (the
+  // passes since are garbage). Check after Forward and Backward.
+  Status comm_status() const;
 
   // tokens, targets: host int32 [B, T]; T <= max_position_embeddings; tokens
   // in [0, vocab_size); targets in [0, vocab_size), or -1 for a position
@@ -329,7 +352,8 @@ class GptModel {
         *fch_gelu;
   };
 
-  GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena);
+  GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena,
+           GptTensorParallel* tp);
   Status CheckIds(std::span<const int32_t> ids, int lo, std::string_view what) const;
   // Checks shapes and ids (targets may be empty); changes nothing.
   Status ValidateInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
@@ -345,6 +369,20 @@ class GptModel {
   // the activations).
   void BlockForward(int layer, const float* x, float* y);
   void BlockBackward(int layer, const float* x, float* dres);
+  // out [N, C] = the row-parallel projection of inp [N, IC] plus bias plus
+  // `residual`, over the tensor-parallel group (one rank: the plain matmul).
+  void RowParallelForward(float* out, const float* residual, const float* inp, const float* weight,
+                          const float* bias, int N, int IC);
+  // The tensor-parallel sum of an input gradient before a LayerNorm's backward.
+  void AllReduceInputGrad(float* dinp, size_t n);
+  // losses [N] (and the logits' gradient in place) of the logits [N, V_rank].
+  void CrossEntropy(float* losses, float* logits, const int32_t* targets, int N, float dloss,
+                    bool write_dlogits);
+  // This rank's widths: q, k, v and attention output (C / M), heads, MLP, vocabulary rows.
+  int AttnWidth() const;
+  int Heads() const;
+  int FfnWidth() const;
+  int VocabRows() const;
   // Forward up to ln_f (residual stream, blocks, final LayerNorm), leaving
   // the embeddings and ln_f acquired; `then_backward`: the next unit after
   // ln_f is block L-1's backward.
@@ -365,6 +403,7 @@ class GptModel {
   const GptConfig config_;
   Backend* const backend_;
   GptKernels* const kernels_;
+  GptTensorParallel* const tp_;  // null: not split
   ParamArena arena_;
   std::vector<size_t> block_offset_;  // arena offset of each block's first tensor
   size_t lnf_offset_ = 0;

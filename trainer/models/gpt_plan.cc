@@ -28,32 +28,20 @@ std::string_view PrecisionName(Precision precision) {
 
 namespace {
 
-// Floats of the activation layout for B x T, with the twin's attention
-// memory or a flash twin's.
-GptActivationLayout Layout(const GptConfig& c, int B, int T, bool recompute,
+// The activation layout of one rank of a tensor-parallel group of M for
+// B x T (what GptModel allocates), with the twin's attention memory or a
+// flash twin's, for this rank's NH / M heads.
+GptActivationLayout Layout(const GptConfig& c, int B, int T, bool recompute, int M,
                            const GptKernels* kernels) {
-  const int NH = c.num_attention_heads;
+  const int NH = c.num_attention_heads / M;
   const size_t saved = kernels ? kernels->AttentionSavedFloats(B, T, NH) : size_t(B) * NH * T;
   const size_t scratch = kernels ? kernels->AttentionScratchFloats(B, T, NH) : 0;
-  return GptActivationLayout(c, B, T, recompute, saved, scratch);
+  return GptActivationLayout(c, B, T, recompute, saved, scratch, M);
 }
 
-// Floats of `layout` per rank of a tensor-parallel group of M: the buffers
-// Megatron splits (QKV, attention, its output, the MLP's hidden layer, the
-// vocabulary-parallel logits and their backward twins) divided by M; only
-// those kept from forward to backward when `saved_only`.
-int64_t ActivationFloats(const GptActivationLayout& layout, int M, bool saved_only) {
-  int64_t floats = 0;
-  for (int i = 0; i < static_cast<int>(GptAct::kCount); ++i) {
-    const GptAct a = static_cast<GptAct>(i);
-    if (saved_only && i >= static_cast<int>(GptAct::kDResidual)) break;
-    const bool split = a == GptAct::kQkv || a == GptAct::kAtt || a == GptAct::kAtty ||
-                       a == GptAct::kFch || a == GptAct::kFchGelu || a == GptAct::kLogits ||
-                       a == GptAct::kDQkv || a == GptAct::kDBufF || a == GptAct::kAttScratch;
-    const int64_t n = static_cast<int64_t>(layout.floats(a)) * layout.copies(a);
-    floats += split ? (n + M - 1) / M : n;
-  }
-  return floats;
+// Floats of `layout`; only those kept from forward to backward when `saved_only`.
+int64_t ActivationFloats(const GptActivationLayout& layout, bool saved_only) {
+  return static_cast<int64_t>(saved_only ? layout.saved_floats() : layout.total_floats());
 }
 
 std::string Bytes(int64_t bytes) {
@@ -107,14 +95,16 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   // matrices and biases by output (column parallel), the attention and
   // second MLP projections by input (row parallel; their biases, the
   // LayerNorms and wpe are whole on every rank).
+  // wte by whole rows: rank 0 holds ceil(V / M) of them.
   int64_t N = 0, embeddings = 0, block = 0, lnf = 0;
   ForEachGptTensor(config, [&](GptTensor kind, int layer, int64_t rows, int64_t cols) {
-    const bool split = kind == GptTensor::kWte || kind == GptTensor::kQkvW ||
-                       kind == GptTensor::kQkvB || kind == GptTensor::kProjW ||
-                       kind == GptTensor::kFcW || kind == GptTensor::kFcB ||
-                       kind == GptTensor::kFcProjW;
+    const bool split = kind == GptTensor::kQkvW || kind == GptTensor::kQkvB ||
+                       kind == GptTensor::kProjW || kind == GptTensor::kFcW ||
+                       kind == GptTensor::kFcB || kind == GptTensor::kFcProjW;
     const int64_t whole = rows * (cols ? cols : 1);
-    const int64_t n = split ? (whole + M - 1) / M : whole;
+    const int64_t n = kind == GptTensor::kWte ? (rows + M - 1) / M * cols
+                      : split                 ? (whole + M - 1) / M
+                                              : whole;
     N += n;
     if (layer == 0) block += n;
     if (layer < 0) (kind == GptTensor::kWte || kind == GptTensor::kWpe ? embeddings : lnf) += n;
@@ -152,14 +142,14 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   }
 
   const int64_t act_bytes = compute_bytes;
-  const GptActivationLayout off = Layout(config, B, T, false, kernels);
-  const GptActivationLayout on = Layout(config, B, T, true, kernels);
+  const GptActivationLayout off = Layout(config, B, T, false, M, kernels);
+  const GptActivationLayout on = Layout(config, B, T, true, M, kernels);
   const GptActivationLayout& used = config.use_recompute ? on : off;
-  plan.activation_bytes_no_recompute = act_bytes * ActivationFloats(off, M, false);
-  plan.activation_bytes_recompute = act_bytes * ActivationFloats(on, M, false);
-  plan.activation_forward_bytes = act_bytes * ActivationFloats(used, M, true);
+  plan.activation_bytes_no_recompute = act_bytes * ActivationFloats(off, false);
+  plan.activation_bytes_recompute = act_bytes * ActivationFloats(on, false);
+  plan.activation_forward_bytes = act_bytes * ActivationFloats(used, true);
   plan.activation_backward_bytes =
-      act_bytes * (ActivationFloats(used, M, false) - ActivationFloats(used, M, true));
+      act_bytes * (ActivationFloats(used, false) - ActivationFloats(used, true));
   plan.activation_bytes = plan.activation_forward_bytes + plan.activation_backward_bytes;
   plan.total_bytes = plan.model_state_bytes() + plan.activation_bytes;
 
@@ -178,11 +168,14 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   plan.dp_comm_bytes = static_cast<int64_t>(2.0 * ring(options.dp_degree) *
                                             static_cast<double>(share * compute_bytes));
   // Tensor parallel, per micro-batch: per block two all-reduces of [B T, C]
-  // forward (and two more when recompute runs the forward again) and two
-  // backward; the embedding's forward and ln_f's input gradient one each.
-  const double mp_reduces = config.num_layers * (4.0 + (config.use_recompute ? 2.0 : 0.0)) + 2.0;
-  plan.mp_comm_bytes = static_cast<int64_t>(k * mp_reduces * 2.0 * ring(M) * double(B) * T *
-                                            config.hidden_size * compute_bytes);
+  // forward (one more when recompute runs the forward again without its
+  // last projection) and two backward; the embedding's forward and ln_f's
+  // input gradient one each; the cross-entropy's row max, sums of
+  // exponentials and target logits (3 B T floats).
+  const double mp_reduces = config.num_layers * (4.0 + (config.use_recompute ? 1.0 : 0.0)) + 2.0;
+  plan.mp_comm_bytes =
+      static_cast<int64_t>(k * 2.0 * ring(M) * double(B) * T *
+                           (mp_reduces * config.hidden_size * compute_bytes + 3.0 * sizeof(float)));
 
   const double L = config.num_layers, C = config.hidden_size, F = config.ffn();
   const double matmul_params = static_cast<double>(N) - double(config.max_position_embeddings) * C;

@@ -23,12 +23,14 @@
 //   gradients   c (N/D + E + Lf + 2 Bk)     E, Lf, Bk: floats of the
 //   optimizer   s N/D                       embeddings, ln_f, one block
 //
-// Tensor parallelism (mp_degree M, planned only): N above is then what one
-// rank of the M holds, Megatron's split (wte by vocabulary rows; QKV and the
-// first MLP matrix by output, the two projections by input; LayerNorms, wpe
-// and the projections' biases whole), and the activations Megatron splits
-// (QKV, attention, its output, the MLP hidden layer, the logits, and their
-// gradients) are divided by M.
+// Tensor parallelism (mp_degree M): N above is then what one rank of the M
+// holds, as GptTensorParallel splits it (gpt_tensor_parallel.h: wte by
+// vocabulary rows, ceil(V / M) of them; QKV and the first MLP matrix by
+// output, the two projections by input; LayerNorms, wpe and the
+// projections' biases whole), and the activations are GptModel's layout for
+// one rank (GptActivationLayout with mp_degree: QKV, attention, its output,
+// the MLP hidden layer, the logits and their gradients divided by M, plus
+// the cross-entropy's [N] and [2 N] for the reductions).
 //
 // Offload (options.offload): the optimizer states leave the device; the
 // host holds 16 bytes per parameter of each rank's share (fp32 master, m,
@@ -43,8 +45,9 @@
 //                                    forward and backward); one
 //                                    reduce-scatter a step
 //   dp        2 (P-1)/P c share      the share's gradients, P = dp_degree
-//   mp        k (L (4 + 2 r) + 2) 2 (M-1)/M c B T C   Megatron's all-reduces,
-//                                    r = 1 with recompute
+//   mp        k 2 (M-1)/M B T ((L (4 + r) + 2) c C + 12)   Megatron's
+//                                    all-reduces (r = 1 with recompute) and
+//                                    the cross-entropy's three of [B T]
 //
 // Activations, per micro-batch of B x T tokens: the buffers of
 // GptActivationLayout, 4 bytes each in fp32 and 2 in bf16/fp16; with
