@@ -157,6 +157,33 @@ void KernelTimer::CrossEntropyForward(float* losses, float* logits, const int32_
   Timed(KernelKind::kCrossEntropy,
         [&] { inner_->CrossEntropyForward(losses, logits, targets, N, V, dloss, write_dlogits); });
 }
+void KernelTimer::EncoderShardForward(float* out, const int32_t* tokens, const float* wte,
+                                      const float* wpe, int B, int T, int C, int v_begin, int V) {
+  Timed(KernelKind::kEncoder,
+        [&] { inner_->EncoderShardForward(out, tokens, wte, wpe, B, T, C, v_begin, V); });
+}
+void KernelTimer::EncoderShardBackward(float* dwte, float* dwpe, const float* dout,
+                                       const int32_t* tokens, int B, int T, int C, int v_begin,
+                                       int V) {
+  Timed(KernelKind::kEncoder,
+        [&] { inner_->EncoderShardBackward(dwte, dwpe, dout, tokens, B, T, C, v_begin, V); });
+}
+void KernelTimer::CrossEntropyShardMax(float* row_max, const float* logits, int N, int V) {
+  Timed(KernelKind::kCrossEntropy, [&] { inner_->CrossEntropyShardMax(row_max, logits, N, V); });
+}
+void KernelTimer::CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                                        const int32_t* targets, int N, int V, int v_begin) {
+  Timed(KernelKind::kCrossEntropy,
+        [&] { inner_->CrossEntropyShardSums(sums, logits, row_max, targets, N, V, v_begin); });
+}
+void KernelTimer::CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                                          const float* sums, const int32_t* targets, int N, int V,
+                                          int v_begin, float dloss, bool write_dlogits) {
+  Timed(KernelKind::kCrossEntropy, [&] {
+    inner_->CrossEntropyShardFinish(losses, logits, row_max, sums, targets, N, V, v_begin, dloss,
+                                    write_dlogits);
+  });
+}
 double KernelTimer::SumOfSquares(const float* x, size_t n) {
   return Timed(KernelKind::kOptimizer, [&] { return inner_->SumOfSquares(x, n); });
 }

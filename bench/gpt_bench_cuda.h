@@ -65,6 +65,16 @@ class KernelTimer final : public trainer::GptKernels {
   void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
                               const float* qkv, int B, int T, int past, int maxT, int C,
                               int NH) override;
+  void EncoderShardForward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                           int B, int T, int C, int v_begin, int V) override;
+  void EncoderShardBackward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                            int B, int T, int C, int v_begin, int V) override;
+  void CrossEntropyShardMax(float* row_max, const float* logits, int N, int V) override;
+  void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
+                             const int32_t* targets, int N, int V, int v_begin) override;
+  void CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
+                               const float* sums, const int32_t* targets, int N, int V,
+                               int v_begin, float dloss, bool write_dlogits) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N, int V,
