@@ -40,8 +40,17 @@ PeerWatch::~PeerWatch() {
 }
 
 void PeerWatch::SetProcesses(const std::string& processes) {
-  std::lock_guard<std::mutex> lock(mu_);
-  processes_ = processes;
+  // Published before returning, so a caller that starts the processes next
+  // has them named in the store before any of them runs.
+  std::lock_guard<std::mutex> beat_lock(beat_mu_);
+  std::string mine;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    processes_ = processes;
+    if (ended_) return;
+    mine = SelfValue();
+  }
+  (void)kv_->Set("hosts/" + options_.self_id, mine);  // the next round retries a failure
 }
 
 std::optional<std::string> PeerWatch::failure() const {
@@ -72,6 +81,8 @@ void PeerWatch::SetMarker(const std::string& text) {
 }
 
 void PeerWatch::MarkEnded(const std::string& state) {
+  // After any heartbeat in flight, so none overwrites the end.
+  std::lock_guard<std::mutex> beat_lock(beat_mu_);
   std::string value;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -115,6 +126,8 @@ void PeerWatch::Loop() {
 void PeerWatch::Round() {
   const auto now = Clock::now();
   std::string mine;
+  // Heartbeats are computed and written in one order (see SetProcesses).
+  std::unique_lock<std::mutex> beat_lock(beat_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (ended_ || failure_) return;
@@ -128,6 +141,7 @@ void PeerWatch::Round() {
   }
   std::optional<std::string> why;
   const Status beat = kv_->Set("hosts/" + options_.self_id, mine);
+  beat_lock.unlock();
   if (beat.ok()) {
     store_lost_since_.reset();
   } else if (!store_lost_since_) {

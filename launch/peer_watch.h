@@ -58,7 +58,9 @@ class PeerWatch {
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
-  // What this host runs, appended to its name in peers' messages.
+  // What this host runs, appended to its name in peers' messages; written
+  // to the store before it returns (best effort: a failed write is retried
+  // by the next heartbeat).
   void SetProcesses(const std::string& processes);
   // Why the job must end, once a peer died, never joined, was refused, or
   // marked the job failed; nullopt while all is well.
@@ -92,6 +94,9 @@ class PeerWatch {
   const PeerWatchOptions options_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 
+  // Held while a heartbeat is computed and written, so writes reach the
+  // store in the order of their beats. Taken before mu_.
+  std::mutex beat_mu_;
   mutable std::mutex mu_;
   std::condition_variable wake_;
   bool stop_ = false;
