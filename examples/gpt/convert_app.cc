@@ -1,10 +1,12 @@
 #include "examples/gpt/convert_app.h"
 
+#include <map>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "comm/program_help.h"
 #include "comm/yaml_config.h"
+#include "examples/gpt/program_flags.h"
 #include "trainer/config/gpt_config.h"
 #include "trainer/models/gpt_hf.h"
 
@@ -50,35 +52,15 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
   Flags f;
   f.config = config_args.config;
   f.overrides = config_args.overrides;
-  const std::vector<std::string>& rest = config_args.rest;
-  for (size_t i = 0; i < rest.size(); ++i) {
-    const std::string& arg = rest[i];
-    if (arg == "-h" || arg == "--help" || arg == "--helpshort") {
-      f.help = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return Status::InvalidArgument("unexpected argument \"" + arg + "\" (see --help)");
-    }
-    // --name=value or --name value.
-    std::string name = arg.substr(2), value;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) name.resize(eq);
-    std::string* target = name == "from_hf"      ? &f.from_hf
-                          : name == "to_hf"      ? &f.to_hf
-                          : name == "checkpoint" ? &f.checkpoint
-                          : name == "dtype"      ? &f.dtype
-                                                 : nullptr;
-    if (target == nullptr)
-      return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
-    if (eq != std::string::npos) {
-      value = arg.substr(2 + eq + 1);
-    } else {
-      if (i + 1 >= rest.size()) return Status::InvalidArgument("--" + name + " needs a value");
-      value = rest[++i];
-    }
-    *target = value;
-  }
+  const std::map<std::string, std::string*, std::less<>> targets = {
+      {"from_hf", &f.from_hf}, {"to_hf", &f.to_hf}, {"checkpoint", &f.checkpoint},
+      {"dtype", &f.dtype}};
+  FLEET_ASSIGN_OR_RETURN(ProgramFlags flags,
+                         ParseProgramFlags(config_args.rest, [&](std::string_view name) {
+                           return targets.find(name) != targets.end();
+                         }));
+  f.help = flags.help;
+  for (const auto& [name, value] : flags.values) *targets.find(name)->second = value;
   if (f.help) return f;
   if (f.from_hf.empty() == f.to_hf.empty()) {
     return Status::InvalidArgument("give exactly one of --from_hf DIR and --to_hf DIR");

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "comm/program_help.h"
 #include "comm/yaml_config.h"
+#include "examples/gpt/program_flags.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
 #include "trainer/data/gpt_data.h"
@@ -125,32 +126,15 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
   f.config = config_args.config;
   f.overrides = config_args.overrides;
   std::vector<std::string> generation;
-  const std::vector<std::string>& rest = config_args.rest;
-  for (size_t i = 0; i < rest.size(); ++i) {
-    const std::string& arg = rest[i];
-    if (arg == "-h" || arg == "--help" || arg == "--helpshort") {
-      f.help = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return Status::InvalidArgument("unexpected argument \"" + arg + "\" (see --help)");
-    }
-    // --name=value or --name value.
-    std::string name = arg.substr(2), value;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) name.resize(eq);
-    const bool generation_flag = std::find(std::begin(kGenerationFlags), std::end(kGenerationFlags),
-                                           name) != std::end(kGenerationFlags);
-    if (!generation_flag && name != "checkpoint" && name != "prompt" && name != "seed" &&
-        name != "device" && name != "threads") {
-      return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
-    }
-    if (eq != std::string::npos) {
-      value = arg.substr(2 + eq + 1);
-    } else {
-      if (i + 1 >= rest.size()) return Status::InvalidArgument("--" + name + " needs a value");
-      value = rest[++i];
-    }
+  FLEET_ASSIGN_OR_RETURN(
+      ProgramFlags flags, ParseProgramFlags(config_args.rest, [](std::string_view name) {
+        return std::find(std::begin(kGenerationFlags), std::end(kGenerationFlags), name) !=
+                   std::end(kGenerationFlags) ||
+               name == "checkpoint" || name == "prompt" || name == "seed" || name == "device" ||
+               name == "threads";
+      }));
+  f.help = flags.help;
+  for (const auto& [name, value] : flags.values) {
     if (name == "checkpoint") {
       f.checkpoint = value;
     } else if (name == "prompt") {

@@ -15,6 +15,7 @@
 #include "comm/stop_signal.h"
 #include "comm/yaml_config.h"
 #include "examples/gpt/generate_app.h"
+#include "examples/gpt/program_flags.h"
 #include "trainer/data/gpt_data.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 
@@ -335,36 +336,18 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
       {"threads", {0, 1, 4096}},       {"port", {8000, 0, 65535}},
       {"max_batch", {16, 1, 4096}},    {"max_queue", {64, 1, 1 << 20}},
       {"max_tokens", {0, 0, 1 << 30}}, {"request_timeout_s", {600, 1, 7 * 24 * 3600}}};
-  const std::vector<std::string>& rest = config_args.rest;
-  for (size_t i = 0; i < rest.size(); ++i) {
-    const std::string& arg = rest[i];
-    if (arg == "-h" || arg == "--help" || arg == "--helpshort") {
-      f.help = true;
-      continue;
-    }
-    if (arg.rfind("--", 0) != 0) {
-      return Status::InvalidArgument("unexpected argument \"" + arg + "\" (see --help)");
-    }
-    // --name=value or --name value.
-    std::string name = arg.substr(2), value;
-    const size_t eq = name.find('=');
-    if (eq != std::string::npos) name.resize(eq);
-    auto text = text_flags.find(name);
-    auto integer = integer_flags.find(name);
-    if (text == text_flags.end() && integer == integer_flags.end()) {
-      return Status::InvalidArgument("unknown flag --" + name + " (see --help)");
-    }
-    if (eq != std::string::npos) {
-      value = arg.substr(2 + eq + 1);
-    } else {
-      if (i + 1 >= rest.size()) return Status::InvalidArgument("--" + name + " needs a value");
-      value = rest[++i];
-    }
-    if (text != text_flags.end()) {
+  FLEET_ASSIGN_OR_RETURN(ProgramFlags flags,
+                         ParseProgramFlags(config_args.rest, [&](std::string_view name) {
+                           const std::string key(name);
+                           return text_flags.count(key) > 0 || integer_flags.count(key) > 0;
+                         }));
+  f.help = flags.help;
+  for (const auto& [name, value] : flags.values) {
+    if (auto text = text_flags.find(name); text != text_flags.end()) {
       *text->second = value;
       continue;
     }
-    IntegerFlag& flag = integer->second;
+    IntegerFlag& flag = integer_flags.at(name);
     if (!absl::SimpleAtoi(value, &flag.value) || flag.value < flag.min || flag.value > flag.max) {
       return Status::InvalidArgument("--" + name + " must be an integer in [" +
                                      std::to_string(flag.min) + ", " + std::to_string(flag.max) +
