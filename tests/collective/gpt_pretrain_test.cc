@@ -12,8 +12,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/collective/gpt_run_util.h"
@@ -78,6 +80,20 @@ TEST(GptPretrainTest, ShardingHoldsAShareOfTheState) {
   // the shard.
   EXPECT_GT(s1[0].report.memory.gradient_bytes, full);
   EXPECT_LE(s2[0].report.memory.gradient_bytes, full / 2 + 32 * sizeof(float));
+  // The dry run's gradient figures are these, within the buckets' padding.
+  const EnvLookup no_env = [](const std::string&) { return std::optional<std::string>(); };
+  const std::pair<int, const std::vector<RankRun>*> stages[] = {{0, &dp}, {1, &s1}, {2, &s2}};
+  for (const auto& [stage, run] : stages) {
+    GptJobConfig config = TinyJob(2, FreshDir("plan"));
+    config.distributed.sharding_degree = stage > 0 ? 2 : 1;
+    config.distributed.sharding_stage = stage > 0 ? stage : 1;
+    auto plan = PlanGptJob(config, no_env);
+    ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+    EXPECT_NEAR(static_cast<double>(plan->grad_bytes),
+                static_cast<double>((*run)[0].report.memory.gradient_bytes),
+                64.0 * sizeof(float))
+        << "stage " << stage;
+  }
 }
 
 TEST(GptPretrainTest, ResumeReproducesTheUninterruptedRunExactly) {

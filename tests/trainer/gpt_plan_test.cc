@@ -56,12 +56,13 @@ TEST(GptParamCount, EqualsTheTableTheArenaIsBuiltFrom) {
 TEST(GptPlan, MemoryPerRankBySharding) {
   const GptConfig c = Config(50257, 1024, 768, 12, 12);
   const int64_t N = 124439808;
-  auto plan = [&](Precision p, int degree, int stage) {
+  auto plan = [&](Precision p, int degree, int stage, bool cpu = false) {
     auto r = PlanGpt(c, {.micro_batch_size = 4,
                          .seq_len = 256,
                          .sharding_degree = degree,
                          .sharding_stage = stage,
-                         .precision = p});
+                         .precision = p,
+                         .cpu = cpu});
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     return *r;
   };
@@ -71,14 +72,18 @@ TEST(GptPlan, MemoryPerRankBySharding) {
   EXPECT_EQ(fp32.grad_bytes, 4 * N);
   EXPECT_EQ(fp32.optimizer_bytes, 8 * N);
   const int64_t shard = (N + 7) / 8;
+  // Stages 1 and 2 reduce-scatter into a shard buffer beside the full
+  // gradients; only CPU ranks release the full ones in stage 2.
   const GptPlan s1 = plan(Precision::kBf16, 8, 1);
   EXPECT_EQ(s1.param_bytes, 2 * N);
-  EXPECT_EQ(s1.grad_bytes, 2 * N);
+  EXPECT_EQ(s1.grad_bytes, 2 * (N + shard));
   EXPECT_EQ(s1.optimizer_bytes, 12 * shard);
   const GptPlan s2 = plan(Precision::kFp16, 8, 2);
-  EXPECT_EQ(s2.grad_bytes, 2 * shard);
+  EXPECT_EQ(s2.grad_bytes, 2 * (N + shard));
   EXPECT_EQ(s2.optimizer_bytes, 12 * shard);
-  EXPECT_LT(s2.total_bytes, s1.total_bytes);
+  const GptPlan s2_cpu = plan(Precision::kFp32, 8, 2, /*cpu=*/true);
+  EXPECT_EQ(s2_cpu.grad_bytes, 4 * shard);
+  EXPECT_LT(s2_cpu.total_bytes, plan(Precision::kFp32, 8, 1, /*cpu=*/true).total_bytes);
   // Stage 3: shards of everything, plus the units a pass holds whole: the
   // embeddings (V C + maxT C), ln_f (2 C), two blocks (12 C^2 + 13 C each),
   // and a float32 staging buffer of the largest unit (the embeddings).

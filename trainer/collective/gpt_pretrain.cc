@@ -48,6 +48,7 @@ GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLo
   o.mp_degree = static_cast<int>(d.mp_degree);
   o.dp_degree = static_cast<int>(d.dp_degree);
   o.offload = d.sharding_offload;
+  o.cpu = config.global.device == config::Device::kCpu;
   o.accumulate_steps = static_cast<int>(config.engine.accumulate_steps);
   const int64_t world = d.dp_degree * d.sharding_degree * d.mp_degree;
   int per_node = 0;

@@ -123,7 +123,11 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   const int64_t state_bytes = fp32 ? 8 : 12;  // m, v (+ fp32 master weights)
   const int64_t shard = static_cast<int64_t>(ShardRange(static_cast<size_t>(N), D, 0).size());
   plan.param_bytes = compute_bytes * N;
-  plan.grad_bytes = compute_bytes * (stage >= 2 ? shard : N);
+  // Stages 1 and 2 reduce-scatter into a shard buffer beside the full
+  // gradients; stage 2 then releases the full ones bucket by bucket on CPU
+  // ranks, while a GPU keeps them (one device allocation).
+  const bool full_released = stage == 2 && options.cpu;
+  plan.grad_bytes = compute_bytes * (full_released ? shard : stage >= 1 ? N + shard : N);
   plan.optimizer_bytes = state_bytes * (stage >= 1 ? shard : N);
   if (stage == 3) {
     // The units held whole during a pass (see the header).

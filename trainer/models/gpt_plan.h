@@ -105,6 +105,8 @@ struct GptPlanOptions {
   bool offload = false;
   int accumulate_steps = 1;
   int ranks_per_node = 1;
+  // Ranks on CPUs (Global.device: cpu): what stage 2 can release differs.
+  bool cpu = false;
 };
 
 struct GptPlan {
