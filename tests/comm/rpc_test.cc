@@ -6,6 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -220,11 +225,41 @@ TEST_F(RpcTest, AsyncCallAfterBlockingCallsIsNotLeftForTheNextTick) {
   }
 }
 
-std::chrono::microseconds CpuTime(clockid_t clock) {
-  timespec t;
-  clock_gettime(clock, &t);
-  return std::chrono::seconds(t.tv_sec) +
-         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::nanoseconds(t.tv_nsec));
+// How long a thread has been runnable (on a CPU, or on the run queue
+// waiting for one) since it started, from its schedstat (nanoseconds on a
+// CPU, then waiting). A thread that busy-polls is runnable for its whole
+// window however loaded the machine is, and a sleeping one is not, so this
+// tells spinning from sleeping where CPU time (what a loaded machine hands
+// out) cannot. 0 for a thread that is gone.
+std::chrono::microseconds RunnableTime(const std::filesystem::path& schedstat) {
+  std::ifstream in(schedstat);
+  int64_t on_cpu_ns = 0, waiting_ns = 0;
+  if (!(in >> on_cpu_ns >> waiting_ns)) return std::chrono::microseconds(0);
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+      std::chrono::nanoseconds(on_cpu_ns + waiting_ns));
+}
+
+std::chrono::microseconds ThreadRunnableTime() {
+  return RunnableTime("/proc/thread-self/schedstat");
+}
+
+// Every thread of this process, by thread id.
+std::map<std::string, std::chrono::microseconds> ProcessRunnableTimes() {
+  std::map<std::string, std::chrono::microseconds> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    out[task.path().filename()] = RunnableTime(task.path() / "schedstat");
+  }
+  return out;
+}
+
+// The runnable time the threads alive at both looks gained between them.
+std::chrono::microseconds RunnableSince(
+    const std::map<std::string, std::chrono::microseconds>& before) {
+  std::chrono::microseconds gained(0);
+  for (const auto& [tid, now] : ProcessRunnableTimes()) {
+    if (auto it = before.find(tid); it != before.end()) gained += now - it->second;
+  }
+  return gained;
 }
 
 TEST_F(RpcTest, BusyPollingMissesNoMessageAndSpinsOnlyForItsWindow) {
@@ -265,23 +300,23 @@ TEST_F(RpcTest, BusyPollingMissesNoMessageAndSpinsOnlyForItsWindow) {
   EXPECT_LT(round_trips[round_trips.size() / 2], 30ms) << "messages wait for the spinning to end";
 
   // The server's I/O thread spins for its 100 ms after the request, then
-  // sleeps: the process's CPU over the next 400 ms is well above idle and
-  // well below 400 ms.
+  // sleeps: the process's runnable time over the next 400 ms is well above
+  // idle and well below 400 ms.
   std::this_thread::sleep_for(200ms);
   ASSERT_TRUE(client->CallSync(peer, FloatRequest(kEcho, 2, 1.0f)).ok());
-  const auto process_before = CpuTime(CLOCK_PROCESS_CPUTIME_ID);
+  const auto process_before = ProcessRunnableTimes();
   std::this_thread::sleep_for(400ms);
-  const auto process_spin = CpuTime(CLOCK_PROCESS_CPUTIME_ID) - process_before;
+  const auto process_spin = RunnableSince(process_before);
   EXPECT_GE(process_spin, 5ms) << "the server did not busy-poll";
   EXPECT_LE(process_spin, 250ms) << "busy polling did not stop after its window";
 
   // A caller waiting 1.5 s for a slow handler spins for its 60 ms, then
   // sleeps.
-  const auto thread_before = CpuTime(CLOCK_THREAD_CPUTIME_ID);
+  const auto thread_before = ThreadRunnableTime();
   Message slow;
   slow.header.set_command(kSlow);
   ASSERT_TRUE(client->CallSync(peer, std::move(slow)).ok());
-  const auto caller_spin = CpuTime(CLOCK_THREAD_CPUTIME_ID) - thread_before;
+  const auto caller_spin = ThreadRunnableTime() - thread_before;
   EXPECT_GE(caller_spin, 5ms) << "the waiting caller did not busy-poll";
   EXPECT_LE(caller_spin, 400ms) << "the waiting caller spun past its window";
 }
