@@ -1,6 +1,7 @@
 #include "trainer/kernels/gpt_cpu_kernels.h"
 
 #include <algorithm>
+#include <limits>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -233,11 +234,6 @@ FLEET_VECTOR_CLONES void AddRange(float* y, const float* x, int n) {
   for (int i = 0; i < n; ++i) y[i] += x[i];
 }
 
-FLEET_VECTOR_CLONES void AddTwoRange(float* y, const float* a, const float* b, int n) {
-#pragma omp simd
-  for (int i = 0; i < n; ++i) y[i] = a[i] + b[i];
-}
-
 FLEET_VECTOR_CLONES double SumOfSquaresRange(const float* x, size_t n) {
   // Float lanes over short stretches, folded into double, so that the sum of
   // a 100M-element arena keeps its precision.
@@ -283,38 +279,15 @@ void CpuGptKernels::For(size_t n, const std::function<void(size_t)>& fn) const {
   pool_->ParallelFor(n, fn);
 }
 
+// The whole vocabulary is the shard [0, INT_MAX): one code path for both.
 void CpuGptKernels::EncoderForward(float* out, const int32_t* tokens, const float* wte,
                                    const float* wpe, int B, int T, int C) {
-  const int64_t N = int64_t{B} * T;
-  const Blocks rows = Split(N, workers_, std::max<int64_t>(1, kMinElements / C), kBlocksPerWorker);
-  For(rows.count, [&](size_t blk) {
-    for (int64_t i = rows.begin(blk); i < rows.end(blk); ++i) {
-      AddTwoRange(out + i * C, wte + int64_t{tokens[i]} * C, wpe + (i % T) * C, C);
-    }
-  });
+  EncoderShardForward(out, tokens, wte, wpe, B, T, C, 0, std::numeric_limits<int>::max());
 }
 
 void CpuGptKernels::EncoderBackward(float* dwte, float* dwpe, const float* dout,
                                     const int32_t* tokens, int B, int T, int C) {
-  // Positions: each task owns rows of dwpe. Tokens: two rows may hit the same
-  // dwte row, so each task owns a column range of dwte instead and walks all
-  // rows in order (deterministic, no atomics).
-  const Blocks pos =
-      Split(T, workers_, std::max<int64_t>(1, kMinElements / (int64_t{B} * C)), kBlocksPerWorker);
-  const Blocks cols = Split(C, workers_, 16, 1, 16);
-  For(pos.count + cols.count, [&](size_t task) {
-    if (task < pos.count) {
-      for (int64_t t = pos.begin(task); t < pos.end(task); ++t) {
-        for (int b = 0; b < B; ++b) AddRange(dwpe + t * C, dout + (int64_t{b} * T + t) * C, C);
-      }
-      return;
-    }
-    const size_t blk = task - pos.count;
-    const int64_t c0 = cols.begin(blk), n = cols.end(blk) - c0;
-    for (int64_t i = 0; i < int64_t{B} * T; ++i) {
-      AddRange(dwte + int64_t{tokens[i]} * C + c0, dout + i * C + c0, static_cast<int>(n));
-    }
-  });
+  EncoderShardBackward(dwte, dwpe, dout, tokens, B, T, C, 0, std::numeric_limits<int>::max());
 }
 
 void CpuGptKernels::LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
@@ -581,7 +554,9 @@ void CpuGptKernels::EncoderShardForward(float* out, const int32_t* tokens, const
 void CpuGptKernels::EncoderShardBackward(float* dwte, float* dwpe, const float* dout,
                                          const int32_t* tokens, int B, int T, int C, int v_begin,
                                          int V) {
-  // As EncoderBackward: tasks own rows of dwpe or a column range of dwte.
+  // Positions: each task owns rows of dwpe. Tokens: two rows may hit the same
+  // dwte row, so each task owns a column range of dwte instead and walks all
+  // rows in order (deterministic, no atomics).
   const Blocks pos =
       Split(T, workers_, std::max<int64_t>(1, kMinElements / (int64_t{B} * C)), kBlocksPerWorker);
   const Blocks cols = Split(C, workers_, 16, 1, 16);
