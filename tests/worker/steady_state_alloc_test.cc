@@ -25,13 +25,11 @@ TEST(WorkerSteadyStateAllocationTest, CtrDnnTrainStep) {
   // would reallocate the model's activations for its size, and again for
   // the next full one: twice an epoch, by design, not per step.)
   testing::MakeCtrData(dir, 2048);
-  auto job = ps::LoadJobConfig(fleet::testing::SourcePath("configs/ctr_dnn.yaml"),
-                               {"data.train=" + dir + "/train", "data.test=" + dir + "/test",
-                                "data.oracle="});
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  auto config = ParseWorkerConfig(job->root);
-  ASSERT_TRUE(config.ok()) << config.status().ToString();
-  auto task = CreateWorkerTask(*config, *job, {});
+  auto ctr = testing::LoadCtrJob(dir);
+  ASSERT_TRUE(ctr.ok()) << ctr.status().ToString();
+  const ps::JobConfig& job = ctr->job;
+  const WorkerConfig& config = ctr->config;
+  auto task = CreateWorkerTask(config, job, {});
   ASSERT_TRUE(task.ok()) << task.status().ToString();
   const int64_t batches = (*task)->num_train_batches();
   ASSERT_EQ(batches, 16);

@@ -110,17 +110,15 @@ TEST(WorkerTaskRegistryTest, CreateWorkerTaskRefusesAKindNoModelHas) {
 TEST(WorkerTaskRegistryTest, LoadingDataReportsProgress) {
   const std::string dir = testing::FreshDir("task_load_progress");
   testing::MakeCtrData(dir, 1024);
-  auto job = ps::LoadJobConfig(fleet::testing::SourcePath("configs/ctr_dnn.yaml"),
-                               {"data.train=" + dir + "/train", "data.test=" + dir + "/test",
-                                "data.oracle="});
-  ASSERT_TRUE(job.ok()) << job.status().ToString();
-  auto config = ParseWorkerConfig(job->root);
-  ASSERT_TRUE(config.ok()) << config.status().ToString();
+  auto ctr = testing::LoadCtrJob(dir);
+  ASSERT_TRUE(ctr.ok()) << ctr.status().ToString();
+  const ps::JobConfig& job = ctr->job;
+  const WorkerConfig& config = ctr->config;
   std::vector<std::string> lines;
   WorkerTaskOptions options;
   options.load_progress_every = std::chrono::nanoseconds(1);  // after every batch
   options.load_progress = [&lines](const std::string& line) { lines.push_back(line); };
-  auto task = CreateWorkerTask(*config, *job, options);
+  auto task = CreateWorkerTask(config, job, options);
   ASSERT_TRUE(task.ok()) << task.status().ToString();
   // 2 x 1024 training lines in batches of 256, then the test file's.
   ASSERT_GE(lines.size(), 8u);
@@ -132,7 +130,7 @@ TEST(WorkerTaskRegistryTest, LoadingDataReportsProgress) {
   EXPECT_EQ(lines.back().rfind("loading data.test: ", 0), 0u) << lines.back();
   // Off by default.
   lines.clear();
-  ASSERT_TRUE(CreateWorkerTask(*config, *job, {}).ok());
+  ASSERT_TRUE(CreateWorkerTask(config, job, {}).ok());
   EXPECT_TRUE(lines.empty());
 }
 

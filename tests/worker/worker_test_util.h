@@ -14,12 +14,15 @@
 
 #include "comm/kv_store.h"
 #include "ps/server.h"
+#include "ps/job_config.h"
 #include "ps/table/accessor.h"
 #include "tests/ps/ps_cluster.h"
+#include "tests/test_paths.h"
 #include "trainer/data/ctr_generator.h"
 #include "trainer/data/ctr_reader.h"
 #include "trainer/data/file_io.h"
 #include "worker/app.h"
+#include "worker/config.h"
 
 namespace fleet::worker::testing {
 
@@ -45,6 +48,21 @@ inline data::CtrGeneratorReport MakeCtrData(const std::string& dir, int64_t line
   return report.value();
 }
 
+// configs/ctr_dnn.yaml over the train and test files MakeCtrData wrote into
+// `dir` (no oracle), and its worker section.
+struct CtrJob {
+  ps::JobConfig job;
+  WorkerConfig config;
+};
+inline Result<CtrJob> LoadCtrJob(const std::string& dir) {
+  FLEET_ASSIGN_OR_RETURN(
+      ps::JobConfig job,
+      ps::LoadJobConfig(fleet::testing::SourcePath("configs/ctr_dnn.yaml"),
+                        {"data.train=" + dir + "/train", "data.test=" + dir + "/test",
+                         "data.oracle="}));
+  FLEET_ASSIGN_OR_RETURN(WorkerConfig config, ParseWorkerConfig(job.root));
+  return CtrJob{std::move(job), std::move(config)};
+}
 // The data set of the AUC tests (150k training lines, 75k held out),
 // generated once per process in FreshDir(name); give each test program its
 // own name, ctest runs them in parallel.
