@@ -12,7 +12,8 @@
 # the tests' verdict lines and the runs' last throughput lines). Steps go on
 # after a failure so one run reports everything; the exit status is that of
 # the first failing step. GPU_CHECK_STEPS (default 30) sets the steps per
-# training run; GPU_CHECK_SKIP_TRAIN=1 runs the tests only.
+# training run, GPU_CHECK_SECONDS (default 10) the timed seconds per benchmark
+# case; GPU_CHECK_SKIP_TRAIN=1 runs the tests only.
 set -uo pipefail
 OUT=${OUT:-./gpu_check_out}
 mkdir -p "$OUT"
@@ -31,7 +32,8 @@ step() {  # step NAME TIMEOUT_S COMMAND...: runs it, logs to $OUT/NAME.log
 }
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
-for t in trainer_gpt_cuda_kernels_test trainer_cuda_backend_test heter_dense_section_test; do
+for t in trainer_gpt_cuda_kernels_test trainer_cuda_backend_test heter_dense_section_test \
+    gpt_generate_test; do
   if [ -x "$TESTS/$t" ]; then
     step "$t" 300 "$TESTS/$t"
     grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | sed "s|^|  |" >> "$summary"
@@ -41,25 +43,25 @@ for t in trainer_gpt_cuda_kernels_test trainer_cuda_backend_test heter_dense_sec
 done
 
 # gpt_bench on the GPU: tokens/s, MFU against the same run's cuBLAS bf16
-# GEMM rate, GPU time by kernel kind, device memory (bench/README.md).
+# GEMM rate, GPU time by kernel kind, device memory (bench/README.md). 124M
+# and its PyTorch reference first, so that a short lease gets the main figure.
+secs=${GPU_CHECK_SECONDS:-10}
+bench() {  # bench NAME PRESET RECOMPUTE
+  step "$1" 300 "$BIN/gpt_bench" --device=cuda:0 --preset="$2" --seconds="$secs" --recompute="$3"
+  grep -E 'tokens/s at p50|MFU|VERIFY|^    [a-z]+ +[0-9.]+%' "$OUT/$1.log" | sed "s|^|  |" >> "$summary"
+}
 if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
-  step gpt_bench_124m 300 "$BIN/gpt_bench" --device=cuda:0 --preset=124m --seconds=10
-  step gpt_bench_345m 300 "$BIN/gpt_bench" --device=cuda:0 --preset=345m --seconds=10 \
-    --recompute=off
-  step gpt_bench_1.3b 300 "$BIN/gpt_bench" --device=cuda:0 --preset=1.3b --seconds=10 \
-    --recompute=on
-  for f in gpt_bench_124m gpt_bench_345m gpt_bench_1.3b; do
-    grep -E 'tokens/s at p50|MFU|VERIFY' "$OUT/$f.log" | sed "s|^|  |" >> "$summary"
-  done
+  bench gpt_bench_124m 124m off
   # The PyTorch eager reference of the same model and step, right after.
   if python3 -c 'import torch' 2> /dev/null; then
-    step torch_124m 300 python3 bench/torch_gpt_reference.py --preset=124m --seconds=10
-    step torch_124m_recompute 300 python3 bench/torch_gpt_reference.py --preset=124m \
-      --seconds=10 --recompute
-    grep -h 'tokens/s' "$OUT"/torch_124m*.log | sed "s|^|  |" >> "$summary"
+    step torch_124m 300 python3 bench/torch_gpt_reference.py --preset=124m --seconds="$secs"
+    grep -h 'tokens/s' "$OUT"/torch_124m.log | sed "s|^|  |" >> "$summary"
   else
     echo "torch reference: python3 cannot import torch here" >> "$summary"
   fi
+  bench gpt_bench_124m_recompute 124m on
+  bench gpt_bench_345m 345m off
+  bench gpt_bench_1.3b 1.3b on
 fi
 
 # GPT-2 124M (bf16, micro batch 16 x 1024 tokens, one micro-batch per step),
