@@ -80,6 +80,9 @@ DEFINE_int32(seq, 0, "Tokens per sequence; 0 = the preset's.");
 DEFINE_int32(vocab, 50304, "Vocabulary size.");
 DEFINE_string(device, "cpu", "cpu, or cuda:K (a build with CUDA).");
 DEFINE_string(precision, "bf16", "On a GPU: bf16, fp16 or fp32 (the CPU computes in fp32).");
+DEFINE_string(gemm_operands, "rounded",
+              "On a GPU in bf16 / fp16: rounded (16-bit copies of the GEMM operands) or "
+              "in_kernel (float32 operands, cuBLAS's FAST_16BF compute type).");
 
 namespace fleet::bench {
 namespace {
@@ -360,12 +363,18 @@ CaseResult RunCudaCase(const Preset& p, bool recompute) {
     return result;
   }
   std::printf(
-      "== %s on %s, %s: L %d, C %d, NH %d, V %d, B %d x T %d = %d tokens/step, recompute %s\n",
-      p.name.c_str(), FLAGS_device.c_str(), FLAGS_precision.c_str(), p.layers, p.hidden, p.heads,
-      c.vocab_size, B, T, tokens_per_step, recompute ? "on" : "off");
+      "== %s on %s, %s (GEMM operands %s): L %d, C %d, NH %d, V %d, B %d x T %d = %d "
+      "tokens/step, recompute %s\n",
+      p.name.c_str(), FLAGS_device.c_str(), FLAGS_precision.c_str(), FLAGS_gemm_operands.c_str(),
+      p.layers, p.hidden, p.heads, c.vocab_size, B, T, tokens_per_step, recompute ? "on" : "off");
   auto compute = trainer::CreateGptCompute(FLAGS_device, *precision, 1);
   if (!compute.ok()) {
     std::printf("device: %s\n", compute.status().ToString().c_str());
+    return result;
+  }
+  if (!SetGemmOperands(compute->kernels.get(), FLAGS_gemm_operands)) {
+    std::printf("--gemm_operands must be rounded or in_kernel, got %s\n",
+                FLAGS_gemm_operands.c_str());
     return result;
   }
   KernelTimer timer(compute->kernels.get(), *compute->backend);

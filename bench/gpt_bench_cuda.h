@@ -73,8 +73,8 @@ class KernelTimer final : public trainer::GptKernels {
   void CrossEntropyShardSums(float* sums, const float* logits, const float* row_max,
                              const int32_t* targets, int N, int V, int v_begin) override;
   void CrossEntropyShardFinish(float* losses, float* logits, const float* row_max,
-                               const float* sums, const int32_t* targets, int N, int V,
-                               int v_begin, float dloss, bool write_dlogits) override;
+                               const float* sums, const int32_t* targets, int N, int V, int v_begin,
+                               float dloss, bool write_dlogits) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N, int V,
@@ -99,6 +99,11 @@ class KernelTimer final : public trainer::GptKernels {
 // (CUBLAS_COMPUTE_32F, tensor cores), over `rounds` runs after a warm-up:
 // the peak MFU is measured against. TFLOP/s.
 double CublasBf16GemmTflops(int n, int rounds);
+
+// Sets how `kernels` (a CudaGptKernels) feeds its 16-bit GEMMs: "rounded"
+// (16-bit scratch copies of the operands) or "in_kernel" (float32 operands,
+// FAST_16BF / _16F compute type). False for any other name.
+bool SetGemmOperands(trainer::GptKernels* kernels, std::string_view operands);
 
 // Device memory in use on the current device (total - free), MiB: with
 // everything allocated up front, the training step's high-water mark.

@@ -46,9 +46,11 @@ done
 # GEMM rate, GPU time by kernel kind, device memory (bench/README.md). 124M
 # and its PyTorch reference first, so that a short lease gets the main figure.
 secs=${GPU_CHECK_SECONDS:-10}
-bench() {  # bench NAME PRESET RECOMPUTE
-  step "$1" 300 "$BIN/gpt_bench" --device=cuda:0 --preset="$2" --seconds="$secs" --recompute="$3"
-  grep -E 'tokens/s at p50|MFU|VERIFY|^    [a-z]+ +[0-9.]+%' "$OUT/$1.log" | sed "s|^|  |" >> "$summary"
+bench() {  # bench NAME PRESET RECOMPUTE [GPT_BENCH FLAGS...]
+  local name=$1 preset=$2 recompute=$3; shift 3
+  step "$name" 300 "$BIN/gpt_bench" --device=cuda:0 --preset="$preset" --seconds="$secs" \
+    --recompute="$recompute" "$@"
+  grep -E 'tokens/s at p50|MFU|VERIFY|^    [a-z]+ +[0-9.]+%' "$OUT/$name.log" | sed "s|^|  |" >> "$summary"
 }
 if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   bench gpt_bench_124m 124m off
@@ -59,6 +61,8 @@ if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   else
     echo "torch reference: python3 cannot import torch here" >> "$summary"
   fi
+  # The GEMMs fed float32 operands (cuBLAS rounds them inside its kernels).
+  bench gpt_bench_124m_in_kernel 124m off --gemm_operands=in_kernel
   bench gpt_bench_124m_recompute 124m on
   bench gpt_bench_345m 345m off
   bench gpt_bench_1.3b 1.3b on
@@ -67,11 +71,13 @@ fi
 # GPT-2 124M (bf16, micro batch 16 x 1024 tokens, one micro-batch per step),
 # with and without recompute, and the 345M single-card config as written
 # started by hand (no FLEET_DEVICE: a single process takes cuda:0), on the
-# fortunes tokens pack.sh made. gpt_pretrain logs tokens/s per step.
+# fortunes tokens pack.sh made (llm.c .bin shards: TokenBinDataset).
+# gpt_pretrain logs tokens/s per step.
 if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   steps=${GPU_CHECK_STEPS:-30}
   common=(-o "Engine.max_steps=$steps" -o "Optimizer.lr.decay_steps=$steps"
           -o Engine.eval_freq=1000000 -o Engine.save_load.save_steps=1000000
+          -o Data.Train.dataset.name=TokenBinDataset -o Data.Eval.dataset.name=TokenBinDataset
           -o "Data.Train.dataset.input_dir=$GPU_DATA/gptbin"
           -o "Data.Eval.dataset.input_dir=$GPU_DATA/gptbin")
   run() {  # run NAME CONFIG OVERRIDES...

@@ -4,11 +4,10 @@
 // multiple of the 32-row attention tile, B = 1, NH = 1, head sizes 8 to 160
 // with each register layout, shared memory above 48 KiB), the tensor-core
 // attention of bf16 / fp16 (head sizes 16 to 128; the decode test's head
-// size 16 takes it too), the KV-cache decode, determinism, and a whole GptModel step (loss, every gradient named
-// by tensor, the loss after an AdamW step, recompute bit-identical) in fp32
-// and bf16. Skipped with a reason when no GPU is present (the CUDA code still
-// has to compile and link for this test to exist); the factory's errors are
-// tested everywhere.
+// size 16 takes it too), the KV-cache decode, determinism, and a whole GptModel step (loss, every
+// gradient named by tensor, the loss after an AdamW step, recompute bit-identical) in fp32 and
+// bf16. Skipped with a reason when no GPU is present (the CUDA code still has to compile and link
+// for this test to exist); the factory's errors are tested everywhere.
 //
 // Tolerances, |got - want| <= abs + rel |want| per element:
 //   * fp32, every kernel, and in every precision the kernels that compute in
@@ -148,8 +147,8 @@ struct KernelShape {
 // T = 1, 37, 70, 96, 33, 40 (one partial tile, several, exact multiples);
 // float32 attention backward on the last two needs 66 and 82 KiB of shared
 // memory (the opt-in path).
-const std::vector<KernelShape> kShapes = {{1, 1, 8, 1},    {2, 37, 32, 4},  {1, 70, 64, 1},
-                                          {3, 96, 96, 3},  {2, 33, 256, 2}, {1, 40, 160, 1}};
+const std::vector<KernelShape> kShapes = {{1, 1, 8, 1},   {2, 37, 32, 4},  {1, 70, 64, 1},
+                                          {3, 96, 96, 3}, {2, 33, 256, 2}, {1, 40, 160, 1}};
 
 class GptCudaKernels : public ::testing::TestWithParam<Precision> {
  protected:
@@ -230,41 +229,52 @@ TEST_P(GptCudaKernels, LayerNorm) {
   }
 }
 
+// Both ways of feeding 16-bit GEMMs (CudaGptKernels::GemmOperands) compute
+// the same thing: operands rounded to the precision, float32 accumulation.
 TEST_P(GptCudaKernels, Matmul) {
-  for (const KernelShape& s : kShapes) {
-    const int N = s.B * s.T, IC = s.C;
-    for (const int OC : {3 * s.C, 67}) {  // a projection, and a head over an odd vocabulary
-      for (const bool with_bias : {true, false}) {
-        for (const bool accumulate : {false, true}) {
-          const std::string at = s.Name() + " OC" + std::to_string(OC) +
-                                 (with_bias ? " bias" : " nobias") +
-                                 (accumulate ? " accumulate " : " ");
-          const auto inp = RandomVector(size_t(N) * IC, 14), w = RandomVector(size_t(OC) * IC, 15);
-          const auto bias = RandomVector(OC, 16);
-          auto out = RandomVector(size_t(N) * OC, 17);  // kept only when accumulating
-          float* d_out = dev_->Put(out);
-          const float *d_inp = dev_->Put(inp), *d_w = dev_->Put(w);
-          cpu_.MatmulForward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr,
-                             N, IC, OC, accumulate);
-          gpu().MatmulForward(d_out, d_inp, d_w, with_bias ? dev_->Put(bias) : nullptr, N, IC, OC,
-                              accumulate);
-          EXPECT_TRUE(Close(at + "out", dev_->Get(d_out, out.size()), out, precision(), true));
+  auto* cuda = dynamic_cast<CudaGptKernels*>(&gpu());
+  ASSERT_NE(cuda, nullptr);
+  using Operands = CudaGptKernels::GemmOperands;
+  for (const Operands operands : {Operands::kRounded, Operands::kInKernel}) {
+    cuda->set_gemm_operands(operands);
+    const std::string mode = operands == Operands::kRounded ? "rounded " : "in-kernel ";
+    for (const KernelShape& s : kShapes) {
+      const int N = s.B * s.T, IC = s.C;
+      for (const int OC : {3 * s.C, 67}) {  // a projection, and a head over an odd vocabulary
+        for (const bool with_bias : {true, false}) {
+          for (const bool accumulate : {false, true}) {
+            const std::string at = mode + s.Name() + " OC" + std::to_string(OC) +
+                                   (with_bias ? " bias" : " nobias") +
+                                   (accumulate ? " accumulate " : " ");
+            const auto inp = RandomVector(size_t(N) * IC, 14),
+                       w = RandomVector(size_t(OC) * IC, 15);
+            const auto bias = RandomVector(OC, 16);
+            auto out = RandomVector(size_t(N) * OC, 17);  // kept only when accumulating
+            float* d_out = dev_->Put(out);
+            const float *d_inp = dev_->Put(inp), *d_w = dev_->Put(w);
+            cpu_.MatmulForward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr,
+                               N, IC, OC, accumulate);
+            gpu().MatmulForward(d_out, d_inp, d_w, with_bias ? dev_->Put(bias) : nullptr, N, IC, OC,
+                                accumulate);
+            EXPECT_TRUE(Close(at + "out", dev_->Get(d_out, out.size()), out, precision(), true));
 
-          // Backward with and without the input and bias gradients.
-          const auto dout = RandomVector(out.size(), 18);
-          auto dinp = RandomVector(inp.size(), 19), dw = RandomVector(w.size(), 20),
-               db = RandomVector(OC, 21);
-          float *d_dinp = dev_->Put(dinp), *d_dw = dev_->Put(dw), *d_db = dev_->Put(db);
-          const bool want_dinp = accumulate;  // both variants over the loop
-          cpu_.MatmulBackward(want_dinp ? dinp.data() : nullptr, dw.data(),
-                              with_bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(),
-                              N, IC, OC);
-          gpu().MatmulBackward(want_dinp ? d_dinp : nullptr, d_dw, with_bias ? d_db : nullptr,
-                               dev_->Put(dout), d_inp, d_w, N, IC, OC);
-          EXPECT_TRUE(Close(at + "dinp", dev_->Get(d_dinp, dinp.size()), dinp, precision(), true));
-          EXPECT_TRUE(Close(at + "dweight", dev_->Get(d_dw, dw.size()), dw, precision(), true));
-          // The bias gradient is a float32 column sum in every precision.
-          EXPECT_TRUE(Close(at + "dbias", dev_->Get(d_db, OC), db, precision(), false));
+            // Backward with and without the input and bias gradients.
+            const auto dout = RandomVector(out.size(), 18);
+            auto dinp = RandomVector(inp.size(), 19), dw = RandomVector(w.size(), 20),
+                 db = RandomVector(OC, 21);
+            float *d_dinp = dev_->Put(dinp), *d_dw = dev_->Put(dw), *d_db = dev_->Put(db);
+            const bool want_dinp = accumulate;  // both variants over the loop
+            cpu_.MatmulBackward(want_dinp ? dinp.data() : nullptr, dw.data(),
+                                with_bias ? db.data() : nullptr, dout.data(), inp.data(), w.data(),
+                                N, IC, OC);
+            gpu().MatmulBackward(want_dinp ? d_dinp : nullptr, d_dw, with_bias ? d_db : nullptr,
+                                 dev_->Put(dout), d_inp, d_w, N, IC, OC);
+            EXPECT_TRUE(
+                Close(at + "dinp", dev_->Get(d_dinp, dinp.size()), dinp, precision(), true));
+            EXPECT_TRUE(Close(at + "dweight", dev_->Get(d_dw, dw.size()), dw, precision(), true));
+            // The bias gradient is a float32 column sum in every precision.
+            EXPECT_TRUE(Close(at + "dbias", dev_->Get(d_db, OC), db, precision(), false));
+          }
         }
       }
     }
@@ -407,8 +417,8 @@ TEST_P(GptCudaKernels, AttentionDecodeMatchesCpu) {
     const std::string at = "past " + std::to_string(past) + " T " + std::to_string(T) + " ";
     const auto qkv = RandomVector(size_t(B) * T * 3 * C, 27 + past);
     std::vector<float> out(size_t(B) * T * C), scratch(size_t(B) * NH * T * (past + T));
-    cpu_.AttentionDecodeForward(out.data(), kc.data(), vc.data(), scratch.data(), qkv.data(), B,
-                                T, past, maxT, C, NH);
+    cpu_.AttentionDecodeForward(out.data(), kc.data(), vc.data(), scratch.data(), qkv.data(), B, T,
+                                past, maxT, C, NH);
     float* d_out = dev_->Zeros(out.size());
     float* d_scratch = dev_->Zeros(scratch.size());
     gpu().AttentionDecodeForward(d_out, d_kc, d_vc, d_scratch, dev_->Put(qkv), B, T, past, maxT, C,
@@ -653,8 +663,8 @@ TEST_P(GptCudaModel, StepMatchesCpu) {
   }
 
   // Recompute on CUDA: bit-identical gradients (the twin is deterministic).
-  auto recompute = GptModel::Create(ModelConfig(true), compute->backend.get(),
-                                    compute->kernels.get());
+  auto recompute =
+      GptModel::Create(ModelConfig(true), compute->backend.get(), compute->kernels.get());
   ASSERT_TRUE(recompute.ok());
   (*recompute)->arena().ZeroGrad();
   auto lr = (*recompute)->Forward(batch.tokens, batch.targets, B, T);
@@ -686,8 +696,7 @@ TEST_P(GptCudaModel, StepMatchesCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Precisions, GptCudaModel,
-                         ::testing::Values(Precision::kFp32, Precision::kBf16),
-                         PrecisionParamName);
+                         ::testing::Values(Precision::kFp32, Precision::kBf16), PrecisionParamName);
 
 }  // namespace
 }  // namespace fleet::trainer

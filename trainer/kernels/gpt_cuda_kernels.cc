@@ -36,6 +36,11 @@ cublasComputeType_t ComputeType(Precision precision) {
   return CUBLAS_COMPUTE_32F;
 }
 
+// The 16-bit element type of a bf16 / fp16 precision's rounded operands.
+cudaDataType_t Type16(Precision precision) {
+  return precision == Precision::kFp16 ? CUDA_R_16F : CUDA_R_16BF;
+}
+
 ops::TileType TileTypeOf(Precision precision) {
   switch (precision) {
     case Precision::kBf16:
@@ -79,8 +84,9 @@ struct CudaGptKernels::BiasGemm {
     cublasLtMatmulAlgo_t algo{};
     bool usable = false;
   };
-  // N, IC, OC, beta != 0, and the alignments of inp, weight, out, bias.
-  using Key = std::array<int64_t, 8>;
+  // N, IC, OC, beta != 0, rounded operands, and the alignments of inp,
+  // weight, out, bias.
+  using Key = std::array<int64_t, 9>;
 
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -170,6 +176,7 @@ CudaGptKernels::~CudaGptKernels() {
   cudaStreamSynchronize(stream_);  // nothing of ours may still use the handle or buffer
   cublasDestroy(handle_);
   cudaFree(partials_);
+  for (Scratch& scratch : rounded_) cudaFree(scratch.data);
   // bias_gemm_'s destructor releases cuBLASLt's plans, workspace and handle.
 }
 
@@ -180,28 +187,67 @@ void CudaGptKernels::Gemm(bool trans_a, bool trans_b, int M, int N, int K, const
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // op(A) op(B) is zero: C = beta C, i.e. untouched for beta 1
     if (beta == 0.0f) {
-      FLEET_CUDA_CHECK(cudaMemset2DAsync(C, size_t(ldc) * sizeof(float), 0, size_t(N) * sizeof(float),
-                                         size_t(M), stream_));
+      FLEET_CUDA_CHECK(cudaMemset2DAsync(C, size_t(ldc) * sizeof(float), 0,
+                                         size_t(N) * sizeof(float), size_t(M), stream_));
     }
     return;
   }
   const float alpha = 1.0f;
   // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T.
+  if (RoundsOperands()) {
+    // op(A) is [M, K]: A is stored [K, M] when transposed; likewise B.
+    const size_t a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
+    const size_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
+    const void* a16 = RoundOperand(0, A, a_rows, a_cols, lda);
+    const void* b16 = RoundOperand(1, B, b_rows, b_cols, ldb);
+    const cudaDataType_t type = Type16(precision_);
+    FLEET_CUBLAS_CHECK(cublasGemmEx(
+        handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+        &alpha, b16, type, static_cast<int>(b_cols), a16, type, static_cast<int>(a_cols), &beta, C,
+        CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
   FLEET_CUBLAS_CHECK(cublasGemmEx(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                                   trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
                                   CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
                                   ComputeType(precision_), CUBLAS_GEMM_DEFAULT));
 }
 
+bool CudaGptKernels::RoundsOperands() const {
+  return precision_ != Precision::kFp32 && gemm_operands_ == GemmOperands::kRounded;
+}
+
+const void* CudaGptKernels::RoundOperand(int slot, const float* src, size_t rows, size_t cols,
+                                         size_t ld) {
+  Scratch& scratch = rounded_[slot];
+  const size_t bytes = rows * cols * 2;
+  if (bytes > scratch.bytes) {
+    // cudaFree waits for the device, so the old buffer's readers are done.
+    FLEET_CUDA_CHECK(cudaFree(scratch.data));
+    scratch.data = nullptr;
+    scratch.bytes = 0;
+    FLEET_CUDA_CHECK(cudaMalloc(&scratch.data, bytes));
+    scratch.bytes = bytes;
+  }
+  FLEET_CUDA_CHECK(
+      ops::RoundRows(scratch.data, src, rows, cols, ld, TileTypeOf(precision_), stream_));
+  return scratch.data;
+}
+
 bool CudaGptKernels::FusedBiasGemm(float* out, const float* inp, const float* weight,
                                    const float* bias, int N, int IC, int OC, float beta) {
   BiasGemm& lt = *bias_gemm_;
+  const bool rounded = RoundsOperands();
+  // Rounded operands live in scratch that cudaMalloc aligns to 256 bytes.
+  const uint32_t align_inp = rounded ? 256 : AlignmentOf(inp);
+  const uint32_t align_weight = rounded ? 256 : AlignmentOf(weight);
   const BiasGemm::Key key = {N,
                              IC,
                              OC,
                              beta != 0.0f,
-                             AlignmentOf(inp),
-                             AlignmentOf(weight),
+                             rounded,
+                             align_inp,
+                             align_weight,
                              AlignmentOf(out),
                              AlignmentOf(bias)};
   auto [it, inserted] = lt.plans.try_emplace(key);
@@ -215,9 +261,10 @@ bool CudaGptKernels::FusedBiasGemm(float* out, const float* inp, const float* we
     const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
     const int32_t bias_type = CUDA_R_32F;
     const void* bias_pointer = bias;  // its alignment steers the heuristic
+    const cudaDataType_t operand_type = rounded ? Type16(precision_) : CUDA_R_32F;
     bool ok =
-        cublasLtMatmulDescCreate(&plan.desc, ComputeType(precision_), CUDA_R_32F) ==
-            CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescCreate(&plan.desc, rounded ? CUBLAS_COMPUTE_32F : ComputeType(precision_),
+                                 CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a,
                                        sizeof(trans_a)) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b,
@@ -226,48 +273,46 @@ bool CudaGptKernels::FusedBiasGemm(float* out, const float* inp, const float* we
                                        sizeof(epilogue)) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                        sizeof(bias_type)) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                       &bias_pointer,
+        cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias_pointer,
                                        sizeof(bias_pointer)) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, IC, OC, IC) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&plan.b, CUDA_R_32F, IC, N, IC) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&plan.a, operand_type, IC, OC, IC) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&plan.b, operand_type, IC, N, IC) == CUBLAS_STATUS_SUCCESS &&
         cublasLtMatrixLayoutCreate(&plan.c, CUDA_R_32F, OC, N, OC) == CUBLAS_STATUS_SUCCESS;
     cublasLtMatmulPreference_t preference = nullptr;
     if (ok) {
       const uint64_t workspace = kLtWorkspaceBytes;
-      const uint32_t align_a = AlignmentOf(weight), align_b = AlignmentOf(inp),
-                     align_c = AlignmentOf(out);
+      const uint32_t align_a = align_weight, align_b = align_inp, align_c = AlignmentOf(out);
       ok = cublasLtMatmulPreferenceCreate(&preference) == CUBLAS_STATUS_SUCCESS &&
-           cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                &workspace,
-                                                sizeof(workspace)) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(
+               preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+               sizeof(workspace)) == CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(
+               preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a, sizeof(align_a)) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(
+               preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b, sizeof(align_b)) ==
+               CUBLAS_STATUS_SUCCESS &&
+           cublasLtMatmulPreferenceSetAttribute(
+               preference, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c, sizeof(align_c)) ==
+               CUBLAS_STATUS_SUCCESS &&
            cublasLtMatmulPreferenceSetAttribute(preference,
-                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align_a,
-                                                sizeof(align_a)) == CUBLAS_STATUS_SUCCESS &&
-           cublasLtMatmulPreferenceSetAttribute(preference,
-                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align_b,
-                                                sizeof(align_b)) == CUBLAS_STATUS_SUCCESS &&
-           cublasLtMatmulPreferenceSetAttribute(preference,
-                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_c,
-                                                sizeof(align_c)) == CUBLAS_STATUS_SUCCESS &&
-           cublasLtMatmulPreferenceSetAttribute(preference,
-                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_c,
-                                                sizeof(align_c)) == CUBLAS_STATUS_SUCCESS;
+                                                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                &align_c, sizeof(align_c)) == CUBLAS_STATUS_SUCCESS;
     }
     if (ok) {
       cublasLtMatmulHeuristicResult_t result{};
       int found = 0;
-      ok = cublasLtMatmulAlgoGetHeuristic(lt.handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
-                                          preference, 1, &result, &found) ==
-               CUBLAS_STATUS_SUCCESS &&
-           found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+      ok =
+          cublasLtMatmulAlgoGetHeuristic(lt.handle, plan.desc, plan.a, plan.b, plan.c, plan.c,
+                                         preference, 1, &result, &found) == CUBLAS_STATUS_SUCCESS &&
+          found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
       if (ok) plan.algo = result.algo;
     }
     if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
     plan.usable = ok;
     if (!ok) {
-      LOG(INFO) << "cuBLASLt has no fused-bias matmul for N " << N << ", IC " << IC << ", OC "
-                << OC << " here; using cuBLAS and a bias kernel";
+      LOG(INFO) << "cuBLASLt has no fused-bias matmul for N " << N << ", IC " << IC << ", OC " << OC
+                << " here; using cuBLAS and a bias kernel";
     }
   }
   if (!plan.usable) return false;
@@ -275,8 +320,14 @@ bool CudaGptKernels::FusedBiasGemm(float* out, const float* inp, const float* we
   FLEET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &bias_pointer, sizeof(bias_pointer)));
   const float alpha = 1.0f;
-  FLEET_CUBLAS_CHECK(cublasLtMatmul(lt.handle, plan.desc, &alpha, weight, plan.a, inp, plan.b,
-                                    &beta, out, plan.c, out, plan.c, &plan.algo, lt.workspace,
+  const void* a = weight;
+  const void* b = inp;
+  if (rounded) {
+    a = RoundOperand(0, weight, OC, IC, IC);
+    b = RoundOperand(1, inp, N, IC, IC);
+  }
+  FLEET_CUBLAS_CHECK(cublasLtMatmul(lt.handle, plan.desc, &alpha, a, plan.a, b, plan.b, &beta, out,
+                                    plan.c, out, plan.c, &plan.algo, lt.workspace,
                                     kLtWorkspaceBytes, stream_));
   return true;
 }
@@ -300,12 +351,12 @@ void CudaGptKernels::LayerNormForward(float* out, float* mean, float* rstd, cons
       ops::LayerNormForward(out, mean, rstd, inp, weight, bias, N, C, kLayerNormEps, stream_));
 }
 
-void CudaGptKernels::LayerNormBackward(float* dinp, float* dweight, float* dbias,
-                                       const float* dout, const float* inp, const float* weight,
-                                       const float* mean, const float* rstd, int N, int C) {
+void CudaGptKernels::LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                       const float* inp, const float* weight, const float* mean,
+                                       const float* rstd, int N, int C) {
   Enter();
-  FLEET_CUDA_CHECK(ops::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N,
-                                          C, stream_));
+  FLEET_CUDA_CHECK(
+      ops::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_));
 }
 
 void CudaGptKernels::MatmulForward(float* out, const float* inp, const float* weight,
@@ -344,8 +395,7 @@ void CudaGptKernels::AttentionForward(float* out, float* saved, const float* qkv
                                       int C, int NH) {
   CheckHeadSize(C, NH);
   Enter();
-  FLEET_CUDA_CHECK(
-      ops::AttentionForward(out, saved, qkv, B, T, C, NH, TileTypeOf(precision_),
+  FLEET_CUDA_CHECK(ops::AttentionForward(out, saved, qkv, B, T, C, NH, TileTypeOf(precision_),
                                          tensor_core_attention_, stream_));
 }
 
@@ -355,8 +405,7 @@ void CudaGptKernels::AttentionBackward(float* dqkv, float* scratch, const float*
   CheckHeadSize(C, NH);
   Enter();
   FLEET_CUDA_CHECK(ops::AttentionBackward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH,
-                                          TileTypeOf(precision_), tensor_core_attention_,
-                                          stream_));
+                                          TileTypeOf(precision_), tensor_core_attention_, stream_));
 }
 
 void CudaGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,
@@ -437,8 +486,7 @@ void CudaGptKernels::AdamWUpdate(float* p, const float* g, float* m, float* v, s
                                  const AdamWStep& s) {
   Enter();
   FLEET_CUDA_CHECK(ops::AdamWUpdate(p, g, m, v, n, s.lr, s.beta1, s.beta2, s.eps, s.weight_decay,
-                                    s.bias_correction1, s.bias_correction2, s.grad_scale,
-                                    stream_));
+                                    s.bias_correction1, s.bias_correction2, s.grad_scale, stream_));
 }
 
 }  // namespace fleet::trainer

@@ -11,7 +11,9 @@
 //     alignment and cached, with a workspace allocated at construction
 //     (no allocation or host synchronisation per call); where cuBLASLt
 //     offers no algorithm it falls back to cublasGemmEx plus a bias kernel.
-//     The other GEMMs are cublasGemmEx. Bias gradients are a float32
+//     The other GEMMs are cublasGemmEx. In bf16 / fp16 the float32 operands
+//     are first rounded into 16-bit scratch copies (GemmOperands::kRounded)
+//     so that cuBLAS runs its 16-bit tensor-core kernels. Bias gradients are a float32
 //     column-sum kernel (gpt_cuda_ops.cu): cuBLASLt's BGRADB epilogue
 //     overwrites its output, while the interface adds into dbias, so fusing
 //     it would need a scratch vector and an add kernel for nothing saved;
@@ -95,6 +97,17 @@ class CudaGptKernels final : public GptKernels {
   // head sizes that are multiples of 16 up to 128 take that path.
   bool tensor_core_attention() const { return tensor_core_attention_; }
 
+  // How the bf16 / fp16 GEMMs take their float32 operands. kRounded (the
+  // default) rounds each operand into a 16-bit scratch copy (one vectorised
+  // pass) and multiplies 16-bit by 16-bit; kInKernel hands cuBLAS the
+  // float32 buffers with the FAST_16BF / FAST_16F compute type, which rounds
+  // inside its kernels. Same arithmetic either way (operands rounded to
+  // nearest, float32 accumulation and output); gpt_bench times both. No
+  // effect in fp32.
+  enum class GemmOperands { kRounded, kInKernel };
+  void set_gemm_operands(GemmOperands operands) { gemm_operands_ = operands; }
+  GemmOperands gemm_operands() const { return gemm_operands_; }
+
   Device device() const override { return device_; }
   std::string_view name() const override { return "cuda"; }
 
@@ -160,15 +173,29 @@ class CudaGptKernels final : public GptKernels {
   // for this shape and these pointers' alignment.
   bool FusedBiasGemm(float* out, const float* inp, const float* weight, const float* bias, int N,
                      int IC, int OC, float beta);
+  // True when GEMMs round their operands into scratch first (16-bit
+  // precisions under GemmOperands::kRounded).
+  bool RoundsOperands() const;
+  // The 16-bit copy of src [rows, cols] (row stride ld) in scratch slot
+  // `slot` (0 or 1: a GEMM's two operands), enqueued on the stream. The
+  // slot grows to the largest operand on first use, not per step.
+  const void* RoundOperand(int slot, const float* src, size_t rows, size_t cols, size_t ld);
 
   // Fixed after construction.
   const Device device_;
   const Precision precision_;
   const bool tensor_core_attention_;
-  const cudaStream_t stream_;       // the backend's; not owned
-  const cublasHandle_t handle_;     // owned, bound to stream_
-  double* const partials_;          // owned device buffer of SumOfSquares' block sums
+  const cudaStream_t stream_;                  // the backend's; not owned
+  const cublasHandle_t handle_;                // owned, bound to stream_
+  double* const partials_;                     // owned device buffer of SumOfSquares' block sums
   const std::unique_ptr<BiasGemm> bias_gemm_;  // plans filled on first use of a shape
+
+  GemmOperands gemm_operands_ = GemmOperands::kRounded;
+  struct Scratch {
+    void* data = nullptr;  // owned device buffer
+    size_t bytes = 0;
+  };
+  Scratch rounded_[2];  // the 16-bit operands of the GEMM in flight
 };
 
 }  // namespace fleet::trainer

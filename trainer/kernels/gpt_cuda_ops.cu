@@ -223,6 +223,30 @@ __global__ void AddBiasKernel(float* out, const float* bias, int cols, size_t n)
   for (size_t i = GlobalThread(); i < n; i += GridThreads()) out[i] += bias[i % cols];
 }
 
+// dst [rows, cols] (packed) = src [rows, cols] (row stride ld) rounded to TT;
+// four elements a thread when rows are 16-byte aligned (vector loads).
+template <typename TT>
+__global__ void RoundRowsKernel(TT* dst, const float* src, size_t rows, size_t cols, size_t ld,
+                                bool vector4) {
+  if (vector4) {
+    const size_t quads = cols / 4, n = rows * quads;
+    for (size_t i = GlobalThread(); i < n; i += GridThreads()) {
+      const size_t r = i / quads, c = (i % quads) * 4;
+      const float4 v = *reinterpret_cast<const float4*>(src + r * ld + c);
+      TT* o = dst + r * cols + c;
+      StoreTile(o[0], v.x);
+      StoreTile(o[1], v.y);
+      StoreTile(o[2], v.z);
+      StoreTile(o[3], v.w);
+    }
+    return;
+  }
+  const size_t n = rows * cols;
+  for (size_t i = GlobalThread(); i < n; i += GridThreads()) {
+    StoreTile(dst[i], src[(i / cols) * ld + i % cols]);
+  }
+}
+
 // ---- attention ------------------------------------------------------------------------
 
 constexpr int kTile = kAttentionTile;
@@ -880,6 +904,28 @@ cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, const f
 cudaError_t AddBias(float* out, const float* bias, int rows, int cols, cudaStream_t s) {
   const size_t n = size_t(rows) * cols;
   if (n) AddBiasKernel<<<GridFor(n), kThreads, 0, s>>>(out, bias, cols, n);
+  return cudaGetLastError();
+}
+
+cudaError_t RoundRows(void* dst, const float* src, size_t rows, size_t cols, size_t ld,
+                      TileType tile, cudaStream_t s) {
+  const size_t n = rows * cols;
+  if (n == 0) return cudaGetLastError();
+  const bool vector4 =
+      cols % 4 == 0 && ld % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0;
+  const unsigned grid = GridFor(vector4 ? n / 4 : n);
+  switch (tile) {
+    case TileType::kBf16:
+      RoundRowsKernel<<<grid, kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(dst), src, rows, cols,
+                                                ld, vector4);
+      break;
+    case TileType::kFp16:
+      RoundRowsKernel<<<grid, kThreads, 0, s>>>(static_cast<__half*>(dst), src, rows, cols, ld,
+                                                vector4);
+      break;
+    case TileType::kFloat:
+      return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

@@ -51,6 +51,11 @@ cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, const f
 cudaError_t AddBias(float* out, const float* bias, int rows, int cols, cudaStream_t s);
 // dbias[c] += sum_r dout[r, c], rows summed in a fixed order.
 //   dbias: [cols], dout: [rows, cols]
+// dst (packed [rows, cols] of 16-bit `tile` elements, kBf16 or kFp16) =
+// src [rows, cols] with row stride ld, rounded to nearest: the operands of a
+// 16-bit GEMM.
+cudaError_t RoundRows(void* dst, const float* src, size_t rows, size_t cols, size_t ld,
+                      TileType tile, cudaStream_t s);
 cudaError_t BiasBackward(float* dbias, const float* dout, int rows, int cols, cudaStream_t s);
 
 // The attention launchers below take `tensor_cores`: when true (the caller
