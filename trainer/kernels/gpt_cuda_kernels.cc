@@ -177,6 +177,7 @@ CudaGptKernels::~CudaGptKernels() {
   cublasDestroy(handle_);
   cudaFree(partials_);
   for (Scratch& scratch : rounded_) cudaFree(scratch.data);
+  cudaFree(column_partials_.data);
   // bias_gemm_'s destructor releases cuBLASLt's plans, workspace and handle.
 }
 
@@ -200,11 +201,8 @@ void CudaGptKernels::Gemm(bool trans_a, bool trans_b, int M, int N, int K, const
     const size_t b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
     const void* a16 = RoundOperand(0, A, a_rows, a_cols, lda);
     const void* b16 = RoundOperand(1, B, b_rows, b_cols, ldb);
-    const cudaDataType_t type = Type16(precision_);
-    FLEET_CUBLAS_CHECK(cublasGemmEx(
-        handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-        &alpha, b16, type, static_cast<int>(b_cols), a16, type, static_cast<int>(a_cols), &beta, C,
-        CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    Gemm16(trans_a, trans_b, M, N, K, a16, static_cast<int>(a_cols), b16, static_cast<int>(b_cols),
+           beta, C, ldc);
     return;
   }
   FLEET_CUBLAS_CHECK(cublasGemmEx(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -213,14 +211,17 @@ void CudaGptKernels::Gemm(bool trans_a, bool trans_b, int M, int N, int K, const
                                   ComputeType(precision_), CUBLAS_GEMM_DEFAULT));
 }
 
-bool CudaGptKernels::RoundsOperands() const {
-  return precision_ != Precision::kFp32 && gemm_operands_ == GemmOperands::kRounded;
+void CudaGptKernels::Gemm16(bool trans_a, bool trans_b, int M, int N, int K, const void* A,
+                            int lda, const void* B, int ldb, float beta, float* C, int ldc) {
+  const float alpha = 1.0f;
+  const cudaDataType_t type = Type16(precision_);
+  FLEET_CUBLAS_CHECK(cublasGemmEx(handle_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, type, ldb,
+                                  A, type, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
 }
 
-const void* CudaGptKernels::RoundOperand(int slot, const float* src, size_t rows, size_t cols,
-                                         size_t ld) {
-  Scratch& scratch = rounded_[slot];
-  const size_t bytes = rows * cols * 2;
+void* CudaGptKernels::Grow(Scratch& scratch, size_t bytes) {
   if (bytes > scratch.bytes) {
     // cudaFree waits for the device, so the old buffer's readers are done.
     FLEET_CUDA_CHECK(cudaFree(scratch.data));
@@ -229,9 +230,23 @@ const void* CudaGptKernels::RoundOperand(int slot, const float* src, size_t rows
     FLEET_CUDA_CHECK(cudaMalloc(&scratch.data, bytes));
     scratch.bytes = bytes;
   }
-  FLEET_CUDA_CHECK(
-      ops::RoundRows(scratch.data, src, rows, cols, ld, TileTypeOf(precision_), stream_));
   return scratch.data;
+}
+
+float* CudaGptKernels::ColumnSumPartials(int cols) {
+  return static_cast<float*>(
+      Grow(column_partials_, ops::ColumnSumsPartialFloats(cols) * sizeof(float)));
+}
+
+bool CudaGptKernels::RoundsOperands() const {
+  return precision_ != Precision::kFp32 && gemm_operands_ == GemmOperands::kRounded;
+}
+
+const void* CudaGptKernels::RoundOperand(int slot, const float* src, size_t rows, size_t cols,
+                                         size_t ld) {
+  void* copy = Grow(rounded_[slot], rows * cols * 2);
+  FLEET_CUDA_CHECK(ops::RoundRows(copy, src, rows, cols, ld, TileTypeOf(precision_), stream_));
+  return copy;
 }
 
 bool CudaGptKernels::FusedBiasGemm(float* out, const float* inp, const float* weight,
@@ -355,8 +370,9 @@ void CudaGptKernels::LayerNormBackward(float* dinp, float* dweight, float* dbias
                                        const float* inp, const float* weight, const float* mean,
                                        const float* rstd, int N, int C) {
   Enter();
-  FLEET_CUDA_CHECK(
-      ops::LayerNormBackward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream_));
+  float* partials = ColumnSumPartials(C);
+  FLEET_CUDA_CHECK(ops::LayerNormBackward(dinp, dweight, dbias, partials, dout, inp, weight, mean,
+                                          rstd, N, C, stream_));
 }
 
 void CudaGptKernels::MatmulForward(float* out, const float* inp, const float* weight,
@@ -376,11 +392,24 @@ void CudaGptKernels::MatmulForward(float* out, const float* inp, const float* we
 void CudaGptKernels::MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                     const float* inp, const float* weight, int N, int IC, int OC) {
   Enter();
-  // dinp [N, IC] += dout [N, OC] weight [OC, IC].
-  if (dinp != nullptr) Gemm(false, false, N, IC, OC, dout, OC, weight, IC, 1.0f, dinp, IC);
-  // dweight [OC, IC] += dout^T [OC, N] inp [N, IC].
-  Gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
-  if (dbias != nullptr) FLEET_CUDA_CHECK(ops::BiasBackward(dbias, dout, N, OC, stream_));
+  if (RoundsOperands() && N > 0 && IC > 0 && OC > 0) {
+    // dout is an operand of both products: rounded once, kept in slot 0.
+    const void* dout16 = RoundOperand(0, dout, N, OC, OC);
+    if (dinp != nullptr) {
+      Gemm16(false, false, N, IC, OC, dout16, OC, RoundOperand(1, weight, OC, IC, IC), IC, 1.0f,
+             dinp, IC);
+    }
+    Gemm16(true, false, OC, IC, N, dout16, OC, RoundOperand(1, inp, N, IC, IC), IC, 1.0f,
+           dweight, IC);
+  } else {
+    // dinp [N, IC] += dout [N, OC] weight [OC, IC].
+    if (dinp != nullptr) Gemm(false, false, N, IC, OC, dout, OC, weight, IC, 1.0f, dinp, IC);
+    // dweight [OC, IC] += dout^T [OC, N] inp [N, IC].
+    Gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
+  }
+  if (dbias != nullptr) {
+    FLEET_CUDA_CHECK(ops::BiasBackward(dbias, ColumnSumPartials(OC), dout, N, OC, stream_));
+  }
 }
 
 size_t CudaGptKernels::AttentionSavedFloats(int B, int T, int NH) const {

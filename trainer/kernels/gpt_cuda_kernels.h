@@ -173,6 +173,10 @@ class CudaGptKernels final : public GptKernels {
   // for this shape and these pointers' alignment.
   bool FusedBiasGemm(float* out, const float* inp, const float* weight, const float* bias, int N,
                      int IC, int OC, float beta);
+  // Gemm over operands already rounded to the precision's 16-bit type
+  // (packed, leading dimensions lda / ldb), float32 C.
+  void Gemm16(bool trans_a, bool trans_b, int M, int N, int K, const void* A, int lda,
+              const void* B, int ldb, float beta, float* C, int ldc);
   // True when GEMMs round their operands into scratch first (16-bit
   // precisions under GemmOperands::kRounded).
   bool RoundsOperands() const;
@@ -195,7 +199,14 @@ class CudaGptKernels final : public GptKernels {
     void* data = nullptr;  // owned device buffer
     size_t bytes = 0;
   };
-  Scratch rounded_[2];  // the 16-bit operands of the GEMM in flight
+  // scratch.data with at least `bytes`, reallocated (never shrunk) when
+  // smaller: allocation happens on a shape's first use, not per step.
+  static void* Grow(Scratch& scratch, size_t bytes);
+  // Device scratch for the column sums of `cols` columns (bias and LayerNorm
+  // parameter gradients; ops::ColumnSumsPartialFloats).
+  float* ColumnSumPartials(int cols);
+  Scratch rounded_[2];       // the 16-bit operands of the GEMM in flight
+  Scratch column_partials_;  // per-chunk column sums
 };
 
 }  // namespace fleet::trainer

@@ -175,24 +175,29 @@ __global__ void LayerNormBackwardRowsKernel(float* dinp, const float* dout, cons
   }
 }
 
-// dsum[c] += sum_r dout[r, c]; with dweight (LayerNorm) also
-// dweight[c] += sum_r dout[r, c] (inp[r, c] - mean[r]) rstd[r]. Block
-// (32 columns) x (kRowLanes): lane y sums rows y, y + kRowLanes, ...; then
-// row 0 of the block adds the kRowLanes partials in order.
+// Pass 1: partials[k, c] = sum over chunk k's rows of dout[r, c]; with
+// dweight (LayerNorm) also partials[chunks + k, c] = sum dout[r, c] (inp[r, c]
+// - mean[r]) rstd[r]. Grid (column tiles of 32, kColumnSumChunks); block
+// (32 columns) x (kRowLanes): lane y sums the chunk's rows y, y + kRowLanes,
+// ...; then row 0 of the block adds the kRowLanes partials in order.
 constexpr int kColTile = 32;
-constexpr int kRowLanes = 16;
-__global__ void ColumnSumsKernel(float* dsum, float* dweight, const float* dout, const float* inp,
-                                 const float* mean, const float* rstd, int rows, int cols) {
+constexpr int kRowLanes = 8;
+__global__ void ColumnPartialsKernel(float* partials, bool with_weight, const float* dout,
+                                     const float* inp, const float* mean, const float* rstd,
+                                     int rows, int cols) {
   __shared__ float sb[kRowLanes][kColTile + 1];
   __shared__ float sw[kRowLanes][kColTile + 1];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int c = blockIdx.x * kColTile + tx;
+  const int chunk = blockIdx.y;
+  const int per_chunk = (rows + kColumnSumChunks - 1) / kColumnSumChunks;
+  const int r0 = chunk * per_chunk, r1 = min(rows, r0 + per_chunk);
   float accb = 0.0f, accw = 0.0f;
   if (c < cols) {
-    for (int r = ty; r < rows; r += kRowLanes) {
+    for (int r = r0 + ty; r < r1; r += kRowLanes) {
       const float d = dout[size_t(r) * cols + c];
       accb += d;
-      if (dweight != nullptr) accw += d * (inp[size_t(r) * cols + c] - mean[r]) * rstd[r];
+      if (with_weight) accw += d * (inp[size_t(r) * cols + c] - mean[r]) * rstd[r];
     }
   }
   sb[ty][tx] = accb;
@@ -204,18 +209,37 @@ __global__ void ColumnSumsKernel(float* dsum, float* dweight, const float* dout,
       tb += sb[k][tx];
       tw += sw[k][tx];
     }
+    partials[size_t(chunk) * cols + c] = tb;
+    if (with_weight) partials[size_t(kColumnSumChunks + chunk) * cols + c] = tw;
+  }
+}
+
+// Pass 2: dsum[c] += sum_k partials[k, c] (and dweight from the second
+// half), chunks in order.
+__global__ void ColumnPartialsSumKernel(float* dsum, float* dweight, const float* partials,
+                                        int cols) {
+  for (size_t c = GlobalThread(); c < size_t(cols); c += GridThreads()) {
+    float tb = 0.0f, tw = 0.0f;
+    for (int k = 0; k < kColumnSumChunks; ++k) {
+      tb += partials[size_t(k) * cols + c];
+      if (dweight != nullptr) tw += partials[size_t(kColumnSumChunks + k) * cols + c];
+    }
     dsum[c] += tb;
     if (dweight != nullptr) dweight[c] += tw;
   }
 }
 
-cudaError_t LaunchColumnSums(float* dsum, float* dweight, const float* dout, const float* inp,
-                             const float* mean, const float* rstd, int rows, int cols,
-                             cudaStream_t s) {
+cudaError_t LaunchColumnSums(float* dsum, float* dweight, float* partials, const float* dout,
+                             const float* inp, const float* mean, const float* rstd, int rows,
+                             int cols, cudaStream_t s) {
   if (cols <= 0) return cudaGetLastError();
   const dim3 block(kColTile, kRowLanes);
-  const unsigned grid = static_cast<unsigned>((cols + kColTile - 1) / kColTile);
-  ColumnSumsKernel<<<grid, block, 0, s>>>(dsum, dweight, dout, inp, mean, rstd, rows, cols);
+  const dim3 grid(static_cast<unsigned>((cols + kColTile - 1) / kColTile), kColumnSumChunks);
+  ColumnPartialsKernel<<<grid, block, 0, s>>>(partials, dweight != nullptr, dout, inp, mean, rstd,
+                                              rows, cols);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  ColumnPartialsSumKernel<<<GridFor(size_t(cols)), kThreads, 0, s>>>(dsum, dweight, partials,
+                                                                    cols);
   return cudaGetLastError();
 }
 
@@ -889,16 +913,16 @@ cudaError_t LayerNormForward(float* out, float* mean, float* rstd, const float* 
   return cudaGetLastError();
 }
 
-cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                              const float* inp, const float* weight, const float* mean,
-                              const float* rstd, int N, int C, cudaStream_t s) {
+cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, float* partials,
+                              const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int N, int C, cudaStream_t s) {
   if (N <= 0 || C <= 0) return cudaGetLastError();
   const unsigned grid = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   LayerNormBackwardRowsKernel<<<grid, kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N,
                                                         C);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  return LaunchColumnSums(dbias, dweight, dout, inp, mean, rstd, N, C, s);
+  return LaunchColumnSums(dbias, dweight, partials, dout, inp, mean, rstd, N, C, s);
 }
 
 cudaError_t AddBias(float* out, const float* bias, int rows, int cols, cudaStream_t s) {
@@ -929,8 +953,10 @@ cudaError_t RoundRows(void* dst, const float* src, size_t rows, size_t cols, siz
   return cudaGetLastError();
 }
 
-cudaError_t BiasBackward(float* dbias, const float* dout, int rows, int cols, cudaStream_t s) {
-  return LaunchColumnSums(dbias, nullptr, dout, nullptr, nullptr, nullptr, rows, cols, s);
+cudaError_t BiasBackward(float* dbias, float* partials, const float* dout, int rows, int cols,
+                         cudaStream_t s) {
+  return LaunchColumnSums(dbias, nullptr, partials, dout, nullptr, nullptr, nullptr, rows, cols,
+                          s);
 }
 
 cudaError_t AttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,

@@ -41,22 +41,31 @@ cudaError_t EncoderBackward(float* dwte, float* dwpe, const float* dout, const i
 cudaError_t LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                              const float* weight, const float* bias, int N, int C, float eps,
                              cudaStream_t s);
+// Column sums (bias and LayerNorm parameter gradients) run in two passes
+// for parallelism: kColumnSumChunks blocks of rows each sum their part into
+// `partials` (ColumnSumsPartialFloats(cols) floats of device scratch), then
+// one thread a column adds the parts in order: the same bits on every call.
+inline constexpr int kColumnSumChunks = 64;
+inline size_t ColumnSumsPartialFloats(int cols) {
+  return 2 * size_t(kColumnSumChunks) * size_t(cols > 0 ? cols : 0);
+}
 // dinp += ... (one warp per row), then dweight/dbias += column sums.
 //   dinp, dout, inp: [N, C], dweight, dbias, weight: [C], mean, rstd: [N]
-cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
-                              const float* inp, const float* weight, const float* mean,
-                              const float* rstd, int N, int C, cudaStream_t s);
+cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, float* partials,
+                              const float* dout, const float* inp, const float* weight,
+                              const float* mean, const float* rstd, int N, int C, cudaStream_t s);
 
 // out[r, c] += bias[c].   out: [rows, cols], bias: [cols]
 cudaError_t AddBias(float* out, const float* bias, int rows, int cols, cudaStream_t s);
 // dbias[c] += sum_r dout[r, c], rows summed in a fixed order.
 //   dbias: [cols], dout: [rows, cols]
+cudaError_t BiasBackward(float* dbias, float* partials, const float* dout, int rows, int cols,
+                         cudaStream_t s);
 // dst (packed [rows, cols] of 16-bit `tile` elements, kBf16 or kFp16) =
 // src [rows, cols] with row stride ld, rounded to nearest: the operands of a
 // 16-bit GEMM.
 cudaError_t RoundRows(void* dst, const float* src, size_t rows, size_t cols, size_t ld,
                       TileType tile, cudaStream_t s);
-cudaError_t BiasBackward(float* dbias, const float* dout, int rows, int cols, cudaStream_t s);
 
 // The attention launchers below take `tensor_cores`: when true (the caller
 // checked TensorCoreAttentionAvailable(), gpt_cuda_flash_tc.h) and the tile
