@@ -10,6 +10,10 @@
 //     and the join command the --nnodes master prints, work across hosts;
 //   * failing together: a host killed, cut off the network, or refused for
 //     its secret fails every host within 10 s, each naming it;
+//   * rejoining: under --max_restart a host's fleetrun started again takes
+//     its place back; without it, it is refused;
+//   * heter workers on another host reach the one-host AUC;
+//   * a host with two addresses is known by the one the job names;
 //   * a bandwidth cap (tc tbf) on every link times nothing out.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -320,6 +324,8 @@ TEST_F(ClusterTest, KilledHostFailsEveryHostWithinSeconds) {
     EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat"),
               std::string::npos)
         << j->Output();
+    // Not a server's sync timeout blaming "server 1" (issue 25 item 5).
+    EXPECT_EQ(j->Output().find("no push from worker"), std::string::npos) << j->Output();
   }
   c.Ended();
   const auto deadline = Clock::now() + seconds(5);
