@@ -529,6 +529,7 @@ Result<KvStoreClient::Impl::Reply> KvStoreClient::Impl::Do(Method method, const 
   httplib::Client cli(parsed->host, parsed->port);
   cli.set_keep_alive(false);
   cli.set_tcp_nodelay(true);
+  if (!options.source_address.empty()) cli.set_interface(options.source_address);
   cli.set_connection_timeout(options.request_timeout);
   cli.set_read_timeout(read_timeout);
   cli.set_write_timeout(options.request_timeout);

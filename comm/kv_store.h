@@ -86,6 +86,10 @@ struct KvStoreClientOptions {
   // go unsigned, which a server with auth answers with 401 (reported as
   // FailedPrecondition naming the missing secret).
   std::shared_ptr<const JobAuth> auth;
+  // The local IPv4 address requests come from; "" lets the kernel choose.
+  // A host with several addresses names the one the job knows it by, so
+  // the server sees (and reports refusals under) that address.
+  std::string source_address;
 };
 
 // Talks to a KvStoreServer. Thread-safe: each call uses its own connection.

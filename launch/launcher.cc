@@ -127,10 +127,23 @@ class Launcher {
   // Multi-host jobs: starts heartbeating and watching the other hosts
   // (launch/peer_watch.h). `self_id`/`self_name` name this host.
   void StartPeerWatch(const std::string& self_id, const std::string& self_name,
-                      std::vector<PeerWatchOptions::Peer> peers);
-  // A PS cluster on several machines: each host is known by its address
-  // and watches the job's other addresses.
-  void StartPsPeerWatch();
+                      std::vector<PeerWatchOptions::Peer> peers, std::string processes = "");
+  // A PS cluster on several machines: each host is known by its addresses
+  // and watches the job's other addresses. An exit code when this host
+  // may not (re)join the job.
+  std::optional<int> StartPsPeerWatch();
+  // Before a host starts watching: a fleetrun for a host that already
+  // joined (its heartbeat is in the store) is a restart of one that died,
+  // which rejoins under --max_restart in a PS job (host_generation_), or a
+  // second one by mistake; both are refused otherwise, with exit 2.
+  std::optional<int> RejoinOrRefuse(const std::string& self_id, const std::string& self_name);
+  // A PS cluster: this machine's addresses in the job (those of its
+  // processes), sorted.
+  std::set<std::string> LocalJobAddresses() const;
+  // The address the job knows this machine by (one of its own), for the
+  // store client's source address; "" on one machine, when it is loopback
+  // or not known to be this machine's.
+  std::string SourceAddress() const;
   // This host failed (`what` names the process or the cause): tells the
   // other hosts at once, before the processes are stopped.
   void TellPeersFailed(const std::string& what);
@@ -186,6 +199,9 @@ class Launcher {
   // After kv_: stopped before the client it uses.
   std::unique_ptr<PeerWatch> peers_;
   bool failed_elsewhere_ = false;
+  // How often a fleetrun for this host rejoined the job (RejoinOrRefuse);
+  // added to every process's restart count.
+  int host_generation_ = 0;
 };
 
 int Launcher::Run() {
@@ -296,7 +312,8 @@ int Launcher::RunJob() {
   std::fflush(io_.out);
   kv_ = std::make_unique<KvStoreClient>(job_.kv_endpoint, job_.job_id,
                                         KvStoreClientOptions{.request_timeout = std::chrono::seconds(2),
-                                                             .auth = job_.credentials});
+                                                             .auth = job_.credentials,
+                                                             .source_address = SourceAddress()});
 
   if (job_.mode == Mode::kStoreOnly) return ServeStoreOnly();
   if (!job_.host_kv) {
@@ -310,7 +327,7 @@ int Launcher::RunJob() {
     if (auto rc = StartRole(Role::kCollective, local)) return *rc;
     return Supervise();
   }
-  StartPsPeerWatch();
+  if (auto rc = StartPsPeerWatch()) return *rc;
   // Servers first; heter workers need the servers' real endpoints and
   // workers need both, so each stage waits for the previous one to publish.
   for (Role role : {Role::kServer, Role::kHeterWorker}) {
@@ -324,7 +341,7 @@ int Launcher::RunJob() {
 
 std::optional<int> Launcher::StartRole(Role role, const std::vector<int>& ranks) {
   for (int rank : ranks) {
-    ProcessSpec spec = RenderProcess(job_, role, rank);
+    ProcessSpec spec = RenderProcess(job_, role, rank, host_generation_);
     if (role == Role::kCollective && rank == 0) {
       std::fprintf(io_.out, "fleetrun: the first process's environment:\n%s",
                    FormatDistributedEnvs(spec.env).c_str());
@@ -462,8 +479,10 @@ std::optional<int> Launcher::CollectiveRendezvous() {
                        "node " + std::to_string(n) + (address.empty() ? "" : " at " + address),
                        address});
     }
-    StartPeerWatch("node" + std::to_string(c.node_rank),
-                   "node " + std::to_string(c.node_rank) + " at " + c.node_host, std::move(peers));
+    const std::string self_id = "node" + std::to_string(c.node_rank),
+                      self_name = "node " + std::to_string(c.node_rank) + " at " + c.node_host;
+    if (auto rc = RejoinOrRefuse(self_id, self_name)) return rc;
+    StartPeerWatch(self_id, self_name, std::move(peers));
   }
   // Each node publishes its process count and its ranks' endpoints (node 0
   // also torch's master) and reads everyone's.
@@ -638,7 +657,8 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
       // and a restarted worker gets today's endpoint lists, with its restart
       // count (FLEET_RESTART: reload a checkpoint; FLEET_RESTART_GENERATION:
       // fresh rendezvous keys).
-      ProcessSpec again = RenderProcess(job_, spec.role, render_rank_[ev.index], sup_.restarts(ev.index) + 1);
+      ProcessSpec again = RenderProcess(job_, spec.role, render_rank_[ev.index],
+                                        host_generation_ + sup_.restarts(ev.index) + 1);
       Status st = sup_.Restart(ev.index, std::move(again));
       if (st.ok()) {
         std::fprintf(io_.out, "fleetrun: restarted %s pid %d\n", sup_.spec(ev.index).Name().c_str(),
@@ -672,37 +692,155 @@ std::optional<int> Launcher::Tick(milliseconds timeout) {
   return std::nullopt;
 }
 
-void Launcher::StartPsPeerWatch() {
-  std::set<std::string> hosts, mine;  // addresses: the job's, this machine's
+std::set<std::string> Launcher::LocalJobAddresses() const {
+  std::set<std::string> mine;
+  for (const auto& [list, ranks] : {std::pair{&job_.servers, &job_.local_servers},
+                                    std::pair{&job_.heter_workers, &job_.local_heter_workers},
+                                    std::pair{&job_.workers, &job_.local_workers}}) {
+    for (int r : *ranks) mine.insert((*list)[r].host);
+  }
+  return mine;
+}
+
+std::string Launcher::SourceAddress() const {
+  std::string address;
+  if (job_.mode == Mode::kPsCluster) {
+    const std::set<std::string> mine = LocalJobAddresses();
+    if (!mine.empty()) address = *mine.begin();
+  } else if (job_.mode == Mode::kCollective && !job_.collective.node_hosts.empty()) {
+    // --ips: the address listed that is this machine's (--host may name
+    // anything, so it is left to the kernel).
+    address = job_.collective.node_host;
+  }
+  const std::string store_host = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'));
+  const auto loopback = [](const std::string& a) { return a.starts_with("127.") || a == "localhost"; };
+  return address.empty() || loopback(address) || loopback(store_host) ? "" : address;
+}
+
+std::optional<int> Launcher::StartPsPeerWatch() {
+  std::set<std::string> hosts;  // the job's addresses
   for (const auto* list : {&job_.servers, &job_.heter_workers, &job_.workers}) {
     for (const Endpoint& e : *list) hosts.insert(e.host);
   }
+  const std::set<std::string> mine = LocalJobAddresses();
   std::string processes;
   for (const auto& [role, ranks] : {std::pair{Role::kServer, &job_.local_servers},
                                     std::pair{Role::kHeterWorker, &job_.local_heter_workers},
                                     std::pair{Role::kWorker, &job_.local_workers}}) {
     for (int r : *ranks) {
-      mine.insert(ListOf(role)[r].host);
       processes +=
           (processes.empty() ? "" : ", ") + std::string(RoleName(role)) + " " + std::to_string(r);
     }
   }
-  if (job_.mode != Mode::kPsCluster || hosts.size() < 2) return;
+  if (job_.mode != Mode::kPsCluster || hosts.size() < 2 || mine.empty()) return std::nullopt;
   std::vector<PeerWatchOptions::Peer> peers;
   for (const std::string& h : hosts) {
     if (!mine.count(h)) peers.push_back({h, "host " + h, h});
   }
-  StartPeerWatch(*mine.begin(), "host " + *mine.begin(), std::move(peers));
-  peers_->SetProcesses(processes);
+  // A machine named under several addresses beats under each (its peers
+  // watch each), and is named by all of them.
+  std::string self_name = "host ";
+  for (const std::string& m : mine) self_name += (m == *mine.begin() ? "" : "/") + m;
+  if (auto rc = RejoinOrRefuse(*mine.begin(), self_name)) return rc;
+  StartPeerWatch(*mine.begin(), self_name, std::move(peers), processes);
+  peers_->SetProcesses(processes);  // in the store before any process starts
+  return std::nullopt;
+}
+
+std::optional<int> Launcher::RejoinOrRefuse(const std::string& self_id,
+                                            const std::string& self_name) {
+  const std::string key = "hosts/" + self_id;
+  Result<std::string> before = kv_->Get(key);
+  if (before.status().IsNotFound()) return std::nullopt;
+  if (!before.ok()) {
+    std::fprintf(io_.err, "fleetrun: cannot read this host's heartbeat (%s) from the KV store: %s\n",
+                 key.c_str(), before.status().message().c_str());
+    return kExitJobFailed;
+  }
+  const std::string job = "job " + job_.job_id + " (KV store at " + job_.kv_endpoint + ")";
+  if (Result<std::string> failed = kv_->Get("job/failed"); failed.ok()) {
+    std::fprintf(io_.err,
+                 "fleetrun: %s already failed (%s); it cannot be rejoined: start it again on "
+                 "every host\n",
+                 job.c_str(), failed->c_str());
+    return kExitJobFailed;
+  }
+  const bool ended = before->starts_with("done|") || before->starts_with("stopped|");
+  const bool ps = job_.mode == Mode::kPsCluster;
+  if (ended || !ps || opts_.max_restart == 0) {
+    std::fprintf(io_.err,
+                 "fleetrun: %s already joined %s (%s): another fleetrun runs for this host, or one "
+                 "that stopped was started again; %s\n",
+                 self_name.c_str(), job.c_str(),
+                 ended ? "and has ended there" : "its heartbeat is in the store",
+                 ended ? "start the job again on every host, with a new --job_id"
+                 : !ps ? "a collective job across hosts cannot be rejoined: start it again on "
+                         "every host, with a new --job_id"
+                       : "rejoining a running job needs --max_restart on every host (this job "
+                         "has 0)");
+    return kExitBadFlags;
+  }
+  // Another fleetrun for this host that still beats: not a restart.
+  WaitNote note(io_.out, std::chrono::milliseconds(2500));
+  const auto deadline = Clock::now() + std::chrono::milliseconds(2500);
+  while (Clock::now() < deadline) {
+    note.Say("the heartbeat of the fleetrun this one replaces to stay silent");
+    if (auto rc = Tick(kStoreTick)) return rc;
+    if (Result<std::string> now = kv_->Get(key); now.ok() && *now != *before) {
+      std::fprintf(io_.err,
+                   "fleetrun: %s already joined %s and its fleetrun still runs (its heartbeat "
+                   "goes on); not starting a second one\n",
+                   self_name.c_str(), job.c_str());
+      return kExitBadFlags;
+    }
+  }
+  Result<int64_t> generation = kv_->Add("rejoins/" + self_id, 1);
+  if (!generation.ok()) {
+    std::fprintf(io_.err, "fleetrun: cannot count this host's rejoins in the KV store: %s\n",
+                 generation.status().message().c_str());
+    return kExitJobFailed;
+  }
+  if (*generation > opts_.max_restart) {
+    const std::string why = self_name + ": its fleetrun was started again " +
+                            std::to_string(*generation) + " times, more than --max_restart=" +
+                            std::to_string(opts_.max_restart);
+    if (kv_->Get("job/failed").status().IsNotFound()) (void)kv_->Set("job/failed", why);
+    std::fprintf(io_.err, "fleetrun: %s; job failed on every host\n", why.c_str());
+    return kExitJobFailed;
+  }
+  host_generation_ = static_cast<int>(*generation);
+  std::fprintf(io_.out,
+               "fleetrun: %s rejoins %s (rejoin %d of --max_restart=%d): its processes restart "
+               "and take their places back\n",
+               self_name.c_str(), job.c_str(), host_generation_, opts_.max_restart);
+  std::fflush(io_.out);
+  return std::nullopt;
 }
 
 void Launcher::StartPeerWatch(const std::string& self_id, const std::string& self_name,
-                              std::vector<PeerWatchOptions::Peer> peers) {
+                              std::vector<PeerWatchOptions::Peer> peers, std::string processes) {
+  std::vector<std::string> also_ids;
+  if (job_.mode == Mode::kPsCluster) {
+    for (const std::string& m : LocalJobAddresses()) {
+      if (m != self_id) also_ids.push_back(m);
+    }
+  }
+  // A PS job's processes can take their places back (servers recover,
+  // workers rejoin); a collective job's group cannot be rejoined.
+  const bool may_rejoin = job_.mode == Mode::kPsCluster && opts_.max_restart > 0;
   PeerWatchOptions o{.self_id = self_id,
                      .self_name = self_name,
+                     .also_ids = std::move(also_ids),
+                     .processes = std::move(processes),
                      .peers = std::move(peers),
                      .peer_timeout = Seconds(opts_.peer_timeout_s),
                      .join_timeout = rendezvous_,
+                     .rejoin_timeout = may_rejoin ? rendezvous_ : milliseconds(0),
+                     .note =
+                         [out = io_.out](const std::string& line) {
+                           std::fprintf(out, "fleetrun: %s\n", line.c_str());
+                           std::fflush(out);
+                         },
                      .refused = [this](const std::string& address) -> std::optional<std::string> {
                        std::lock_guard<std::mutex> lock(refused_mu_);
                        auto it = refused_.find(address);
@@ -842,14 +980,10 @@ int Launcher::FinishJob() {
     }
   }
   if (job_.mode == Mode::kPsCluster) {
-    std::set<std::string> all_hosts, my_hosts;
+    std::set<std::string> all_hosts;
     for (const auto* list : {&job_.servers, &job_.heter_workers, &job_.workers})
       for (const Endpoint& e : *list) all_hosts.insert(e.host);
-    for (const auto& [role, ranks] : {std::pair{Role::kServer, &job_.local_servers},
-                                      std::pair{Role::kHeterWorker, &job_.local_heter_workers},
-                                      std::pair{Role::kWorker, &job_.local_workers}}) {
-      for (int r : *ranks) my_hosts.insert(ListOf(role)[r].host);
-    }
+    const std::set<std::string> my_hosts = LocalJobAddresses();
     FinishRendezvous("done/machine/", {my_hosts.begin(), my_hosts.end()}, {all_hosts.begin(), all_hosts.end()});
   }
   return rc;

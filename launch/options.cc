@@ -68,7 +68,7 @@ const OptionSpec kOptions[] = {
     {"http_port", &LaunchOptions::http_port, "a free port on one machine; 36001 across machines",
      "port of the KV store fleetrun hosts; 0 = a free port (only when the whole job is on this machine)", kJobGroup},
     {"bin_dir", &LaunchOptions::bin_dir, "fleetrun's folder", "where ps_server, ps_worker and heter_worker are", kJobGroup},
-    {"max_restart", &LaunchOptions::max_restart, "0", "restart a failed process up to this many times (at most 100) before failing the job; the restart gets FLEET_RESTART and FLEET_RESTART_GENERATION", kProcessGroup},
+    {"max_restart", &LaunchOptions::max_restart, "0", "restart a failed process up to this many times (at most 100) before failing the job; the restart gets FLEET_RESTART and FLEET_RESTART_GENERATION. Multi-host PS jobs: a machine whose fleetrun died may also rejoin this many times (the same command started there again within --rendezvous_timeout)", kProcessGroup},
     {"grace_period", &LaunchOptions::grace_period_s, "5",
      "seconds between SIGTERM and SIGKILL when stopping processes (at most 86400)", kProcessGroup},
     {"rendezvous_timeout", &LaunchOptions::rendezvous_timeout_s, "120",

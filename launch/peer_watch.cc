@@ -26,7 +26,7 @@ bool Ended(const std::string& value) {
 }  // namespace
 
 PeerWatch::PeerWatch(KvStoreClient* kv, PeerWatchOptions options)
-    : kv_(kv), options_(std::move(options)) {
+    : kv_(kv), options_(std::move(options)), processes_(options_.processes) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -50,7 +50,16 @@ void PeerWatch::SetProcesses(const std::string& processes) {
     if (ended_) return;
     mine = SelfValue();
   }
-  (void)kv_->Set("hosts/" + options_.self_id, mine);  // the next round retries a failure
+  (void)SetSelf(mine);  // the next round retries a failure
+}
+
+Status PeerWatch::SetSelf(const std::string& value) {
+  Status first = kv_->Set("hosts/" + options_.self_id, value);
+  for (const std::string& id : options_.also_ids) {
+    Status st = kv_->Set("hosts/" + id, value);
+    if (first.ok()) first = st;
+  }
+  return first;
 }
 
 std::optional<std::string> PeerWatch::failure() const {
@@ -90,7 +99,7 @@ void PeerWatch::MarkEnded(const std::string& state) {
     ended_ = true;
     value = state + "|" + options_.self_name + (processes_.empty() ? "" : " (" + processes_ + ")");
   }
-  (void)kv_->Set("hosts/" + options_.self_id, value);  // best effort, as SetMarker
+  (void)SetSelf(value);  // best effort, as SetMarker
 }
 
 void PeerWatch::AwaitPeersEnded(milliseconds limit) {
@@ -140,7 +149,7 @@ void PeerWatch::Round() {
     mine = SelfValue();
   }
   std::optional<std::string> why;
-  const Status beat = kv_->Set("hosts/" + options_.self_id, mine);
+  const Status beat = SetSelf(mine);
   beat_lock.unlock();
   if (beat.ok()) {
     store_lost_since_.reset();
@@ -154,6 +163,7 @@ void PeerWatch::Round() {
   Result<std::string> marker = kv_->Get(kFailedKey);
   if (marker.ok()) why = "job failed: " + *marker;
   bool from_peer = false;  // a peer died or was refused: tell the others
+  std::vector<std::string> notes;
   for (const PeerWatchOptions::Peer& peer : options_.peers) {
     Result<std::string> value = kv_->Get("hosts/" + peer.id);
     std::optional<std::string> refused;
@@ -161,15 +171,33 @@ void PeerWatch::Round() {
     std::lock_guard<std::mutex> lock(mu_);
     Seen& seen = seen_[peer.id];
     if (value.ok() && (!seen.joined || *value != seen.value)) {
+      if (seen.awaiting_rejoin && !Ended(*value)) {
+        notes.push_back(Description(*value) + " rejoined the job after " +
+                        Seconds(now - seen.changed) + " without heartbeat");
+      }
       seen = Seen{*value, now, true, Ended(*value)};
     }
     // Without the store, this host cannot judge its peers: the store's
     // loss is the news (above).
     if (why || !beat.ok()) continue;
     const std::string name = seen.joined ? Description(seen.value) : peer.name;
-    if (seen.joined && !seen.ended && now - seen.changed >= options_.peer_timeout) {
-      why = name + " stopped: no heartbeat for " + Seconds(now - seen.changed) +
-            " (its fleetrun was killed, or the host or the network failed)";
+    const auto silent = now - seen.changed;
+    if (seen.joined && !seen.ended && silent >= options_.peer_timeout) {
+      const bool may_rejoin = options_.rejoin_timeout.count() > 0;
+      if (may_rejoin && silent < options_.peer_timeout + options_.rejoin_timeout) {
+        if (!seen.awaiting_rejoin) {
+          seen.awaiting_rejoin = true;
+          notes.push_back(name + " stopped: no heartbeat for " + Seconds(silent) +
+                          "; waiting up to " + Seconds(options_.rejoin_timeout) +
+                          " for a fleetrun started there again to rejoin (--max_restart)");
+        }
+      } else {
+        why = name + " stopped: no heartbeat for " + Seconds(silent) +
+              " (its fleetrun was killed, or the host or the network failed" +
+              (may_rejoin ? "; no fleetrun rejoined for it within " +
+                                Seconds(options_.rejoin_timeout) + ")"
+                          : ")");
+      }
     } else if (!seen.joined && refused) {
       why = name + " was refused by the KV store: " + *refused +
             "; every host needs the same --job_secret_file";
@@ -178,6 +206,9 @@ void PeerWatch::Round() {
             Seconds(options_.join_timeout);
     }
     from_peer = why.has_value();
+  }
+  if (options_.note) {
+    for (const std::string& line : notes) options_.note(line);
   }
   if (from_peer) SetMarker(*why);
   if (why) {

@@ -4,7 +4,8 @@
 //
 // Each fleetrun publishes a heartbeat under hosts/<id> ("<beat>|<what this
 // host runs>") every `beat_every` from a thread of its own (a main loop
-// busy stopping processes still beats) and reads its peers' and the job's
+// busy stopping processes still beats), under each of its addresses in the
+// job (a host named twice is watched under both), and reads its peers' and the job's
 // failure marker (job/failed, "<host>: <what failed>"). A peer is dead when
 // its heartbeat has not changed for `peer_timeout` (its fleetrun was
 // killed, or its host or the network failed); a peer that never beat within
@@ -13,7 +14,9 @@
 // has not joined fails the job at once (a stranger on a host that joined
 // cannot fail it so). The first to see a peer dead or refused writes the
 // marker, so every host learns of it. A host that finished or stopped
-// marks its heartbeat so and is no longer watched.
+// marks its heartbeat so and is no longer watched. With `rejoin_timeout`
+// (fleetrun --max_restart) a peer whose heartbeat stopped may come back:
+// the job fails only when it has not beaten again within that much more.
 //
 // Thread-safe: the watch thread and the caller share state under a mutex.
 #pragma once
@@ -36,6 +39,11 @@ struct PeerWatchOptions {
   // This host's key under hosts/ and how others name it ("host 10.0.0.3").
   std::string self_id;
   std::string self_name;
+  // This host's other keys (its other addresses in the job): beaten too.
+  std::vector<std::string> also_ids;
+  // What this host runs, from the first heartbeat on (SetProcesses
+  // changes it).
+  std::string processes;
   struct Peer {
     std::string id;
     std::string name;     // until the peer's own heartbeat names it
@@ -45,6 +53,12 @@ struct PeerWatchOptions {
   std::chrono::milliseconds beat_every{1000};
   std::chrono::milliseconds peer_timeout{5000};
   std::chrono::milliseconds join_timeout{120000};
+  // 0: a peer without heartbeat for peer_timeout fails the job. Else it may
+  // rejoin (a fleetrun started again there) within this much longer.
+  std::chrono::milliseconds rejoin_timeout{0};
+  // Lines for the user about peers leaving and rejoining (with
+  // rejoin_timeout); called from the watch thread.
+  std::function<void(const std::string& line)> note;
   // Why the KV store refused a request from `address` (401/403), nullopt
   // when it refused none; set on the host serving the store. Thread-safe.
   std::function<std::optional<std::string>(const std::string& address)> refused;
@@ -83,11 +97,14 @@ class PeerWatch {
     std::chrono::steady_clock::time_point changed;
     bool joined = false;
     bool ended = false;
+    bool awaiting_rejoin = false;  // no heartbeat, within rejoin_timeout
   };
   void Loop();
   // One round: beat, read the marker and the peers. Sets failure_.
   void Round();
   std::string SelfValue();
+  // Writes `value` under every key of this host; the first failure.
+  Status SetSelf(const std::string& value);
   void SetMarker(const std::string& text);
 
   KvStoreClient* const kv_;

@@ -10,6 +10,10 @@
 //     and the join command the --nnodes master prints, work across hosts;
 //   * failing together: a host killed, cut off the network, or refused for
 //     its secret fails every host within 10 s, each naming it;
+//   * rejoining: under --max_restart a host's fleetrun started again takes
+//     its place back; without it, it is refused;
+//   * heter workers on another host reach the one-host AUC;
+//   * a host with two addresses is known by the one the job names;
 //   * a bandwidth cap (tc tbf) on every link times nothing out.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -104,22 +108,33 @@ class ClusterTest : public ::testing::Test {
 
   // The PS job of the issue: servers on A and B, workers on B and C, the KV
   // store on A (the first server's host); one epoch of tiny CTR data.
+  // `more`: further fleetrun flags.
   std::vector<std::string> PsCommand(int host, const std::string& secret = "secret",
-                                     const std::string& epochs = "1") const {
+                                     const std::string& epochs = "1",
+                                     const std::vector<std::string>& more = {}) const {
     std::vector<std::string> args = {bin_ + "/fleetrun",
                                      "--job_secret_file=" + (dir_ / secret).string(),
-                                     "--servers=198.18.0.1:7000,198.18.0.2:7000",
-                                     "--workers=198.18.0.2,198.18.0.3",
-                                     "--config=" + src_ + "/configs/ctr_dnn.yaml",
+                                     "--servers=" + servers_, "--workers=" + workers_};
+    args.insert(args.end(), more.begin(), more.end());
+    const std::vector<std::string> job = PsJobFlags(epochs);
+    args.insert(args.end(), job.begin(), job.end());
+    return args;
+  }
+
+  // What every PS command of these tests shares: the config, the job id,
+  // the data and the training settings.
+  std::vector<std::string> PsJobFlags(const std::string& epochs,
+                                      const std::string& batch_size = "64") const {
+    std::vector<std::string> args = {"--config=" + src_ + "/configs/ctr_dnn.yaml",
                                      "--job_id=" + job_id_,
                                      "--log_dir=log",
                                      "--grace_period=1",
-                                     "--rendezvous_timeout=30"};
+                                     "--rendezvous_timeout=" + rendezvous_timeout_};
     const fs::path data = dir_ / "data";
     for (const std::string& o :
          {"data.train=" + (data / "train").string(), "data.test=" + (data / "test").string(),
           "data.oracle=" + (data / "oracle.txt").string(), "train.epochs=" + epochs,
-          std::string("train.batch_size=64"), std::string("train.log_interval=2")}) {
+          "train.batch_size=" + batch_size, std::string("train.log_interval=2")}) {
       args.insert(args.end(), {"-o", o});
     }
     return args;
@@ -183,6 +198,10 @@ class ClusterTest : public ::testing::Test {
   static fs::path dir_;
   std::unique_ptr<NetnsCluster> cluster_;
   std::string job_id_;
+  // PsCommand's hosts and --rendezvous_timeout, for tests that change them.
+  std::string servers_ = "198.18.0.1:7000,198.18.0.2:7000";
+  std::string workers_ = "198.18.0.2,198.18.0.3";
+  std::string rendezvous_timeout_ = "30";
   std::deque<FleetJob> jobs_;
 };
 
@@ -305,6 +324,8 @@ TEST_F(ClusterTest, KilledHostFailsEveryHostWithinSeconds) {
     EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat"),
               std::string::npos)
         << j->Output();
+    // Not a server's sync timeout blaming "server 1" (issue 25 item 5).
+    EXPECT_EQ(j->Output().find("no push from worker"), std::string::npos) << j->Output();
   }
   c.Ended();
   const auto deadline = Clock::now() + seconds(5);
@@ -372,6 +393,153 @@ TEST_F(ClusterTest, CappedLinksTimeNothingOut) {
   }
   std::printf("the PS job took %.1f s on 40 Mbit/s links\n",
               std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+// Issue 25, --max_restart across hosts: C's fleetrun (worker 1) is killed
+// mid-epoch; A and B see its heartbeat stop and, under --max_restart, wait
+// for it instead of failing. The same command started again on C rejoins:
+// its worker takes its place back at the servers' sync step, and the job
+// completes on every host.
+TEST_F(ClusterTest, HostStartedAgainRejoinsUnderMaxRestart) {
+  // Batches of 8: about 38 sync steps, so the kill lands well inside the epoch.
+  auto command = [this](int host) {
+    std::vector<std::string> args = PsCommand(host, "secret", "1", {"--max_restart=1"});
+    args.insert(args.end(), {"-o", "train.batch_size=8"});
+    return args;
+  };
+  FleetJob& a = Start(kA, command(kA));
+  FleetJob& b = Start(kB, command(kB));
+  FleetJob& c = Start(kC, command(kC));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  ASSERT_TRUE(c.WaitFor("started worker 1", seconds(10))) << c.Output();
+  kill(c.fleetrun, SIGKILL);
+  c.Ended();
+  for (FleetJob* j : {&a, &b}) {
+    ASSERT_TRUE(j->WaitFor("; waiting up to 30.0 s for a fleetrun started there again to rejoin "
+                           "(--max_restart)",
+                           seconds(15)))
+        << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat for"),
+              std::string::npos)
+        << j->Output();
+  }
+  const auto restarted = Clock::now();
+  FleetJob& c2 = Start(kC, command(kC));
+  for (FleetJob* j : {&a, &b, &c2}) {
+    EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+  }
+  std::printf("the job ended on every host %.1f s after C's fleetrun was started again\n",
+              std::chrono::duration<double>(Clock::now() - restarted).count());
+  EXPECT_NE(c2.Output().find("host 198.18.0.3 rejoins job " + job_id_), std::string::npos)
+      << c2.Output();
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) rejoined the job after"),
+              std::string::npos)
+        << j->Output();
+  }
+  const std::string log =
+      ReadWholeFile(dir_ / kHostNames[kC] / "log" / job_id_ / "workerlog.1");
+  EXPECT_NE(log.find("rejoined at step"), std::string::npos) << log;
+}
+
+// Without --max_restart, C's fleetrun killed and started again at once
+// (before the others notice) is refused with exit 2, saying why, instead
+// of starting worker 1 afresh in a running job; A and B fail as without
+// the second start, naming C.
+TEST_F(ClusterTest, HostStartedAgainWithoutMaxRestartIsRefused) {
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  ASSERT_TRUE(c.WaitFor("started worker 1", seconds(10))) << c.Output();
+  kill(c.fleetrun, SIGKILL);
+  c.Ended();
+  FleetJob& again = Start(kC, PsCommand(kC, "secret", "1000"));
+  EXPECT_EQ(again.WaitForExit(seconds(20)), 2) << again.Output();
+  EXPECT_NE(again.Output().find("host 198.18.0.3 already joined job " + job_id_),
+            std::string::npos)
+      << again.Output();
+  EXPECT_NE(again.Output().find("rejoining a running job needs --max_restart on every host"),
+            std::string::npos)
+      << again.Output();
+  EXPECT_EQ(again.Output().find("started worker 1"), std::string::npos) << again.Output();
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->WaitForExit(seconds(20)), 1) << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat"),
+              std::string::npos)
+        << j->Output();
+  }
+}
+
+// Issue 25, PS with heter workers: servers on A and B, CPU workers on B and
+// C, a heter worker on C, the same command on every host. Sync mode with
+// one micro-batch is deterministic: the held-out AUC is the one the same
+// job reaches on one host.
+TEST_F(ClusterTest, HeterWorkerOnAnotherHostReachesTheOneHostAuc) {
+  std::vector<std::string> one_host = {bin_ + "/fleetrun",
+                                       "--job_secret_file=" + (dir_ / "secret").string(),
+                                       "--server_num=2", "--worker_num=2",
+                                       "--heter_worker_num=1"};
+  const std::vector<std::string> flags = PsJobFlags("1");
+  one_host.insert(one_host.end(), flags.begin(), flags.end());
+  FleetJob& single = Start(kA, one_host);
+  ASSERT_EQ(single.WaitForExit(seconds(60)), 0) << single.Output();
+  auto auc = [](const std::string& out) {
+    const size_t at = out.find("summary: held-out auc ");
+    return at == std::string::npos ? std::string("none") : out.substr(at + 22, 6);
+  };
+  const std::string want = auc(single.Output());
+  ASSERT_NE(want, "none") << single.Output();
+  job_id_ += "_cluster";  // the one-host job's keys and logs are its own
+  const std::vector<std::string> heter = {"--heter_workers=198.18.0.3:7100"};
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1", heter));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1", heter));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1", heter));
+  for (FleetJob* j : {&a, &b, &c}) EXPECT_EQ(j->WaitForExit(seconds(60)), 0) << j->Output();
+  EXPECT_NE(c.Output().find("started heter_worker 0"), std::string::npos) << c.Output();
+  EXPECT_EQ(auc(b.Output()), want) << b.Output();
+  std::printf("held-out AUC %s on one host and across A, B and C\n", want.c_str());
+}
+
+// Issue 25, a host with two addresses: C also has 198.18.0.33, which the
+// kernel picks as the source of its connections, but the job knows C as
+// 198.18.0.3. C has the wrong secret: its refusal must be told under the
+// job's address, so A and B fail within 10 s naming C (not after
+// --rendezvous_timeout, "never joined").
+TEST_F(ClusterTest, HostWithTwoAddressesIsKnownByTheJobsOne) {
+  ASSERT_EQ(cluster_->AddPreferredAddress(kC, "198.18.0.33"), "");
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  ASSERT_TRUE(a.WaitFor("KV store serving on", seconds(30))) << a.Output();
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("started worker 0", seconds(30))) << b.Output();
+  FleetJob& c = Start(kC, PsCommand(kC, "wrong_secret", "1000"));
+  EXPECT_EQ(c.WaitForExit(seconds(30)), 2) << c.Output();
+  const double took = SecondsUntilAllEnded({&a, &b}, Clock::now(), seconds(20));
+  std::printf("A and B ended %.1f s after C (two addresses) was refused\n", took);
+  EXPECT_LE(took, 10.0);
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_NE(j->Output().find("host 198.18.0.3 was refused by the KV store"), std::string::npos)
+        << j->Output();
+  }
+}
+
+// Issue 25, a host named under two addresses in the job (server 1 at
+// 198.18.0.3, worker 1 at 198.18.0.33, both C's): C beats under both, so
+// A and B do not wait for a second host at .33 and fail the job when it
+// "never joined" after --rendezvous_timeout (8 s here).
+TEST_F(ClusterTest, HostNamedUnderTwoAddressesBeatsUnderBoth) {
+  ASSERT_EQ(cluster_->AddPreferredAddress(kC, "198.18.0.33"), "");
+  servers_ = "198.18.0.1:7000,198.18.0.3:7000";
+  workers_ = "198.18.0.2,198.18.0.33";
+  rendezvous_timeout_ = "8";
+  const auto start = Clock::now();
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(30))) << b.Output() << a.Output() << c.Output();
+  EXPECT_NE(c.Output().find("started worker 1"), std::string::npos) << c.Output();
+  std::this_thread::sleep_until(start + seconds(11));
+  for (FleetJob* j : {&a, &b, &c}) EXPECT_FALSE(j->Ended()) << j->Output();
 }
 
 }  // namespace

@@ -134,6 +134,20 @@ class NetnsCluster {
     return Run("ip -n " + Namespace(host) + " link set eth0 down").value_or("");
   }
 
+  // Gives `host` a second address on its eth0 (same /24) and makes it the
+  // one the kernel picks as the source of connections to the other hosts:
+  // a machine with two addresses that the job knows by the first. "" on
+  // success, else ip's complaint.
+  std::string AddPreferredAddress(int host, const std::string& address) const {
+    const std::string ns = Namespace(host);
+    for (const std::string& step :
+         {"ip -n " + ns + " addr add " + address + "/24 dev eth0",
+          "ip -n " + ns + " route replace 198.18.0.0/24 dev eth0 src " + address}) {
+      if (auto failed = Run(step)) return "`" + step + "` failed: " + *failed;
+    }
+    return "";
+  }
+
   // Caps what `host` sends to `rate` (tc's syntax, e.g. "20mbit") with a
   // token bucket filter on its eth0. "" on success, else tc's complaint.
   std::string CapBandwidth(int host, const std::string& rate) const {

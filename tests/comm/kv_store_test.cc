@@ -1,8 +1,10 @@
 #include "comm/kv_store.h"
 
 #include <chrono>
+#include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -179,6 +181,32 @@ TEST(KvStoreTest, StopWakesLongPollsAndLaterCallsFailFast) {
   EXPECT_NE(got.status().message().find(endpoint), std::string::npos) << got.status().message();
   EXPECT_TRUE(client->Wait({"k"}, std::chrono::seconds(30)).IsUnavailable());
   EXPECT_LT(Since(after).count(), 1000);
+}
+
+// A client given a source address connects from it, so the server sees
+// (and reports a refusal under) that address, not the kernel's choice: a
+// machine with several addresses is known by the one its job names.
+TEST(KvStoreTest, RequestsComeFromTheSourceAddressGiven) {
+  auto auth = JobAuth::FromSecret("0123456789abcdef0123456789abcdef-kv-source", "test");
+  ASSERT_TRUE(auth.ok()) << auth.status().ToString();
+  std::mutex mu;
+  std::vector<std::string> refused;
+  KvStoreServer server(KvStoreServerOptions{
+      .listen = "127.0.0.1:0",
+      .auth = *auth,
+      .on_refused = [&](const std::string& address, const std::string&) {
+        std::lock_guard<std::mutex> lock(mu);
+        refused.push_back(address);
+      }});
+  ASSERT_TRUE(server.Start().ok());
+  // No credential: refused (401), and told under the address it came from.
+  for (const std::string source : {"", "127.0.0.2"}) {
+    KvStoreClient client(server.endpoint(), UniqueJob(),
+                         KvStoreClientOptions{.source_address = source});
+    EXPECT_EQ(client.Get("k").status().code(), StatusCode::kFailedPrecondition);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(refused, (std::vector<std::string>{"127.0.0.1", "127.0.0.2"}));
 }
 
 }  // namespace

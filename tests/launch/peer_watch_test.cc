@@ -7,9 +7,11 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace fleet::launch {
 namespace {
@@ -140,6 +142,68 @@ TEST_F(PeerWatchTest, LosingTheStoreIsNamed) {
   server_->Stop();
   const std::string why = FailureOf(*a);
   EXPECT_NE(why.find("lost the KV store at " + endpoint), std::string::npos) << why;
+}
+
+// Under fleetrun --max_restart: a peer that stops beating is waited for up
+// to rejoin_timeout (saying so), a fleetrun that beats for it again takes
+// its place, and one that never comes fails the job naming the wait.
+TEST_F(PeerWatchTest, APeerMayRejoinWithinTheRejoinTimeout) {
+  auto notes = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  PeerWatchOptions rejoin;
+  rejoin.rejoin_timeout = milliseconds(1500);
+  rejoin.note = [notes, mu](const std::string& line) {
+    std::lock_guard<std::mutex> lock(*mu);
+    notes->push_back(line);
+  };
+  auto seen = [notes, mu](const std::string& text) {
+    std::lock_guard<std::mutex> lock(*mu);
+    for (const std::string& n : *notes) {
+      if (n.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  auto a = Watch("1", {"2"}, rejoin);
+  auto b = Watch("2", {"1"});
+  b->SetProcesses("worker 1");
+  AwaitJoined("2");
+  std::this_thread::sleep_for(milliseconds(100));
+  b.reset();  // killed: no end marked
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!seen("waiting up to 1.5 s for a fleetrun started there again to rejoin") &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(seen("host 2 (worker 1) stopped: no heartbeat for"));
+  EXPECT_EQ(a->failure(), std::nullopt);
+  auto b2 = Watch("2", {"1"});
+  b2->SetProcesses("worker 1");
+  while (!seen("host 2 (worker 1) rejoined the job after") &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(seen("host 2 (worker 1) rejoined the job after"));
+  std::this_thread::sleep_for(milliseconds(1500));  // past the first wait's end
+  EXPECT_EQ(a->failure(), std::nullopt);
+  // Gone for good: the job fails after peer_timeout + rejoin_timeout.
+  b2.reset();
+  const std::string why = FailureOf(*a);
+  EXPECT_NE(why.find("host 2 (worker 1) stopped: no heartbeat for"), std::string::npos) << why;
+  EXPECT_NE(why.find("no fleetrun rejoined for it within 1.5 s"), std::string::npos) << why;
+}
+
+// A machine named under two addresses in the job beats under both, so the
+// others never wait for the second one to join.
+TEST_F(PeerWatchTest, AHostUnderTwoIdsBeatsUnderBoth) {
+  PeerWatchOptions short_join;
+  short_join.join_timeout = milliseconds(300);
+  auto a = Watch("1", {"2", "3"}, short_join);
+  PeerWatchOptions two;
+  two.also_ids = {"3"};
+  auto b = Watch("2", {"1"}, two);
+  std::this_thread::sleep_for(milliseconds(600));  // twice the join timeout
+  EXPECT_EQ(a->failure(), std::nullopt);
+  EXPECT_NE(ValueOf("hosts/3"), "");
 }
 
 }  // namespace
