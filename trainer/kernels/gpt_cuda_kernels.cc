@@ -327,7 +327,8 @@ void CudaGptKernels::MatmulBackward(float* dinp, float* dweight, float* dbias, c
   Enter();
   // dinp [N, IC] += dout [N, OC] weight [OC, IC].
   if (dinp != nullptr) Gemm(false, false, N, IC, OC, dout, OC, weight, IC, 1.0f, dinp, IC);
-  // dweight [OC, IC] += dout^T [OC, N] inp [N, IC].
+  // dweight [OC, IC] += dout^T [OC, N] inp [N, IC]; none for a frozen weight.
+  if (dweight == nullptr) return;
   Gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
   if (dbias != nullptr) FLEET_CUDA_CHECK(ops::BiasBackward(dbias, dout, N, OC, stream_));
 }

@@ -874,6 +874,7 @@ cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, const f
                                                         C);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
+  if (dweight == nullptr) return cudaSuccess;  // frozen LayerNorm (LoRA): no parameter gradients
   return LaunchColumnSums(dbias, dweight, dout, inp, mean, rstd, N, C, s);
 }
 
