@@ -50,6 +50,11 @@
 // must run the same passes on the same tokens. LastLogits needs the whole
 // vocabulary and refuses a split model.
 //
+// LoRA (GptConfig::lora, gpt_lora.h): the arena's weights are frozen (no
+// gradient buffer; Backward computes input gradients only) and each targeted
+// matmul adds its low-rank adapter's term; the adapters are
+// trainable_arena(), which Backward's on_grads_ready ranges then name.
+//
 // Thread safety: one thread drives a model at a time.
 #pragma once
 
