@@ -1,5 +1,6 @@
 #include "comm/yaml_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -444,6 +445,32 @@ Status ConfigSection::DoubleList(std::string_view key, std::vector<double>* out,
   for (size_t i = 0; i < v->size(); ++i) {
     FLEET_RETURN_IF_ERROR(
         ReadDouble(key, (*v)[i], absl::StrCat("entry ", i, " "), min, max, &values[i]));
+  }
+  *out = std::move(values);
+  return Status::OK();
+}
+
+Status ConfigSection::ChoiceList(std::string_view key, std::vector<std::string>* out,
+                                 const std::vector<std::string>& allowed) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  if (!v) return Status::OK();
+  if (!v->IsSequence() || v->size() == 0) {
+    return Error(key, absl::StrCat("must be a non-empty list of ", absl::StrJoin(allowed, ", "),
+                                   "; got ", Describe(*v)));
+  }
+  std::vector<std::string> values;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const YAML::Node& entry = (*v)[i];
+    const std::string text = entry.IsScalar() ? entry.Scalar() : Describe(entry);
+    if (std::find(allowed.begin(), allowed.end(), text) == allowed.end()) {
+      return Error(key, absl::StrCat("entry ", i, " must be one of ", absl::StrJoin(allowed, ", "),
+                                     "; got '", text, "'"));
+    }
+    if (std::find(values.begin(), values.end(), text) != values.end()) {
+      return Error(key, absl::StrCat("entry ", i, " '", text, "' is listed twice"));
+    }
+    values.push_back(text);
   }
   *out = std::move(values);
   return Status::OK();

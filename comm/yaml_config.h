@@ -127,6 +127,10 @@ class ConfigSection {
   // A list of numbers, each in [min, max], with min_count..max_count entries.
   Status DoubleList(std::string_view key, std::vector<double>* out, size_t min_count,
                     size_t max_count, double min, double max);
+  // A non-empty list of distinct entries, each one of `allowed`; the error
+  // names the entry and lists the allowed ones.
+  Status ChoiceList(std::string_view key, std::vector<std::string>* out,
+                    const std::vector<std::string>& allowed);
   // Accepts the key with any value. For keys of FleetX configs that name
   // Python objects (collate_fn, module, op lists) and mean nothing here.
   void Accept(std::string_view key);

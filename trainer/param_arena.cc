@@ -4,7 +4,7 @@
 
 namespace fleet::trainer {
 
-Result<ParamArena> ParamArena::Create(ParamTable table, Backend* backend) {
+Result<ParamArena> ParamArena::Create(ParamTable table, Backend* backend, bool with_grads) {
   CHECK(backend != nullptr);
   ParamArena arena;
   std::set<std::string, std::less<>> seen;
@@ -23,7 +23,7 @@ Result<ParamArena> ParamArena::Create(ParamTable table, Backend* backend) {
   arena.backend_ = backend;
   const Shape flat{static_cast<int64_t>(arena.size())};
   arena.params_ = backend->AllocateTensor(flat);
-  arena.grads_ = backend->AllocateTensor(flat);
+  if (with_grads) arena.grads_ = backend->AllocateTensor(flat);
   return arena;
 }
 
@@ -34,6 +34,7 @@ Tensor ParamArena::param(size_t i) const {
 
 Tensor ParamArena::grad(size_t i) const {
   CHECK_LT(i, table_.size());
+  CHECK(has_grads()) << "frozen parameters have no gradients: " << table_[i].name;
   return Tensor(grads_.data() + offsets_[i], table_[i].shape, grads_.device());
 }
 
@@ -49,7 +50,9 @@ size_t ParamArena::IndexOf(std::string_view name) const {
   return *i;
 }
 
-void ParamArena::ZeroGrad() { backend_->Fill(grads_.data(), size(), 0.0f); }
+void ParamArena::ZeroGrad() {
+  if (has_grads()) backend_->Fill(grads_.data(), size(), 0.0f);
+}
 
 std::vector<float> ParamArena::ParamsToHost() const {
   std::vector<float> host(size());
@@ -58,6 +61,7 @@ std::vector<float> ParamArena::ParamsToHost() const {
 }
 
 std::vector<float> ParamArena::GradsToHost() const {
+  if (!has_grads()) return {};
   std::vector<float> host(size());
   backend_->CopyToHost(host.data(), grads_.data(), host.size() * sizeof(float));
   return host;

@@ -40,8 +40,10 @@ class ParamArena {
  public:
   // Allocates zeroed params and grads on `backend` (not owned; must outlive
   // the arena). InvalidArgument for an empty or duplicate name or an empty
-  // shape.
-  static Result<ParamArena> Create(ParamTable table, Backend* backend);
+  // shape. `with_grads` false allocates no gradient buffer: for frozen
+  // parameters (LoRA's base weights), whose grads() is then an empty tensor
+  // with a null data pointer, and which nothing may train.
+  static Result<ParamArena> Create(ParamTable table, Backend* backend, bool with_grads = true);
 
   // Move-only: a copy would alias the same buffers.
   ParamArena(ParamArena&&) = default;
@@ -55,11 +57,14 @@ class ParamArena {
   size_t num_tensors() const { return table_.size(); }
   size_t offset(size_t i) const { return offsets_[i]; }
 
-  // The whole buffers, shape [size()], on backend()->device().
+  // The whole buffers, shape [size()], on backend()->device(); grads() is
+  // empty (null data) without gradient storage.
+  bool has_grads() const { return grads_.data() != nullptr; }
   const Tensor& params() const { return params_; }
   const Tensor& grads() const { return grads_; }
   // Views of tensor i / of the named tensor with its table shape.
-  // REQUIRES: i < num_tensors(); the name exists (CHECK: names are code).
+  // REQUIRES: i < num_tensors(); the name exists (CHECK: names are code);
+  // has_grads() for grad().
   Tensor param(size_t i) const;
   Tensor grad(size_t i) const;
   Tensor param(std::string_view name) const { return param(IndexOf(name)); }
@@ -67,7 +72,8 @@ class ParamArena {
   // NotFound when no tensor has that name.
   Result<size_t> Find(std::string_view name) const;
 
-  // grads() = 0. Call before each step's Backward (which adds).
+  // grads() = 0 (nothing without gradients). Call before each step's
+  // Backward (which adds).
   void ZeroGrad();
 
   // Host copies of the buffers, and writing params from host floats

@@ -9,27 +9,34 @@
 #include "examples/gpt/program_flags.h"
 #include "trainer/config/gpt_config.h"
 #include "trainer/models/gpt_hf.h"
+#include "trainer/models/gpt_lora_files.h"
 
 namespace fleet::examples::gpt {
 namespace {
 
 ProgramHelp ConvertHelp() {
   return {
-      "gpt_convert (--from_hf DIR --checkpoint DIR | --checkpoint DIR -c CONFIG --to_hf DIR) "
-      "[flags]",
+      "gpt_convert (--from_hf DIR --checkpoint DIR | --checkpoint DIR -c CONFIG --to_hf DIR | "
+      "--merge_lora DIR -c CONFIG --checkpoint DIR) [flags]",
       "Converts Hugging Face GPT-2 checkpoints (config.json + model.safetensors) into a "
-      "FleetPS checkpoint (DIR/gpt.ckpt) and back (see examples/gpt/README.md).",
+      "FleetPS checkpoint (DIR/gpt.ckpt) and back, and merges LoRA adapters into a full "
+      "checkpoint (see examples/gpt/README.md).",
       {{"Direction",
         {{"--from_hf", "DIR", "read this Hugging Face GPT-2 directory", ""},
          {"--to_hf", "DIR", "write a Hugging Face GPT-2 directory here", ""},
+         {"--merge_lora", "DIR",
+          "merge the LoRA adapters of this directory (gpt_lora.ckpt + gpt_lora.json) into the "
+          "config's Engine.init_from base: W + (alpha/rank) B A, written to --checkpoint",
+          ""},
          {"--checkpoint", "DIR",
-          "the FleetPS checkpoint directory (gpt.ckpt): written with --from_hf, read with "
-          "--to_hf (required)",
+          "the FleetPS checkpoint directory (gpt.ckpt): written with --from_hf and "
+          "--merge_lora, read with --to_hf (required)",
           ""}}},
        {"Model and format",
         {{"-c", "FILE",
           "the GPT config: its Model section is the checkpoint's shape (required with "
-          "--to_hf; with --from_hf it is checked against config.json)",
+          "--to_hf and --merge_lora, whose Model.lora and Engine.init_from it also gives; "
+          "with --from_hf it is checked against config.json)",
           ""},
          {"-o", "Section.key=value", "override one key of the config (repeatable)", ""},
          {"--dtype", "float32|float16|bfloat16",
@@ -42,7 +49,7 @@ ProgramHelp ConvertHelp() {
 struct Flags {
   std::string config;
   std::vector<std::string> overrides;
-  std::string from_hf, to_hf, checkpoint;
+  std::string from_hf, to_hf, merge_lora, checkpoint;
   std::string dtype = "float32";
   bool help = false;
 };
@@ -53,8 +60,8 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
   f.config = config_args.config;
   f.overrides = config_args.overrides;
   const std::map<std::string, std::string*, std::less<>> targets = {
-      {"from_hf", &f.from_hf}, {"to_hf", &f.to_hf}, {"checkpoint", &f.checkpoint},
-      {"dtype", &f.dtype}};
+      {"from_hf", &f.from_hf},       {"to_hf", &f.to_hf},           {"checkpoint", &f.checkpoint},
+      {"merge_lora", &f.merge_lora}, {"dtype", &f.dtype}};
   FLEET_ASSIGN_OR_RETURN(ProgramFlags flags,
                          ParseProgramFlags(config_args.rest, [&](std::string_view name) {
                            return targets.find(name) != targets.end();
@@ -62,13 +69,19 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
   f.help = flags.help;
   for (const auto& [name, value] : flags.values) *targets.find(name)->second = value;
   if (f.help) return f;
-  if (f.from_hf.empty() == f.to_hf.empty()) {
-    return Status::InvalidArgument("give exactly one of --from_hf DIR and --to_hf DIR");
+  if (int(!f.from_hf.empty()) + int(!f.to_hf.empty()) + int(!f.merge_lora.empty()) != 1) {
+    return Status::InvalidArgument(
+        "give exactly one of --from_hf DIR, --to_hf DIR and --merge_lora DIR");
   }
   if (f.checkpoint.empty()) return Status::InvalidArgument("--checkpoint DIR is required");
   if (!f.to_hf.empty() && f.config.empty()) {
     return Status::InvalidArgument(
         "--to_hf needs -c CONFIG: its Model section is the checkpoint's shape");
+  }
+  if (!f.merge_lora.empty() && f.config.empty()) {
+    return Status::InvalidArgument(
+        "--merge_lora needs -c CONFIG: the config the adapters were trained with (Model.lora "
+        "and the base, Engine.init_from)");
   }
   return f;
 }
@@ -117,6 +130,24 @@ int GptConvertMain(const std::vector<std::string>& args, std::ostream& out, std:
     }
     out << "gpt_convert: wrote " << flags->checkpoint << "/" << trainer::kGptCheckpointFile << " ("
         << ShapeLine(*shape) << ")\n";
+    return 0;
+  }
+  if (!flags->merge_lora.empty()) {
+    if (!config->model.lora.enabled()) {
+      err << "gpt_convert: --merge_lora: the config " << flags->config
+          << " has no Model.lora section (the adapters' rank, alpha and targets)\n";
+      return 2;
+    }
+    Status st = trainer::MergeGptLoraCheckpoint(flags->merge_lora, config->model,
+                                                config->engine.init_from, flags->checkpoint);
+    if (!st.ok()) {
+      err << "gpt_convert: " << st.ToString() << "\n";
+      return 1;
+    }
+    out << "gpt_convert: wrote " << flags->checkpoint << "/" << trainer::kGptCheckpointFile
+        << " (" << flags->merge_lora << "'s rank " << config->model.lora.rank
+        << " adapters merged into " << config->engine.init_from << "; "
+        << ShapeLine(config->model) << ")\n";
     return 0;
   }
   Status st =

@@ -5,6 +5,10 @@
 //   build/bin/gpt_convert --checkpoint output/gpt2_ft -c configs/gpt/finetune_gpt2_124M.yaml
 //       --to_hf output/gpt2_ft_hf [--dtype bfloat16]          (one command line)
 //       output/gpt2_ft/gpt.ckpt -> output/gpt2_ft_hf/{config.json, model.safetensors}
+//   build/bin/gpt_convert --merge_lora output/gpt2_lora -c configs/gpt/finetune_gpt2_124M_lora.yaml
+//       --checkpoint output/gpt2_lora_merged                  (one command line)
+//       the config's Engine.init_from + output/gpt2_lora/gpt_lora.ckpt (checked against
+//       gpt_lora.json: same base SHA-256, rank, alpha, targets) -> output/gpt2_lora_merged/gpt.ckpt
 //
 // The names, layouts and config keys are trainer/models/gpt_hf.h's. From HF,
 // the model's shape is config.json's; -c CONFIG (optional) then checks it

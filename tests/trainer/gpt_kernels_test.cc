@@ -358,6 +358,35 @@ TEST_P(GptCpuVsReference, LayerNorm) {
   }
 }
 
+// Frozen parameters (LoRA's base weights): null parameter gradients skip
+// their work and leave the input gradient what it is with them.
+TEST_P(GptCpuVsReference, FrozenParametersGetOnlyInputGradients) {
+  const int N = 70, IC = 40, OC = 90;
+  const auto x = RandomVector(N * IC, 50), w = RandomVector(OC * IC, 51),
+             dout = RandomVector(N * OC, 52);
+  std::vector<float> want(N * IC, 0.5f), dw(OC * IC, 0.0f), db(OC, 0.0f);
+  ref_.MatmulBackward(want.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, IC,
+                      OC);
+  for (GptKernels* k : {cpu(), static_cast<GptKernels*>(&ref_)}) {
+    std::vector<float> got(N * IC, 0.5f);
+    k->MatmulBackward(got.data(), nullptr, nullptr, dout.data(), x.data(), w.data(), N, IC, OC);
+    EXPECT_TRUE(AllClose(std::string(k->name()) + " matmul dinp", got, want, kAbs, kRel));
+  }
+  const int C = 96;
+  const auto xin = RandomVector(N * C, 53, -3.0f, 5.0f), lw = RandomVector(C, 54),
+             lb = RandomVector(C, 55), dy = RandomVector(N * C, 56);
+  std::vector<float> y(N * C), mean(N), rstd(N), want_dx(N * C, 0.25f), ldw(C), ldb(C);
+  ref_.LayerNormForward(y.data(), mean.data(), rstd.data(), xin.data(), lw.data(), lb.data(), N, C);
+  ref_.LayerNormBackward(want_dx.data(), ldw.data(), ldb.data(), dy.data(), xin.data(), lw.data(),
+                         mean.data(), rstd.data(), N, C);
+  for (GptKernels* k : {cpu(), static_cast<GptKernels*>(&ref_)}) {
+    std::vector<float> got(N * C, 0.25f);
+    k->LayerNormBackward(got.data(), nullptr, nullptr, dy.data(), xin.data(), lw.data(),
+                         mean.data(), rstd.data(), N, C);
+    EXPECT_TRUE(AllClose(std::string(k->name()) + " layernorm dinp", got, want_dx, 1e-4, 1e-3));
+  }
+}
+
 TEST_P(GptCpuVsReference, Matmul) {
   // Many rows (row blocks), few rows and many columns (column blocks), tiny.
   for (auto [N, IC, OC] :

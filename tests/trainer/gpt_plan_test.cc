@@ -53,6 +53,42 @@ TEST(GptParamCount, EqualsTheTableTheArenaIsBuiltFrom) {
   EXPECT_EQ(GptParamTable(c).size(), 2u + 12u * 3u + 2u);
 }
 
+// LoRA (Model.lora): the frozen base held once in the compute precision,
+// gradients and AdamW state for the adapters alone. GPT-2 124M, rank 8 on
+// the four matrices of 12 blocks: 12 x 8 x (768 + 2304 + 768 + 768 + 768 +
+// 3072 + 3072 + 768) = 1,179,648 adapter parameters.
+TEST(GptPlan, LoraHoldsOptimizerStateForTheAdaptersAlone) {
+  GptConfig c = Config(50257, 1024, 768, 12, 12);
+  const GptPlanOptions bf16 = {.micro_batch_size = 8, .seq_len = 64,
+                               .precision = Precision::kBf16};
+  const GptPlan full = PlanGpt(c, bf16).value();
+  c.lora = {.rank = 8, .alpha = 16, .targets = {true, true, true, true}};
+  const GptPlan lora = PlanGpt(c, bf16).value();
+  const int64_t N = 124439808, n = 1179648;
+  EXPECT_EQ(lora.trainable_params, n);
+  EXPECT_EQ(full.trainable_params, N);
+  EXPECT_EQ(full.optimizer_bytes, 12 * N);  // 1.39 GiB
+  EXPECT_EQ(lora.optimizer_bytes, 12 * n);  // 13.5 MiB
+  EXPECT_LT(lora.optimizer_bytes * 10, full.optimizer_bytes);
+  EXPECT_EQ(lora.grad_bytes, 2 * n);
+  EXPECT_EQ(lora.param_bytes, 2 * (N + n));
+  EXPECT_NE(lora.ToString().find("optimizer states 13.5 MiB"), std::string::npos)
+      << lora.ToString();
+  EXPECT_NE(lora.ToString().find("LoRA: 1179648 trained"), std::string::npos);
+  EXPECT_NE(full.ToString().find("optimizer states 1.39 GiB"), std::string::npos);
+  // The adapters' state shards like any (stage 1 over 2 ranks: half).
+  GptPlanOptions sharded = bf16;
+  sharded.sharding_degree = 2;
+  sharded.sharding_stage = 1;
+  EXPECT_EQ(PlanGpt(c, sharded).value().optimizer_bytes, 12 * (n / 2));
+  // What LoRA does not do is refused by key.
+  sharded.sharding_stage = 3;
+  EXPECT_NE(PlanGpt(c, sharded).status().ToString().find("Model.lora"), std::string::npos);
+  GptPlanOptions mp = bf16;
+  mp.mp_degree = 2;
+  EXPECT_TRUE(PlanGpt(c, mp).status().IsInvalidArgument());
+}
+
 TEST(GptPlan, MemoryPerRankBySharding) {
   const GptConfig c = Config(50257, 1024, 768, 12, 12);
   const int64_t N = 124439808;

@@ -168,6 +168,63 @@ TEST(GptConfigTest, BadKeysAndValuesNameTheKeyAndTheirFile) {
   }
 }
 
+TEST(GptConfigTest, LoraIsReadFromModelLora) {
+  auto c = LoadGptJobConfig(Config("finetune_gpt_tiny_lora.yaml"), {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const GptLoraConfig& lora = c->model.lora;
+  EXPECT_TRUE(lora.enabled());
+  EXPECT_EQ(lora.rank, 8);
+  EXPECT_EQ(lora.alpha, 16.0f);
+  EXPECT_EQ(lora.scale(), 2.0f);
+  EXPECT_EQ(lora.targets, (std::array<bool, kLoraTargets>{true, true, true, true}));
+  // alpha defaults to the rank, targets to all four; a subset is a subset.
+  c = LoadGptJobConfig(Config("finetune_gpt_tiny_lora.yaml"),
+                       {"Model.lora={rank: 4, targets: [fc_proj, qkv]}"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.lora.alpha, 4.0f);
+  EXPECT_EQ(c->model.lora.targets, (std::array<bool, kLoraTargets>{true, false, false, true}));
+  // Without the section nothing is adapted.
+  c = LoadGptJobConfig(Config("finetune_gpt_tiny.yaml"), {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->model.lora.enabled());
+}
+
+TEST(GptConfigTest, BadLoraSettingsSayWhatToChange) {
+  const std::string file = "finetune_gpt_tiny_lora.yaml";
+  struct Case {
+    std::vector<std::string> overrides;
+    std::string message;
+  } cases[] = {
+      {{"Model.lora.rank=null"}, "Model.lora.rank: is required with Model.lora"},
+      {{"Model.lora.rank=0"}, "Model.lora.rank: must be in [1,"},
+      {{"Model.lora.rank=500"}, "Model.lora.rank: 500 exceeds Model.hidden_size 256"},
+      {{"Model.lora.alpha=0"}, "Model.lora.alpha: must be in"},
+      {{"Model.lora.dropout=0.1"}, "Model.lora.dropout: must be 0: FleetPS's LoRA has no dropout"},
+      {{"Model.lora.targets=[qkv, mlp]"},
+       "Model.lora.targets: entry 1 must be one of qkv, proj, fc, fc_proj; got 'mlp'"},
+      {{"Model.lora.targets=[qkv, qkv]"}, "Model.lora.targets: entry 1 'qkv' is listed twice"},
+      {{"Model.lora.targets=[]"}, "Model.lora.targets: must be a non-empty list"},
+      {{"Model.lora.bias=all"}, "Model.lora.bias: unknown key"},
+      {{"Engine.init_from="}, "Engine.init_from"},
+      {{"Distributed.mp_degree=2"},
+       "Distributed.mp_degree: 2 with Model.lora: LoRA trains with data parallelism"},
+      {{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3"},
+       "Distributed.sharding.sharding_stage: 3 with Model.lora"},
+      {{"Distributed.sharding.sharding_offload=True"},
+       "Distributed.sharding.sharding_offload: true with Model.lora"},
+  };
+  for (const auto& c : cases) {
+    Status st = LoadError(file, c.overrides, 0);
+    ASSERT_TRUE(st.IsInvalidArgument()) << c.overrides[0] << " -> " << st.ToString();
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.overrides[0];
+  }
+  // Model.lora without Engine.init_from: the message says what to set.
+  Status st = LoadError(file, {"Engine.init_from=", "Engine.mode=pretrain",
+                               "Data.Train.dataset.name=TextDataset",
+                               "Data.Eval.dataset.name=TextDataset"});
+  EXPECT_THAT(st.message(), HasSubstr("Model.lora: LoRA adapts a pretrained model"));
+}
+
 TEST(GptConfigTest, ErrorsInFilesNameTheFileThatSetTheKey) {
   TempDir dir;
   WritePlain(dir.File("base.yaml"),

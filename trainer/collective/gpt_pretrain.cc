@@ -19,6 +19,8 @@
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/loss_scaler.h"
 #include "trainer/models/gpt_hf.h"
+#include "trainer/models/gpt_lora.h"
+#include "trainer/models/gpt_lora_files.h"
 #include "trainer/models/gpt_tensor_parallel.h"
 
 namespace fleet::trainer::collective {
@@ -75,6 +77,26 @@ std::string GptEvalLine(const EvalWindow& w) {
                          w.epoch, w.step, w.metric, std::exp(w.metric), w.seconds);
 }
 
+namespace {
+
+// LoRA's manifest (gpt_lora_files.h): a checkpoint the run resumes from must
+// have been trained over the same base with the same adapters; rank 0 then
+// writes the manifest into the output directory for later saves and merges.
+Status PrepareLoraCheckpoints(const config::GptJobConfig& config, bool writer) {
+  const config::SaveLoadConfig& save = config.engine.save_load;
+  FLEET_ASSIGN_OR_RETURN(std::string base, PretrainedFingerprint(config.engine.init_from));
+  const std::filesystem::path resume(save.ckpt_dir.empty() ? save.output_dir : save.ckpt_dir);
+  std::error_code ec;
+  if (std::filesystem::exists(resume / kGptLoraCheckpointFile, ec)) {
+    FLEET_RETURN_IF_ERROR(CheckGptLoraManifest(resume.string(), config.model, base)
+                              .WithContext("resuming LoRA adapters"));
+  }
+  if (!writer) return Status::OK();
+  return WriteGptLoraManifest(save.output_dir, config.model, config.engine.init_from, base);
+}
+
+}  // namespace
+
 Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collective* collective,
                                    const GptPretrainOptions& options, std::ostream* progress) {
   const int world = collective ? collective->size() : 1;
@@ -123,10 +145,22 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
     // Every rank reads the weights itself (the loop then broadcasts rank 0's
     // anyway); a checkpoint the loop resumes from replaces them.
     FLEET_RETURN_IF_ERROR(
-        LoadPretrainedGpt(config.engine.init_from, config.model, &task->arena())
+        LoadPretrainedGpt(config.engine.init_from, config.model, &task->model().arena())
             .WithContext("Engine.init_from"));
     if (progress != nullptr && (collective == nullptr || collective->rank() == 0)) {
       *progress << "gpt_pretrain: parameters from " << config.engine.init_from << std::endl;
+    }
+  }
+  const bool lora = config.model.lora.enabled();
+  if (lora) {
+    // Every rank checks what it resumes from; rank 0 writes the manifest.
+    FLEET_RETURN_IF_ERROR(
+        PrepareLoraCheckpoints(config, collective == nullptr || collective->rank() == 0));
+    if (progress != nullptr && (collective == nullptr || collective->rank() == 0)) {
+      *progress << "gpt_pretrain: LoRA rank " << config.model.lora.rank << ", alpha "
+                << config.model.lora.alpha << ": " << GptLoraParamCount(config.model)
+                << " adapter parameters train, " << GptParamCount(config.model)
+                << " stay frozen" << std::endl;
     }
   }
 
@@ -156,7 +190,8 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   updater_options.sharding.stage = static_cast<int>(config.distributed.sharding_stage);
   updater_options.data_parallel = loop.data_parallel;
   updater_options.data_parallel.measure_resident_bytes = options.measure_memory;
-  updater_options.param_units = task->model().ParamUnits();
+  // Stage 3's units (refused with LoRA, whose arena is the adapters').
+  if (!lora) updater_options.param_units = task->model().ParamUnits();
   updater_options.offload = config.distributed.sharding_offload;
   updater_options.offload_threads = options.cpu_threads;
   updater_options.tensor_parallel = dist.mp_degree > 1 ? &tensor_parallel->split() : nullptr;
@@ -169,12 +204,13 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   // `hybrid` outlives the loop's updater, which reduces over its groups.
   const DataParallelGroups groups = hybrid->groups();
   GptModel* model = &task->model();
-  loop.make_updater = [kernels, adamw, updater_options, first_lr, groups, model](
+  const std::string task_name = task->name();  // the checkpoint's name: gpt or gpt_lora
+  loop.make_updater = [kernels, adamw, updater_options, first_lr, groups, model, task_name](
                           ParamArena* arena,
                           Collective*) -> Result<std::unique_ptr<GradientUpdater>> {
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<ShardedAdamWUpdater> updater,
                            ShardedAdamWUpdater::Create(groups, arena, kernels, adamw, first_lr,
-                                                       updater_options, "gpt"));
+                                                       updater_options, task_name));
     // Stage 3: the model fetches its parameters through the updater.
     model->set_param_hooks(updater->param_hooks());
     return std::unique_ptr<GradientUpdater>(std::move(updater));

@@ -11,7 +11,11 @@
 // same way on PromptResponseDataset pairs (loss on response tokens only),
 // starting from Engine.init_from's parameters (a FleetPS or Hugging Face
 // GPT-2 checkpoint, trainer/models/gpt_hf.h), which pretraining may also
-// start from.
+// start from. With Model.lora the loaded weights stay frozen and only LoRA's
+// adapters train (trainer/models/gpt_lora.h): the loop, the updater and
+// the checkpoints (gpt_lora.ckpt, and the manifest gpt_lora.json written
+// at the start, trainer/models/gpt_lora_files.h) see the adapters alone, and
+// TrainReport::params holds them. Resuming refuses adapters of another base.
 //
 // Log lines (FleetX's, to `progress`):
 //   [train] epoch: E, batch: B, loss: L, avg_batch_cost: C sec, speed: X step/s,

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "trainer/models/gpt_lora_files.h"
 
 namespace fleet::trainer::collective {
 
@@ -42,6 +43,10 @@ Result<std::unique_ptr<GptTask>> GptTask::Create(const GptConfig& model, Backend
                          GptModel::Create(model, backend, kernels, options.tensor_parallel));
   return std::unique_ptr<GptTask>(
       new GptTask(std::move(gpt), std::move(train), std::move(eval), options));
+}
+
+std::string GptTask::name() const {
+  return model_->config().lora.enabled() ? kGptLoraTaskName : "gpt";
 }
 
 Status GptTask::ReadBatch(const data::GptSamples& dataset, std::span<const int64_t> ids) {

@@ -55,8 +55,11 @@ class GptTask final : public CollectiveTask {
                                                  std::shared_ptr<const data::GptSamples> eval,
                                                  const GptTaskOptions& options);
 
-  std::string name() const override { return "gpt"; }
-  ParamArena& arena() override { return model_->arena(); }
+  // "gpt", or "gpt_lora" with LoRA (its checkpoint is then gpt_lora.ckpt).
+  std::string name() const override;
+  // The trained parameters: the model's, or with LoRA its adapters alone
+  // (GptModel::trainable_arena).
+  ParamArena& arena() override { return model_->trainable_arena(); }
   int64_t num_train_samples() const override { return train_->num_samples(); }
   Status LoadBatch(std::span<const int64_t> ids) override;
   Result<float> ForwardBackward(const GradReadyFn& grad_ready, float grad_scale) override;

@@ -131,6 +131,40 @@ Status NoDropout(ConfigSection& s, std::string_view key) {
   return Status::OK();
 }
 
+// Model.lora: rank (required), alpha (default: rank), dropout (0 only),
+// targets (default all four).
+Status ParseLora(ConfigSection s, const GptConfig& model, GptLoraConfig* lora) {
+  if (!s.Has("rank")) {
+    return s.Error("rank", "is required with Model.lora (the adapters' rank, e.g. 8)");
+  }
+  FLEET_RETURN_IF_ERROR(s.Int("rank", &lora->rank, 1, 1 << 20));
+  if (lora->rank > model.hidden_size) {
+    return s.Error("rank", absl::StrCat(lora->rank, " exceeds Model.hidden_size ",
+                                        model.hidden_size, ": a low rank is the point of LoRA"));
+  }
+  double alpha = lora->rank;
+  FLEET_RETURN_IF_ERROR(s.Double("alpha", &alpha, 1e-6, 1e6));
+  lora->alpha = static_cast<float>(alpha);
+  double dropout = 0;
+  FLEET_RETURN_IF_ERROR(s.Double("dropout", &dropout, 0, 1));
+  if (dropout != 0) {
+    return s.Error("dropout", absl::StrCat("must be 0: FleetPS's LoRA has no dropout on the "
+                                           "adapters' input (not implemented); got ",
+                                           dropout));
+  }
+  std::vector<std::string> targets = {"qkv", "proj", "fc", "fc_proj"};
+  FLEET_RETURN_IF_ERROR(s.ChoiceList("targets", &targets, {"qkv", "proj", "fc", "fc_proj"}));
+  lora->targets = {};
+  for (const std::string& t : targets) {
+    const LoraTarget target = t == "qkv"    ? LoraTarget::kQkv
+                              : t == "proj" ? LoraTarget::kProj
+                              : t == "fc"   ? LoraTarget::kFc
+                                            : LoraTarget::kFcProj;
+    lora->targets[static_cast<size_t>(target)] = true;
+  }
+  return s.Finish();
+}
+
 Status ParseModel(ConfigSection s, GptConfig* m) {
   s.Accept("module");
   std::string name = "GPT";
@@ -163,6 +197,8 @@ Status ParseModel(ConfigSection s, GptConfig* m) {
                    absl::StrCat(m->hidden_size, " is not a multiple of num_attention_heads ",
                                 m->num_attention_heads));
   }
+  ConfigSection lora = s.Sub("lora");
+  if (lora.present()) FLEET_RETURN_IF_ERROR(ParseLora(lora, *m, &m->lora));
   FLEET_RETURN_IF_ERROR(s.Finish());
   // The model's own check; everything it refuses was refused above with the
   // key's file, so this guards only against the two drifting apart.
@@ -454,6 +490,30 @@ Status CheckAcross(const ConfigDocument& doc, const GptJobConfig& c) {
     return doc.Error("Data.Train.dataset.name",
                      "Engine.mode finetune trains on PromptResponseDataset (JSONL prompt/response "
                      "pairs)");
+  }
+  if (c.model.lora.enabled()) {
+    const DistributedConfig& d = c.distributed;
+    if (c.engine.init_from.empty()) {
+      return doc.Error("Model.lora",
+                       "LoRA adapts a pretrained model, whose weights stay frozen: set "
+                       "Engine.init_from (a FleetPS checkpoint or a Hugging Face GPT-2 directory)");
+    }
+    if (d.mp_degree > 1) {
+      return doc.Error("Distributed.mp_degree",
+                       absl::StrCat(d.mp_degree, " with Model.lora: LoRA trains with data "
+                                                 "parallelism (and sharding stages 1-2) only; "
+                                                 "set mp_degree 1"));
+    }
+    if (d.sharding_degree > 1 && d.sharding_stage == 3) {
+      return doc.Error("Distributed.sharding.sharding_stage",
+                       "3 with Model.lora: the frozen base weights are not sharded; use stage 1 "
+                       "or 2 (the adapters' state is small) or no sharding");
+    }
+    if (d.sharding_offload) {
+      return doc.Error("Distributed.sharding.sharding_offload",
+                       "true with Model.lora: the adapters' optimizer state is small enough to "
+                       "stay on the device; set it false");
+    }
   }
   const struct {
     const char* name;

@@ -175,6 +175,22 @@ struct EngineConfig {
 //   `Model.hidden_dropout_prob`, `Model.attention_probs_dropout_prob`: 0 only.
 //     FleetPS's GPT has no dropout (GPT-2 pretraining at scale and llm.c
 //     train without it); FleetX's configs say 0.1 and must say 0 here.
+//   `Model.lora` (FleetPS): default absent (every parameter trains). LoRA
+//     fine-tuning (trainer/models/gpt_lora.h): the weights are frozen (no
+//     gradients, no optimizer state) and low-rank adapters beside the
+//     targeted matrices train, data parallel as any run (sharding stages 1-2
+//     allowed; mp_degree > 1, stage 3 and sharding_offload are refused).
+//     Needs Engine.init_from (the base). Checkpoints hold the adapters alone
+//     (gpt_lora.ckpt + gpt_lora.json naming the base's SHA-256);
+//     `gpt_convert --merge_lora` writes a full checkpoint. Keys:
+//       `rank`: required, in [1, hidden_size]. 8-16 suit most tasks; more
+//         is more capacity and state.
+//       `alpha`: default rank, > 0. The adapters' output is scaled by
+//         alpha / rank; raise it (or the learning rate) for a stronger push.
+//       `dropout`: 0 only (not implemented).
+//       `targets`: default [qkv, proj, fc, fc_proj], a non-empty subset: the
+//         attention's qkv and output projection, the MLP's two matrices.
+//         [qkv] alone is the paper's cheapest setting.
 // Accepted FleetX keys: module, name (GPT only), type_vocab_size (unused by
 // GPT), fused_linear and fuse_attn_qkv (no effect: the kernels are fixed),
 // sequence_parallel (false only), recompute_layers and no_recompute_layers

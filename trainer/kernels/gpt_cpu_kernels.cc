@@ -306,7 +306,7 @@ void CpuGptKernels::LayerNormBackward(float* dinp, float* dweight, float* dbias,
   // Input gradient by row blocks, parameter gradients by column blocks (each
   // summed over all rows in order): no shared accumulators, fixed order.
   const Blocks rows = Split(N, workers_, std::max<int64_t>(1, kMinElements / C), kBlocksPerWorker);
-  const Blocks cols = Split(C, workers_, 16, 1, 16);
+  const Blocks cols = dweight != nullptr ? Split(C, workers_, 16, 1, 16) : Blocks{};
   For(rows.count + cols.count, [&](size_t task) {
     if (task < rows.count) {
       for (int64_t i = rows.begin(task); i < rows.end(task); ++i) {
@@ -357,7 +357,9 @@ void CpuGptKernels::MatmulBackward(float* dinp, float* dweight, float* dbias, co
   const bool by_rows = N >= workers_ * kGemmMinRows || N >= IC;
   const Blocks in_blocks =
       dinp ? Split(by_rows ? N : IC, workers_, kGemmMinRows, kGemmBlocksPerWorker, 16) : Blocks{};
-  const Blocks w_blocks = Split(OC, workers_, kGemmMinRows, kGemmBlocksPerWorker, 16);
+  // A frozen weight (dweight null) gets no weight or bias gradient tasks.
+  const Blocks w_blocks =
+      dweight ? Split(OC, workers_, kGemmMinRows, kGemmBlocksPerWorker, 16) : Blocks{};
   For(in_blocks.count + w_blocks.count, [&](size_t task) {
     if (task < in_blocks.count) {
       const int64_t b0 = in_blocks.begin(task), n = in_blocks.end(task) - b0;

@@ -399,12 +399,14 @@ void CudaGptKernels::MatmulBackward(float* dinp, float* dweight, float* dbias, c
       Gemm16(false, false, N, IC, OC, dout16, OC, RoundOperand(1, weight, OC, IC, IC), IC, 1.0f,
              dinp, IC);
     }
+    if (dweight == nullptr) return;  // a frozen weight (LoRA's base): no parameter gradients
     Gemm16(true, false, OC, IC, N, dout16, OC, RoundOperand(1, inp, N, IC, IC), IC, 1.0f,
            dweight, IC);
   } else {
     // dinp [N, IC] += dout [N, OC] weight [OC, IC].
     if (dinp != nullptr) Gemm(false, false, N, IC, OC, dout, OC, weight, IC, 1.0f, dinp, IC);
-    // dweight [OC, IC] += dout^T [OC, N] inp [N, IC].
+    // dweight [OC, IC] += dout^T [OC, N] inp [N, IC]; none for a frozen weight.
+    if (dweight == nullptr) return;
     Gemm(true, false, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, IC);
   }
   if (dbias != nullptr) {

@@ -922,6 +922,7 @@ cudaError_t LayerNormBackward(float* dinp, float* dweight, float* dbias, float* 
                                                         C);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
+  if (dweight == nullptr) return cudaSuccess;  // frozen LayerNorm (LoRA): no parameter gradients
   return LaunchColumnSums(dbias, dweight, partials, dout, inp, mean, rstd, N, C, s);
 }
 

@@ -108,6 +108,7 @@ class GptKernels {
   virtual void LayerNormForward(float* out, float* mean, float* rstd, const float* inp,
                                 const float* weight, const float* bias, int N, int C) = 0;
   // dinp += d(out)/d(inp)^T dout; dweight += sum_rows dout * xhat; dbias += sum_rows dout.
+  // dweight and dbias both null: frozen parameters (LoRA), only dinp.
   //   dinp, dout, inp: [N, C], dweight, dbias, weight: [C], mean, rstd: [N]
   virtual void LayerNormBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, const float* mean,
@@ -120,8 +121,9 @@ class GptKernels {
   virtual void MatmulForward(float* out, const float* inp, const float* weight, const float* bias,
                              int N, int IC, int OC, bool accumulate) = 0;
   // dinp += dout weight;  dweight += dout^T inp;  dbias += sum_rows dout.
-  //   dinp: [N, IC] or null (no input gradient wanted), dweight: [OC, IC],
-  //   dbias: [OC] or null, dout: [N, OC], inp: [N, IC], weight: [OC, IC]
+  //   dinp: [N, IC] or null (no input gradient wanted), dweight: [OC, IC] or
+  //   null (a frozen weight, LoRA's base: its GEMM is skipped), dbias: [OC]
+  //   or null, dout: [N, OC], inp: [N, IC], weight: [OC, IC]
   virtual void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                               const float* inp, const float* weight, int N, int IC, int OC) = 0;
 

@@ -79,8 +79,10 @@ void LayerNormBackward(F* dinp, F* dweight, F* dbias, const F* dout, const F* in
     for (int c = 0; c < C; ++c) {
       const double norm = (double{x[c]} - mean[i]) * rstd[i];
       const double dnorm = double{weight[c]} * d[c];
-      dbias[c] += d[c];
-      dweight[c] += static_cast<F>(norm * d[c]);
+      if (dweight != nullptr) {
+        dbias[c] += d[c];
+        dweight[c] += static_cast<F>(norm * d[c]);
+      }
       dx[c] += static_cast<F>((dnorm - dnorm_mean - norm * dnorm_norm_mean) * rstd[i]);
     }
   }
@@ -113,7 +115,7 @@ void MatmulBackward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, 
       }
     }
   }
-  for (int o = 0; o < OC; ++o) {
+  for (int o = 0; o < OC && dweight != nullptr; ++o) {
     for (int k = 0; k < IC; ++k) {
       double acc = 0.0;
       for (int i = 0; i < N; ++i)

@@ -2,11 +2,13 @@
 
 #include <glog/logging.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <numbers>
 
 #include "comm/splitmix.h"
+#include "trainer/models/gpt_lora.h"
 #include "trainer/models/gpt_tensor_parallel.h"
 
 namespace fleet::trainer {
@@ -45,6 +47,19 @@ Status GptConfig::Validate() const {
     return Status::InvalidArgument(
         "must be a finite value > 0, got " + std::to_string(initializer_range),
         "Model.initializer_range");
+  }
+  if (lora.rank < 0) {
+    return Status::InvalidArgument("must be >= 1, got " + std::to_string(lora.rank),
+                                   "Model.lora.rank");
+  }
+  if (lora.enabled() && !(lora.alpha > 0.0f && std::isfinite(lora.alpha))) {
+    return Status::InvalidArgument("must be a finite value > 0, got " + std::to_string(lora.alpha),
+                                   "Model.lora.alpha");
+  }
+  if (lora.enabled() && std::find(lora.targets.begin(), lora.targets.end(), true) ==
+                            lora.targets.end()) {
+    return Status::InvalidArgument("must name at least one of qkv, proj, fc, fc_proj",
+                                   "Model.lora.targets");
   }
   return Status::OK();
 }
@@ -141,6 +156,7 @@ GptActivationLayout::GptActivationLayout(const GptConfig& c, int B, int T, bool 
   set(GptAct::kDQkv, N * 3 * Ca, 1);
   set(GptAct::kDBufF, N * F, 1);
   set(GptAct::kAttScratch, att_scratch, 1);
+  set(GptAct::kLoraScratch, 2 * N * size_t(c.lora.rank), 1);
   size_t end = 0;
   for (size_t i = 0; i < kCount; ++i) {
     // Round every copy up to the alignment so that copy k starts aligned too.
@@ -157,7 +173,7 @@ std::string_view GptActivationLayout::Name(GptAct a) {
       "residual",  "ln1",      "ln1_mean", "ln1_rstd",   "qkv",     "att",      "atty",
       "residual2", "ln2",      "ln2_mean", "ln2_rstd",   "fch",     "fch_gelu", "lnf",
       "lnf_mean",  "lnf_rstd", "logits",   "ce_row_max", "ce_sums", "losses",   "dresidual",
-      "dbuf_c",    "dqkv",     "dbuf_f",   "att_scratch"};
+      "dbuf_c",    "dqkv",     "dbuf_f",   "att_scratch", "lora_scratch"};
   return kNames[Index(a)];
 }
 
@@ -225,6 +241,12 @@ Result<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, Back
   CHECK(backend != nullptr);
   CHECK(kernels != nullptr);
   FLEET_RETURN_IF_ERROR(config.Validate());
+  const bool lora = config.lora.enabled();
+  if (lora && tensor_parallel != nullptr && tensor_parallel->degree() > 1) {
+    return Status::InvalidArgument("LoRA does not split over tensor-parallel ranks; use "
+                                   "Distributed.mp_degree 1",
+                                   "Model.lora");
+  }
   if (!(backend->device() == kernels->device())) {
     return Status::InvalidArgument("GPT kernels on " + kernels->device().ToString() +
                                        " but memory on " + backend->device().ToString(),
@@ -233,7 +255,7 @@ Result<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, Back
   FLEET_ASSIGN_OR_RETURN(
       ParamArena arena,
       ParamArena::Create(tensor_parallel ? tensor_parallel->ShardTable() : GptParamTable(config),
-                         backend));
+                         backend, /*with_grads=*/!lora));
   // Initialise tensor by tensor through one host buffer of the largest size;
   // a shard takes its segments of each whole tensor.
   const std::vector<ArenaSegment>* segments =
@@ -260,18 +282,45 @@ Result<std::unique_ptr<GptModel>> GptModel::Create(const GptConfig& config, Back
     whole_offset += host.size();
     ++index;
   });
-  return std::unique_ptr<GptModel>(
-      new GptModel(config, backend, kernels, std::move(arena), tensor_parallel));
+  std::unique_ptr<GptLoraAdapters> adapters;
+  if (lora) {
+    FLEET_ASSIGN_OR_RETURN(adapters, GptLoraAdapters::Create(config, backend));
+  }
+  return std::unique_ptr<GptModel>(new GptModel(config, backend, kernels, std::move(arena),
+                                                tensor_parallel, std::move(adapters)));
 }
 
 GptModel::GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena,
-                   GptTensorParallel* tp)
-    : config_(config), backend_(backend), kernels_(kernels), tp_(tp), arena_(std::move(arena)) {
+                   GptTensorParallel* tp, std::unique_ptr<GptLoraAdapters> lora)
+    : config_(config),
+      backend_(backend),
+      kernels_(kernels),
+      tp_(tp),
+      arena_(std::move(arena)),
+      lora_(std::move(lora)) {
   // Tensor indices: wte 0, wpe 1, block l at 2 + 12 l, ln_f after the blocks.
   for (int l = 0; l < config_.num_layers; ++l) {
     block_offset_.push_back(arena_.offset(2 + size_t(l) * kGptTensorsPerBlock));
   }
   lnf_offset_ = arena_.offset(2 + size_t(config_.num_layers) * kGptTensorsPerBlock);
+}
+
+GptModel::~GptModel() = default;
+
+ParamArena& GptModel::trainable_arena() { return lora_ ? lora_->arena() : arena_; }
+
+void GptModel::LoraForward(int layer, LoraTarget target, const float* inp, float* out, int N) {
+  if (lora_ == nullptr) return;
+  Timed(GptLayerKind::kMatmul,
+        [&] { lora_->Forward(layer, target, inp, out, N, Act(GptAct::kLoraScratch)); });
+}
+
+void GptModel::LoraBackward(int layer, LoraTarget target, const float* dout, const float* inp,
+                            float* dinp, int N) {
+  if (lora_ == nullptr) return;
+  float* u = Act(GptAct::kLoraScratch);
+  float* du = u + size_t(N) * config_.lora.rank;
+  Timed(GptLayerKind::kMatmul, [&] { lora_->Backward(layer, target, dout, inp, dinp, N, u, du); });
 }
 
 template <typename Fn>
@@ -428,22 +477,29 @@ void GptModel::BlockForward(int layer, const float* x, float* y) {
         [&] { k->LayerNormForward(A.ln1, A.ln1_mean, A.ln1_rstd, x, P.ln1w, P.ln1b, N, C); });
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulForward(A.qkv, A.ln1, P.qkvw, P.qkvb, N, C, 3 * Ca, false); });
+  LoraForward(layer, LoraTarget::kQkv, A.ln1, A.qkv, N);
   Timed(GptLayerKind::kAttention, [&] { k->AttentionForward(A.atty, A.att, A.qkv, B, T, Ca, NH); });
   RowParallelForward(A.res2, x, A.atty, P.projw, P.projb, N, Ca);
+  LoraForward(layer, LoraTarget::kProj, A.atty, A.res2, N);
   Timed(GptLayerKind::kLayerNorm,
         [&] { k->LayerNormForward(A.ln2, A.ln2_mean, A.ln2_rstd, A.res2, P.ln2w, P.ln2b, N, C); });
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulForward(A.fch, A.ln2, P.fcw, P.fcb, N, C, F, false); });
+  LoraForward(layer, LoraTarget::kFc, A.ln2, A.fch, N);
   Timed(GptLayerKind::kGelu, [&] { k->GeluForward(A.fch_gelu, A.fch, size_t(N) * F); });
   if (y == nullptr) return;
   RowParallelForward(y, A.res2, A.fch_gelu, P.fcprojw, P.fcprojb, N, F);
+  LoraForward(layer, LoraTarget::kFcProj, A.fch_gelu, y, N);
 }
 
 void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   const int B = B_, T = T_, N = B * T, C = config_.hidden_size, F = FfnWidth();
   const int NH = Heads(), Ca = AttnWidth();
   const BlockTensors P = Block(arena_.params().data(), layer);
-  const BlockTensors G = Block(arena_.grads().data(), layer);
+  // Frozen weights (LoRA) have no gradients: every pointer null, so the
+  // kernels compute input gradients only.
+  const BlockTensors G =
+      arena_.has_grads() ? Block(arena_.grads().data(), layer) : BlockTensors{};
   const BlockActs A = BlockBuffers(layer);
   float* dF = Act(GptAct::kDBufF);
   float* dC = Act(GptAct::kDBufC);
@@ -458,10 +514,12 @@ void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   zero(dF, size_t(N) * F);
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulBackward(dF, G.fcprojw, G.fcprojb, dres, A.fch_gelu, P.fcprojw, N, F, C); });
+  LoraBackward(layer, LoraTarget::kFcProj, dres, A.fch_gelu, dF, N);
   Timed(GptLayerKind::kGelu, [&] { k->GeluBackward(dF, A.fch, dF, size_t(N) * F); });
   zero(dC, size_t(N) * C);
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulBackward(dC, G.fcw, G.fcb, dF, A.ln2, P.fcw, N, C, F); });
+  LoraBackward(layer, LoraTarget::kFc, dF, A.ln2, dC, N);
   AllReduceInputGrad(dC, size_t(N) * C);
   Timed(GptLayerKind::kLayerNorm, [&] {
     k->LayerNormBackward(dres, G.ln2w, G.ln2b, dC, A.res2, P.ln2w, A.ln2_mean, A.ln2_rstd, N, C);
@@ -470,6 +528,7 @@ void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   zero(dC, size_t(N) * Ca);
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulBackward(dC, G.projw, G.projb, dres, A.atty, P.projw, N, Ca, C); });
+  LoraBackward(layer, LoraTarget::kProj, dres, A.atty, dC, N);
   zero(dqkv, size_t(N) * 3 * Ca);
   Timed(GptLayerKind::kAttention, [&] {
     k->AttentionBackward(dqkv, Act(GptAct::kAttScratch), dC, A.qkv, A.atty, A.att, B, T, Ca, NH);
@@ -477,6 +536,7 @@ void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   zero(dC, size_t(N) * C);
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulBackward(dC, G.qkvw, G.qkvb, dqkv, A.ln1, P.qkvw, N, C, 3 * Ca); });
+  LoraBackward(layer, LoraTarget::kQkv, dqkv, A.ln1, dC, N);
   AllReduceInputGrad(dC, size_t(N) * C);
   Timed(GptLayerKind::kLayerNorm, [&] {
     k->LayerNormBackward(dres, G.ln1w, G.ln1b, dC, x, P.ln1w, A.ln1_mean, A.ln1_rstd, N, C);
@@ -593,7 +653,8 @@ void GptModel::Backward(const GradReadyFn& on_grads_ready) {
   const int B = B_, T = T_, N = B * T, C = config_.hidden_size, V = VocabRows();
   const int L = config_.num_layers;
   const float* params = arena_.params().data();
-  float* grads = arena_.grads().data();
+  float* grads = arena_.grads().data();  // null for frozen weights (LoRA)
+  auto grad_at = [grads](size_t offset) { return grads ? grads + offset : nullptr; };
   float* dres = Act(GptAct::kDResidual);
   float* dC = Act(GptAct::kDBufC);
   const size_t lnf_tensor = 2 + size_t(L) * kGptTensorsPerBlock;
@@ -606,24 +667,31 @@ void GptModel::Backward(const GradReadyFn& on_grads_ready) {
     backend_->Fill(dres, size_t(N) * C, 0.0f);
   });
   Timed(GptLayerKind::kMatmul, [&] {
-    kernels_->MatmulBackward(dC, grads + arena_.offset(0), nullptr, Act(GptAct::kLogits),
+    kernels_->MatmulBackward(dC, grad_at(arena_.offset(0)), nullptr, Act(GptAct::kLogits),
                              Act(GptAct::kLnf), params + arena_.offset(0), N, C, V);
   });
   AllReduceInputGrad(dC, size_t(N) * C);
   Timed(GptLayerKind::kLayerNorm, [&] {
-    kernels_->LayerNormBackward(dres, grads + lnf_offset_, grads + lnf_offset_ + C, dC,
+    kernels_->LayerNormBackward(dres, grad_at(lnf_offset_), grad_at(lnf_offset_ + C), dC,
                                 Act(GptAct::kResidual, L), params + lnf_offset_,
                                 Act(GptAct::kLnfMean), Act(GptAct::kLnfRstd), N, C);
   });
-  ready(lnf_tensor, lnf_tensor + 2);
+  if (lora_ == nullptr) ready(lnf_tensor, lnf_tensor + 2);
   Release(LnfUnit());
   for (int l = L - 1; l >= 0; --l) {
     Acquire(BlockUnit(l), l > 0 ? BlockUnit(l - 1) : TensorRange{});
     if (config_.use_recompute) BlockForward(l, Act(GptAct::kResidual, l), nullptr);
     BlockBackward(l, Act(GptAct::kResidual, l), dres);
     const TensorRange block = BlockUnit(l);
-    ready(block.first, block.end);
+    // The ranges name tensors of trainable_arena(): with LoRA the block's adapters.
+    const TensorRange done = lora_ ? lora_->BlockRange(l) : block;
+    ready(done.first, done.end);
     Release(block);
+  }
+  if (lora_ != nullptr) {
+    // Frozen embeddings: nothing to compute below the first block.
+    Release(EmbeddingUnit());
+    return;
   }
   // The embeddings' backward reads no parameters.
   Timed(GptLayerKind::kEmbedding, [&] {

@@ -50,6 +50,11 @@
 // must run the same passes on the same tokens. LastLogits needs the whole
 // vocabulary and refuses a split model.
 //
+// LoRA (GptConfig::lora, gpt_lora.h): the arena's weights are frozen (no
+// gradient buffer; Backward computes input gradients only) and each targeted
+// matmul adds its low-rank adapter's term; the adapters are
+// trainable_arena(), which Backward's on_grads_ready ranges then name.
+//
 // Thread safety: one thread drives a model at a time.
 #pragma once
 
@@ -71,6 +76,26 @@
 namespace fleet::trainer {
 
 class GptTensorParallel;
+class GptLoraAdapters;
+
+// The four matrices of a block LoRA can adapt (Model.lora.targets): the
+// attention's qkv [3C, C] and proj [C, C], the MLP's fc [F, C] and its
+// projection fc_proj [C, F].
+enum class LoraTarget { kQkv, kProj, kFc, kFcProj };
+inline constexpr int kLoraTargets = 4;
+std::string_view LoraTargetName(LoraTarget target);  // "qkv", "proj", "fc", "fc_proj"
+
+// Model.lora (Hu et al. 2021): each targeted W [out, in] of every block
+// computes x W^T + (alpha / rank) (x A^T) B^T with A [rank, in] and
+// B [out, rank] trained and W frozen (trainer/models/gpt_lora.h).
+struct GptLoraConfig {
+  int rank = 0;  // 0: no LoRA, every parameter trains
+  float alpha = 0.0f;
+  std::array<bool, kLoraTargets> targets{};  // indexed by LoraTarget
+  bool enabled() const { return rank > 0; }
+  bool targets_(LoraTarget t) const { return targets[static_cast<size_t>(t)]; }
+  float scale() const { return alpha / static_cast<float>(rank); }
+};
 
 // The Model section of a GPT job config (FleetX's key names).
 struct GptConfig {
@@ -96,11 +121,14 @@ struct GptConfig {
   bool use_recompute = false;
   // Seed of the initialisation; same seed, same parameters on every machine.
   uint64_t seed = 1234;
+  // Model.lora: LoRA adapters over frozen weights (rank 0: none).
+  GptLoraConfig lora;
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int head_size() const { return hidden_size / num_attention_heads; }
   // InvalidArgument naming the key (Model.<key>) for a non-positive size,
-  // heads not dividing hidden_size, or initializer_range <= 0.
+  // heads not dividing hidden_size, initializer_range <= 0, or LoRA with a
+  // negative rank, alpha <= 0 or no target.
   Status Validate() const;
 };
 
@@ -185,7 +213,9 @@ int64_t GptParamCount(const GptConfig& config);
 //       (tensor parallel only), losses [N]
 //   backward only (one copy, reused by every block):
 //     dresidual [N, C], dbuf_c [N, C], dqkv [N, 3C], dbuf_f [N, F],
-//     att_scratch [AttentionScratchFloats(B, T, NH)]
+//     att_scratch [AttentionScratchFloats(B, T, NH)],
+//     lora_scratch [2 N r] (LoRA rank r: x A^T and its gradient, which
+//       forward uses too; recomputed in backward rather than kept)
 // With tensor parallelism over M ranks, the layout of one rank: 3C, the
 // attention's C (att, atty), F and V become 3C/M, C/M, F/M and ceil(V/M),
 // and attention's buffers are the twin's for NH/M heads.
@@ -215,6 +245,7 @@ enum class GptAct {
   kDQkv,
   kDBufF,
   kAttScratch,
+  kLoraScratch,
   kCount,
 };
 
@@ -284,7 +315,8 @@ struct GptForwardOptions {
 
 class GptModel {
  public:
-  // InvalidArgument for a bad config (config.Validate()). `backend` allocates
+  // InvalidArgument for a bad config (config.Validate()), and for LoRA with
+  // tensor parallelism. `backend` allocates
   // the arena and activations and `kernels` computes; both not owned, must
   // outlive the model, and must be on the same device (InvalidArgument
   // otherwise). Parameters are initialised from config.seed (a tensor-parallel
@@ -295,9 +327,19 @@ class GptModel {
                                                   GptKernels* kernels,
                                                   GptTensorParallel* tensor_parallel = nullptr);
 
+  ~GptModel();
+
   const GptConfig& config() const { return config_; }
+  // The model's weights (GptParamTable). With LoRA (config.lora) they are
+  // frozen: the arena has no gradients (has_grads() false) and Backward
+  // computes none for them.
   ParamArena& arena() { return arena_; }
   const ParamArena& arena() const { return arena_; }
+  // LoRA's adapters (GptLoraParamTable, with gradients); null without LoRA.
+  GptLoraAdapters* lora() const { return lora_.get(); }
+  // What trains: the adapters with LoRA, else arena(). Backward's
+  // on_grads_ready ranges are tensors of this arena.
+  ParamArena& trainable_arena();
   Backend* backend() const { return backend_; }
   GptKernels* kernels() const { return kernels_; }
   GptTensorParallel* tensor_parallel() const { return tp_; }
@@ -353,7 +395,13 @@ class GptModel {
   };
 
   GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena,
-           GptTensorParallel* tp);
+           GptTensorParallel* tp, std::unique_ptr<GptLoraAdapters> lora);
+  // The targeted matmul's LoRA term: out [N, OC] += its adapter of inp
+  // [N, IC] (nothing when the target is not adapted).
+  void LoraForward(int layer, LoraTarget target, const float* inp, float* out, int N);
+  // Its backward: the adapters' gradients, and dinp [N, IC] += its share.
+  void LoraBackward(int layer, LoraTarget target, const float* dout, const float* inp, float* dinp,
+                    int N);
   Status CheckIds(std::span<const int32_t> ids, int lo, std::string_view what) const;
   // Checks shapes and ids (targets may be empty); changes nothing.
   Status ValidateInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
@@ -405,6 +453,7 @@ class GptModel {
   GptKernels* const kernels_;
   GptTensorParallel* const tp_;  // null: not split
   ParamArena arena_;
+  const std::unique_ptr<GptLoraAdapters> lora_;  // null: no LoRA
   std::vector<size_t> block_offset_;  // arena offset of each block's first tensor
   size_t lnf_offset_ = 0;
 

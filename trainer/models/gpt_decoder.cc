@@ -18,6 +18,14 @@ Result<std::unique_ptr<GptDecoder>> GptDecoder::Create(GptModel* model,
     return Status::InvalidArgument("decoder prefill_chunk must be >= 1, got " +
                                    std::to_string(options.prefill_chunk));
   }
+  if (model->config().lora.enabled()) {
+    // The decoder's passes read the weights alone.
+    return Status::InvalidArgument(
+        "the KV-cache decoder does not apply LoRA adapters; merge them first "
+        "(gpt_convert --merge_lora) and decode the merged checkpoint with a config without "
+        "Model.lora (or -o Model.lora=null)",
+        "Model.lora");
+  }
   return std::unique_ptr<GptDecoder>(new GptDecoder(model, options));
 }
 

@@ -59,7 +59,8 @@ class GptDecoder {
  public:
   // `model` is not owned and must outlive the decoder; its parameters are
   // read at every call (so a decoder sees parameters loaded after Create).
-  // InvalidArgument for batch or prefill_chunk < 1.
+  // InvalidArgument for batch or prefill_chunk < 1, and for a model with
+  // LoRA adapters (merge them first: gpt_convert --merge_lora).
   static Result<std::unique_ptr<GptDecoder>> Create(GptModel* model,
                                                     const GptDecoderOptions& options = {});
 

@@ -335,6 +335,13 @@ std::string CheckpointFile(const std::string& path) {
 
 }  // namespace
 
+std::string PretrainedWeightsFile(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path dir(path);
+  if (std::filesystem::exists(dir / kHfConfigFile, ec)) return (dir / kHfWeightsFile).string();
+  return CheckpointFile(path);
+}
+
 Status LoadPretrainedGpt(const std::string& path, const GptConfig& config, ParamArena* arena) {
   std::error_code ec;
   const std::filesystem::path hf_config = std::filesystem::path(path) / kHfConfigFile;

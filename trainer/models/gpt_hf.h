@@ -92,6 +92,11 @@ Status CheckSameGptShape(const GptConfig& hf, const GptConfig& model);
 // unchanged on error.
 Status LoadPretrainedGpt(const std::string& path, const GptConfig& config, ParamArena* arena);
 
+// The file holding the weights LoadPretrainedGpt reads from `path`: a
+// Hugging Face directory's model.safetensors, a directory's gpt.ckpt, or
+// `path` itself. Does not check that it exists.
+std::string PretrainedWeightsFile(const std::string& path);
+
 // gpt_convert's two directions. HF directory -> <ckpt_dir>/gpt.ckpt
 // (parameters only; gpt_generate and Engine.init_from read it), returning
 // the model's shape; and <ckpt_dir>/gpt.ckpt (or the file) of a model of

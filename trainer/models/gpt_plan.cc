@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "trainer/adamw.h"
+#include "trainer/models/gpt_lora.h"
 
 namespace fleet::trainer {
 
@@ -89,6 +90,14 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
     return Status::InvalidArgument("dp_degree, accumulate_steps and ranks_per_node must be >= 1",
                                    "Distributed.dp_degree");
   }
+  const bool lora = config.lora.enabled();
+  if (lora && (options.mp_degree > 1 || options.offload ||
+               (options.sharding_stage == 3 && options.sharding_degree > 1))) {
+    return Status::InvalidArgument(
+        "LoRA trains with data parallelism and sharding stages 1-2 only (no mp_degree > 1, "
+        "stage 3 or offload)",
+        "Model.lora");
+  }
   const int M = options.mp_degree;
   // Parameters a rank of a tensor-parallel group holds (all when M = 1):
   // Megatron splits wte by rows (vocabulary parallel), the QKV and first MLP
@@ -115,20 +124,26 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   plan.options = options;
   plan.num_params = GptParamCount(config);
   plan.rank_params = N;
+  // What trains: LoRA's adapters over the frozen base, or every parameter.
+  const int64_t lora_params = GptLoraParamCount(config);
+  const int64_t trained = lora ? lora_params : N;
+  plan.trainable_params = trained;
   plan.micro_batch_size = B;
   plan.seq_len = T;
 
   const bool fp32 = options.precision == Precision::kFp32;
   const int64_t compute_bytes = fp32 ? 4 : 2;
   const int64_t state_bytes = fp32 ? 8 : 12;  // m, v (+ fp32 master weights)
-  const int64_t shard = static_cast<int64_t>(ShardRange(static_cast<size_t>(N), D, 0).size());
-  plan.param_bytes = compute_bytes * N;
+  const int64_t shard = static_cast<int64_t>(ShardRange(static_cast<size_t>(trained), D, 0).size());
+  // LoRA: the frozen base in compute precision beside the adapters.
+  plan.param_bytes = compute_bytes * (N + (lora ? lora_params : 0));
   // Stages 1 and 2 reduce-scatter into a shard buffer beside the full
   // gradients; stage 2 then releases the full ones bucket by bucket on CPU
   // ranks, while a GPU keeps them (one device allocation).
   const bool full_released = stage == 2 && options.cpu;
-  plan.grad_bytes = compute_bytes * (full_released ? shard : stage >= 1 ? N + shard : N);
-  plan.optimizer_bytes = state_bytes * (stage >= 1 ? shard : N);
+  plan.grad_bytes =
+      compute_bytes * (full_released ? shard : stage >= 1 ? trained + shard : trained);
+  plan.optimizer_bytes = state_bytes * (stage >= 1 ? shard : trained);
   if (stage == 3) {
     // The units held whole during a pass (see the header).
     const int64_t working = embeddings + lnf + 2 * block;
@@ -137,7 +152,7 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
     const int64_t largest = std::max(embeddings, block);
     plan.comm_buffer_bytes = 4 * ((largest + D - 1) / D) * D;
   }
-  const int64_t share = stage >= 1 ? shard : N;  // what this rank's optimizer updates
+  const int64_t share = stage >= 1 ? shard : trained;  // what this rank's optimizer updates
   if (options.offload) {
     // fp32 master, m, v and the gradients' copy on the host, per rank.
     plan.optimizer_bytes = 0;
@@ -167,7 +182,7 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
   // micro-batch's forward and backward (stage 3).
   const double gathers = stage == 3 ? 2.0 * k : 1.0;
   plan.sharding_comm_bytes =
-      static_cast<int64_t>((1.0 + gathers) * ring(D) * static_cast<double>(N * compute_bytes));
+      static_cast<int64_t>((1.0 + gathers) * ring(D) * static_cast<double>(trained * compute_bytes));
   // Data parallel: the gradients of the share all-reduced.
   plan.dp_comm_bytes = static_cast<int64_t>(2.0 * ring(options.dp_degree) *
                                             static_cast<double>(share * compute_bytes));
@@ -183,7 +198,10 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
 
   const double L = config.num_layers, C = config.hidden_size, F = config.ffn();
   const double matmul_params = static_cast<double>(N) - double(config.max_position_embeddings) * C;
-  plan.matmul_flops_per_token = 6.0 * matmul_params;
+  // LoRA skips the frozen weights' gradient GEMMs (forward and input
+  // gradients: 4 N') and trains the adapters fully.
+  plan.matmul_flops_per_token =
+      lora ? 4.0 * matmul_params + 6.0 * static_cast<double>(lora_params) : 6.0 * matmul_params;
   plan.attention_flops_per_token = 12.0 * L * T * C;
   plan.flops_per_token = plan.matmul_flops_per_token + plan.attention_flops_per_token;
   plan.recompute_flops_per_token =
@@ -194,7 +212,8 @@ Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
 std::string GptPlan::ToString() const {
   char flops[160];
   std::snprintf(flops, sizeof(flops),
-                "FLOPs per token %.4g (matmuls 6N' %.4g + attention 12LTC %.4g)", flops_per_token,
+                "FLOPs per token %.4g (matmuls %s %.4g + attention 12LTC %.4g)", flops_per_token,
+                trainable_params != rank_params ? "4N'+6n (LoRA)" : "6N'",
                 matmul_flops_per_token, attention_flops_per_token);
   const GptPlanOptions& o = options;
   std::string layout = "mp " + std::to_string(o.mp_degree) + " x sharding " +
@@ -205,7 +224,11 @@ std::string GptPlan::ToString() const {
       std::to_string(num_params) + " parameters; micro batch " + std::to_string(micro_batch_size) +
       " x " + std::to_string(seq_len) + " tokens, " + std::to_string(o.accumulate_steps) +
       " per step; " + layout + " (" + std::to_string(rank_params) +
-      " parameters per tensor-parallel rank)\nper rank: parameters " + Bytes(param_bytes) +
+      " parameters per tensor-parallel rank)" +
+      (trainable_params != rank_params
+           ? "; LoRA: " + std::to_string(trainable_params) + " trained, the rest frozen"
+           : std::string()) +
+      "\nper rank: parameters " + Bytes(param_bytes) +
       ", gradients " + Bytes(grad_bytes) + ", optimizer states " + Bytes(optimizer_bytes) +
       (comm_buffer_bytes > 0 ? ", comm buffers " + Bytes(comm_buffer_bytes) : std::string()) +
       ", activations " + Bytes(activation_bytes) + " (forward " + Bytes(activation_forward_bytes) +
