@@ -89,7 +89,7 @@ struct KvStoreClientOptions {
   // The local IPv4 address requests come from; "" lets the kernel choose.
   // A host with several addresses names the one the job knows it by, so
   // the server sees (and reports refusals under) that address.
-  std::string source_address;
+  std::string source_address = {};
 };
 
 // Talks to a KvStoreServer. Thread-safe: each call uses its own connection.

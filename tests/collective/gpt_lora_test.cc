@@ -118,7 +118,9 @@ TEST(GptLoraTest, TrainsOnlyTheAdaptersAndLowersTheLossOnOneAndTwoRanks) {
     EXPECT_TRUE(fs::exists(out / kGptLoraCheckpointFile));
     EXPECT_TRUE(fs::exists(out / kGptLoraManifestFile));
     EXPECT_FALSE(fs::exists(out / kGptCheckpointFile)) << "the frozen base is not saved again";
-    if (world == 2) EXPECT_EQ(runs[0].report.params, runs[1].report.params) << "ranks differ";
+    if (world == 2) {
+      EXPECT_EQ(runs[0].report.params, runs[1].report.params) << "ranks differ";
+    }
   }
 }
 
