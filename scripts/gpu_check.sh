@@ -3,7 +3,9 @@
 # GPU machine from a bundle made by ../shared/gpu/pack.sh (see its header).
 #
 #   here:  cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="80;90"
-#          cmake --build build-gpu -j2 && bash ../shared/gpu/pack.sh build-gpu
+#          cmake --build build-gpu -j2 &&
+#          bash ../shared/gpu/pack.sh build-gpu 'cuda|nccl|gpu|heter_dense|mnist_mlp_test|gpt_generate_test|gpt_serve_test'
+#          (pack.sh's default leaves gpt_serve_test out)
 #   there: tar -xJf .gpu/bundle.tar.xz -C .gpu && . .gpu/fleetgpu/env.sh &&
 #          cd .gpu/fleetgpu/src && bash scripts/gpu_check.sh
 #
@@ -33,7 +35,7 @@ step() {  # step NAME TIMEOUT_S COMMAND...: runs it, logs to $OUT/NAME.log
 
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 for t in trainer_gpt_cuda_kernels_test trainer_cuda_backend_test heter_dense_section_test \
-    gpt_generate_test; do
+    gpt_generate_test gpt_serve_test; do
   if [ -x "$TESTS/$t" ]; then
     step "$t" 300 "$TESTS/$t"
     grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | sed "s|^|  |" >> "$summary"
