@@ -56,7 +56,7 @@
 #include "comm/gloo_store.h"
 #include "comm/kv_store.h"
 #include "comm/shm_collective.h"
-#include "trainer/data/mnist.h"
+#include "data/mnist.h"
 #include "trainer/kernels/cpu_kernels.h"
 
 DEFINE_double(seconds, 1.0, "target duration of each timed all-reduce measurement (per path)");

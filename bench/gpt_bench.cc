@@ -59,7 +59,7 @@
 
 #include "bench/bench_util.h"
 #include "comm/splitmix.h"
-#include "trainer/adamw.h"
+#include "trainer/models/adamw.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
@@ -68,6 +68,7 @@
 #include "trainer/models/gpt_plan.h"
 #ifdef FLEET_BENCH_CUDA
 #include "bench/gpt_bench_cuda.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #endif
 

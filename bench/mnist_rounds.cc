@@ -10,9 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "trainer/backend.h"
-#include "trainer/collective/mlp_classifier.h"
-#include "trainer/collective/train_loop.h"
+#include "collective/mlp_classifier.h"
+#include "collective/train_loop.h"
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::bench {
 namespace {

@@ -2,7 +2,7 @@
 // (ranks are processes) and train_bench (ranks are threads of one process).
 //
 // Each configuration ("row") runs steps of the real training loop
-// (trainer/collective/train_loop.h over the MLP classifier task: batch
+// (collective/train_loop.h over the MLP classifier task: batch
 // gather, forward, backward, bucketed all-reduce overlapped with backward,
 // Adam) with batch 64 per rank. The rows
 // alternate over several rounds so that changes in the machine's other load
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "comm/collective.h"
-#include "trainer/data/mnist.h"
+#include "data/mnist.h"
 
 namespace fleet::bench {
 

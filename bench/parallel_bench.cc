@@ -39,9 +39,9 @@
 #include "bench/bench_util.h"
 #include "comm/kv_store.h"
 #include "comm/shm_collective.h"
-#include "trainer/collective/gpt_pretrain.h"
-#include "trainer/config/gpt_config.h"
-#include "trainer/data/gpt_data.h"
+#include "collective/gpt_pretrain.h"
+#include "collective/config/gpt_config.h"
+#include "collective/config/gpt_data.h"
 
 DEFINE_string(config, "configs/gpt/pretrain_gpt_tiny.yaml",
               "GPT config to train (run from the repo root).");

@@ -11,7 +11,7 @@
 //      ZeroMQ over loopback) vs compute only: target >= 0.6.
 //   2. MLP 784-128-128-10 step (forward, backward, Adam), batch 64, against
 //      its GEMM floor (target <= 1.3x); the real training loop on real data
-//      (trainer/collective/train_loop.h over the MLP classifier task, 1 rank: batch gather, step,
+//      (collective/train_loop.h over the MLP classifier task, 1 rank: batch gather, step,
 //      timing) against the bare step, alternating in rounds (target >= 0.95 of its samples/s).
 //   3. MNIST-MLP at 2 ranks vs 1 rank (bench/mnist_rounds.h; ranks are
 //      threads here, each with its own Gloo group over loopback), samples/s
@@ -37,11 +37,11 @@
 #include "comm/shm_collective.h"
 #include "comm/kv_store.h"
 #include "ps/server.h"
-#include "tests/worker/local_communicator.h"
-#include "trainer/collective/mlp_classifier.h"
-#include "trainer/collective/train_loop.h"
-#include "trainer/data/ctr_generator.h"
-#include "trainer/data/mnist.h"
+#include "worker/local_communicator.h"
+#include "collective/mlp_classifier.h"
+#include "collective/train_loop.h"
+#include "data/ctr_generator.h"
+#include "data/mnist.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "trainer/models/ctr_dnn.h"
 #include "trainer/models/mlp.h"
@@ -49,6 +49,7 @@
 #include "worker/communicator.h"
 #include "worker/config.h"
 #include "worker/task.h"
+#include "trainer/kernels/cpu_backend.h"
 
 DEFINE_double(seconds, 2.0, "Target seconds of timed iterations per case.");
 DEFINE_int32(batch, 256, "ctr_dnn samples per step (one worker).");
@@ -64,8 +65,8 @@ DEFINE_string(data_dir, fleet::data::kDefaultMnistDir, "MNIST-format IDX files."
 namespace fleet::bench {
 namespace {
 
-// (a): parameters in local memory (tests/worker/local_communicator.h).
-using worker::testing::LocalCommunicator;
+// (a): parameters in local memory (worker/local_communicator.h).
+using worker::LocalCommunicator;
 
 std::string JobYaml(const std::string& data_dir, int batch) {
   return "Distributed: {mode: sync, timeout_ms: 60000}\n"

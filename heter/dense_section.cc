@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "trainer/kernels/backend_factory.h"
 #include "worker/config.h"
 #include "worker/tasks/ctr_dnn.h"
 

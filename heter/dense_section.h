@@ -13,7 +13,7 @@
 
 #include "comm/status.h"
 #include "comm/thread_pool.h"
-#include "heter/protocol.h"
+#include "worker/heter_protocol.h"
 #include "ps/job_config.h"
 #include "trainer/backend.h"
 #include "trainer/models/ctr_dnn.h"

@@ -1,5 +1,5 @@
 // HeterWorker: one heter worker. It serves the heter protocol
-// (heter/protocol.h) to the CPU workers of the job: for each micro-batch it
+// (worker/heter_protocol.h) to the CPU workers of the job: for each micro-batch it
 // runs the dense section (heter/dense_section.h) on its device, answers with
 // the gradient of the pooled embeddings, the loss and the predictions, and
 // trains the dense table on the parameter servers through a dense-only

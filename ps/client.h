@@ -48,7 +48,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/proto/ps.pb.h"
+#include "ps/ps.pb.h"
 #include "comm/rpc.h"
 #include "ps/job_config.h"
 

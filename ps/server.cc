@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "comm/proto/ps.pb.h"
+#include "ps/ps.pb.h"
 #include "ps/table/accessor.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/byte_io.h"

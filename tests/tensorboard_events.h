@@ -1,6 +1,6 @@
 // Reads TensorBoard event files for tests through tests/read_tb_events.py
 // (python3-protobuf and an independent CRC-32C): the check that what FleetPS
-// writes is what TensorBoard reads. Used by tests/trainer/tensorboard_test
+// writes is what TensorBoard reads. Used by tests/data/tensorboard_test
 // and the programs' tests.
 #pragma once
 
@@ -40,8 +40,8 @@ inline std::vector<TbScalar> ReadTbScalars(const std::string& protoc, const std:
   const fs::path pb2 = dir / ".pb2";
   fs::create_directories(pb2);
   std::string cmd = protoc + " --proto_path=" + source_dir +
-                    "/trainer/tensorboard --python_out=" + pb2.string() + " " + source_dir +
-                    "/trainer/tensorboard/event.proto";
+                    "/data/tensorboard --python_out=" + pb2.string() + " " + source_dir +
+                    "/data/tensorboard/event.proto";
   if (std::system(cmd.c_str()) != 0) {
     *error = "protoc failed: " + cmd;
     return {};

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "comm/status.h"
-#include "trainer/kernels/cpu_kernels.h"
+#include "trainer/kernel_types.h"
 #include "trainer/param_arena.h"
 
 namespace fleet::trainer {

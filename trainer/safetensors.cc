@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "trainer/data/file_io.h"
+#include "comm/file_io.h"
 
 namespace fleet::trainer {
 namespace {

@@ -33,7 +33,7 @@
 //   3b. with heter workers (--heter_workers / FLEET_HETER_WORKERS) the model's
 //      dense part runs there: the task cuts each batch into
 //      Distributed.heter.micro_batches, keeps up to pipeline_depth of them
-//      in flight (heter/client.h), and the communicator serves the sparse
+//      in flight (worker/heter_client.h), and the communicator serves the sparse
 //      table only (the heter workers train the dense table);
 //   4. per epoch: steps through the Communicator of Distributed.mode; every
 //      train.log_interval steps one line with epoch, step, loss and AUC or

@@ -26,7 +26,7 @@
 //                            # loaded a checkpoint, i.e. server.load_dir is set).
 //   data:
 //     train: data/ctr/train  # ctr_dnn: file spec (files, dirs, globs; see
-//                            # trainer/data/file_io.h ExpandFileSpec). Required.
+//                            # comm/file_io.h ExpandFileSpec). Required.
 //     test: data/ctr/test    # ctr_dnn: held-out files. Optional (no held-out metric).
 //     oracle: ""             # ctr_dnn: oracle.txt of gen_ctr_data; its AUC is
 //                            # printed beside the held-out AUC. Optional.

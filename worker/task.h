@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "comm/status.h"
-#include "heter/client.h"
+#include "worker/heter_client.h"
 #include "ps/client.h"
 #include "worker/communicator.h"
 #include "worker/config.h"

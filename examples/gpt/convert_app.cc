@@ -7,7 +7,7 @@
 #include "comm/program_help.h"
 #include "comm/yaml_config.h"
 #include "examples/gpt/program_flags.h"
-#include "trainer/config/gpt_config.h"
+#include "collective/config/gpt_config.h"
 #include "trainer/models/gpt_hf.h"
 #include "trainer/models/gpt_lora_files.h"
 

@@ -13,7 +13,7 @@
 #include "examples/gpt/program_flags.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
-#include "trainer/data/gpt_data.h"
+#include "collective/config/gpt_data.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_decoder.h"

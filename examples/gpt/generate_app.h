@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "comm/status.h"
-#include "trainer/config/gpt_config.h"
+#include "collective/config/gpt_config.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_hf.h"

@@ -16,11 +16,12 @@
 #include "comm/progress_report.h"
 #include "comm/yaml_config.h"
 #include "trainer/backend.h"
-#include "trainer/collective/gpt_pretrain.h"
-#include "trainer/collective/rank_setup.h"
-#include "trainer/config/gpt_config.h"
+#include "collective/gpt_pretrain.h"
+#include "collective/rank_setup.h"
+#include "collective/config/gpt_config.h"
 #include "trainer/models/gpt_plan.h"
-#include "trainer/tensorboard/event_writer.h"
+#include "data/tensorboard/event_writer.h"
+#include "trainer/kernels/backend_factory.h"
 
 DEFINE_bool(dry_run, false, "Print the plan (as Engine.dry_run) and exit without training.");
 DEFINE_int32(cpu_threads, 0,

@@ -7,7 +7,7 @@
 //   build/bin/gpt_pretrain -c configs/gpt/pretrain_gpt_6.7B_sharding16.yaml -o Engine.dry_run=true
 //
 // -c FILE and repeatable -o Section.key=value are the config
-// (trainer/config/gpt_config.h documents every key); the flags below are the
+// (collective/config/gpt_config.h documents every key); the flags below are the
 // process's. Rank, world size, KV store, job id and device come from
 // fleetrun's FLEET_* environment (comm/cluster.h; its flags win). With
 // Engine.dry_run (or --dry_run) it prints the plan (parameters, memory per
@@ -15,7 +15,7 @@
 // without allocating the model; the world size is then the config's.
 //
 // Output: the FleetX-style [train] and [eval] lines of
-// trainer/collective/gpt_pretrain.h on stdout (rank 0's are what fleetrun
+// collective/gpt_pretrain.h on stdout (rank 0's are what fleetrun
 // shows), and a last line "gpt_pretrain: done at step S; eval loss L;
 // checkpoint in DIR; per rank between steps: gradients G MiB, optimizer
 // states O MiB" (what the sharding stage keeps).

@@ -16,7 +16,7 @@
 #include "comm/yaml_config.h"
 #include "examples/gpt/generate_app.h"
 #include "examples/gpt/program_flags.h"
-#include "trainer/data/gpt_data.h"
+#include "collective/config/gpt_data.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 
 namespace fleet::examples::gpt {

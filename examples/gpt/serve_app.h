@@ -37,7 +37,7 @@
 #include "comm/status.h"
 #include "examples/gpt/serve_metrics.h"
 #include "examples/gpt/serve_scheduler.h"
-#include "trainer/data/tokenizer.h"
+#include "data/tokenizer.h"
 #include "trainer/models/gpt.h"
 
 namespace httplib {

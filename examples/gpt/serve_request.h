@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "comm/status.h"
-#include "trainer/data/tokenizer.h"
+#include "data/tokenizer.h"
 
 namespace fleet::examples::gpt {
 

@@ -21,10 +21,11 @@
 #include "comm/program_help.h"
 #include "comm/progress_report.h"
 #include "examples/mnist_mlp/mnist_mlp.h"
-#include "trainer/collective/rank_setup.h"
-#include "trainer/tensorboard/event_writer.h"
+#include "collective/rank_setup.h"
+#include "data/tensorboard/event_writer.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/kernels/backend_factory.h"
 
 DEFINE_int32(epochs, 5, "Passes over the training set.");
 DEFINE_string(hidden, "128,128",
@@ -58,7 +59,7 @@ DEFINE_uint64(shuffle_seed, 1, "Seed of the per-epoch sample order (same on ever
 DEFINE_int32(bucket_kb, 1024,
              "Gradient bucket size in KiB: smaller starts the all-reduce earlier in backward but "
              "makes more calls. The default makes this MLP one bucket, measured fastest on "
-             "2 cores (see trainer/data_parallel.h); try 64 for two buckets with overlap.");
+             "2 cores (see collective/data_parallel.h); try 64 for two buckets with overlap.");
 DEFINE_int32(collective_timeout_ms, 30000,
              "Bounds the rendezvous and every collective operation: a dead or stalled rank makes "
              "the others fail after at most this long.");

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-#include "trainer/collective/mlp_classifier.h"
+#include "collective/mlp_classifier.h"
 
 namespace fleet::examples {
 

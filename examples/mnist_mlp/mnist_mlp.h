@@ -2,9 +2,9 @@
 // (784-128-128-10 on MNIST; the input width comes from the data) (softmax cross-entropy, Adam) on MNIST-format IDX
 // files, over any Collective (Gloo on CPUs, NCCL on GPUs) or none (one
 // process). TrainMnist is the collective training loop
-// (trainer/collective/train_loop.h, where sample order, checkpoints,
+// (collective/train_loop.h, where sample order, checkpoints,
 // resuming and the output lines are described) over the MLP classifier task
-// (trainer/collective/mlp_classifier.h) with this example's defaults. The
+// (collective/mlp_classifier.h) with this example's defaults. The
 // mnist_mlp program (mnist_app.h) is a thin layer over TrainMnist; tests
 // drive TrainMnist in-process.
 //
@@ -18,8 +18,8 @@
 #include "comm/collective.h"
 #include "comm/status.h"
 #include "trainer/backend.h"
-#include "trainer/collective/train_loop.h"
-#include "trainer/data/mnist.h"
+#include "collective/train_loop.h"
+#include "data/mnist.h"
 #include "trainer/models/mlp.h"
 
 namespace fleet::examples {
@@ -46,7 +46,7 @@ Result<trainer::MlpConfig> MlpForData(const data::MnistData& data, const std::ve
 // (eval_metric), the final parameters.
 using MnistReport = trainer::collective::TrainReport;
 
-// Trains as trainer/collective/train_loop.h describes. `collective` is null
+// Trains as collective/train_loop.h describes. `collective` is null
 // for a single process, else this rank's group (not owned); `backend` (not
 // owned) is where the model lives; `progress` (may be null) receives the
 // loss and accuracy lines:

@@ -1,4 +1,4 @@
-#include "trainer/data_parallel.h"
+#include "collective/data_parallel.h"
 
 #include <atomic>
 #include <algorithm>
@@ -15,6 +15,7 @@
 
 #include "tests/comm/collective_test_util.h"
 #include "trainer/backend.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 

@@ -1,4 +1,4 @@
-// Fine-tuning (Engine.mode finetune, trainer/collective/gpt_pretrain.h):
+// Fine-tuning (Engine.mode finetune, collective/gpt_pretrain.h):
 // a tiny GPT starts from a checkpoint (Engine.init_from), trains on
 // prompt/response pairs (configs/gpt/finetune_gpt_tiny.yaml's sample) on one
 // and two ranks and lowers the loss; the loss is on response tokens only
@@ -15,6 +15,7 @@
 #include "tests/collective/gpt_run_util.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_hf.h"

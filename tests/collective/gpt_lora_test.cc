@@ -16,6 +16,7 @@
 #include "tests/collective/gpt_run_util.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_hf.h"

@@ -1,9 +1,9 @@
-// GPT pretraining through the collective loop (trainer/collective/
+// GPT pretraining through the collective loop (collective/
 // gpt_pretrain.h), ranks as threads over Gloo: 2-rank data parallel and
 // ZeRO stage 1 and 2 against one rank with the same global batch, exact
 // resume, a sharded checkpoint loaded with another degree, the memory each
 // stage holds, and the errors of bad configs and checkpoints.
-#include "trainer/collective/gpt_pretrain.h"
+#include "collective/gpt_pretrain.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "tests/collective/gpt_run_util.h"
-#include "trainer/config/gpt_config.h"
+#include "collective/config/gpt_config.h"
 
 namespace fleet::trainer::collective {
 namespace {

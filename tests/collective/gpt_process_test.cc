@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tests/collective/child_process.h"
-#include "tests/trainer_data/test_util.h"
+#include "tests/data/test_util.h"
 
 namespace fleet {
 namespace {

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "tests/comm/collective_test_util.h"
-#include "tests/trainer_data/test_util.h"
-#include "trainer/collective/gpt_pretrain.h"
-#include "trainer/config/gpt_config.h"
+#include "tests/data/test_util.h"
+#include "collective/gpt_pretrain.h"
+#include "collective/config/gpt_config.h"
 
 namespace fleet::trainer::collective::testing_gpt {
 

@@ -20,6 +20,8 @@
 #include "trainer/kernels/cpu_kernels.h"
 #ifdef FLEET_WITH_NCCL
 #include "comm/nccl_collective.h"
+#include "trainer/kernels/backend_factory.h"
+#include "trainer/kernels/cpu_backend.h"
 #endif
 
 namespace fleet::examples {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "trainer/data/mnist.h"
+#include "data/mnist.h"
 
 namespace fleet::testing {
 

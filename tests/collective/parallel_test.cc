@@ -23,7 +23,7 @@
 #include "examples/gpt/generate_app.h"
 #include "tests/collective/gpt_run_util.h"
 #include "trainer/checkpoint.h"
-#include "trainer/collective/parallel_groups.h"
+#include "collective/parallel_groups.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt_plan.h"
 

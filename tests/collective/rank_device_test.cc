@@ -1,4 +1,4 @@
-// ResolveRankDevice (trainer/collective/rank_setup.h): which device a
+// ResolveRankDevice (collective/rank_setup.h): which device a
 // training rank takes from its config, the launcher's assignment, the job's
 // size and the GPUs it can see; and that a machine without a GPU gets an
 // error saying so when the config asks for one.
@@ -8,7 +8,8 @@
 #include <string>
 
 #include "trainer/backend.h"
-#include "trainer/collective/rank_setup.h"
+#include "collective/rank_setup.h"
+#include "trainer/kernels/backend_factory.h"
 
 namespace fleet::trainer::collective {
 namespace {

@@ -2,7 +2,7 @@
 // equals trainer::AdamW's, float16 loss scaling skips an overflowing step
 // and unscales the others, and its state files refuse every broken byte
 // with Corruption naming the file (the model's parameters stay as they were).
-#include "trainer/collective/sharded_adamw.h"
+#include "collective/sharded_adamw.h"
 
 #include <gtest/gtest.h>
 
@@ -13,8 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "trainer/adamw.h"
+#include "trainer/models/adamw.h"
 #include "trainer/backend.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 
 namespace fleet::trainer::collective {

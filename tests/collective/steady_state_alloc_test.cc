@@ -9,11 +9,12 @@
 #include "tests/alloc_counter.h"
 #include "tests/collective/mnist_test_data.h"
 #include "tests/comm/collective_test_util.h"
-#include "trainer/collective/mlp_classifier.h"
-#include "trainer/collective/train_loop.h"
+#include "collective/mlp_classifier.h"
+#include "collective/train_loop.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::trainer::collective {
 namespace {

@@ -1,4 +1,4 @@
-// TensorBoard curves of GPT pretraining (trainer/collective/train_loop.h's
+// TensorBoard curves of GPT pretraining (collective/train_loop.h's
 // scalars, gpt_pretrain.h's tensorboard_dir) and of mnist_mlp (the same
 // loop's default lines): the event files, decoded as TensorBoard reads them
 // (tests/read_tb_events.py, python3-protobuf), hold the values the log lines
@@ -18,7 +18,8 @@
 #include "tests/collective/mnist_test_data.h"
 #include "tests/tensorboard_events.h"
 #include "trainer/backend.h"
-#include "trainer/tensorboard/event_writer.h"
+#include "data/tensorboard/event_writer.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::trainer::collective {
 namespace {

@@ -1,8 +1,8 @@
-// The collective training loop's own interface (trainer/collective/
+// The collective training loop's own interface (collective/
 // train_loop.h), beyond what the MNIST tests exercise through TrainMnist:
 // what a progress line is given, and the default line's format; and the
 // MLP classifier task's two ways of gathering a batch.
-#include "trainer/collective/train_loop.h"
+#include "collective/train_loop.h"
 
 #include <algorithm>
 #include <chrono>
@@ -15,8 +15,9 @@
 
 #include "tests/collective/mnist_test_data.h"
 #include "tests/comm/collective_test_util.h"
-#include "trainer/collective/mlp_classifier.h"
+#include "collective/mlp_classifier.h"
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::trainer::collective {
 namespace {

@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/trainer_data/test_util.h"
+#include "tests/data/test_util.h"
 
 namespace fleet {
 namespace {

@@ -1,4 +1,4 @@
-// Criteo CTR data (trainer/data/ctr_reader.h): the input is a data file,
+// Criteo CTR data (data/ctr_reader.h): the input is a data file,
 // plain or gzip-compressed (detected by its magic), read by a CtrReader in
 // batches of 3 for two epochs; every line also goes through
 // ParseCriteoLine directly. Malformed lines must be counted, a damaged file
@@ -7,7 +7,7 @@
 
 #include <glog/logging.h>
 
-#include "trainer/data/ctr_reader.h"
+#include "data/ctr_reader.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace fleet;

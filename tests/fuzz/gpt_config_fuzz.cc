@@ -1,11 +1,11 @@
-// The GPT job config (trainer/config/gpt_config.h): the input is a world
+// The GPT job config (collective/config/gpt_config.h): the input is a world
 // size (u8), a base file (u16-length field) and the config file (the rest);
 // both are written to a private directory and the config, naming
 // `_base_: ./base.yaml` or not, is loaded by LoadGptJobConfig as
 // gpt_pretrain does. Any text must give a config or InvalidArgument.
 #include <unistd.h>
 
-#include "trainer/config/gpt_config.h"
+#include "collective/config/gpt_config.h"
 #include "tests/fuzz/config_seeds.h"
 #include "tests/fuzz/fuzz_util.h"
 

@@ -1,11 +1,11 @@
-// IDX files (trainer/data/idx_reader.h), MNIST's format, plain or gzip: the
+// IDX files (data/idx_reader.h), MNIST's format, plain or gzip: the
 // input is an images file and a labels file (u16-length field, then the
 // rest), read by ReadIdxImages, ReadIdxLabels and ReadIdxDataset with 10
 // classes. A header declaring more than the file holds must be Corruption,
 // never an allocation of what it declares.
 #include <glog/logging.h>
 
-#include "trainer/data/idx_reader.h"
+#include "data/idx_reader.h"
 #include "tests/fuzz/fuzz_util.h"
 
 using namespace fleet;

@@ -1,4 +1,4 @@
-// Every PS request kind (comm/proto/ps.proto) as a stranger could send it:
+// Every PS request kind (ps/ps.proto) as a stranger could send it:
 // the fuzzer picks the command, table id, PsRequestMeta bytes, the
 // request's deadline and typed payload frames; the request goes over
 // loopback ZeroMQ to an in-process PsServer (sync, async or geo mode) and
@@ -12,7 +12,7 @@
 
 #include <memory>
 
-#include "comm/proto/ps.pb.h"
+#include "ps/ps.pb.h"
 #include "comm/rpc.h"
 #include "ps/server.h"
 #include "tests/fuzz/fuzz_util.h"

@@ -1,4 +1,4 @@
-// Sharded AdamW state files (trainer/collective/sharded_adamw.h): a
+// Sharded AdamW state files (collective/sharded_adamw.h): a
 // checkpoint directory whose parameters file is valid and whose one state
 // file (degree 1, step 2) is the input, resumed by a one-process
 // ShardedAdamWUpdater. Every byte must give OK or a Status, never a crash.
@@ -12,8 +12,9 @@
 #include <glog/logging.h>
 
 #include "trainer/backend.h"
-#include "trainer/collective/sharded_adamw.h"
+#include "collective/sharded_adamw.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace {
 

@@ -6,6 +6,7 @@
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace {
 

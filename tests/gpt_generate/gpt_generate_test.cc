@@ -25,13 +25,15 @@
 
 #include "examples/gpt/generate_app.h"
 #include "tests/test_paths.h"
-#include "tests/trainer_data/test_util.h"
+#include "tests/data/test_util.h"
 #include "trainer/checkpoint.h"
-#include "trainer/config/gpt_config.h"
+#include "collective/config/gpt_config.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt.h"
 #include "trainer/optimizer.h"
+#include "trainer/kernels/cpu_backend.h"
+#include "trainer/kernels/backend_factory.h"
 
 extern char** environ;
 

@@ -28,7 +28,7 @@
 #include "examples/gpt/generate_app.h"
 #include "examples/gpt/serve_app.h"
 #include "tests/collective/child_process.h"
-#include "tests/trainer_data/test_util.h"
+#include "tests/data/test_util.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"

@@ -2,7 +2,7 @@
 // (RpcNodes in this process): order of replies, spreading, resends on a
 // failed heter worker, and the errors of bad replies and of a heter worker
 // that is gone.
-#include "heter/client.h"
+#include "worker/heter_client.h"
 
 #include <gtest/gtest.h>
 

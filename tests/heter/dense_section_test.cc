@@ -10,6 +10,8 @@
 #include <random>
 
 #include "tests/ps/ps_cluster.h"
+#include "trainer/kernels/backend_factory.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::heter {
 namespace {

@@ -13,7 +13,7 @@
 #include <limits>
 #include <numeric>
 
-#include "comm/proto/ps.pb.h"
+#include "ps/ps.pb.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/row_store.h"
 #include "tests/ps/ps_cluster.h"

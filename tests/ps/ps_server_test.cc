@@ -6,7 +6,7 @@
 #include <map>
 #include <random>
 
-#include "comm/proto/ps.pb.h"
+#include "ps/ps.pb.h"
 #include "tests/ps/ps_cluster.h"
 
 namespace fleet::ps {

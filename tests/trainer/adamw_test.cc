@@ -14,8 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/adamw.h"
+#include "trainer/models/adamw.h"
 #include "trainer/checkpoint.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_ref_kernels.h"
 #include "trainer/models/gpt.h"

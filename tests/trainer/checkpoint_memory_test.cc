@@ -13,6 +13,7 @@
 
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/optimizer.h"
 #include "trainer/param_arena.h"
 

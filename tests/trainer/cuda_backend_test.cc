@@ -14,6 +14,8 @@
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 #include "tests/trainer/test_util.h"
+#include "trainer/kernels/cpu_backend.h"
+#include "trainer/kernels/backend_factory.h"
 
 namespace fleet::trainer {
 namespace {

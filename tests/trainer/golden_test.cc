@@ -18,6 +18,7 @@
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 #include "tests/trainer/test_util.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::trainer {
 namespace {

@@ -34,13 +34,15 @@
 #include <gtest/gtest.h>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/adamw.h"
+#include "trainer/models/adamw.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_cuda_kernels.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
-#include "trainer/loss_scaler.h"
+#include "collective/loss_scaler.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_plan.h"
+#include "trainer/kernels/cpu_backend.h"
+#include "trainer/kernels/backend_factory.h"
 
 namespace fleet::trainer {
 namespace {

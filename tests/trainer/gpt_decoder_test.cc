@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/trainer/test_util.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_ref_kernels.h"
 #include "trainer/models/gpt.h"

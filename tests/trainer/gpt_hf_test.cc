@@ -24,6 +24,7 @@
 #include "tests/test_paths.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/models/gpt.h"
 #include "trainer/safetensors.h"

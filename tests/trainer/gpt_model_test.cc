@@ -13,7 +13,8 @@
 #include <vector>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/adamw.h"
+#include "trainer/models/adamw.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_ref_kernels.h"
 #include "trainer/models/gpt.h"

@@ -19,6 +19,7 @@
 
 #include "tests/trainer/test_util.h"
 #include "trainer/backend.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/layers/layers.h"
 #include "trainer/param_arena.h"
 

@@ -19,6 +19,7 @@
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 #include "tests/trainer/test_util.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::trainer {
 namespace {

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <vector>
 
-#include "comm/proto/ps.pb.h"
+#include "ps/ps.pb.h"
 #include "comm/rpc.h"
 #include "tests/ps/ps_cluster.h"
 

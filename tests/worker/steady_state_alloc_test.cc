@@ -1,7 +1,7 @@
 // The ctr_dnn worker step of configs/ctr_dnn.yaml allocates nothing once
 // warm (issue 14: "no per-step allocation"): pull, embedding pooling,
 // forward, backward, unpooling and push, against parameters in local memory
-// (tests/worker/local_communicator.h), counted on the step's thread.
+// (worker/local_communicator.h), counted on the step's thread.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -9,7 +9,7 @@
 #include "ps/job_config.h"
 #include "tests/alloc_counter.h"
 #include "tests/test_paths.h"
-#include "tests/worker/local_communicator.h"
+#include "worker/local_communicator.h"
 #include "tests/worker/worker_test_util.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "worker/config.h"
@@ -35,7 +35,7 @@ TEST(WorkerSteadyStateAllocationTest, CtrDnnTrainStep) {
   ASSERT_EQ(batches, 16);
   ASSERT_EQ((*task)->batch_samples(batches - 1), 256u);
 
-  testing::LocalCommunicator comm(9, (*task)->dense_param_count());
+  LocalCommunicator comm(9, (*task)->dense_param_count());
   // One pass over the batches creates every row the data has and sizes
   // every buffer; the second pass is the steady state.
   for (int64_t b = 0; b < batches; ++b) ASSERT_TRUE((*task)->TrainStep(b, comm).ok());

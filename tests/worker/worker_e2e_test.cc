@@ -7,8 +7,8 @@
 
 #include "tests/tensorboard_events.h"
 #include "tests/worker/worker_test_util.h"
-#include "trainer/data/ctr_reader.h"
-#include "trainer/data/file_io.h"
+#include "data/ctr_reader.h"
+#include "comm/file_io.h"
 
 namespace fleet::worker {
 namespace {

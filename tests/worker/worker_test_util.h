@@ -18,9 +18,9 @@
 #include "ps/table/accessor.h"
 #include "tests/ps/ps_cluster.h"
 #include "tests/test_paths.h"
-#include "trainer/data/ctr_generator.h"
-#include "trainer/data/ctr_reader.h"
-#include "trainer/data/file_io.h"
+#include "data/ctr_generator.h"
+#include "data/ctr_reader.h"
+#include "comm/file_io.h"
 #include "worker/app.h"
 #include "worker/config.h"
 

@@ -37,6 +37,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "comm/thread_pool.h"
+#include "trainer/kernel_types.h"
 
 namespace fleet::trainer::kernels {
 
@@ -75,7 +76,6 @@ void BiasAddForward(float* y, const float* bias, int rows, int cols);
 void BiasBackward(float* dbias, const float* dy, int rows, int cols);
 
 // ---- bias + activation, fused (one pass next to the GEMM) ------------------
-enum class Activation { kNone, kTanh, kRelu };
 // y[r, c] = act(y[r, c] + bias[c]), in place.   y: [rows, cols], bias: [cols]
 void BiasActForward(float* y, const float* bias, int rows, int cols, Activation act);
 // dz[r, c] = dy[r, c] * act'(y[r, c]) (WRITTEN, not added) and
@@ -158,13 +158,6 @@ void ScaleBytes(float* out, const uint8_t* in, size_t n, float scale);
 // p -= lr * (g + weight_decay * p).       p, g: [n]
 void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay, ThreadPool* pool);
 
-struct AdamHyper {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.0f;  // L2 added to the gradient (PyTorch Adam's weight_decay)
-};
 // Bias-corrected Adam step number t (t >= 1), in one pass:
 //   g' = g + wd * p; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2
 //   p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps)

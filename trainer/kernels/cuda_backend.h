@@ -1,6 +1,6 @@
 // The CUDA implementation of Backend (cuBLAS sgemm + the small kernels of
 // cuda_kernels.cu). Built only when FLEET_CUDA is ON; use it through
-// CreateBackend() in trainer/backend.h rather than directly.
+// CreateBackend() in trainer/kernels/backend_factory.h rather than directly.
 #pragma once
 
 #include <memory>

@@ -42,7 +42,7 @@
 //          bfloat16 inside cuBLAS, float32 accumulation and output);
 //          attention tiles of q, k, v and dout in bfloat16 (float arithmetic).
 //   kFp16  the same with float16 (CUBLAS_COMPUTE_32F_FAST_16F, half tiles);
-//          pair it with DynamicLossScaler (trainer/loss_scaler.h): gradients
+//          pair it with DynamicLossScaler (collective/loss_scaler.h): gradients
 //          beyond 65504 overflow to inf inside the GEMMs.
 //   Element-wise kernels, LayerNorm, cross-entropy and the optimizer compute
 //   in float32 in every precision. The tolerances of the reduced precisions
@@ -76,7 +76,7 @@
 #include "comm/status.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/gpt_kernels.h"
-#include "trainer/models/gpt_plan.h"  // Precision
+#include "trainer/kernel_types.h"
 
 namespace fleet::trainer {
 

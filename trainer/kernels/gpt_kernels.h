@@ -5,7 +5,7 @@
 //   * RefGptKernels (gpt_ref_kernels.h)  naive loops, the test oracle
 //   * CudaGptKernels (gpt_cuda_kernels.h) the CUDA twin (flash attention);
 //     gpt_kernels_factory.h picks a twin by device
-// GptModel (trainer/models/gpt.h) and AdamW (trainer/adamw.h) hold a
+// GptModel (trainer/models/gpt.h) and AdamW (trainer/models/adamw.h) hold a
 // GptKernels* and never know which twin they drive.
 //
 // Shapes. B batch, T sequence length (T <= maxT, the position table's rows),
@@ -60,7 +60,7 @@
 namespace fleet::trainer {
 
 // The constants of one AdamW step over a range of parameters, computed on the
-// host by AdamWRule (trainer/adamw.h) and applied element-wise:
+// host by AdamWRule (trainer/models/adamw.h) and applied element-wise:
 //   g' = g * grad_scale
 //   m  = beta1 * m + (1 - beta1) * g'
 //   v  = beta2 * v + (1 - beta2) * g'^2

@@ -15,7 +15,7 @@
 #include "comm/thread_pool.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/gpt_kernels.h"
-#include "trainer/models/gpt_plan.h"  // Precision
+#include "trainer/kernel_types.h"
 
 namespace fleet::trainer {
 

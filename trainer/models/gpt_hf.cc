@@ -11,8 +11,9 @@
 #include "absl/strings/str_join.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
-#include "trainer/data/file_io.h"
+#include "comm/file_io.h"
 #include "trainer/optimizer.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::trainer {
 namespace {

@@ -43,7 +43,7 @@ namespace fleet::trainer {
 
 inline constexpr char kHfConfigFile[] = "config.json";
 // The FleetPS checkpoint of a GPT in a directory: gpt_pretrain's task name
-// "gpt" (trainer/collective/train_loop.h), params + optimizer state + step.
+// "gpt" (collective/train_loop.h), params + optimizer state + step.
 inline constexpr char kGptCheckpointFile[] = "gpt.ckpt";
 inline constexpr char kHfWeightsFile[] = "model.safetensors";
 

@@ -16,11 +16,12 @@
 #include "absl/strings/str_join.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
-#include "trainer/data/file_io.h"
+#include "comm/file_io.h"
 #include "trainer/models/gpt_hf.h"
 #include "trainer/models/gpt_lora.h"
 #include "trainer/optimizer.h"
 #include "trainer/param_arena.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::trainer {
 

@@ -83,16 +83,12 @@
 #include <string_view>
 
 #include "comm/status.h"
+#include "trainer/kernel_types.h"
 #include "trainer/kernels/gpt_kernels.h"
 #include "trainer/models/gpt.h"
 
 namespace fleet::trainer {
 
-enum class Precision { kFp32, kBf16, kFp16 };
-// "fp32"/"float32", "bf16"/"bfloat16", "fp16"/"float16". InvalidArgument
-// otherwise (naming the text).
-Result<Precision> ParsePrecision(std::string_view text);
-std::string_view PrecisionName(Precision precision);
 
 struct GptPlanOptions {
   // Global.micro_batch_size: sequences per forward.

@@ -6,7 +6,7 @@
 //
 // With heter workers (UseHeterWorkers) the task keeps the sparse part of
 // each step (read, pull, pool; unpool, push) and sends the dense part of
-// each micro-batch to a heter worker (heter/client.h); see StartHeterStep.
+// each micro-batch to a heter worker (worker/heter_client.h); see StartHeterStep.
 #include <glog/logging.h>
 
 #include <chrono>
@@ -16,12 +16,13 @@
 
 #include "absl/strings/str_format.h"
 #include "ps/table/accessor.h"
-#include "trainer/data/ctr_reader.h"
-#include "trainer/data/file_io.h"
-#include "trainer/data/metrics.h"
+#include "data/ctr_reader.h"
+#include "comm/file_io.h"
+#include "data/metrics.h"
 #include "trainer/models/ctr_dnn.h"
 #include "worker/task.h"
 #include "worker/tasks/ctr_dnn.h"
+#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::worker {
 namespace {

@@ -2,8 +2,9 @@
 // in one PS dense table. Metric: accuracy.
 #include <string>
 
-#include "trainer/data/idx_reader.h"
-#include "trainer/data/metrics.h"
+#include "data/idx_reader.h"
+#include "data/metrics.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/models/mlp.h"
 #include "worker/task.h"
 

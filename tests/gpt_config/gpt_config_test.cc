@@ -1,0 +1,403 @@
+#include "collective/config/gpt_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "tests/data/test_util.h"
+
+namespace fleet::trainer::config {
+namespace {
+
+using data::testing::TempDir;
+using data::testing::WritePlain;
+using ::testing::HasSubstr;
+
+std::string ConfigDir() { return data::testing::SourcePath("configs/gpt"); }
+
+std::string Config(const std::string& name) { return ConfigDir() + "/" + name; }
+
+Status LoadError(const std::string& name, const std::vector<std::string>& overrides,
+                 int64_t world = 0) {
+  auto c = LoadGptJobConfig(Config(name), overrides, world);
+  return c.ok() ? Status::OK() : c.status();
+}
+
+TEST(GptConfigTest, EveryShippedConfigLoads) {
+  int count = 0;
+  for (const auto& e : std::filesystem::directory_iterator(ConfigDir())) {
+    if (e.path().extension() != ".yaml") continue;
+    ++count;
+    auto c = LoadGptJobConfig(e.path().string(), {});
+    EXPECT_TRUE(c.ok()) << e.path() << ": " << c.status().ToString();
+  }
+  EXPECT_GE(count, 6);
+}
+
+TEST(GptConfigTest, ShippedConfigsResolveAsFleetXDoes) {
+  auto c345 = LoadGptJobConfig(Config("pretrain_gpt_345M_single_card.yaml"), {});
+  ASSERT_TRUE(c345.ok()) << c345.status().ToString();
+  EXPECT_EQ(c345->model.hidden_size, 1024);
+  EXPECT_EQ(c345->model.num_layers, 24);
+  EXPECT_EQ(c345->global.global_batch_size, 8);
+  EXPECT_EQ(c345->engine.accumulate_steps, 1);
+  EXPECT_EQ(c345->data.train.dataset.kind, DatasetKind::kFleetX);
+  EXPECT_EQ(c345->data.eval.dataset.input_dir, "./data/");
+  EXPECT_TRUE(c345->data.eval.present);
+  EXPECT_FALSE(c345->data.test.present);
+  EXPECT_EQ(c345->engine.save_load.save_steps, 1000);
+  EXPECT_EQ(c345->engine.test_iters, 100);  // eval_iters x 10
+
+  auto c13 = LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"), {}, 8);
+  ASSERT_TRUE(c13.ok()) << c13.status().ToString();
+  EXPECT_EQ(c13->distributed.dp_degree, 8);
+  EXPECT_EQ(c13->global.global_batch_size, 64);
+  EXPECT_EQ(c13->global.local_batch_size, 8);
+  EXPECT_EQ(c13->model.ffn_hidden_size, 8192);
+  EXPECT_TRUE(c13->model.use_recompute);
+
+  auto c67 = LoadGptJobConfig(Config("pretrain_gpt_6.7B_sharding16.yaml"), {});
+  ASSERT_TRUE(c67.ok()) << c67.status().ToString();
+  EXPECT_EQ(c67->distributed.dp_degree, 1);
+  EXPECT_EQ(c67->distributed.sharding_degree, 16);
+  EXPECT_EQ(c67->distributed.sharding_stage, 2);
+  EXPECT_EQ(c67->global.global_batch_size, 128);  // 8 x dp 1 x sharding 16
+  EXPECT_EQ(c67->model.ffn(), 4 * 4096);
+  // On 32 ranks the derived dp_degree doubles the global batch.
+  auto c67x32 = LoadGptJobConfig(Config("pretrain_gpt_6.7B_sharding16.yaml"), {}, 32);
+  ASSERT_TRUE(c67x32.ok());
+  EXPECT_EQ(c67x32->distributed.dp_degree, 2);
+  EXPECT_EQ(c67x32->global.global_batch_size, 256);
+
+  auto c124 = LoadGptJobConfig(Config("pretrain_gpt2_124M.yaml"), {}, 8);
+  ASSERT_TRUE(c124.ok()) << c124.status().ToString();
+  EXPECT_EQ(c124->global.local_batch_size, 64);
+  EXPECT_EQ(c124->engine.accumulate_steps, 4);
+  EXPECT_EQ(c124->engine.mix_precision.precision, Precision::kBf16);
+  EXPECT_EQ(c124->model.seed, 1024u);  // Global.seed
+  EXPECT_EQ(c124->optimizer.beta2, 0.95f);
+  EXPECT_EQ(c124->optimizer.weight_decay, 0.1f);
+  EXPECT_EQ(c124->lr.max_lr, 6e-4f);
+  EXPECT_EQ(c124->lr.decay_steps, 18865);
+  EXPECT_EQ(c124->lr.warmup_steps, 755);  // round(0.04 x 18865)
+
+  auto tiny = LoadGptJobConfig(Config("pretrain_gpt_tiny.yaml"), {}, 2);
+  ASSERT_TRUE(tiny.ok()) << tiny.status().ToString();
+  EXPECT_EQ(tiny->global.device, Device::kCpu);
+  EXPECT_EQ(tiny->model.num_layers, 4);
+  EXPECT_EQ(tiny->model.hidden_size, 256);
+  EXPECT_EQ(tiny->model.vocab_size, 257);
+  EXPECT_EQ(tiny->global.local_batch_size, 8);
+  EXPECT_EQ(tiny->engine.accumulate_steps, 1);
+  EXPECT_EQ(tiny->data.train.dataset.kind, DatasetKind::kText);
+  EXPECT_EQ(tiny->data.train.dataset.tokenizer, "byte");
+  EXPECT_EQ(tiny->data.train.dataset.text_format, "percent");
+  EXPECT_TRUE(tiny->data.train.dataset.input_dir.empty());
+  EXPECT_EQ(tiny->data.train.dataset.max_seq_len, 128);
+  EXPECT_EQ(tiny->data.eval.dataset.split, (std::vector<double>{95, 5, 0}));
+  EXPECT_EQ(tiny->engine.mix_precision.precision, Precision::kFp32);
+  EXPECT_EQ(tiny->model.seed, 1234u);
+}
+
+TEST(GptConfigTest, OverridesChangeAnyKey) {
+  auto c = LoadGptJobConfig(
+      Config("pretrain_gpt_345M_single_card.yaml"),
+      {"Model.hidden_size=2048", "Model.num_attention_heads=32", "Data.Train.dataset.split=[1, 0]",
+       "Global.device=cpu", "Engine.mix_precision.use_pure_fp16=True",
+       "Engine.mix_precision.enable=False"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.hidden_size, 2048);
+  EXPECT_EQ(c->model.ffn_hidden_size, 4096);  // given in the file, not derived
+  EXPECT_EQ(c->data.train.dataset.split, (std::vector<double>{1, 0, 0}));
+  EXPECT_EQ(c->global.device, Device::kCpu);
+  EXPECT_EQ(c->engine.mix_precision.precision, Precision::kFp16);
+}
+
+TEST(GptConfigTest, BadKeysAndValuesNameTheKeyAndTheirFile) {
+  const std::string file = "pretrain_gpt_345M_single_card.yaml";
+  struct Case {
+    std::vector<std::string> overrides;
+    std::string message;
+  } cases[] = {
+      {{"Model.hiden_size=3"}, "Model.hiden_size: unknown key"},
+      {{"Bogus.x=1"}, "Bogus: unknown key"},
+      {{"Model.num_layers=abc"}, "Model.num_layers: must be an integer, got 'abc'"},
+      {{"Model.num_layers=0"}, "Model.num_layers: must be in [1, 65536], got 0"},
+      {{"Model.hidden_size=1000"}, "1000 is not a multiple of num_attention_heads 16"},
+      {{"Model.hidden_dropout_prob=1.5"}, "Model.hidden_dropout_prob: must be in [0"},
+      {{"Model.attention_probs_dropout_prob=0.1"},
+       "Model.attention_probs_dropout_prob: must be 0: FleetPS's GPT has no dropout"},
+      {{"Global.device=tpu"}, "Global.device: must be one of cpu, gpu"},
+      {{"Global.micro_batch_size=3"}, "Global.micro_batch_size: 3 does not divide local_batch"},
+      {{"Global.global_batch_size=100"},
+       "100 must equal local_batch_size 8 x dp_degree 1 x sharding_degree 1 = 8"},
+      {{"Global.local_batch_size=null"}, "neither global_batch_size nor local_batch_size"},
+      {{"Engine.accumulate_steps=2"}, "Engine.accumulate_steps: 2 must equal"},
+      {{"Distributed.mp_degree=0"}, "Distributed.mp_degree"},
+      {{"Distributed.sharding.sharding_stage=4"}, "Distributed.sharding.sharding_stage"},
+      {{"Distributed.sharding.sharding_offload=maybe"}, "Distributed.sharding.sharding_offload"},
+      {{"Model.sequence_parallel=True"}, "Model.sequence_parallel: must be false"},
+      {{"Model.recompute_granularity=core_attn"}, "recompute_granularity: must be one of full"},
+      {{"Optimizer.lr.min_lr=1"}, "Optimizer.lr.min_lr: 1 is above max_lr"},
+      {{"Optimizer.lr.name=Linear"}, "Optimizer.lr.name: must be one of"},
+      {{"Data.Train.dataset.max_seq_len=2048"}, "2048 exceeds Model.max_position_embeddings"},
+      {{"Data.Train.dataset.name=Foo"}, "Data.Train.dataset.name: must be one of"},
+      {{"Data.Train.dataset.input_files=a.bin"}, "give input_dir or input_files, not both"},
+      {{"Data.Train.dataset.split=[0, 0, 0]"}, "the weights must not all be 0"},
+      {{"Data.Train.dataset.split=[1, 2, 3, 4]"}, "must have 1..3 entries"},
+      {{"Model.vocab_size=1000"}, "1000 is below the 50257 ids of the gpt2 tokenizer"},
+      {{"Data=null"}, "Data.Train: missing"},
+      {{"Engine.save_load.save_steps=0"}, "must be >= 1, or -1"},
+      {{"Generation.max_dec_len=1", "Generation.min_dec_len=5"}, "is below min_dec_len 5"},
+      {{"Profiler.enable=True"}, "Profiler.enable: must be false"},
+      {{"Data.Eval.sampler.drop_last=False"}, "Data.Eval.sampler.drop_last: must be true"},
+      {{"Engine.mix_precision.use_pure_fp16=True", "Engine.mix_precision.enable=True"},
+       "asks for float16 while enable/dtype ask for bfloat16"},
+  };
+  for (const auto& c : cases) {
+    Status st = LoadError(file, c.overrides);
+    ASSERT_TRUE(st.IsInvalidArgument()) << c.overrides[0] << " -> " << st.ToString();
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.overrides[0];
+    // The source named: the override for a key it set.
+    if (c.message.starts_with(c.overrides.back().substr(0, c.overrides.back().find('=')))) {
+      EXPECT_THAT(st.message(), HasSubstr("-o " + c.overrides.back()));
+    }
+  }
+}
+
+TEST(GptConfigTest, LoraIsReadFromModelLora) {
+  auto c = LoadGptJobConfig(Config("finetune_gpt_tiny_lora.yaml"), {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const GptLoraConfig& lora = c->model.lora;
+  EXPECT_TRUE(lora.enabled());
+  EXPECT_EQ(lora.rank, 8);
+  EXPECT_EQ(lora.alpha, 16.0f);
+  EXPECT_EQ(lora.scale(), 2.0f);
+  EXPECT_EQ(lora.targets, (std::array<bool, kLoraTargets>{true, true, true, true}));
+  // alpha defaults to the rank, targets to all four; a subset is a subset.
+  c = LoadGptJobConfig(Config("finetune_gpt_tiny_lora.yaml"),
+                       {"Model.lora={rank: 4, targets: [fc_proj, qkv]}"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.lora.alpha, 4.0f);
+  EXPECT_EQ(c->model.lora.targets, (std::array<bool, kLoraTargets>{true, false, false, true}));
+  // Without the section nothing is adapted.
+  c = LoadGptJobConfig(Config("finetune_gpt_tiny.yaml"), {});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->model.lora.enabled());
+}
+
+TEST(GptConfigTest, BadLoraSettingsSayWhatToChange) {
+  const std::string file = "finetune_gpt_tiny_lora.yaml";
+  struct Case {
+    std::vector<std::string> overrides;
+    std::string message;
+  } cases[] = {
+      {{"Model.lora.rank=null"}, "Model.lora.rank: is required with Model.lora"},
+      {{"Model.lora.rank=0"}, "Model.lora.rank: must be in [1,"},
+      {{"Model.lora.rank=500"}, "Model.lora.rank: 500 exceeds Model.hidden_size 256"},
+      {{"Model.lora.alpha=0"}, "Model.lora.alpha: must be in"},
+      {{"Model.lora.dropout=0.1"}, "Model.lora.dropout: must be 0: FleetPS's LoRA has no dropout"},
+      {{"Model.lora.targets=[qkv, mlp]"},
+       "Model.lora.targets: entry 1 must be one of qkv, proj, fc, fc_proj; got 'mlp'"},
+      {{"Model.lora.targets=[qkv, qkv]"}, "Model.lora.targets: entry 1 'qkv' is listed twice"},
+      {{"Model.lora.targets=[]"}, "Model.lora.targets: must be a non-empty list"},
+      {{"Model.lora.bias=all"}, "Model.lora.bias: unknown key"},
+      {{"Engine.init_from="}, "Engine.init_from"},
+      {{"Distributed.mp_degree=2"},
+       "Distributed.mp_degree: 2 with Model.lora: LoRA trains with data parallelism"},
+      {{"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3"},
+       "Distributed.sharding.sharding_stage: 3 with Model.lora"},
+      {{"Distributed.sharding.sharding_offload=True"},
+       "Distributed.sharding.sharding_offload: true with Model.lora"},
+  };
+  for (const auto& c : cases) {
+    Status st = LoadError(file, c.overrides, 0);
+    ASSERT_TRUE(st.IsInvalidArgument()) << c.overrides[0] << " -> " << st.ToString();
+    EXPECT_THAT(st.message(), HasSubstr(c.message)) << c.overrides[0];
+  }
+  // Model.lora without Engine.init_from: the message says what to set.
+  Status st = LoadError(file, {"Engine.init_from=", "Engine.mode=pretrain",
+                               "Data.Train.dataset.name=TextDataset",
+                               "Data.Eval.dataset.name=TextDataset"});
+  EXPECT_THAT(st.message(), HasSubstr("Model.lora: LoRA adapts a pretrained model"));
+}
+
+TEST(GptConfigTest, ErrorsInFilesNameTheFileThatSetTheKey) {
+  TempDir dir;
+  WritePlain(dir.File("base.yaml"),
+             "Global: {local_batch_size: 6, micro_batch_size: 4}\n"
+             "Data: {Train: {dataset: {input_dir: ./d}}}\n");
+  WritePlain(dir.File("child.yaml"), "_base_: base.yaml\nModel: {num_layers: 2, hidden: 3}\n");
+  auto unknown = LoadGptJobConfig(dir.File("child.yaml"), {});
+  EXPECT_THAT(unknown.status().message(), HasSubstr("Model.hidden: unknown key"));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("child.yaml"));
+
+  WritePlain(dir.File("child.yaml"), "_base_: base.yaml\nModel: {num_layers: 2}\n");
+  auto micro = LoadGptJobConfig(dir.File("child.yaml"), {});
+  EXPECT_THAT(micro.status().message(), HasSubstr("Global.micro_batch_size: 4 does not divide"));
+  EXPECT_THAT(micro.status().message(), HasSubstr("base.yaml"));
+  EXPECT_TRUE(LoadGptJobConfig(dir.File("child.yaml"), {"Global.micro_batch_size=3"}).ok());
+}
+
+TEST(GptConfigTest, WorldSizeMustFitTheDegrees) {
+  // More ranks than the file's dp_degree: one message with every override.
+  Status st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {}, 16);
+  EXPECT_THAT(st.message(), HasSubstr("Distributed.dp_degree: 8 x sharding_degree 1 = 8 ranks, "
+                                      "but the job has 16; to run on 16 ranks give "
+                                      "-o Distributed.dp_degree=16 -o Global.global_batch_size=128"));
+  EXPECT_THAT(st.message(), HasSubstr("pretrain_gpt_1.3B_dp8.yaml"));
+  st = LoadError("pretrain_gpt_6.7B_sharding16.yaml", {}, 24);
+  EXPECT_THAT(st.message(), HasSubstr("16 does not divide the job's 24 ranks"));
+  // dp 8 x global 64 with a derived dp of 4: the global batch no longer fits.
+  st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {"Distributed.dp_degree=null"}, 4);
+  EXPECT_THAT(st.message(), HasSubstr("64 must equal local_batch_size 8 x dp_degree 4"));
+  EXPECT_TRUE(LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"),
+                               {"Distributed.dp_degree=null", "Global.local_batch_size=null"}, 4)
+                  .ok());
+}
+
+TEST(GptConfigTest, ADp8FileOnFewerRanksKeepsItsGlobalBatchByAccumulation) {
+  for (int64_t world : {1, 2, 4}) {
+    auto c = LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"), {}, world);
+    ASSERT_TRUE(c.ok()) << world << ": " << c.status().ToString();
+    EXPECT_EQ(c->distributed.dp_degree, world);
+    EXPECT_EQ(c->global.global_batch_size, 64);
+    EXPECT_EQ(c->global.local_batch_size, 64 / world);
+    EXPECT_EQ(c->global.micro_batch_size, 8);
+    EXPECT_EQ(c->engine.accumulate_steps, 8 / world);
+    ASSERT_EQ(c->notes.size(), 1u);
+    EXPECT_THAT(c->notes[0], HasSubstr(absl::StrCat("written for 8 ranks (dp_degree 8, from ")));
+    EXPECT_THAT(c->notes[0],
+                HasSubstr(absl::StrCat("the job has ", world, ": running dp_degree ", world,
+                                       " with the global batch 64 kept by gradient accumulation "
+                                       "(local_batch_size ",
+                                       64 / world, " = ", 8 / world, " micro-batches of 8)")));
+  }
+  // As written: nothing adjusted, nothing noted.
+  auto as_written = LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"), {}, 8);
+  ASSERT_TRUE(as_written.ok()) << as_written.status().ToString();
+  EXPECT_TRUE(as_written->notes.empty());
+  EXPECT_EQ(as_written->engine.accumulate_steps, 1);
+}
+
+TEST(GptConfigTest, WhatTheCommandLineSaysIsNeverAdjusted) {
+  // dp_degree from -o on fewer ranks: one message listing every override.
+  Status st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {"Distributed.dp_degree=8"}, 2);
+  EXPECT_THAT(st.message(),
+              HasSubstr("8 x sharding_degree 1 = 8 ranks, but the job has 2; to run on 2 ranks "
+                        "give -o Distributed.dp_degree=2 -o Global.local_batch_size=32"));
+  EXPECT_THAT(st.message(), HasSubstr("(from -o Distributed.dp_degree=8)"));
+  // A global batch that the fewer ranks cannot split.
+  st = LoadError("pretrain_gpt_1.3B_dp8.yaml",
+                 {"Global.global_batch_size=8", "Global.local_batch_size=1",
+                  "Global.micro_batch_size=1"},
+                 3);
+  EXPECT_THAT(st.message(), HasSubstr("the global batch 8 cannot be kept on them; give "
+                                      "-o Distributed.dp_degree=3 -o Global.global_batch_size=3"));
+  // An explicit accumulate_steps on fewer ranks contradicts the adjustment.
+  st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {"Engine.accumulate_steps=1"}, 1);
+  EXPECT_THAT(st.message(),
+              HasSubstr("give -o Distributed.dp_degree=1 -o Global.local_batch_size=64 "
+                        "-o Engine.accumulate_steps=null"));
+}
+
+TEST(GptConfigTest, FleetXFilesLoadAsWritten) {
+  // FleetX's own key set (pretrain_gpt_base.yaml + 345M single card),
+  // including the keys that name Python objects and Paddle features.
+  TempDir dir;
+  WritePlain(dir.File("pretrain_gpt_base.yaml"), R"(Global:
+  device: gpu
+  seed: 1024
+  global_batch_size:
+  local_batch_size: 1
+  micro_batch_size: 1
+Engine:
+  max_steps: 500000
+  num_train_epochs: 1
+  accumulate_steps:
+  logging_freq: 1
+  eval_freq: 500
+  eval_iters: 10
+  test_iters:
+  mix_precision:
+    use_pure_fp16: False
+    scale_loss: 32768.0
+    custom_black_list: ["reduce_sum", "c_softmax_with_cross_entropy", "elementwise_div"]
+    custom_white_list: ["lookup_table", "lookup_table_v2"]
+  save_load:
+    save_steps: 1000
+    save_epoch: 1
+    output_dir: ./output
+    ckpt_dir:
+Model:
+  module: "GPTModule"
+  name: "GPT"
+  fused_linear: False
+  fuse_attn_qkv: True
+  sequence_parallel: False
+Data:
+  Train:
+    dataset: {name: GPTDataset, input_dir: ./data/, split: [949, 50, 1], max_seq_len: 1024}
+    sampler: {name: GPTBatchSampler, shuffle: False, drop_last: True}
+    loader: {num_workers: 1, return_list: False, collate_fn: gpt_collate_fn}
+  Eval:
+    dataset: {name: GPTDataset, input_dir: ./data/, split: [949, 50, 1], max_seq_len: 1024}
+    sampler: {name: GPTBatchSampler, shuffle: False, drop_last: True}
+    loader: {num_workers: 1, return_list: False, collate_fn: gpt_collate_fn}
+Optimizer:
+  name: FusedAdamW
+  weight_decay: 0.01
+  beta1: 0.9
+  beta2: 0.999
+  epsilon: 1.0e-8
+  lr: {name: CosineAnnealingWithWarmupDecay, decay_steps: 360000, warmup_rate: 0.01,
+       max_lr: 5.0e-5, min_lr: 1.0e-5}
+  grad_clip: {name: "ClipGradByGlobalNorm", clip_norm: 1.0}
+  tensor_fusion: False
+Profiler:
+  enable: False
+  scheduler: [1, 5]
+  profiler_log: profiler_log
+  detailed: False
+)");
+  WritePlain(dir.File("pretrain_gpt_345M_single_card.yaml"), R"(_base_: ./pretrain_gpt_base.yaml
+Global: {global_batch_size: , local_batch_size: 8, micro_batch_size: 8}
+Model:
+  vocab_size: 50304
+  hidden_size: 1024
+  num_layers: 24
+  num_attention_heads: 16
+  ffn_hidden_size: 4096
+  hidden_dropout_prob: 0.1
+  attention_probs_dropout_prob: 0.1
+  max_position_embeddings: 1024
+  type_vocab_size: 16
+  initializer_range: 0.02
+  use_recompute: False
+  recompute_granularity:
+  recompute_layers:
+Distributed:
+  dp_degree: 1
+  mp_degree: 1
+  pp_degree: 1
+  sharding: {sharding_degree: 1, sharding_stage: 1, sharding_offload: False}
+)");
+  // Everything loads but FleetX's dropout, which FleetPS's GPT lacks: the
+  // error says so and names the file.
+  auto refused = LoadGptJobConfig(dir.File("pretrain_gpt_345M_single_card.yaml"), {});
+  EXPECT_THAT(refused.status().message(), HasSubstr("Model.hidden_dropout_prob: must be 0"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("pretrain_gpt_345M_single_card.yaml"));
+  auto c =
+      LoadGptJobConfig(dir.File("pretrain_gpt_345M_single_card.yaml"),
+                       {"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->model.num_layers, 24);
+  EXPECT_EQ(c->lr.decay_steps, 360000);
+  EXPECT_EQ(c->lr.warmup_steps, 3600);
+}
+
+}  // namespace
+}  // namespace fleet::trainer::config
