@@ -477,6 +477,9 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
                       const KeySharder& sharder, int num_servers) {
   SparseSplit split;
   split.keys.resize(num_servers);
+  // Room for an even share (and a margin): no regrowth while filling.
+  const size_t share = num_servers == 1 ? keys.size() : keys.size() / num_servers * 5 / 4 + 16;
+  for (auto& server_keys : split.keys) server_keys.reserve(share);
   split.server.resize(keys.size());
   split.position.resize(keys.size());
   // One table per thread, reused: see KeyDeduper.
