@@ -445,9 +445,7 @@ class FleetDriver final : public Driver {
   }
   // Window 1 uses the blocking calls (what a worker with one request in
   // flight calls; the caller then receives its own reply); a larger window
-  // keeps that many *Async futures and waits for each with PsClient::Wait,
-  // as the worker's communicator does (the waiting thread receives the
-  // replies itself instead of being woken by the client's I/O thread).
+  // keeps that many *Async futures.
   void Issue(int slot) override {
     stream_.Fill(keys_[slot].data(), keys_n_);
     if (window_ == 1) return;
@@ -457,7 +455,7 @@ class FleetDriver final : public Driver {
   void Wait(int slot) override {
     Status s = window_ == 1 ? (op_ == Op::kPull ? client_->PullSparse(kTable, keys_[slot], values_[slot])
                                                 : client_->PushSparseGrad(kTable, keys_[slot], grads_))
-                            : client_->Wait(std::move(futures_[slot]));
+                            : futures_[slot].get();
     if (!s.ok()) Fail(absl::StrCat(op_ == Op::kPull ? "pull" : "push", " failed: ", s.ToString()));
   }
 
