@@ -477,6 +477,9 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
                       const KeySharder& sharder, int num_servers) {
   SparseSplit split;
   split.keys.resize(num_servers);
+  // Room for an even share (and a margin): no regrowth while filling.
+  const size_t share = num_servers == 1 ? keys.size() : keys.size() / num_servers * 5 / 4 + 16;
+  for (auto& server_keys : split.keys) server_keys.reserve(share);
   split.server.resize(keys.size());
   split.position.resize(keys.size());
   // One table per thread, reused: see KeyDeduper.
@@ -671,7 +674,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   size_t distinct = 0;
   for (int s = 0; s < num_servers(); ++s) {
     distinct += split.keys[s].size();
-    grads[s] = SArray<float>::Uninitialized(split.keys[s].size() * dim);
+    grads[s] = push_buffers_->Get<float>(split.keys[s].size() * dim);
     if (with_counts) {
       shows[s] = SArray<float>::Uninitialized(split.keys[s].size());
       clicks[s] = SArray<float>::Uninitialized(split.keys[s].size());
@@ -803,11 +806,17 @@ std::future<Status> PsClient::SendDense(pb::PsCommand command, uint32_t table,
                    absl::StrCat(pb::PsCommand_Name(command), " table ", table), nullptr);
 }
 
+SArray<float> PsClient::PooledCopy(std::span<const float> values) const {
+  SArray<float> copy = push_buffers_->Get<float>(values.size());
+  std::copy(values.begin(), values.end(), copy.data());
+  return copy;
+}
+
 Status PsClient::PushDenseGrad(uint32_t table, std::span<const float> grads,
                                const PushOptions& options) {
   return Blocking(
       [&] {
-        return SendDense(pb::PS_PUSH_DENSE_GRAD, table, SArray<float>(grads.data(), grads.size()),
+        return SendDense(pb::PS_PUSH_DENSE_GRAD, table, PooledCopy(grads),
                          options);
       },
       options.timeout);
@@ -823,7 +832,7 @@ Status PsClient::PushDenseDelta(uint32_t table, std::span<const float> deltas,
   return Blocking(
       [&] {
         return SendDense(pb::PS_PUSH_DENSE_DELTA, table,
-                         SArray<float>(deltas.data(), deltas.size()), options);
+                         PooledCopy(deltas), options);
       },
       options.timeout);
 }
@@ -831,7 +840,7 @@ Status PsClient::PushDenseDelta(uint32_t table, std::span<const float> deltas,
 Status PsClient::InitDense(uint32_t table, std::span<const float> values) {
   return Blocking(
       [&] {
-        return SendDense(pb::PS_INIT_DENSE, table, SArray<float>(values.data(), values.size()), {});
+        return SendDense(pb::PS_INIT_DENSE, table, PooledCopy(values), {});
       },
       {});
 }

@@ -48,6 +48,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/buffer_pool.h"
 #include "ps/ps.pb.h"
 #include "comm/rpc.h"
 #include "ps/job_config.h"
@@ -213,6 +214,8 @@ class PsClient {
                                  const PushOptions& options);
   std::future<Status> SendDense(pb::PsCommand command, uint32_t table, SArray<float> values,
                                 const PushOptions& options);
+  // A copy of a blocking call's values that the transport may keep.
+  SArray<float> PooledCopy(std::span<const float> values) const;
   // Sends a (again) and hands its outcome to OnAttemptDone.
   void Issue(std::shared_ptr<Attempt> a);
   // Resends a after a lost server while the restart window lasts, else
@@ -234,6 +237,9 @@ class PsClient {
   const uint64_t client_id_;  // random, non-zero: names this client to servers
   // Null when resends are off (no server.recovery_dir, or a zero window).
   std::unique_ptr<Resender> resender_;
+  // Gathered push values of 64 KiB and more (a fresh buffer faults in every
+  // page); owns its own synchronisation.
+  const std::shared_ptr<BufferPool> push_buffers_ = BufferPool::Create();
 
   // When each server was first seen lost in its current outage (ms on the
   // steady clock; 0: not lost). Logs the outage once and its end once.

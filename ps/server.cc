@@ -766,7 +766,7 @@ Status PsServer::PullSparse(const Message& req, Message* resp) {
   FLEET_ASSIGN_OR_RETURN(SparseTable * table, FindSparse(req));
   FLEET_RETURN_IF_ERROR(ExpectFrames(req, {1}, "pull_sparse"));
   FLEET_ASSIGN_OR_RETURN(SArray<uint64_t> keys, req.Frame<uint64_t>(0));
-  auto values = SArray<float>::Uninitialized(keys.size() * table->pull_dim());
+  auto values = reply_buffers_->Get<float>(keys.size() * table->pull_dim());
   FLEET_RETURN_IF_ERROR(table->Pull(keys.span(), values.span()));
   resp->AddFrame(values);
   return Status::OK();
@@ -851,7 +851,7 @@ void PsServer::PushSparse(Message req, Responder r, bool delta) {
 Status PsServer::PullDense(const Message& req, Message* resp) {
   FLEET_ASSIGN_OR_RETURN(DenseTable * table, FindDense(req));
   FLEET_RETURN_IF_ERROR(ExpectFrames(req, {0}, "pull_dense"));
-  auto values = SArray<float>::Uninitialized(table->range().size());
+  auto values = reply_buffers_->Get<float>(table->range().size());
   FLEET_RETURN_IF_ERROR(table->Pull(values.span()));
   resp->AddFrame(values);
   return Status::OK();

@@ -67,6 +67,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/buffer_pool.h"
 #include "ps/ps.pb.h"
 #include "comm/rpc.h"
 #include "comm/thread_pool.h"
@@ -239,6 +240,9 @@ class PsServer {
   std::map<uint32_t, std::unique_ptr<DenseTable>> dense_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<RpcNode> rpc_;
+  // Pull replies of 64 KiB and more (BufferPool: a fresh buffer faults in
+  // every page); owns its own synchronisation.
+  const std::shared_ptr<BufferPool> reply_buffers_ = BufferPool::Create();
 
   // A caller waiting for others: answered by the arrival that completes its
   // step or barrier, or with a Timeout at reply_by (ExpireWaits).
