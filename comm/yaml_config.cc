@@ -1,6 +1,7 @@
 #include "comm/yaml_config.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -107,6 +108,12 @@ namespace {
 
 using SourceMap = std::map<std::string, std::string>;
 
+// A map key as text; a key that is itself a list or map (YAML allows it) as
+// its YAML, so it is reported as an unknown key instead of throwing.
+std::string KeyText(const YAML::Node& key) {
+  return key.IsScalar() ? key.Scalar() : YAML::Dump(key);
+}
+
 std::string Join(std::string_view prefix, std::string_view key) {
   return prefix.empty() ? std::string(key) : std::string(prefix) + "." + std::string(key);
 }
@@ -117,7 +124,7 @@ void RecordAll(const YAML::Node& node, const std::string& prefix, const std::str
   if (!prefix.empty()) (*sources)[prefix] = source;
   if (!node.IsMap()) return;
   for (const auto& kv : node) {
-    RecordAll(kv.second, Join(prefix, kv.first.as<std::string>()), source, sources);
+    RecordAll(kv.second, Join(prefix, KeyText(kv.first)), source, sources);
   }
 }
 
@@ -147,7 +154,7 @@ bool ReplacesBase(const YAML::Node& child) {
 void Merge(YAML::Node base, const YAML::Node& child, const std::string& prefix,
            const std::string& source, SourceMap* sources) {
   for (const auto& kv : child) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = KeyText(kv.first);
     if (key == "_inherited_") continue;
     const std::string full = Join(prefix, key);
     YAML::Node target = base[key];
@@ -237,6 +244,12 @@ Result<ConfigDocument> ConfigDocument::FromString(const std::string& yaml,
   return Build(source, &yaml);
 }
 
+ConfigDocument ConfigDocument::FromNode(YAML::Node root) {
+  ConfigDocument doc;
+  if (root.IsDefined() && !root.IsNull()) doc.root_ = root;
+  return doc;
+}
+
 Status ConfigDocument::Override(const std::string& assignment) {
   FLEET_RETURN_IF_ERROR(ApplyOverride(root_, assignment));
   const std::string key = assignment.substr(0, assignment.find('='));
@@ -261,11 +274,15 @@ std::string ConfigDocument::SourceOf(std::string_view dotted_key) const {
   }
 }
 
+std::string ConfigDocument::Cite(std::string_view dotted_key) const {
+  std::string source = SourceOf(dotted_key);
+  if (source.empty()) source = path_;  // a key the file lacks: the file is to blame
+  return source.empty() ? "" : " (from " + source + ")";
+}
+
 Status ConfigDocument::Error(std::string_view dotted_key, std::string_view what) const {
-  const std::string source = SourceOf(dotted_key);
-  std::string message = std::string(dotted_key) + ": " + std::string(what);
-  if (!source.empty()) message += " (from " + source + ")";
-  return Status::InvalidArgument(message);
+  return Status::InvalidArgument(std::string(dotted_key) + ": " + std::string(what) +
+                                 Cite(dotted_key));
 }
 
 // ---------------------------------------------------------------------------
@@ -280,6 +297,11 @@ std::string Describe(const YAML::Node& v) {
 }
 
 }  // namespace
+
+ConfigSection::ConfigSection(const ConfigDocument* doc, std::string path, YAML::Node node)
+    : doc_(doc), path_(std::move(path)) {
+  node_.reset(node);
+}
 
 ConfigSection::ConfigSection(const ConfigDocument& doc, std::string path)
     : doc_(&doc), path_(std::move(path)) {
@@ -319,7 +341,8 @@ Status ConfigSection::Error(std::string_view key, std::string_view what) const {
 }
 
 Status ConfigSection::ShapeError() const {
-  return doc_->Error(path_, absl::StrCat("must be a map, got ", Describe(node_)));
+  return doc_->Error(path_.empty() ? "the config" : path_,
+                     absl::StrCat("must be a map, got ", Describe(node_)));
 }
 
 namespace {
@@ -346,34 +369,53 @@ Status ConfigSection::Lookup(std::string_view key, std::optional<YAML::Node>* v)
   return Status::OK();
 }
 
-Status ConfigSection::Int(std::string_view key, int64_t* out, int64_t min, int64_t max) {
+namespace {
+
+// "in [min, max]", or one side when the other is the type's own limit.
+template <typename T>
+std::string RangeText(T min, T max) {
+  if (max == std::numeric_limits<T>::max()) return absl::StrCat(">= ", min);
+  if (min == std::numeric_limits<T>::min()) return absl::StrCat("<= ", max);
+  return absl::StrCat("in [", min, ", ", max, "]");
+}
+
+}  // namespace
+
+Status ConfigSection::ReadInt64(std::string_view key, int64_t min, int64_t max, int64_t* out) {
   std::optional<YAML::Node> v;
   FLEET_RETURN_IF_ERROR(Lookup(key, &v));
   if (!v) return Status::OK();
   const std::optional<int64_t> x = As<int64_t>(*v);
   if (!x) return Error(key, absl::StrCat("must be an integer, got ", Describe(*v)));
   if (*x < min || *x > max) {
-    std::string range = max == INT64_MAX   ? absl::StrCat(">= ", min)
-                        : min == INT64_MIN ? absl::StrCat("<= ", max)
-                                           : absl::StrCat("in [", min, ", ", max, "]");
-    return Error(key, absl::StrCat("must be ", range, ", got ", *x));
+    return Error(key, absl::StrCat("must be ", RangeText(min, max), ", got ", *x));
   }
   *out = *x;
   return Status::OK();
 }
 
-Status ConfigSection::Int(std::string_view key, int* out, int min, int max) {
-  int64_t x = *out;
-  FLEET_RETURN_IF_ERROR(Int(key, &x, min, max));
-  *out = static_cast<int>(x);
+Status ConfigSection::ReadUint64(std::string_view key, uint64_t min, uint64_t max, uint64_t* out) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  if (!v) return Status::OK();
+  // yaml-cpp 0.7 reads "-1" as an unsigned 2^64 - 1.
+  if (v->IsScalar() && v->Scalar().starts_with('-') && As<int64_t>(*v)) {
+    return Error(key, absl::StrCat("must be ", RangeText(min, max), ", got ", v->Scalar()));
+  }
+  const std::optional<uint64_t> x = As<uint64_t>(*v);
+  if (!x) return Error(key, absl::StrCat("must be an integer, got ", Describe(*v)));
+  if (*x < min || *x > max) {
+    return Error(key, absl::StrCat("must be ", RangeText(min, max), ", got ", *x));
+  }
+  *out = *x;
   return Status::OK();
 }
 
 Status ConfigSection::OptionalInt(std::string_view key, std::optional<int64_t>* out, int64_t min,
                                   int64_t max) {
   int64_t x = 0;
-  if (!Has(key)) return Int(key, &x, min, max);  // marks it known, checks the shape
-  FLEET_RETURN_IF_ERROR(Int(key, &x, min, max));
+  if (!Has(key)) return ReadInt64(key, min, max, &x);  // marks it known, checks the shape
+  FLEET_RETURN_IF_ERROR(ReadInt64(key, min, max, &x));
   *out = x;
   return Status::OK();
 }
@@ -383,8 +425,10 @@ Status ConfigSection::ReadDouble(std::string_view key, const YAML::Node& v, std:
   const std::optional<double> x = As<double>(v);
   if (!x) return Error(key, absl::StrCat(std::string(what), "must be a number, got ", Describe(v)));
   if (!std::isfinite(*x) || *x < min || *x > max) {
-    return Error(key, absl::StrCat(std::string(what), "must be in [", min, ", ", max, "], got ",
-                                   v.Scalar()));
+    const std::string range = min == -DBL_MAX && max == DBL_MAX
+                                  ? "a finite number"
+                                  : absl::StrCat("in [", min, ", ", max, "]");
+    return Error(key, absl::StrCat(std::string(what), "must be ", range, ", got ", v.Scalar()));
   }
   *out = *x;
   return Status::OK();
@@ -395,6 +439,13 @@ Status ConfigSection::Double(std::string_view key, double* out, double min, doub
   FLEET_RETURN_IF_ERROR(Lookup(key, &v));
   if (!v) return Status::OK();
   return ReadDouble(key, *v, "", min, max, out);
+}
+
+Status ConfigSection::Float(std::string_view key, float* out, double min, double max) {
+  double x = *out;
+  FLEET_RETURN_IF_ERROR(Double(key, &x, std::max(min, double{-FLT_MAX}), std::min(max, double{FLT_MAX})));
+  *out = static_cast<float>(x);
+  return Status::OK();
 }
 
 Status ConfigSection::Bool(std::string_view key, bool* out) {
@@ -450,6 +501,32 @@ Status ConfigSection::DoubleList(std::string_view key, std::vector<double>* out,
   return Status::OK();
 }
 
+Status ConfigSection::IntList(std::string_view key, std::vector<int64_t>* out, size_t min_count,
+                              size_t max_count, int64_t min, int64_t max) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  if (!v) return Status::OK();
+  if (!v->IsSequence()) return Error(key, absl::StrCat("must be a list, got ", Describe(*v)));
+  std::vector<int64_t> values(v->size());
+  for (size_t i = 0; i < v->size(); ++i) {
+    const YAML::Node& entry = (*v)[i];
+    const std::optional<int64_t> x = As<int64_t>(entry);
+    if (!x) {
+      return Error(key, absl::StrCat("entry ", i, " must be an integer, got ", Describe(entry)));
+    }
+    if (*x < min || *x > max) {
+      return Error(key, absl::StrCat("entry ", i, " must be ", RangeText(min, max), ", got ", *x));
+    }
+    values[i] = *x;
+  }
+  if (values.size() < min_count || values.size() > max_count) {
+    return Error(key,
+                 absl::StrCat("must have ", min_count, "..", max_count, " entries, got ", values.size()));
+  }
+  *out = std::move(values);
+  return Status::OK();
+}
+
 Status ConfigSection::ChoiceList(std::string_view key, std::vector<std::string>* out,
                                  const std::vector<std::string>& allowed) {
   std::optional<YAML::Node> v;
@@ -478,19 +555,52 @@ Status ConfigSection::ChoiceList(std::string_view key, std::vector<std::string>*
 
 void ConfigSection::Accept(std::string_view key) { known_.emplace(key); }
 
-ConfigSection ConfigSection::Sub(std::string_view key) {
+Status ConfigSection::Require(std::string_view key, std::string_view what) {
   known_.emplace(key);
-  return ConfigSection(*doc_, FullKey(key));
+  if (present() && !node_.IsMap()) return ShapeError();
+  if (Has(key)) return Status::OK();
+  const std::string full = FullKey(key);
+  return Status::InvalidArgument(absl::StrCat("missing ", std::string(what), ": ", full, doc_->Cite(full)));
 }
 
-Status ConfigSection::Finish() const {
+ConfigSection ConfigSection::Sub(std::string_view key) {
+  known_.emplace(key);
+  YAML::Node child;  // null: absent, or this section is not a map (reported by its Finish)
+  if (node_.IsDefined() && node_.IsMap()) {
+    const YAML::Node& map = node_;  // a const lookup never inserts
+    if (YAML::Node v = map[std::string(key)]; v.IsDefined()) child.reset(v);
+  }
+  return ConfigSection(doc_, FullKey(key), child);
+}
+
+Status ConfigSection::Section(std::string_view key,
+                              const std::function<Status(ConfigSection&)>& read) {
+  ConfigSection sub = Sub(key);
+  FLEET_RETURN_IF_ERROR(read(sub));
+  return sub.Finish();
+}
+
+Status ConfigSection::Entries(std::string_view key, std::vector<ConfigSection>* out) {
+  std::optional<YAML::Node> v;
+  FLEET_RETURN_IF_ERROR(Lookup(key, &v));
+  out->clear();
+  if (!v) return Status::OK();
+  if (!v->IsSequence()) return Error(key, absl::StrCat("must be a list, got ", Describe(*v)));
+  for (size_t i = 0; i < v->size(); ++i) {
+    out->push_back(ConfigSection(doc_, absl::StrCat(FullKey(key), ".", i), (*v)[i]));
+  }
+  return Status::OK();
+}
+
+Status ConfigSection::Finish(std::string_view unknown) const {
   if (!present()) return Status::OK();
   if (!node_.IsMap()) return ShapeError();
   for (const auto& kv : node_) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = KeyText(kv.first);
     if (!known_.contains(key)) {
-      return Error(key, absl::StrCat("unknown key; ", path_.empty() ? "the top level" : path_,
-                                     " takes ", absl::StrJoin(known_, ", ")));
+      return Status::InvalidArgument(absl::StrCat(
+          FullKey(key), ": ", std::string(unknown), doc_->Cite(FullKey(key)), "; ",
+          path_.empty() ? "the top level" : path_, " takes ", absl::StrJoin(known_, ", ")));
     }
   }
   return Status::OK();

@@ -1,13 +1,24 @@
-// YAML configs in FleetX's shape: a file may name a base (`_base_: ./base.yaml`,
-// relative to the file), keys merge recursively over the base, `-o Key.sub=value`
-// overrides apply last, and every key remembers where it came from so an
-// error can say "Model.hidden_size: must be >= 1, got -4 (from configs/a.yaml)".
+// The one YAML config reader of FleetPS. Every config goes through it: the
+// PS job config (ps/job_config.h), its table entries (ps/table/table_config.h),
+// the worker sections (worker/config.h) and the GPT config
+// (collective/config/gpt_config.h). Configs are in FleetX's shape: a file may
+// name a base (`_base_: ./base.yaml`, relative to the file), keys merge
+// recursively over the base, `-o Key.sub=value` overrides apply last, and
+// every key remembers where it came from so an error can say
+// "Model.hidden_size: must be >= 1, got -4 (from configs/a.yaml)" or
+// "train.batchsize: unknown key; ... (from -o train.batchsize=1)".
 //
 //   ConfigDocument   the merged document plus the source of every key.
-//   ConfigSection    typed, range-checked reads of one map of a document;
-//                    Finish() refuses the keys nobody read (unknown keys).
+//   ConfigSection    typed, range-checked reads of one map of a document
+//                    (bool, integers, floats, strings, choices and enums,
+//                    lists, nested sections, list entries); Finish() refuses
+//                    the keys nobody read (unknown keys), naming the key and
+//                    the file or -o that set it.
 //   ApplyOverride    one "Key.sub=value" assignment onto a YAML tree.
 //   ParseConfigArgs  FleetX's command line: -c FILE, -o K=V (repeatable).
+//
+// Each config documents its keys in one place, beside its parser: the
+// header that declares the parser (CONTRIBUTING.md, "Configs", lists them).
 //
 // Merging (as FleetX's parse_config): a map in the child merges into the
 // base's map key by key; anything else (a scalar, a list, null) replaces the
@@ -21,12 +32,18 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cfloat>
+#include <concepts>
 #include <cstdint>
+#include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "comm/status.h"
@@ -68,6 +85,11 @@ class ConfigDocument {
   // working directory. Errors as Load.
   static Result<ConfigDocument> FromString(const std::string& yaml, const std::string& source);
 
+  // A document over a tree built elsewhere (a checkpoint manifest's table,
+  // a test's YAML::Load): no `_base_`, no sources, errors name keys only.
+  // Shares the tree's nodes.
+  static ConfigDocument FromNode(YAML::Node root);
+
   // Applies one "Key.sub=value" and records "-o Key.sub=value" as the
   // source of Key.sub and everything under it. Errors as ApplyOverride.
   Status Override(const std::string& assignment);
@@ -80,9 +102,13 @@ class ConfigDocument {
   // enclosing key that has one; "" when no input mentioned it.
   std::string SourceOf(std::string_view dotted_key) const;
 
-  // InvalidArgument "<key>: <what> (from <source>)", or without the
-  // parenthesis when no input set the key.
+  // InvalidArgument "<key>: <what> (from <source>)". A key no input set
+  // (a missing one) cites the file Load() read; a FromString()/FromNode()
+  // document then has no parenthesis.
   Status Error(std::string_view dotted_key, std::string_view what) const;
+
+  // " (from <source>)" as Error() appends it for `dotted_key`, or "".
+  std::string Cite(std::string_view dotted_key) const;
 
   // The file Load() read ("" for FromString()).
   const std::string& path() const { return path_; }
@@ -114,19 +140,52 @@ class ConfigSection {
   // True when `key` is present with a non-null value.
   bool Has(std::string_view key) const;
 
-  Status Int(std::string_view key, int64_t* out, int64_t min = INT64_MIN, int64_t max = INT64_MAX);
-  Status Int(std::string_view key, int* out, int min = INT32_MIN, int max = INT32_MAX);
+  // An integer of T's range within [min, max]; the error names the range.
+  template <typename T>
+    requires(std::integral<T> && !std::same_as<T, bool>)
+  Status Int(std::string_view key, T* out,
+             std::type_identity_t<T> min = std::numeric_limits<T>::min(),
+             std::type_identity_t<T> max = std::numeric_limits<T>::max()) {
+    if constexpr (std::is_unsigned_v<T> && sizeof(T) == sizeof(uint64_t)) {
+      uint64_t x = *out;
+      FLEET_RETURN_IF_ERROR(ReadUint64(key, min, max, &x));
+      *out = static_cast<T>(x);
+    } else {
+      int64_t x = static_cast<int64_t>(*out);
+      FLEET_RETURN_IF_ERROR(ReadInt64(key, static_cast<int64_t>(min), static_cast<int64_t>(max), &x));
+      *out = static_cast<T>(x);
+    }
+    return Status::OK();
+  }
   // Null or absent leaves *out as it was (std::nullopt for "not given").
   Status OptionalInt(std::string_view key, std::optional<int64_t>* out, int64_t min = INT64_MIN,
                      int64_t max = INT64_MAX);
-  Status Double(std::string_view key, double* out, double min, double max);
+  // A finite number in [min, max].
+  Status Double(std::string_view key, double* out, double min = -DBL_MAX, double max = DBL_MAX);
+  // A finite number in [min, max] that fits a float.
+  Status Float(std::string_view key, float* out, double min = -FLT_MAX, double max = FLT_MAX);
   Status Bool(std::string_view key, bool* out);
   Status String(std::string_view key, std::string* out);
   // One of `allowed` (exact spelling); the error lists them.
   Status Choice(std::string_view key, std::string* out, const std::vector<std::string>& allowed);
+  // Choice() over a table of {name, value}: stores the value of the name given.
+  template <typename E, size_t N>
+  Status Enum(std::string_view key, const std::pair<const char*, E> (&names)[N], E* out) {
+    std::vector<std::string> allowed;
+    for (const auto& [name, value] : names) allowed.emplace_back(name);
+    std::string chosen;
+    FLEET_RETURN_IF_ERROR(Choice(key, &chosen, allowed));
+    for (const auto& [name, value] : names) {
+      if (chosen == name) *out = value;
+    }
+    return Status::OK();
+  }
   // A list of numbers, each in [min, max], with min_count..max_count entries.
   Status DoubleList(std::string_view key, std::vector<double>* out, size_t min_count,
                     size_t max_count, double min, double max);
+  // A list of integers, each in [min, max], with min_count..max_count entries.
+  Status IntList(std::string_view key, std::vector<int64_t>* out, size_t min_count,
+                 size_t max_count, int64_t min = INT64_MIN, int64_t max = INT64_MAX);
   // A non-empty list of distinct entries, each one of `allowed`; the error
   // names the entry and lists the allowed ones.
   Status ChoiceList(std::string_view key, std::vector<std::string>* out,
@@ -134,21 +193,38 @@ class ConfigSection {
   // Accepts the key with any value. For keys of FleetX configs that name
   // Python objects (collate_fn, module, op lists) and mean nothing here.
   void Accept(std::string_view key);
-  // A nested section ("Engine" -> "Engine.save_load"), marked known.
+  // InvalidArgument "missing <what>: <path.key> (from <source>)" when `key`
+  // is absent or null; marks it known.
+  Status Require(std::string_view key, std::string_view what = "required key");
+
+  // A nested section ("Engine" -> "Engine.save_load"), marked known. The
+  // caller calls its Finish(); Section() does that itself.
   ConfigSection Sub(std::string_view key);
+  // Reads the nested section `key` with `read`, then refuses its unknown keys.
+  Status Section(std::string_view key, const std::function<Status(ConfigSection&)>& read);
+  // The entries of the list at `key` as sections ("tables.0", "tables.1"),
+  // marked known; none when absent or null. Each entry must be a map (its
+  // reads and Finish() say so otherwise). Errors: the value is not a list.
+  Status Entries(std::string_view key, std::vector<ConfigSection>* out);
 
   // InvalidArgument for path.key via ConfigDocument::Error.
   Status Error(std::string_view key, std::string_view what) const;
 
-  // InvalidArgument naming the first unknown key of the map (and the keys
-  // this section knows), or the section when it is not a map.
-  Status Finish() const;
+  // InvalidArgument "<path.key>: <unknown> (from <source>); <path> takes
+  // <the keys read>" for the first unknown key of the map, or naming the
+  // section when it is not a map. `unknown` says what an unknown key is
+  // ("unknown key", or "unknown top-level section" for a job config).
+  Status Finish(std::string_view unknown = "unknown key") const;
 
  private:
+  ConfigSection(const ConfigDocument* doc, std::string path, YAML::Node node);
+
   std::string FullKey(std::string_view key) const;
   // Marks `key` known and sets *v to its value when present and non-null.
   // Errors: the section is not a map.
   Status Lookup(std::string_view key, std::optional<YAML::Node>* v);
+  Status ReadInt64(std::string_view key, int64_t min, int64_t max, int64_t* out);
+  Status ReadUint64(std::string_view key, uint64_t min, uint64_t max, uint64_t* out);
   // `v` as a number in [min, max]; `what` prefixes the error ("entry 2 ").
   Status ReadDouble(std::string_view key, const YAML::Node& v, std::string_view what, double min,
                     double max, double* out) const;

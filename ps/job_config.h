@@ -1,12 +1,18 @@
 // JobConfig: the YAML job file every process of a job reads (configs/*.yaml),
-// after `-o Key.sub=value` overrides. The parameter server reads `tables`,
+// read by the one config reader (comm/yaml_config.h): it may name a base
+// file (`_base_: ./base.yaml`, merged under it key by key), and `-o
+// Key.sub=value` overrides apply last. The parameter server reads `tables`,
 // `Distributed` and `server`; the trainer reads its own sections from the
 // same document (JobConfig::root): `model`, `data`, `train`
 // (worker/config.h). Any other top-level key, and any unknown key inside a
-// section, is refused with an error naming it, so a typo ("Distribued",
-// "trian.epochs") never leaves a default in place silently. Every count
-// and size has a maximum (below), so a huge value is an error naming the
-// key, not a failed allocation.
+// section, is refused with an error naming it and the file (or -o) that set
+// it, so a typo ("Distribued", "trian.epochs") never leaves a default in
+// place silently. Every count and size has a maximum (below), so a huge
+// value is an error naming the key, not a failed allocation.
+//
+// This block and the comments of DistributedConfig and ServerConfig below
+// are where the PS keys are documented; tables' keys are in
+// ps/table/table_config.h, the workers' in worker/config.h.
 //
 //   Distributed:
 //     mode: sync            # sync | async | geo (default sync)
@@ -14,7 +20,8 @@
 //     max_merge: 10         # async: batches merged per key before a send
 //     timeout_ms: 60000     # deadline of every PS request (<= 86400000, one day)
 //     max_request_bytes: 1048576  # larger requests to one server go in pieces
-//     busy_poll_us: 0       # poll this long before sleeping (latency vs CPU)
+//     busy_poll_us: 0       # poll this long before sleeping (latency vs CPU; <= 1000000)
+//     auth: on              # authenticate the job's ZeroMQ traffic (on | off)
 //     server_restart_timeout_ms: 30000  # with server.recovery_dir: resend to a crashed server
 //     heter:                # jobs with heter workers (heter/): the CPU-worker side
 //       pipeline_depth: 4   # micro-batches a CPU worker keeps in flight (async, geo)
@@ -52,14 +59,15 @@ namespace fleet::ps {
 
 enum class SyncMode { kSync, kAsync, kGeo };
 
-// The top-level sections of a job document: the servers' and the workers'.
-inline constexpr const char* kJobSections[] = {"Distributed", "server", "tables",
-                                               "model",       "data",   "train"};
+// The top-level sections of a job document the workers read (worker/config.h);
+// the servers read Distributed, server and tables.
+inline constexpr const char* kWorkerSections[] = {"model", "data", "train"};
 
 // Maxima of the count and size keys (each key's comment names its own).
 inline constexpr int64_t kMaxKSteps = 1'000'000;
 inline constexpr int64_t kMaxMaxMerge = 1'000'000;
 inline constexpr int64_t kMaxTimeoutMs = 86'400'000;         // one day
+inline constexpr int64_t kMaxBusyPollUs = 1'000'000;
 inline constexpr int64_t kMaxRequestBytes = int64_t{1} << 30;  // 1 GiB
 inline constexpr int64_t kMaxPipelineDepth = 1024;
 inline constexpr int64_t kMaxMicroBatches = 1024;
@@ -210,9 +218,16 @@ struct JobConfig {
 // One "Key.sub=value" override onto a YAML tree (comm/yaml_config.h).
 using ::fleet::ApplyOverride;
 
-// Reads `path`, applies overrides in order, parses. Errors: NotFound (no
-// file), InvalidArgument (YAML syntax with line, or a bad key; the message
-// names the file and the key).
+// Reads `path` and its `_base_` chain and applies the overrides in order.
+// Errors: NotFound (a file of the chain), InvalidArgument (YAML syntax with
+// file and line, a `_base_` cycle, or an override that cannot apply, named
+// "-o Key.sub=value: ...").
+Result<ConfigDocument> LoadJobDocument(const std::string& path,
+                                       const std::vector<std::string>& overrides);
+
+// LoadJobDocument, then ParseJobConfig. Errors: as both; a bad key's error
+// names the key and the file or -o that set it
+// ("server.thread: unknown key (from -o server.thread=2); ...").
 Result<JobConfig> LoadJobConfig(const std::string& path, const std::vector<std::string>& overrides);
 
 // The job config named by --config (else FLEET_CONFIG) with the overrides
@@ -225,7 +240,10 @@ Result<JobConfig> JobConfigFromFlagsAndEnv(
 // --config and --override as --help shows them (ps_server, ps_worker, heter_worker).
 HelpGroup JobConfigHelpGroup();
 
-// Parses an already loaded document. Errors as LoadJobConfig.
+// Parses an already loaded document. Errors: InvalidArgument naming the key
+// and its source.
+Result<JobConfig> ParseJobConfig(const ConfigDocument& doc);
+// The same for a tree built in code (tests, tools): errors name keys only.
 Result<JobConfig> ParseJobConfig(YAML::Node root);
 
 }  // namespace fleet::ps

@@ -1,176 +1,132 @@
 #include "worker/config.h"
 
-#include <functional>
-#include <map>
-#include <set>
 #include <span>
+#include <string>
+#include <string_view>
+#include <utility>
 
 #include "worker/task.h"
 
 namespace fleet::worker {
 namespace {
 
-// Reads the keys of one section; each reader converts and range-checks its
-// value. Unknown keys are refused.
-using KeyReader = std::function<Status(const YAML::Node& value, const std::string& key)>;
-
-Status ReadSection(const YAML::Node& root, const std::string& section, bool required,
-                   const std::map<std::string, KeyReader>& readers) {
-  const YAML::Node node = root[section];
-  if (!node || node.IsNull()) {
-    return required ? Status::InvalidArgument("missing section", section) : Status::OK();
+// Layer widths: each 1..kMaxWidth, min_count..kMaxLayers of them, and at
+// most kMaxLayerWeights weights between consecutive layers, checked before
+// any is allocated (the dense table's own bound is the same).
+Status Widths(ConfigSection& s, std::string_view key, size_t min_count, std::vector<int>* out) {
+  const bool given = s.Has(key);
+  std::vector<int64_t> widths;
+  FLEET_RETURN_IF_ERROR(s.IntList(key, &widths, min_count, kMaxLayers, 1, kMaxWidth));
+  if (!given) return Status::OK();
+  int64_t weights = 0;
+  for (size_t i = 1; i < widths.size(); ++i) weights += widths[i - 1] * widths[i];
+  if (weights > kMaxLayerWeights) {
+    return s.Error(key, "the layers have " + std::to_string(weights) + " weights, more than the " +
+                            std::to_string(kMaxLayerWeights) + " allowed");
   }
-  if (!node.IsMap()) return Status::InvalidArgument("must be a map", section);
-  for (const auto& kv : node) {
-    const std::string name = kv.first.as<std::string>();
-    const std::string key = section + "." + name;
-    auto it = readers.find(name);
-    if (it == readers.end()) return Status::InvalidArgument("unknown key", key);
-    try {
-      FLEET_RETURN_IF_ERROR(it->second(kv.second, key));
-    } catch (const YAML::Exception& e) {
-      return Status::InvalidArgument("wrong type of value (" + std::string(e.what()) + ")", key);
-    }
+  out->assign(widths.begin(), widths.end());
+  return Status::OK();
+}
+
+Status ParseModel(ConfigSection& s, WorkerModelConfig* m) {
+  FLEET_RETURN_IF_ERROR(s.String("kind", &m->kind));
+  const WorkerTaskType* type = FindWorkerTaskType(m->kind);
+  if (type == nullptr) {
+    return s.Error("kind", "must be one of " + WorkerTaskKinds() + ", got '" + m->kind + "'");
+  }
+  m->dense_table = type->default_dense_table;
+  FLEET_RETURN_IF_ERROR(s.Int("sparse_table", &m->sparse_table, 0, INT32_MAX));
+  FLEET_RETURN_IF_ERROR(s.Int("dense_table", &m->dense_table, 0, INT32_MAX));
+  FLEET_RETURN_IF_ERROR(Widths(s, "hidden", 1, &m->hidden));
+  FLEET_RETURN_IF_ERROR(Widths(s, "sizes", 2, &m->sizes));
+  // Any integer: a negative seed is taken modulo 2^64.
+  int64_t seed = static_cast<int64_t>(m->seed);
+  FLEET_RETURN_IF_ERROR(s.Int("seed", &seed));
+  m->seed = static_cast<uint64_t>(seed);
+  return Status::OK();
+}
+
+Status ParseData(ConfigSection& s, WorkerDataConfig* d) {
+  for (auto [key, out] : {std::pair{"train", &d->train}, {"test", &d->test}, {"oracle", &d->oracle},
+                          {"train_images", &d->train_images}, {"train_labels", &d->train_labels},
+                          {"test_images", &d->test_images}, {"test_labels", &d->test_labels}}) {
+    FLEET_RETURN_IF_ERROR(s.String(key, out));
   }
   return Status::OK();
 }
 
-KeyReader IntIn(int* out, int min, int max = INT32_MAX) {
-  return [out, min, max](const YAML::Node& v, const std::string& key) {
-    const int64_t x = v.as<int64_t>();
-    if (x < min || x > max) {
-      return Status::InvalidArgument(
-          "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
-              std::to_string(x),
-          key);
-    }
-    *out = static_cast<int>(x);
-    return Status::OK();
-  };
-}
-
-KeyReader String(std::string* out) {
-  return [out](const YAML::Node& v, const std::string&) {
-    *out = v.as<std::string>();
-    return Status::OK();
-  };
-}
-
-KeyReader Widths(std::vector<int>* out, size_t min_count) {
-  return [out, min_count](const YAML::Node& v, const std::string& key) {
-    if (!v.IsSequence()) return Status::InvalidArgument("must be a list of widths", key);
-    out->clear();
-    for (const auto& e : v) {
-      const int64_t w = e.as<int64_t>();
-      if (w < 1 || w > kMaxWidth) {
-        return Status::InvalidArgument("every width must be in [1, " + std::to_string(kMaxWidth) +
-                                           "], got " + std::to_string(w),
-                                       key);
-      }
-      out->push_back(static_cast<int>(w));
-    }
-    if (out->size() < min_count || out->size() > kMaxLayers) {
-      return Status::InvalidArgument("needs " + std::to_string(min_count) + ".." +
-                                         std::to_string(kMaxLayers) + " widths",
-                                     key);
-    }
-    // The weights between consecutive layers, checked before any is
-    // allocated (the dense table's own bound is the same).
-    int64_t weights = 0;
-    for (size_t i = 1; i < out->size(); ++i) weights += int64_t{(*out)[i - 1]} * (*out)[i];
-    if (weights > kMaxLayerWeights) {
-      return Status::InvalidArgument("the layers have " + std::to_string(weights) +
-                                         " weights, more than the " +
-                                         std::to_string(kMaxLayerWeights) + " allowed",
-                                     key);
-    }
-    return Status::OK();
-  };
+Status ParseTrain(ConfigSection& s, WorkerTrainConfig* t) {
+  FLEET_RETURN_IF_ERROR(s.Int("batch_size", &t->batch_size, 1, kMaxBatchSize));
+  FLEET_RETURN_IF_ERROR(s.Int("epochs", &t->epochs, 0, kMaxEpochs));
+  FLEET_RETURN_IF_ERROR(s.Int("log_interval", &t->log_interval, 0));
+  FLEET_RETURN_IF_ERROR(s.Int("blas_threads", &t->blas_threads, 1, kMaxBlasThreads));
+  FLEET_RETURN_IF_ERROR(s.String("save_dir", &t->save_dir));
+  return s.Int("save_every_epochs", &t->save_every_epochs, 0);
 }
 
 }  // namespace
 
-Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root) {
+Result<WorkerConfig> ParseWorkerConfig(const ConfigDocument& doc) {
   WorkerConfig c;
-  std::string kind;
-  bool dense_table_given = false;
-  int sparse_table = 0, dense_table = 1;
-  int64_t seed = 1;
-  FLEET_RETURN_IF_ERROR(ReadSection(
-      root, "model", /*required=*/true,
-      {{"kind", String(&kind)},
-       {"sparse_table", IntIn(&sparse_table, 0)},
-       {"dense_table",
-        [&](const YAML::Node& v, const std::string& key) {
-          dense_table_given = true;
-          return IntIn(&dense_table, 0)(v, key);
-        }},
-       {"hidden", Widths(&c.model.hidden, 1)},
-       {"sizes", Widths(&c.model.sizes, 2)},
-       {"seed", [&](const YAML::Node& v, const std::string&) {
-          seed = v.as<int64_t>();
-          return Status::OK();
-        }}}));
-  const WorkerTaskType* type = FindWorkerTaskType(kind);
-  if (type == nullptr) {
-    return Status::InvalidArgument("must be one of " + WorkerTaskKinds() + ", got '" + kind + "'",
-                                   "model.kind");
-  }
-  c.model.kind = kind;
-  if (!dense_table_given) dense_table = static_cast<int>(type->default_dense_table);
-  c.model.sparse_table = static_cast<uint32_t>(sparse_table);
-  c.model.dense_table = static_cast<uint32_t>(dense_table);
-  c.model.seed = static_cast<uint64_t>(seed);
-
-  FLEET_RETURN_IF_ERROR(ReadSection(root, "data", /*required=*/true,
-                                    {{"train", String(&c.data.train)},
-                                     {"test", String(&c.data.test)},
-                                     {"oracle", String(&c.data.oracle)},
-                                     {"train_images", String(&c.data.train_images)},
-                                     {"train_labels", String(&c.data.train_labels)},
-                                     {"test_images", String(&c.data.test_images)},
-                                     {"test_labels", String(&c.data.test_labels)}}));
-  FLEET_RETURN_IF_ERROR(type->check_config(c));
-
-  FLEET_RETURN_IF_ERROR(ReadSection(root, "train", /*required=*/false,
-                                    {{"batch_size", IntIn(&c.train.batch_size, 1, kMaxBatchSize)},
-                                     {"epochs", IntIn(&c.train.epochs, 0, kMaxEpochs)},
-                                     {"log_interval", IntIn(&c.train.log_interval, 0)},
-                                     {"blas_threads", IntIn(&c.train.blas_threads, 1, kMaxBlasThreads)},
-                                     {"save_dir", String(&c.train.save_dir)},
-                                     {"save_every_epochs", IntIn(&c.train.save_every_epochs, 0)}}));
+  ConfigSection top(doc, "");
+  FLEET_RETURN_IF_ERROR(top.Require("model", "section"));
+  FLEET_RETURN_IF_ERROR(top.Section("model", [&](ConfigSection& s) { return ParseModel(s, &c.model); }));
+  FLEET_RETURN_IF_ERROR(top.Require("data", "section"));
+  FLEET_RETURN_IF_ERROR(top.Section("data", [&](ConfigSection& s) { return ParseData(s, &c.data); }));
+  FLEET_RETURN_IF_ERROR(FindWorkerTaskType(c.model.kind)->check_config(c));
+  FLEET_RETURN_IF_ERROR(top.Section("train", [&](ConfigSection& s) { return ParseTrain(s, &c.train); }));
+  // The other top-level sections are the servers' (ps::ParseJobConfig).
   return c;
+}
+
+Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root) {
+  return ParseWorkerConfig(ConfigDocument::FromNode(root));
 }
 
 namespace {
 
-// Errors without the file's name (the caller says which input is to blame).
-Result<PsJobConfig> ParseWithOverrides(const YAML::Node& file,
-                                       std::span<const std::string> overrides) {
-  YAML::Node root = YAML::Clone(file);
-  for (const std::string& o : overrides) FLEET_RETURN_IF_ERROR(ApplyOverride(root, o));
+Result<PsJobConfig> ParseAll(const ConfigDocument& doc) {
   PsJobConfig c;
-  FLEET_ASSIGN_OR_RETURN(c.job, ps::ParseJobConfig(root));
-  FLEET_ASSIGN_OR_RETURN(c.worker, ParseWorkerConfig(c.job.root));
+  FLEET_ASSIGN_OR_RETURN(c.job, ps::ParseJobConfig(doc));
+  FLEET_ASSIGN_OR_RETURN(c.worker, ParseWorkerConfig(doc));
   return c;
+}
+
+Result<PsJobConfig> LoadAndParse(const std::string& path, std::span<const std::string> overrides) {
+  FLEET_ASSIGN_OR_RETURN(ConfigDocument doc,
+                         ps::LoadJobDocument(path, {overrides.begin(), overrides.end()}));
+  return ParseAll(doc);
+}
+
+// `error`, which appears once `-o assignment` is applied, with the override
+// named first (as fleetrun prints it) rather than cited at the end.
+Status BlameOverride(const Status& error, const std::string& assignment) {
+  const std::string named = "-o " + assignment;
+  if (error.message().starts_with(named)) return error;  // the override itself is malformed
+  std::string message = error.message();
+  const std::string cite = " (from " + named + ")";
+  if (const size_t at = message.find(cite); at != std::string::npos) message.erase(at, cite.size());
+  return Status::InvalidArgument(message).WithContext(named);
 }
 
 }  // namespace
 
 Result<PsJobConfig> LoadPsJobConfig(const std::string& path,
                                     const std::vector<std::string>& overrides) {
-  FLEET_ASSIGN_OR_RETURN(YAML::Node file, LoadYamlFile(path));
-  auto all = ParseWithOverrides(file, overrides);
-  if (all.ok()) return all;
+  auto all = LoadAndParse(path, overrides);
+  if (all.ok() || !all.status().IsInvalidArgument()) return all;
   // Blame the first override after which the config stops parsing, or the
-  // file when it fails on its own: a few parses of a small tree.
+  // file when it fails on its own (a key's error names its file or -o, but
+  // a rule across keys can break only once an override changes one of them):
+  // a few parses of a small tree.
   const std::span<const std::string> list(overrides);
   for (size_t n = 0; n < list.size(); ++n) {
-    if (auto next = ParseWithOverrides(file, list.first(n + 1)); !next.ok()) {
-      if (n == 0 && !ParseWithOverrides(file, {}).ok()) break;
-      return next.status().WithContext("-o " + list[n]);
+    if (auto next = LoadAndParse(path, list.first(n + 1)); !next.ok()) {
+      if (n == 0 && !LoadAndParse(path, {}).ok()) break;
+      return BlameOverride(next.status(), list[n]);
     }
   }
+  if (all.status().message().find(path) != std::string::npos) return all;
   return all.status().WithContext(path);
 }
 

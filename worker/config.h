@@ -1,7 +1,9 @@
 // WorkerConfig: the sections of the job YAML that ps_worker reads (the
 // servers read `Distributed`, `server` and `tables` of the same file; see
-// ps/job_config.h). Unknown keys in these sections are refused so a typo
-// never falls back to a default silently.
+// ps/job_config.h), read by the one config reader (comm/yaml_config.h).
+// Unknown keys in these sections are refused, naming the key and the file
+// or -o that set it, so a typo never falls back to a default silently.
+// This block is where the workers' keys are documented.
 //
 //   model:
 //     kind: ctr_dnn          # the model: ctr_dnn | mlp (worker/task.h lists them:
@@ -113,8 +115,11 @@ struct WorkerConfig {
 
 // Reads `model`, `data` and `train` of the job document and runs the
 // model's WorkerTaskType::check_config. Errors: InvalidArgument naming the
-// key ("train.batch_size: must be >= 1") for a missing required key, an
-// unknown key or model.kind, a wrong type or a value out of range.
+// key ("train.batch_size: must be in [1, 1048576], got 0 (from job.yaml)")
+// for a missing required section, an unknown key or model.kind, a wrong
+// type or a value out of range.
+Result<WorkerConfig> ParseWorkerConfig(const ConfigDocument& doc);
+// The same for a tree built in code (JobConfig::root): errors name keys only.
 Result<WorkerConfig> ParseWorkerConfig(const YAML::Node& root);
 
 // Everything a PS job's processes read from its job file.
@@ -125,10 +130,12 @@ struct PsJobConfig {
 
 // Loads `path` with `overrides` applied in order, as every process of the job
 // will, so a launcher can refuse a bad config before starting anything.
-// Errors: NotFound (the file), InvalidArgument. An error that only appears
+// The file may name a `_base_` (ps::LoadJobDocument).
+// Errors: NotFound (a file), InvalidArgument. An error that only appears
 // once an override is applied names that override first ("-o
-// train.batchsize=1: train.batchsize: unknown key"), so the user is not sent
-// to a YAML file that is fine; otherwise the error names the file.
+// train.batchsize=1: train.batchsize: unknown key; train takes ..."), so the
+// user is not sent to a YAML file that is fine; otherwise the error names the
+// file (the one of the `_base_` chain that set the key).
 Result<PsJobConfig> LoadPsJobConfig(const std::string& path,
                                     const std::vector<std::string>& overrides);
 

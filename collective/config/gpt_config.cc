@@ -267,21 +267,13 @@ Status ParseData(ConfigSection s, DataConfig* d) {
   return s.Finish();
 }
 
-// A float key read as a double in [min, max].
-Status Float(ConfigSection& s, std::string_view key, float* out, double min, double max) {
-  double v = *out;
-  FLEET_RETURN_IF_ERROR(s.Double(key, &v, min, max));
-  *out = static_cast<float>(v);
-  return Status::OK();
-}
-
 Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedule) {
   std::string name = "AdamW";
   FLEET_RETURN_IF_ERROR(s.Choice("name", &name, {"AdamW", "FusedAdamW"}));
-  FLEET_RETURN_IF_ERROR(Float(s, "weight_decay", &o->weight_decay, 0, 1e3));
-  FLEET_RETURN_IF_ERROR(Float(s, "beta1", &o->beta1, 0, 0.999999));
-  FLEET_RETURN_IF_ERROR(Float(s, "beta2", &o->beta2, 0, 0.999999999));
-  FLEET_RETURN_IF_ERROR(Float(s, "epsilon", &o->eps, 1e-30, 1));
+  FLEET_RETURN_IF_ERROR(s.Float("weight_decay", &o->weight_decay, 0, 1e3));
+  FLEET_RETURN_IF_ERROR(s.Float("beta1", &o->beta1, 0, 0.999999));
+  FLEET_RETURN_IF_ERROR(s.Float("beta2", &o->beta2, 0, 0.999999999));
+  FLEET_RETURN_IF_ERROR(s.Float("epsilon", &o->eps, 1e-30, 1));
   bool fusion = false;
   FLEET_RETURN_IF_ERROR(s.Bool("tensor_fusion", &fusion));
 
@@ -289,8 +281,8 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
   std::string lr_name = "CosineAnnealingWithWarmupDecay";
   FLEET_RETURN_IF_ERROR(lr.Choice("name", &lr_name, {"CosineAnnealingWithWarmupDecay"}));
   schedule->max_lr = 5e-5f;  // FleetX's base, the default documented above
-  FLEET_RETURN_IF_ERROR(Float(lr, "max_lr", &schedule->max_lr, 1e-30, 100));
-  FLEET_RETURN_IF_ERROR(Float(lr, "min_lr", &schedule->min_lr, 0, 100));
+  FLEET_RETURN_IF_ERROR(lr.Float("max_lr", &schedule->max_lr, 1e-30, 100));
+  FLEET_RETURN_IF_ERROR(lr.Float("min_lr", &schedule->min_lr, 0, 100));
   FLEET_RETURN_IF_ERROR(lr.Int("decay_steps", &schedule->decay_steps, 1));
   double warmup_rate = 0.01;
   FLEET_RETURN_IF_ERROR(lr.Double("warmup_rate", &warmup_rate, 0, 1));
@@ -304,7 +296,7 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
   ConfigSection clip = s.Sub("grad_clip");
   std::string clip_name = "ClipGradByGlobalNorm";
   FLEET_RETURN_IF_ERROR(clip.Choice("name", &clip_name, {"ClipGradByGlobalNorm"}));
-  FLEET_RETURN_IF_ERROR(Float(clip, "clip_norm", &o->clip_norm, 0, 1e30));
+  FLEET_RETURN_IF_ERROR(clip.Float("clip_norm", &o->clip_norm, 0, 1e30));
   FLEET_RETURN_IF_ERROR(clip.Finish());
   FLEET_RETURN_IF_ERROR(s.Finish());
   // The optimizer's own checks; everything they refuse was refused above

@@ -1,82 +1,12 @@
 #include "ps/table/table_config.h"
 
-#include <set>
+#include <functional>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
 
 namespace fleet::ps {
 namespace {
-
-// Reads the keys of one YAML map. Each Get marks its key as known; Finish
-// reports the first key nobody asked for, so the accepted keys are exactly
-// the Get calls (no separate list to keep in step).
-class MapReader {
- public:
-  MapReader(const YAML::Node& node, std::string prefix) : node_(node), prefix_(std::move(prefix)) {}
-
-  Status CheckIsMap() const {
-    if (!node_.IsMap()) return Status::InvalidArgument("expected a map", Name(""));
-    return Status::OK();
-  }
-
-  template <typename T>
-  Status Get(std::string_view key, T* out, bool required = false) {
-    known_.insert(std::string(key));
-    const YAML::Node v = node_[std::string(key)];
-    if (!v.IsDefined() || v.IsNull()) {
-      if (required) return Status::InvalidArgument("missing required key", Name(key));
-      return Status::OK();
-    }
-    if (!v.IsScalar()) return Status::InvalidArgument("expected a scalar", Name(key));
-    try {
-      *out = v.as<T>();
-    } catch (const YAML::Exception& e) {
-      return Status::InvalidArgument(absl::StrCat("bad value '", v.Scalar(), "'"), Name(key));
-    }
-    return Status::OK();
-  }
-
-  // A string key that must be one of `names`; stores the matching enum.
-  template <typename E, size_t N>
-  Status GetEnum(std::string_view key, const std::pair<const char*, E> (&names)[N], E* out,
-                 bool required = false) {
-    std::string s;
-    const bool present = node_[std::string(key)].IsDefined();
-    FLEET_RETURN_IF_ERROR(Get(key, &s, required));
-    if (!present) return Status::OK();
-    std::string allowed;
-    for (const auto& [name, value] : names) {
-      if (s == name) {
-        *out = value;
-        return Status::OK();
-      }
-      absl::StrAppend(&allowed, allowed.empty() ? "" : "|", name);
-    }
-    return Status::InvalidArgument(absl::StrCat("'", s, "' is not one of ", allowed), Name(key));
-  }
-
-  // The sub-map under `key` (an undefined node when absent).
-  YAML::Node Sub(std::string_view key) {
-    known_.insert(std::string(key));
-    return node_[std::string(key)];
-  }
-
-  Status Finish() const {
-    for (const auto& kv : node_) {
-      const std::string k = kv.first.as<std::string>();
-      if (!known_.count(k)) return Status::InvalidArgument("unknown key", Name(k));
-    }
-    return Status::OK();
-  }
-
-  std::string Name(std::string_view key) const { return absl::StrCat(prefix_, std::string(key)); }
-
- private:
-  const YAML::Node& node_;
-  const std::string prefix_;
-  std::set<std::string> known_;
-};
 
 constexpr std::pair<const char*, TableKind> kKinds[] = {{"dense", TableKind::kDense},
                                                        {"sparse", TableKind::kSparse}};
@@ -97,69 +27,78 @@ const char* NameOf(const std::pair<const char*, E> (&names)[N], E value) {
   return "?";
 }
 
-// Parses an optional sub-map with `parse`, which fills the reader's keys.
-template <typename Fn>
-Status ParseSection(MapReader& parent, std::string_view key, Fn parse) {
-  YAML::Node sub = parent.Sub(key);
-  if (!sub.IsDefined() || sub.IsNull()) return Status::OK();
-  MapReader r(sub, parent.Name(key) + ".");
-  FLEET_RETURN_IF_ERROR(r.CheckIsMap());
-  FLEET_RETURN_IF_ERROR(parse(r));
-  return r.Finish();
-}
+// Reports a key that breaks a rule of CheckTableConfig.
+using BadKey = std::function<Status(std::string_view key, std::string_view what)>;
 
-Status Bad(std::string_view key, std::string_view what) { return Status::InvalidArgument(what, key); }
+// The cross-field and range rules of a table, each reported through `bad`.
+Status CheckTableConfig(const TableConfig& c, const BadKey& bad);
 
 }  // namespace
 
-Result<TableConfig> ParseTableConfig(const YAML::Node& node) {
+Result<TableConfig> ParseTableConfig(ConfigSection& r) {
   TableConfig c;
-  MapReader r(node, "");
-  FLEET_RETURN_IF_ERROR(r.CheckIsMap());
-  FLEET_RETURN_IF_ERROR(r.Get("id", &c.id, /*required=*/true));
-  FLEET_RETURN_IF_ERROR(r.GetEnum("kind", kKinds, &c.kind, /*required=*/true));
-  FLEET_RETURN_IF_ERROR(r.Get("dim", &c.dim, /*required=*/true));
-  FLEET_RETURN_IF_ERROR(r.GetEnum("accessor", kAccessors, &c.accessor));
-  FLEET_RETURN_IF_ERROR(r.Get("shard_num", &c.shard_num));
-  FLEET_RETURN_IF_ERROR(r.Get("local_shard_num", &c.local_shard_num));
-  FLEET_RETURN_IF_ERROR(ParseSection(r, "optimizer", [&](MapReader& o) {
+  FLEET_RETURN_IF_ERROR(r.Require("id"));
+  FLEET_RETURN_IF_ERROR(r.Int("id", &c.id));
+  FLEET_RETURN_IF_ERROR(r.Require("kind"));
+  FLEET_RETURN_IF_ERROR(r.Enum("kind", kKinds, &c.kind));
+  FLEET_RETURN_IF_ERROR(r.Require("dim"));
+  FLEET_RETURN_IF_ERROR(r.Int("dim", &c.dim));
+  FLEET_RETURN_IF_ERROR(r.Enum("accessor", kAccessors, &c.accessor));
+  FLEET_RETURN_IF_ERROR(r.Int("shard_num", &c.shard_num));
+  FLEET_RETURN_IF_ERROR(r.Int("local_shard_num", &c.local_shard_num));
+  FLEET_RETURN_IF_ERROR(r.Section("optimizer", [&](ConfigSection& o) {
     OptimizerConfig& p = c.optimizer;
-    FLEET_RETURN_IF_ERROR(o.GetEnum("rule", kRules, &p.rule));
-    FLEET_RETURN_IF_ERROR(o.Get("learning_rate", &p.learning_rate));
-    FLEET_RETURN_IF_ERROR(o.Get("l2_decay", &p.l2_decay));
-    FLEET_RETURN_IF_ERROR(o.GetEnum("clip_mode", kClipModes, &p.clip_mode));
-    FLEET_RETURN_IF_ERROR(o.Get("clip_threshold", &p.clip_threshold));
-    FLEET_RETURN_IF_ERROR(o.Get("initial_g2sum", &p.initial_g2sum));
-    FLEET_RETURN_IF_ERROR(o.Get("beta1", &p.beta1));
-    FLEET_RETURN_IF_ERROR(o.Get("beta2", &p.beta2));
-    return o.Get("epsilon", &p.epsilon);
+    FLEET_RETURN_IF_ERROR(o.Enum("rule", kRules, &p.rule));
+    FLEET_RETURN_IF_ERROR(o.Float("learning_rate", &p.learning_rate));
+    FLEET_RETURN_IF_ERROR(o.Float("l2_decay", &p.l2_decay));
+    FLEET_RETURN_IF_ERROR(o.Enum("clip_mode", kClipModes, &p.clip_mode));
+    FLEET_RETURN_IF_ERROR(o.Float("clip_threshold", &p.clip_threshold));
+    FLEET_RETURN_IF_ERROR(o.Float("initial_g2sum", &p.initial_g2sum));
+    FLEET_RETURN_IF_ERROR(o.Float("beta1", &p.beta1));
+    FLEET_RETURN_IF_ERROR(o.Float("beta2", &p.beta2));
+    return o.Float("epsilon", &p.epsilon);
   }));
-  FLEET_RETURN_IF_ERROR(ParseSection(r, "initializer", [&](MapReader& o) {
+  FLEET_RETURN_IF_ERROR(r.Section("initializer", [&](ConfigSection& o) {
     InitializerConfig& p = c.initializer;
-    FLEET_RETURN_IF_ERROR(o.GetEnum("kind", kInits, &p.kind));
-    FLEET_RETURN_IF_ERROR(o.Get("seed", &p.seed));
-    FLEET_RETURN_IF_ERROR(o.Get("range", &p.range));
-    return o.Get("std", &p.stddev);
+    FLEET_RETURN_IF_ERROR(o.Enum("kind", kInits, &p.kind));
+    FLEET_RETURN_IF_ERROR(o.Int("seed", &p.seed));
+    FLEET_RETURN_IF_ERROR(o.Float("range", &p.range));
+    return o.Float("std", &p.stddev);
   }));
-  FLEET_RETURN_IF_ERROR(ParseSection(r, "ctr", [&](MapReader& o) {
+  FLEET_RETURN_IF_ERROR(r.Section("ctr", [&](ConfigSection& o) {
     CtrAccessorConfig& p = c.ctr;
-    FLEET_RETURN_IF_ERROR(o.Get("embed_dim", &p.embed_dim));
-    FLEET_RETURN_IF_ERROR(o.Get("nonclk_coeff", &p.nonclk_coeff));
-    FLEET_RETURN_IF_ERROR(o.Get("click_coeff", &p.click_coeff));
-    FLEET_RETURN_IF_ERROR(o.Get("embedx_threshold", &p.embedx_threshold));
-    FLEET_RETURN_IF_ERROR(o.Get("show_click_decay", &p.show_click_decay));
-    FLEET_RETURN_IF_ERROR(o.Get("delete_after_unseen_passes", &p.delete_after_unseen_passes));
-    return o.Get("delete_threshold", &p.delete_threshold);
+    FLEET_RETURN_IF_ERROR(o.Int("embed_dim", &p.embed_dim));
+    FLEET_RETURN_IF_ERROR(o.Float("nonclk_coeff", &p.nonclk_coeff));
+    FLEET_RETURN_IF_ERROR(o.Float("click_coeff", &p.click_coeff));
+    FLEET_RETURN_IF_ERROR(o.Float("embedx_threshold", &p.embedx_threshold));
+    FLEET_RETURN_IF_ERROR(o.Float("show_click_decay", &p.show_click_decay));
+    FLEET_RETURN_IF_ERROR(o.Int("delete_after_unseen_passes", &p.delete_after_unseen_passes));
+    return o.Float("delete_threshold", &p.delete_threshold);
   }));
-  FLEET_RETURN_IF_ERROR(r.Get("max_rows_per_server", &c.max_rows_per_server));
-  FLEET_RETURN_IF_ERROR(ParseSection(
-      r, "admission", [&](MapReader& o) { return o.Get("min_count", &c.admission_min_count); }));
+  FLEET_RETURN_IF_ERROR(r.Int("max_rows_per_server", &c.max_rows_per_server));
+  FLEET_RETURN_IF_ERROR(r.Section(
+      "admission", [&](ConfigSection& o) { return o.Int("min_count", &c.admission_min_count); }));
   FLEET_RETURN_IF_ERROR(r.Finish());
-  FLEET_RETURN_IF_ERROR(ValidateTableConfig(c));
+  FLEET_RETURN_IF_ERROR(CheckTableConfig(
+      c, [&](std::string_view key, std::string_view what) { return r.Error(key, what); }));
   return c;
 }
 
+Result<TableConfig> ParseTableConfig(const YAML::Node& node) {
+  const ConfigDocument doc = ConfigDocument::FromNode(node);
+  ConfigSection r(doc, "");
+  return ParseTableConfig(r);
+}
+
 Status ValidateTableConfig(const TableConfig& c) {
+  return CheckTableConfig(c, [](std::string_view key, std::string_view what) {
+    return Status::InvalidArgument(what, key);
+  });
+}
+
+namespace {
+
+Status CheckTableConfig(const TableConfig& c, const BadKey& Bad) {
   if (c.dim < 1) return Bad("dim", "must be >= 1");
   if (c.kind == TableKind::kSparse && c.dim > kMaxSparseDim)
     return Bad("dim", absl::StrCat("must be <= ", kMaxSparseDim, " for a sparse table, got ", c.dim));
@@ -191,6 +130,8 @@ Status ValidateTableConfig(const TableConfig& c) {
   if (c.admission_min_count < 1) return Bad("admission.min_count", "must be >= 1");
   return Status::OK();
 }
+
+}  // namespace
 
 std::string TableConfigToYaml(const TableConfig& c) {
   YAML::Emitter e;

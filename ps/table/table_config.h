@@ -2,9 +2,11 @@
 // parser that builds it from a YAML node (one entry of the job config's
 // `tables:` list).
 //
-// Every key below is optional except `id`, `kind` and `dim`. Unknown keys are
-// refused (InvalidArgument naming the key) so a typo never silently falls back
-// to a default.
+// The comments of the structs below are where a table's keys are documented.
+// Every key is optional except `id`, `kind` and `dim`. Unknown keys are
+// refused (InvalidArgument naming the key, and the file or -o that set it)
+// so a typo never silently falls back to a default. Read with the one
+// config reader (comm/yaml_config.h).
 //
 // Thread safety: plain values; copy freely.
 #pragma once
@@ -15,6 +17,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "comm/status.h"
+#include "comm/yaml_config.h"
 
 namespace fleet::ps {
 
@@ -168,9 +171,14 @@ struct TableConfig {
   CtrAccessorConfig ctr;
 };
 
-// Parses one table entry. Errors: InvalidArgument naming the key (e.g.
-// "optimizer.beta1: must be in [0, 1)") for a missing required key, an
-// unknown key, a value of the wrong type or out of range.
+// Parses one table entry (a section of a job document, "tables.0") and
+// refuses its unknown keys. Errors: InvalidArgument naming the key (e.g.
+// "tables.0.optimizer.beta1: must be in [0, 1) (from job.yaml)") for a
+// missing required key, an unknown key, a value of the wrong type or out of
+// range.
+Result<TableConfig> ParseTableConfig(ConfigSection& entry);
+// The same for a table on its own (a checkpoint manifest's); errors name
+// the key only.
 Result<TableConfig> ParseTableConfig(const YAML::Node& node);
 
 // Checks cross-field rules (used by the parser and by table constructors for

@@ -207,6 +207,103 @@ TEST(YamlConfigTest, SectionReadsCheckTypesRangesAndUnknownKeys) {
   EXPECT_FALSE(t.Int("x", &i).ok());
 }
 
+// The getters the PS job, table and worker configs use: integers of every
+// width (unsigned ones refuse a minus), floats, integer lists, enums,
+// required keys, nested sections that check themselves, and list entries
+// whose errors name their index and the file that set the list.
+TEST(YamlConfigTest, TypedGettersOfThePsConfigsNameKeyAndSource) {
+  TempDir dir;
+  WritePlain(dir.File("base.yaml"),
+             "S:\n  u: 4000000000\n  big: 18446744073709551615\n  neg: -1\n  f: 0.25\n"
+             "  huge: 1e39\n  w: [3, 4]\n  e: b\n  inner: {k: 1, typo: 2}\n"
+             "L:\n  - {id: 1}\n  - {id: 2, idd: 3}\n  - 7\n");
+  WritePlain(dir.File("c.yaml"), "_base_: base.yaml\nS: {e: c}\n");
+  auto doc = ConfigDocument::Load(dir.File("c.yaml"));
+  ASSERT_TRUE(doc.ok()) << doc.status().ToString();
+  ConfigSection s(*doc, "S");
+
+  uint32_t u = 0;
+  uint64_t big = 0;
+  ASSERT_TRUE(s.Int("u", &u).ok());
+  EXPECT_EQ(u, 4000000000u);
+  ASSERT_TRUE(s.Int("big", &big).ok());
+  EXPECT_EQ(big, UINT64_MAX);
+  int small = 9;
+  EXPECT_THAT(s.Int("u", &small).message(), HasSubstr("S.u: must be in [-2147483648, 2147483647]"));
+  EXPECT_EQ(small, 9);
+  EXPECT_THAT(s.Int("neg", &u).message(), HasSubstr("S.neg: must be in [0, 4294967295], got -1"));
+  EXPECT_THAT(s.Int("neg", &big).message(), HasSubstr("S.neg: must be >= 0, got -1"));
+  EXPECT_THAT(s.Int("neg", &big).message(), HasSubstr("(from " + dir.File("base.yaml") + ")"));
+
+  float f = 0;
+  ASSERT_TRUE(s.Float("f", &f).ok());
+  EXPECT_EQ(f, 0.25f);
+  EXPECT_THAT(s.Float("huge", &f).message(), HasSubstr("S.huge: must be in ["));
+  EXPECT_THAT(s.Float("f", &f, 0.5, 1).message(), HasSubstr("S.f: must be in [0.5, 1], got 0.25"));
+
+  std::vector<int64_t> w;
+  ASSERT_TRUE(s.IntList("w", &w, 1, 4, 1, 10).ok());
+  EXPECT_EQ(w, (std::vector<int64_t>{3, 4}));
+  EXPECT_THAT(s.IntList("w", &w, 1, 4, 1, 3).message(), HasSubstr("S.w: entry 1 must be in [1, 3], got 4"));
+  EXPECT_THAT(s.IntList("w", &w, 3, 4).message(), HasSubstr("S.w: must have 3..4 entries, got 2"));
+  EXPECT_THAT(s.IntList("f", &w, 1, 4).message(), HasSubstr("S.f: must be a list"));
+
+  enum class Letter { kA, kB, kC };
+  constexpr std::pair<const char*, Letter> kLetters[] = {
+      {"a", Letter::kA}, {"b", Letter::kB}, {"c", Letter::kC}};
+  Letter letter = Letter::kA;
+  ASSERT_TRUE(s.Enum("e", kLetters, &letter).ok());
+  EXPECT_EQ(letter, Letter::kC);  // the child's value over the base's
+  EXPECT_THAT(s.Enum("f", kLetters, &letter).message(),
+              HasSubstr("S.f: must be one of a, b, c; got '0.25'"));
+  ASSERT_TRUE(s.Enum("absent", kLetters, &letter).ok());
+  EXPECT_EQ(letter, Letter::kC);
+
+  EXPECT_TRUE(s.Require("u").ok());
+  EXPECT_THAT(s.Require("gone", "section").message(),
+              HasSubstr("missing section: S.gone (from " + dir.File("base.yaml") + ")"));
+
+  // Section() refuses the keys its reader did not read, naming the file that set them.
+  int k = 0;
+  Status inner = s.Section("inner", [&](ConfigSection& i) { return i.Int("k", &k); });
+  EXPECT_EQ(k, 1);
+  EXPECT_THAT(inner.message(), HasSubstr("S.inner.typo: unknown key (from " + dir.File("base.yaml")));
+  EXPECT_THAT(inner.message(), HasSubstr("S.inner takes k"));
+  for (const char* key : {"big", "neg", "huge", "gone"}) s.Accept(key);
+  EXPECT_TRUE(s.Finish().ok()) << s.Finish().ToString();
+
+  // List entries are sections of their own: "L.1.idd", "L.2 must be a map".
+  ConfigSection top(*doc, "");
+  std::vector<ConfigSection> entries;
+  ASSERT_TRUE(top.Entries("L", &entries).ok());
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[1].path(), "L.1");
+  int id = 0;
+  ASSERT_TRUE(entries[1].Int("id", &id).ok());
+  EXPECT_EQ(id, 2);
+  EXPECT_THAT(entries[1].Finish().message(), HasSubstr("L.1.idd: unknown key (from " + dir.File("base.yaml")));
+  EXPECT_THAT(entries[2].Finish().message(), HasSubstr("L.2: must be a map, got '7'"));
+  EXPECT_THAT(top.Entries("S", &entries).message(), HasSubstr("S: must be a list, got a map"));
+  top.Accept("S");
+  EXPECT_THAT(top.Finish("unknown top-level section").ok(), true);
+  ASSERT_TRUE(doc->Override("Typo.x=1").ok());
+  EXPECT_THAT(top.Finish("unknown top-level section").message(),
+              HasSubstr("Typo: unknown top-level section (from -o Typo.x=1); the top level takes L, S"));
+}
+
+// A tree built in code (FromNode) reads the same; its errors name keys only.
+TEST(YamlConfigTest, FromNodeReadsATreeWithoutSources) {
+  const ConfigDocument doc = ConfigDocument::FromNode(YAML::Load("{a: 1, b: x, c: 2}"));
+  ConfigSection top(doc, "");
+  int a = 0;
+  ASSERT_TRUE(top.Int("a", &a).ok());
+  EXPECT_EQ(a, 1);
+  EXPECT_EQ(top.Int("b", &a).message(), "b: must be an integer, got 'x'");
+  EXPECT_EQ(top.Finish().message(), "c: unknown key; the top level takes a, b");
+  const ConfigDocument scalar = ConfigDocument::FromNode(YAML::Load("7"));
+  EXPECT_THAT(ConfigSection(scalar, "").Finish().message(), HasSubstr("must be a map, got '7'"));
+}
+
 TEST(YamlConfigTest, ParseConfigArgsTakesFleetXFlags) {
   auto a = ParseConfigArgs(
       {"-c", "x.yaml", "-o", "A.b=1", "--nproc=2", "--override=C.d=[1, 2]", "-o", "E=f", "tail"});

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 namespace fleet::ps {
@@ -76,6 +77,68 @@ TEST(JobConfigTest, DuplicateKeysInTheJobFileAreRefused) {
   EXPECT_THAT(job.status().ToString(), HasSubstr("duplicate key Distributed at line 7"));
   EXPECT_THAT(job.status().ToString(), HasSubstr(path));
   std::remove(path.c_str());
+}
+
+// A PS job config may name a `_base_` (comm/yaml_config.h): the child's keys
+// merge over the base's, and an error names the file (or -o) that set the
+// key, whether in the base, the child or an override.
+TEST(JobConfigTest, BaseFilesMergeAndErrorsNameTheFileOrOverrideOfTheKey) {
+  const std::string dir =
+      (std::filesystem::path(::testing::TempDir()) / "job_base").lexically_normal().string();
+  std::filesystem::create_directories(dir);
+  const std::string base = dir + "/base.yaml", child = dir + "/child.yaml";
+  std::ofstream(base) << kFullJob;
+  std::ofstream(child) << "_base_: base.yaml\nDistributed: {mode: geo}\nserver: {threads: 3}\n";
+  auto job = LoadJobConfig(child, {"Distributed.k_steps=7"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->distributed.mode, SyncMode::kGeo);
+  EXPECT_EQ(job->distributed.k_steps, 7);
+  EXPECT_EQ(job->server.threads, 3);
+  ASSERT_EQ(job->tables.size(), 2u);  // from the base
+  EXPECT_EQ(job->tables[1].dim, 10u);
+  EXPECT_EQ(job->root["train"]["epochs"].as<int>(), 1);
+
+  // An unknown key in the base is named with the base file.
+  std::ofstream(base) << kFullJob << "Distribued: {mode: async}\n";
+  auto in_base = LoadJobConfig(child, {});
+  ASSERT_FALSE(in_base.ok());
+  EXPECT_TRUE(in_base.status().IsInvalidArgument());
+  EXPECT_THAT(in_base.status().message(),
+              HasSubstr("Distribued: unknown top-level section (from " + base + ")"));
+  std::ofstream(base) << "Distributed: {mode: sync}\ntables: [{id: 0, kind: sparse, dim: 9, dimm: 1}]\n";
+  auto table_in_base = LoadJobConfig(child, {});
+  ASSERT_FALSE(table_in_base.ok());
+  EXPECT_THAT(table_in_base.status().message(),
+              HasSubstr("tables.0.dimm: unknown key (from " + base + ")"));
+
+  // One in the child file is named with the child.
+  std::ofstream(base) << kFullJob;
+  std::ofstream(child) << "_base_: base.yaml\nserver: {thread: 3}\n";
+  auto in_child = LoadJobConfig(child, {});
+  ASSERT_FALSE(in_child.ok());
+  EXPECT_THAT(in_child.status().message(), HasSubstr("server.thread: unknown key (from " + child + ")"));
+
+  // One from an override is named as that override, not as a file.
+  std::ofstream(child) << "_base_: base.yaml\n";
+  auto from_override = LoadJobConfig(child, {"train.epochs=2", "Distributed.mdoe=async"});
+  ASSERT_FALSE(from_override.ok());
+  EXPECT_THAT(from_override.status().message(),
+              HasSubstr("Distributed.mdoe: unknown key (from -o Distributed.mdoe=async)"));
+  EXPECT_EQ(from_override.status().message().find(".yaml"), std::string::npos)
+      << from_override.status().ToString();
+  auto range = LoadJobConfig(child, {"server.threads=0"});
+  ASSERT_FALSE(range.ok());
+  EXPECT_THAT(range.status().message(),
+              HasSubstr("server.threads: must be in [1, 256], got 0 (from -o server.threads=0)"));
+
+  // A missing base is named with the file that names it.
+  std::ofstream(child) << "_base_: gone.yaml\n";
+  auto missing = LoadJobConfig(child, {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(missing.status().IsNotFound());
+  EXPECT_THAT(missing.status().message(), HasSubstr("gone.yaml"));
+  EXPECT_THAT(missing.status().message(), HasSubstr(child));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(JobConfigTest, HugeCountsAndSizesAreRefusedNamingTheKeyAndBound) {

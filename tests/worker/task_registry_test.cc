@@ -4,6 +4,7 @@
 // default dense table apply.
 #include "worker/task.h"
 
+#include <fstream>
 #include <set>
 #include <string>
 #include <utility>
@@ -95,6 +96,48 @@ TEST(WorkerTaskRegistryTest, EachModelAppliesItsOwnConfigRulesAndDefaults) {
       Parse("model: {kind: mlp}\ndata: {train_images: a, train_labels: b, test_images: c}\n");
   ASSERT_FALSE(mlp_half.ok());
   EXPECT_NE(mlp_half.status().message().find("give both or neither"), std::string::npos);
+}
+
+// LoadPsJobConfig (fleetrun's check of the whole job file) reads a `_base_`
+// chain, names the file that set a bad worker key, and puts an override to
+// blame first, once.
+TEST(WorkerTaskRegistryTest, LoadPsJobConfigNamesTheBaseFileOrOverrideOfABadKey) {
+  const std::string dir = testing::FreshDir("worker_config_base");
+  const std::string base = dir + "/base.yaml", child = dir + "/child.yaml";
+  const std::string job =
+      "tables: [{id: 0, kind: sparse, dim: 9}, {id: 1, kind: dense, dim: 10}]\n"
+      "model: {kind: ctr_dnn}\ndata: {train: x}\n";
+  std::ofstream(base) << job << "train: {epochs: 3}\n";
+  std::ofstream(child) << "_base_: base.yaml\ntrain: {batch_size: 64}\n";
+  auto ok = LoadPsJobConfig(child, {"train.log_interval=5"});
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->worker.train.epochs, 3);
+  EXPECT_EQ(ok->worker.train.batch_size, 64);
+  EXPECT_EQ(ok->worker.train.log_interval, 5);
+  EXPECT_EQ(ok->job.tables.size(), 2u);
+
+  std::ofstream(base) << job << "train: {epoch: 3}\n";
+  auto in_base = LoadPsJobConfig(child, {});
+  ASSERT_FALSE(in_base.ok());
+  EXPECT_NE(in_base.status().message().find("train.epoch: unknown key (from " + base + ")"),
+            std::string::npos)
+      << in_base.status().ToString();
+
+  std::ofstream(base) << job;
+  auto from_override = LoadPsJobConfig(child, {"train.epochs=2", "train.batchsize=1"});
+  ASSERT_FALSE(from_override.ok());
+  EXPECT_EQ(from_override.status().message().rfind(
+                "-o train.batchsize=1: train.batchsize: unknown key; train takes ", 0),
+            0u)
+      << from_override.status().ToString();
+  EXPECT_EQ(from_override.status().message().find("(from"), std::string::npos)
+      << from_override.status().ToString();
+
+  std::ofstream(child) << "_base_: base.yaml\n";
+  auto no_data = LoadPsJobConfig(child, {"data=null"});
+  ASSERT_FALSE(no_data.ok());
+  EXPECT_EQ(no_data.status().message().rfind("-o data=null: missing section: data", 0), 0u)
+      << no_data.status().ToString();
 }
 
 TEST(WorkerTaskRegistryTest, CreateWorkerTaskRefusesAKindNoModelHas) {
