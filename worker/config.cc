@@ -106,6 +106,12 @@ Status BlameOverride(const Status& error, const std::string& assignment) {
   std::string message = error.message();
   const std::string cite = " (from " + named + ")";
   if (const size_t at = message.find(cite); at != std::string::npos) message.erase(at, cite.size());
+  // An override that names no key reads "-o k=v: unknown key: k", the
+  // wording fleetrun's users (and scripts grepping its stderr) have seen.
+  const std::string key = assignment.substr(0, assignment.find('='));
+  if (const std::string reader_form = key + ": unknown key"; message.starts_with(reader_form)) {
+    message = "unknown key: " + key + message.substr(reader_form.size());
+  }
   return Status::InvalidArgument(message).WithContext(named);
 }
 

@@ -662,7 +662,7 @@ TEST_F(FleetrunTest, BadJobConfigExitsTwoNamingTheCulpritAndStartsNothing) {
     std::string message;  // what the one line of stderr starts with
   };
   const std::vector<Case> cases = {
-      {{"-o", "train.batchsize=1"}, "fleetrun: -o train.batchsize=1: train.batchsize: unknown key"},
+      {{"-o", "train.batchsize=1"}, "fleetrun: -o train.batchsize=1: unknown key: train.batchsize"},
       {{"-o", "train.epochs=2", "-o", "Distributed.mode=fast"}, "fleetrun: -o Distributed.mode=fast: "},
       {{"-o", "train.batch_size=0"}, "fleetrun: -o train.batch_size=0: "},
       {{"--config=" + dup.string()}, "fleetrun: duplicate key model at line 6 (first at line 4)"},

@@ -127,7 +127,7 @@ TEST(WorkerTaskRegistryTest, LoadPsJobConfigNamesTheBaseFileOrOverrideOfABadKey)
   auto from_override = LoadPsJobConfig(child, {"train.epochs=2", "train.batchsize=1"});
   ASSERT_FALSE(from_override.ok());
   EXPECT_EQ(from_override.status().message().rfind(
-                "-o train.batchsize=1: train.batchsize: unknown key; train takes ", 0),
+                "-o train.batchsize=1: unknown key: train.batchsize; train takes ", 0),
             0u)
       << from_override.status().ToString();
   EXPECT_EQ(from_override.status().message().find("(from"), std::string::npos)
