@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/child_process.h"
+
 namespace fleet::testing {
 
 struct TbScalar {
@@ -24,7 +26,7 @@ struct TbScalar {
 // python3-protobuf), or empty.
 inline std::string TbDecoderMissing() {
   if (::access("/usr/bin/python3", X_OK) != 0) return "/usr/bin/python3 is missing";
-  if (std::system("/usr/bin/python3 -c 'import google.protobuf' 2>/dev/null") != 0) {
+  if (fleet::testing::RunCommand("/usr/bin/python3 -c 'import google.protobuf'").exit_code != 0) {
     return "python3-protobuf is missing (apt-get install python3-protobuf)";
   }
   return "";
@@ -42,7 +44,7 @@ inline std::vector<TbScalar> ReadTbScalars(const std::string& protoc, const std:
   std::string cmd = protoc + " --proto_path=" + source_dir +
                     "/data/tensorboard --python_out=" + pb2.string() + " " + source_dir +
                     "/data/tensorboard/event.proto";
-  if (std::system(cmd.c_str()) != 0) {
+  if (fleet::testing::RunCommand(cmd).exit_code != 0) {
     *error = "protoc failed: " + cmd;
     return {};
   }
@@ -52,13 +54,9 @@ inline std::vector<TbScalar> ReadTbScalars(const std::string& protoc, const std:
       cmd += " " + e.path().string();
     }
   }
-  cmd += " 2>&1";
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  const int rc = ::pclose(p);
+  const fleet::testing::CommandResult decoded = fleet::testing::RunCommand(cmd);
+  const std::string& out = decoded.output;
+  const int rc = decoded.exit_code;
   std::vector<TbScalar> scalars;
   if (rc != 0) {
     *error = out;

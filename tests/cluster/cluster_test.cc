@@ -212,7 +212,7 @@ TEST_F(ClusterTest, HostsReachEachOtherAndNothingElse) {
   // B listens on its address; A connects to it.
   int ready[2];
   ASSERT_EQ(pipe(ready), 0);
-  const pid_t listener = cluster_->Spawn(kB, [&] {
+  fleet::testing::Child listener = cluster_->Spawn(kB, [&] {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -229,9 +229,9 @@ TEST_F(ClusterTest, HostsReachEachOtherAndNothingElse) {
   ASSERT_EQ(read(ready[0], &byte, 1), 1) << "B's listener did not start";
   close(ready[0]);
   EXPECT_EQ(cluster_->RunIn(kA, [] { return ConnectTo(NetnsCluster::Address(kB), 7000); }), 0);
-  int status = 0;
-  ASSERT_EQ(waitpid(listener, &status, 0), listener);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const fleet::testing::Exit listened = listener.Wait(std::chrono::seconds(30));
+  ASSERT_FALSE(listened.timed_out) << "B's listener did not end";
+  EXPECT_TRUE(listened.exited && listened.code == 0) << listened.ShellCode();
   // No route out of the cluster (TEST-NET-3), and no way to the machine's
   // own loopback listeners either: A's loopback is its own.
   EXPECT_EQ(cluster_->RunIn(kA, [] { return ConnectTo("203.0.113.1", 80); }), ENETUNREACH);
@@ -246,11 +246,10 @@ TEST_F(ClusterTest, NamespacesAreDeletedAfterwardsAndAfterACrash) {
   cluster_.reset();
   EXPECT_FALSE(NamespaceExists(a));
   // A run that crashed left a namespace: the next cluster deletes it.
-  const pid_t gone = fork();
-  if (gone == 0) _exit(0);
-  waitpid(gone, nullptr, 0);
-  const std::string stale = std::string(NetnsCluster::kPrefix) + std::to_string(gone) + "x0h0";
-  ASSERT_EQ(std::system(("ip netns add " + stale).c_str()), 0);
+  fleet::testing::Child gone = fleet::testing::Child::Fork([] { return 0; });
+  ASSERT_TRUE(gone.Wait(std::chrono::seconds(10)).exited);
+  const std::string stale = std::string(NetnsCluster::kPrefix) + std::to_string(gone.pid()) + "x0h0";
+  ASSERT_EQ(fleet::testing::RunCommand("ip netns add " + stale).exit_code, 0);
   std::string error;
   cluster_ = NetnsCluster::Create(1, &error);
   ASSERT_TRUE(cluster_) << error;

@@ -34,6 +34,8 @@
 #include <string_view>
 #include <vector>
 
+#include "tests/child_process.h"
+
 namespace fleet::testing {
 
 class NetnsCluster {
@@ -98,14 +100,17 @@ class NetnsCluster {
   std::string Namespace(int host) const { return base_ + "h" + std::to_string(host); }
 
   // Forks a child that enters `host`'s namespace and then runs
-  // `in_child` (which should exec, or _exit). Returns the child's pid, -1
-  // when fork failed. A child that cannot enter the namespace exits 126.
-  pid_t Spawn(int host, const std::function<void()>& in_child) const {
-    const pid_t pid = fork();
-    if (pid != 0) return pid;
-    if (!Enter(host)) _exit(126);
-    in_child();
-    _exit(127);
+  // `in_child` (which should exec, or _exit). A child that cannot enter the
+  // namespace exits 126.
+  Child Spawn(int host, const std::function<void()>& in_child) const {
+    return Child::Fork(
+        [&in_child] {
+          in_child();
+          return 127;
+        },
+        {.in_child = [this, host] {
+          if (!Enter(host)) _exit(126);
+        }});
   }
 
   // Moves the calling process (single-threaded: a forked child) into
@@ -120,10 +125,9 @@ class NetnsCluster {
   // Runs `fn` in a child in `host`'s namespace; its exit code (fn's return
   // value), 128 + signal when killed.
   int RunIn(int host, const std::function<int()>& fn) const {
-    const pid_t pid = Spawn(host, [&] { _exit(fn()); });
-    int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    Child child = Spawn(host, [&] { _exit(fn()); });
+    const Exit exit = child.Wait(std::chrono::seconds(60));
+    return exit.timed_out ? -1 : exit.ShellCode();
   }
 
   // Pulls `host`'s cable: its eth0 goes down, so its processes run on but
@@ -162,15 +166,11 @@ class NetnsCluster {
 
   // Runs a shell command; nullopt on success, else its output (or status).
   static std::optional<std::string> Run(const std::string& command) {
-    FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-    if (pipe == nullptr) return std::string("popen failed");
-    std::string out;
-    char buf[256];
-    while (size_t n = fread(buf, 1, sizeof(buf), pipe)) out.append(buf, n);
-    const int status = pclose(pipe);
-    if (status == 0) return std::nullopt;
+    CommandResult run = RunCommand(command);
+    if (run.exit_code == 0) return std::nullopt;
+    std::string& out = run.output;
     while (!out.empty() && out.back() == '\n') out.pop_back();
-    return out.empty() ? "exit status " + std::to_string(status) : out;
+    return out.empty() ? "exit status " + std::to_string(run.exit_code) : out;
   }
 
   // Namespaces named by a cluster of a process that no longer runs.

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/collective/child_process.h"
+#include "tests/child_process.h"
 #include "tests/data/test_util.h"
 
 namespace fleet {

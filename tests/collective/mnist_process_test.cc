@@ -22,7 +22,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/collective/child_process.h"
+#include "tests/child_process.h"
 #include "tests/collective/mnist_test_data.h"
 #include "tests/comm/collective_test_util.h"
 

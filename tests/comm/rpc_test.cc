@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include "tests/child_process.h"
+
 namespace fleet {
 namespace {
 
@@ -642,9 +644,7 @@ class ChildServer {
   ChildServer() {
     int fds[2];
     PCHECK(pipe(fds) == 0);
-    pid_ = fork();
-    PCHECK(pid_ >= 0);
-    if (pid_ == 0) {
+    child_ = testing::Child::Fork([&fds] {
       close(fds[0]);
       auto node = RpcNode::Create(FastOptions("child")).value();
       node->RegisterSync(kEcho, Echo);
@@ -654,7 +654,8 @@ class ChildServer {
       close(fds[1]);
       // Serve until the parent kills us.
       for (;;) pause();
-    }
+      return 0;
+    });
     close(fds[1]);
     char buf[64] = {};
     ssize_t n = read(fds[0], buf, sizeof(buf) - 1);
@@ -662,15 +663,11 @@ class ChildServer {
     CHECK_GT(n, 1);
     endpoint_.assign(buf, n - 1);
   }
-  ~ChildServer() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
-  }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   const std::string& endpoint() const { return endpoint_; }
 
  private:
-  pid_t pid_;
+  testing::Child child_;  // killed and reaped with this object
   std::string endpoint_;
 };
 

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/child_process.h"
 #include "tests/comm/collective_test_util.h"
 
 namespace fleet {
@@ -110,9 +111,7 @@ TEST(ShmCollectiveTest, APeerThatExitedIsUnavailableNamingItsPid) {
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
   const std::string job = "shm-dead-peer-" + std::to_string(getpid());
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  testing::Child child_process = testing::Child::Fork([&] {
     close(pipe_fds[1]);
     char endpoint[256] = {};
     const ssize_t n = read(pipe_fds[0], endpoint, sizeof(endpoint) - 1);
@@ -121,16 +120,18 @@ TEST(ShmCollectiveTest, APeerThatExitedIsUnavailableNamingItsPid) {
     auto group = ShmCollective::Create(client, Options(1, 2, std::chrono::seconds(20)));
     if (!group.ok()) std::fprintf(stderr, "child: %s\n", group.status().ToString().c_str());
     _exit(group.ok() ? 0 : 4);  // joins, then dies without another call
-  }
+    return 0;
+  });
+  ASSERT_TRUE(child_process.started());
+  const pid_t child = child_process.pid();
   close(pipe_fds[0]);
   LocalKvServer kv;
   const std::string endpoint = kv.endpoint();
   ASSERT_EQ(write(pipe_fds[1], endpoint.data(), endpoint.size()), static_cast<ssize_t>(endpoint.size()));
   close(pipe_fds[1]);
   auto group = JoinShm(kv, job, Options(0, 2, std::chrono::seconds(20)));
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  const testing::Exit joined = child_process.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(joined.exited && joined.code == 0) << "child status " << joined.ShellCode();
   std::vector<float> data(10, 1.0f);
   const auto start = Clock::now();
   Status st = group->AllReduce(data.data(), data.size(), ReduceOp::kSum);

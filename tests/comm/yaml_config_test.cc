@@ -1,8 +1,10 @@
+#include "tests/child_process.h"
 #include "comm/yaml_config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/child_process.h"
 #include "tests/data/test_util.h"
 
 namespace fleet {
@@ -41,7 +43,7 @@ TEST(YamlConfigTest, BaseMergesMapsKeyByKeyAndChildWins) {
 TEST(YamlConfigTest, BaseChainsAreFollowedRelativeToEachFile) {
   TempDir dir;
   WritePlain(dir.File("root.yaml"), "A: {x: 1, y: 1, z: 1}\n");
-  ASSERT_EQ(system(("mkdir -p " + dir.File("sub")).c_str()), 0);
+  ASSERT_EQ(fleet::testing::RunCommand("mkdir -p " + dir.File("sub")).exit_code, 0);
   WritePlain(dir.File("sub/mid.yaml"), "_base_: ../root.yaml\nA: {y: 2}\n");
   WritePlain(dir.File("sub/leaf.yaml"), "_base_: mid.yaml\nA: {z: 3}\n");
   auto doc = ConfigDocument::Load(dir.File("sub/leaf.yaml"));

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "tests/child_process.h"
 #include "tests/data/test_util.h"
 
 namespace fleet::data {
@@ -153,13 +154,10 @@ TEST(TokenFilesTest, WrittenFleetXDataReadsBackHereAndInNumPy) {
              "idx = np.load(p + '_idx.npz')\n"
              "print(ids.dtype, list(ids), list(idx['lens']), list(idx['docs']), idx['lens'].dtype,"
              " idx['docs'].dtype)\n");
-  const std::string cmd = "/usr/bin/python3 " + script + " " + dir.File("small") + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  char buf[512] = {};
-  const size_t n = fread(buf, 1, sizeof(buf) - 1, p);
-  ASSERT_EQ(pclose(p), 0) << std::string(buf, n);
-  EXPECT_EQ(std::string(buf, n),
+  const fleet::testing::CommandResult numpy =
+      fleet::testing::RunCommand("/usr/bin/python3 " + script + " " + dir.File("small"));
+  ASSERT_EQ(numpy.exit_code, 0) << numpy.output;
+  EXPECT_EQ(numpy.output,
             "uint16 [5, 0, 256, 7, 7, 1, 255] [3, 0, 4] [0, 1, 2, 3] int32 int64\n");
 
   Status bad = WriteFleetXData(dir.File("bad"), tokens, lens, 256);

@@ -9,7 +9,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include <vector>
 
 #include "examples/gpt/generate_app.h"
+#include "tests/child_process.h"
 #include "tests/test_paths.h"
 #include "tests/data/test_util.h"
 #include "trainer/checkpoint.h"
@@ -34,8 +34,6 @@
 #include "trainer/optimizer.h"
 #include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/backend_factory.h"
-
-extern char** environ;
 
 namespace fleet::examples::gpt {
 namespace {
@@ -175,36 +173,17 @@ struct ProcessRun {
 ProcessRun RunProgram(const std::vector<std::string>& args, const TempDir& dir,
                       std::chrono::seconds timeout) {
   const std::string bin = testing::BinPath("gpt_generate");
-  std::vector<std::string> argv_s = {bin};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& s : argv_s) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  std::vector<std::string> argv = {bin};
+  argv.insert(argv.end(), args.begin(), args.end());
   const std::string out = dir.File("stdout"), err = dir.File("stderr");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
+  testing::Child child(argv, testing::ChildOptions{.stdout_file = out, .stderr_file = err});
+  const testing::Exit exit = child.Wait(timeout);
   ProcessRun r;
-  if (rc != 0) {
-    ADD_FAILURE() << "cannot start " << bin << ": " << std::strerror(rc);
+  if (exit.timed_out) {
+    ADD_FAILURE() << bin << " did not finish within " << timeout.count() << " s";
     return r;
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      ADD_FAILURE() << bin << " did not finish within " << timeout.count() << " s";
-      return r;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (WIFEXITED(status)) r.code = WEXITSTATUS(status);
+  if (exit.exited) r.code = exit.code;
   r.out = ReadPlain(out);
   r.err = ReadPlain(err);
   return r;

@@ -27,7 +27,7 @@
 
 #include "examples/gpt/generate_app.h"
 #include "examples/gpt/serve_app.h"
-#include "tests/collective/child_process.h"
+#include "tests/child_process.h"
 #include "tests/data/test_util.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"

@@ -5,8 +5,6 @@
 // FLEET_KEEP_TEST_DIR=1 keeps the logs in /tmp/fleet_heter_process_<pid>.
 // The model is the small one of the in-process tests (dense dim 4321).
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/child_process.h"
 #include "tests/test_paths.h"
 
 namespace fleet {
@@ -37,27 +36,12 @@ std::string ReadFile(const fs::path& p) {
 // fleetrun as a child process, its output (stdout and stderr) in a file.
 class Fleetrun {
  public:
-  Fleetrun(const std::vector<std::string>& args, const fs::path& output) : output_(output) {
-    pid_ = fork();
-    if (pid_ == 0) {
-      // Its own process group, so a failed test can stop the whole job.
-      setpgid(0, 0);
-      FILE* out = std::fopen(output.c_str(), "w");
-      dup2(fileno(out), 1);
-      dup2(fileno(out), 2);
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ~Fleetrun() {
-    if (pid_ > 0 && exit_code_ < -1) {
-      kill(-pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-  }
+  // Its own process group, so a failed test can stop the whole job.
+  Fleetrun(const std::vector<std::string>& args, const fs::path& output)
+      : output_(output),
+        child_(args, testing::ChildOptions{.stdout_file = output.string(),
+                                           .stderr_file = output.string(),
+                                           .own_process_group = true}) {}
 
   std::string output() const { return ReadFile(output_); }
 
@@ -87,14 +71,14 @@ class Fleetrun {
  private:
   bool Exited() {
     if (exit_code_ >= -1) return true;
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
-    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    const std::optional<testing::Exit> exit = child_.Poll();
+    if (!exit) return false;
+    exit_code_ = exit->exited ? exit->code : -1;
     return true;
   }
 
   fs::path output_;
-  pid_t pid_ = -1;
+  testing::Child child_;  // killed with its group if the test ends first
   int exit_code_ = -2;  // -2: running
 };
 
@@ -109,7 +93,7 @@ class HeterProcessTest : public ::testing::Test {
     const std::string gen = bin_ + "/gen_ctr_data --out_dir=" + (dir_ / "data").string() +
                             " --train_files=2 --test_files=1 --lines_per_file=75000 --seed=5 > " +
                             (dir_ / "gen.log").string() + " 2>&1";
-    ASSERT_EQ(std::system(gen.c_str()), 0) << ReadFile(dir_ / "gen.log");
+    ASSERT_EQ(testing::RunCommand(gen).exit_code, 0) << ReadFile(dir_ / "gen.log");
   }
   void TearDown() override {
     if (std::getenv("FLEET_KEEP_TEST_DIR") == nullptr) fs::remove_all(dir_);

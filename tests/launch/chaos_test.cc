@@ -28,6 +28,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -447,32 +448,21 @@ TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
   std::vector<std::string> args = {bin_ + "/ps_server", "--auth=off", "--endpoint=127.0.0.1:0",
                                    "--config=" + src_ + "/configs/ctr_dnn.yaml",
                                    "--override=server.load_dir=" + save.string() + ";tables.0.shard_num=1024"};
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t server = fork();
-  if (server == 0) {
-    const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execve(argv[0], argv.data(), environ);
-    _exit(127);
-  }
+  fleet::testing::Child server(args, {.stdout_file = out.string(), .stderr_file = out.string()});
   const auto deadline = Clock::now() + std::chrono::seconds(30);
-  int status = 0;
-  bool exited = false;
+  std::optional<fleet::testing::Exit> ended;
   while (Clock::now() < deadline && ReadWholeFile(out).find("listening on") == std::string::npos) {
-    if ((exited = waitpid(server, &status, WNOHANG) == server)) break;
+    if ((ended = server.Poll())) break;
     std::this_thread::sleep_for(milliseconds(20));
   }
-  if (!exited) {
-    kill(server, SIGTERM);
-    waitpid(server, &status, 0);
+  if (!ended) {
+    server.Kill(SIGTERM);
+    ended = server.Wait(std::chrono::seconds(30));
   }
   const std::string loaded = ReadWholeFile(out);
   EXPECT_NE(loaded.find("server 0: loaded checkpoint " + save.string()), std::string::npos) << loaded;
   EXPECT_NE(loaded.find("listening on"), std::string::npos) << loaded;
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << loaded;
+  EXPECT_TRUE(ended->exited && ended->code == 0) << loaded;
   // The load removed what the killed save left in the files it now owns (a
   // manifest's temp file names a server of 2 and stays; the data stayed for
   // good before).

@@ -22,7 +22,8 @@
 #include <thread>
 #include <vector>
 
-extern char** environ;
+#include "tests/child_process.h"
+
 
 namespace fleet::testing {
 
@@ -66,7 +67,7 @@ inline std::string GenerateCtrData(const std::string& bin_dir, const std::filesy
   const std::string gen = bin_dir + "/gen_ctr_data --out_dir=" + out_dir.string() +
                           " --train_files=2 --test_files=1 --lines_per_file=" +
                           std::to_string(lines_per_file) + " >/dev/null 2>&1";
-  return std::system(gen.c_str()) == 0 ? "" : gen;
+  return RunCommand(gen).exit_code == 0 ? "" : gen;
 }
 
 // A fleetrun job started by StartFleetrun.
@@ -138,7 +139,7 @@ struct FleetJob {
   std::optional<int> exit_code;
 };
 
-// Forks and execs `args` (args[0] is fleetrun's path; pass --job_id=<job_id>
+// Starts `args` (args[0] is fleetrun's path; pass --job_id=<job_id>
 // among them) with stdout and stderr going to `output`. `in_child`, when
 // given, runs in the child before the exec (e.g. to enter a network
 // namespace; it _exits when that fails).
@@ -147,18 +148,9 @@ inline FleetJob StartFleetrun(std::vector<std::string> args, const std::filesyst
   FleetJob job;
   job.output = output;
   job.job_id = job_id;
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  job.fleetrun = fork();
-  if (job.fleetrun == 0) {
-    if (in_child) in_child();
-    const int fd = open(output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execve(argv[0], argv.data(), environ);
-    _exit(127);
-  }
+  Child fleetrun(args, ChildOptions{.stdout_file = output.string(), .stderr_file = output.string(),
+                                    .in_child = in_child});
+  job.fleetrun = fleetrun.Release();  // the job reaps it (Ended, WaitForExit)
   return job;
 }
 

@@ -21,9 +21,9 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/child_process.h"
 #include "tests/test_paths.h"
 
-extern char** environ;
 
 namespace {
 
@@ -61,10 +61,11 @@ struct RunResult {
   }
 };
 
+// fleetrun started by Start, its stdout and stderr on pipes.
 struct Running {
+  fleet::testing::Child child;
   pid_t pid = -1;
-  int out_fd = -1, err_fd = -1;
-  std::chrono::steady_clock::time_point start;
+  std::chrono::steady_clock::time_point start = {};
 };
 
 bool Alive(pid_t pid) {
@@ -116,34 +117,13 @@ class FleetrunTest : public ::testing::Test {
   }
 
   Running Start(const std::vector<std::string>& args, const std::vector<std::string>& env_extra) {
-    std::vector<std::string> argv_s = {(bin_ / "fleetrun").string()};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<std::string> env_s;
-    for (char** e = environ; *e; ++e) {
-      if (std::strncmp(*e, "FIXTURE_", 8) != 0) env_s.emplace_back(*e);
-    }
-    env_s.insert(env_s.end(), env_extra.begin(), env_extra.end());
-    std::vector<char*> argv, envp;
-    for (auto& s : argv_s) argv.push_back(s.data());
-    for (auto& s : env_s) envp.push_back(s.data());
-    argv.push_back(nullptr);
-    envp.push_back(nullptr);
-    int out[2], err[2];
-    EXPECT_EQ(pipe2(out, O_CLOEXEC), 0);
-    EXPECT_EQ(pipe2(err, O_CLOEXEC), 0);
-    Running r;
-    r.start = std::chrono::steady_clock::now();
-    r.pid = fork();
-    if (r.pid == 0) {
-      dup2(out[1], 1);
-      dup2(err[1], 2);
-      execve(argv[0], argv.data(), envp.data());
-      _exit(127);
-    }
-    close(out[1]);
-    close(err[1]);
-    r.out_fd = out[0];
-    r.err_fd = err[0];
+    std::vector<std::string> argv = {(bin_ / "fleetrun").string()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    Running r{.child = fleet::testing::Child(argv, {.env = env_extra,
+                                                    .drop_env_prefixes = {"FIXTURE_"},
+                                                    .pipe_output = true})};
+    r.pid = r.child.pid();
+    r.start = r.child.start_time();
     return r;
   }
 
@@ -153,24 +133,24 @@ class FleetrunTest : public ::testing::Test {
     RunResult res;
     std::string partial[2];
     const auto deadline = r.start + timeout;
+    int fd[2] = {r.child.out_fd(), r.child.err_fd()};
     int open_fds = 2;
     while (open_fds > 0) {
       auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()).count();
       if (left <= 0) {
         ADD_FAILURE() << "fleetrun did not finish within " << timeout.count() << " ms; output so far:\n"
                       << res.out << res.err;
-        kill(r.pid, SIGKILL);
+        r.child.Kill(SIGKILL);
         break;
       }
-      pollfd fds[2] = {{r.out_fd, POLLIN, 0}, {r.err_fd, POLLIN, 0}};
+      pollfd fds[2] = {{fd[0], POLLIN, 0}, {fd[1], POLLIN, 0}};
       if (poll(fds, 2, std::min<int64_t>(left, 200)) <= 0) continue;
       for (int k = 0; k < 2; ++k) {
         if (fds[k].fd < 0 || !(fds[k].revents & (POLLIN | POLLHUP))) continue;
         char buf[8192];
         ssize_t n = read(fds[k].fd, buf, sizeof(buf));
         if (n <= 0) {
-          (k == 0 ? r.out_fd : r.err_fd) = -1;
-          close(fds[k].fd);
+          fd[k] = -1;
           --open_fds;
           continue;
         }
@@ -183,11 +163,10 @@ class FleetrunTest : public ::testing::Test {
         }
       }
     }
-    int status = 0;
-    waitpid(r.pid, &status, 0);
-    for (int fd : {r.out_fd, r.err_fd}) if (fd >= 0) close(fd);
+    r.child.CloseOutput();
+    const fleet::testing::Exit exit = r.child.Wait(timeout);  // its output has ended: it is exiting
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - r.start).count();
-    res.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    res.exit_code = exit.ShellCode();
     return res;
   }
 

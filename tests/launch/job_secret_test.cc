@@ -3,9 +3,7 @@
 // how it reaches the processes (environment only, never a flag), --auth=off,
 // and the real fleetrun refusing a secret file others can read.
 #include <fcntl.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,9 +14,9 @@
 
 #include "launch/job_secret.h"
 #include "launch/launcher.h"
+#include "tests/child_process.h"
 #include "tests/test_paths.h"
 
-extern char** environ;
 
 namespace fleet::launch {
 namespace {
@@ -150,20 +148,11 @@ TEST_F(JobSecretTest, RealFleetrunRefusesAWorldReadableSecretFile) {
                                    "--bin_dir=" + (dir_ / "bin").string(),
                                    "--log_dir=" + (dir_ / "log").string(),
                                    "--job_secret_file=" + secret_file_};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), kExitBadFlags);
+  fleet::testing::Child fleetrun(
+      args, fleet::testing::ChildOptions{.stdout_file = "/dev/null", .stderr_file = err, .file_mode = 0600});
+  const fleet::testing::Exit exit = fleetrun.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(exit.exited);
+  EXPECT_EQ(exit.code, kExitBadFlags);
   std::stringstream text;
   text << std::ifstream(err).rdbuf();
   EXPECT_NE(text.str().find("--job_secret_file"), std::string::npos) << text.str();

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "tests/collective/child_process.h"
+#include "tests/child_process.h"
 
 namespace fleet {
 namespace {

@@ -5,7 +5,6 @@
 // server).
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,16 +19,18 @@
 
 #include "comm/cluster.h"
 #include "comm/kv_store.h"
+#include "tests/child_process.h"
 #include "tests/ps/ps_cluster.h"
 #include "tests/test_paths.h"
-
-extern char** environ;
 
 namespace fleet::ps {
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
+using fleet::testing::Child;
+using fleet::testing::ChildOptions;
+using fleet::testing::Exit;
 
 // The job secret the servers get (FLEET_JOB_SECRET, as fleetrun hands it
 // down): their traffic is authenticated, so the clients here need the same keys.
@@ -73,34 +74,15 @@ class ServerProcesses : public ::testing::Test {
   }
 
   void TearDown() override {
-    for (pid_t pid : pids_) {
-      if (pid > 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, nullptr, 0);
-      }
-    }
+    servers_.clear();  // kills and reaps what still runs
     fs::remove_all(dir_);
   }
 
-  // Starts a process with stderr to `log`; records its pid.
+  // Starts a process with stderr to `log`.
   void Spawn(std::vector<std::string> args, const fs::path& log,
              std::vector<std::string> extra_env = {}) {
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<char*> env;
-    for (char** e = environ; *e; ++e) env.push_back(*e);
-    for (auto& e : extra_env) env.push_back(e.data());
-    std::string secret = std::string("FLEET_JOB_SECRET=") + kSecret;
-    env.push_back(secret.data());
-    env.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    pid_t pid = -1;
-    EXPECT_EQ(posix_spawn(&pid, args[0].c_str(), &actions, nullptr, argv.data(), env.data()), 0);
-    posix_spawn_file_actions_destroy(&actions);
-    pids_.push_back(pid);
+    extra_env.push_back(std::string("FLEET_JOB_SECRET=") + kSecret);
+    servers_.emplace_back(args, ChildOptions{.env = std::move(extra_env), .stderr_file = log.string()});
   }
 
   // Starts server `rank` of `n`; returns its bound endpoint from the store.
@@ -127,22 +109,15 @@ class ServerProcesses : public ::testing::Test {
   // Waits for a server process to exit, at most `timeout`; its exit code,
   // or -1 on timeout, or 128+signal.
   int WaitExit(size_t index, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
-      int status = 0;
-      if (waitpid(pids_[index], &status, WNOHANG) == pids_[index]) {
-        pids_[index] = -1;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return -1;
+    const Exit exit = servers_[index].Wait(timeout);
+    return exit.timed_out ? -1 : exit.ShellCode();
   }
+
 
   fs::path dir_, save_dir_, config_;
   std::string server_bin_;
   std::unique_ptr<KvStoreServer> kv_;
-  std::vector<pid_t> pids_;
+  std::vector<Child> servers_;
 };
 
 TEST_F(ServerProcesses, TwoServersThreeClientsThenGracefulSigtermSaves) {
@@ -177,8 +152,8 @@ TEST_F(ServerProcesses, TwoServersThreeClientsThenGracefulSigtermSaves) {
     });
   }
   while (!sigterm_sent.load()) std::this_thread::sleep_for(1ms);
-  kill(pids_[0], SIGTERM);
-  kill(pids_[1], SIGTERM);
+  servers_[0].Kill(SIGTERM);
+  servers_[1].Kill(SIGTERM);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(WaitExit(0, 15s), 0) << "server 0 must exit 0 after SIGTERM";
   EXPECT_EQ(WaitExit(1, 15s), 0) << "server 1 must exit 0 after SIGTERM";
@@ -218,7 +193,7 @@ TEST_F(ServerProcesses, RestartedServerReloadsItsSaveDir) {
   {
     auto [c, v] = pull(StartServer(0, 1));
     ASSERT_TRUE(c->PushSparseGrad(0, keys, std::vector<float>(6, 1.5f)).ok());
-    kill(pids_[0], SIGTERM);  // graceful: saves into server.save_dir
+    servers_[0].Kill(SIGTERM);  // graceful: saves into server.save_dir
     ASSERT_EQ(WaitExit(0, 15s), 0);
   }
   // A plain start begins empty; a restart (as fleetrun --max_restart does)
@@ -226,7 +201,7 @@ TEST_F(ServerProcesses, RestartedServerReloadsItsSaveDir) {
   {
     auto [c, v] = pull(StartServer(0, 1));
     EXPECT_EQ(v, std::vector<float>(6, 0.0f));
-    kill(pids_[1], SIGKILL);
+    servers_[1].Kill(SIGKILL);
     WaitExit(1, 5s);
   }
   auto [c, v] = pull(StartServer(0, 1, {"FLEET_RESTART=1"}));
@@ -249,7 +224,7 @@ TEST_F(ServerProcesses, InterruptedServerLeavesItsSaveDirAlone) {
   {
     auto c = connect(StartServer(0, 1));
     ASSERT_TRUE(c->PushSparseGrad(0, keys, std::vector<float>(6, 1.5f)).ok());
-    kill(pids_[0], SIGTERM);  // a finished job: saved
+    servers_[0].Kill(SIGTERM);  // a finished job: saved
     ASSERT_EQ(WaitExit(0, 15s), 0);
   }
   {
@@ -257,7 +232,7 @@ TEST_F(ServerProcesses, InterruptedServerLeavesItsSaveDirAlone) {
     EXPECT_EQ(pull(*c), std::vector<float>(6, -1.5f));
     ASSERT_TRUE(c->PushSparseGrad(0, keys, std::vector<float>(6, 1.5f)).ok());
     EXPECT_EQ(pull(*c), std::vector<float>(6, -3.0f));
-    kill(pids_[1], SIGINT);  // an abandoned job
+    servers_[1].Kill(SIGINT);  // an abandoned job
     ASSERT_EQ(WaitExit(1, 15s), 0);
   }
   std::ifstream in(dir_ / "serverlog.0");
@@ -300,7 +275,7 @@ TEST_F(ServerProcesses, KillNineThenRestartKeepsEveryAcknowledgedPush) {
     });
   }
   while (!kill_now.load()) std::this_thread::sleep_for(1ms);
-  kill(pids_[0], SIGKILL);
+  servers_[0].Kill(SIGKILL);
   EXPECT_EQ(WaitExit(0, 15s), 128 + SIGKILL);
   for (auto& t : threads) t.join();
   const int total_acked = acked[0] + acked[1] + acked[2];
@@ -397,7 +372,7 @@ TEST_F(ServerProcesses, StartupErrorsArePrintedAndExitTwoNotASignal) {
            "--override=" + c.override_text, "--rank=0", "--role=server",
            "--world_size=" + std::to_string(c.world_size)},
           log, {"FLEET_AUTH=off"});
-    EXPECT_EQ(WaitExit(pids_.size() - 1, 15s), 2) << "exit code (128 + N: killed by signal N)";
+    EXPECT_EQ(WaitExit(servers_.size() - 1, 15s), 2) << "exit code (128 + N: killed by signal N)";
     std::ifstream in(log);
     std::string text((std::istreambuf_iterator<char>(in)), {});
     EXPECT_NE(text.find(c.reason), std::string::npos) << text;

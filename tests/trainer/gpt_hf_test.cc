@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/child_process.h"
 #include "tests/test_paths.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
@@ -67,7 +68,7 @@ class TempDir {
 // Why the NumPy fixture cannot be made here, or empty when it can.
 std::string NumpyMissing() {
   if (::access(kPython, X_OK) != 0) return std::string(kPython) + " is missing";
-  if (std::system((std::string(kPython) + " -c 'import numpy' 2>/dev/null").c_str()) != 0) {
+  if (fleet::testing::RunCommand(std::string(kPython) + " -c 'import numpy'").exit_code != 0) {
     return "NumPy is missing for /usr/bin/python3 (apt-get install python3-numpy)";
   }
   return "";
@@ -78,7 +79,7 @@ void MakeFixture(const fs::path& dir, const std::string& dtype, const std::strin
   const std::string cmd = std::string(kPython) + " " +
                           fleet::testing::SourcePath("tests/trainer/make_hf_gpt2.py") + " " +
                           dir.string() + " --dtype " + dtype + " " + extra;
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  ASSERT_EQ(fleet::testing::RunCommand(cmd).exit_code, 0) << cmd;
 }
 
 struct Expected {
@@ -175,10 +176,9 @@ TEST(GptConvertProgramTest, ConvertsBothWaysAndRefusesBadCommandLines) {
   MakeFixture(hf, "F32");
   const std::string bin = fleet::testing::BinPath("gpt_convert");
   const auto run = [&](const std::string& args) {
-    const int rc = std::system((bin + " " + args + " >" + (tmp.path() / "out").string() + " 2>" +
-                                (tmp.path() / "err").string())
-                                   .c_str());
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    return fleet::testing::RunCommand(bin + " " + args + " >" + (tmp.path() / "out").string() + " 2>" +
+                                      (tmp.path() / "err").string())
+        .exit_code;
   };
   EXPECT_EQ(run("--from_hf " + hf.string() + " --checkpoint " + (tmp.path() / "ck").string()), 0);
   EXPECT_NE(ReadFile(tmp.path() / "out").find("28128 parameters: 2 layers"), std::string::npos);

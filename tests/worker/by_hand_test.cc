@@ -24,7 +24,7 @@
 #include "comm/job_auth.h"
 #include "comm/kv_store.h"
 #include "comm/progress_report.h"
-#include "tests/collective/child_process.h"
+#include "tests/child_process.h"
 
 namespace fleet {
 namespace {

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/child_process.h"
 #include "tests/test_paths.h"
 
 namespace fleet {
@@ -21,21 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-CommandResult RunCommand(const std::string& command) {
-  CommandResult run;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), pipe)) run.output.append(buf, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
-}
+using testing::CommandResult;
+using testing::RunCommand;
 
 class FleetrunCtrTest : public ::testing::Test {
  protected:
