@@ -52,6 +52,12 @@
 // earlier one while the barrier waits, and is answered at once if that
 // arrival was released (unless server 0 crashed in between).
 //
+// Files: server.cc creates the server and dispatches requests (pulls,
+// pushes, save/load, stats, stop); server_waits.cc holds the callers that
+// wait for other workers (sync steps, barriers, the watchdog);
+// server_recovery.cc applies, logs and replays updates (push log, recovery
+// checkpoints, resend numbers). server_request.h is what they share.
+//
 // Thread safety: all public methods are thread-safe.
 #pragma once
 
