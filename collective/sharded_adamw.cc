@@ -1,27 +1,26 @@
 #include "collective/sharded_adamw.h"
 
 #include <glog/logging.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "comm/byte_io.h"
+#include "comm/checksum.h"
+#include "comm/file_system.h"
 #include "trainer/checkpoint.h"
-#include "comm/file_io.h"
 #include "trainer/kernels/backend_factory.h"
 
 namespace fleet::trainer::collective {
 namespace {
 
-constexpr char kStateMagic[8] = {'F', 'L', 'T', 'A', 'D', 'A', 'M', 'W'};
+constexpr std::string_view kStateMagic = "FLTADAMW";
 constexpr uint32_t kStateVersion = 1;
 
 // A state file's header: the arena ranges it holds, in file order.
@@ -34,70 +33,37 @@ struct StateHeader {
   uint64_t data_offset = 0;                           // bytes before the first piece's data
 };
 
-template <typename T>
-void AppendPod(std::string* out, const T& value) {
-  out->append(reinterpret_cast<const char*>(&value), sizeof(T));
-}
-
-uint32_t Crc(uint32_t crc, const void* data, size_t bytes) {
-  // zlib's length is a uInt: feed large blocks in parts.
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {
-    const uInt n = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
-    crc = static_cast<uint32_t>(crc32(crc, p, n));
-    p += n;
-    bytes -= n;
-  }
-  return crc;
-}
-
-Status ReadExactly(std::ifstream& in, void* out, size_t bytes, const std::string& path,
-                   const char* what) {
-  in.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
-  if (static_cast<size_t>(in.gcount()) != bytes) {
-    return Status::Corruption(absl::StrCat("optimizer state file is truncated in its ", what),
-                              path);
-  }
-  return Status::OK();
-}
-
-Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) {
-  char magic[8];
+// A state file's header: the magic, the header fields, the piece table and
+// the CRC-32 of all of them. `file` is the whole file.
+Result<StateHeader> ParseStateHeader(std::string_view file, const std::string& path) {
+  const auto truncated = [&](const char* what) {
+    return Status::Corruption(absl::StrCat("optimizer state file is truncated in its ", what), path);
+  };
+  ByteReader r(file);
+  std::string_view magic;
   uint32_t version = 0, pieces = 0, crc = 0;
   StateHeader h;
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, magic, sizeof(magic), path, "magic"));
-  if (std::memcmp(magic, kStateMagic, sizeof(magic)) != 0) {
-    return Status::Corruption("not an optimizer state file (bad magic)", path);
-  }
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, &version, sizeof(version), path, "header"));
+  if (!r.GetBytes(kStateMagic.size(), &magic)) return truncated("magic");
+  if (magic != kStateMagic) return Status::Corruption("not an optimizer state file (bad magic)", path);
+  if (!r.Get(&version)) return truncated("header");
   if (version != kStateVersion) {
     return Status::Corruption(absl::StrCat("unknown optimizer state version ", version), path);
   }
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.arena_size, sizeof(h.arena_size), path, "header"));
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.step, sizeof(h.step), path, "header"));
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, &h.loss_scale, sizeof(h.loss_scale), path, "header"));
-  FLEET_RETURN_IF_ERROR(
-      ReadExactly(in, &h.loss_scale_clean_steps, sizeof(h.loss_scale_clean_steps), path, "header"));
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, &pieces, sizeof(pieces), path, "header"));
+  if (!r.Get(&h.arena_size) || !r.Get(&h.step) || !r.Get(&h.loss_scale) ||
+      !r.Get(&h.loss_scale_clean_steps) || !r.Get(&pieces)) {
+    return truncated("header");
+  }
   if (pieces > (1u << 24)) {
     return Status::Corruption(absl::StrCat("implausible piece count ", pieces), path);
   }
-  std::string bytes;
-  AppendPod(&bytes, version);
-  AppendPod(&bytes, h.arena_size);
-  AppendPod(&bytes, h.step);
-  AppendPod(&bytes, h.loss_scale);
-  AppendPod(&bytes, h.loss_scale_clean_steps);
-  AppendPod(&bytes, pieces);
+  if (pieces > r.remaining() / (2 * sizeof(uint64_t))) return truncated("piece table");
   h.pieces.resize(pieces);
   for (auto& [begin, end] : h.pieces) {
-    FLEET_RETURN_IF_ERROR(ReadExactly(in, &begin, sizeof(begin), path, "piece table"));
-    FLEET_RETURN_IF_ERROR(ReadExactly(in, &end, sizeof(end), path, "piece table"));
-    AppendPod(&bytes, begin);
-    AppendPod(&bytes, end);
+    if (!r.Get(&begin) || !r.Get(&end)) return truncated("piece table");
   }
-  FLEET_RETURN_IF_ERROR(ReadExactly(in, &crc, sizeof(crc), path, "header checksum"));
-  if (crc != Crc(Crc(0, kStateMagic, sizeof(kStateMagic)), bytes.data(), bytes.size())) {
+  const size_t header_end = r.position();
+  if (!r.Get(&crc)) return truncated("header checksum");
+  if (crc != Crc32(file.substr(0, header_end))) {
     return Status::Corruption("optimizer state header checksum mismatch", path);
   }
   for (const auto& [begin, end] : h.pieces) {
@@ -106,7 +72,7 @@ Result<StateHeader> ReadStateHeader(std::ifstream& in, const std::string& path) 
           absl::StrCat("piece [", begin, ", ", end, ") outside the arena of ", h.arena_size), path);
     }
   }
-  h.data_offset = sizeof(kStateMagic) + bytes.size() + sizeof(crc);
+  h.data_offset = r.position();
   return h;
 }
 
@@ -184,7 +150,8 @@ Result<std::unique_ptr<ShardedAdamWUpdater>> ShardedAdamWUpdater::Create(
   }
   return std::unique_ptr<ShardedAdamWUpdater>(
       new ShardedAdamWUpdater(arena, kernels, config, lr, sharding, std::move(dp),
-                              std::move(scaler), name, options.tensor_parallel, std::move(host)));
+                              std::move(scaler), name, options.tensor_parallel, std::move(host),
+                              options.file_system != nullptr ? options.file_system : DefaultFileSystem()));
 }
 
 ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
@@ -193,7 +160,7 @@ ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
                                          std::unique_ptr<DataParallel> dp,
                                          std::optional<DynamicLossScaler> scaler,
                                          const std::string& name, const ParamSplit* split,
-                                         GptCompute host)
+                                         GptCompute host, FileSystem* fs)
     : arena_(arena),
       kernels_(kernels),
       rule_(arena->table(), config),
@@ -201,6 +168,7 @@ ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
       dp_(std::move(dp)),
       name_(name),
       split_(split),
+      fs_(fs),
       host_(std::move(host)),
       state_floats_(dp_->sharded() ? dp_->shard_floats() : arena->size()),
       m_(state_backend()->AllocateFloats(state_floats_)),
@@ -372,7 +340,7 @@ Status ShardedAdamWUpdater::SumOverModelParallel(float* value) {
 
 Status ShardedAdamWUpdater::SaveParams(const std::filesystem::path& path) {
   if (split_ == nullptr) {
-    return dp_->rank() == 0 ? SaveCheckpoint(path.string(), *arena_, *params_file_) : Status::OK();
+    return dp_->rank() == 0 ? SaveCheckpoint(path.string(), *arena_, *params_file_, fs_) : Status::OK();
   }
   // The first data-parallel rank of every part gathers the whole model over
   // the model-parallel group; part 0 writes it.
@@ -384,47 +352,45 @@ Status ShardedAdamWUpdater::SaveParams(const std::filesystem::path& path) {
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Backend> cpu, CreateBackend(Device{}, nullptr));
   FLEET_ASSIGN_OR_RETURN(ParamArena host, ParamArena::Create(split_->whole_table, cpu.get()));
   FLEET_RETURN_IF_ERROR(host.ParamsFromHost(whole));
-  return SaveCheckpoint(path.string(), host, *params_file_);
+  return SaveCheckpoint(path.string(), host, *params_file_, fs_);
 }
 
 Status ShardedAdamWUpdater::LoadParams(const std::filesystem::path& path) {
-  if (split_ == nullptr) return LoadCheckpoint(path.string(), arena_, params_file_.get());
+  if (split_ == nullptr) return LoadCheckpoint(path.string(), arena_, params_file_.get(), fs_);
   // Every rank reads the whole model and keeps its part.
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<Backend> cpu, CreateBackend(Device{}, nullptr));
   FLEET_ASSIGN_OR_RETURN(ParamArena host, ParamArena::Create(split_->whole_table, cpu.get()));
-  FLEET_RETURN_IF_ERROR(LoadCheckpoint(path.string(), &host, params_file_.get()));
+  FLEET_RETURN_IF_ERROR(LoadCheckpoint(path.string(), &host, params_file_.get(), fs_));
   std::vector<float> part(arena_->size());
   TakePart(*split_, std::span<const float>(host.params().data(), host.size()), part);
   return arena_->ParamsFromHost(part);
 }
 
 bool ShardedAdamWUpdater::HasCheckpoint(const std::filesystem::path& dir) const {
-  std::error_code ec;
-  return !dir.empty() && std::filesystem::exists(dir / (name_ + ".ckpt"), ec);
+  if (dir.empty()) return false;
+  Result<std::vector<std::string>> names = fs_->ListDir(dir.string());
+  return names.ok() && std::find(names->begin(), names->end(), name_ + ".ckpt") != names->end();
 }
 
 Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
   const std::filesystem::path path = dir / StateFileName(step(), state_file(), state_files());
   const std::vector<StateRun> runs = StateRuns(/*to_save=*/true);
-  std::string header;
-  AppendPod(&header, kStateVersion);
-  AppendPod(&header, static_cast<uint64_t>(CheckpointFloats()));
-  AppendPod(&header, step());
-  AppendPod(&header, scaler_ ? double{scaler_->scale()} : 1.0);
-  AppendPod(&header, scaler_ ? scaler_->clean_steps() : int64_t{0});
-  AppendPod(&header, static_cast<uint32_t>(runs.size()));
+  std::string header(kStateMagic);
+  ByteWriter w(&header);
+  w.Put<uint32_t>(kStateVersion);
+  w.Put<uint64_t>(CheckpointFloats());
+  w.Put<int64_t>(step());
+  w.Put<double>(scaler_ ? double{scaler_->scale()} : 1.0);
+  w.Put<int64_t>(scaler_ ? scaler_->clean_steps() : int64_t{0});
+  w.Put<uint32_t>(static_cast<uint32_t>(runs.size()));
   for (const StateRun& run : runs) {
-    AppendPod(&header, static_cast<uint64_t>(run.begin));
-    AppendPod(&header, static_cast<uint64_t>(run.end));
+    w.Put<uint64_t>(run.begin);
+    w.Put<uint64_t>(run.end);
   }
-  const uint32_t header_crc =
-      Crc(Crc(0, kStateMagic, sizeof(kStateMagic)), header.data(), header.size());
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::AtomicFileWriter> out,
-                         data::AtomicFileWriter::Create(path.string()));
-  FLEET_RETURN_IF_ERROR(out->Append(std::string_view(kStateMagic, sizeof(kStateMagic))));
+  w.Put<uint32_t>(Crc32(header));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> out,
+                         AtomicFileWriter::Create(path.string(), fs_));
   FLEET_RETURN_IF_ERROR(out->Append(header));
-  FLEET_RETURN_IF_ERROR(out->Append(
-      std::string_view(reinterpret_cast<const char*>(&header_crc), sizeof(header_crc))));
   Backend* backend = state_backend();
   // Host state is written in place; a device's is copied out a piece at a
   // time.
@@ -442,11 +408,12 @@ Status ShardedAdamWUpdater::SaveState(const std::filesystem::path& dir) const {
         src = host.data();
       }
       const std::string_view bytes(reinterpret_cast<const char*>(src), floats * sizeof(float));
-      crc = Crc(crc, bytes.data(), bytes.size());
+      crc = Crc32Extend(crc, bytes.data(), bytes.size());
       FLEET_RETURN_IF_ERROR(out->Append(bytes));
     }
-    FLEET_RETURN_IF_ERROR(
-        out->Append(std::string_view(reinterpret_cast<const char*>(&crc), sizeof(crc))));
+    std::string tail;
+    ByteWriter(&tail).Put<uint32_t>(crc);
+    FLEET_RETURN_IF_ERROR(out->Append(tail));
   }
   return out->Commit();
 }
@@ -469,13 +436,13 @@ void ShardedAdamWUpdater::RemoveOldState(const std::filesystem::path& dir) const
   const std::string current = StateFileName(step(), state_file(), state_files());
   const std::string prefix = name_ + ".adamw.s";
   const std::string mine = absl::StrCat(".", state_file(), "-of-");
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string file = entry.path().filename().string();
+  Result<std::vector<std::string>> names = fs_->ListDir(dir.string());
+  if (!names.ok()) return;  // old files stay; the next save tries again
+  for (const std::string& file : *names) {
     // Only files this rank wrote under this degree's naming: the other
     // ranks remove their own.
     if (file != current && file.starts_with(prefix) && file.find(mine) != std::string::npos) {
-      std::filesystem::remove(entry.path(), ec);
+      (void)fs_->Remove((dir / file).string());
     }
   }
 }
@@ -484,13 +451,14 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
   // Which degree saved it: the count in "<name>.adamw.s<step>.0-of-<D>".
   const std::string first = absl::StrCat(name_, ".adamw.s", step, ".0-of-");
   int files = 0;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string file = entry.path().filename().string();
+  Result<std::vector<std::string>> names = fs_->ListDir(dir.string());
+  if (!names.ok()) {
+    return Status::IOError("cannot list the checkpoint directory: " + names.status().message(),
+                           dir.string());
+  }
+  for (const std::string& file : *names) {
     if (file.starts_with(first) && absl::SimpleAtoi(file.substr(first.size()), &files)) break;
   }
-  if (ec)
-    return Status::IOError("cannot list the checkpoint directory: " + ec.message(), dir.string());
   if (files < 1) {
     return Status::NotFound(absl::StrCat("no optimizer state of step ", step,
                                          " beside the parameters (", first, "N missing)"),
@@ -499,12 +467,15 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
   std::vector<float> m(state_floats_), v(state_floats_);
   const std::vector<StateRun> runs = StateRuns(/*to_save=*/false);
   std::vector<size_t> filled(runs.size(), 0);
-  std::vector<float> block;
   for (int r = 0; r < files; ++r) {
     const std::string path = (dir / StateFileName(step, r, files)).string();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Status::NotFound("cannot open optimizer state file", path);
-    FLEET_ASSIGN_OR_RETURN(StateHeader h, ReadStateHeader(in, path));
+    Result<std::string> read = fs_->ReadFile(path);
+    if (!read.ok()) {
+      if (read.status().IsNotFound()) return Status::NotFound("cannot open optimizer state file", path);
+      return read.status();
+    }
+    const std::string_view file = *read;
+    FLEET_ASSIGN_OR_RETURN(StateHeader h, ParseStateHeader(file, path));
     if (h.arena_size != CheckpointFloats() || h.step != step) {
       return Status::FailedPrecondition(
           absl::StrCat("optimizer state of ", h.arena_size, " parameters at step ", h.step,
@@ -529,24 +500,30 @@ Status ShardedAdamWUpdater::LoadState(const std::filesystem::path& dir, int64_t 
         needed |= std::max<size_t>(mine.begin, begin) < std::min<size_t>(mine.end, end);
       }
       if (needed) {
-        block.resize(2 * len);
+        ByteReader piece(file.substr(std::min<uint64_t>(at, file.size())));
+        std::string_view block;
         uint32_t crc = 0;
-        in.seekg(static_cast<std::streamoff>(at));
-        FLEET_RETURN_IF_ERROR(ReadExactly(in, block.data(), 2 * len * sizeof(float), path, "data"));
-        FLEET_RETURN_IF_ERROR(ReadExactly(in, &crc, sizeof(crc), path, "data checksum"));
-        if (crc != Crc(0, block.data(), block.size() * sizeof(float))) {
+        if (!piece.GetBytes(2 * len * sizeof(float), &block)) {
+          return Status::Corruption("optimizer state file is truncated in its data", path);
+        }
+        if (!piece.Get(&crc)) {
+          return Status::Corruption("optimizer state file is truncated in its data checksum", path);
+        }
+        if (crc != Crc32(block)) {
           return Status::Corruption(
               absl::StrCat("checksum mismatch in the moments of [", begin, ", ", end, ")"), path);
         }
+        // The block is m then v of [begin, end).
+        const char* block_m = block.data();
+        const char* block_v = block.data() + len * sizeof(float);
         for (size_t p = 0; p < runs.size(); ++p) {
           const StateRun& mine = runs[p];
           const size_t lo = std::max<size_t>(mine.begin, begin);
           const size_t hi = std::min<size_t>(mine.end, end);
           if (lo >= hi) continue;
-          std::copy(block.begin() + (lo - begin), block.begin() + (hi - begin),
-                    m.begin() + mine.offset + (lo - mine.begin));
-          std::copy(block.begin() + len + (lo - begin), block.begin() + len + (hi - begin),
-                    v.begin() + mine.offset + (lo - mine.begin));
+          const size_t bytes_in = (hi - lo) * sizeof(float);
+          std::memcpy(m.data() + mine.offset + (lo - mine.begin), block_m + (lo - begin) * sizeof(float), bytes_in);
+          std::memcpy(v.data() + mine.offset + (lo - mine.begin), block_v + (lo - begin) * sizeof(float), bytes_in);
           filled[p] += hi - lo;
         }
       }

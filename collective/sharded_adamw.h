@@ -84,6 +84,7 @@
 #include <vector>
 
 #include "comm/collective.h"
+#include "comm/file_system.h"
 #include "comm/status.h"
 #include "trainer/models/adamw.h"
 #include "collective/updater.h"
@@ -120,6 +121,9 @@ struct ShardedAdamWOptions {
   // This rank's part of a tensor-parallel model (see the top of this file;
   // not owned, outlives the updater); null: the arena is the whole model.
   const ParamSplit* tensor_parallel = nullptr;
+  // Where Save and Resume read and write (not owned, outlives the updater);
+  // null: the real file system. Tests pass a FaultInjectionFileSystem.
+  FileSystem* file_system = nullptr;
 };
 
 class ShardedAdamWUpdater final : public GradientUpdater {
@@ -171,7 +175,7 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels, const AdamWConfig& config, float lr,
                       const ShardingOptions& sharding, std::unique_ptr<DataParallel> dp,
                       std::optional<DynamicLossScaler> scaler, const std::string& name,
-                      const ParamSplit* split, GptCompute host);
+                      const ParamSplit* split, GptCompute host, FileSystem* fs);
   bool offloaded() const { return host_.kernels != nullptr; }
   // Where m and v live: the host arena when offloaded, else the arena's device.
   Backend* state_backend() const { return offloaded() ? host_.backend.get() : arena_->backend(); }
@@ -217,6 +221,7 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   const std::unique_ptr<DataParallel> dp_;
   const std::string name_;
   const ParamSplit* const split_;  // tensor parallelism; null: none
+  FileSystem* const fs_;           // checkpoints' files; not owned
   GptCompute host_;                // offload: the host arena's backend and CPU kernels
   const size_t state_floats_;      // m and v each: this rank's pieces (or the arena)
   std::shared_ptr<float> m_, v_;

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "comm/file_io.h"
+#include "comm/file_system.h"
 
 namespace fleet::trainer::collective {
 namespace {
@@ -223,7 +223,7 @@ Status Loop::Save(int64_t step) {
           Status::IOError("cannot create the checkpoint directory: " + ec.message(), dir.string());
     } else if (options_.writes_data_position) {
       prepared =
-          data::WriteFileAtomically((dir / kPositionFile).string(), PositionText(layout_, step));
+          WriteFileAtomically((dir / kPositionFile).string(), PositionText(layout_, step));
     }
   }
   // The other ranks may write their own files into the directory next (one

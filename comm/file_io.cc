@@ -151,59 +151,6 @@ Result<bool> LineReader::Next(std::string_view* line) {
   return true;
 }
 
-// --------------------------------------------------------- AtomicFileWriter
-
-AtomicFileWriter::AtomicFileWriter(std::string path, std::string tmp_path, std::FILE* file)
-    : path_(std::move(path)), tmp_path_(std::move(tmp_path)), file_(file) {}
-
-AtomicFileWriter::~AtomicFileWriter() {
-  if (file_ != nullptr) std::fclose(file_);
-  if (!committed_) ::unlink(tmp_path_.c_str());
-}
-
-Result<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path) {
-  const std::filesystem::path p(path);
-  if (p.filename().empty()) return Status::InvalidArgument("output path names no file", path);
-  // The pid keeps processes that write the same file at once (ranks building
-  // one token cache) from sharing a temporary file; the last rename wins.
-  const std::string tmp =
-      (p.parent_path() / ("." + p.filename().string() + "." + std::to_string(::getpid()) + ".tmp"))
-          .string();
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) return Status::IOError("cannot create (" + ErrnoText() + ")", tmp);
-  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, tmp, f));
-}
-
-Status AtomicFileWriter::Append(std::string_view bytes) {
-  if (file_ == nullptr) return Status::FailedPrecondition("writer already closed", path_);
-  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size()) {
-    return Status::IOError("write failed (" + ErrnoText() + ")", tmp_path_);
-  }
-  return Status::OK();
-}
-
-Status AtomicFileWriter::Commit() {
-  if (file_ == nullptr) return Status::FailedPrecondition("writer already closed", path_);
-  std::FILE* f = file_;
-  file_ = nullptr;
-  bool ok = std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
-  const std::string err = ok ? std::string() : ErrnoText();
-  if (std::fclose(f) != 0 && ok)
-    return Status::IOError("close failed (" + ErrnoText() + ")", tmp_path_);
-  if (!ok) return Status::IOError("flush/sync failed (" + err + ")", tmp_path_);
-  if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    return Status::IOError("rename from " + tmp_path_ + " failed (" + ErrnoText() + ")", path_);
-  }
-  committed_ = true;
-  return Status::OK();
-}
-
-Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
-  FLEET_ASSIGN_OR_RETURN(auto writer, AtomicFileWriter::Create(path));
-  FLEET_RETURN_IF_ERROR(writer->Append(bytes));
-  return writer->Commit();
-}
-
 // ----------------------------------------------------------- ExpandFileSpec
 
 Result<std::vector<std::string>> ExpandFileSpec(std::string_view spec) {

@@ -1,13 +1,14 @@
-// File input and output shared by the data readers and the generator.
+// File input shared by the data readers and the generator.
 //
 //   InputFile          reads a file byte by byte whether it is gzip-compressed
 //                      or plain (decided by the magic bytes 1f 8b).
 //   LineReader         splits an InputFile into lines ("\n" or "\r\n"; the
 //                      last line may lack its newline).
-//   AtomicFileWriter   writes under a hidden temporary name in the same
-//                      directory and renames over the target on Commit(), so
-//                      a reader never sees a half-written file.
 //   ExpandFileSpec     turns "a.txt,dir/,parts/*.gz" into a sorted file list.
+//
+// Output goes through the persistence layer in comm/file_system.h
+// (AtomicFileWriter, WriteFileAtomically), included here for the readers'
+// callers that also write.
 //
 // Every function that touches the file system returns a Status naming the
 // file. None of these classes is thread-safe; use one object per thread.
@@ -17,12 +18,12 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "comm/file_system.h"
 #include "comm/status.h"
 
 namespace fleet::data {
@@ -81,34 +82,6 @@ class LineReader {
   bool eof_ = false;
   int64_t line_number_ = 0;
 };
-
-class AtomicFileWriter {
- public:
-  // Creates ".<name>.<pid>.tmp" next to `path` (distinct per process, so
-  // processes writing the same file at once do not collide). IOError when
-  // it cannot.
-  static Result<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
-  // Removes the temporary file unless Commit() succeeded.
-  ~AtomicFileWriter();
-  AtomicFileWriter(const AtomicFileWriter&) = delete;
-  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
-
-  Status Append(std::string_view bytes);
-  // Flushes, syncs and renames the temporary file over `path`. After an error
-  // the target is untouched and the temporary file is removed.
-  Status Commit();
-
- private:
-  AtomicFileWriter(std::string path, std::string tmp_path, std::FILE* file);
-
-  const std::string path_;
-  const std::string tmp_path_;
-  std::FILE* file_;  // owned; closed by Commit() or the destructor
-  bool committed_ = false;
-};
-
-// Writes `bytes` to `path` through an AtomicFileWriter.
-Status WriteFileAtomically(const std::string& path, std::string_view bytes);
 
 // Expands a comma-separated list of entries into file paths. An entry is a
 // regular file, a directory (its regular files, hidden ones skipped, not

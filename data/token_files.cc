@@ -13,7 +13,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "comm/file_io.h"
+#include "comm/file_system.h"
 
 static_assert(std::endian::native == std::endian::little,
               "token files are little-endian and read in place");

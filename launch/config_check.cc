@@ -3,7 +3,7 @@
 #include <string>
 #include <utility>
 
-#include "ps/file_system.h"
+#include "comm/file_system.h"
 #include "worker/config.h"
 
 namespace fleet::launch {
@@ -13,13 +13,12 @@ Status CheckPsJobConfig(const JobLayout& job) {
                          worker::LoadPsJobConfig(job.config, job.overrides));
   // On a cluster these paths are another machine's; its processes check them.
   if (job.mode != Mode::kPsSimulation) return Status::OK();
-  ps::PosixFileSystem fs;
   const std::pair<const char*, const std::string*> dirs[] = {
       {"server.save_dir", &config.job.server.save_dir},
       {"server.recovery_dir", &config.job.server.recovery_dir},
       {"train.save_dir", &config.worker.train.save_dir}};
   for (const auto& [key, dir] : dirs) {
-    if (!dir->empty()) FLEET_RETURN_IF_ERROR(ps::CheckWritableDir(&fs, *dir).WithContext(key));
+    if (!dir->empty()) FLEET_RETURN_IF_ERROR(CheckWritableDir(DefaultFileSystem(), *dir).WithContext(key));
   }
   return Status::OK();
 }

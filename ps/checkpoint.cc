@@ -1,7 +1,5 @@
 #include "ps/checkpoint.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -11,20 +9,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "comm/byte_io.h"
+#include "comm/checksum.h"
 #include "comm/yaml_config.h"
-#include "ps/table/byte_io.h"
 
 namespace fleet::ps {
 namespace {
 
 constexpr std::string_view kManifestMagic = "FPSMANIF";
 constexpr uint32_t kManifestVersion = 1;
-constexpr const char* kTmpSuffix = ".tmp";
-
-uint32_t Crc32(std::string_view data) {
-  return static_cast<uint32_t>(
-      crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
-}
+constexpr const char* kTmpSuffix = ".tmp";  // AtomicWriteOptions::TempName::kPathDotTmp
+// The manifest is renamed last and the directory synced after it, so that
+// a published checkpoint survives a crash.
+constexpr AtomicWriteOptions kManifestWrite{.temp_name = AtomicWriteOptions::TempName::kPathDotTmp,
+                                            .sync_dir = true};
 
 std::string JoinPath(const std::string& dir, const std::string& name) {
   if (!dir.empty() && dir.back() == '/') return absl::StrCat(dir, name);
@@ -260,22 +258,6 @@ Status ParallelStatus(ThreadPool* pool, size_t n, const std::function<Status(siz
 
 }  // namespace
 
-Status WriteFileAtomically(FileSystem* fs, const std::string& path, std::string_view data) {
-  const std::string tmp = absl::StrCat(path, kTmpSuffix);
-  Status st = [&]() -> Status {
-    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, fs->NewWritableFile(tmp));
-    FLEET_RETURN_IF_ERROR(f->Append(data));
-    FLEET_RETURN_IF_ERROR(f->Sync());
-    FLEET_RETURN_IF_ERROR(f->Close());
-    return fs->Rename(tmp, path);
-  }();
-  if (!st.ok()) {
-    Status rm = fs->Remove(tmp);
-    if (!rm.ok() && !rm.IsNotFound()) LOG(WARNING) << "could not remove " << tmp << ": " << rm.ToString();
-  }
-  return st;
-}
-
 Checkpointer::Checkpointer(FileSystem* fs, int server_rank, int num_servers, ThreadPool* pool)
     : fs_(fs), rank_(server_rank), num_servers_(num_servers), pool_(pool) {
   CHECK(fs_ != nullptr);
@@ -330,6 +312,9 @@ Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const Serve
   manifest.num_servers = num_servers_;
   std::mutex written_mu;
   std::vector<std::string> written;  // guarded by written_mu: final paths to remove on failure
+  // Written and finished inside the save; only its Commit (the rename,
+  // below) publishes the checkpoint. Its destructor removes what is left.
+  std::unique_ptr<AtomicFileWriter> manifest_file;
 
   auto write = [&](const std::string& name, std::string_view data, ManifestFile* f) -> Status {
     const std::string path = JoinPath(dir, name);
@@ -340,7 +325,7 @@ Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const Serve
     f->name = name;
     f->bytes = data.size();
     f->crc = Crc32(data);
-    return WriteFileAtomically(fs_, path, data);
+    return WriteFileAtomically(path, data, fs_, kCheckpointFileWrite);
   };
 
   Status st = [&]() -> Status {
@@ -380,18 +365,11 @@ Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const Serve
     FLEET_RETURN_IF_ERROR(fs_->SyncDir(dir));
     // The manifest's temp file is written and synced here; only its rename
     // (below) publishes the checkpoint.
-    const std::string data = EncodeManifest(manifest);
-    const std::string path = JoinPath(dir, ManifestName(gen, rank_, num_servers_));
-    const std::string tmp = absl::StrCat(path, kTmpSuffix);
-    FLEET_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, fs_->NewWritableFile(tmp));
-    {
-      std::lock_guard<std::mutex> l(written_mu);
-      written.push_back(tmp);
-    }
-    FLEET_RETURN_IF_ERROR(f->Append(data));
-    FLEET_RETURN_IF_ERROR(f->Sync());
-    FLEET_RETURN_IF_ERROR(f->Close());
-    return Status::OK();
+    FLEET_ASSIGN_OR_RETURN(manifest_file,
+                           AtomicFileWriter::Create(JoinPath(dir, ManifestName(gen, rank_, num_servers_)),
+                                                    fs_, kManifestWrite));
+    FLEET_RETURN_IF_ERROR(manifest_file->Append(EncodeManifest(manifest)));
+    return manifest_file->Finish();
   }();
 
   auto remove_written = [&] {
@@ -405,13 +383,13 @@ Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const Serve
   };
   if (!st.ok()) {
     abort_tables();
+    manifest_file.reset();  // removes its temp file
     remove_written();
     return st.WithContext(absl::StrCat("checkpoint save to ", dir, " failed; the previous checkpoint is intact"));
   }
 
-  const std::string path = JoinPath(dir, ManifestName(gen, rank_, num_servers_));
-  Status published = fs_->Rename(absl::StrCat(path, kTmpSuffix), path);
-  if (published.ok()) published = fs_->SyncDir(dir);
+  const std::string path = manifest_file->path();
+  Status published = manifest_file->Commit();  // rename, then sync the directory
   if (!published.ok()) {
     // The rename may or may not have reached the disk: the directory may now
     // hold this generation or not, and later deltas cannot know which base
@@ -423,8 +401,7 @@ Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const Serve
       for (SaveState* s : states) s->Poison(reason);
     }
     abort_tables();
-    Status rm = fs_->Remove(absl::StrCat(path, kTmpSuffix));
-    if (!rm.ok() && !rm.IsNotFound()) LOG(WARNING) << "could not remove temp manifest: " << rm.ToString();
+    manifest_file.reset();  // removes the temp manifest if the rename failed
     return published.WithContext("checkpoint save outcome unknown; further saves are refused");
   }
   if (snapshot) {
@@ -622,7 +599,7 @@ Status ExportDenseNpy(const DenseTable& table, FileSystem* fs, const std::string
   w.Put<uint16_t>(static_cast<uint16_t>(header.size()));
   w.PutBytes(header);
   w.PutFloats(values);
-  return WriteFileAtomically(fs, path, out);
+  return WriteFileAtomically(path, out, fs, {.temp_name = AtomicWriteOptions::TempName::kPathDotTmp});
 }
 
 }  // namespace fleet::ps

@@ -43,7 +43,7 @@
 
 #include "comm/status.h"
 #include "comm/thread_pool.h"
-#include "ps/file_system.h"
+#include "comm/file_system.h"
 #include "ps/table/dense_table.h"
 #include "ps/table/sparse_table.h"
 
@@ -106,8 +106,11 @@ class Checkpointer {
   std::mutex mu_;  // serialises Save and Load
 };
 
-// Writes `data` to path as "<path>.tmp", syncs, closes and renames it to
-// path; removes the temp file on failure. Errors: from fs, naming the file.
-Status WriteFileAtomically(FileSystem* fs, const std::string& path, std::string_view data);
+// How ps/ writes checkpoint and recovery files (AtomicFileWriter): under
+// "<name>.tmp", the names RemoveUnfinishedSaves looks for, and without a
+// directory sync per file: the save syncs the directory once, after all of
+// them and before the manifest is published.
+inline constexpr AtomicWriteOptions kCheckpointFileWrite{
+    .temp_name = AtomicWriteOptions::TempName::kPathDotTmp, .sync_dir = false};
 
 }  // namespace fleet::ps

@@ -1,20 +1,14 @@
 #include "ps/push_log.h"
 
-#include <zlib.h>
-
 #include "absl/strings/str_cat.h"
-#include "ps/table/byte_io.h"
+#include "comm/byte_io.h"
+#include "comm/checksum.h"
 
 namespace fleet::ps {
 namespace {
 
 constexpr std::string_view kLogMagic = "FPSPLOG2";
 constexpr size_t kFrameHeader = 2 * sizeof(uint32_t);
-
-uint32_t Crc32(std::string_view data) {
-  return static_cast<uint32_t>(
-      crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
-}
 
 template <typename T>
 void PutArray(ByteWriter& w, std::span<const T> v) {

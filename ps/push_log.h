@@ -37,8 +37,8 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/file_system.h"
 #include "comm/status.h"
-#include "ps/file_system.h"
 
 namespace fleet::ps {
 

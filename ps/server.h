@@ -74,11 +74,11 @@
 #include <vector>
 
 #include "comm/buffer_pool.h"
+#include "comm/file_system.h"
 #include "ps/ps.pb.h"
 #include "comm/rpc.h"
 #include "comm/thread_pool.h"
 #include "ps/checkpoint.h"
-#include "ps/file_system.h"
 #include "ps/job_config.h"
 #include "ps/push_log.h"
 #include "ps/table/dense_table.h"

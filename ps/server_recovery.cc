@@ -5,7 +5,6 @@
 // generation; Claim/Applied/Forget recognise resent requests. Dispatch is
 // in server.cc, waits for other workers in server_waits.cc.
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cstring>
@@ -14,8 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "comm/byte_io.h"
+#include "comm/checksum.h"
 #include "ps/server.h"
-#include "ps/table/byte_io.h"
 #include "ps/table/float_rows.h"
 
 namespace fleet::ps {
@@ -71,7 +71,7 @@ std::string EncodeSteps(const std::map<uint32_t, int64_t>& steps, const SeenMap&
     w.Put<uint32_t>(static_cast<uint32_t>(applied.done.size()));
     for (uint64_t seq : applied.done) w.Put<uint64_t>(seq);
   }
-  w.Put<uint32_t>(static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(out.data()), out.size())));
+  w.Put<uint32_t>(Crc32(out));
   return out;
 }
 
@@ -82,7 +82,7 @@ Result<std::map<uint32_t, int64_t>> DecodeSteps(std::string_view data, const std
   const std::string_view body = data.substr(0, data.size() - 4);
   uint32_t crc = 0;
   std::memcpy(&crc, data.data() + body.size(), 4);
-  if (crc != static_cast<uint32_t>(crc32_z(0L, reinterpret_cast<const Bytef*>(body.data()), body.size())))
+  if (crc != Crc32(body))
     return bad("checksum mismatch");
   ByteReader r(body.substr(kStepsMagic.size()));
   uint32_t n = 0;
@@ -372,7 +372,7 @@ Status PsServer::RecoveryCheckpointLocked() {
     steps = EncodeSteps(next_step_, seen_);
   }
   FLEET_RETURN_IF_ERROR(
-      WriteFileAtomically(fs_, InDir(recovery_dir_, StepsFileName(gen)), steps));
+      WriteFileAtomically(InDir(recovery_dir_, StepsFileName(gen)), steps, fs_, kCheckpointFileWrite));
   // A snapshot: the job's own base/delta chain in save_dir is not disturbed.
   FLEET_RETURN_IF_ERROR(recovery_ckpt_->SaveSnapshot(recovery_dir_, AllTables()));
   // From here a restart loads gen: nothing may go to the old log any more.

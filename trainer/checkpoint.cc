@@ -1,202 +1,77 @@
 #include "trainer/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <zlib.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "comm/byte_io.h"
+#include "comm/checksum.h"
+
 namespace fleet::trainer {
 namespace {
 
 constexpr char kMagic[8] = {'F', 'L', 'T', 'C', 'K', 'P', 'T', '\0'};
+constexpr std::string_view kMagicBytes(kMagic, sizeof(kMagic));
+// "<path>.tmp", renamed over the target; the directory synced after.
+constexpr AtomicWriteOptions kCheckpointWrite{.temp_name = AtomicWriteOptions::TempName::kPathDotTmp,
+                                              .sync_dir = true};
 
-// Bounds-checked reader: any overrun sets failed() instead of reading.
-class Reader {
- public:
-  Reader(const char* data, size_t size) : p_(data), end_(data + size) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (static_cast<size_t>(end_ - p_) < sizeof(T)) return Fail();
-    std::memcpy(v, p_, sizeof(T));
-    p_ += sizeof(T);
-    return true;
-  }
-  bool GetString(std::string* s) {
-    uint32_t n = 0;
-    if (!Get(&n) || static_cast<size_t>(end_ - p_) < n) return Fail();
-    s->assign(p_, n);
-    p_ += n;
-    return true;
-  }
-  const char* Take(size_t n) {
-    if (static_cast<size_t>(end_ - p_) < n) {
-      Fail();
-      return nullptr;
-    }
-    const char* at = p_;
-    p_ += n;
-    return at;
-  }
-  size_t remaining() const { return static_cast<size_t>(end_ - p_); }
-
- private:
-  bool Fail() {
-    p_ = end_;
-    return false;
-  }
-  const char* p_;
-  const char* end_;
-};
-
-Status ErrnoStatus(std::string_view what, const std::string& path) {
-  return Status::IOError(std::string(what) + " failed (" + std::strerror(errno) + ")", path);
-}
-
-Status WriteAll(int fd, const char* data, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("write", path);
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::OK();
-}
-
-Result<std::vector<char>> ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return Status::NotFound("checkpoint file does not exist", path);
-    return ErrnoStatus("open for reading", path);
-  }
-  std::vector<char> bytes;
-  char chunk[1 << 16];
-  for (;;) {
-    const ssize_t r = ::read(fd, chunk, sizeof(chunk));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      Status st = ErrnoStatus("read", path);
-      ::close(fd);
-      return st;
-    }
-    if (r == 0) break;
-    bytes.insert(bytes.end(), chunk, chunk + r);
-  }
-  ::close(fd);
-  return bytes;
-}
-
-// CRC-32 (zlib's) of `n` bytes continuing from `crc` (0 to start).
-uint32_t Crc32(uint32_t crc, const char* data, size_t n) {
-  uLong c = crc;
-  while (n > 0) {  // zlib takes uInt lengths
-    const uInt part = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-    c = crc32(c, reinterpret_cast<const Bytef*>(data), part);
-    data += part;
-    n -= part;
-  }
-  return static_cast<uint32_t>(c);
-}
-
-// Writes a checkpoint to "<path>.tmp" as it is produced, with a running
-// CRC-32 of every byte, then syncs it and renames it over `path`, so that
-// saving never holds a second whole copy of the parameters in host memory
-// (a 10B model's would be 40 GB). Errors stick: after the first one every
-// call does nothing and Commit returns it; the temporary file is removed
-// unless Commit succeeded, and `path` is untouched.
+// Streams a checkpoint into an AtomicFileWriter as it is produced, with a
+// running CRC-32 of every byte, so that saving never holds a second whole
+// copy of the parameters in host memory (a 10B model's would be 40 GB).
+// Errors stick: after the first one every call does nothing and Commit
+// returns it; the temporary file is removed unless Commit succeeded, and
+// `path` is untouched.
 class CheckpointFileWriter {
  public:
-  explicit CheckpointFileWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) status_ = ErrnoStatus("open for writing", tmp_);
-  }
-  ~CheckpointFileWriter() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-  CheckpointFileWriter(const CheckpointFileWriter&) = delete;
-  CheckpointFileWriter& operator=(const CheckpointFileWriter&) = delete;
-
-  template <typename T>
-  void Put(const T& v) {
-    Write(&v, sizeof(T));
-  }
-  void PutString(std::string_view s) {
-    Put<uint32_t>(static_cast<uint32_t>(s.size()));
-    Write(s.data(), s.size());
-  }
-  void Write(const void* data, size_t n) {
-    const auto* p = static_cast<const char*>(data);
-    crc_ = Crc32(crc_, p, n);
-    if (pending_.size() + n <= kPendingBytes) {
-      pending_.insert(pending_.end(), p, p + n);
-      return;
+  CheckpointFileWriter(const std::string& path, FileSystem* fs) {
+    Result<std::unique_ptr<AtomicFileWriter>> file = AtomicFileWriter::Create(path, fs, kCheckpointWrite);
+    if (file.ok()) {
+      file_ = std::move(file).value();
+    } else {
+      status_ = file.status();
     }
-    Flush();
-    if (status_.ok()) status_ = WriteAll(fd_, p, n, tmp_);
+  }
+
+  void Write(std::string_view bytes) {
+    if (!status_.ok()) return;
+    crc_ = Crc32Extend(crc_, bytes.data(), bytes.size());
+    status_ = file_->Append(bytes);
   }
   // `floats` floats of `backend` memory: written in place from host memory,
   // through a bounded staging buffer from a device's.
   void WriteFrom(Backend* backend, const float* src, size_t floats) {
-    if (backend->device().is_cpu()) return Write(src, floats * sizeof(float));
+    if (backend->device().is_cpu()) return Write(AsBytes(src, floats));
     std::vector<float> staging(std::min(floats, kStagingFloats));
     for (size_t at = 0; at < floats && status_.ok(); at += staging.size()) {
       const size_t n = std::min(staging.size(), floats - at);
       backend->CopyToHost(staging.data(), src + at, n * sizeof(float));
-      Write(staging.data(), n * sizeof(float));
+      Write(AsBytes(staging.data(), n));
     }
   }
-  // Appends the CRC-32 of everything written before it, syncs the file,
-  // renames it over the target and makes the rename durable.
+  // Appends the CRC-32 of everything written before it, then commits the
+  // file (sync, rename over the target, directory sync).
   Status Commit() {
-    const uint32_t crc = crc_;
-    Put(crc);
-    Flush();
-    if (status_.ok() && ::fsync(fd_) != 0) status_ = ErrnoStatus("fsync", tmp_);
-    if (fd_ >= 0 && ::close(fd_) != 0 && status_.ok()) status_ = ErrnoStatus("close", tmp_);
-    fd_ = -1;
-    if (status_.ok() && ::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      status_ = ErrnoStatus("rename to " + path_, tmp_);
-    }
+    std::string tail;
+    ByteWriter(&tail).Put<uint32_t>(crc_);
+    Write(tail);
     if (!status_.ok()) return status_;
-    committed_ = true;
-    std::string dir = std::filesystem::path(path_).parent_path().string();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-    return Status::OK();
+    return file_->Commit();
   }
 
  private:
-  static constexpr size_t kPendingBytes = size_t{1} << 20;
   static constexpr size_t kStagingFloats = size_t{16} << 20;  // 64 MiB
 
-  void Flush() {
-    if (status_.ok() && !pending_.empty()) status_ = WriteAll(fd_, pending_.data(), pending_.size(), tmp_);
-    pending_.clear();
+  static std::string_view AsBytes(const float* p, size_t floats) {
+    return std::string_view(reinterpret_cast<const char*>(p), floats * sizeof(float));
   }
 
-  const std::string path_;
-  const std::string tmp_;
-  int fd_ = -1;
+  std::unique_ptr<AtomicFileWriter> file_;
   uint32_t crc_ = 0;
-  std::vector<char> pending_;  // small writes gathered into one write(2)
   Status status_;
-  bool committed_ = false;
 };
 
 // One entry of a checkpoint's tensor table.
@@ -224,28 +99,35 @@ std::string Describe(const ParamSpec& spec) {
 // A checkpoint file read and checked against `arena`: magic, version,
 // checksum, tensor table equal to the arena's, data of the stated length.
 struct CheckedCheckpoint {
-  std::vector<char> bytes;
+  std::string bytes;
   std::string optimizer;
   int64_t step = 0;
   uint32_t num_states = 0;
-  const char* params = nullptr;  // into bytes: f32 [arena size], then the states
+  size_t params_offset = 0;  // in bytes: f32 [arena size], then the states
+
+  const char* params() const { return bytes.data() + params_offset; }
 };
 
-Result<CheckedCheckpoint> ReadCheckedCheckpoint(const std::string& path, const ParamArena& arena) {
+Result<CheckedCheckpoint> ReadCheckedCheckpoint(const std::string& path, const ParamArena& arena,
+                                                FileSystem* fs) {
   CheckedCheckpoint ck;
-  FLEET_ASSIGN_OR_RETURN(ck.bytes, ReadFile(path));
-  const std::vector<char>& bytes = ck.bytes;
-  if (bytes.size() < sizeof(kMagic) + sizeof(uint32_t) * 2 ||
-      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+  Result<std::string> read = fs->ReadFile(path);
+  if (!read.ok()) {
+    if (read.status().IsNotFound()) return Status::NotFound("checkpoint file does not exist", path);
+    return read.status();
+  }
+  ck.bytes = std::move(read).value();
+  const std::string_view bytes = ck.bytes;
+  if (bytes.size() < sizeof(kMagic) + sizeof(uint32_t) * 2 || !bytes.starts_with(kMagicBytes)) {
     return Status::Corruption("not a FleetPS checkpoint (bad magic or too short)", path);
   }
   uint32_t stored_crc = 0;
   std::memcpy(&stored_crc, bytes.data() + bytes.size() - sizeof(uint32_t), sizeof(uint32_t));
-  const size_t body = bytes.size() - sizeof(uint32_t);
-  if (Crc32(0, bytes.data(), body) != stored_crc) {
+  const std::string_view body = bytes.substr(0, bytes.size() - sizeof(uint32_t));
+  if (Crc32(body) != stored_crc) {
     return Status::Corruption("checkpoint checksum mismatch (truncated or damaged)", path);
   }
-  Reader r(bytes.data() + sizeof(kMagic), body - sizeof(kMagic));
+  ByteReader r(body.substr(sizeof(kMagic)));
   const auto truncated = [&] { return Status::Corruption("checkpoint header is truncated", path); };
 
   uint32_t version = 0;
@@ -294,37 +176,40 @@ Result<CheckedCheckpoint> ReadCheckedCheckpoint(const std::string& path, const P
   if (r.remaining() != (1 + uint64_t{ck.num_states}) * n * sizeof(float)) {
     return Status::Corruption("checkpoint data has the wrong length", path);
   }
-  ck.params = r.Take(n * sizeof(float));
+  ck.params_offset = sizeof(kMagic) + r.position();
   return ck;
 }
 
 }  // namespace
 
-Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
-                      const Optimizer& optimizer) {
-  CheckpointFileWriter w(path);
-  w.Write(kMagic, sizeof(kMagic));
-  w.Put<uint32_t>(kCheckpointVersion);
-  w.PutString(optimizer.name());
-  w.Put<int64_t>(optimizer.step());
-  w.Put<uint32_t>(static_cast<uint32_t>(arena.num_tensors()));
+Status SaveCheckpoint(const std::string& path, const ParamArena& arena, const Optimizer& optimizer,
+                      FileSystem* fs) {
+  CheckpointFileWriter w(path, fs);
+  std::string header(kMagicBytes);
+  ByteWriter h(&header);
+  h.Put<uint32_t>(kCheckpointVersion);
+  h.PutString(optimizer.name());
+  h.Put<int64_t>(optimizer.step());
+  h.Put<uint32_t>(static_cast<uint32_t>(arena.num_tensors()));
   for (const ParamSpec& spec : arena.table()) {
-    w.PutString(spec.name);
-    w.Put<uint32_t>(static_cast<uint32_t>(spec.shape.ndim()));
-    for (int d = 0; d < spec.shape.ndim(); ++d) w.Put<int64_t>(spec.shape[d]);
+    h.PutString(spec.name);
+    h.Put<uint32_t>(static_cast<uint32_t>(spec.shape.ndim()));
+    for (int d = 0; d < spec.shape.ndim(); ++d) h.Put<int64_t>(spec.shape[d]);
   }
   const size_t n = arena.size();
-  w.Put<uint64_t>(n);
-  w.Put<uint32_t>(static_cast<uint32_t>(optimizer.state().size()));
+  h.Put<uint64_t>(n);
+  h.Put<uint32_t>(static_cast<uint32_t>(optimizer.state().size()));
+  w.Write(header);
   Backend* be = arena.backend();
   w.WriteFrom(be, arena.params().data(), n);
   for (const Tensor& s : optimizer.state()) w.WriteFrom(be, s.data(), n);
   return w.Commit();
 }
 
-Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* optimizer) {
+Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* optimizer,
+                      FileSystem* fs) {
   CHECK(arena != nullptr && optimizer != nullptr);
-  FLEET_ASSIGN_OR_RETURN(CheckedCheckpoint ck, ReadCheckedCheckpoint(path, *arena));
+  FLEET_ASSIGN_OR_RETURN(CheckedCheckpoint ck, ReadCheckedCheckpoint(path, *arena, fs));
   if (ck.optimizer != optimizer->name()) {
     return Status::FailedPrecondition("checkpoint was written by optimizer \"" + ck.optimizer +
                                           "\", this job uses \"" + std::string(optimizer->name()) +
@@ -340,8 +225,8 @@ Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* opt
   // Everything checked: only now touch the model.
   const size_t bytes = arena->size() * sizeof(float);
   Backend* be = arena->backend();
-  be->CopyFromHost(arena->params().data(), ck.params, bytes);
-  const char* state = ck.params + bytes;
+  be->CopyFromHost(arena->params().data(), ck.params(), bytes);
+  const char* state = ck.params() + bytes;
   for (const Tensor& s : optimizer->state()) {
     be->CopyFromHost(s.data(), state, bytes);
     state += bytes;
@@ -350,10 +235,10 @@ Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* opt
   return Status::OK();
 }
 
-Status LoadCheckpointParams(const std::string& path, ParamArena* arena) {
+Status LoadCheckpointParams(const std::string& path, ParamArena* arena, FileSystem* fs) {
   CHECK(arena != nullptr);
-  FLEET_ASSIGN_OR_RETURN(CheckedCheckpoint ck, ReadCheckedCheckpoint(path, *arena));
-  arena->backend()->CopyFromHost(arena->params().data(), ck.params, arena->size() * sizeof(float));
+  FLEET_ASSIGN_OR_RETURN(CheckedCheckpoint ck, ReadCheckedCheckpoint(path, *arena, fs));
+  arena->backend()->CopyFromHost(arena->params().data(), ck.params(), arena->size() * sizeof(float));
   return Status::OK();
 }
 

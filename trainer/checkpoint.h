@@ -11,12 +11,17 @@
 //   floats     u64 arena size
 //   states     u32 number of optimizer state buffers
 //   data       f32 params[floats], then f32 state[states][floats]
-//   crc32      u32 (zlib) of every byte before it
+//   crc32      u32 (comm/checksum.h's Crc32) of every byte before it
+//
+// Files go through a FileSystem (comm/file_system.h; the real one unless a
+// test passes another, e.g. FaultInjectionFileSystem to fail a write or run
+// out of space), written by its AtomicFileWriter.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "comm/file_system.h"
 #include "comm/status.h"
 #include "trainer/optimizer.h"
 #include "trainer/param_arena.h"
@@ -26,12 +31,14 @@ namespace fleet::trainer {
 inline constexpr uint32_t kCheckpointVersion = 1;
 
 // Writes `path` atomically: the bytes go to "<path>.tmp", which is synced and
-// then renamed over `path`, so a crash leaves either the old file or the new
-// one. IOError (naming the file and the OS reason) on any failure, after
-// which the temporary file is removed and `path` is untouched. Blocks for
-// the disk writes.
-Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
-                      const Optimizer& optimizer);
+// then renamed over `path`, and the directory is synced, so a crash leaves
+// either the old file or the new one. IOError (naming the file and the OS
+// reason) on any failure, after which the temporary file is removed and
+// `path` is untouched (a failed directory sync alone comes after the
+// rename: the new file is in place but may not survive a crash). Blocks for
+// the disk writes. `fs` is not owned.
+Status SaveCheckpoint(const std::string& path, const ParamArena& arena, const Optimizer& optimizer,
+                      FileSystem* fs = DefaultFileSystem());
 
 // Reads `path` into the arena's params, the optimizer's state and step.
 // Returns NotFound / IOError for a missing or unreadable file; Corruption for
@@ -40,7 +47,8 @@ Status SaveCheckpoint(const std::string& path, const ParamArena& arena,
 // the model's (the message names the first differing tensor, with both
 // shapes, or the optimizers). On any error the arena and optimizer are
 // unchanged. Blocks for the read.
-Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* optimizer);
+Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* optimizer,
+                      FileSystem* fs = DefaultFileSystem());
 
 // Reads only the parameters of `path` into the arena's params, whatever
 // optimizer wrote it and however many state buffers it has (for inference,
@@ -48,6 +56,7 @@ Status LoadCheckpoint(const std::string& path, ParamArena* arena, Optimizer* opt
 // (magic, version, checksum, tensor table equal to the arena's), without the
 // optimizer's; on any error the arena is unchanged. The optimizer state and
 // step in the file are skipped. Blocks for the read.
-Status LoadCheckpointParams(const std::string& path, ParamArena* arena);
+Status LoadCheckpointParams(const std::string& path, ParamArena* arena,
+                            FileSystem* fs = DefaultFileSystem());
 
 }  // namespace fleet::trainer

@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "comm/file_io.h"
+#include "comm/file_system.h"
 
 namespace fleet::trainer {
 namespace {
@@ -308,8 +308,8 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsEn
   }
   std::string text = header.dump();
   text.resize((text.size() + 7) / 8 * 8, ' ');
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::AtomicFileWriter> file,
-                         data::AtomicFileWriter::Create(path));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> file,
+                         AtomicFileWriter::Create(path));
   const uint64_t header_bytes = text.size();
   std::string chunk(8, '\0');
   std::memcpy(chunk.data(), &header_bytes, 8);

@@ -25,7 +25,7 @@
 #include "comm/stop_signal.h"
 #include "ps/client.h"
 #include "ps/job_config.h"
-#include "ps/file_system.h"
+#include "comm/file_system.h"
 #include "data/ctr_generator.h"
 #include "comm/file_io.h"
 #include "trainer/kernels/cpu_kernels.h"
@@ -329,8 +329,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
     // Before training, not when the first save fails after it.
     // A config value to change: InvalidArgument, so ps_worker exits 2 as the
     // servers do for server.save_dir.
-    ps::PosixFileSystem fs;
-    if (Status st = ps::CheckWritableDir(&fs, config_.train.save_dir); !st.ok()) {
+    if (Status st = CheckWritableDir(DefaultFileSystem(), config_.train.save_dir); !st.ok()) {
       return Status::InvalidArgument(st.message()).WithContext("train.save_dir");
     }
   }

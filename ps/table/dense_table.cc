@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "ps/table/byte_io.h"
+#include "comm/byte_io.h"
 #include "ps/table/initializer.h"
 
 namespace fleet::ps {

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/file_system.h"
 #include "comm/status.h"
 #include "ps/table/optimizer.h"
 #include "ps/table/partition.h"
@@ -86,8 +87,7 @@ class DenseTable {
 
 // Writes the slice as a NumPy .npy file (format 1.0, dtype '<f4', shape
 // (n,)) through the caller's file system, atomically (temp file, sync,
-// rename). Declared here, defined in checkpoint.cc.
-class FileSystem;
+// rename, directory sync). Declared here, defined in checkpoint.cc.
 Status ExportDenseNpy(const DenseTable& table, FileSystem* fs, const std::string& path);
 
 }  // namespace fleet::ps

@@ -9,7 +9,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include <glog/logging.h>
-#include "ps/table/byte_io.h"
+#include "comm/byte_io.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/row_store.h"
 

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/file_system.h"
 #include "trainer/models/adamw.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_backend.h"
@@ -161,6 +162,51 @@ TEST(ShardedAdamWTest, BrokenStateFilesAreCorruptionNamingTheFile) {
     auto updater = MakeUpdater(f, {});
     ASSERT_TRUE(updater->Resume(dir).ok());
     EXPECT_EQ(updater->step(), 2);
+  }
+  fs::remove_all(dir);
+}
+
+// Sharded optimizer state goes through the FileSystem seam too: a save that
+// fails in the state file or in the params file after it keeps the
+// previous checkpoint, which a fresh updater resumes at its step.
+TEST(ShardedAdamWTest, FailedSaveKeepsThePreviousCheckpoint) {
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       ("sharded_adamw_fault_test." + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  using Op = FaultInjectionFileSystem::Op;
+  // Appends: the state file's header, m and v, its checksum; then the params
+  // file. Renames: the state file's, then the params file's.
+  for (const auto& [op, nth] : {std::pair{Op::kAppend, 1}, std::pair{Op::kAppend, 2},
+                                std::pair{Op::kRename, 1}, std::pair{Op::kRename, 2}}) {
+    SCOPED_TRACE(::testing::Message() << "op " << static_cast<int>(op) << " call " << nth);
+    FaultInjectionFileSystem faulty(DefaultFileSystem());
+    ShardedAdamWOptions options;
+    options.file_system = &faulty;
+    Fixture f;
+    auto updater = MakeUpdater(f, options);
+    for (int step = 0; step < 2; ++step) {
+      updater->BeginStep();
+      FillGrads(f.arena, step, 1.0f);
+      ASSERT_TRUE(updater->Step(1e-2f).ok());
+    }
+    ASSERT_TRUE(updater->Save(dir).ok());
+    const std::vector<float> saved = f.arena.ParamsToHost();
+    updater->BeginStep();
+    FillGrads(f.arena, 2, 1.0f);
+    ASSERT_TRUE(updater->Step(1e-2f).ok());
+    faulty.FailNth(op, nth);
+    const Status st = updater->Save(dir);
+    EXPECT_TRUE(st.IsIOError()) << st.ToString();
+    EXPECT_NE(st.ToString().find("injected"), std::string::npos) << st.ToString();
+
+    Fixture fresh;
+    auto resumed = MakeUpdater(fresh, {});
+    ASSERT_TRUE(resumed->Resume(dir).ok());
+    EXPECT_EQ(resumed->step(), 2);
+    EXPECT_EQ(fresh.arena.ParamsToHost(), saved);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
   }
   fs::remove_all(dir);
 }

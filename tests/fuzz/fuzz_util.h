@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ps/file_system.h"
+#include "comm/file_system.h"
 
 namespace fleet::fuzz {
 
@@ -61,9 +61,9 @@ inline void PutField(std::string* out, std::string_view s) {
 
 // Files as a map from path to bytes. Thread-safe. Directories exist when a
 // file below them does or CreateDir made them.
-class MemFileSystem final : public ps::FileSystem {
+class MemFileSystem final : public FileSystem {
  public:
-  class File final : public ps::WritableFile {
+  class File final : public WritableFile {
    public:
     File(MemFileSystem* fs, std::string path) : fs_(fs), path_(std::move(path)) {}
     Status Append(std::string_view data) override {
@@ -79,10 +79,10 @@ class MemFileSystem final : public ps::FileSystem {
     std::string path_;
   };
 
-  Result<std::unique_ptr<ps::WritableFile>> NewWritableFile(const std::string& path) override {
+  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
     std::lock_guard<std::mutex> l(mu_);
     files_[path].clear();
-    return std::unique_ptr<ps::WritableFile>(new File(this, path));
+    return std::unique_ptr<WritableFile>(new File(this, path));
   }
   Status Rename(const std::string& from, const std::string& to) override {
     std::lock_guard<std::mutex> l(mu_);

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "ps/table/byte_io.h"
+#include "comm/byte_io.h"
 #include "table_test_util.h"
 
 namespace fleet::ps {

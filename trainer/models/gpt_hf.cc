@@ -300,7 +300,7 @@ Status WriteHfGpt2Dir(const std::string& dir, const GptConfig& config,
   if (ec) return Status::IOError("cannot create the directory: " + ec.message(), dir);
   const std::filesystem::path d(dir);
   FLEET_RETURN_IF_ERROR(WriteHfGpt2Weights((d / kHfWeightsFile).string(), config, params, dtype));
-  return data::WriteFileAtomically((d / kHfConfigFile).string(), HfGpt2ConfigJson(config, dtype));
+  return WriteFileAtomically((d / kHfConfigFile).string(), HfGpt2ConfigJson(config, dtype));
 }
 
 Status CheckSameGptShape(const GptConfig& hf, const GptConfig& model) {

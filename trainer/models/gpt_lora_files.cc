@@ -16,7 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
-#include "comm/file_io.h"
+#include "comm/file_system.h"
 #include "trainer/models/gpt_hf.h"
 #include "trainer/models/gpt_lora.h"
 #include "trainer/optimizer.h"
@@ -77,7 +77,7 @@ Status WriteGptLoraManifest(const std::string& dir, const GptConfig& config,
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IOError("cannot create the directory: " + ec.message(), dir);
-  return data::WriteFileAtomically((std::filesystem::path(dir) / kGptLoraManifestFile).string(),
+  return WriteFileAtomically((std::filesystem::path(dir) / kGptLoraManifestFile).string(),
                                    manifest.dump(2) + "\n");
 }
 

@@ -1,20 +1,22 @@
-#include "ps/file_system.h"
+#include "comm/file_system.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
-#include "absl/strings/str_cat.h"
+#include <glog/logging.h>
 
-namespace fleet::ps {
+namespace fleet {
 namespace {
 
 Status PosixError(const std::string& what, const std::string& path, int err) {
-  std::string msg = absl::StrCat(what, " failed: ", std::strerror(err));
+  std::string msg = what + " failed: " + std::strerror(err);
   if (err == ENOENT) return Status::NotFound(msg, path);
   return Status::IOError(msg, path);
 }
@@ -104,10 +106,10 @@ Result<std::vector<std::string>> PosixFileSystem::ListDir(const std::string& dir
 
 Status CheckWritableDir(FileSystem* fs, const std::string& dir) {
   auto fail = [&](const Status& s) {
-    return Status::IOError(absl::StrCat("directory is not writable (", s.message(), ")"), dir);
+    return Status::IOError("directory is not writable (" + s.message() + ")", dir);
   };
   if (Status s = fs->CreateDir(dir); !s.ok()) return fail(s);
-  const std::string probe = absl::StrCat(dir, "/.fleet_write_probe.", ::getpid());
+  const std::string probe = dir + "/.fleet_write_probe." + std::to_string(::getpid());
   auto file = fs->NewWritableFile(probe);
   if (!file.ok()) return fail(file.status());
   Status s = file.value()->Append("probe");
@@ -137,8 +139,87 @@ Status PosixFileSystem::SyncDir(const std::string& dir) {
   const int rc = ::fsync(fd);
   const int err = errno;
   ::close(fd);
-  if (rc != 0) return PosixError("fsync dir", dir, err);
+  // EINVAL: this file system cannot sync a directory; there is nothing more to do.
+  if (rc != 0 && err != EINVAL) return PosixError("fsync dir", dir, err);
   return Status::OK();
+}
+
+FileSystem* DefaultFileSystem() {
+  static PosixFileSystem* const fs = new PosixFileSystem();  // never destroyed: used at exit
+  return fs;
+}
+
+// ---- AtomicFileWriter ----
+
+AtomicFileWriter::AtomicFileWriter(FileSystem* fs, std::string path, std::string tmp_path,
+                                   std::unique_ptr<WritableFile> file, bool sync_dir)
+    : fs_(fs),
+      path_(std::move(path)),
+      tmp_path_(std::move(tmp_path)),
+      sync_dir_(sync_dir),
+      file_(std::move(file)) {}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (renamed_) return;
+  file_.reset();  // closes an unfinished file, ignoring errors
+  const Status rm = fs_->Remove(tmp_path_);
+  if (!rm.ok() && !rm.IsNotFound()) LOG(WARNING) << "could not remove " << rm.ToString();
+}
+
+Result<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path,
+                                                                   FileSystem* fs,
+                                                                   AtomicWriteOptions options) {
+  CHECK(fs != nullptr);
+  const std::filesystem::path p(path);
+  if (p.filename().empty()) return Status::InvalidArgument("output path names no file", path);
+  std::string tmp;
+  if (options.temp_name == AtomicWriteOptions::TempName::kPathDotTmp) {
+    tmp = path + ".tmp";
+  } else {
+    tmp = (p.parent_path() / ("." + p.filename().string() + "." + std::to_string(::getpid()) + ".tmp"))
+              .string();
+  }
+  Result<std::unique_ptr<WritableFile>> file = fs->NewWritableFile(tmp);
+  if (!file.ok()) {
+    // A missing directory is the writer's I/O failure, not a missing input.
+    if (file.status().IsNotFound()) return Status::IOError(file.status().message());
+    return file.status();
+  }
+  return std::unique_ptr<AtomicFileWriter>(
+      new AtomicFileWriter(fs, path, std::move(tmp), std::move(file).value(), options.sync_dir));
+}
+
+Status AtomicFileWriter::Append(std::string_view bytes) {
+  if (finished_) return Status::FailedPrecondition("writer already finished", path_);
+  return file_->Append(bytes);
+}
+
+Status AtomicFileWriter::Finish() {
+  if (finished_) return Status::OK();
+  finished_ = true;
+  Status st = file_->Sync();
+  const Status closed = file_->Close();  // release the descriptor either way
+  file_.reset();
+  return st.ok() ? closed : st;
+}
+
+Status AtomicFileWriter::Commit() {
+  if (renamed_) return Status::FailedPrecondition("writer already committed", path_);
+  FLEET_RETURN_IF_ERROR(Finish());
+  FLEET_RETURN_IF_ERROR(fs_->Rename(tmp_path_, path_));
+  renamed_ = true;
+  if (!sync_dir_) return Status::OK();
+  std::string dir = std::filesystem::path(path_).parent_path().string();
+  if (dir.empty()) dir = ".";
+  return fs_->SyncDir(dir);
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view bytes, FileSystem* fs,
+                           AtomicWriteOptions options) {
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> writer,
+                         AtomicFileWriter::Create(path, fs, options));
+  FLEET_RETURN_IF_ERROR(writer->Append(bytes));
+  return writer->Commit();
 }
 
 // ---- FaultInjectionFileSystem ----
@@ -151,6 +232,12 @@ class FaultInjectionFile final : public WritableFile {
       : fs_(fs), base_(std::move(base)), path_(std::move(path)) {}
   Status Append(std::string_view data) override {
     FLEET_RETURN_IF_ERROR(fs_->Hit(FaultInjectionFileSystem::Op::kAppend, path_));
+    const size_t fits = fs_->TakeSpace(data.size());
+    if (fits < data.size()) {
+      // A full disk takes what fits, as write(2) does before ENOSPC.
+      FLEET_RETURN_IF_ERROR(base_->Append(data.substr(0, fits)));
+      return Status::IOError("injected: no space left on device", path_);
+    }
     return base_->Append(data);
   }
   Status Sync() override {
@@ -184,13 +271,22 @@ void FaultInjectionFileSystem::DieAtNth(Op op, int nth) {
   counters_[Index(op)].dies.store(true);
 }
 
+size_t FaultInjectionFileSystem::TakeSpace(size_t n) {
+  int64_t left = space_left_.load();
+  for (;;) {
+    if (left < 0) return n;
+    const int64_t take = std::min<int64_t>(left, static_cast<int64_t>(n));
+    if (space_left_.compare_exchange_weak(left, left - take)) return static_cast<size_t>(take);
+  }
+}
+
 Status FaultInjectionFileSystem::Hit(Op op, std::string_view which) {
   if (dead_.load()) return Status::IOError("injected: the process was killed", which);
   Counter& c = counters_[Index(op)];
   const int n = c.calls.fetch_add(1) + 1;
   if (n == c.fail_at.load()) {
     if (c.dies.load()) dead_.store(true);
-    return Status::IOError(absl::StrCat("injected ", kOpNames[Index(op)], " failure"), which);
+    return Status::IOError(std::string("injected ") + kOpNames[Index(op)] + " failure", which);
   }
   return Status::OK();
 }
@@ -218,4 +314,4 @@ Status FaultInjectionFileSystem::SyncDir(const std::string& dir) {
   return base_->SyncDir(dir);
 }
 
-}  // namespace fleet::ps
+}  // namespace fleet

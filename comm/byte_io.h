@@ -1,7 +1,9 @@
-// Little helpers to write and read the fixed-layout little-endian records of
-// checkpoint files. The reader never reads past its input: every Read*
-// returns false on truncation and the caller turns that into a Corruption
-// status naming the file and field.
+// The one byte codec of FleetPS's files: ByteWriter appends fixed-layout
+// little-endian records (PODs, float arrays, u32-length strings) to a
+// string; ByteReader reads them back and never reads past its input: every
+// Get* returns false on truncation, consumes nothing then, and the caller
+// turns that into a Corruption status naming the file and field. Used by PS
+// checkpoints, the push log, trainer checkpoints and sharded optimizer state.
 //
 // Thread safety: plain values; one object per thread.
 #pragma once
@@ -12,11 +14,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
-namespace fleet::ps {
+namespace fleet {
 
 static_assert(std::endian::native == std::endian::little,
-              "checkpoint files are little-endian and written with memcpy");
+              "FleetPS files are little-endian and written with memcpy");
 
 class ByteWriter {
  public:
@@ -77,4 +80,4 @@ class ByteReader {
   size_t pos_ = 0;
 };
 
-}  // namespace fleet::ps
+}  // namespace fleet
