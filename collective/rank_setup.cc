@@ -35,19 +35,8 @@ HelpGroup RankSetupHelpGroup() {
            GflagsHelpFlag("gloo_hostname", "ADDRESS"), GflagsHelpFlag("gloo_iface", "IFACE")}};
 }
 
-EnvLookup CollectiveProcessEnv() {
-  EnvLookup process = ProcessEnv();
-  return [process](const std::string& name) -> std::optional<std::string> {
-    std::optional<std::string> value = process(name);
-    if (!value && name == "FLEET_ROLE") return std::string("collective");
-    return value;
-  };
-}
-
-std::string CanonicalDevice(const std::string& device) {
-  if (device == "cuda" || device == "gpu") return "cuda:0";
-  if (absl::StartsWith(device, "gpu:")) return "cuda:" + device.substr(4);
-  return device;
+Result<std::unique_ptr<ProcessContext>> CollectiveRankContext(const std::string& program) {
+  return ProcessContext::Create({.program = program, .role = Role::kCollective});
 }
 
 Result<std::string> ResolveRankDevice(bool wants_gpu, const std::optional<std::string>& assigned,
@@ -55,7 +44,11 @@ Result<std::string> ResolveRankDevice(bool wants_gpu, const std::optional<std::s
   if (!wants_gpu) return std::string("cpu");
   std::string device;
   if (assigned.has_value()) {
-    device = CanonicalDevice(*assigned);
+    Result<std::string> canonical = CanonicalDevice(*assigned, "--device / FLEET_DEVICE");
+    if (!canonical.ok()) {
+      return Status::InvalidArgument("bad device: want cpu, cuda or cuda:N", *assigned);
+    }
+    device = *canonical;
     if (device == "cpu") {
       return Status::InvalidArgument(
           "the config asks for a GPU (Global.device gpu) but this rank was given cpu "

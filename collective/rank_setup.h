@@ -20,6 +20,7 @@
 
 #include "comm/cluster.h"
 #include "comm/collective.h"
+#include "comm/process_context.h"
 #include "comm/program_help.h"
 #include "comm/status.h"
 #include "trainer/backend.h"
@@ -32,18 +33,19 @@ namespace fleet::trainer::collective {
 // --cpu_collective, --gloo_hostname, --gloo_iface) as --help shows them.
 HelpGroup RankSetupHelpGroup();
 
-// The process environment with FLEET_ROLE defaulting to "collective".
-EnvLookup CollectiveProcessEnv();
-
-// cluster.h accepts "cuda", "gpu" and "gpu:N" too; trainers want "cpu" or
-// "cuda:K".
-std::string CanonicalDevice(const std::string& device);
+// The process context of a collective rank (comm/process_context.h):
+// role collective (also when neither --role nor FLEET_ROLE is given), no
+// stop watcher (a signal ends the rank; fleetrun stops the others); its
+// env() is the lookup the functions below take. `program` names it in
+// errors. Errors: ProcessContext::Create's.
+Result<std::unique_ptr<ProcessContext>> CollectiveRankContext(const std::string& program);
 
 // The device a training rank runs on, decided from what it was asked for:
 //   wants_gpu     the config asks for a GPU (e.g. Global.device: gpu);
 //   assigned      the device the launcher or user gave this rank (--device /
-//                 FLEET_DEVICE; fleetrun --gpus sets cuda:K), or nullopt when
-//                 neither is set;
+//                 FLEET_DEVICE; fleetrun --gpus sets cuda:K; any spelling
+//                 CanonicalDevice takes), or nullopt when neither is set
+//                 (ProcessContext::assigned_device);
 //   world_size    ranks in the job;
 //   visible_gpus  GPUs this process can use (CudaDeviceCount(): 0 without a
 //                 GPU or in a build without CUDA).

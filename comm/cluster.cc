@@ -87,21 +87,6 @@ bool ValidJobId(const std::string& id) {
   return true;
 }
 
-// "cuda" is what fleetrun sets (FLEET_DEVICE=cuda:K, like PyTorch);
-// "gpu" is accepted as its synonym.
-bool ValidDevice(const std::string& device) {
-  if (device == "cpu" || device == "gpu" || device == "cuda") return true;
-  const size_t colon = device.find(':');
-  if (colon == std::string::npos) return false;
-  const std::string kind = device.substr(0, colon);
-  const std::string index = device.substr(colon + 1);
-  if ((kind != "gpu" && kind != "cuda") || index.empty() || index.size() > 3) return false;
-  for (char c : index) {
-    if (c < '0' || c > '9') return false;
-  }
-  return true;
-}
-
 // Port 0 is allowed: in simulation fleetrun passes "ip:0" for processes that
 // bind a free port and publish the real one in the KV store (launch/README.md,
 // "Endpoints and port 0"); a peer resolves such an entry there.
@@ -147,6 +132,24 @@ Result<std::optional<int>> RankFromEndpoint(const ClusterSpec& spec, const EnvLo
 
 }  // namespace
 
+// "cuda" is what fleetrun sets (FLEET_DEVICE=cuda:K, like PyTorch); "gpu"
+// is accepted as its synonym.
+Result<std::string> CanonicalDevice(std::string_view text, std::string_view source) {
+  if (text == "cpu") return std::string("cpu");
+  if (text == "cuda" || text == "gpu") return std::string("cuda:0");
+  const size_t colon = text.find(':');
+  const std::string_view kind = text.substr(0, colon);
+  const std::string_view index = colon == std::string_view::npos ? "" : text.substr(colon + 1);
+  const bool digits = !index.empty() && index.size() <= 3 &&
+                      index.find_first_not_of("0123456789") == std::string_view::npos;
+  if ((kind != "gpu" && kind != "cuda") || !digits) {
+    return Status::InvalidArgument(
+        absl::StrCat("bad ", std::string(source), ": want cpu, cuda or cuda:N"),
+        absl::StrCat("'", std::string(text), "'"));
+  }
+  return absl::StrCat("cuda:", std::string(index));
+}
+
 std::string_view RoleName(Role role) {
   switch (role) {
     case Role::kServer: return "server";
@@ -169,7 +172,7 @@ Result<Role> ParseRole(std::string_view text, std::string_view source) {
   return Status::InvalidArgument(what, which);
 }
 
-const std::vector<Endpoint>& ClusterSpec::RoleEndpoints() const {
+const std::vector<Endpoint>& ClusterSpec::EndpointsOf(Role role) const {
   switch (role) {
     case Role::kServer: return servers;
     case Role::kHeterWorker: return heter_workers;
@@ -264,11 +267,8 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
   spec.job_id = job.text;
 
   Setting device = Lookup("device", "FLEET_DEVICE", env);
-  if (!ValidDevice(device.text)) {
-    return Status::InvalidArgument(absl::StrCat("bad ", device.source, ": want cpu, cuda or cuda:N"),
-                                   absl::StrCat("'", device.text, "'"));
-  }
-  spec.device = device.text;
+  FLEET_RETURN_IF_ERROR(CanonicalDevice(device.text, device.source).status());
+  spec.device = device.text;  // as given; logs show what the user wrote
 
   spec.log_dir = Lookup("log_dir", "FLEET_LOG_DIR", env).text;
 
@@ -292,6 +292,10 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
   if (std::optional<std::string> generation = env("FLEET_RESTART_GENERATION")) {
     FLEET_ASSIGN_OR_RETURN(spec.restart_generation,
                            ParseCount(Setting{*generation, "FLEET_RESTART_GENERATION", true}));
+  }
+  if (std::optional<std::string> restart = env("FLEET_RESTART")) {
+    FLEET_ASSIGN_OR_RETURN(int count, ParseCount(Setting{*restart, "FLEET_RESTART", true}));
+    spec.restarted = count > 0;
   }
   return spec;
 }

@@ -29,6 +29,8 @@
 //   (no flag)        FLEET_RESTART_GENERATION 0    rendezvous key generation: fleetrun sets
 //                                                   the process's restart count (0 at first
 //                                                   start); Gloo/NCCL groups key by it
+//   (no flag)        FLEET_RESTART         0        set (> 0) only on a restart: a server reloads
+//                                                   its recovery checkpoint and replays its log
 //
 // Every value is validated; a bad one is InvalidArgument naming the flag or
 // variable it came from and the offending text.
@@ -83,12 +85,23 @@ struct ClusterSpec {
   // (GlooCollectiveOptions::generation) so a restarted process never reads
   // keys its previous life published.
   int restart_generation = 0;
+  // FLEET_RESTART > 0: fleetrun restarted this process (--max_restart). It
+  // sets it with the generation, but only on a restart; a parameter server
+  // started with it recovers (ps/job_config.h, server.recovery_dir).
+  bool restarted = false;
 
-  // The endpoint list of this process's role (workers for collective).
-  const std::vector<Endpoint>& RoleEndpoints() const;
+  // The endpoint list of `role` (workers for collective).
+  const std::vector<Endpoint>& EndpointsOf(Role role) const;
+  // That of this process's role.
+  const std::vector<Endpoint>& RoleEndpoints() const { return EndpointsOf(role); }
   // "worker 3/8 job=x device=cpu", for logs.
   std::string ToString() const;
 };
+
+// The device `text` names, as trainers take it: "cpu" or "cuda:K". "cuda"
+// and "gpu" are cuda:0, "gpu:K" is cuda:K (K: 1-3 digits). InvalidArgument
+// "bad <source>: want cpu, cuda or cuda:N" naming the text otherwise.
+Result<std::string> CanonicalDevice(std::string_view text, std::string_view source);
 
 // Looks a variable up: its value, or nullopt when unset. Injected so tests
 // never touch the process environment.

@@ -10,10 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "comm/absl_mutex_mode.h"
 #include "comm/cluster.h"
+#include "comm/process_context.h"
 #include "comm/program_help.h"
-#include "comm/stop_signal.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "ps/job_config.h"
+#include "ps/ps_process.h"
 #include "worker/config.h"
 
 DEFINE_string(endpoint, "",
@@ -241,7 +242,6 @@ ProgramHelp HeterHelp() {
 }  // namespace
 
 int HeterWorkerMain(int argc, char** argv) {
-  gflags::SetCommandLineOptionWithMode("role", "heter_worker", gflags::SET_FLAGS_DEFAULT);
   if (std::optional<int> done = ParseFlagsOrHelp(HeterHelp(), &argc, &argv, std::cout)) {
     return *done;
   }
@@ -249,58 +249,31 @@ int HeterWorkerMain(int argc, char** argv) {
   FLAGS_logtostderr = true;
   UseReleaseMutexChecksInOptimizedBuilds();
 
-  // Before any thread exists (see StopSignalWatcher).
-  std::mutex stop_mu;
-  std::condition_variable stop_cv;
-  bool stop = false;
-  StopSignalWatcher signals([&](int sig) {
-    LOG(INFO) << "heter_worker: signal " << sig << ", stopping";
-    std::lock_guard<std::mutex> lock(stop_mu);
-    stop = true;
-    stop_cv.notify_all();
-  });
-
-  auto spec = ClusterSpecFromFlagsAndEnv(ProcessEnv());
-  if (!spec.ok()) {
-    LOG(ERROR) << "heter_worker: " << spec.status().ToString();
+  ProcessContextOptions context{.program = "heter_worker", .role = Role::kHeterWorker};
+  context.endpoint_flag = FLAGS_endpoint;
+  context.watch_stop_signals = true;
+  context.on_stop = [](int sig) { LOG(INFO) << "heter_worker: signal " << sig << ", stopping"; };
+  Result<ps::PsProcess> process = ps::StartPsProcess(std::move(context));
+  if (!process.ok()) {
+    LOG(ERROR) << "heter_worker: " << process.status().ToString();
     return 2;
   }
-  if (spec->role != Role::kHeterWorker) {
-    LOG(ERROR) << "heter_worker: role is " << RoleName(spec->role) << ", not heter_worker";
-    return 2;
-  }
-  auto job = ps::JobConfigFromFlagsAndEnv(ProcessEnv());
-  if (!job.ok()) {
-    LOG(ERROR) << "heter_worker: " << job.status().ToString();
-    return 2;
-  }
+  ProcessContext& ctx = *process->context;
+  const ClusterSpec& spec = ctx.spec();
   HeterWorkerOptions o;
-  o.rank = spec->rank;
+  o.rank = spec.rank;
   o.num_heter_workers =
-      std::max<int>(spec->world_size, static_cast<int>(spec->heter_workers.size()));
-  if (!FLAGS_endpoint.empty()) {
-    o.endpoint = FLAGS_endpoint;
-  } else if (spec->rank < static_cast<int>(spec->heter_workers.size())) {
-    o.endpoint = spec->heter_workers[spec->rank].ToString();
-  }
-  // "cuda" and "gpu[:N]" name CUDA device N (0 when not given).
-  std::string device = spec->device;
-  if (device == "cuda" || device == "gpu") device = "cuda:0";
-  if (device.starts_with("gpu:")) device = "cuda:" + device.substr(4);
-  auto parsed = trainer::ParseDevice(device);
+      std::max<int>(spec.world_size, static_cast<int>(spec.heter_workers.size()));
+  o.endpoint = ctx.listen_endpoint();
+  auto parsed = trainer::ParseDevice(ctx.device());
   if (!parsed.ok()) {
     LOG(ERROR) << "heter_worker: " << parsed.status().ToString();
     return 2;
   }
   o.device = *parsed;
-  o.job = std::move(job).value();
-  auto auth = TransportAuth(*spec, o.job.distributed.auth);
-  if (!auth.ok()) {
-    LOG(ERROR) << "heter_worker: " << auth.status().ToString();
-    return 2;
-  }
-  o.auth = std::move(auth).value();
-  auto servers = ResolveEndpoints(spec->servers, Role::kServer, *spec, o.job.distributed.timeout);
+  o.job = std::move(process->job);
+  o.auth = std::move(process->transport_auth);
+  auto servers = ctx.PeerEndpoints(Role::kServer, o.job.distributed.timeout);
   if (!servers.ok()) {
     LOG(ERROR) << "heter_worker: " << servers.status().ToString();
     return 2;
@@ -309,7 +282,7 @@ int HeterWorkerMain(int argc, char** argv) {
   // The same BLAS setting as a CPU worker of the job.
   auto config = worker::ParseWorkerConfig(o.job.root);
   if (config.ok()) trainer::kernels::SetBlasThreads(config->train.blas_threads);
-  LOG(INFO) << "heter_worker: " << spec->ToString();
+  LOG(INFO) << "heter_worker: " << spec.ToString();
 
   auto heter = HeterWorker::Create(std::move(o));
   if (!heter.ok()) {
@@ -321,19 +294,12 @@ int HeterWorkerMain(int argc, char** argv) {
     LOG(ERROR) << "heter_worker: " << bound.status().ToString();
     return 2;
   }
-  if (Status s = RegisterRank(*spec, bound.value(), std::chrono::seconds(10)); !s.ok()) {
+  if (Status s = ctx.Announce(bound.value()); !s.ok()) {
     LOG(ERROR) << "heter_worker: " << s.ToString();
     return 2;
   }
-  if (Status s = PublishEndpoint(*spec, bound.value()); !s.ok()) {
-    LOG(ERROR) << "heter_worker: " << s.ToString();
-    return 2;
-  }
-  {
-    std::unique_lock<std::mutex> lock(stop_mu);
-    // Serves until told to stop; the loop only bounds each wait.
-    while (!stop_cv.wait_for(lock, std::chrono::seconds(1), [&] { return stop; })) {
-    }
+  // Serves until told to stop; the loop only bounds each wait.
+  while (!ctx.WaitForStop(std::chrono::seconds(1))) {
   }
   return heter.value()->Shutdown().ok() ? 0 : 1;
 }

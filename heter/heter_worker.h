@@ -65,7 +65,7 @@ struct HeterWorkerOptions {
   int pool_threads = 0;
   // The job's credentials for this heter worker (serving and as a PS client)'s ZeroMQ traffic
   // (VanOptions::auth); null: plain TCP. Programs pass
-  // TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
+  // PsProcess::transport_auth (ps/ps_process.h).
   std::shared_ptr<const JobAuth> auth;
 };
 

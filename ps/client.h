@@ -64,7 +64,7 @@ struct PsClientOptions {
   std::string name;
   // The job's credentials for this client's ZeroMQ traffic
   // (VanOptions::auth: every message authenticated); null: plain TCP.
-  // Programs pass TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
+  // Programs pass PsProcess::transport_auth (ps/ps_process.h).
   std::shared_ptr<const JobAuth> auth;
   // With auth: encrypt too, with ZeroMQ CURVE (VanOptions::encrypt; several
   // times the cost on large values). Both sides of a job must agree.

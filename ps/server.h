@@ -108,7 +108,7 @@ struct PsServerOptions {
   std::chrono::milliseconds shutdown_grace{std::chrono::seconds(10)};
   // The job's credentials for this server's ZeroMQ traffic
   // (VanOptions::auth: every message authenticated); null: plain TCP.
-  // Programs pass TransportAuth(spec, job.distributed.auth) (comm/cluster.h).
+  // Programs pass PsProcess::transport_auth (ps/ps_process.h).
   std::shared_ptr<const JobAuth> auth;
   // With auth: encrypt too, with ZeroMQ CURVE (VanOptions::encrypt; several
   // times the cost on large values). Both sides of a job must agree.

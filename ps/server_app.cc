@@ -10,8 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "comm/absl_mutex_mode.h"
 #include "comm/cluster.h"
+#include "comm/process_context.h"
 #include "comm/program_help.h"
-#include "comm/stop_signal.h"
+#include "ps/ps_process.h"
 #include "ps/server.h"
 
 DEFINE_string(endpoint, "",
@@ -26,9 +27,6 @@ DEFINE_int32(num_workers, 0,
 
 namespace fleet::ps {
 namespace {
-
-// How long a server refused a rank waits to read who holds it.
-constexpr std::chrono::seconds kRegisterTimeout{10};
 
 ProgramHelp ServerHelp() {
   ProgramHelp help{"ps_server --endpoint=ip:port --config=job.yaml [--servers=... --rank=N] [flags]",
@@ -45,9 +43,6 @@ ProgramHelp ServerHelp() {
 }  // namespace
 
 int PsServerMain(int argc, char** argv) {
-  // This program is a server unless told otherwise (FLEET_ROLE still wins
-  // over a default, and is checked below).
-  gflags::SetCommandLineOptionWithMode("role", "server", gflags::SET_FLAGS_DEFAULT);
   if (std::optional<int> done = ParseFlagsOrHelp(ServerHelp(), &argc, &argv, std::cout)) {
     return *done;
   }
@@ -55,60 +50,38 @@ int PsServerMain(int argc, char** argv) {
   FLAGS_logtostderr = true;
   UseReleaseMutexChecksInOptimizedBuilds();
 
-  // Before any thread exists (see StopSignalWatcher).
-  std::atomic<PsServer*> running{nullptr};
-  std::atomic<bool> stop_early{false};
   // SIGTERM: the job finished (fleetrun, when every worker exited 0): save
   // into server.save_dir and stop. SIGINT: the job was abandoned (a process
   // failed, Ctrl-C): stop without that save, so save_dir keeps the last
   // finished job's model instead of an unfinished state; server.recovery_dir
   // (when set) still holds a restartable one.
-  std::atomic<bool> abandoned{false};
-  StopSignalWatcher signals([&](int sig) {
-    if (sig == SIGINT) abandoned.store(true);
+  std::atomic<PsServer*> running{nullptr};
+  ProcessContextOptions context{.program = "ps_server", .role = Role::kServer};
+  context.endpoint_flag = FLAGS_endpoint;
+  context.watch_stop_signals = true;
+  context.on_stop = [&running](int sig) {
     LOG(INFO) << "ps_server: signal " << sig
               << (sig == SIGINT ? ", stopping without the final save (the job did not finish)"
                                 : ", stopping");
-    stop_early.store(true);
     if (PsServer* s = running.load()) s->RequestStop();
-  });
-
-  auto spec = ClusterSpecFromFlagsAndEnv(ProcessEnv());
-  if (!spec.ok()) {
-    LOG(ERROR) << spec.status().ToString();
+  };
+  Result<PsProcess> process = StartPsProcess(std::move(context));
+  if (!process.ok()) {
+    LOG(ERROR) << "ps_server: " << process.status().ToString();
     return 2;
   }
-  if (spec->role != Role::kServer) {
-    LOG(ERROR) << "ps_server: role is " << RoleName(spec->role) << ", not server";
-    return 2;
-  }
-  auto job = JobConfigFromFlagsAndEnv(ProcessEnv());
-  if (!job.ok()) {
-    LOG(ERROR) << job.status().ToString();
-    return 2;
-  }
+  ProcessContext& ctx = *process->context;
+  const ClusterSpec& spec = ctx.spec();
   PsServerOptions options;
-  options.rank = spec->rank;
-  options.num_servers = std::max<int>(1, static_cast<int>(spec->servers.size()));
-  if (spec->world_size > options.num_servers) options.num_servers = spec->world_size;
+  options.rank = spec.rank;
+  options.num_servers = std::max<int>(1, static_cast<int>(spec.servers.size()));
+  if (spec.world_size > options.num_servers) options.num_servers = spec.world_size;
   options.num_workers = FLAGS_num_workers > 0 ? FLAGS_num_workers
-                                              : std::max<int>(1, spec->workers.size());
-  if (!FLAGS_endpoint.empty()) {
-    options.endpoint = FLAGS_endpoint;
-  } else if (spec->rank < static_cast<int>(spec->servers.size())) {
-    options.endpoint = spec->servers[spec->rank].ToString();
-  }
-  options.job = std::move(job).value();
-  auto auth = TransportAuth(*spec, options.job.distributed.auth);
-  if (!auth.ok()) {
-    LOG(ERROR) << "ps_server: " << auth.status().ToString();
-    return 2;
-  }
-  options.auth = std::move(auth).value();
-  // Set by fleetrun when it restarts this process (--max_restart).
-  if (const char* restart = std::getenv("FLEET_RESTART"); restart && std::atoi(restart) > 0) {
-    options.restarted = true;
-  }
+                                              : std::max<int>(1, spec.workers.size());
+  options.endpoint = ctx.listen_endpoint();
+  options.job = std::move(process->job);
+  options.auth = std::move(process->transport_auth);
+  options.restarted = ctx.restarted();
 
   auto server = PsServer::Create(std::move(options));
   if (!server.ok()) {
@@ -121,19 +94,13 @@ int PsServerMain(int argc, char** argv) {
     return 2;
   }
   running.store(server.value().get());
-  if (stop_early.load()) server.value()->RequestStop();
+  if (ctx.stop_requested().load()) server.value()->RequestStop();
 
-  // Before publishing, so a second server given this rank never replaces
-  // the first one's endpoint.
-  if (Status s = RegisterRank(*spec, bound.value(), kRegisterTimeout); !s.ok()) {
+  if (Status s = ctx.Announce(bound.value()); !s.ok()) {
     LOG(ERROR) << "ps_server: " << s.ToString();
     return 2;
   }
-  if (Status s = PublishEndpoint(*spec, bound.value()); !s.ok()) {
-    LOG(ERROR) << "ps_server: " << s.ToString();
-    return 2;
-  }
-  LOG(INFO) << "ps_server " << spec->rank << " listening on " << bound.value();
+  LOG(INFO) << "ps_server " << spec.rank << " listening on " << bound.value();
 
   // A server serves until told to stop; the loop bounds each wait and logs
   // the status line every --status_every_s.
@@ -152,7 +119,7 @@ int PsServerMain(int argc, char** argv) {
   }
   // The last interval's traffic too, so every request shows in some line.
   if (status_every.count() > 0) LOG(INFO) << server.value()->StatusLine();
-  Status saved = server.value()->Shutdown(/*save=*/!abandoned.load());
+  Status saved = server.value()->Shutdown(/*save=*/!ctx.ReceivedSignal(SIGINT));
   running.store(nullptr);
   return saved.ok() ? 0 : 1;
 }

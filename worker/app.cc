@@ -20,11 +20,12 @@
 #include "comm/cluster.h"
 #include "comm/collective.h"
 #include "comm/kv_store.h"
+#include "comm/process_context.h"
 #include "comm/program_help.h"
 #include "comm/progress_report.h"
-#include "comm/stop_signal.h"
 #include "ps/client.h"
 #include "ps/job_config.h"
+#include "ps/ps_process.h"
 #include "comm/file_system.h"
 #include "data/ctr_generator.h"
 #include "comm/file_io.h"
@@ -695,7 +696,8 @@ namespace {
 
 // Before any data is read: several workers meet through a KV store, and two
 // given the same rank are told now rather than failing later.
-Status JoinAsWorker(const ClusterSpec& spec) {
+Status JoinAsWorker(const ProcessContext& ctx) {
+  const ClusterSpec& spec = ctx.spec();
   if (spec.world_size > 1 && !spec.kv_endpoint) {
     return Status::InvalidArgument(
         absl::StrCat(spec.world_size, " workers meet through a KV store: give --kv_endpoint=ip:port ",
@@ -704,7 +706,7 @@ Status JoinAsWorker(const ClusterSpec& spec) {
   }
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  return RegisterRank(spec, absl::StrCat(host, " pid ", getpid()), std::chrono::seconds(10));
+  return ctx.ClaimRank(absl::StrCat(host, " pid ", getpid()));
 }
 
 ProgramHelp WorkerHelp() {
@@ -722,57 +724,41 @@ ProgramHelp WorkerHelp() {
 }  // namespace
 
 int PsWorkerMain(int argc, char** argv) {
-  // This program is a worker unless told otherwise (FLEET_ROLE still wins).
-  gflags::SetCommandLineOptionWithMode("role", "worker", gflags::SET_FLAGS_DEFAULT);
   if (std::optional<int> done = ParseFlagsOrHelp(WorkerHelp(), &argc, &argv, std::cout)) {
     return *done;
   }
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
-  // Before any thread exists (see StopSignalWatcher).
-  std::atomic<bool> stop{false};
-  StopSignalWatcher signals([&](int sig) {
+  ProcessContextOptions context{.program = "ps_worker", .role = Role::kWorker};
+  context.watch_stop_signals = true;
+  context.on_stop = [](int sig) {
     LOG(INFO) << "ps_worker: signal " << sig << ", stopping after the current step";
-    stop.store(true);
-  });
-
-  auto spec = ClusterSpecFromFlagsAndEnv(ProcessEnv());
-  if (!spec.ok()) {
-    LOG(ERROR) << "ps_worker: " << spec.status().ToString();
-    return 2;
-  }
-  auto job = ps::JobConfigFromFlagsAndEnv(ProcessEnv());
-  if (!job.ok()) {
-    LOG(ERROR) << "ps_worker: " << job.status().ToString();
-    return 2;
-  }
-  if (Status joined = JoinAsWorker(*spec); !joined.ok()) {
+  };
+  Result<ps::PsProcess> process = ps::StartPsProcess(std::move(context));
+  Status joined = process.ok() ? JoinAsWorker(*process->context) : process.status();
+  if (!joined.ok()) {
     LOG(ERROR) << "ps_worker: " << joined.ToString();
     return 2;
   }
+  const ProcessContext& ctx = *process->context;
+  const ClusterSpec& spec = ctx.spec();
   PsWorkerOptions o;
-  o.rank = spec->rank;
-  o.num_workers = spec->world_size;
-  o.job_id = spec->job_id;
-  o.restart_generation = spec->restart_generation;
-  if (spec->kv_endpoint) o.kv_endpoint = spec->kv_endpoint->ToString();
-  o.job = std::move(job).value();
-  o.stop = &stop;
+  o.rank = spec.rank;
+  o.num_workers = spec.world_size;
+  o.job_id = spec.job_id;
+  o.restart_generation = ctx.restart_generation();
+  if (spec.kv_endpoint) o.kv_endpoint = spec.kv_endpoint->ToString();
+  o.job = std::move(process->job);
+  o.stop = &ctx.stop_requested();
   std::atomic<bool> started{false};
   o.started = &started;
-  o.log_dir = spec->log_dir;
-  o.tensorboard_dir = tensorboard::TensorBoardDir(FLAGS_tensorboard_dir, spec->log_dir, true);
-  o.kv_auth = spec->credentials;
-  auto auth = TransportAuth(*spec, o.job.distributed.auth);
-  if (!auth.ok()) {
-    LOG(ERROR) << "ps_worker: " << auth.status().ToString();
-    return 2;
-  }
-  o.auth = std::move(auth).value();
-  auto servers = ResolveEndpoints(spec->servers, Role::kServer, *spec, o.job.distributed.timeout);
-  auto heters = servers.ok() ? ResolveEndpoints(spec->heter_workers, Role::kHeterWorker, *spec,
-                                                o.job.distributed.timeout)
+  o.log_dir = spec.log_dir;
+  o.tensorboard_dir = tensorboard::TensorBoardDir(FLAGS_tensorboard_dir, spec.log_dir, true);
+  o.kv_auth = ctx.kv_auth();
+  o.auth = std::move(process->transport_auth);
+  auto servers = ctx.PeerEndpoints(Role::kServer, o.job.distributed.timeout);
+  auto heters = servers.ok() ? ctx.PeerEndpoints(Role::kHeterWorker, o.job.distributed.timeout)
                              : servers.status();
   if (!heters.ok()) {
     LOG(ERROR) << "ps_worker: " << heters.status().ToString();
@@ -780,7 +766,7 @@ int PsWorkerMain(int argc, char** argv) {
   }
   o.servers = std::move(servers).value();
   o.heter_workers = std::move(heters).value();
-  LOG(INFO) << "ps_worker: " << spec->ToString();
+  LOG(INFO) << "ps_worker: " << spec.ToString();
 
   auto report = RunPsWorker(o);
   if (!report.ok()) {

@@ -80,8 +80,8 @@ struct PsWorkerOptions {
   int restart_generation = 0;
   // The job's credentials: kv_auth signs KV store requests; auth is the
   // credentials of its ZeroMQ traffic (servers, heter workers). Null:
-  // unsigned / plain TCP. ps_worker sets kv_auth from the ClusterSpec and
-  // auth from TransportAuth (comm/cluster.h).
+  // unsigned / plain TCP. ps_worker sets kv_auth from its ProcessContext
+  // and auth from PsProcess::transport_auth (ps/ps_process.h).
   std::shared_ptr<const JobAuth> kv_auth;
   std::shared_ptr<const JobAuth> auth;
   ps::JobConfig job;

@@ -91,16 +91,11 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
     return Fail(err, spec, Status::InvalidArgument("no config: give -c FILE"), kExitUsage);
   }
 
-  const EnvLookup env = trainer::collective::CollectiveProcessEnv();
-  Result<ClusterSpec> parsed = ClusterSpecFromFlagsAndEnv(env);
-  if (!parsed.ok()) return Fail(err, spec, parsed.status(), kExitUsage);
-  spec = *parsed;
-  if (spec.role != Role::kCollective) {
-    return Fail(err, spec,
-                Status::InvalidArgument("gpt_pretrain runs as a collective rank, not as",
-                                        std::string(RoleName(spec.role))),
-                kExitUsage);
-  }
+  Result<std::unique_ptr<ProcessContext>> context =
+      trainer::collective::CollectiveRankContext("gpt_pretrain");
+  if (!context.ok()) return Fail(err, spec, context.status(), kExitUsage);
+  spec = (*context)->spec();
+  const EnvLookup& env = (*context)->env();
   if (FLAGS_dry_run) config_args->overrides.push_back("Engine.dry_run=true");
 
   // A dry run sizes the config as written (e.g. 6.7B on 16 ranks) on
@@ -123,12 +118,9 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
 
   // The rank's device: fleetrun's (or --device's) GPU, or cuda:0 for a
   // single process started by hand (ResolveRankDevice says which and why).
-  const bool device_given = !gflags::GetCommandLineFlagInfoOrDie("device").is_default ||
-                            env("FLEET_DEVICE").has_value();
   Result<std::string> device_text = trainer::collective::ResolveRankDevice(
-      config->global.device != trainer::config::Device::kCpu,
-      device_given ? std::optional<std::string>(spec.device) : std::nullopt, spec.world_size,
-      trainer::CudaDeviceCount());
+      config->global.device != trainer::config::Device::kCpu, (*context)->assigned_device(),
+      spec.world_size, trainer::CudaDeviceCount());
   if (!device_text.ok()) return Fail(err, spec, device_text.status(), kExitUsage);
   Result<trainer::Device> device = trainer::ParseDevice(*device_text);
   if (!device.ok()) return Fail(err, spec, device.status(), kExitUsage);

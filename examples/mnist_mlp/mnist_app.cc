@@ -168,17 +168,12 @@ int MnistMain(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
 
-  const EnvLookup env = trainer::collective::CollectiveProcessEnv();
-  ClusterSpec spec;
-  Result<ClusterSpec> parsed = ClusterSpecFromFlagsAndEnv(env);
-  if (!parsed.ok()) return Fail(spec, parsed.status(), kExitUsage);
-  spec = *parsed;
-  if (spec.role != Role::kCollective) {
-    return Fail(spec, Status::InvalidArgument("mnist_mlp runs as a collective rank, not as",
-                                              std::string(RoleName(spec.role))),
-                kExitUsage);
-  }
-  Result<trainer::Device> device = trainer::ParseDevice(trainer::collective::CanonicalDevice(spec.device));
+  Result<std::unique_ptr<ProcessContext>> context =
+      trainer::collective::CollectiveRankContext("mnist_mlp");
+  if (!context.ok()) return Fail(ClusterSpec(), context.status(), kExitUsage);
+  const ClusterSpec& spec = (*context)->spec();
+  const EnvLookup& env = (*context)->env();
+  Result<trainer::Device> device = trainer::ParseDevice((*context)->device());
   if (!device.ok()) return Fail(spec, device.status(), kExitUsage);
   Result<MnistOptions> options = OptionsFromFlags();
   if (!options.ok()) return Fail(spec, options.status(), kExitUsage);

@@ -1,0 +1,33 @@
+// PsProcess: what a parameter-server-mode program (ps_server, ps_worker,
+// heter_worker) knows before it starts: its process context
+// (comm/process_context.h), the job config (--config / FLEET_CONFIG with
+// --override / FLEET_OVERRIDES) and the credentials of its ZeroMQ traffic,
+// which the job config's Distributed.auth can turn off.
+//
+// Thread safety: StartPsProcess as ProcessContext::Create (before threads);
+// the result is a plain value.
+#pragma once
+
+#include <memory>
+
+#include "comm/job_auth.h"
+#include "comm/process_context.h"
+#include "comm/status.h"
+#include "ps/job_config.h"
+
+namespace fleet::ps {
+
+struct PsProcess {
+  std::unique_ptr<ProcessContext> context;  // never null
+  JobConfig job;
+  // TransportAuth(spec, job.distributed.auth): null for plain TCP.
+  std::shared_ptr<const JobAuth> transport_auth;
+};
+
+// ProcessContext::Create(options), then the job config and the transport
+// credentials. Errors: those of ProcessContext::Create, of
+// JobConfigFromFlagsAndEnv, and InvalidArgument from TransportAuth (auth on
+// but no job secret).
+Result<PsProcess> StartPsProcess(ProcessContextOptions options);
+
+}  // namespace fleet::ps
