@@ -46,14 +46,14 @@ struct ProcessContextOptions {
   Role role = Role::kWorker;
   // The program's --endpoint flag; empty when not given or not a flag of it
   // (listen_endpoint() then takes the role's list).
-  std::string endpoint_flag;
+  std::string endpoint_flag = {};
   // Whether SIGTERM and SIGINT become a stop request (stop_requested(),
   // WaitForStop) instead of killing the process. Programs that want it set
   // it; the collective ranks leave it off and die on a signal, as before.
   bool watch_stop_signals = false;
   // With watch_stop_signals: runs on the watcher thread for each signal,
   // after stop_requested() became true. May be empty.
-  std::function<void(int signal)> on_stop;
+  std::function<void(int signal)> on_stop = {};
   // Where the FLEET_* variables come from; tests pass EnvFromMap.
   EnvLookup env = ProcessEnv();
 };

@@ -116,7 +116,7 @@ struct WorkerTaskOptions {
   // lines read, ...") every `load_progress_every`, so a long load is not
   // silent. No callback, or an interval of 0: no lines.
   std::chrono::nanoseconds load_progress_every{0};
-  std::function<void(const std::string&)> load_progress;
+  std::function<void(const std::string&)> load_progress = {};
 };
 
 // A model ps_worker can train: how model.kind names it, how its config is

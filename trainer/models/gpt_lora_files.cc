@@ -131,7 +131,7 @@ void MergeGptLora(const GptConfig& config, std::span<const float> adapters,
   std::vector<std::array<size_t, kLoraTargets>> base(config.num_layers);
   size_t offset = 0;
   ForEachGptTensor(config, [&](GptTensor kind, int layer, int64_t rows, int64_t cols) {
-    for (int t = 0; t < kLoraTargets; ++t) {
+    for (int t = 0; layer >= 0 && t < kLoraTargets; ++t) {  // layer -1: not a block's tensor
       if (LoraBaseTensor(static_cast<LoraTarget>(t)) == kind) base[layer][t] = offset;
     }
     offset += static_cast<size_t>(rows * (cols ? cols : 1));
