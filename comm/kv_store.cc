@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "comm/endpoint.h"
+#include "comm/http_listen.h"
 
 namespace fleet {
 namespace {
@@ -223,13 +224,6 @@ void KvStoreServer::Impl::Install() {
   http.set_read_timeout(kReadTimeout);
   http.set_payload_max_length(kMaxBodyBytes);
   http.set_tcp_nodelay(true);
-  // httplib's default also sets SO_REUSEPORT, which lets a second server
-  // bind a port that is in use and silently take half the clients. Keep
-  // only SO_REUSEADDR (restart right after a stop) so a taken port fails.
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
   // On the headers, before any body is read: a request without a
   // well-formed, fresh credential, or whose body is too large or of unknown
   // length, is answered at once and its body never read.
@@ -439,12 +433,7 @@ Status KvStoreServer::Start() {
   FLEET_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(impl_->options.listen, "kv store listen address",
                                                     EndpointParseOptions{.allow_port_zero = true}));
   impl_->Install();
-  int port = ep.port;
-  if (port == 0) {
-    port = impl_->http.bind_to_any_port(ep.host);
-  } else if (!impl_->http.bind_to_port(ep.host, port)) {
-    port = -1;
-  }
+  const int port = BindHttpServer(impl_->http, ep.host, ep.port);
   if (port <= 0) {
     return Status::Unavailable("kv store cannot listen (port in use or address not local)",
                                impl_->options.listen);

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/numbers.h"
+#include "comm/http_listen.h"
 #include "comm/program_help.h"
 #include "comm/stop_signal.h"
 #include "comm/yaml_config.h"
@@ -145,9 +146,7 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Start(trainer::GptMo
                          CompletionScheduler::Create(model, scheduler, &server->metrics_));
   server->Routes();
   httplib::Server& http = *server->http_;
-  server->port_ = options.port == 0
-                      ? http.bind_to_any_port(options.host)
-                      : (http.bind_to_port(options.host, options.port) ? options.port : -1);
+  server->port_ = BindHttpServer(http, options.host, options.port);
   if (server->port_ < 0) {
     return Status::Unavailable("cannot listen on " + options.host + ":" +
                                std::to_string(options.port) + " (in use, or not this host's)");

@@ -3,11 +3,13 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "tests/child_process.h"
 #include "tests/comm/collective_test_util.h"
 
 namespace fleet {
@@ -20,6 +22,23 @@ using fleet::testing::UniqueJob;
 
 milliseconds Since(Clock::time_point t) {
   return std::chrono::duration_cast<milliseconds>(Clock::now() - t);
+}
+
+// Many ranks (or strangers) connecting at once are queued by the kernel
+// instead of dropped into SYN retries of 1, 3, 7 s: the listen backlog is
+// the system's, not httplib's 5. ss shows a listener's backlog as Send-Q.
+TEST(KvStoreTest, TheListenBacklogHoldsARendezvousOfManyRanks) {
+  if (fleet::testing::RunCommand("command -v ss").exit_code != 0) GTEST_SKIP() << "skipped: ss (iproute2) is missing";
+  KvStoreServer server(KvStoreServerOptions{});
+  ASSERT_TRUE(server.Start().ok());
+  const auto ss = fleet::testing::RunCommand("ss -ltnH 'sport = :" + std::to_string(server.port()) + "'");
+  ASSERT_EQ(ss.exit_code, 0) << ss.output;
+  std::istringstream fields(ss.output);
+  std::string state;
+  int queued = -1, backlog = -1;
+  fields >> state >> queued >> backlog;
+  EXPECT_EQ(state, "LISTEN") << ss.output;
+  EXPECT_GE(backlog, 128) << ss.output;
 }
 
 TEST(KvStoreTest, SetGetOverwriteDelete) {
