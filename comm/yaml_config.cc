@@ -244,9 +244,12 @@ Result<ConfigDocument> ConfigDocument::FromString(const std::string& yaml,
   return Build(source, &yaml);
 }
 
-ConfigDocument ConfigDocument::FromNode(YAML::Node root) {
+ConfigDocument ConfigDocument::FromNode(const YAML::Node& root) {
   ConfigDocument doc;
-  if (root.IsDefined() && !root.IsNull()) doc.root_ = root;
+  // A deep copy, read through const access only: yaml-cpp's node assignment
+  // and non-const lookups write the shared tree's memory bookkeeping, and
+  // the threads of an in-process job each parse the one job root.
+  if (root.IsDefined() && !root.IsNull()) doc.root_ = YAML::Clone(root);
   return doc;
 }
 

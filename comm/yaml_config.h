@@ -87,8 +87,9 @@ class ConfigDocument {
 
   // A document over a tree built elsewhere (a checkpoint manifest's table,
   // a test's YAML::Load): no `_base_`, no sources, errors name keys only.
-  // Shares the tree's nodes.
-  static ConfigDocument FromNode(YAML::Node root);
+  // Copies the tree, so documents may be built from one tree on several
+  // threads at once, and Override() never changes the tree.
+  static ConfigDocument FromNode(const YAML::Node& root);
 
   // Applies one "Key.sub=value" and records "-o Key.sub=value" as the
   // source of Key.sub and everything under it. Errors as ApplyOverride.

@@ -1,5 +1,8 @@
-#include "tests/child_process.h"
 #include "comm/yaml_config.h"
+
+#include <atomic>
+#include <thread>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -304,6 +307,36 @@ TEST(YamlConfigTest, FromNodeReadsATreeWithoutSources) {
   EXPECT_EQ(top.Finish().message(), "c: unknown key; the top level takes a, b");
   const ConfigDocument scalar = ConfigDocument::FromNode(YAML::Load("7"));
   EXPECT_THAT(ConfigSection(scalar, "").Finish().message(), HasSubstr("must be a map, got '7'"));
+}
+
+// The document owns a copy: overriding it leaves the tree alone, and
+// threads may build and read documents from one shared tree (the workers of
+// an in-process job each parse the job's root; sharing it crashed in
+// yaml-cpp's memory merge).
+TEST(YamlConfigTest, FromNodeCopiesTheTreeSoThreadsMayShareIt) {
+  const YAML::Node shared = YAML::Load("{a: 1, s: {x: 2, y: [1, 2, 3]}}");
+  ConfigDocument doc = ConfigDocument::FromNode(shared);
+  ASSERT_TRUE(doc.Override("a=5").ok());
+  ASSERT_TRUE(doc.Override("s.z=4").ok());
+  EXPECT_EQ(shared["a"].as<int>(), 1);
+  EXPECT_FALSE(shared["s"]["z"].IsDefined());
+
+  std::vector<std::thread> threads;
+  std::atomic<int> read{0};
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) {
+        ConfigDocument mine = ConfigDocument::FromNode(shared);
+        ConfigSection top(mine, "");
+        int a = 0;
+        if (top.Int("a", &a).ok() && a == 1) read.fetch_add(1);
+        (void)mine.Override("s.x=" + std::to_string(i));
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(read.load(), 8 * 300);
+  EXPECT_EQ(shared["s"]["x"].as<int>(), 2);
 }
 
 TEST(YamlConfigTest, ParseConfigArgsTakesFleetXFlags) {
