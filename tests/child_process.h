@@ -294,8 +294,9 @@ struct CommandResult {
   std::string output;
 };
 
+// The whole of a file, byte for byte ("" when it cannot be read).
 inline std::string ReadAll(const std::filesystem::path& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();

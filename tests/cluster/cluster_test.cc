@@ -43,7 +43,7 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using fleet::testing::FleetJob;
 using fleet::testing::NetnsCluster;
-using fleet::testing::ReadWholeFile;
+using fleet::testing::ReadAll;
 using std::chrono::seconds;
 
 constexpr int kA = 0, kB = 1, kC = 2;
@@ -437,7 +437,7 @@ TEST_F(ClusterTest, HostStartedAgainRejoinsUnderMaxRestart) {
         << j->Output();
   }
   const std::string log =
-      ReadWholeFile(dir_ / kHostNames[kC] / "log" / job_id_ / "workerlog.1");
+      ReadAll(dir_ / kHostNames[kC] / "log" / job_id_ / "workerlog.1");
   EXPECT_NE(log.find("rejoined at step"), std::string::npos) << log;
 }
 

@@ -26,12 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using testing::ReadAll;
 
 // fleetrun as a child process, its output (stdout and stderr) in a file.
 class Fleetrun {
@@ -43,7 +38,7 @@ class Fleetrun {
                                            .stderr_file = output.string(),
                                            .own_process_group = true}) {}
 
-  std::string output() const { return ReadFile(output_); }
+  std::string output() const { return ReadAll(output_); }
 
   // Waits until the output matches `pattern` (its first group returned), at
   // most `timeout`; empty when it never did or fleetrun ended first.
@@ -93,7 +88,7 @@ class HeterProcessTest : public ::testing::Test {
     const std::string gen = bin_ + "/gen_ctr_data --out_dir=" + (dir_ / "data").string() +
                             " --train_files=2 --test_files=1 --lines_per_file=75000 --seed=5 > " +
                             (dir_ / "gen.log").string() + " 2>&1";
-    ASSERT_EQ(testing::RunCommand(gen).exit_code, 0) << ReadFile(dir_ / "gen.log");
+    ASSERT_EQ(testing::RunCommand(gen).exit_code, 0) << ReadAll(dir_ / "gen.log");
   }
   void TearDown() override {
     if (std::getenv("FLEET_KEEP_TEST_DIR") == nullptr) fs::remove_all(dir_);
@@ -217,10 +212,10 @@ TEST_F(HeterProcessTest, WithMaxRestartTheJobFinishesAndReachesTheBar) {
   const double auc = HeldOutAuc(out, &oracle);
   EXPECT_GE(auc, oracle - 0.02) << out;
   // The restarted heter worker served again (its log has a second start).
-  const std::string log = ReadFile(dir_ / "log" / "heterlog.0");
+  const std::string log = ReadAll(dir_ / "log" / "heterlog.0");
   EXPECT_NE(log.find("==== fleetrun: restart 1 of heter_worker 0 ===="), std::string::npos) << log;
   const std::string after = log.substr(log.find("==== fleetrun: restart 1"));
-  const std::string other = ReadFile(dir_ / "log" / "heterlog.1");
+  const std::string other = ReadAll(dir_ / "log" / "heterlog.1");
   for (const std::string& served : {after, other}) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(served, m, std::regex(R"(stopped after ([0-9]+) micro-batches)")))

@@ -51,7 +51,7 @@ using std::chrono::milliseconds;
 using fleet::testing::ProcessAlive;
 using fleet::testing::RawConnection;
 using fleet::testing::ProcessesOfJob;
-using fleet::testing::ReadWholeFile;
+using fleet::testing::ReadAll;
 
 // What a job runs beyond the suite's base (ctr_dnn in sync mode on 2 servers
 // and 2 workers, a hung peer noticed after 3 s).
@@ -135,7 +135,7 @@ int KvPort(fleet::testing::FleetJob& job) {
 
 // Resident memory of process `pid` in KiB (VmRSS), -1 when unknown.
 int64_t ResidentKib(pid_t pid) {
-  const std::string status = ReadWholeFile("/proc/" + std::to_string(pid) + "/status");
+  const std::string status = ReadAll("/proc/" + std::to_string(pid) + "/status");
   std::smatch m;
   if (!std::regex_search(status, m, std::regex(R"(VmRSS:\s+(\d+) kB)"))) return -1;
   return std::stoll(m[1]);
@@ -199,18 +199,18 @@ class ChaosTest : public ::testing::Test {
   bool WaitForTraining(const std::string& name, const JobSpec& spec, Job& job) {
     const auto deadline = Clock::now() + std::chrono::seconds(30);
     while (Clock::now() < deadline) {
-      if (ReadWholeFile(job.output).find(spec.training_line) != std::string::npos) {
+      if (ReadAll(job.output).find(spec.training_line) != std::string::npos) {
         ReadProcesses(job);
         return true;
       }
       int status = 0;
       if (waitpid(job.fleetrun, &status, WNOHANG) == job.fleetrun) {
-        ADD_FAILURE() << name << ": fleetrun ended before training:\n" << ReadWholeFile(job.output);
+        ADD_FAILURE() << name << ": fleetrun ended before training:\n" << ReadAll(job.output);
         return false;
       }
       std::this_thread::sleep_for(milliseconds(50));
     }
-    ADD_FAILURE() << name << ": no training step within 30 s:\n" << ReadWholeFile(job.output);
+    ADD_FAILURE() << name << ": no training step within 30 s:\n" << ReadAll(job.output);
     kill(job.fleetrun, SIGTERM);
     waitpid(job.fleetrun, nullptr, 0);
     return false;
@@ -242,7 +242,7 @@ class ChaosTest : public ::testing::Test {
     o.left = job.Left();
     // The first line fleetrun wrote about the end, and the last line of the
     // log tail it printed after it (the failed process's own error).
-    o.output = ReadWholeFile(job.output);
+    o.output = ReadAll(job.output);
     const std::string& out = o.output;
     std::smatch m;
     if (std::regex_search(out, m, std::regex(R"(fleetrun: (received|\w+ \d+ \(pid \d+\))[^\n]*)"))) {
@@ -274,7 +274,7 @@ class ChaosTest : public ::testing::Test {
                  const JobSpec& spec = {}) {
     Job job = Start(name, spec);
     if (!WaitForTraining(name, spec, job)) return {};
-    EXPECT_EQ(job.pids.size(), spec.processes) << ReadWholeFile(job.output);
+    EXPECT_EQ(job.pids.size(), spec.processes) << ReadAll(job.output);
     inject(job);
     return Finish(name, job, Clock::now(), limit_s);
   }
@@ -312,8 +312,8 @@ TEST_F(ChaosTest, KillNineOfAWorkerFailsTheJobNamingIt) {
   // The job was abandoned: its servers stop without writing their tables
   // as if it had finished.
   for (const char* log : {"serverlog.0", "serverlog.1"}) {
-    EXPECT_NE(ReadWholeFile(o.logs / log).find("stopping without the final save"), std::string::npos)
-        << log << ":\n" << ReadWholeFile(o.logs / log);
+    EXPECT_NE(ReadAll(o.logs / log).find("stopping without the final save"), std::string::npos)
+        << log << ":\n" << ReadAll(o.logs / log);
   }
 }
 
@@ -355,8 +355,8 @@ TEST_F(ChaosTest, StoppedWorkerIsNoticedWithinTheTimeout) {
   EXPECT_TRUE(o.left.empty());
   // Stopping continues a stopped process, so it acts on SIGTERM instead of
   // being SIGKILLed after the grace period.
-  EXPECT_NE(ReadWholeFile(o.logs / "workerlog.1").find("ps_worker: signal 15"), std::string::npos)
-      << ReadWholeFile(o.logs / "workerlog.1");
+  EXPECT_NE(ReadAll(o.logs / "workerlog.1").find("ps_worker: signal 15"), std::string::npos)
+      << ReadAll(o.logs / "workerlog.1");
 }
 
 // A frozen server: the workers' calls to it fail, naming the server and its
@@ -392,9 +392,9 @@ TEST_F(ChaosTest, StoppedServerIsNoticedWithinABoundNamingIt) {
     EXPECT_TRUE(o.left.empty());
     // Continued by the stop, the frozen server acts on it: an abandoned
     // job's stop, without the final save.
-    EXPECT_NE(ReadWholeFile(o.logs / "serverlog.1").find("ps_server: signal 2, stopping without"),
+    EXPECT_NE(ReadAll(o.logs / "serverlog.1").find("ps_server: signal 2, stopping without"),
               std::string::npos)
-        << ReadWholeFile(o.logs / "serverlog.1");
+        << ReadAll(o.logs / "serverlog.1");
   }
 }
 
@@ -403,9 +403,9 @@ TEST_F(ChaosTest, CtrlCStopsEveryProcess) {
   EXPECT_EQ(o.exit_code, 128 + SIGINT);
   EXPECT_NE(o.message.find("received"), std::string::npos) << o.message;
   EXPECT_TRUE(o.left.empty());
-  EXPECT_NE(ReadWholeFile(o.logs / "serverlog.0").find("stopping without the final save"),
+  EXPECT_NE(ReadAll(o.logs / "serverlog.0").find("stopping without the final save"),
             std::string::npos)
-      << ReadWholeFile(o.logs / "serverlog.0");
+      << ReadAll(o.logs / "serverlog.0");
 }
 
 // kill -9 of a server while it writes the checkpoint of its graceful stop
@@ -451,7 +451,7 @@ TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
   fleet::testing::Child server(args, {.stdout_file = out.string(), .stderr_file = out.string()});
   const auto deadline = Clock::now() + std::chrono::seconds(30);
   std::optional<fleet::testing::Exit> ended;
-  while (Clock::now() < deadline && ReadWholeFile(out).find("listening on") == std::string::npos) {
+  while (Clock::now() < deadline && ReadAll(out).find("listening on") == std::string::npos) {
     if ((ended = server.Poll())) break;
     std::this_thread::sleep_for(milliseconds(20));
   }
@@ -459,7 +459,7 @@ TEST_F(ChaosTest, KillNineDuringACheckpointSaveKeepsThePreviousOne) {
     server.Kill(SIGTERM);
     ended = server.Wait(std::chrono::seconds(30));
   }
-  const std::string loaded = ReadWholeFile(out);
+  const std::string loaded = ReadAll(out);
   EXPECT_NE(loaded.find("server 0: loaded checkpoint " + save.string()), std::string::npos) << loaded;
   EXPECT_NE(loaded.find("listening on"), std::string::npos) << loaded;
   EXPECT_TRUE(ended->exited && ended->code == 0) << loaded;
@@ -650,7 +650,7 @@ TEST_F(ChaosTest, SecondJobOnALiveJobsLogDirIsRefused) {
   Job first = Start("log dir taken", spec);
   ASSERT_TRUE(WaitForTraining("log dir taken", spec, first));
   const fs::path worker_log = dir_ / "log" / first.job_id / "workerlog.0";
-  const std::string before = ReadWholeFile(worker_log);
+  const std::string before = ReadAll(worker_log);
   const auto start = Clock::now();
   fleet::testing::FleetJob second = fleet::testing::StartFleetrun(
       {bin_ + "/fleetrun", "--http_port=0", "--job_id=" + first.job_id, "--log_dir=" + (dir_ / "log").string(),
@@ -665,7 +665,7 @@ TEST_F(ChaosTest, SecondJobOnALiveJobsLogDirIsRefused) {
             std::string::npos)
       << said;
   EXPECT_EQ(said.find("started"), std::string::npos) << said;
-  EXPECT_EQ(ReadWholeFile(worker_log).rfind(before, 0), 0u) << "the first job's log was rewritten";
+  EXPECT_EQ(ReadAll(worker_log).rfind(before, 0), 0u) << "the first job's log was rewritten";
   AddRow("second job, same log dir", *rc, seconds, said.substr(0, said.find('\n')));
   Outcome o = Finish("first job, log dir kept", first, Clock::now(), 90);
   EXPECT_EQ(o.exit_code, 0) << o.output;

@@ -27,18 +27,11 @@
 
 namespace fleet::testing {
 
-inline std::string ReadWholeFile(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Running and not a zombie (a zombie whose parent does not reap it runs
 // nothing).
 inline bool ProcessAlive(pid_t pid) {
   if (kill(pid, 0) != 0) return false;
-  const std::string stat = ReadWholeFile("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
   const size_t paren = stat.rfind(')');
   return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
 }
@@ -52,7 +45,7 @@ inline std::vector<pid_t> ProcessesOfJob(const std::string& job_id) {
     const std::string name = entry.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     const pid_t pid = std::stoi(name);
-    std::string env = ReadWholeFile(entry.path() / "environ");
+    std::string env = ReadAll(entry.path() / "environ");
     env.push_back('\0');
     if (env.find(needle) != std::string::npos && ProcessAlive(pid)) out.push_back(pid);
   }
@@ -79,7 +72,7 @@ struct FleetJob {
   // lines (the latest pid of each process); see ReadPids.
   std::map<std::string, pid_t> pids;
 
-  std::string Output() const { return ReadWholeFile(output); }
+  std::string Output() const { return ReadAll(output); }
 
   void ReadPids() {
     const std::string out = Output();

@@ -141,8 +141,8 @@ class RestartTest : public ::testing::Test {
     EXPECT_NE(out.find("restarting (1 of 1)"), std::string::npos) << out;
     EXPECT_NE(job.pids["server 1"], victim) << "no restarted server 1 in fleetrun's output\n" << out;
     const std::string serverlog =
-        testing::ReadWholeFile(dir_ / "log" / job.job_id / "serverlog.1") +
-        testing::ReadWholeFile(dir_ / "log" / "serverlog.1");
+        testing::ReadAll(dir_ / "log" / job.job_id / "serverlog.1") +
+        testing::ReadAll(dir_ / "log" / "serverlog.1");
     EXPECT_NE(serverlog.find("lost 0 acknowledged updates"), std::string::npos) << serverlog;
     if (!name_recovery_dir_) {
       EXPECT_NE(out.find("without server.recovery_dir: servers keep their push log and recovery checkpoints in " +
@@ -185,7 +185,7 @@ class RestartTest : public ::testing::Test {
     while (!std::regex_search(workerlog, m, rejoined) && !job.Ended() &&
            Clock::now() - killed < std::chrono::seconds(60)) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      workerlog = testing::ReadWholeFile(log);
+      workerlog = testing::ReadAll(log);
     }
     const double rejoin_s = std::chrono::duration<double>(Clock::now() - killed).count();
     ASSERT_FALSE(m.empty()) << workerlog << job.Output();
@@ -203,7 +203,7 @@ class RestartTest : public ::testing::Test {
     double auc_kill = 0;
     const double kill_s = RunToEnd(job, run.start, bar, &auc_kill);
     const std::string out = job.Output();
-    workerlog = testing::ReadWholeFile(log);
+    workerlog = testing::ReadAll(log);
     EXPECT_NE(out.find("worker 1 (pid " + std::to_string(victim) + ") was killed by signal 9"),
               std::string::npos)
         << out;
