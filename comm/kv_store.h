@@ -39,7 +39,7 @@ struct KvStoreServerOptions {
   // The job's credentials: when set, only signed requests are served (see
   // the top of this file). Null (default): anyone reaching the port may read
   // and write every key (auth off, trusted networks only).
-  std::shared_ptr<const JobAuth> auth;
+  std::shared_ptr<const JobAuth> auth = nullptr;
   // How far a request's timestamp may be from the server's clock. Wider
   // tolerates worse clock skew between machines; a captured request can be
   // replayed by nobody (nonces are remembered for this long).
@@ -47,12 +47,12 @@ struct KvStoreServerOptions {
   // When set, GET /metrics answers its text (Prometheus exposition format),
   // guarded like every route; called on a server thread, so it must be
   // thread-safe.
-  std::function<std::string()> metrics;
+  std::function<std::string()> metrics = nullptr;
   // When set, told of every request refused for its credential (401/403):
   // the peer's address and why. Called on a server thread, so it must be
   // thread-safe. fleetrun fails a job at once when one of its hosts is
   // refused (launch/peer_watch.h).
-  std::function<void(const std::string& remote_address, const std::string& why)> on_refused;
+  std::function<void(const std::string& remote_address, const std::string& why)> on_refused = nullptr;
 };
 
 // Thread-safe. Serves on its own threads from Start() until Stop() or
@@ -85,7 +85,7 @@ struct KvStoreClientOptions {
   // The job's credentials: every request is signed with them. Null: requests
   // go unsigned, which a server with auth answers with 401 (reported as
   // FailedPrecondition naming the missing secret).
-  std::shared_ptr<const JobAuth> auth;
+  std::shared_ptr<const JobAuth> auth = nullptr;
   // The local IPv4 address requests come from; "" lets the kernel choose.
   // A host with several addresses names the one the job knows it by, so
   // the server sees (and reports refusals under) that address.

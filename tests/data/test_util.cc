@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 
 #include "data/ctr_reader.h"
+#include "tests/child_process.h"
 
 namespace fleet::data::testing {
 
@@ -44,11 +44,8 @@ void WriteGzip(const std::string& path, std::string_view bytes) {
 }
 
 std::string ReadPlain(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EXPECT_TRUE(in.good()) << "reading " << path;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  EXPECT_TRUE(std::filesystem::is_regular_file(path)) << "reading " << path;
+  return fleet::testing::ReadAll(path);
 }
 
 std::string CriteoLine(int i) {

@@ -34,13 +34,9 @@ namespace fleet::trainer {
 namespace {
 
 namespace fs = std::filesystem;
+using fleet::testing::ReadAll;
 
 constexpr char kPython[] = "/usr/bin/python3";
-
-std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 void WriteFile(const fs::path& p, const std::string& bytes) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
@@ -88,7 +84,7 @@ struct Expected {
 };
 
 Expected ReadExpected(const fs::path& dir) {
-  const nlohmann::json doc = nlohmann::json::parse(ReadFile(dir / "expected.json"));
+  const nlohmann::json doc = nlohmann::json::parse(ReadAll(dir / "expected.json"));
   return {doc["tokens"].get<std::vector<int32_t>>(),
           doc["logits"].get<std::vector<std::vector<double>>>()};
 }
@@ -181,18 +177,18 @@ TEST(GptConvertProgramTest, ConvertsBothWaysAndRefusesBadCommandLines) {
         .exit_code;
   };
   EXPECT_EQ(run("--from_hf " + hf.string() + " --checkpoint " + (tmp.path() / "ck").string()), 0);
-  EXPECT_NE(ReadFile(tmp.path() / "out").find("28128 parameters: 2 layers"), std::string::npos);
+  EXPECT_NE(ReadAll(tmp.path() / "out").find("28128 parameters: 2 layers"), std::string::npos);
   // Back out needs the model's shape from a config; the tiny config's is another shape.
   EXPECT_EQ(run("--checkpoint " + (tmp.path() / "ck").string() + " --to_hf " +
                 (tmp.path() / "back").string()),
             2);
-  EXPECT_NE(ReadFile(tmp.path() / "err").find("--to_hf needs -c CONFIG"), std::string::npos);
+  EXPECT_NE(ReadAll(tmp.path() / "err").find("--to_hf needs -c CONFIG"), std::string::npos);
   EXPECT_EQ(run("-c " + fleet::testing::SourcePath("configs/gpt/pretrain_gpt_tiny.yaml") +
                 " --checkpoint " + (tmp.path() / "ck").string() + " --to_hf " +
                 (tmp.path() / "back").string()),
             1);
-  EXPECT_NE(ReadFile(tmp.path() / "err").find("wte"), std::string::npos)
-      << ReadFile(tmp.path() / "err");
+  EXPECT_NE(ReadAll(tmp.path() / "err").find("wte"), std::string::npos)
+      << ReadAll(tmp.path() / "err");
   EXPECT_EQ(run("--from_hf " + hf.string() + " --to_hf x --checkpoint y"), 2);
   EXPECT_EQ(run("--from_hf " + hf.string() + " --checkpoint y --dtype int8"), 2);
 }
@@ -227,7 +223,7 @@ std::string Safetensors(const std::string& header, size_t data_bytes) {
 TEST(SafetensorsTest, EveryTruncationIsCorruptionNamingTheFile) {
   TempDir tmp;
   WriteTiny(tmp.path() / "hf");
-  const std::string bytes = ReadFile(tmp.path() / "hf" / kHfWeightsFile);
+  const std::string bytes = ReadAll(tmp.path() / "hf" / kHfWeightsFile);
   const fs::path cut = tmp.path() / "cut.safetensors";
   for (size_t n = 0; n < bytes.size(); n += (n < 64 ? 1 : 37)) {
     WriteFile(cut, bytes.substr(0, n));
@@ -321,7 +317,7 @@ TEST(GptHfTest, ConfigSettingsGptModelCannotComputeAreRefusedByKey) {
   TempDir tmp;
   WriteTiny(tmp.path() / "hf");
   const fs::path cfg = tmp.path() / "hf" / kHfConfigFile;
-  const nlohmann::json good = nlohmann::json::parse(ReadFile(cfg));
+  const nlohmann::json good = nlohmann::json::parse(ReadAll(cfg));
   const struct {
     const char* key;
     nlohmann::json value;
@@ -355,7 +351,7 @@ TEST(GptHfTest, TensorsThatDoNotFitTheConfigAreNamed) {
   const fs::path dir = tmp.path() / "hf";
   WriteTiny(dir);
   const fs::path cfg = dir / kHfConfigFile;
-  const std::string good = ReadFile(cfg);
+  const std::string good = ReadAll(cfg);
   const auto load_error = [&] { return ReadHfGpt2Dir(dir.string()).status().ToString(); };
   ASSERT_EQ(load_error(), "OK");
 
