@@ -23,8 +23,18 @@ namespace fleet::examples::gpt {
 
 using trainer::config::GptJobConfig;
 
-std::string DefaultDevice(const GptJobConfig& config) {
-  return config.global.device == trainer::config::Device::kCpu ? "cpu" : "cuda:0";
+Result<InferenceCompute> CreateInferenceCompute(const GptJobConfig& config,
+                                                const std::string& device_flag, int threads,
+                                                const std::string& program, std::ostream& err) {
+  InferenceCompute out;
+  out.device = !device_flag.empty()                                      ? device_flag
+               : config.global.device == trainer::config::Device::kCpu ? "cpu"
+                                                                         : "cuda:0";
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  FLEET_ASSIGN_OR_RETURN(out.compute, trainer::CreateGptCompute(
+                                          out.device, config.engine.mix_precision.precision, threads));
+  if (!out.compute.precision_note.empty()) err << program << ": " << out.compute.precision_note << "\n";
+  return out;
 }
 
 Result<std::unique_ptr<trainer::GptModel>> LoadGptModel(const GptJobConfig& config,
@@ -181,19 +191,15 @@ int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std
     err << "gpt_generate: " << config.status().ToString() << "\n";
     return 2;
   }
-  const int threads =
-      flags->threads > 0 ? flags->threads : std::max(1u, std::thread::hardware_concurrency());
-  const std::string device = flags->device.empty() ? DefaultDevice(*config) : flags->device;
-  Result<trainer::GptCompute> compute =
-      trainer::CreateGptCompute(device, config->engine.mix_precision.precision, threads);
+  Result<InferenceCompute> compute =
+      CreateInferenceCompute(*config, flags->device, flags->threads, "gpt_generate", err);
   if (!compute.ok()) {
     err << "gpt_generate: " << compute.status().ToString() << "\n";
     return 1;
   }
-  if (!compute->precision_note.empty()) err << "gpt_generate: " << compute->precision_note << "\n";
   const uint64_t seed = flags->seed ? *flags->seed : static_cast<uint64_t>(config->global.seed);
   Result<GeneratedText> text =
-      GenerateText(*config, flags->checkpoint, *flags->prompt, seed, &*compute);
+      GenerateText(*config, flags->checkpoint, *flags->prompt, seed, &compute->compute);
   if (!text.ok()) {
     err << "gpt_generate: " << text.status().ToString() << "\n";
     return 1;

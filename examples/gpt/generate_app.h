@@ -53,8 +53,18 @@ struct GeneratedText {
   bool context_full = false;
 };
 
-// The device a config asks for: "cpu" for Global.device cpu, "cuda:0" for gpu.
-std::string DefaultDevice(const trainer::config::GptJobConfig& config);
+// The compute an inference program (gpt_generate, gpt_serve) runs on: the
+// device its --device flag names ("" for the config's Global.device: "cpu"
+// or "cuda:0"), in the config's precision, on cpu with `threads` threads (0:
+// all cores, which sets OpenBLAS to one thread process-wide). A precision
+// note (e.g. bf16 asked for on cpu) goes to `err` prefixed with `program`.
+struct InferenceCompute {
+  std::string device;
+  trainer::GptCompute compute;
+};
+Result<InferenceCompute> CreateInferenceCompute(const trainer::config::GptJobConfig& config,
+                                                const std::string& device_flag, int threads,
+                                                const std::string& program, std::ostream& err);
 
 // Builds config.model on `compute` (CreateGptCompute's backend and twin, not
 // owned, must outlive the model) and loads the parameters of

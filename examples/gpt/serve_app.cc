@@ -397,24 +397,20 @@ int GptServeMain(const std::vector<std::string>& args, std::ostream& out, std::o
     err << "gpt_serve: " << status.ToString() << "\n";
     return 1;
   };
-  const int threads =
-      flags->threads > 0 ? flags->threads : std::max(1u, std::thread::hardware_concurrency());
-  const std::string device = flags->device.empty() ? DefaultDevice(*config) : flags->device;
-  Result<trainer::GptCompute> compute =
-      trainer::CreateGptCompute(device, config->engine.mix_precision.precision, threads);
+  Result<InferenceCompute> compute =
+      CreateInferenceCompute(*config, flags->device, flags->threads, "gpt_serve", err);
   if (!compute.ok()) return fail(compute.status());
-  if (!compute->precision_note.empty()) err << "gpt_serve: " << compute->precision_note << "\n";
   Result<std::unique_ptr<data::Tokenizer>> tokenizer =
       data::OpenConfiguredTokenizer(config->data.train.dataset);
   if (!tokenizer.ok()) return fail(tokenizer.status());
   Result<std::unique_ptr<trainer::GptModel>> model =
-      LoadGptModel(*config, flags->checkpoint, &*compute);
+      LoadGptModel(*config, flags->checkpoint, &compute->compute);
   if (!model.ok()) return fail(model.status());
   Result<std::unique_ptr<CompletionServer>> server =
       CompletionServer::Start(model->get(), tokenizer->get(), flags->serve);
   if (!server.ok()) return fail(server.status());
   err << "gpt_serve: listening on http://" << flags->serve.host << ":" << (*server)->port()
-      << " (device " << device << ", max_batch " << flags->serve.scheduler.max_batch << ")"
+      << " (device " << compute->device << ", max_batch " << flags->serve.scheduler.max_batch << ")"
       << std::endl;
   {
     // Serving until a signal: nothing else is awaited, so no deadline.
