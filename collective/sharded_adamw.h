@@ -38,8 +38,10 @@
 // shared-memory group), overlapping the backward of earlier blocks.
 // With clipping off and no loss scaler the update of the bucket's piece
 // (host gradients -> master, m, v -> compute parameters) runs there too,
-// right after the copy, with BeginStep's learning rate and step number;
-// Step then finds the updates done (FinishGradients' bounded wait covers
+// right after the copy, with BeginStep's learning rate and step number
+// (beside backward with a communication thread; with a shared-memory group,
+// which reduces on the caller's thread, between blocks of backward); Step
+// then finds the updates done (FinishGradients' bounded wait covers
 // them), gathers the parameters and counts the step. This is exact: a
 // bucket is reduced only once backward has finished every tensor in it, and
 // backward reads no parameter of a finished tensor again (the tied
