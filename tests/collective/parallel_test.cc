@@ -330,6 +330,26 @@ TEST(TensorParallelTest, Mp2AndMp2TimesDp2MatchOneProcess) {
   }
 }
 
+// Tensor parallelism with the offloaded update running as each bucket is
+// reduced (clipping off): the model-parallel split changes only the norm and
+// the checkpoint layout, neither used here, so the same tolerances hold.
+TEST(TensorParallelTest, Mp2TimesSharding2OffloadWithoutClippingMatchesOneProcess) {
+  const std::string no_clip = "Optimizer.grad_clip.clip_norm=0";
+  std::vector<RankRun> one = Train(TinyJob(1, FreshDir("one"), {no_clip}), 1);
+  const std::string name = "mp2 x sharding2 stage 3 + offload, no clipping";
+  std::vector<RankRun> runs =
+      Train(TinyJob(4, FreshDir("tp"),
+                    Mp2({"Distributed.sharding.sharding_degree=2",
+                         "Distributed.sharding.sharding_stage=3",
+                         "Distributed.sharding.sharding_offload=True", no_clip})),
+            4);
+  ExpectClose(MeanLosses(runs), AsDouble(one[0].report.step_losses), kLossRel, name);
+  ExpectParamsClose(runs[0].report.params, one[0].report.params, name, kTensorParallelParamAbs);
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_EQ(runs[r].report.params, runs[0].report.params) << name << ": rank " << r;
+  }
+}
+
 // gpt_generate's library on one process reads the checkpoint of a
 // tensor-parallel run in `dir`: the whole model it loads is the one the run
 // trained (`trained`, gathered), and it generates from it.
