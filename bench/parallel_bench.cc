@@ -1,10 +1,11 @@
 // parallel_bench: GPT pretraining on 2 CPU ranks (threads over one
-// shared-memory group) under each sharding combination and tensor
-// parallelism, beside plain data parallel in the same run: step time and
-// the bytes each rank hands to its collectives per step.
+// shared-memory group, or a Gloo group with --collective=gloo) under each
+// sharding combination and tensor parallelism, beside plain data parallel in
+// the same run: step time and the bytes each rank hands to its collectives
+// per step.
 //
 //   combinations: dp 2 (the reference), sharding 2 at stages 1, 2 and 3,
-//                 stage 3 with the optimizer offloaded, mp 2 (Megatron
+//                 stages 1 and 3 with the optimizer offloaded, mp 2 (Megatron
 //                 tensor parallelism: both ranks run the whole global
 //                 batch on half the model)
 //   model:        configs/gpt/pretrain_gpt_tiny.yaml (4 layers, hidden 256,
@@ -23,6 +24,7 @@
 // backward, against data parallel's one all-reduce of the gradients.
 //
 //   parallel_bench [--config=configs/gpt/pretrain_gpt_tiny.yaml] [--steps=20] [--warmup=5]
+//                  [--collective=shm|gloo] [--only=offload]
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -37,6 +39,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
+#include "comm/gloo_collective.h"
 #include "comm/kv_store.h"
 #include "comm/shm_collective.h"
 #include "collective/gpt_pretrain.h"
@@ -47,6 +50,12 @@ DEFINE_string(config, "configs/gpt/pretrain_gpt_tiny.yaml",
               "GPT config to train (run from the repo root).");
 DEFINE_int32(steps, 20, "Steps per combination.");
 DEFINE_int32(warmup, 5, "Steps not timed nor counted at the start of each combination.");
+DEFINE_string(collective, "shm",
+              "The ranks' group: shm (shared memory, reduced on the rank's own thread) or gloo "
+              "(reduced on a communication thread, beside backward).");
+DEFINE_string(only, "",
+              "When set, only data parallel (the reference) and the combinations whose label "
+              "contains this string.");
 
 namespace fleet::bench {
 namespace {
@@ -103,6 +112,26 @@ void Check(const Status& st, const std::string& what) {
   if (!st.ok()) LOG(FATAL) << what << ": " << st.ToString();
 }
 
+// Rank `rank` of 2 of combination `index`'s group (--collective).
+std::unique_ptr<Collective> JoinGroup(KvStoreClient& client, int index, int rank) {
+  if (FLAGS_collective == "gloo") {
+    GlooCollectiveOptions o;
+    o.group = absl::StrCat("combination", index);
+    o.rank = rank;
+    o.size = 2;
+    auto gloo = GlooCollective::Create(client, o);
+    Check(gloo.status(), "Gloo group");
+    return *std::move(gloo);
+  }
+  ShmCollectiveOptions o;
+  o.group = absl::StrCat("combination", index);
+  o.rank = rank;
+  o.size = 2;
+  auto shm = ShmCollective::Create(client, o);
+  Check(shm.status(), "shared-memory group");
+  return *std::move(shm);
+}
+
 std::vector<RankResult> RunCombination(KvStoreServer& kv, const Combination& c, int index) {
   // A fresh checkpoint directory: the run saves at its end, and must not
   // resume from an earlier run's save.
@@ -128,13 +157,7 @@ std::vector<RankResult> RunCombination(KvStoreServer& kv, const Combination& c, 
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
       KvStoreClient client(kv.endpoint(), "parallel_bench");
-      ShmCollectiveOptions o;
-      o.group = absl::StrCat("combination", index);
-      o.rank = rank;
-      o.size = 2;
-      auto shm = ShmCollective::Create(client, o);
-      Check(shm.status(), "shared-memory group");
-      CountingCollective group(*std::move(shm));
+      CountingCollective group(JoinGroup(client, index, rank));
       trainer::collective::GptPretrainOptions options;
       size_t bytes_at_warmup = 0;
       options.after_step = [&](int64_t step) {
@@ -156,9 +179,13 @@ std::vector<RankResult> RunCombination(KvStoreServer& kv, const Combination& c, 
 int Main() {
   PrintEnvironment("parallel_bench");
   CHECK_GT(FLAGS_steps, FLAGS_warmup + 1) << "--steps must exceed --warmup + 1";
+  if (FLAGS_collective != "shm" && FLAGS_collective != "gloo") {
+    std::fprintf(stderr, "--collective must be shm or gloo, not %s\n", FLAGS_collective.c_str());
+    return 1;
+  }
   KvStoreServer kv(KvStoreServerOptions{});
   Check(kv.Start(), "kv store");
-  const std::vector<Combination> combinations = {
+  std::vector<Combination> combinations = {
       {"dp 2 (reference)", {}},
       {"sharding 2, stage 1",
        {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1"}},
@@ -166,11 +193,25 @@ int Main() {
        {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=2"}},
       {"sharding 2, stage 3",
        {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3"}},
+      {"stage 1 + offload",
+       {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=1",
+        "Distributed.sharding.sharding_offload=True"}},
       {"stage 3 + offload",
        {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3",
         "Distributed.sharding.sharding_offload=True"}},
       {"mp 2 (tensor parallel)", {"Distributed.mp_degree=2"}},
   };
+  if (!FLAGS_only.empty()) {
+    std::vector<Combination> chosen = {combinations[0]};  // the reference
+    for (size_t i = 1; i < combinations.size(); ++i) {
+      if (combinations[i].label.find(FLAGS_only) != std::string::npos) {
+        chosen.push_back(combinations[i]);
+      }
+    }
+    combinations = std::move(chosen);
+  }
+  std::printf("ranks: 2 threads over %s, config %s\n", FLAGS_collective.c_str(),
+              FLAGS_config.c_str());
   std::vector<std::vector<RankResult>> runs;
   for (size_t i = 0; i < combinations.size(); ++i) {
     runs.push_back(RunCombination(kv, combinations[i], static_cast<int>(i)));

@@ -247,7 +247,11 @@ class DataParallel final : public ParamUseHooks {
   // (the communication thread, or the caller's inside grad_ready and
   // FinishGradients), once ReducedPiece(b) is final. Not with one process
   // (nothing is reduced). fn may use this object's const accessors, no
-  // other method. Set it before the first step.
+  // other method. It may also write bucket b's piece of the parameters (in
+  // the arena, or shard_params() at stage 3): this object reads them next in
+  // GatherParams, or in the unit's next all-gather, which backward does not
+  // start again once the unit's gradients are reported (sharded_adamw.h's
+  // offloaded update does this). Set it before the first step.
   void set_on_bucket_reduced(std::function<void(size_t bucket)> fn) {
     on_bucket_reduced_ = std::move(fn);
   }

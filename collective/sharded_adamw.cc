@@ -176,18 +176,36 @@ ShardedAdamWUpdater::ShardedAdamWUpdater(ParamArena* arena, GptKernels* kernels,
       master_(offloaded() ? state_backend()->AllocateFloats(state_floats_) : nullptr),
       host_grads_(offloaded() ? state_backend()->AllocateFloats(state_floats_) : nullptr),
       params_file_(std::make_unique<ParamsFileOptimizer>(arena)),
+      updates_on_reduction_(offloaded() && dp_->world_size() > 1 &&
+                            rule_.config().clip_norm == 0.0f && !scaler.has_value()),
       lr_(lr),
       scaler_(std::move(scaler)) {
-  if (offloaded()) {
-    // Each bucket's reduced gradients go to the host as soon as they are
-    // final, on the thread that reduced them, while backward goes on.
-    dp_->set_on_bucket_reduced([this](size_t b) {
-      const GradPiece piece = dp_->ReducedPiece(b);
-      arena_->backend()->CopyToHost(host_grads_.get() + piece.offset,
-                                    dp_->reduced_grads() + piece.offset,
-                                    piece.size() * sizeof(float));
-    });
+  if (offloaded()) dp_->set_on_bucket_reduced([this](size_t b) { OnBucketReduced(b); });
+}
+
+void ShardedAdamWUpdater::OnBucketReduced(size_t b) {
+  // The bucket's reduced gradients go to the host as soon as they are
+  // final, on the thread that reduced them, while backward goes on.
+  const GradPiece piece = dp_->ReducedPiece(b);
+  arena_->backend()->CopyToHost(host_grads_.get() + piece.offset,
+                                dp_->reduced_grads() + piece.offset, piece.size() * sizeof(float));
+  if (!updates_on_reduction_) return;
+  if (++reduced_this_step_ == dp_->buckets().size()) {
+    updates_before_last_reduction_ = updated_this_step_;
   }
+  // Nothing reads this piece's parameters again before Step (see the top of
+  // the header), so it is updated now, with the mean gradient and no clip.
+  UpdateOffloadedPiece(piece, step() + 1, dp_->reduced_grads_scale());
+  ++updated_this_step_;
+}
+
+void ShardedAdamWUpdater::UpdateOffloadedPiece(const GradPiece& piece, int64_t t,
+                                               float grad_scale) {
+  float* master = master_.get() + piece.offset;
+  rule_.Update(host_.kernels.get(), master, host_grads_.get() + piece.offset,
+               m_.get() + piece.offset, v_.get() + piece.offset, piece.begin, piece.end, t, lr_,
+               grad_scale);
+  arena_->backend()->CopyFromHost(DeviceParams(piece), master, piece.size() * sizeof(float));
 }
 
 ShardedAdamWUpdater::~ShardedAdamWUpdater() = default;
@@ -198,8 +216,23 @@ GradReadyFn ShardedAdamWUpdater::grad_ready(bool last_micro_batch) {
   return last_micro_batch ? dp_->grad_ready() : GradReadyFn();
 }
 
-Status ShardedAdamWUpdater::Step(float lr) {
+void ShardedAdamWUpdater::BeginStep(float lr) {
+  dp_->ZeroGrad();
+  lr_ = lr;
+  reduced_this_step_ = 0;
+  updated_this_step_ = 0;
+  updates_before_last_reduction_ = 0;
+}
+
+Status ShardedAdamWUpdater::Step() {
+  // Also waits for the updates running on reduction (they are part of each
+  // bucket's reduction task).
   FLEET_RETURN_IF_ERROR(dp_->FinishGradients());
+  if (updates_on_reduction_) {
+    CHECK_EQ(updated_this_step_, dp_->buckets().size())
+        << "a bucket's reduction finished without its update";
+    return FinishStep();
+  }
   const float* grads = dp_->reduced_grads();
   // What turns the reduced gradients into the mean gradient of the step.
   float scale = dp_->reduced_grads_scale();
@@ -245,29 +278,25 @@ Status ShardedAdamWUpdater::Step(float lr) {
       clip = ClipFactor(last_grad_norm_, rule_.config().clip_norm);
     }
   }
-  lr_ = lr;
   const int64_t t = step() + 1;
-  Backend* device = arena_->backend();
   for (const GradPiece& piece : dp_->pieces()) {
-    float* params = DeviceParams(piece);
-    float* m = m_.get() + piece.offset;
-    float* v = v_.get() + piece.offset;
     if (!offloaded()) {
-      rule_.Update(kernels_, params, grads + piece.offset, m, v, piece.begin, piece.end, t, lr,
-                   scale * clip);
+      rule_.Update(kernels_, DeviceParams(piece), grads + piece.offset, m_.get() + piece.offset,
+                   v_.get() + piece.offset, piece.begin, piece.end, t, lr_, scale * clip);
       continue;
     }
     // The gradients reached the host as their buckets were reduced (one
-    // process: now); the update goes into the master copy, the compute
-    // parameters back.
-    const size_t bytes = piece.size() * sizeof(float);
-    float* master = master_.get() + piece.offset;
-    float* host_grads = host_grads_.get() + piece.offset;
-    if (dp_->world_size() == 1) device->CopyToHost(host_grads, grads + piece.offset, bytes);
-    rule_.Update(host_.kernels.get(), master, host_grads, m, v, piece.begin, piece.end, t, lr,
-                 scale * clip);
-    device->CopyFromHost(params, master, bytes);
+    // process: now).
+    if (dp_->world_size() == 1) {
+      arena_->backend()->CopyToHost(host_grads_.get() + piece.offset, grads + piece.offset,
+                                    piece.size() * sizeof(float));
+    }
+    UpdateOffloadedPiece(piece, t, scale * clip);
   }
+  return FinishStep();
+}
+
+Status ShardedAdamWUpdater::FinishStep() {
   FLEET_RETURN_IF_ERROR(dp_->GatherParams());
   params_file_->Step();
   if (dp_->measures_resident()) {

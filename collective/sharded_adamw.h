@@ -33,9 +33,25 @@
 // gradients are copied to the host, updated into the master copy, and the
 // master copied back as the compute parameters (the arena's pieces, or stage
 // 3's shard). On CPU ranks the same code runs, host to host. Each bucket's
-// gradients are copied to the host as soon as it is reduced (on the thread
-// that reduced it, overlapping backward); the updates run after the last
-// bucket's reduction, since global-norm clipping needs every gradient.
+// gradients are copied to the host as soon as it is reduced, on the thread
+// that reduced it (the communication thread, or the caller's with a
+// shared-memory group), overlapping the backward of earlier blocks.
+// With clipping off and no loss scaler the update of the bucket's piece
+// (host gradients -> master, m, v -> compute parameters) runs there too,
+// right after the copy, with BeginStep's learning rate and step number
+// (beside backward with a communication thread; with a shared-memory group,
+// which reduces on the caller's thread, between blocks of backward); Step
+// then finds the updates done (FinishGradients' bounded wait covers
+// them), gathers the parameters and counts the step. This is exact: a
+// bucket is reduced only once backward has finished every tensor in it, and
+// backward reads no parameter of a finished tensor again (the tied
+// embedding and head is the table's first tensor, finished and reduced
+// last); at stage 3 the update writes the bucket's own pieces, which only
+// that unit's all-gather reads, and the unit is not acquired again in this
+// pass. With clipping or the loss scaler on, the updates still run in Step
+// after the last bucket: the clip factor and the overflow check need the
+// norm of every gradient. With one process nothing is reduced, and Step
+// copies and updates every piece.
 //
 // float16 (options.loss_scaler set): the losses are scaled by a
 // DynamicLossScaler (collective/loss_scaler.h) whose overflow check reuses the
@@ -144,9 +160,9 @@ class ShardedAdamWUpdater final : public GradientUpdater {
                                                              const std::string& name);
   ~ShardedAdamWUpdater() override;
 
-  void BeginStep() override { dp_->ZeroGrad(); }
+  void BeginStep(float lr) override;
   GradReadyFn grad_ready(bool last_micro_batch) override;
-  Status Step(float lr) override;
+  Status Step() override;
   int64_t step() const override;
   float learning_rate() const override { return lr_; }
   float loss_scale() const override { return scaler_ ? scaler_->scale() : 1.0f; }
@@ -169,6 +185,14 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   double last_grad_norm() const { return last_grad_norm_; }
   // Steps skipped for a float16 overflow so far (this run).
   int64_t skipped_steps() const { return skipped_steps_; }
+  // Whether each piece is updated as soon as its bucket is reduced (see the
+  // top of this file): offload, more than one rank, no clipping, no loss
+  // scaler.
+  bool updates_on_reduction() const { return updates_on_reduction_; }
+  // Of the last Step's pieces, how many were updated before its last bucket
+  // was reduced: the buckets less one when updates run on reduction, 0
+  // when they run in Step. For tests; read it after Step.
+  size_t updates_before_last_reduction() const { return updates_before_last_reduction_; }
 
  private:
   class ParamsFileOptimizer;
@@ -183,6 +207,15 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   float* DeviceParams(const GradPiece& piece) const;
   // Offload: the master copy takes the compute parameters (after a resume).
   void InitMaster();
+  // Offload: one AdamW step of a piece whose gradients are on the host
+  // (host_grads_), into the master copy, then the compute parameters.
+  void UpdateOffloadedPiece(const GradPiece& piece, int64_t t, float grad_scale);
+  // After the updates: the parameters gathered (stages 1 and 2), the step
+  // counted, the memory measured.
+  Status FinishStep();
+  // Offload: bucket b was reduced (on the reducing thread): its piece's
+  // gradients go to the host, and with updates_on_reduction() it is updated.
+  void OnBucketReduced(size_t b);
   std::string StateFileName(int64_t step, int rank, int files) const;
   // A run of moments: checkpoint (whole-model) floats [begin, end) are
   // m_/v_[offset, offset + end - begin).
@@ -229,8 +262,17 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   std::shared_ptr<float> master_, host_grads_;
   // The params file's optimizer: name "adamw", the step, no state buffers.
   const std::unique_ptr<ParamsFileOptimizer> params_file_;
+  const bool updates_on_reduction_;
 
+  // Written by the caller between steps (BeginStep) and read by the
+  // reducing thread during them; FinishGradients' wait orders the two.
   float lr_;
+  // Written by the reducing thread during a step, read by the caller after
+  // FinishGradients.
+  size_t reduced_this_step_ = 0;
+  size_t updated_this_step_ = 0;
+  size_t updates_before_last_reduction_ = 0;
+
   size_t measured_between_steps_ = 0;
   double last_grad_norm_ = 0.0;
   std::optional<DynamicLossScaler> scaler_;

@@ -246,7 +246,11 @@ Result<float> Loop::TrainStep(int64_t step) {
   const int64_t first = (step % spe) * layout_.global_batch + rank_ * B;
   // The batch's rows start arriving while the gradients are zeroed.
   task_.PrefetchBatch(std::span<const int64_t>(order_.data() + first, micro));
-  updater_->BeginStep();
+  // The learning rate is known before backward: an updater may apply it as
+  // each bucket's gradients are reduced.
+  const float lr =
+      options_.learning_rate_at ? options_.learning_rate_at(step) : updater_->learning_rate();
+  updater_->BeginStep(lr);
   float loss = 0.0f;
   for (int m = 0; m < k; ++m) {
     const auto t0 = Clock::now();
@@ -258,9 +262,7 @@ Result<float> Loop::TrainStep(int64_t step) {
                                                  updater_->loss_scale() / k));
     loss += micro_loss / k;
   }
-  const float lr =
-      options_.learning_rate_at ? options_.learning_rate_at(step) : updater_->learning_rate();
-  FLEET_RETURN_IF_ERROR(updater_->Step(lr));
+  FLEET_RETURN_IF_ERROR(updater_->Step());
   return loss;
 }
 

@@ -38,9 +38,8 @@ GradReadyFn ReplicatedUpdater::grad_ready(bool last_micro_batch) {
   return last_micro_batch ? dp_->grad_ready() : GradReadyFn();
 }
 
-Status ReplicatedUpdater::Step(float lr) {
+Status ReplicatedUpdater::Step() {
   FLEET_RETURN_IF_ERROR(dp_->FinishGradients());
-  optimizer_->set_learning_rate(lr);
   optimizer_->Step();
   return Status::OK();
 }

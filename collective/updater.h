@@ -10,9 +10,9 @@
 //     2), with checkpoints that reload under any sharding degree.
 //
 // A step, as the loop drives it:
-//   updater.BeginStep();                                  // zero gradients
+//   updater.BeginStep(lr);                                // zero gradients, the step's lr
 //   for m in micro-batches: task.ForwardBackward(updater.grad_ready(m == last), 1/k);
-//   updater.Step(lr);                                     // reduce, update, params equal
+//   updater.Step();                                       // reduce, update, params equal
 //   everywhere
 //
 // Thread safety: one thread (the loop's) drives an updater.
@@ -52,21 +52,25 @@ class GradientUpdater {
  public:
   virtual ~GradientUpdater() = default;
 
-  // Zeroes the gradients the next backward adds into.
-  virtual void BeginStep() = 0;
+  // Zeroes the gradients the next backward adds into; `lr` is the learning
+  // rate of this step, given before backward so that an updater may update
+  // a bucket's parameters as soon as its gradients are reduced
+  // (ShardedAdamWUpdater's offload).
+  virtual void BeginStep(float lr) = 0;
   // The callback for a micro-batch's backward. Only the last micro-batch
   // of a step reports its tensors (the gradients are final then), so the
   // reduction overlaps that backward.
   virtual GradReadyFn grad_ready(bool last_micro_batch) = 0;
   // Reduces what is left of the gradients (the mean over ranks), updates the
-  // parameters with learning rate `lr`, and leaves them identical on every
-  // rank; step() grows by one. Errors: the reduction's (naming the rank and
+  // parameters with BeginStep's learning rate (or waits for the updates
+  // already running), and leaves them identical on every rank; step() grows
+  // by one. Errors: the reduction's (naming the rank and
   // operation); the updater is unusable after one.
-  virtual Status Step(float lr) = 0;
+  virtual Status Step() = 0;
 
   // Optimizer steps taken (the global step).
   virtual int64_t step() const = 0;
-  // The learning rate of the last Step (or the configured one before).
+  // The learning rate of the last BeginStep (or the configured one before).
   virtual float learning_rate() const = 0;
   // The factor the next step's losses are multiplied by before backward
   // (float16's dynamic loss scale; 1 otherwise). The loop passes it, over
@@ -114,9 +118,12 @@ class ReplicatedUpdater final : public GradientUpdater {
                                                            const DataParallelOptions& options,
                                                            const std::string& name);
 
-  void BeginStep() override { dp_->ZeroGrad(); }
+  void BeginStep(float lr) override {
+    dp_->ZeroGrad();
+    optimizer_->set_learning_rate(lr);
+  }
   GradReadyFn grad_ready(bool last_micro_batch) override;
-  Status Step(float lr) override;
+  Status Step() override;
   int64_t step() const override { return optimizer_->step(); }
   float learning_rate() const override { return optimizer_->learning_rate(); }
   Status SumOverRanks(std::span<float> values) override { return dp_->SumOverRanks(values); }

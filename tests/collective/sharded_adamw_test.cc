@@ -1,7 +1,9 @@
-// ShardedAdamWUpdater on its own (one process, a small arena): its update
-// equals trainer::AdamW's, float16 loss scaling skips an overflowing step
-// and unscales the others, and its state files refuse every broken byte
-// with Corruption naming the file (the model's parameters stay as they were).
+// ShardedAdamWUpdater on its own (a small arena): its update equals
+// trainer::AdamW's, float16 loss scaling skips an overflowing step and
+// unscales the others, its state files refuse every broken byte with
+// Corruption naming the file (the model's parameters stay as they were),
+// and on 2 ranks (threads) the offloaded update runs as each bucket is
+// reduced when clipping is off, after backward when it is on.
 #include "collective/sharded_adamw.h"
 
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "comm/file_system.h"
+#include "tests/comm/collective_test_util.h"
 #include "trainer/models/adamw.h"
 #include "trainer/backend.h"
 #include "trainer/kernels/cpu_backend.h"
@@ -64,9 +67,9 @@ TEST(ShardedAdamWTest, OneProcessEqualsAdamW) {
   config.clip_norm = 0.5f;
   AdamW adamw(&theirs.arena, &theirs.kernels, config, 1e-2f);
   for (int step = 0; step < 5; ++step) {
-    updater->BeginStep();
+    updater->BeginStep(1e-2f);
     FillGrads(ours.arena, step, 1.0f);
-    ASSERT_TRUE(updater->Step(1e-2f).ok());
+    ASSERT_TRUE(updater->Step().ok());
     FillGrads(theirs.arena, step, 1.0f);
     adamw.Step();
   }
@@ -86,22 +89,22 @@ TEST(ShardedAdamWTest, Float16LossScalingUnscalesAndSkipsOverflow) {
 
   // Gradients computed with the loss scaled by a power of two update the
   // parameters exactly as the unscaled ones do.
-  updater->BeginStep();
+  updater->BeginStep(1e-2f);
   FillGrads(scaled.arena, 0, updater->loss_scale());
-  ASSERT_TRUE(updater->Step(1e-2f).ok());
-  reference->BeginStep();
+  ASSERT_TRUE(updater->Step().ok());
+  reference->BeginStep(1e-2f);
   FillGrads(plain.arena, 0, 1.0f);
-  ASSERT_TRUE(reference->Step(1e-2f).ok());
+  ASSERT_TRUE(reference->Step().ok());
   EXPECT_EQ(scaled.arena.ParamsToHost(), plain.arena.ParamsToHost());
   EXPECT_DOUBLE_EQ(updater->last_grad_norm(), reference->last_grad_norm());
 
   // An overflowing step changes nothing but the scale and the step count.
   const std::vector<float> before = scaled.arena.ParamsToHost();
-  updater->BeginStep();
+  updater->BeginStep(1e-2f);
   FillGrads(scaled.arena, 1, updater->loss_scale());
   const float inf = std::numeric_limits<float>::infinity();
   scaled.backend.CopyFromHost(scaled.arena.grads().data() + 3, &inf, sizeof(inf));
-  ASSERT_TRUE(updater->Step(1e-2f).ok());
+  ASSERT_TRUE(updater->Step().ok());
   EXPECT_EQ(scaled.arena.ParamsToHost(), before);
   EXPECT_EQ(updater->loss_scale(), 512.0f);
   EXPECT_EQ(updater->skipped_steps(), 1);
@@ -117,9 +120,9 @@ TEST(ShardedAdamWTest, BrokenStateFilesAreCorruptionNamingTheFile) {
     Fixture f;
     auto updater = MakeUpdater(f, {});
     for (int step = 0; step < 2; ++step) {
-      updater->BeginStep();
+      updater->BeginStep(1e-2f);
       FillGrads(f.arena, step, 1.0f);
-      ASSERT_TRUE(updater->Step(1e-2f).ok());
+      ASSERT_TRUE(updater->Step().ok());
     }
     ASSERT_TRUE(updater->Save(dir).ok());
   }
@@ -186,15 +189,15 @@ TEST(ShardedAdamWTest, FailedSaveKeepsThePreviousCheckpoint) {
     Fixture f;
     auto updater = MakeUpdater(f, options);
     for (int step = 0; step < 2; ++step) {
-      updater->BeginStep();
+      updater->BeginStep(1e-2f);
       FillGrads(f.arena, step, 1.0f);
-      ASSERT_TRUE(updater->Step(1e-2f).ok());
+      ASSERT_TRUE(updater->Step().ok());
     }
     ASSERT_TRUE(updater->Save(dir).ok());
     const std::vector<float> saved = f.arena.ParamsToHost();
-    updater->BeginStep();
+    updater->BeginStep(1e-2f);
     FillGrads(f.arena, 2, 1.0f);
-    ASSERT_TRUE(updater->Step(1e-2f).ok());
+    ASSERT_TRUE(updater->Step().ok());
     faulty.FailNth(op, nth);
     const Status st = updater->Save(dir);
     EXPECT_TRUE(st.IsIOError()) << st.ToString();
@@ -209,6 +212,95 @@ TEST(ShardedAdamWTest, FailedSaveKeepsThePreviousCheckpoint) {
     fs::create_directories(dir);
   }
   fs::remove_all(dir);
+}
+
+// Offload over 2 ranks, every tensor a bucket, backward reporting them last
+// first as a model does. Both ranks hold the same gradients, so their mean
+// is exact and the parameters must equal one process's bit for bit.
+struct OffloadRun {
+  std::vector<float> params;
+  bool updates_on_reduction = false;
+  std::vector<size_t> updates_before_last_reduction;  // per step
+};
+
+constexpr int kOffloadSteps = 4;
+float StepLr(int step) { return 1e-2f / static_cast<float>(step + 1); }
+
+OffloadRun TrainOffloaded(Collective* world, int degree, int stage, float clip_norm) {
+  Fixture f;
+  ShardedAdamWOptions options;
+  options.offload = true;
+  options.data_parallel.bucket_bytes = 1;  // one bucket per tensor
+  options.sharding = {degree, stage};
+  if (stage == 3) options.param_units = {{0, 1}, {1, 2}, {2, 3}};
+  AdamWConfig config;
+  config.clip_norm = clip_norm;
+  auto created = ShardedAdamWUpdater::Create({world, nullptr, nullptr}, &f.arena, &f.kernels,
+                                             config, StepLr(0), options, "m");
+  testing::ThrowIfError(created.status(), "creating the updater");
+  ShardedAdamWUpdater& updater = **created;
+  testing::ThrowIfError(updater.Resume({}), "starting");
+  OffloadRun run;
+  run.updates_on_reduction = updater.updates_on_reduction();
+  for (int step = 0; step < kOffloadSteps; ++step) {
+    updater.BeginStep(StepLr(step));
+    FillGrads(f.arena, step, 1.0f);
+    const GradReadyFn ready = updater.grad_ready(/*last_micro_batch=*/true);
+    for (size_t t = f.arena.num_tensors(); t > 0; --t) ready(t - 1, t);
+    testing::ThrowIfError(updater.Step(), "step");
+    run.updates_before_last_reduction.push_back(updater.updates_before_last_reduction());
+  }
+  testing::ThrowIfError(updater.MaterializeParams(), "gathering the parameters");
+  run.params = f.arena.ParamsToHost();
+  return run;
+}
+
+TEST(ShardedAdamWTest, OffloadUpdatesEachBucketAsItIsReducedWhenClippingIsOff) {
+  const OffloadRun one = TrainOffloaded(nullptr, 1, 1, 0.0f);
+  EXPECT_FALSE(one.updates_on_reduction);  // nothing is reduced
+  for (const std::string kind : {"gloo", "shm"}) {
+    for (const auto& [degree, stage] : {std::pair{1, 1}, {2, 1}, {2, 2}, {2, 3}}) {
+      SCOPED_TRACE(kind + " degree " + std::to_string(degree) + " stage " + std::to_string(stage));
+      std::vector<OffloadRun> runs(2);
+      testing::RunRanksOver(kind, 2, std::chrono::milliseconds(30000),
+                            [&, degree, stage](int rank, Collective& world) {
+                              runs[rank] = TrainOffloaded(&world, degree, stage, 0.0f);
+                            });
+      for (const OffloadRun& run : runs) {
+        EXPECT_TRUE(run.updates_on_reduction);
+        // 3 buckets: the first two were updated before the last was reduced.
+        EXPECT_EQ(run.updates_before_last_reduction,
+                  std::vector<size_t>(kOffloadSteps, 2));
+        EXPECT_EQ(run.params, one.params);
+      }
+    }
+  }
+}
+
+TEST(ShardedAdamWTest, OffloadWithClippingUpdatesAfterBackward) {
+  const OffloadRun one = TrainOffloaded(nullptr, 1, 1, 0.5f);
+  for (const auto& [degree, stage] : {std::pair{1, 1}, {2, 3}}) {
+    SCOPED_TRACE("degree " + std::to_string(degree) + " stage " + std::to_string(stage));
+    std::vector<OffloadRun> runs(2);
+    testing::RunGlooRanks(2, std::chrono::milliseconds(30000),
+                          [&, degree, stage](int rank, Collective& world) {
+                            runs[rank] = TrainOffloaded(&world, degree, stage, 0.5f);
+                          });
+    for (const OffloadRun& run : runs) {
+      EXPECT_FALSE(run.updates_on_reduction);
+      EXPECT_EQ(run.updates_before_last_reduction, std::vector<size_t>(kOffloadSteps, 0));
+      // The clip factor's sum of squares is summed over the shards at stage
+      // 3, in another order than one process's: equal up to that rounding.
+      ASSERT_EQ(run.params.size(), one.params.size());
+      for (size_t i = 0; i < one.params.size(); ++i) {
+        if (degree == 1) {
+          EXPECT_EQ(run.params[i], one.params[i]) << "parameter " << i;
+        } else {
+          EXPECT_NEAR(run.params[i], one.params[i], 1e-6f) << "parameter " << i;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

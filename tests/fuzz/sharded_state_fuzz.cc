@@ -43,9 +43,9 @@ const fs::path& Directory() {
     fs::create_directories(*d);
     Model model;
     for (int step = 0; step < 2; ++step) {
-      model.updater->BeginStep();
+      model.updater->BeginStep(1e-2f);
       model.arena.backend()->Fill(model.arena.grads().data(), model.arena.size(), 0.1f * (step + 1));
-      CHECK(model.updater->Step(1e-2f).ok());
+      CHECK(model.updater->Step().ok());
     }
     CHECK(model.updater->Save(*d).ok());
     return d;
