@@ -25,7 +25,9 @@ struct PsProcess {
 };
 
 // ProcessContext::Create(options), then the job config and the transport
-// credentials. Errors: those of ProcessContext::Create, of
+// credentials; also sets the process's malloc to keep 64 MiB of freed heap
+// per arena (M_TOP_PAD), so that the MiB-sized buffers of every step reuse
+// mapped pages. Errors: those of ProcessContext::Create, of
 // JobConfigFromFlagsAndEnv, and InvalidArgument from TransportAuth (auth on
 // but no job secret).
 Result<PsProcess> StartPsProcess(ProcessContextOptions options);
