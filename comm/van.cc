@@ -557,9 +557,19 @@ void Van::Impl::Greet(Connection& conn) {
   s.window = van_auth::ReplayWindow();
   s.greeted_at = std::chrono::steady_clock::now();
   s.unanswered_reported = false;
+  // Never blocks: this is the I/O thread, and a DEALER whose connection
+  // failed its ZeroMQ handshake (e.g. a CURVE server) has no pipe to queue
+  // into until it reconnects, so a blocking send would hang the Van (and
+  // its Stop) for good. A greeting not sent is reported by CheckGreetings
+  // like one not answered; the next connect greets again. Once the first
+  // part is queued, ZeroMQ takes the rest of the message.
   try {
-    conn.dealer.socket.send(zmq::buffer(van_auth::kHello), zmq::send_flags::sndmore);
-    conn.dealer.socket.send(zmq::buffer(s.id), zmq::send_flags::dontwait);
+    const auto more = zmq::send_flags::sndmore | zmq::send_flags::dontwait;
+    if (!conn.dealer.socket.send(zmq::buffer(van_auth::kHello), more) ||
+        !conn.dealer.socket.send(zmq::buffer(s.id), zmq::send_flags::dontwait)) {
+      LOG(WARNING) << "van: greeting " << conn.endpoint
+                   << " not sent: the connection takes no message yet";
+    }
   } catch (const zmq::error_t& e) {
     LOG(WARNING) << "van: greeting " << conn.endpoint << " failed: " << e.what();
   }
