@@ -95,6 +95,17 @@ void ExpectResumesExactly(const std::vector<RankRun>& resumed, const std::vector
   }
 }
 
+// Trains `ranks` ranks with `overrides` for 10 steps into a fresh
+// directory, resumes them there, and expects the uninterrupted run `whole`.
+void ExpectCutAtTenResumesExactly(int ranks, const std::vector<std::string>& overrides,
+                                  const std::vector<RankRun>& whole) {
+  const fs::path dir = FreshDir("cut");
+  std::vector<std::string> first = overrides;
+  first.push_back("Engine.max_steps=10");
+  Train(TinyJob(ranks, dir, first), ranks);
+  ExpectResumesExactly(Train(TinyJob(ranks, dir, overrides), ranks), whole, 10);
+}
+
 TEST(HybridParallelTest, DpTimesShardingMatchesOneProcess) {
   std::vector<RankRun> one = Train(TinyJob(1, FreshDir("one")), 1);
   const std::vector<double> want = AsDouble(one[0].report.step_losses);
@@ -202,12 +213,7 @@ TEST(ZeroStage3Test, OffloadMatchesOneProcessAndResumes) {
   EXPECT_EQ(m.optimizer_bytes, 0u);
   EXPECT_EQ(m.host_bytes, 4 * m.gradient_bytes);
 
-  const fs::path dir = FreshDir("cut");
-  std::vector<std::string> first = offload;
-  first.push_back("Engine.max_steps=10");
-  Train(TinyJob(2, dir, first), 2);
-  std::vector<RankRun> resumed = Train(TinyJob(2, dir, offload), 2);
-  ExpectResumesExactly(resumed, whole, 10);
+  ExpectCutAtTenResumesExactly(2, offload, whole);
 }
 
 // Offload with clipping off: each piece is updated as soon as its bucket is
@@ -228,12 +234,7 @@ TEST(ZeroStage3Test, OffloadWithoutClippingMatchesOneProcessAndResumes) {
     ExpectParamsClose(whole[0].report.params, one[0].report.params, name);
     EXPECT_EQ(whole[0].report.params, whole[1].report.params) << name;
 
-    const fs::path dir = FreshDir("cut");
-    std::vector<std::string> first = offload;
-    first.push_back("Engine.max_steps=10");
-    Train(TinyJob(2, dir, first), 2);
-    std::vector<RankRun> resumed = Train(TinyJob(2, dir, offload), 2);
-    ExpectResumesExactly(resumed, whole, 10);
+    ExpectCutAtTenResumesExactly(2, offload, whole);
   }
 }
 
