@@ -112,24 +112,24 @@ void Check(const Status& st, const std::string& what) {
   if (!st.ok()) LOG(FATAL) << what << ": " << st.ToString();
 }
 
-// Rank `rank` of 2 of combination `index`'s group (--collective).
-std::unique_ptr<Collective> JoinGroup(KvStoreClient& client, int index, int rank) {
-  if (FLAGS_collective == "gloo") {
-    GlooCollectiveOptions o;
-    o.group = absl::StrCat("combination", index);
-    o.rank = rank;
-    o.size = 2;
-    auto gloo = GlooCollective::Create(client, o);
-    Check(gloo.status(), "Gloo group");
-    return *std::move(gloo);
-  }
-  ShmCollectiveOptions o;
+// Rank `rank` of 2 of combination `index`'s group of kind Group.
+template <typename Group, typename GroupOptions>
+std::unique_ptr<Collective> Join(KvStoreClient& client, int index, int rank, const char* what) {
+  GroupOptions o;
   o.group = absl::StrCat("combination", index);
   o.rank = rank;
   o.size = 2;
-  auto shm = ShmCollective::Create(client, o);
-  Check(shm.status(), "shared-memory group");
-  return *std::move(shm);
+  auto group = Group::Create(client, o);
+  Check(group.status(), what);
+  return *std::move(group);
+}
+
+// Rank `rank` of 2 of combination `index`'s group (--collective).
+std::unique_ptr<Collective> JoinGroup(KvStoreClient& client, int index, int rank) {
+  if (FLAGS_collective == "gloo") {
+    return Join<GlooCollective, GlooCollectiveOptions>(client, index, rank, "Gloo group");
+  }
+  return Join<ShmCollective, ShmCollectiveOptions>(client, index, rank, "shared-memory group");
 }
 
 std::vector<RankResult> RunCombination(KvStoreServer& kv, const Combination& c, int index) {
