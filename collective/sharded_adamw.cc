@@ -190,7 +190,9 @@ void ShardedAdamWUpdater::OnBucketReduced(size_t b) {
   arena_->backend()->CopyToHost(host_grads_.get() + piece.offset,
                                 dp_->reduced_grads() + piece.offset, piece.size() * sizeof(float));
   if (!updates_on_reduction_) return;
-  if (++reduced_this_step_ == dp_->buckets().size()) {
+  // Buckets are reduced one at a time, so this is the last one when every
+  // other one's update has run.
+  if (updated_this_step_ + 1 == dp_->buckets().size()) {
     updates_before_last_reduction_ = updated_this_step_;
   }
   // Nothing reads this piece's parameters again before Step (see the top of
@@ -219,7 +221,6 @@ GradReadyFn ShardedAdamWUpdater::grad_ready(bool last_micro_batch) {
 void ShardedAdamWUpdater::BeginStep(float lr) {
   dp_->ZeroGrad();
   lr_ = lr;
-  reduced_this_step_ = 0;
   updated_this_step_ = 0;
   updates_before_last_reduction_ = 0;
 }

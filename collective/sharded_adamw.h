@@ -269,7 +269,6 @@ class ShardedAdamWUpdater final : public GradientUpdater {
   float lr_;
   // Written by the reducing thread during a step, read by the caller after
   // FinishGradients.
-  size_t reduced_this_step_ = 0;
   size_t updated_this_step_ = 0;
   size_t updates_before_last_reduction_ = 0;
 
