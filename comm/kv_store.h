@@ -52,7 +52,8 @@ struct KvStoreServerOptions {
   // the peer's address and why. Called on a server thread, so it must be
   // thread-safe. fleetrun fails a job at once when one of its hosts is
   // refused (launch/peer_watch.h).
-  std::function<void(const std::string& remote_address, const std::string& why)> on_refused = nullptr;
+  std::function<void(const std::string& remote_address, const std::string& why)> on_refused =
+      nullptr;
 };
 
 // Thread-safe. Serves on its own threads from Start() until Stop() or

@@ -27,13 +27,16 @@ Result<InferenceCompute> CreateInferenceCompute(const GptJobConfig& config,
                                                 const std::string& device_flag, int threads,
                                                 const std::string& program, std::ostream& err) {
   InferenceCompute out;
-  out.device = !device_flag.empty()                                      ? device_flag
+  out.device = !device_flag.empty()                                    ? device_flag
                : config.global.device == trainer::config::Device::kCpu ? "cpu"
-                                                                         : "cuda:0";
+                                                                       : "cuda:0";
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  FLEET_ASSIGN_OR_RETURN(out.compute, trainer::CreateGptCompute(
-                                          out.device, config.engine.mix_precision.precision, threads));
-  if (!out.compute.precision_note.empty()) err << program << ": " << out.compute.precision_note << "\n";
+  FLEET_ASSIGN_OR_RETURN(
+      out.compute,
+      trainer::CreateGptCompute(out.device, config.engine.mix_precision.precision, threads));
+  if (!out.compute.precision_note.empty()) {
+    err << program << ": " << out.compute.precision_note << "\n";
+  }
   return out;
 }
 

@@ -436,8 +436,7 @@ TEST_F(ClusterTest, HostStartedAgainRejoinsUnderMaxRestart) {
               std::string::npos)
         << j->Output();
   }
-  const std::string log =
-      ReadAll(dir_ / kHostNames[kC] / "log" / job_id_ / "workerlog.1");
+  const std::string log = ReadAll(dir_ / kHostNames[kC] / "log" / job_id_ / "workerlog.1");
   EXPECT_NE(log.find("rejoined at step"), std::string::npos) << log;
 }
 

@@ -225,10 +225,10 @@ TEST(ZeroStage3Test, OffloadWithoutClippingMatchesOneProcessAndResumes) {
   std::vector<RankRun> one = Train(TinyJob(1, FreshDir("one"), {no_clip}), 1);
   for (int stage : {1, 3}) {
     const std::string name = "stage " + std::to_string(stage) + " + offload, no clipping";
-    std::vector<std::string> offload = {"Distributed.sharding.sharding_degree=2",
-                                        "Distributed.sharding.sharding_stage=" +
-                                            std::to_string(stage),
-                                        "Distributed.sharding.sharding_offload=True", no_clip};
+    std::vector<std::string> offload = {
+        "Distributed.sharding.sharding_degree=2",
+        "Distributed.sharding.sharding_stage=" + std::to_string(stage),
+        "Distributed.sharding.sharding_offload=True", no_clip};
     std::vector<RankRun> whole = Train(TinyJob(2, FreshDir("whole"), offload), 2);
     ExpectClose(MeanLosses(whole), AsDouble(one[0].report.step_losses), kLossRel, name);
     ExpectParamsClose(whole[0].report.params, one[0].report.params, name);
@@ -338,12 +338,12 @@ TEST(TensorParallelTest, Mp2TimesSharding2OffloadWithoutClippingMatchesOneProces
   const std::string no_clip = "Optimizer.grad_clip.clip_norm=0";
   std::vector<RankRun> one = Train(TinyJob(1, FreshDir("one"), {no_clip}), 1);
   const std::string name = "mp2 x sharding2 stage 3 + offload, no clipping";
-  std::vector<RankRun> runs =
-      Train(TinyJob(4, FreshDir("tp"),
-                    Mp2({"Distributed.sharding.sharding_degree=2",
-                         "Distributed.sharding.sharding_stage=3",
-                         "Distributed.sharding.sharding_offload=True", no_clip})),
-            4);
+  std::vector<RankRun> runs = Train(
+      TinyJob(
+          4, FreshDir("tp"),
+          Mp2({"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3",
+               "Distributed.sharding.sharding_offload=True", no_clip})),
+      4);
   ExpectClose(MeanLosses(runs), AsDouble(one[0].report.step_losses), kLossRel, name);
   ExpectParamsClose(runs[0].report.params, one[0].report.params, name, kTensorParallelParamAbs);
   for (int r = 1; r < 4; ++r) {

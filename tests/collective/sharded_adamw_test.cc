@@ -269,8 +269,7 @@ TEST(ShardedAdamWTest, OffloadUpdatesEachBucketAsItIsReducedWhenClippingIsOff) {
       for (const OffloadRun& run : runs) {
         EXPECT_TRUE(run.updates_on_reduction);
         // 3 buckets: the first two were updated before the last was reduced.
-        EXPECT_EQ(run.updates_before_last_reduction,
-                  std::vector<size_t>(kOffloadSteps, 2));
+        EXPECT_EQ(run.updates_before_last_reduction, std::vector<size_t>(kOffloadSteps, 2));
         EXPECT_EQ(run.params, one.params);
       }
     }

@@ -28,10 +28,13 @@ milliseconds Since(Clock::time_point t) {
 // instead of dropped into SYN retries of 1, 3, 7 s: the listen backlog is
 // the system's, not httplib's 5. ss shows a listener's backlog as Send-Q.
 TEST(KvStoreTest, TheListenBacklogHoldsARendezvousOfManyRanks) {
-  if (fleet::testing::RunCommand("command -v ss").exit_code != 0) GTEST_SKIP() << "skipped: ss (iproute2) is missing";
+  if (fleet::testing::RunCommand("command -v ss").exit_code != 0) {
+    GTEST_SKIP() << "skipped: ss (iproute2) is missing";
+  }
   KvStoreServer server(KvStoreServerOptions{});
   ASSERT_TRUE(server.Start().ok());
-  const auto ss = fleet::testing::RunCommand("ss -ltnH 'sport = :" + std::to_string(server.port()) + "'");
+  const auto ss =
+      fleet::testing::RunCommand("ss -ltnH 'sport = :" + std::to_string(server.port()) + "'");
   ASSERT_EQ(ss.exit_code, 0) << ss.output;
   std::istringstream fields(ss.output);
   std::string state;
