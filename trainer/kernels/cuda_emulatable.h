@@ -1,0 +1,76 @@
+// What a kernel source needs to compile both for the GPU (nvcc) and for the
+// CPU emulation of its tests (tests/trainer/cuda_emulation.h, a host
+// compiler with FLEET_CUDA_EMULATION defined): dynamic shared memory, kernel
+// launches, the 16-bit mma and the architecture guard go through these.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#ifdef FLEET_CUDA_EMULATION
+
+#include "tests/trainer/cuda_emulation.h"
+
+// The kernel's dynamic shared memory as T*.
+#define FLEET_DYNAMIC_SHARED(T, name) \
+  T* name = static_cast<T*>(fleet::cuda_emulation::DynamicShared())
+// Launches kernel(args...) and evaluates to its cudaError_t.
+#define FLEET_LAUNCH(kernel, grid, block, shared_bytes, stream, ...) \
+  ::fleet::cuda_emulation_support::Launched(                         \
+      ::fleet::cuda_emulation::Launch(grid, block, shared_bytes, [&] { kernel(__VA_ARGS__); }))
+// True where the tensor-core code is compiled in.
+#define FLEET_MMA_COMPILED 1
+
+namespace fleet::cuda_emulation_support {
+// The emulator's error, if any, was already a test failure's message; it is
+// printed and the launch reported failed.
+cudaError_t Launched(const std::string& error);
+}  // namespace fleet::cuda_emulation_support
+
+#else  // nvcc
+
+#define FLEET_DYNAMIC_SHARED(T, name)                             \
+  extern __shared__ __align__(128) unsigned char name##_bytes_[]; \
+  T* name = reinterpret_cast<T*>(name##_bytes_)
+#define FLEET_LAUNCH(kernel, grid, block, shared_bytes, stream, ...) \
+  (kernel<<<grid, block, shared_bytes, stream>>>(__VA_ARGS__), cudaGetLastError())
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FLEET_MMA_COMPILED 1
+#else
+#define FLEET_MMA_COMPILED 0
+#endif
+
+#endif  // FLEET_CUDA_EMULATION
+
+namespace fleet::trainer::cuda {
+
+// D = A B + C on tensor cores, m16n8k16, 16-bit inputs (bf16 when kBf16,
+// else fp16), float32 accumulators, in the fragment layout of the PTX ISA
+// (tests/trainer/cuda_emulation.h spells it out). Only where
+// FLEET_MMA_COMPILED.
+template <bool kBf16>
+__device__ __forceinline__ void Mma16816(float d[4], const uint32_t a[4], const uint32_t b[2],
+                                         const float c[4]) {
+#ifdef FLEET_CUDA_EMULATION
+  ::fleet::cuda_emulation::Mma16816(d, a, b, c, kBf16);
+#elif FLEET_MMA_COMPILED
+  if constexpr (kBf16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%10, %11, %12, %13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]),
+          "f"(c[2]), "f"(c[3]));
+  }
+#endif
+}
+
+}  // namespace fleet::trainer::cuda
