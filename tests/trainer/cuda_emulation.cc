@@ -31,14 +31,21 @@ struct Fiber {
   uint3 index;
   unsigned linear = 0;
   State state = State::kRunnable;
+  unsigned collectives = 0;  // shuffles and mmas so far: picks the exchange bank
 };
 
-// What the lanes of a warp hand each other at a warp barrier.
-struct WarpExchange {
+// What the lanes of a warp hand each other at a warp barrier. Two banks,
+// used by turns: a lane writes bank p of its next collective only after the
+// barrier of the one before, which every lane passed after reading bank p.
+// So one barrier per collective.
+struct WarpBank {
   uint64_t bits[kWarp];
   uint32_t a[kWarp][4];
   uint32_t b[kWarp][2];
   float c[kWarp][4];
+};
+struct WarpExchange {
+  WarpBank bank[2];
 };
 
 struct Block {
@@ -130,6 +137,7 @@ std::string RunBlock(Block& block) {
   for (size_t i = 0; i < block.fibers.size(); ++i) {
     Fiber& f = block.fibers[i];
     f.state = State::kRunnable;
+    f.collectives = 0;
     getcontext(&f.context);
     f.context.uc_stack.ss_sp = f.stack.get();
     f.context.uc_stack.ss_size = kStackBytes;
@@ -220,18 +228,22 @@ void SyncWarp() { Wait(State::kAtWarpBarrier); }
 
 unsigned LaneId() { return Current().linear % kWarp; }
 
+namespace {
+WarpBank& NextBank() {
+  Fiber& f = Current();
+  return running->warps[f.linear / kWarp].bank[f.collectives++ % 2];
+}
+}  // namespace
+
 uint64_t ShuffleBits(uint64_t bits, unsigned lane) {
-  WarpExchange& x = running->warps[Current().linear / kWarp];
-  const unsigned me = LaneId();
-  x.bits[me] = bits;
+  WarpBank& x = NextBank();
+  x.bits[LaneId()] = bits;
   SyncWarp();
-  const uint64_t got = x.bits[lane % kWarp];
-  SyncWarp();  // nobody writes its slot again before every lane has read
-  return got;
+  return x.bits[lane % kWarp];
 }
 
 void Mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], bool bf16) {
-  WarpExchange& x = running->warps[Current().linear / kWarp];
+  WarpBank& x = NextBank();
   const unsigned me = LaneId();
   std::memcpy(x.a[me], a, sizeof(x.a[me]));
   std::memcpy(x.b[me], b, sizeof(x.b[me]));
@@ -255,7 +267,6 @@ void Mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float 
     for (unsigned k = 0; k < 16; ++k) sum += A(row, k) * B(k, col);
     out[i] = sum;
   }
-  SyncWarp();
   std::memcpy(d, out, sizeof(out));
 }
 
