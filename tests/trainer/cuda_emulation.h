@@ -97,3 +97,9 @@ T __shfl_sync(unsigned, T value, int src_lane, int width = 32) {
   std::memcpy(&value, &bits, sizeof(T));
   return value;
 }
+
+// CUDA's integer min / max, which device code calls unqualified.
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a < b ? b : a; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a < b ? b : a; }
