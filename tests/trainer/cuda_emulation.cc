@@ -133,7 +133,7 @@ bool OpenBarriers(Block& block, std::string* why) {
   return false;
 }
 
-std::string RunBlock(Block& block) {
+std::string RunBlock(Block& block, bool reverse_first) {
   for (size_t i = 0; i < block.fibers.size(); ++i) {
     Fiber& f = block.fibers[i];
     f.state = State::kRunnable;
@@ -144,8 +144,14 @@ std::string RunBlock(Block& block) {
     f.context.uc_link = &block.scheduler;
     makecontext(&f.context, FiberMain, 0);
   }
-  for (;;) {
-    for (size_t i = 0; i < block.fibers.size(); ++i) {
+  // Passes alternate in direction (and blocks in the direction they start
+  // with), so a thread that reads shared memory another writes without a
+  // barrier between them runs before the writer in some pass, and sees the
+  // fill pattern or an old value instead.
+  for (bool reverse = reverse_first;; reverse = !reverse) {
+    const size_t n = block.fibers.size();
+    for (size_t step = 0; step < n; ++step) {
+      const size_t i = reverse ? n - 1 - step : step;
       Fiber& f = block.fibers[i];
       if (f.state != State::kRunnable) continue;
       block.current = i;
@@ -202,12 +208,13 @@ std::string Launch(dim3 grid, dim3 block_dim, size_t shared_bytes,
   gridDim = grid;
   running = &block;
   std::string error;
+  size_t blocks_run = 0;
   for (unsigned z = 0; z < grid.z && error.empty(); ++z) {
     for (unsigned y = 0; y < grid.y && error.empty(); ++y) {
       for (unsigned x = 0; x < grid.x && error.empty(); ++x) {
         blockIdx = uint3{x, y, z};
         std::memset(block.shared, 0xA5, block.shared_bytes);
-        error = RunBlock(block);
+        error = RunBlock(block, blocks_run++ % 2 == 1);
       }
     }
   }

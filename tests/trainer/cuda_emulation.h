@@ -7,10 +7,13 @@
 // Model: one OS thread runs a block at a time; each CUDA thread of the block
 // is a fiber (ucontext) that runs until it reaches a barrier (__syncthreads,
 // or the warp barrier inside a shuffle, __syncwarp or an mma) and then
-// yields. A barrier opens when every thread it waits for has reached it, so
-// the result does not depend on the order fibers run in, and a kernel whose
-// threads reach different barriers (a __syncthreads under a condition, a
-// shuffle with lanes that returned) is reported instead of hanging.
+// yields. A barrier opens when every thread it waits for has reached it, and
+// a kernel whose threads reach different barriers (a __syncthreads under a
+// condition, a shuffle with lanes that returned) is reported instead of
+// hanging. Between barriers the fibers run one after another, in an order
+// that changes from one barrier to the next and from block to block, so a
+// missing barrier shows as a thread reading shared memory before another
+// wrote it (it starts as a fill pattern, not zeros).
 //
 // What it does not model: timing, memory ordering between blocks (blocks
 // run one after another), warp-synchronous code without explicit
@@ -27,6 +30,11 @@
 #include <cstring>
 #include <functional>
 #include <string>
+
+// Launch bounds are a hint to nvcc; the host compiler does not know them.
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
 
 // The built-in variables a kernel reads, set for the fiber that runs.
 extern uint3 threadIdx;

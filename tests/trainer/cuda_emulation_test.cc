@@ -147,5 +147,25 @@ TEST(CudaEmulationTest, EarlyReturnIsFineAndDivergentBarriersAreReported) {
   EXPECT_NE(error.find("threads wait at different barriers"), std::string::npos) << error;
 }
 
+// Each thread reads its neighbour's slot with no barrier after the writes:
+// in one of the two blocks the neighbour has not run yet.
+__global__ void MissingBarrierKernel(int* out) {
+  FLEET_DYNAMIC_SHARED(int, s);
+  s[threadIdx.x] = static_cast<int>(threadIdx.x);
+  out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x + 1) % blockDim.x];
+}
+
+TEST(CudaEmulationTest, AMissingBarrierShowsInTheResult) {
+  std::vector<int> out(2 * 64);
+  ASSERT_EQ(
+      FLEET_LAUNCH(MissingBarrierKernel, dim3(2), dim3(64), 64 * sizeof(int), nullptr, out.data()),
+      cudaSuccess);
+  int wrong = 0;
+  for (int b = 0; b < 2; ++b) {
+    for (int i = 0; i < 64; ++i) wrong += out[b * 64 + i] != (i + 1) % 64;
+  }
+  EXPECT_GT(wrong, 0) << "every read saw its neighbour's write without a barrier";
+}
+
 }  // namespace
 }  // namespace fleet::cuda_emulation

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #ifdef FLEET_CUDA_EMULATION
@@ -21,6 +22,8 @@
       ::fleet::cuda_emulation::Launch(grid, block, shared_bytes, [&] { kernel(__VA_ARGS__); }))
 // True where the tensor-core code is compiled in.
 #define FLEET_MMA_COMPILED 1
+// True in the emulation: no CUDA runtime calls (no GPU, no driver).
+#define FLEET_CUDA_EMULATED 1
 
 namespace fleet::cuda_emulation_support {
 // The emulator's error, if any, was already a test failure's message; it is
@@ -35,6 +38,7 @@ cudaError_t Launched(const std::string& error);
   T* name = reinterpret_cast<T*>(name##_bytes_)
 #define FLEET_LAUNCH(kernel, grid, block, shared_bytes, stream, ...) \
   (kernel<<<grid, block, shared_bytes, stream>>>(__VA_ARGS__), cudaGetLastError())
+#define FLEET_CUDA_EMULATED 0
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define FLEET_MMA_COMPILED 1
 #else
@@ -44,6 +48,21 @@ cudaError_t Launched(const std::string& error);
 #endif  // FLEET_CUDA_EMULATION
 
 namespace fleet::trainer::cuda {
+
+// Lets `kernel` take `bytes` of dynamic shared memory (past the default 48
+// KiB a kernel must ask for it). The emulation has no such limit.
+template <typename Kernel>
+cudaError_t AllowDynamicShared(Kernel kernel, size_t bytes) {
+#if FLEET_CUDA_EMULATED
+  (void)kernel;
+  (void)bytes;
+  return cudaSuccess;
+#else
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  return cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+#endif
+}
 
 // D = A B + C on tensor cores, m16n8k16, 16-bit inputs (bf16 when kBf16,
 // else fp16), float32 accumulators, in the fragment layout of the PTX ISA
