@@ -97,6 +97,17 @@ class CudaGptKernels final : public GptKernels {
   // head sizes that are multiples of 16 up to 128 take that path.
   bool tensor_core_attention() const { return tensor_core_attention_; }
 
+  // Which tensor-core kernels attention runs when tensor_core_attention():
+  // kWmma (the default; gpt_cuda_flash_tc.h, verified on GPUs) or kMma
+  // (gpt_cuda_flash_mma.h: scores and probabilities in registers on
+  // mma.sync; written without a GPU and not yet run on one, so opt-in until
+  // scripts/gpu_check.sh shows it passes and is faster). gpt_bench picks it
+  // with --attention. Same contract and tolerances either way; no effect
+  // without tensor-core attention.
+  enum class AttentionKernel { kWmma, kMma };
+  void set_attention_kernel(AttentionKernel kernel) { attention_kernel_ = kernel; }
+  AttentionKernel attention_kernel() const { return attention_kernel_; }
+
   // How the bf16 / fp16 GEMMs take their float32 operands. kRounded (the
   // default) rounds each operand into a 16-bit scratch copy (one vectorised
   // pass) and multiplies 16-bit by 16-bit; kInKernel hands cuBLAS the
@@ -195,6 +206,7 @@ class CudaGptKernels final : public GptKernels {
   const std::unique_ptr<BiasGemm> bias_gemm_;  // plans filled on first use of a shape
 
   GemmOperands gemm_operands_ = GemmOperands::kRounded;
+  AttentionKernel attention_kernel_ = AttentionKernel::kWmma;
   struct Scratch {
     void* data = nullptr;  // owned device buffer
     size_t bytes = 0;
