@@ -22,10 +22,6 @@
 //   * the whole model step: fp32 loss within 1e-4, gradients abs 2e-5 rel
 //     2e-3; bf16 loss within 2e-2 relative, each gradient tensor 1e-1
 //     normwise (errors of every layer compound through backward).
-#include "trainer/kernels/gpt_cuda_kernels.h"
-
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -37,15 +33,18 @@
 #include <utility>
 #include <vector>
 
-#include "collective/loss_scaler.h"
+#include <gtest/gtest.h>
+
 #include "tests/trainer/test_util.h"
-#include "trainer/kernels/backend_factory.h"
-#include "trainer/kernels/cpu_backend.h"
-#include "trainer/kernels/gpt_cpu_kernels.h"
-#include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/adamw.h"
+#include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/gpt_cuda_kernels.h"
+#include "trainer/kernels/gpt_kernels_factory.h"
+#include "collective/loss_scaler.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_plan.h"
+#include "trainer/kernels/cpu_backend.h"
+#include "trainer/kernels/backend_factory.h"
 
 namespace fleet::trainer {
 namespace {

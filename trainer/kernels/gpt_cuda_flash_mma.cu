@@ -75,7 +75,7 @@ constexpr size_t BackwardQSmemBytes() {
          Align128(size_t(HS) * L::kLdT * sizeof(TT));                 // sKt
 }
 // Within the 99 KiB a block may have on sm_86 / sm_89 (largest: dK/dV at
-// HS 128, 73 KiB).
+// HS 128, 72960 bytes).
 static_assert(BackwardKvSmemBytes<__half, 64>() <= 99 * 1024, "shared memory");
 static_assert(BackwardKvSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
 static_assert(BackwardQSmemBytes<__half, 64>() <= 99 * 1024, "shared memory");

@@ -15,9 +15,9 @@
 //
 // A block owns 64 rows (4 warps x 16): queries in forward and dQ, keys in
 // dK/dV; the other side streams in tiles of 64 rows (head size <= 64) or 32
-// (80..128), shared memory under 73 KiB. dK/dV and dQ are separate kernels:
-// every gradient element has one writer, no atomics, the same bits on every
-// call.
+// (80..128); shared memory at most 71.3 KiB (dK/dV at head size 128). dK/dV
+// and dQ are separate kernels: every gradient element has one writer, no
+// atomics, the same bits on every call.
 //
 // STATUS: written without a GPU and NOT yet run on one. CudaGptKernels keeps
 // the wmma kernels as the default; this path runs only when selected

@@ -19,7 +19,10 @@
 //     it would need a scratch vector and an add kernel for nothing saved;
 //   * attention: flash attention. In bf16 / fp16 on sm_80+ with head sizes
 //     that are multiples of 16 up to 128 (GPT-2: 64), on tensor cores
-//     (gpt_cuda_flash_tc.h: wmma over 64-row tiles, float32 accumulators);
+//     (gpt_cuda_flash_tc.h: wmma over 64-row tiles, float32 accumulators;
+//     or, when set_attention_kernel(kMma) picks it, gpt_cuda_flash_mma.h:
+//     mma.sync with scores and probabilities in registers, not yet run on
+//     a GPU and so off by default);
 //     otherwise (fp32, other head sizes, older GPUs) float arithmetic over
 //     tiles of 32 queries x 32 keys (gpt_cuda_ops.cu). Both keep an online
 //     softmax in shared memory or registers. What forward keeps for

@@ -13,16 +13,17 @@
 // softmax in registers; only the row log-sum-exps go to global memory. dQ
 // and dK/dV are separate kernels that each recompute the probabilities, so
 // every gradient element has one writer (no atomics, deterministic).
+#include "trainer/kernels/gpt_cuda_ops.h"
+
+#include "trainer/kernels/gpt_cuda_flash_mma.h"
+#include "trainer/kernels/gpt_cuda_flash_tc.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
-
-#include "trainer/kernels/gpt_cuda_flash_mma.h"
-#include "trainer/kernels/gpt_cuda_flash_tc.h"
-#include "trainer/kernels/gpt_cuda_ops.h"
 
 namespace fleet::trainer::cuda::gpt {
 namespace {
