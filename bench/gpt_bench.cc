@@ -39,6 +39,7 @@
 // timed ones); memory is the device memory in use after the steps (the
 // model allocates everything up front, so that is the high-water mark).
 //   gpt_bench --device=cuda:0 [--preset=124m|345m|1.3b|all] [--precision=bf16|fp16|fp32]
+//             [--attention=wmma|mma]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,6 +85,9 @@ DEFINE_string(precision, "bf16", "On a GPU: bf16, fp16 or fp32 (the CPU computes
 DEFINE_string(gemm_operands, "rounded",
               "On a GPU in bf16 / fp16: rounded (16-bit copies of the GEMM operands) or "
               "in_kernel (float32 operands, cuBLAS's FAST_16BF compute type).");
+DEFINE_string(attention, "wmma",
+              "On a GPU in bf16 / fp16 (sm_80+): wmma (the default tensor-core flash attention) "
+              "or mma (scores in registers on mma.sync; not yet verified on a GPU).");
 
 namespace fleet::bench {
 namespace {
@@ -364,10 +368,11 @@ CaseResult RunCudaCase(const Preset& p, bool recompute) {
     return result;
   }
   std::printf(
-      "== %s on %s, %s (GEMM operands %s): L %d, C %d, NH %d, V %d, B %d x T %d = %d "
-      "tokens/step, recompute %s\n",
+      "== %s on %s, %s (GEMM operands %s, attention %s): L %d, C %d, NH %d, V %d, B %d x T %d = "
+      "%d tokens/step, recompute %s\n",
       p.name.c_str(), FLAGS_device.c_str(), FLAGS_precision.c_str(), FLAGS_gemm_operands.c_str(),
-      p.layers, p.hidden, p.heads, c.vocab_size, B, T, tokens_per_step, recompute ? "on" : "off");
+      FLAGS_attention.c_str(), p.layers, p.hidden, p.heads, c.vocab_size, B, T, tokens_per_step,
+      recompute ? "on" : "off");
   auto compute = trainer::CreateGptCompute(FLAGS_device, *precision, 1);
   if (!compute.ok()) {
     std::printf("device: %s\n", compute.status().ToString().c_str());
@@ -376,6 +381,10 @@ CaseResult RunCudaCase(const Preset& p, bool recompute) {
   if (!SetGemmOperands(compute->kernels.get(), FLAGS_gemm_operands)) {
     std::printf("--gemm_operands must be rounded or in_kernel, got %s\n",
                 FLAGS_gemm_operands.c_str());
+    return result;
+  }
+  if (!SetAttentionKernel(compute->kernels.get(), FLAGS_attention)) {
+    std::printf("--attention must be wmma or mma, got %s\n", FLAGS_attention.c_str());
     return result;
   }
   KernelTimer timer(compute->kernels.get(), *compute->backend);

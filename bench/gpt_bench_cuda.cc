@@ -260,6 +260,20 @@ bool SetGemmOperands(trainer::GptKernels* kernels, std::string_view operands) {
   return true;
 }
 
+bool SetAttentionKernel(trainer::GptKernels* kernels, std::string_view name) {
+  auto* cuda = dynamic_cast<trainer::CudaGptKernels*>(kernels);
+  if (cuda == nullptr) return false;
+  using Kernel = trainer::CudaGptKernels::AttentionKernel;
+  if (name == "wmma") {
+    cuda->set_attention_kernel(Kernel::kWmma);
+  } else if (name == "mma") {
+    cuda->set_attention_kernel(Kernel::kMma);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 double DeviceMemoryUsedMib() {
   size_t free = 0, total = 0;
   FLEET_CUDA_CHECK(cudaMemGetInfo(&free, &total));

@@ -105,6 +105,11 @@ double CublasBf16GemmTflops(int n, int rounds);
 // FAST_16BF / _16F compute type). False for any other name.
 bool SetGemmOperands(trainer::GptKernels* kernels, std::string_view operands);
 
+// Sets which tensor-core attention kernels `kernels` (a CudaGptKernels) runs:
+// "wmma" (the default) or "mma" (CudaGptKernels::AttentionKernel). False for
+// any other name.
+bool SetAttentionKernel(trainer::GptKernels* kernels, std::string_view name);
+
 // Device memory in use on the current device (total - free), MiB: with
 // everything allocated up front, the training step's high-water mark.
 double DeviceMemoryUsedMib();

@@ -56,6 +56,9 @@ bench() {  # bench NAME PRESET RECOMPUTE [GPT_BENCH FLAGS...]
 }
 if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   bench gpt_bench_124m 124m off
+  # The same with the mma.sync attention (gpt_cuda_flash_mma.h; off by
+  # default until this run shows it passes the kernel tests and is faster).
+  bench gpt_bench_124m_mma 124m off --attention=mma
   # The PyTorch eager reference of the same model and step, right after.
   if python3 -c 'import torch' 2> /dev/null; then
     step torch_124m 300 python3 bench/torch_gpt_reference.py --preset=124m --seconds="$secs"

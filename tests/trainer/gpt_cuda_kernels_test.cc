@@ -29,6 +29,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -152,6 +154,15 @@ struct KernelShape {
 const std::vector<KernelShape> kShapes = {{1, 1, 8, 1},   {2, 37, 32, 4},  {1, 70, 64, 1},
                                           {3, 96, 96, 3}, {2, 33, 256, 2}, {1, 40, 160, 1}};
 
+constexpr const char* kNoTensorCores =
+    "tensor-core attention unavailable here (a GPU before sm_80, or a build without sm_80+ "
+    "code: configure with -DCMAKE_CUDA_ARCHITECTURES=\"80;90\")";
+
+// Both tensor-core attention implementations, with the names tests print.
+const std::vector<std::pair<CudaGptKernels::AttentionKernel, std::string_view>> kTensorCoreKernels =
+    {{CudaGptKernels::AttentionKernel::kWmma, "wmma"},
+     {CudaGptKernels::AttentionKernel::kMma, "mma"}};
+
 class GptCudaKernels : public ::testing::TestWithParam<Precision> {
  protected:
   void SetUp() override {
@@ -164,6 +175,17 @@ class GptCudaKernels : public ::testing::TestWithParam<Precision> {
   }
   GptKernels& gpu() { return *compute_.kernels; }
   Precision precision() const { return GetParam(); }
+  // The CUDA twin when it runs attention on tensor cores, else null.
+  CudaGptKernels* TensorCoreKernelsOrNull() {
+    auto* cuda = dynamic_cast<CudaGptKernels*>(&gpu());
+    return cuda != nullptr && cuda->tensor_core_attention() ? cuda : nullptr;
+  }
+  // Forward (out, lse) and backward (dq, dk, dv, determinism) of the
+  // tensor-core attention the twin is set to, against the CPU twin.
+  void CheckTensorCoreAttention(const KernelShape& s, const std::string& at);
+  // Decoding chunks of 37, 1, 33 and 2 tokens through caches of 80
+  // positions against the CPU twin; caches untouched past the last position.
+  void CheckDecode(int C, int NH, const std::string& name);
 
   CpuGptKernels cpu_{nullptr};
   GptCompute compute_;
@@ -338,85 +360,107 @@ TEST_P(GptCudaKernels, AttentionIsFlashAndMatchesCpu) {
 // probabilities and dS, each rounded once to 8 or 11 significant bits)
 // with float32 accumulation, so each output carries a few units of the
 // operands' rounding relative to the largest term; the softmax statistics
-// stay float32.
+// stay float32. Run for both tensor-core implementations (wmma, and mma.sync
+// with the probabilities in registers, gpt_cuda_flash_mma.h): same contract,
+// same tolerances.
 TEST_P(GptCudaKernels, AttentionOnTensorCoresMatchesCpu) {
   if (precision() == Precision::kFp32) GTEST_SKIP() << "float32 attention has no tensor-core path";
-  auto* cuda = dynamic_cast<CudaGptKernels*>(&gpu());
-  ASSERT_NE(cuda, nullptr);
-  if (!cuda->tensor_core_attention()) {
-    GTEST_SKIP() << "tensor-core attention unavailable here (a GPU before sm_80, or a build "
-                    "without sm_80+ code: configure with -DCMAKE_CUDA_ARCHITECTURES=\"80;90\")";
-  }
+  CudaGptKernels* cuda = TensorCoreKernelsOrNull();
+  if (cuda == nullptr) GTEST_SKIP() << kNoTensorCores;
   const std::vector<KernelShape> shapes = {
       {2, 100, 256, 4}, {1, 77, 256, 2}, {2, 45, 96, 3}, {1, 130, 192, 2}, {3, 64, 128, 2}};
-  for (const KernelShape& s : shapes) {
-    const std::string at = s.Name() + " ";
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-    const auto qkv = RandomVector(size_t(B) * T * 3 * C, 50, -1.5f, 1.5f);
-    std::vector<float> out(size_t(B) * T * C), saved(cpu_.AttentionSavedFloats(B, T, NH));
-    cpu_.AttentionForward(out.data(), saved.data(), qkv.data(), B, T, C, NH);
-    const float* d_qkv = dev_->Put(qkv);
-    float* d_out = dev_->Zeros(out.size());
-    float* d_lse = dev_->Zeros(gpu().AttentionSavedFloats(B, T, NH));
-    gpu().AttentionForward(d_out, d_lse, d_qkv, B, T, C, NH);
-    EXPECT_TRUE(Close(at + "out", dev_->Get(d_out, out.size()), out, precision(), true));
-    // The log-sum-exps from the CPU twin's probabilities: lse = s_tt - log p_tt
-    // on the diagonal (score of a query with itself).
-    const int hs = C / NH;
-    std::vector<float> want_lse(size_t(B) * NH * T);
-    for (int b = 0; b < B; ++b) {
-      for (int h = 0; h < NH; ++h) {
-        for (int t = 0; t < T; ++t) {
-          const float* q = qkv.data() + (size_t(b) * T + t) * 3 * C + size_t(h) * hs;
-          double dot = 0.0;
-          for (int d = 0; d < hs; ++d) dot += double{q[d]} * q[C + d];
-          const double p = saved[((size_t(b) * NH + h) * T + t) * T + t];
-          want_lse[(size_t(b) * NH + h) * T + t] =
-              static_cast<float>(dot / std::sqrt(double(hs)) - std::log(p));
-        }
-      }
+  for (const auto& [kernel, kernel_name] : kTensorCoreKernels) {
+    cuda->set_attention_kernel(kernel);
+    for (const KernelShape& s : shapes) {
+      CheckTensorCoreAttention(s, std::string(kernel_name) + " " + s.Name() + " ");
     }
-    EXPECT_TRUE(Close(at + "lse", dev_->Get(d_lse, want_lse.size()), want_lse, precision(), true));
-
-    const auto dout = RandomVector(out.size(), 51);
-    auto dqkv = RandomVector(qkv.size(), 52);
-    const auto dqkv0 = dqkv;
-    std::vector<float> scratch(cpu_.AttentionScratchFloats(B, T, NH));
-    cpu_.AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
-                           saved.data(), B, T, C, NH);
-    float* d_dqkv = dev_->Put(dqkv0);
-    float* d_scratch = dev_->Zeros(gpu().AttentionScratchFloats(B, T, NH));
-    gpu().AttentionBackward(d_dqkv, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH);
-    const auto got = dev_->Get(d_dqkv, dqkv.size());
-    // q, k and v gradients separately (their scales differ), the added-into
-    // start subtracted.
-    for (int part = 0; part < 3; ++part) {
-      std::vector<float> got_grad, want_grad;
-      for (size_t row = 0; row < size_t(B) * T; ++row) {
-        for (int c = 0; c < C; ++c) {
-          const size_t i = row * 3 * C + size_t(part) * C + c;
-          got_grad.push_back(got[i] - dqkv0[i]);
-          want_grad.push_back(dqkv[i] - dqkv0[i]);
-        }
-      }
-      EXPECT_TRUE(Close(at + "d" + "qkv"[part], got_grad, want_grad, precision(), true));
-    }
-    float* d_again = dev_->Put(dqkv0);
-    gpu().AttentionBackward(d_again, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH);
-    EXPECT_EQ(dev_->Get(d_again, got.size()), got) << at << "attention backward not deterministic";
   }
+}
+
+// Decoding through the caches with past > 0 (the forward's key offset) on
+// both tensor-core implementations, against the CPU twin.
+TEST_P(GptCudaKernels, AttentionDecodeOnTensorCoresMatchesCpu) {
+  if (precision() == Precision::kFp32) GTEST_SKIP() << "float32 attention has no tensor-core path";
+  CudaGptKernels* cuda = TensorCoreKernelsOrNull();
+  if (cuda == nullptr) GTEST_SKIP() << kNoTensorCores;
+  for (const auto& [kernel, kernel_name] : kTensorCoreKernels) {
+    cuda->set_attention_kernel(kernel);
+    // Head sizes 16 (64-key tiles) and 96 (32-key tiles); chunks that end
+    // inside, on and past tile boundaries.
+    CheckDecode(/*C=*/64, /*NH=*/4, std::string(kernel_name) + " ");
+    CheckDecode(/*C=*/192, /*NH=*/2, std::string(kernel_name) + " ");
+  }
+}
+
+void GptCudaKernels::CheckTensorCoreAttention(const KernelShape& s, const std::string& at) {
+  const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+  const auto qkv = RandomVector(size_t(B) * T * 3 * C, 50, -1.5f, 1.5f);
+  std::vector<float> out(size_t(B) * T * C), saved(cpu_.AttentionSavedFloats(B, T, NH));
+  cpu_.AttentionForward(out.data(), saved.data(), qkv.data(), B, T, C, NH);
+  const float* d_qkv = dev_->Put(qkv);
+  float* d_out = dev_->Zeros(out.size());
+  float* d_lse = dev_->Zeros(gpu().AttentionSavedFloats(B, T, NH));
+  gpu().AttentionForward(d_out, d_lse, d_qkv, B, T, C, NH);
+  EXPECT_TRUE(Close(at + "out", dev_->Get(d_out, out.size()), out, precision(), true));
+  // The log-sum-exps from the CPU twin's probabilities: lse = s_tt - log p_tt
+  // on the diagonal (score of a query with itself).
+  const int hs = C / NH;
+  std::vector<float> want_lse(size_t(B) * NH * T);
+  for (int b = 0; b < B; ++b) {
+    for (int h = 0; h < NH; ++h) {
+      for (int t = 0; t < T; ++t) {
+        const float* q = qkv.data() + (size_t(b) * T + t) * 3 * C + size_t(h) * hs;
+        double dot = 0.0;
+        for (int d = 0; d < hs; ++d) dot += double{q[d]} * q[C + d];
+        const double p = saved[((size_t(b) * NH + h) * T + t) * T + t];
+        want_lse[(size_t(b) * NH + h) * T + t] =
+            static_cast<float>(dot / std::sqrt(double(hs)) - std::log(p));
+      }
+    }
+  }
+  EXPECT_TRUE(Close(at + "lse", dev_->Get(d_lse, want_lse.size()), want_lse, precision(), true));
+
+  const auto dout = RandomVector(out.size(), 51);
+  auto dqkv = RandomVector(qkv.size(), 52);
+  const auto dqkv0 = dqkv;
+  std::vector<float> scratch(cpu_.AttentionScratchFloats(B, T, NH));
+  cpu_.AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                         saved.data(), B, T, C, NH);
+  float* d_dqkv = dev_->Put(dqkv0);
+  float* d_scratch = dev_->Zeros(gpu().AttentionScratchFloats(B, T, NH));
+  gpu().AttentionBackward(d_dqkv, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH);
+  const auto got = dev_->Get(d_dqkv, dqkv.size());
+  // q, k and v gradients separately (their scales differ), the added-into
+  // start subtracted.
+  for (int part = 0; part < 3; ++part) {
+    std::vector<float> got_grad, want_grad;
+    for (size_t row = 0; row < size_t(B) * T; ++row) {
+      for (int c = 0; c < C; ++c) {
+        const size_t i = row * 3 * C + size_t(part) * C + c;
+        got_grad.push_back(got[i] - dqkv0[i]);
+        want_grad.push_back(dqkv[i] - dqkv0[i]);
+      }
+    }
+    EXPECT_TRUE(Close(at + "d" + "qkv"[part], got_grad, want_grad, precision(), true));
+  }
+  float* d_again = dev_->Put(dqkv0);
+  gpu().AttentionBackward(d_again, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH);
+  EXPECT_EQ(dev_->Get(d_again, got.size()), got) << at << "attention backward not deterministic";
 }
 
 // Decoding chunk by chunk through the caches equals the CPU twin's, and
 // cache rows past the last position stay as they were.
-TEST_P(GptCudaKernels, AttentionDecodeMatchesCpu) {
-  const int B = 2, maxT = 80, C = 64, NH = 4;
+TEST_P(GptCudaKernels, AttentionDecodeMatchesCpu) { CheckDecode(/*C=*/64, /*NH=*/4, ""); }
+
+void GptCudaKernels::CheckDecode(int C, int NH, const std::string& name) {
+  const int B = 2, maxT = 80;
   const auto k0 = RandomVector(size_t(B) * maxT * C, 25), v0 = RandomVector(k0.size(), 26);
   std::vector<float> kc = k0, vc = v0;
   float *d_kc = dev_->Put(k0), *d_vc = dev_->Put(v0);
   int past = 0;
   for (const int T : {37, 1, 33, 2}) {
-    const std::string at = "past " + std::to_string(past) + " T " + std::to_string(T) + " ";
+    const std::string at = name + "C " + std::to_string(C) + " NH " + std::to_string(NH) +
+                           " past " + std::to_string(past) + " T " + std::to_string(T) + " ";
     const auto qkv = RandomVector(size_t(B) * T * 3 * C, 27 + past);
     std::vector<float> out(size_t(B) * T * C), scratch(size_t(B) * NH * T * (past + T));
     cpu_.AttentionDecodeForward(out.data(), kc.data(), vc.data(), scratch.data(), qkv.data(), B, T,

@@ -23,6 +23,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "trainer/kernels/gpt_cuda_flash_dispatch.cuh"
 #include "trainer/kernels/gpt_cuda_flash_tc.h"
 
 namespace fleet::trainer::cuda::gpt {
@@ -524,44 +525,6 @@ cudaError_t Backward(const BackwardArgs& a, int B, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-// Calls f.template operator()<TT, HS>() for the tile type and head size.
-template <typename TT, typename F>
-cudaError_t WithHeadSize(int hs, F&& f) {
-  switch (hs) {
-    case 16:
-      return f.template operator()<TT, 16>();
-    case 32:
-      return f.template operator()<TT, 32>();
-    case 48:
-      return f.template operator()<TT, 48>();
-    case 64:
-      return f.template operator()<TT, 64>();
-    case 80:
-      return f.template operator()<TT, 80>();
-    case 96:
-      return f.template operator()<TT, 96>();
-    case 112:
-      return f.template operator()<TT, 112>();
-    case 128:
-      return f.template operator()<TT, 128>();
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
-template <typename F>
-cudaError_t WithTileAndHeadSize(TileType tile, int hs, F&& f) {
-  switch (tile) {
-    case TileType::kBf16:
-      return WithHeadSize<__nv_bfloat16>(hs, f);
-    case TileType::kFp16:
-      return WithHeadSize<__half>(hs, f);
-    case TileType::kFloat:
-      break;
-  }
-  return cudaErrorInvalidValue;
-}
-
 struct LaunchForward {
   const ForwardArgs& a;
   int B;
@@ -615,7 +578,7 @@ cudaError_t TensorCoreAttentionForward(float* out, float* lse, const float* q, c
   const int hs = C / NH;
   const ForwardArgs a{out,  lse,   q,  k,    v, q_batch, kv_batch,
                       q_ld, kv_ld, Tq, past, C, NH,      1.0f / sqrtf(static_cast<float>(hs))};
-  return WithTileAndHeadSize(tile, hs, LaunchForward{a, B, s});
+  return WithTensorCoreTile(tile, hs, LaunchForward{a, B, s});
 }
 
 cudaError_t TensorCoreAttentionBackward(float* dqkv, const float* dout, const float* qkv,
@@ -624,7 +587,7 @@ cudaError_t TensorCoreAttentionBackward(float* dqkv, const float* dout, const fl
   if (B <= 0 || T <= 0) return cudaGetLastError();
   const int hs = C / NH;
   const BackwardArgs a{dqkv, dout, qkv, lse, dots, T, C, NH, 1.0f / sqrtf(static_cast<float>(hs))};
-  return WithTileAndHeadSize(tile, hs, LaunchBackward{a, B, s});
+  return WithTensorCoreTile(tile, hs, LaunchBackward{a, B, s});
 }
 
 }  // namespace fleet::trainer::cuda::gpt

@@ -53,6 +53,14 @@ ops::TileType TileTypeOf(Precision precision) {
   return ops::TileType::kFloat;
 }
 
+// The attention kernels to launch: the tensor-core ones chosen by `kernel`
+// where the device runs them (`tensor_cores`), else the float tiles.
+ops::AttentionPath PathOf(bool tensor_cores, CudaGptKernels::AttentionKernel kernel) {
+  if (!tensor_cores) return ops::AttentionPath::kTiles;
+  return kernel == CudaGptKernels::AttentionKernel::kMma ? ops::AttentionPath::kMma
+                                                         : ops::AttentionPath::kWmma;
+}
+
 // The attention kernels keep hs / 32 output dimensions per lane in registers.
 void CheckHeadSize(int C, int NH) {
   CHECK(NH > 0 && C % NH == 0 && C / NH <= ops::kMaxHeadSize)
@@ -427,7 +435,8 @@ void CudaGptKernels::AttentionForward(float* out, float* saved, const float* qkv
   CheckHeadSize(C, NH);
   Enter();
   FLEET_CUDA_CHECK(ops::AttentionForward(out, saved, qkv, B, T, C, NH, TileTypeOf(precision_),
-                                         tensor_core_attention_, stream_));
+                                         PathOf(tensor_core_attention_, attention_kernel_),
+                                         stream_));
 }
 
 void CudaGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* dout,
@@ -435,8 +444,9 @@ void CudaGptKernels::AttentionBackward(float* dqkv, float* scratch, const float*
                                        int B, int T, int C, int NH) {
   CheckHeadSize(C, NH);
   Enter();
-  FLEET_CUDA_CHECK(ops::AttentionBackward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH,
-                                          TileTypeOf(precision_), tensor_core_attention_, stream_));
+  FLEET_CUDA_CHECK(ops::AttentionBackward(
+      dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, TileTypeOf(precision_),
+      PathOf(tensor_core_attention_, attention_kernel_), stream_));
 }
 
 void CudaGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,
@@ -446,9 +456,9 @@ void CudaGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v
   CHECK(T >= 1 && past >= 0 && past + T <= maxT)
       << "AttentionDecodeForward: T " << T << ", past " << past << ", maxT " << maxT;
   Enter();
-  FLEET_CUDA_CHECK(ops::AttentionDecodeForward(out, k_cache, v_cache, qkv, B, T, past, maxT, C, NH,
-                                               TileTypeOf(precision_), tensor_core_attention_,
-                                               stream_));
+  FLEET_CUDA_CHECK(ops::AttentionDecodeForward(
+      out, k_cache, v_cache, qkv, B, T, past, maxT, C, NH, TileTypeOf(precision_),
+      PathOf(tensor_core_attention_, attention_kernel_), stream_));
 }
 
 void CudaGptKernels::GeluForward(float* out, const float* inp, size_t n) {

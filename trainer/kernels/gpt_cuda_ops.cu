@@ -15,6 +15,7 @@
 // every gradient element has one writer (no atomics, deterministic).
 #include "trainer/kernels/gpt_cuda_ops.h"
 
+#include "trainer/kernels/gpt_cuda_flash_mma.h"
 #include "trainer/kernels/gpt_cuda_flash_tc.h"
 
 #include <cuda_bf16.h>
@@ -666,26 +667,28 @@ cudaError_t DispatchHeadSize(bool backward, const AttentionArgs& a, cudaStream_t
   return cudaErrorInvalidValue;
 }
 
-// The tensor-core kernels (gpt_cuda_flash_tc.cu) where they apply.
-cudaError_t LaunchTensorCore(bool backward, const AttentionArgs& a, TileType tile,
+// The tensor-core kernels (gpt_cuda_flash_tc.cu, gpt_cuda_flash_mma.cu)
+// where they apply; both take the same arguments.
+cudaError_t LaunchTensorCore(bool backward, const AttentionArgs& a, TileType tile, bool mma,
                              cudaStream_t s) {
   if (!backward) {
     const ForwardParams p = ForwardLayout(a);
-    return TensorCoreAttentionForward(p.out, p.lse, p.q, p.k, p.v, p.q_batch, p.kv_batch, p.q_ld,
-                                      p.kv_ld, a.B, p.Tq, p.past, p.C, p.NH, tile, s);
+    const auto forward = mma ? MmaAttentionForward : TensorCoreAttentionForward;
+    return forward(p.out, p.lse, p.q, p.k, p.v, p.q_batch, p.kv_batch, p.q_ld, p.kv_ld, a.B, p.Tq,
+                   p.past, p.C, p.NH, tile, s);
   }
   const cudaError_t e = LaunchRowDots(a, s);
   if (e != cudaSuccess) return e;
-  return TensorCoreAttentionBackward(a.out, a.dout, a.qkv, a.lse, a.aux, a.B, a.T, a.C, a.NH, tile,
-                                     s);
+  const auto backward_fn = mma ? MmaAttentionBackward : TensorCoreAttentionBackward;
+  return backward_fn(a.out, a.dout, a.qkv, a.lse, a.aux, a.B, a.T, a.C, a.NH, tile, s);
 }
 
-cudaError_t DispatchTile(bool backward, const AttentionArgs& a, TileType tile, bool tensor_cores,
+cudaError_t DispatchTile(bool backward, const AttentionArgs& a, TileType tile, AttentionPath path,
                          cudaStream_t s) {
   if (a.B <= 0 || a.T <= 0 || a.C <= 0 || a.NH <= 0) return cudaGetLastError();
   if (a.C % a.NH != 0) return cudaErrorInvalidValue;
-  if (tensor_cores && TensorCoreAttentionSupports(tile, a.C / a.NH)) {
-    return LaunchTensorCore(backward, a, tile, s);
+  if (path != AttentionPath::kTiles && TensorCoreAttentionSupports(tile, a.C / a.NH)) {
+    return LaunchTensorCore(backward, a, tile, path == AttentionPath::kMma, s);
   }
   switch (tile) {
     case TileType::kBf16:
@@ -961,15 +964,15 @@ cudaError_t BiasBackward(float* dbias, float* partials, const float* dout, int r
 }
 
 cudaError_t AttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             TileType tile, bool tensor_cores, cudaStream_t s) {
+                             TileType tile, AttentionPath path, cudaStream_t s) {
   const AttentionArgs a{out, lse, nullptr, qkv, nullptr, nullptr, nullptr, nullptr,
                        B,   T,   C,       NH,  0,       T};
-  return DispatchTile(false, a, tile, tensor_cores, s);
+  return DispatchTile(false, a, tile, path, s);
 }
 
 cudaError_t AttentionDecodeForward(float* out, float* k_cache, float* v_cache, const float* qkv,
                                    int B, int T, int past, int maxT, int C, int NH, TileType tile,
-                                   bool tensor_cores, cudaStream_t s) {
+                                   AttentionPath path, cudaStream_t s) {
   const size_t n = size_t(B) * T * C;
   if (n == 0 || NH <= 0) return cudaGetLastError();
   AppendKvKernel<<<GridFor(n), kThreads, 0, s>>>(k_cache, v_cache, qkv, T, past, maxT, C, n);
@@ -977,14 +980,14 @@ cudaError_t AttentionDecodeForward(float* out, float* k_cache, float* v_cache, c
   if (e != cudaSuccess) return e;
   const AttentionArgs a{out, nullptr, nullptr, qkv, nullptr, nullptr, k_cache, v_cache,
                         B,   T,       C,       NH,  past,    maxT};
-  return DispatchTile(false, a, tile, tensor_cores, s);
+  return DispatchTile(false, a, tile, path, s);
 }
 
 cudaError_t AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int C, int NH,
-                              TileType tile, bool tensor_cores, cudaStream_t s) {
+                              TileType tile, AttentionPath path, cudaStream_t s) {
   const AttentionArgs a{dqkv, scratch, dout, qkv, out, lse, nullptr, nullptr, B, T, C, NH, 0, T};
-  return DispatchTile(true, a, tile, tensor_cores, s);
+  return DispatchTile(true, a, tile, path, s);
 }
 
 cudaError_t GeluForward(float* out, const float* inp, size_t n, cudaStream_t s) {

@@ -67,22 +67,25 @@ cudaError_t BiasBackward(float* dbias, float* partials, const float* dout, int r
 cudaError_t RoundRows(void* dst, const float* src, size_t rows, size_t cols, size_t ld,
                       TileType tile, cudaStream_t s);
 
-// The attention launchers below take `tensor_cores`: when true (the caller
-// checked TensorCoreAttentionAvailable(), gpt_cuda_flash_tc.h) and the tile
-// is bf16 or fp16 with a head size that is a multiple of 16 up to 128, they
-// run the tensor-core kernels of gpt_cuda_flash_tc.cu; otherwise the tile
+// Which kernels the attention launchers below run where the tile is bf16 or
+// fp16 with a head size that is a multiple of 16 up to 128: kWmma the
+// tensor-core kernels of gpt_cuda_flash_tc.cu, kMma those of
+// gpt_cuda_flash_mma.cu (not yet run on a GPU; see its header), both only
+// when the caller checked TensorCoreAttentionAvailable()
+// (gpt_cuda_flash_tc.h). kTiles, and every other case, runs the tile
 // kernels here (float arithmetic over tiles of the tile type).
+enum class AttentionPath { kTiles, kWmma, kMma };
 //
 // Flash attention forward: out and the row log-sum-exps lse [B, NH, T] of
 // the scaled scores. qkv: [B, T, 3C], out: [B, T, C].
 // REQUIRES: C % NH == 0, C / NH <= kMaxHeadSize.
 cudaError_t AttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             TileType tile, bool tensor_cores, cudaStream_t s);
+                             TileType tile, AttentionPath path, cudaStream_t s);
 // Flash attention backward: dqkv += gradient. scratch: [B, NH, T] (the row
 // dot products dout . out), overwritten. dout, out: [B, T, C].
 cudaError_t AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int C, int NH,
-                              TileType tile, bool tensor_cores, cudaStream_t s);
+                              TileType tile, AttentionPath path, cudaStream_t s);
 
 // Appends the new keys and values to the caches, then flash attention of
 // the T new queries (positions past .. past + T - 1) over cached rows
@@ -90,7 +93,7 @@ cudaError_t AttentionBackward(float* dqkv, float* scratch, const float* dout, co
 //   out: [B, T, C], k_cache, v_cache: [B, maxT, C], qkv: [B, T, 3C]
 cudaError_t AttentionDecodeForward(float* out, float* k_cache, float* v_cache, const float* qkv,
                                    int B, int T, int past, int maxT, int C, int NH, TileType tile,
-                                   bool tensor_cores, cudaStream_t s);
+                                   AttentionPath path, cudaStream_t s);
 
 // GELU (tanh): out = gelu(inp); dinp = dout * gelu'(inp) (overwrites; may be dout).
 cudaError_t GeluForward(float* out, const float* inp, size_t n, cudaStream_t s);
