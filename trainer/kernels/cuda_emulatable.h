@@ -49,8 +49,9 @@ cudaError_t Launched(const std::string& error);
 
 namespace fleet::trainer::cuda {
 
-// Lets `kernel` take `bytes` of dynamic shared memory (past the default 48
-// KiB a kernel must ask for it). The emulation has no such limit.
+// Lets `kernel` take `bytes` of dynamic shared memory: above the default 48
+// KiB a kernel must opt in (the device's own limit is checked by the launch
+// itself). The emulation has no such limit.
 template <typename Kernel>
 cudaError_t AllowDynamicShared(Kernel kernel, size_t bytes) {
 #if FLEET_CUDA_EMULATED

@@ -27,10 +27,17 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
+#include "trainer/kernels/cuda_emulatable.h"
 #include "trainer/kernels/gpt_cuda_flash_dispatch.cuh"
 #include "trainer/kernels/gpt_cuda_flash_mma.h"
 #include "trainer/kernels/gpt_cuda_flash_tc.h"
+
+// Built for an architecture before sm_80 the kernels' bodies are only a
+// trap, so nvcc finds their helpers unreferenced (warning 177).
+#pragma nv_diag_suppress 177
 
 namespace fleet::trainer::cuda::gpt {
 namespace {
@@ -105,51 +112,45 @@ __device__ __forceinline__ __half ToTile<__half>(float x) {
   return __float2half(x);
 }
 
+// The 4 bytes at p (4-byte aligned) as one register: one 32-bit load (nvcc
+// splits a memcpy of 16-bit elements into 16-bit loads). The host compiler
+// of the emulation gets memcpy, as its strict aliasing requires.
+__device__ __forceinline__ uint32_t Bits32(const void* p) {
+#ifdef FLEET_CUDA_EMULATION
+  uint32_t bits;
+  memcpy(&bits, p, sizeof(bits));
+  return bits;
+#else
+  return *reinterpret_cast<const uint32_t*>(p);
+#endif
+}
+
 // {lo, hi} rounded to TT in one register, lo in the low 16 bits.
 template <typename TT>
 __device__ __forceinline__ uint32_t Pack(float lo, float hi);
 template <>
 __device__ __forceinline__ uint32_t Pack<__nv_bfloat16>(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x = lo: the lower address
-  return *reinterpret_cast<const uint32_t*>(&v);
+  return Bits32(&v);
 }
 template <>
 __device__ __forceinline__ uint32_t Pack<__half>(float lo, float hi) {
   const __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
+  return Bits32(&v);
 }
 
 // The two 16-bit elements p[0], p[1] (p at an even element) as one register.
 template <typename TT>
 __device__ __forceinline__ uint32_t Word(const TT* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
+  return Bits32(p);
 }
 
 // d += A B for one m16n8k16 (layouts at the top of the file).
 template <typename TT>
 __device__ __forceinline__ void Mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1);
-template <>
-__device__ __forceinline__ void Mma<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                   uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-template <>
-__device__ __forceinline__ void Mma<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                            uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
+                                    uint32_t b1) {
+  const uint32_t b[2] = {b0, b1};
+  Mma16816<std::is_same_v<TT, __nv_bfloat16>>(d, a, b, d);
 }
 
 __device__ __forceinline__ int LaneRow() { return (threadIdx.x % 32) / 4; }  // g
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
 #else
   using L = Tiles<HS>;
   constexpr int S = L::kStream;
-  extern __shared__ __align__(128) unsigned char smem[];
+  FLEET_DYNAMIC_SHARED(unsigned char, smem);
   SmemCarver carve{smem};
   TT* sQ = carve.Take<TT>(size_t(kOwn) * L::kLdRow);
   TT* sK = carve.Take<TT>(size_t(S) * L::kLdRow);
@@ -392,7 +393,7 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
 #else
   using L = Tiles<HS>;
   constexpr int S = L::kStream;
-  extern __shared__ __align__(128) unsigned char smem[];
+  FLEET_DYNAMIC_SHARED(unsigned char, smem);
   SmemCarver carve{smem};
   TT* sK = carve.Take<TT>(size_t(kOwn) * L::kLdRow);
   TT* sV = carve.Take<TT>(size_t(kOwn) * L::kLdRow);
@@ -485,7 +486,7 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQMma(BackwardArgs a) {
 #else
   using L = Tiles<HS>;
   constexpr int S = L::kStream;
-  extern __shared__ __align__(128) unsigned char smem[];
+  FLEET_DYNAMIC_SHARED(unsigned char, smem);
   SmemCarver carve{smem};
   TT* sQ = carve.Take<TT>(size_t(kOwn) * L::kLdRow);
   TT* sdO = carve.Take<TT>(size_t(kOwn) * L::kLdRow);
@@ -562,13 +563,6 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQMma(BackwardArgs a) {
 #endif
 }
 
-template <typename Kernel>
-cudaError_t AllowSharedMemory(Kernel* kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(bytes));
-}
-
 unsigned RowTiles(int rows) { return static_cast<unsigned>((rows + kOwn - 1) / kOwn); }
 
 struct LaunchForward {
@@ -577,12 +571,12 @@ struct LaunchForward {
   cudaStream_t s;
   template <typename TT, int HS>
   cudaError_t operator()() const {
+    const auto kernel = FlashForwardMma<TT, HS>;
     constexpr size_t bytes = ForwardSmemBytes<TT, HS>();
-    cudaError_t e = AllowSharedMemory(FlashForwardMma<TT, HS>, bytes);
+    cudaError_t e = AllowDynamicShared(kernel, bytes);
     if (e != cudaSuccess) return e;
     const dim3 grid(static_cast<unsigned>(B * a.NH), RowTiles(a.Tq));
-    FlashForwardMma<TT, HS><<<grid, kThreads, bytes, s>>>(a);
-    return cudaGetLastError();
+    return FLEET_LAUNCH(kernel, grid, dim3(kThreads), bytes, s, a);
   }
 };
 
@@ -593,15 +587,16 @@ struct LaunchBackward {
   template <typename TT, int HS>
   cudaError_t operator()() const {
     const dim3 grid(static_cast<unsigned>(B * a.NH), RowTiles(a.T));
+    const auto kv_kernel = FlashBackwardKvMma<TT, HS>;
     constexpr size_t kv_bytes = BackwardKvSmemBytes<TT, HS>();
-    cudaError_t e = AllowSharedMemory(FlashBackwardKvMma<TT, HS>, kv_bytes);
+    cudaError_t e = AllowDynamicShared(kv_kernel, kv_bytes);
     if (e != cudaSuccess) return e;
-    FlashBackwardKvMma<TT, HS><<<grid, kThreads, kv_bytes, s>>>(a);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    e = FLEET_LAUNCH(kv_kernel, grid, dim3(kThreads), kv_bytes, s, a);
+    if (e != cudaSuccess) return e;
+    const auto q_kernel = FlashBackwardQMma<TT, HS>;
     constexpr size_t q_bytes = BackwardQSmemBytes<TT, HS>();
-    if ((e = AllowSharedMemory(FlashBackwardQMma<TT, HS>, q_bytes)) != cudaSuccess) return e;
-    FlashBackwardQMma<TT, HS><<<grid, kThreads, q_bytes, s>>>(a);
-    return cudaGetLastError();
+    if ((e = AllowDynamicShared(q_kernel, q_bytes)) != cudaSuccess) return e;
+    return FLEET_LAUNCH(q_kernel, grid, dim3(kThreads), q_bytes, s, a);
   }
 };
 

@@ -19,7 +19,9 @@
 // and dQ are separate kernels: every gradient element has one writer, no
 // atomics, the same bits on every call.
 //
-// STATUS: written without a GPU and NOT yet run on one. CudaGptKernels keeps
+// STATUS: written without a GPU and NOT yet run on one; its logic passes
+// the CPU emulation of CUDA (tests/trainer/gpt_flash_mma_emulated_test.cc,
+// every build). CudaGptKernels keeps
 // the wmma kernels as the default; this path runs only when selected
 // (CudaGptKernels::set_attention_kernel, gpt_bench --attention=mma) and stays
 // off by default until scripts/gpu_check.sh shows it passes

@@ -23,8 +23,13 @@
 #include <cmath>
 #include <cstdint>
 
+#include "trainer/kernels/cuda_emulatable.h"
 #include "trainer/kernels/gpt_cuda_flash_dispatch.cuh"
 #include "trainer/kernels/gpt_cuda_flash_tc.h"
+
+// Built for an architecture before sm_80 the kernels' bodies are only a
+// trap, so nvcc finds their helpers unreferenced (warning 177).
+#pragma nv_diag_suppress 177
 
 namespace fleet::trainer::cuda::gpt {
 namespace {
@@ -492,19 +497,12 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQTc(BackwardArgs a) {
 #endif
 }
 
-template <typename Kernel>
-cudaError_t AllowSharedMemory(Kernel* kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(bytes));
-}
-
 unsigned RowTiles(int rows) { return static_cast<unsigned>((rows + kOwn - 1) / kOwn); }
 
 template <typename TT, int HS>
 cudaError_t Forward(const ForwardArgs& a, int B, cudaStream_t s) {
   constexpr size_t bytes = ForwardSmemBytes<TT, HS>();
-  cudaError_t e = AllowSharedMemory(FlashForwardTc<TT, HS>, bytes);
+  cudaError_t e = AllowDynamicShared(FlashForwardTc<TT, HS>, bytes);
   if (e != cudaSuccess) return e;
   const dim3 grid(static_cast<unsigned>(B * a.NH), RowTiles(a.Tq));
   FlashForwardTc<TT, HS><<<grid, kThreads, bytes, s>>>(a);
@@ -515,12 +513,12 @@ template <typename TT, int HS>
 cudaError_t Backward(const BackwardArgs& a, int B, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(B * a.NH), RowTiles(a.T));
   constexpr size_t kv_bytes = BackwardKvSmemBytes<TT, HS>();
-  cudaError_t e = AllowSharedMemory(FlashBackwardKvTc<TT, HS>, kv_bytes);
+  cudaError_t e = AllowDynamicShared(FlashBackwardKvTc<TT, HS>, kv_bytes);
   if (e != cudaSuccess) return e;
   FlashBackwardKvTc<TT, HS><<<grid, kThreads, kv_bytes, s>>>(a);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   constexpr size_t q_bytes = BackwardQSmemBytes<TT, HS>();
-  if ((e = AllowSharedMemory(FlashBackwardQTc<TT, HS>, q_bytes)) != cudaSuccess) return e;
+  if ((e = AllowDynamicShared(FlashBackwardQTc<TT, HS>, q_bytes)) != cudaSuccess) return e;
   FlashBackwardQTc<TT, HS><<<grid, kThreads, q_bytes, s>>>(a);
   return cudaGetLastError();
 }

@@ -13,6 +13,7 @@
 // softmax in registers; only the row log-sum-exps go to global memory. dQ
 // and dK/dV are separate kernels that each recompute the probabilities, so
 // every gradient element has one writer (no atomics, deterministic).
+#include "trainer/kernels/cuda_emulatable.h"
 #include "trainer/kernels/gpt_cuda_ops.h"
 
 #include "trainer/kernels/gpt_cuda_flash_mma.h"
@@ -575,16 +576,6 @@ __global__ void __launch_bounds__(kAttnThreads)
   }
 }
 
-// Dynamic shared memory above the default 48 KiB must be opted into per
-// kernel (head sizes above ~120 in float32); the device's limit is checked
-// by the launch itself.
-template <typename Kernel>
-cudaError_t AllowSharedMemory(Kernel* kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(bytes));
-}
-
 // What one attention call works on. Forward: out, aux = lse, qkv, and for
 // decoding k_cache / v_cache (else null: keys and values are in qkv), past,
 // maxT. Backward: out = dqkv, aux = scratch (the row dots), dout, fout = the
@@ -637,20 +628,20 @@ cudaError_t LaunchAttention(bool backward, const AttentionArgs& a, cudaStream_t 
   if (!backward) {
     const ForwardParams p = ForwardLayout(a);
     const size_t bytes = 3 * tile_bytes;
-    if ((e = AllowSharedMemory(AttentionForwardKernel<TT, DPL>, bytes)) != cudaSuccess) return e;
+    if ((e = AllowDynamicShared(AttentionForwardKernel<TT, DPL>, bytes)) != cudaSuccess) return e;
     AttentionForwardKernel<TT, DPL><<<grid, kAttnThreads, bytes, s>>>(p);
     return cudaGetLastError();
   }
   if ((e = LaunchRowDots(a, s)) != cudaSuccess) return e;
   const size_t kv_bytes = 2 * kTile * sizeof(float) + 4 * tile_bytes;
-  if ((e = AllowSharedMemory(AttentionBackwardKvKernel<TT, DPL>, kv_bytes)) != cudaSuccess) {
+  if ((e = AllowDynamicShared(AttentionBackwardKvKernel<TT, DPL>, kv_bytes)) != cudaSuccess) {
     return e;
   }
   AttentionBackwardKvKernel<TT, DPL><<<grid, kAttnThreads, kv_bytes, s>>>(
       a.out, a.dout, a.qkv, a.lse, a.aux, a.T, a.C, a.NH, scale);
   if ((e = cudaGetLastError()) != cudaSuccess) return e;
   const size_t q_bytes = 4 * tile_bytes;
-  if ((e = AllowSharedMemory(AttentionBackwardQKernel<TT, DPL>, q_bytes)) != cudaSuccess) return e;
+  if ((e = AllowDynamicShared(AttentionBackwardQKernel<TT, DPL>, q_bytes)) != cudaSuccess) return e;
   AttentionBackwardQKernel<TT, DPL><<<grid, kAttnThreads, q_bytes, s>>>(
       a.out, a.dout, a.qkv, a.lse, a.aux, a.T, a.C, a.NH, scale);
   return cudaGetLastError();
