@@ -150,7 +150,7 @@ void RpcNode::CallAsync(int peer, Message request, const RpcOptions& options,
     done(refused);
     return;
   }
-  Status sent = van_->Send(Route{.connection = peer}, std::move(request));
+  Status sent = van_->Send(Route::Outgoing(peer), std::move(request));
   if (!sent.ok()) {
     PendingCall failed;
     if (TakePending(id, &failed)) failed.done(sent);

@@ -41,6 +41,12 @@ struct Route {
   std::string session;
 
   bool outgoing() const { return connection >= 0; }
+  // The route of a request we send on our connection to `peer`.
+  static Route Outgoing(int peer) {
+    Route r;
+    r.connection = peer;
+    return r;
+  }
 };
 
 struct VanOptions {
