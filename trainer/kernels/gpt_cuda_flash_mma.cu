@@ -31,7 +31,7 @@
 #include <type_traits>
 
 #include "trainer/kernels/cuda_emulatable.h"
-#include "trainer/kernels/gpt_cuda_flash_dispatch.cuh"
+#include "trainer/kernels/gpt_cuda_flash_common.cuh"
 #include "trainer/kernels/gpt_cuda_flash_mma.h"
 #include "trainer/kernels/gpt_cuda_flash_tc.h"
 
@@ -42,11 +42,6 @@
 namespace fleet::trainer::cuda::gpt {
 namespace {
 
-constexpr int kOwn = 64;  // rows a block owns
-constexpr int kWarps = kOwn / 16;
-constexpr int kThreads = kWarps * 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-
 // Tile geometry for head size HS (a multiple of 16, at most 128).
 template <int HS>
 struct Tiles {
@@ -56,8 +51,6 @@ struct Tiles {
   static constexpr int kLdT = kStream + 8;            // transposed [HS][kStream] tiles
   static_assert(kLdRow % 8 == 0 && kLdT % 8 == 0, "strides of 4 mod 8 words (see top)");
 };
-
-__host__ __device__ constexpr size_t Align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
 template <typename TT, int HS>
 constexpr size_t ForwardSmemBytes() {
@@ -89,28 +82,6 @@ static_assert(BackwardQSmemBytes<__half, 64>() <= 99 * 1024, "shared memory");
 static_assert(BackwardQSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
 static_assert(ForwardSmemBytes<__half, 64>() <= 99 * 1024, "shared memory");
 static_assert(ForwardSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
-
-// Regions of dynamic shared memory, each 128-byte aligned.
-struct SmemCarver {
-  unsigned char* at;
-  template <typename T>
-  __device__ T* Take(size_t n) {
-    T* p = reinterpret_cast<T*>(at);
-    at += Align128(n * sizeof(T));
-    return p;
-  }
-};
-
-template <typename TT>
-__device__ __forceinline__ TT ToTile(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 ToTile<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-template <>
-__device__ __forceinline__ __half ToTile<__half>(float x) {
-  return __float2half(x);
-}
 
 // The 4 bytes at p (4-byte aligned) as one register: one 32-bit load (nvcc
 // splits a memcpy of 16-bit elements into 16-bit loads). The host compiler
@@ -256,17 +227,6 @@ __device__ __forceinline__ float RowMax(float x) {
   return fmaxf(x, __shfl_xor_sync(kFullMask, x, 2));
 }
 
-struct ForwardArgs {
-  float* out;
-  float* lse;
-  const float* q;
-  const float* k;
-  const float* v;
-  size_t q_batch, kv_batch, q_ld, kv_ld;
-  int Tq, past, C, NH;
-  float scale;
-};
-
 // Grid (B NH, ceil(Tq / 64)). Warp w: queries q0 + 16 w .. + 15 against key
 // tiles of S up to its last query's position; online softmax per row (m, l
 // in registers, l summed per lane and over the row's four lanes at the end:
@@ -369,16 +329,6 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
   }
 #endif
 }
-
-struct BackwardArgs {
-  float* dqkv;
-  const float* dout;
-  const float* qkv;
-  const float* lse;
-  const float* dots;
-  int T, C, NH;
-  float scale;
-};
 
 // dK, dV of the block's 64 keys: grid (B NH, ceil(T / 64)). Streams the
 // query tiles from the block's first key on (earlier queries do not see

@@ -24,7 +24,7 @@
 #include <cstdint>
 
 #include "trainer/kernels/cuda_emulatable.h"
-#include "trainer/kernels/gpt_cuda_flash_dispatch.cuh"
+#include "trainer/kernels/gpt_cuda_flash_common.cuh"
 #include "trainer/kernels/gpt_cuda_flash_tc.h"
 
 // Built for an architecture before sm_80 the kernels' bodies are only a
@@ -35,11 +35,6 @@ namespace fleet::trainer::cuda::gpt {
 namespace {
 
 namespace wmma = nvcuda::wmma;
-
-constexpr int kOwn = 64;  // rows a block owns
-constexpr int kWarps = kOwn / 16;
-constexpr int kThreads = kWarps * 32;
-constexpr unsigned kFullMask = 0xffffffffu;
 
 // Tile geometry for head size HS (a multiple of 16, at most 128).
 template <int HS>
@@ -58,8 +53,6 @@ struct Tiles {
   static_assert(kLdH % 8 == 0 && kLdP % 8 == 0 && kLdF % 4 == 0 && kLdO % 4 == 0, "wmma ldm");
   static_assert(16 * kLdF >= 256, "a warp's score rows hold one 16x16 staging tile");
 };
-
-__host__ __device__ constexpr size_t Align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
 // Shared memory of each kernel, in the order the kernels carve it.
 template <typename TT, int HS>
@@ -88,28 +81,6 @@ static_assert(BackwardKvSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
 static_assert(BackwardQSmemBytes<__half, 64>() <= 99 * 1024, "shared memory");
 static_assert(BackwardQSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
 static_assert(ForwardSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
-
-// Regions of dynamic shared memory, each 128-byte aligned.
-struct SmemCarver {
-  unsigned char* at;
-  template <typename T>
-  __device__ T* Take(size_t n) {
-    T* p = reinterpret_cast<T*>(at);
-    at += Align128(n * sizeof(T));
-    return p;
-  }
-};
-
-template <typename TT>
-__device__ __forceinline__ TT ToTile(float x);
-template <>
-__device__ __forceinline__ __nv_bfloat16 ToTile<__nv_bfloat16>(float x) {
-  return __float2bfloat16(x);
-}
-template <>
-__device__ __forceinline__ __half ToTile<__half>(float x) {
-  return __float2half(x);
-}
 
 // dst[r * ld + d] = src[(row0 + r) * ld_src + d] for r < rows, d < HS, as
 // TT; rows at or past `limit` are zero (so that masked probabilities, which
@@ -206,17 +177,6 @@ __device__ __forceinline__ void AddRowsToGlobal(float* dst, size_t ld_dst, int r
     }
   }
 }
-
-struct ForwardArgs {
-  float* out;
-  float* lse;
-  const float* q;
-  const float* k;
-  const float* v;
-  size_t q_batch, kv_batch, q_ld, kv_ld;
-  int Tq, past, C, NH;
-  float scale;
-};
 
 // Grid (B NH, ceil(Tq / 64)). The block's 64 queries against key tiles of
 // kStream up to the last query's position, online softmax per row; the
@@ -320,16 +280,6 @@ __global__ void __launch_bounds__(kThreads) FlashForwardTc(ForwardArgs a) {
   }
 #endif
 }
-
-struct BackwardArgs {
-  float* dqkv;
-  const float* dout;
-  const float* qkv;
-  const float* lse;
-  const float* dots;
-  int T, C, NH;
-  float scale;
-};
 
 // dK, dV of the block's 64 keys: grid (B NH, ceil(T / 64)). Streams the
 // query tiles from the key tile on (earlier queries do not see these keys);
