@@ -2,7 +2,7 @@
 // the mma's fragment layout as the PTX ISA states it, shuffles, barriers,
 // and threads that meet at different barriers reported instead of hanging.
 // Built with FLEET_CUDA_EMULATION (the fleet_cuda_emulation target).
-#include "tests/trainer/cuda_emulation.h"
+#include "trainer/kernels/cuda_emulation.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

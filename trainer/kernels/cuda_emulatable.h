@@ -1,5 +1,5 @@
 // What a kernel source needs to compile both for the GPU (nvcc) and for the
-// CPU emulation of its tests (tests/trainer/cuda_emulation.h, a host
+// CPU emulation of its tests (trainer/kernels/cuda_emulation.h, a host
 // compiler with FLEET_CUDA_EMULATION defined): dynamic shared memory, kernel
 // launches, the 16-bit mma and the architecture guard go through these.
 #pragma once
@@ -11,7 +11,7 @@
 
 #ifdef FLEET_CUDA_EMULATION
 
-#include "tests/trainer/cuda_emulation.h"
+#include "trainer/kernels/cuda_emulation.h"
 
 // The kernel's dynamic shared memory as T*.
 #define FLEET_DYNAMIC_SHARED(T, name) \
@@ -67,7 +67,7 @@ cudaError_t AllowDynamicShared(Kernel kernel, size_t bytes) {
 
 // D = A B + C on tensor cores, m16n8k16, 16-bit inputs (bf16 when kBf16,
 // else fp16), float32 accumulators, in the fragment layout of the PTX ISA
-// (tests/trainer/cuda_emulation.h spells it out). Only where
+// (trainer/kernels/cuda_emulation.h spells it out). Only where
 // FLEET_MMA_COMPILED.
 template <bool kBf16>
 __device__ __forceinline__ void Mma16816(float d[4], const uint32_t a[4], const uint32_t b[2],

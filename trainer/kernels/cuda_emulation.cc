@@ -1,5 +1,5 @@
 // CUDA kernels on the CPU; see cuda_emulation.h.
-#include "tests/trainer/cuda_emulation.h"
+#include "trainer/kernels/cuda_emulation.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

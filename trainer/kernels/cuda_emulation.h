@@ -1,8 +1,9 @@
 // Runs CUDA kernels on the CPU, so that their indexing, fragment layouts and
-// synchronisation are checked where no GPU is (most sessions that build this
-// project have none). A kernel source written for it (gpt_cuda_flash_mma.cu)
-// is compiled a second time by the host compiler with FLEET_CUDA_EMULATION
-// defined; its warp-level instructions then call the functions below.
+// synchronisation are checked where no GPU is (most machines that build this
+// project have none). For tests only (the fleet_cuda_emulation target): a
+// kernel source written for it (gpt_cuda_flash_mma.cu) is compiled a second
+// time by the host compiler with FLEET_CUDA_EMULATION defined, and its
+// warp-level instructions then call the functions below.
 //
 // Model: one OS thread runs a block at a time; each CUDA thread of the block
 // is a fiber (ucontext) that runs until it reaches a barrier (__syncthreads,
@@ -20,7 +21,7 @@
 // synchronisation (lanes run one at a time between barriers), and the exact
 // rounding of the tensor cores (the mma sums in float32 in k order).
 // Shared memory is the dynamic kind only: kernels reach it through
-// FLEET_DYNAMIC_SHARED (cuda_emulation_kernel.h).
+// FLEET_DYNAMIC_SHARED (cuda_emulatable.h).
 #pragma once
 
 #include <cuda_runtime.h>  // dim3, uint3: host declarations under a host compiler
