@@ -122,24 +122,29 @@ std::string Name(const Shape& s, TileType tile) {
 // below, at and past a 64-row block, not a multiple of 16.
 const Shape kShapes[] = {{2, 21, 32, 2}, {1, 45, 96, 3}, {1, 100, 128, 2}, {1, 70, 256, 2}};
 
+// Training's layout: q, k and v of each position side by side in qkv [B, T, 3C].
+Layout Packed(const std::vector<float>& qkv, const Shape& s) {
+  const size_t row = 3 * size_t(s.C);
+  return Layout{qkv.data(),
+                qkv.data() + s.C,
+                qkv.data() + 2 * s.C,
+                s.T * row,
+                s.T * row,
+                row,
+                row,
+                s.B,
+                s.T,
+                0,
+                s.C,
+                s.NH};
+}
+
 class MmaAttentionEmulated : public ::testing::TestWithParam<TileType> {};
 
 TEST_P(MmaAttentionEmulated, ForwardOverPackedQkvMatchesDoubleReference) {
   for (const Shape& s : kShapes) {
     const auto qkv = Random(size_t(s.B) * s.T * 3 * s.C, 50 + s.T, -1.5f, 1.5f);
-    const size_t row = 3 * size_t(s.C);
-    const Layout x{qkv.data(),
-                   qkv.data() + s.C,
-                   qkv.data() + 2 * s.C,
-                   s.T * row,
-                   s.T * row,
-                   row,
-                   row,
-                   s.B,
-                   s.T,
-                   0,
-                   s.C,
-                   s.NH};
+    const Layout x = Packed(qkv, s);
     CheckForward(x, GetParam(), Name(s, GetParam()));
   }
 }
@@ -177,18 +182,7 @@ TEST_P(MmaAttentionEmulated, BackwardMatchesDoubleReference) {
     const double scale = 1.0 / std::sqrt(double(hs));
     const size_t row = 3 * size_t(s.C);
     const auto qkv = Random(size_t(s.B) * s.T * row, 60 + s.T, -1.5f, 1.5f);
-    const Layout x{qkv.data(),
-                   qkv.data() + s.C,
-                   qkv.data() + 2 * s.C,
-                   s.T * row,
-                   s.T * row,
-                   row,
-                   row,
-                   s.B,
-                   s.T,
-                   0,
-                   s.C,
-                   s.NH};
+    const Layout x = Packed(qkv, s);
     const Forward fwd = Reference(x);
     const auto dout = Random(fwd.out.size(), 61 + s.T);
     std::vector<float> lse(fwd.lse.begin(), fwd.lse.end()), dots(fwd.lse.size());

@@ -81,30 +81,33 @@ void Mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float 
 inline void __syncthreads() { fleet::cuda_emulation::SyncThreads(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { fleet::cuda_emulation::SyncWarp(); }
 
+namespace fleet::cuda_emulation {
+// The `value` that lane `source` of the calling warp passed.
 template <typename T>
-T __shfl_xor_sync(unsigned, T value, int lane_mask, int width = 32) {
+T ShuffleValue(T value, unsigned source) {
   static_assert(sizeof(T) <= 8, "shuffle of up to 8 bytes");
   uint64_t bits = 0;
   std::memcpy(&bits, &value, sizeof(T));
+  bits = ShuffleBits(bits, source);
+  std::memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+}  // namespace fleet::cuda_emulation
+
+template <typename T>
+T __shfl_xor_sync(unsigned, T value, int lane_mask, int width = 32) {
   const unsigned lane = fleet::cuda_emulation::LaneId();
   // Within segments of `width` lanes, as on the GPU.
   const unsigned partner = lane ^ static_cast<unsigned>(lane_mask);
-  const bool inside = partner / width == lane / width;
-  bits = fleet::cuda_emulation::ShuffleBits(bits, inside ? partner : lane);
-  std::memcpy(&value, &bits, sizeof(T));
-  return value;
+  return fleet::cuda_emulation::ShuffleValue(value,
+                                             partner / width == lane / width ? partner : lane);
 }
 
 template <typename T>
 T __shfl_sync(unsigned, T value, int src_lane, int width = 32) {
-  static_assert(sizeof(T) <= 8, "shuffle of up to 8 bytes");
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(T));
   const unsigned lane = fleet::cuda_emulation::LaneId();
-  const unsigned source = lane / width * width + static_cast<unsigned>(src_lane) % width;
-  bits = fleet::cuda_emulation::ShuffleBits(bits, source);
-  std::memcpy(&value, &bits, sizeof(T));
-  return value;
+  return fleet::cuda_emulation::ShuffleValue(
+      value, lane / width * width + static_cast<unsigned>(src_lane) % width);
 }
 
 // CUDA's integer min / max, which device code calls unqualified.
