@@ -1,5 +1,6 @@
 #include "comm/van.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -244,7 +245,8 @@ struct Van::Impl {
   bool stopped = false;
 
   // Owned by the I/O thread alone.
-  std::vector<zmq_pollitem_t> poll_items;
+  // wake_fd, then the sockets' ZMQ_FDs, then the monitors' ZMQ_FDs.
+  std::vector<pollfd> poll_fds;
   std::vector<LockedSocket*> polled_sockets;  // router (if any) then dealers
   bool polled_router = false;
   std::vector<std::pair<int, zmq::socket_t*>> polled_monitors;
@@ -278,14 +280,20 @@ struct Van::Impl {
 
   bool mac() const { return options.auth != nullptr && !options.encrypt; }
 
-  // zmq::poll with a zero timeout: how many items are ready; 0 on EINTR, -1
-  // on any other error.
-  static int PollNow(std::vector<zmq_pollitem_t>& items) {
-    try {
-      return zmq::poll(items.data(), items.size(), std::chrono::milliseconds(0));
-    } catch (const zmq::error_t& e) {
-      return e.num() == EINTR ? 0 : -1;
+  // poll(2) over plain descriptors (every ZMQ_FD is one): how many are
+  // ready; 0 on EINTR, -1 on any other error. Not zmq::poll: before it
+  // sleeps, that makes a zero-timeout pass of its own and reads ZMQ_EVENTS
+  // of every socket item on each pass, two system calls each (a fork check
+  // and a poll of the socket's mailbox), which on these VMs cost more than
+  // a small message's own work.
+  static int PollFds(std::vector<pollfd>& fds, std::chrono::milliseconds timeout) {
+    const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
+    if (ready >= 0) return ready;
+    if (errno == EINTR) {
+      for (pollfd& p : fds) p.revents = 0;
+      return 0;
     }
+    return -1;
   }
 
   // A spinning thread lets any other runnable thread on its CPU go first:
@@ -321,6 +329,8 @@ struct Van::Impl {
   int ReceiveReady(LockedSocket& socket, int connection,
                    const std::function<bool()>* keep_going = nullptr);
   void HandleMonitor(int connection, zmq::socket_t& monitor);
+  // Reads the monitors whose descriptor signalled in the last poll, or all.
+  void HandleMonitors(bool all);
   void Deliver(const Route& from, std::vector<zmq::message_t>& parts, size_t header_index);
   void CloseAll();
 };
@@ -782,8 +792,8 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
       }
     }
   }
-  std::vector<zmq_pollitem_t> items;
-  for (auto& [socket, connection] : dealers) items.push_back({nullptr, socket->fd, ZMQ_POLLIN, 0});
+  std::vector<pollfd> items;
+  for (auto& [socket, connection] : dealers) items.push_back({socket->fd, POLLIN, 0});
   auto spin_until = std::chrono::steady_clock::now() + impl_->options.busy_poll;
   while (!dealers.empty() && keep_waiting()) {
     int delivered = 0;
@@ -803,7 +813,7 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
       // the sockets are read only once one of them signals.
       const auto spin_end = std::min(spin_until, deadline);
       int ready;
-      while ((ready = Impl::PollNow(items)) == 0 && keep_waiting() &&
+      while ((ready = Impl::PollFds(items, std::chrono::milliseconds(0))) == 0 && keep_waiting() &&
              (now = std::chrono::steady_clock::now()) < spin_end) {
         Impl::YieldWhileSpinning();
       }
@@ -814,11 +824,7 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
     // deadline tick, a lost connection), which does not wake this poll.
     const auto slice = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
                                 impl_->options.tick);
-    try {
-      zmq::poll(items.data(), items.size(), std::max(slice, std::chrono::milliseconds(1)));
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) break;
-    }
+    if (Impl::PollFds(items, std::max(slice, std::chrono::milliseconds(1))) < 0) break;
   }
   impl_->receiving_thread.store(std::thread::id());
   impl_->caller_receiving.store(false);
@@ -835,23 +841,26 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
 void Van::Impl::RebuildPollItems() {
   std::lock_guard<std::mutex> lock(mu);
   sockets_changed = false;
-  poll_items.clear();
+  poll_fds.clear();
   polled_sockets.clear();
   polled_monitors.clear();
-  poll_items.push_back({nullptr, wake_fd, ZMQ_POLLIN, 0});
+  poll_fds.push_back({wake_fd, POLLIN, 0});
   polled_router = router != nullptr;
   if (router) polled_sockets.push_back(router.get());
   for (auto& c : connections) polled_sockets.push_back(&c->dealer);
-  for (LockedSocket* s : polled_sockets) poll_items.push_back({nullptr, s->fd, ZMQ_POLLIN, 0});
+  for (LockedSocket* s : polled_sockets) poll_fds.push_back({s->fd, POLLIN, 0});
   for (size_t c = 0; c < connections.size(); ++c) {
     polled_monitors.emplace_back(static_cast<int>(c), &connections[c]->monitor);
-    poll_items.push_back({connections[c]->monitor.handle(), -1, ZMQ_POLLIN, 0});
+    // Only this thread uses a monitor, so its ZMQ_FD's edge is never
+    // consumed elsewhere: a monitor is read when its descriptor signals.
+    poll_fds.push_back({connections[c]->monitor.get(zmq::sockopt::fd), POLLIN, 0});
   }
 }
 
 void Van::Impl::Loop() {
   io_thread_id.store(std::this_thread::get_id());
   RebuildPollItems();
+  HandleMonitors(/*all=*/true);
   auto spin_until = std::chrono::steady_clock::time_point::min();
   auto next_tick = std::chrono::steady_clock::now() + options.tick;
   while (running.load(std::memory_order_relaxed)) {
@@ -866,27 +875,23 @@ void Van::Impl::Loop() {
     if (!caller_has_dealers) io_polls_dealers.store(true);
     const size_t first_dealer = 1 + (polled_router ? 1 : 0);
     for (size_t i = first_dealer; i < 1 + polled_sockets.size(); ++i) {
-      poll_items[i].events = caller_has_dealers ? 0 : ZMQ_POLLIN;
+      poll_fds[i].events = caller_has_dealers ? 0 : POLLIN;
     }
     // Busy polling (VanOptions::busy_poll) after recent work. A turn in
     // which nothing signals and no tick is due skips the pass below: the
     // last pass left every socket drained, and a sender that consumes an
     // edge since then wakes this thread (SendOn).
     const bool spinning = std::chrono::steady_clock::now() < spin_until;
-    int ready;
-    try {
-      ready = zmq::poll(poll_items.data(), poll_items.size(),
-                        spinning ? std::chrono::milliseconds(0) : options.tick);
-    } catch (const zmq::error_t& e) {
-      if (e.num() == EINTR) continue;
-      LOG(ERROR) << "van poll failed: " << e.what();
+    const int ready = PollFds(poll_fds, spinning ? std::chrono::milliseconds(0) : options.tick);
+    if (ready < 0) {
+      PLOG(ERROR) << "van poll failed";
       break;
     }
     if (spinning && ready == 0 && std::chrono::steady_clock::now() < next_tick) {
       YieldWhileSpinning();
       continue;
     }
-    if (poll_items[0].revents & ZMQ_POLLIN) {
+    if (poll_fds[0].revents & POLLIN) {
       uint64_t count;
       [[maybe_unused]] ssize_t n = ::read(wake_fd, &count, sizeof(count));
     }
@@ -899,7 +904,9 @@ void Van::Impl::Loop() {
       if (connection >= 0 && caller_receiving.load()) continue;
       delivered += ReceiveReady(*polled_sockets[i], connection);
     }
-    for (auto& [connection, monitor] : polled_monitors) HandleMonitor(connection, *monitor);
+    // A pass woken by nothing (the tick) reads every monitor as well, a
+    // safety net that costs two system calls each every few milliseconds.
+    HandleMonitors(/*all=*/ready == 0);
     const auto now = std::chrono::steady_clock::now();
     if (delivered > 0) spin_until = now + options.busy_poll;
     next_tick = now + options.tick;
@@ -910,7 +917,22 @@ void Van::Impl::Loop() {
       std::lock_guard<std::mutex> lock(mu);
       changed = sockets_changed;
     }
-    if (changed) RebuildPollItems();
+    if (changed) {
+      RebuildPollItems();
+      // A new monitor's first events may be queued without its descriptor
+      // having signalled (ZeroMQ signals only a reader that found its pipe
+      // empty once): read each one now.
+      HandleMonitors(/*all=*/true);
+    }
+  }
+}
+
+void Van::Impl::HandleMonitors(bool all) {
+  const size_t first_monitor = poll_fds.size() - polled_monitors.size();
+  for (size_t m = 0; m < polled_monitors.size(); ++m) {
+    if (all || (poll_fds[first_monitor + m].revents & POLLIN)) {
+      HandleMonitor(polled_monitors[m].first, *polled_monitors[m].second);
+    }
   }
 }
 
