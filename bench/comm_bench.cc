@@ -8,9 +8,10 @@
 // sent, then picks an iteration count from a warm-up so each measurement
 // takes about --seconds, alternates the two measurements --rounds times and
 // prints min/p50/p99/max round trip, payload bandwidth (both directions) and
-// the ratio ours / bare. The FleetPS echo runs twice, plain and with the
-// job's CURVE encryption and authentication (VanOptions::auth, keys from a
-// random job secret), and the CURVE on / off ratio is printed too.
+// the ratio ours / bare. The FleetPS echo runs three times: plain, with the
+// job's default authentication (per-message MACs, comm/van_auth.h; keys from
+// a random job secret) and with CURVE encryption (VanOptions::encrypt), and
+// the auth and CURVE on / off ratios are printed too.
 #include <gflags/gflags.h>
 
 #include <algorithm>
@@ -67,11 +68,13 @@ class BareEcho {
 
 class FleetEcho {
  public:
-  FleetEcho(size_t size, std::shared_ptr<const JobAuth> auth) : payload_(size) {
+  FleetEcho(size_t size, std::shared_ptr<const JobAuth> auth, bool encrypt = false)
+      : payload_(size) {
     for (size_t i = 0; i < size; ++i) payload_[i] = static_cast<char>(i * 131);
     RpcNodeOptions so;
     so.name = "bench-server";
     so.van.auth = auth;
+    so.van.encrypt = encrypt;
     server_ = RpcNode::Create(so).value();
     server_->RegisterSync(kEchoCommand, [](const Message& req, Message* resp) {
       resp->header.mutable_frames()->CopyFrom(req.header.frames());
@@ -82,6 +85,7 @@ class FleetEcho {
     RpcNodeOptions co;
     co.name = "bench-client";
     co.van.auth = auth;
+    co.van.encrypt = encrypt;
     client_ = RpcNode::Create(co).value();
     peer_ = client_->Connect(endpoint).value();
   }
@@ -111,35 +115,40 @@ class FleetEcho {
 void Run(size_t size, const std::shared_ptr<const JobAuth>& auth) {
   BareEcho bare(size);
   FleetEcho fleet(size, nullptr);
-  FleetEcho curve(size, auth);
+  FleetEcho mac(size, auth);
+  FleetEcho curve(size, auth, /*encrypt=*/true);
   RoundTrip bare_rt = [&](bool v) { return bare.RoundTrip(v); };
   RoundTrip fleet_rt = [&](bool v) { return fleet.RoundTrip(v); };
+  RoundTrip mac_rt = [&](bool v) { return mac.RoundTrip(v); };
   RoundTrip curve_rt = [&](bool v) { return curve.RoundTrip(v); };
-  if (!bare_rt(true) || !fleet_rt(true) || !curve_rt(true)) {
+  if (!bare_rt(true) || !fleet_rt(true) || !mac_rt(true) || !curve_rt(true)) {
     std::fprintf(stderr, "echo returned wrong bytes for size %zu; not timing\n", size);
     std::exit(1);
   }
   const int iterations = bench::IterationsFor([&] { fleet_rt(false); }, FLAGS_seconds);
-  std::vector<double> bare_us, fleet_us, curve_us;
+  std::vector<double> bare_us, fleet_us, mac_us, curve_us;
   for (int round = 0; round < FLAGS_rounds; ++round) {
-    auto b = bench::TimeEach([&] { bare_rt(false); }, iterations);
-    auto f = bench::TimeEach([&] { fleet_rt(false); }, iterations);
-    auto c = bench::TimeEach([&] { curve_rt(false); }, iterations);
-    bare_us.insert(bare_us.end(), b.begin(), b.end());
-    fleet_us.insert(fleet_us.end(), f.begin(), f.end());
-    curve_us.insert(curve_us.end(), c.begin(), c.end());
+    for (auto [rt, us] : {std::pair{&bare_rt, &bare_us}, {&fleet_rt, &fleet_us},
+                          {&mac_rt, &mac_us}, {&curve_rt, &curve_us}}) {
+      auto t = bench::TimeEach([&] { (*rt)(false); }, iterations);
+      us->insert(us->end(), t.begin(), t.end());
+    }
   }
   const auto bs = bench::Summarize(bare_us);
   const auto fs = bench::Summarize(fleet_us);
+  const auto ms = bench::Summarize(mac_us);
   const auto cs = bench::Summarize(curve_us);
   const double bytes_per_rt = 2.0 * size;  // request and echo
   std::printf("payload %zu bytes, %d round trips x %d rounds\n", size, iterations, FLAGS_rounds);
   bench::PrintHeader();
   bench::PrintRow("bare zmq echo", bs, bytes_per_rt);
   bench::PrintRow("fleet rpc", fs, bytes_per_rt);
+  bench::PrintRow("fleet rpc, auth (MACs)", ms, bytes_per_rt);
   bench::PrintRow("fleet rpc, CURVE", cs, bytes_per_rt);
   std::printf("  ratio fleet/bare: p50 round trip %.2fx, bandwidth %.2fx\n", fs.p50 / bs.p50,
               bs.p50 / fs.p50);
+  std::printf("  ratio auth on/off: p50 round trip %.2fx, bandwidth %.2fx\n", ms.p50 / fs.p50,
+              fs.p50 / ms.p50);
   std::printf("  ratio CURVE on/off: p50 round trip %.2fx, bandwidth %.2fx\n\n",
               cs.p50 / fs.p50, fs.p50 / cs.p50);
 }

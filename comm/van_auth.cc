@@ -6,10 +6,14 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "comm/job_auth.h"
+#include "comm/thread_pool.h"
 
 namespace fleet::van_auth {
 namespace {
@@ -45,43 +49,99 @@ uint64_t GetU64(const char* in) {
   return v;
 }
 
-// The 16-byte tag of ChaCha20-Poly1305 with no plaintext over id, sequence,
-// part count, part lengths and parts.
-void Tag(std::string_view key, Direction direction, std::string_view id, uint64_t sequence,
-         std::span<const Part> parts, unsigned char tag[kTagBytes]) {
+// Feeds additional data to a ChaCha20-Poly1305 context; OpenSSL takes int
+// lengths, so large spans go in pieces. Leaves *ok false after a failure.
+void AddData(EVP_CIPHER_CTX* ctx, const void* data, size_t size, bool* ok) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  int len = 0;
+  while (*ok && size > 0) {
+    const int chunk = static_cast<int>(std::min<size_t>(size, size_t{1} << 30));
+    *ok = EVP_EncryptUpdate(ctx, nullptr, &len, p, chunk) == 1;
+    p += chunk;
+    size -= chunk;
+  }
+}
+
+// The 16-byte tag of ChaCha20-Poly1305 under `key` with no plaintext, nonce
+// = nonce_word | sequence (little endian), over what `feed` adds.
+template <typename Feed>
+void AeadTag(std::string_view key, uint32_t nonce_word, uint64_t sequence, const Feed& feed,
+             unsigned char tag[kTagBytes]) {
   CHECK_EQ(key.size(), kKeyBytes);
   unsigned char iv[12];
-  const uint32_t dir = static_cast<uint32_t>(direction);
-  std::memcpy(iv, &dir, 4);
+  std::memcpy(iv, &nonce_word, 4);
   PutU64(sequence, iv + 4);
   EVP_CIPHER_CTX* ctx = ThreadCipher();
-  int len = 0;
   bool ok = EVP_EncryptInit_ex2(ctx, nullptr, reinterpret_cast<const unsigned char*>(key.data()),
                                 iv, nullptr) == 1;
-  auto aad = [&](const void* data, size_t size) {
-    // OpenSSL takes int lengths: feed large parts in pieces.
-    const auto* p = static_cast<const unsigned char*>(data);
-    while (ok && size > 0) {
-      const int chunk = static_cast<int>(std::min<size_t>(size, size_t{1} << 30));
-      ok = EVP_EncryptUpdate(ctx, nullptr, &len, p, chunk) == 1;
-      p += chunk;
-      size -= chunk;
-    }
-  };
-  unsigned char fixed[8];
-  aad(id.data(), id.size());
-  PutU64(sequence, fixed);
-  aad(fixed, 8);
-  PutU64(parts.size(), fixed);
-  aad(fixed, 8);
-  for (const Part& p : parts) {
-    PutU64(p.size, fixed);
-    aad(fixed, 8);
-  }
-  for (const Part& p : parts) aad(p.data, p.size);
+  feed([&](const void* data, size_t size) { AddData(ctx, data, size, &ok); });
+  int len = 0;
   ok = ok && EVP_EncryptFinal_ex(ctx, nullptr, &len) == 1 &&
        EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, kTagBytes, tag) == 1;
   CHECK(ok) << "OpenSSL ChaCha20-Poly1305 failed";
+}
+
+// Tags of large messages are computed over chunks on several cores (see
+// van_auth.h). The pool is made on first use and never destroyed: a thread
+// may be tagging while the process exits.
+ThreadPool& ChunkPool() {
+  static ThreadPool* pool = new ThreadPool(
+      std::clamp(static_cast<int>(std::thread::hardware_concurrency()) - 1, 1, 7));
+  return *pool;
+}
+
+// The tag of chunk `index`: bytes [index * kChunkBytes, +kChunkBytes) of
+// the parts' concatenation.
+void ChunkTag(std::string_view key, Direction direction, uint64_t sequence,
+              std::span<const Part> parts, size_t index, unsigned char tag[kTagBytes]) {
+  const uint32_t word = static_cast<uint32_t>(direction) | static_cast<uint32_t>(index + 1) << 8;
+  AeadTag(key, word, sequence, [&](const auto& add) {
+    size_t begin = index * kChunkBytes, left = kChunkBytes, offset = 0;
+    for (const Part& p : parts) {
+      if (left == 0) break;
+      if (begin < offset + p.size) {
+        const size_t from = begin - offset, n = std::min(p.size - from, left);
+        add(static_cast<const char*>(p.data) + from, n);
+        begin += n;
+        left -= n;
+      }
+      offset += p.size;
+    }
+  }, tag);
+}
+
+// The message's tag over id, sequence, part count, part lengths, then the
+// parts' bytes, or for more than kChunkBytes the chunks' tags.
+void Tag(std::string_view key, Direction direction, std::string_view id, uint64_t sequence,
+         std::span<const Part> parts, unsigned char tag[kTagBytes]) {
+  size_t total = 0;
+  for (const Part& p : parts) total += p.size;
+  std::vector<unsigned char> chunk_tags;
+  if (total > kChunkBytes) {
+    const size_t chunks = (total + kChunkBytes - 1) / kChunkBytes;
+    CHECK_LT(chunks, size_t{1} << 24) << "message too large for its nonces";
+    chunk_tags.resize(chunks * kTagBytes);
+    ChunkPool().ParallelFor(chunks, [&](size_t i) {
+      ChunkTag(key, direction, sequence, parts, i, chunk_tags.data() + i * kTagBytes);
+    });
+  }
+  AeadTag(key, static_cast<uint32_t>(direction), sequence, [&](const auto& add) {
+    unsigned char fixed[8];
+    add(id.data(), id.size());
+    PutU64(sequence, fixed);
+    add(fixed, 8);
+    PutU64(parts.size(), fixed);
+    add(fixed, 8);
+    for (const Part& p : parts) {
+      PutU64(p.size, fixed);
+      add(fixed, 8);
+    }
+    if (!chunk_tags.empty()) {
+      add(chunk_tags.data(), chunk_tags.size());
+    } else {
+      for (const Part& p : parts) add(p.data, p.size);
+    }
+  }, tag);
 }
 
 }  // namespace

@@ -23,6 +23,14 @@
 // each one's length, then their bytes. Sequence numbers count up from 0 per
 // session and direction; a receiver takes each at most once (ReplayWindow).
 //
+// A message of more than kChunkBytes is tagged in chunks so that several
+// cores share the work (one Poly1305 pass is sequential, and a 4 MiB one
+// took longer than the plain transfer): chunk i (kChunkBytes of the parts'
+// concatenation) gets its own tag, nonce = (direction | (i + 1) << 8) |
+// sequence number, and the message's tag covers the chunk tags in place of
+// the bytes. Nonces never repeat under a session key, so each chunk tag is
+// a one-time Poly1305 MAC, and the message tag binds their order and count.
+//
 // Thread safety: free functions are thread-safe; a ReplayWindow is not.
 #pragma once
 
@@ -39,11 +47,12 @@ constexpr size_t kNonceBytes = 16;
 constexpr size_t kProofBytes = 16;
 constexpr size_t kTagBytes = 16;
 constexpr size_t kTrailerBytes = kIdBytes + 8 + kTagBytes;
+constexpr size_t kChunkBytes = size_t{256} << 10;
 
 // First part of the greeting messages. A zero byte first: no protobuf
 // header starts with one, so they cannot be mistaken for a message.
-inline constexpr std::string_view kHello{"\0fleet hello v1", 15};
-inline constexpr std::string_view kWelcome{"\0fleet welcome v1", 17};
+inline constexpr std::string_view kHello{"\0fleet hello v2", 15};
+inline constexpr std::string_view kWelcome{"\0fleet welcome v2", 17};
 
 enum class Direction : uint32_t { kToServer = 1, kToClient = 2 };
 

@@ -8,7 +8,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
 #include <zmq.hpp>
 
 #include "comm/cluster.h"
@@ -484,6 +487,86 @@ TEST(VanAuthTest, TagDependsOnEveryByteOnlyAndNotOnThePreviousMessage) {
   const std::string a2 = "heade", b2 = "r" + b;
   const std::vector<van_auth::Part> shifted = {{a2.data(), a2.size()}, {b2.data(), b2.size()}};
   EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToServer, first, shifted));
+}
+
+// The tag of a message over more than van_auth::kChunkBytes, computed here
+// in one thread from the format van_auth.h documents: one ChaCha20-Poly1305
+// tag (no plaintext) per chunk of the parts' concatenation, nonce
+// direction | (chunk + 1) << 8, then the message's tag over id, sequence,
+// part count and lengths, and the chunk tags.
+std::string DocumentedChunkedTag(const std::string& key, van_auth::Direction direction,
+                                 const std::string& id, uint64_t sequence,
+                                 const std::vector<std::string>& parts) {
+  auto le64 = [](uint64_t v) {
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
+    return out;
+  };
+  auto tag = [&](uint32_t nonce_word, const std::string& data) {
+    unsigned char iv[12], out[16];
+    std::memcpy(iv, &nonce_word, 4);
+    std::memcpy(iv + 4, le64(sequence).data(), 8);
+    EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+    int len = 0;
+    EXPECT_EQ(EVP_EncryptInit_ex(ctx, EVP_chacha20_poly1305(), nullptr,
+                                 reinterpret_cast<const unsigned char*>(key.data()), iv), 1);
+    EXPECT_EQ(EVP_EncryptUpdate(ctx, nullptr, &len,
+                                reinterpret_cast<const unsigned char*>(data.data()),
+                                static_cast<int>(data.size())), 1);
+    EXPECT_EQ(EVP_EncryptFinal_ex(ctx, nullptr, &len), 1);
+    EXPECT_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, out), 1);
+    EVP_CIPHER_CTX_free(ctx);
+    return std::string(reinterpret_cast<const char*>(out), 16);
+  };
+  std::string all, message = id + le64(sequence) + le64(parts.size());
+  for (const std::string& p : parts) {
+    all += p;
+    message += le64(p.size());
+  }
+  const auto dir = static_cast<uint32_t>(direction);
+  for (size_t i = 0; i * van_auth::kChunkBytes < all.size(); ++i) {
+    message += tag(dir | static_cast<uint32_t>(i + 1) << 8,
+                   all.substr(i * van_auth::kChunkBytes, van_auth::kChunkBytes));
+  }
+  return id + le64(sequence) + tag(dir, message);
+}
+
+TEST(VanAuthTest, LargeMessagesAreTaggedByChunksAsDocumentedAndBindEveryByte) {
+  const std::string key(32, 'k'), id(van_auth::kIdBytes, 'i');
+  // Three chunks and a half, split so that chunks straddle the parts.
+  std::string a(van_auth::kChunkBytes / 2 + 3, 'a'), b(3 * van_auth::kChunkBytes + 1000, 'b');
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<char>(i * 131 + (i >> 11));
+  std::vector<std::string> parts = {"hdr", a, b};
+  auto spans = [](const std::vector<std::string>& ps) {
+    std::vector<van_auth::Part> out;
+    for (const std::string& p : ps) out.push_back({p.data(), p.size()});
+    return out;
+  };
+  const auto dir = van_auth::Direction::kToClient;
+  const std::string trailer = van_auth::Trailer(key, dir, id, 41, spans(parts));
+  EXPECT_EQ(trailer, DocumentedChunkedTag(key, dir, id, 41, parts));
+  std::string fresh;
+  std::thread([&] { fresh = van_auth::Trailer(key, dir, id, 41, spans(parts)); }).join();
+  EXPECT_EQ(trailer, fresh);
+  EXPECT_TRUE(van_auth::Verify(key, dir, trailer, spans(parts)));
+  EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToServer, trailer, spans(parts)));
+  // One byte changed in any chunk, or moved from one part to the next.
+  for (size_t at : {size_t{0}, van_auth::kChunkBytes - 4, 2 * van_auth::kChunkBytes + 7,
+                    b.size() - 1}) {
+    std::vector<std::string> changed = parts;
+    changed[2][at] ^= 1;
+    EXPECT_FALSE(van_auth::Verify(key, dir, trailer, spans(changed))) << "byte " << at;
+  }
+  std::vector<std::string> shifted = parts;
+  shifted[2].insert(shifted[2].begin(), shifted[1].back());
+  shifted[1].pop_back();
+  EXPECT_FALSE(van_auth::Verify(key, dir, trailer, spans(shifted)));
+  // Two chunks of equal length swapped.
+  std::vector<std::string> swapped = parts;
+  const size_t c1 = van_auth::kChunkBytes - a.size() - 3;  // chunk 1 starts here in b
+  std::swap_ranges(swapped[2].begin() + c1, swapped[2].begin() + c1 + van_auth::kChunkBytes,
+                   swapped[2].begin() + c1 + van_auth::kChunkBytes);
+  EXPECT_FALSE(van_auth::Verify(key, dir, trailer, spans(swapped)));
 }
 
 TEST(ReplayWindowTest, TakesEachNumberOnceWithin64) {
