@@ -19,17 +19,22 @@
 //   [session id: 16][sequence number: 8, little endian][tag: 16]
 // where tag = Poly1305 of ChaCha20-Poly1305 (RFC 8439, OpenSSL) under the
 // session key, nonce = direction | sequence number, over no plaintext and
-// the additional data: id, sequence number, the number of the other parts,
-// each one's length, then their bytes. Sequence numbers count up from 0 per
-// session and direction; a receiver takes each at most once (ReplayWindow).
+// the additional data: id; sequence number, the number of the other parts
+// and each one's length (8 bytes each, little endian); then each part's
+// bytes. Each item after the id is zero-padded to a multiple of 16 bytes
+// (OpenSSL's Poly1305 runs at half speed on data that starts off that
+// grid). Sequence numbers count up from 0 per session and direction; a
+// receiver takes each at most once (ReplayWindow).
 //
-// A message of more than kChunkBytes is tagged in chunks so that several
-// cores share the work (one Poly1305 pass is sequential, and a 4 MiB one
-// took longer than the plain transfer): chunk i (kChunkBytes of the parts'
-// concatenation) gets its own tag, nonce = (direction | (i + 1) << 8) |
-// sequence number, and the message's tag covers the chunk tags in place of
-// the bytes. Nonces never repeat under a session key, so each chunk tag is
-// a one-time Poly1305 MAC, and the message tag binds their order and count.
+// A message of more than kChunkBytes in all is tagged in chunks so that
+// several cores share the work (one Poly1305 pass is sequential, and over
+// 4 MiB it took longer than the plain transfer): each part is cut into
+// chunks of kChunkBytes (the last shorter), chunk i (counted over the parts
+// in order) gets its own tag with nonce = (direction | (i + 1) << 8) |
+// sequence number over its bytes, and the message's tag covers the chunk
+// tags in place of the parts' bytes. Nonces never repeat under a session
+// key, so each chunk tag is a one-time Poly1305 MAC, and the message tag
+// binds the chunks' order, count and lengths.
 //
 // Thread safety: free functions are thread-safe; a ReplayWindow is not.
 #pragma once

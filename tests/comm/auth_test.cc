@@ -468,40 +468,20 @@ TEST_F(MessageAuthTest, RecordedSessionIsRefusedByAnotherServerOrGreeting) {
   EXPECT_EQ(other_served.load(), 0);
 }
 
-TEST(VanAuthTest, TagDependsOnEveryByteOnlyAndNotOnThePreviousMessage) {
-  const std::string key(32, 'k'), id(van_auth::kIdBytes, 'i');
-  const std::string a = "header", b(70000, 'x');
-  const std::vector<van_auth::Part> parts = {{a.data(), a.size()}, {b.data(), b.size()}};
-  // A thread's cipher context is reused from message to message: a tag
-  // must come out the same on a fresh thread.
-  const std::string first = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts);
-  const std::string again = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts);
-  std::string fresh;
-  std::thread([&] { fresh = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts); }).join();
-  EXPECT_EQ(first, again);
-  EXPECT_EQ(first, fresh);
-  EXPECT_TRUE(van_auth::Verify(key, van_auth::Direction::kToServer, first, parts));
-  EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToClient, first, parts));
-  // Moving a byte from one part to the next keeps the concatenation but
-  // not the tag (lengths are signed).
-  const std::string a2 = "heade", b2 = "r" + b;
-  const std::vector<van_auth::Part> shifted = {{a2.data(), a2.size()}, {b2.data(), b2.size()}};
-  EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToServer, first, shifted));
-}
-
-// The tag of a message over more than van_auth::kChunkBytes, computed here
-// in one thread from the format van_auth.h documents: one ChaCha20-Poly1305
-// tag (no plaintext) per chunk of the parts' concatenation, nonce
-// direction | (chunk + 1) << 8, then the message's tag over id, sequence,
-// part count and lengths, and the chunk tags.
-std::string DocumentedChunkedTag(const std::string& key, van_auth::Direction direction,
-                                 const std::string& id, uint64_t sequence,
-                                 const std::vector<std::string>& parts) {
+// The trailer of a message, computed here in one thread from the format
+// van_auth.h documents: one ChaCha20-Poly1305 tag (no plaintext) over the
+// id, the 16-byte-padded lengths and the padded parts, or over more than
+// van_auth::kChunkBytes, over the tags of each part's chunks (nonce
+// direction | (chunk + 1) << 8).
+std::string DocumentedTrailer(const std::string& key, van_auth::Direction direction,
+                              const std::string& id, uint64_t sequence,
+                              const std::vector<std::string>& parts) {
   auto le64 = [](uint64_t v) {
     std::string out(8, '\0');
     for (int i = 0; i < 8; ++i) out[i] = static_cast<char>(v >> (8 * i));
     return out;
   };
+  auto padded = [](std::string s) { return s.append((16 - s.size() % 16) % 16, '\0'); };
   auto tag = [&](uint32_t nonce_word, const std::string& data) {
     unsigned char iv[12], out[16];
     std::memcpy(iv, &nonce_word, 4);
@@ -518,17 +498,44 @@ std::string DocumentedChunkedTag(const std::string& key, van_auth::Direction dir
     EVP_CIPHER_CTX_free(ctx);
     return std::string(reinterpret_cast<const char*>(out), 16);
   };
-  std::string all, message = id + le64(sequence) + le64(parts.size());
+  std::string lengths = le64(sequence) + le64(parts.size());
+  size_t total = 0;
   for (const std::string& p : parts) {
-    all += p;
-    message += le64(p.size());
+    lengths += le64(p.size());
+    total += p.size();
   }
+  std::string message = id + padded(lengths);
   const auto dir = static_cast<uint32_t>(direction);
-  for (size_t i = 0; i * van_auth::kChunkBytes < all.size(); ++i) {
-    message += tag(dir | static_cast<uint32_t>(i + 1) << 8,
-                   all.substr(i * van_auth::kChunkBytes, van_auth::kChunkBytes));
+  uint32_t chunk = 0;
+  for (const std::string& p : parts) {
+    if (total <= van_auth::kChunkBytes) message += padded(p);
+    for (size_t at = 0; total > van_auth::kChunkBytes && at < p.size(); at += van_auth::kChunkBytes) {
+      message += tag(dir | ++chunk << 8, p.substr(at, van_auth::kChunkBytes));
+    }
   }
   return id + le64(sequence) + tag(dir, message);
+}
+
+TEST(VanAuthTest, TagDependsOnEveryByteOnlyAndNotOnThePreviousMessage) {
+  const std::string key(32, 'k'), id(van_auth::kIdBytes, 'i');
+  const std::string a = "header", b(70000, 'x');
+  const std::vector<van_auth::Part> parts = {{a.data(), a.size()}, {b.data(), b.size()}};
+  // A thread's cipher context is reused from message to message: a tag
+  // must come out the same on a fresh thread.
+  const std::string first = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts);
+  const std::string again = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts);
+  std::string fresh;
+  std::thread([&] { fresh = van_auth::Trailer(key, van_auth::Direction::kToServer, id, 7, parts); }).join();
+  EXPECT_EQ(first, again);
+  EXPECT_EQ(first, fresh);
+  EXPECT_EQ(first, DocumentedTrailer(key, van_auth::Direction::kToServer, id, 7, {a, b}));
+  EXPECT_TRUE(van_auth::Verify(key, van_auth::Direction::kToServer, first, parts));
+  EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToClient, first, parts));
+  // Moving a byte from one part to the next keeps the concatenation but
+  // not the tag (lengths are signed).
+  const std::string a2 = "heade", b2 = "r" + b;
+  const std::vector<van_auth::Part> shifted = {{a2.data(), a2.size()}, {b2.data(), b2.size()}};
+  EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToServer, first, shifted));
 }
 
 TEST(VanAuthTest, LargeMessagesAreTaggedByChunksAsDocumentedAndBindEveryByte) {
@@ -544,7 +551,7 @@ TEST(VanAuthTest, LargeMessagesAreTaggedByChunksAsDocumentedAndBindEveryByte) {
   };
   const auto dir = van_auth::Direction::kToClient;
   const std::string trailer = van_auth::Trailer(key, dir, id, 41, spans(parts));
-  EXPECT_EQ(trailer, DocumentedChunkedTag(key, dir, id, 41, parts));
+  EXPECT_EQ(trailer, DocumentedTrailer(key, dir, id, 41, parts));
   std::string fresh;
   std::thread([&] { fresh = van_auth::Trailer(key, dir, id, 41, spans(parts)); }).join();
   EXPECT_EQ(trailer, fresh);
