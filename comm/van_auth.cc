@@ -111,7 +111,8 @@ void Tag(std::string_view key, Direction direction, std::string_view id, uint64_
   if (total > kChunkBytes) {
     for (const Part& p : parts) {
       for (size_t at = 0; at < p.size; at += kChunkBytes) {
-        chunks.push_back({static_cast<const char*>(p.data) + at, std::min(kChunkBytes, p.size - at)});
+        chunks.push_back(
+            {static_cast<const char*>(p.data) + at, std::min(kChunkBytes, p.size - at)});
       }
     }
   }

@@ -509,8 +509,9 @@ std::string DocumentedTrailer(const std::string& key, van_auth::Direction direct
   uint32_t chunk = 0;
   for (const std::string& p : parts) {
     if (total <= van_auth::kChunkBytes) message += padded(p);
-    for (size_t at = 0; total > van_auth::kChunkBytes && at < p.size(); at += van_auth::kChunkBytes) {
-      message += tag(dir | ++chunk << 8, p.substr(at, van_auth::kChunkBytes));
+    const size_t k = van_auth::kChunkBytes;
+    for (size_t at = 0; total > k && at < p.size(); at += k) {
+      message += tag(dir | ++chunk << 8, p.substr(at, k));
     }
   }
   return id + le64(sequence) + tag(dir, message);
