@@ -11,6 +11,7 @@
 #include <future>
 #include <span>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -222,6 +223,11 @@ struct Van::Impl {
     LockedSocket dealer;
     zmq::socket_t monitor;  // I/O thread only (after Connect hands it over)
     ClientSession session;  // guarded by dealer.mu
+    // I/O thread only: the reason of the last failed handshake, until one
+    // succeeds. ZeroMQ reports every such failure's disconnection right
+    // after it; a call made between the two events must fail with the
+    // reason, not with "connection lost".
+    std::optional<Status> handshake_failure;
 
     Connection(zmq::context_t& context, std::string e)
         : endpoint(std::move(e)), dealer(context, zmq::socket_type::dealer) {}
@@ -417,7 +423,7 @@ Result<int> Van::Connect(const std::string& endpoint) {
       absl::StrCat("inproc://van-monitor-", reinterpret_cast<uintptr_t>(impl_.get()), "-", id);
   zmq_socket_monitor(conn->dealer.socket.handle(), monitor_addr.c_str(),
                      ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
-                         ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                         ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
                          ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH);
   conn->monitor = zmq::socket_t(impl_->context, zmq::socket_type::pair);
   conn->monitor.set(zmq::sockopt::linger, 0);
@@ -1006,44 +1012,34 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
     if (event_part.size() < sizeof(uint16_t)) continue;
     uint16_t event;
     std::memcpy(&event, event_part.data(), sizeof(event));
+    Connection* conn;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      conn = connections[connection].get();
+    }
     if (event == ZMQ_EVENT_DISCONNECTED) {
-      std::string endpoint;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        endpoint = connections[connection]->endpoint;
-      }
       receiver->OnConnectionDown(
-          connection, endpoint,
-          Status::Unavailable("connection lost (peer closed, crashed or missed heartbeats)",
-                              endpoint));
+          connection, conn->endpoint,
+          conn->handshake_failure.value_or(Status::Unavailable(
+              "connection lost (peer closed, crashed or missed heartbeats)", conn->endpoint)));
     } else if (event == ZMQ_EVENT_CONNECTED) {
-      if (mac()) {
-        Connection* conn;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          conn = connections[connection].get();
-        }
-        Greet(*conn);
-      }
+      if (mac()) Greet(*conn);
       receiver->OnConnectionUp(connection);
+    } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+      conn->handshake_failure.reset();
     } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL ||
                event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
                event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       // The peer refused our keys (or we refused its): calls to it cannot
       // succeed until someone with the right keys listens there.
-      std::string endpoint;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        endpoint = connections[connection]->endpoint;
-      }
-      receiver->OnConnectionDown(
-          connection, endpoint,
-          Status::Unavailable(options.auth && options.encrypt ? "CURVE handshake failed: the peer does not hold "
-                                             "this job's keys (another job, or a different "
-                                             "job secret?)"
-                                           : "handshake failed: the peer requires this job's "
-                                             "credentials (auth is off here, on there?)",
-                              endpoint));
+      conn->handshake_failure = Status::Unavailable(
+          options.auth && options.encrypt
+              ? "CURVE handshake failed: the peer does not hold this job's keys (another job, or "
+                "a different job secret?)"
+              : "handshake failed: the peer requires this job's credentials (auth is off here, "
+                "on there?)",
+          conn->endpoint);
+      receiver->OnConnectionDown(connection, conn->endpoint, *conn->handshake_failure);
     }
   }
 }

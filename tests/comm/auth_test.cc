@@ -302,7 +302,8 @@ TEST_P(TransportAuthTest, JobClientOfAnAuthOffServerFailsFast) {
   auto reply = client->CallSync(peer, EchoRequest(4), o);
   ASSERT_FALSE(reply.ok());
   EXPECT_TRUE(reply.status().IsUnavailable()) << reply.status().ToString();
-  EXPECT_NE(reply.status().message().find("handshake"), std::string::npos);
+  EXPECT_NE(reply.status().message().find("handshake"), std::string::npos)
+      << reply.status().ToString();
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2500ms);
 }
 
