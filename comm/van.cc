@@ -1004,6 +1004,11 @@ void Van::Impl::Deliver(const Route& route, std::vector<zmq::message_t>& parts,
 }
 
 void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
+  Connection* conn;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    conn = connections[connection].get();
+  }
   for (;;) {
     zmq::message_t event_part;
     if (!monitor.recv(event_part, zmq::recv_flags::dontwait)) return;
@@ -1012,11 +1017,6 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
     if (event_part.size() < sizeof(uint16_t)) continue;
     uint16_t event;
     std::memcpy(&event, event_part.data(), sizeof(event));
-    Connection* conn;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      conn = connections[connection].get();
-    }
     if (event == ZMQ_EVENT_DISCONNECTED) {
       receiver->OnConnectionDown(
           connection, conn->endpoint,

@@ -124,12 +124,20 @@ void Tag(std::string_view key, Direction direction, std::string_view id, uint64_
             chunk_tags.data() + i * kTagBytes);
   });
   AeadTag(key, static_cast<uint32_t>(direction), sequence, [&](const auto& add) {
-    std::vector<unsigned char> preamble(8 * (2 + parts.size()));
-    PutU64(sequence, preamble.data());
-    PutU64(parts.size(), preamble.data() + 8);
-    for (size_t i = 0; i < parts.size(); ++i) PutU64(parts[i].size, preamble.data() + 16 + 8 * i);
+    // id (16 bytes), then sequence, count and lengths, 8 bytes each: with
+    // an odd part count they end 8 bytes off the 16-byte grid.
+    static constexpr unsigned char kZeros[8] = {};
+    unsigned char fixed[8];
     add(id.data(), id.size());
-    AddPadded(add, preamble.data(), preamble.size());
+    PutU64(sequence, fixed);
+    add(fixed, 8);
+    PutU64(parts.size(), fixed);
+    add(fixed, 8);
+    for (const Part& p : parts) {
+      PutU64(p.size, fixed);
+      add(fixed, 8);
+    }
+    if (parts.size() % 2 != 0) add(kZeros, 8);
     if (!chunks.empty()) {
       add(chunk_tags.data(), chunk_tags.size());
     } else {
