@@ -251,6 +251,18 @@ struct Van::Impl {
   bool stopped = false;
 
   // Owned by the I/O thread alone.
+  // Replies made on this thread (handlers run inline) during a receive pass
+  // wait for its end: sent together, they wake ZeroMQ's I/O thread once
+  // instead of once each, and this thread is not preempted by it between
+  // two requests.
+  struct DeferredReply {
+    std::string routing_id;
+    std::string header;
+    Message message;
+    std::string trailer;  // empty without auth
+  };
+  bool deferring_replies = false;
+  std::vector<DeferredReply> deferred_replies;
   // wake_fd, then the sockets' ZMQ_FDs, then the monitors' ZMQ_FDs.
   std::vector<pollfd> poll_fds;
   std::vector<LockedSocket*> polled_sockets;  // router (if any) then dealers
@@ -315,7 +327,9 @@ struct Van::Impl {
   }
 
   LockedSocket* SocketFor(const Route& to);
-  Status SendOn(LockedSocket& target, const Route& to, const Message& message);
+  Status SendOn(LockedSocket& target, const Route& to, Message message);
+  // Sends the replies deferred during a receive pass (I/O thread only).
+  void FlushReplies();
   // Hands the parts to ZeroMQ. REQUIRES: target.mu held.
   void SendLocked(LockedSocket& target, const Route& to, const std::string& header,
                   const Message& message, const std::string* trailer);
@@ -457,7 +471,7 @@ Status Van::Send(const Route& to, Message message) {
         to.outgoing() ? absl::StrCat("unknown connection ", to.connection)
                       : std::string("reply on a van that is not bound"));
   }
-  return impl_->SendOn(*target, to, message);
+  return impl_->SendOn(*target, to, std::move(message));
 }
 
 std::string Van::endpoint(int connection) const {
@@ -468,8 +482,8 @@ std::string Van::endpoint(int connection) const {
 
 // The calling thread sends itself: no queue and no thread hand-off, which
 // is most of a small message's round trip.
-Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& message) {
-  const std::string header = message.header.SerializeAsString();
+Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message) {
+  std::string header = message.header.SerializeAsString();
   const auto& frames = message.frames;
   // The bound side signs outside the socket's lock: a reply's tag over
   // megabytes must not hold up the other handler threads' replies.
@@ -488,6 +502,11 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& m
     for (const Bytes& f : frames) parts.push_back({f.data(), f.size()});
     trailer = van_auth::Trailer(session->key, van_auth::Direction::kToClient, to.session,
                                 session->next_send.fetch_add(1), parts);
+  }
+  if (!to.outgoing() && deferring_replies && std::this_thread::get_id() == io_thread_id.load()) {
+    deferred_replies.push_back(
+        {to.routing_id, std::move(header), std::move(message), std::move(trailer)});
+    return Status::OK();
   }
   bool wake_io = false;
   {
@@ -904,12 +923,15 @@ void Van::Impl::Loop() {
     // ZMQ_FD is edge-like and may have been consumed by a sender, so every
     // socket is checked on every pass, not only those whose fd fired.
     int delivered = 0;
+    deferring_replies = polled_router;
     for (size_t i = 0; i < polled_sockets.size(); ++i) {
       // The router, when there is one, is first; dealers follow in id order.
       const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
       if (connection >= 0 && caller_receiving.load()) continue;
       delivered += ReceiveReady(*polled_sockets[i], connection);
     }
+    deferring_replies = false;
+    FlushReplies();
     // A pass woken by nothing (the tick) reads every monitor as well, a
     // safety net that costs two system calls each every few milliseconds.
     HandleMonitors(/*all=*/ready == 0);
@@ -933,6 +955,27 @@ void Van::Impl::Loop() {
   }
 }
 
+void Van::Impl::FlushReplies() {
+  if (deferred_replies.empty()) return;
+  LockedSocket& target = *polled_sockets[0];  // the router (replies exist only when bound)
+  {
+    std::lock_guard<std::mutex> lock(target.mu);
+    for (DeferredReply& r : deferred_replies) {
+      if (target.closed) break;
+      Route to;
+      to.routing_id = std::move(r.routing_id);
+      try {
+        SendLocked(target, to, r.header, r.message, r.trailer.empty() ? nullptr : &r.trailer);
+      } catch (const zmq::error_t& e) {
+        // EHOSTUNREACH: the caller that sent the request is gone.
+        LOG_EVERY_N(WARNING, 100) << "van: send of a reply (command " << r.message.header.command()
+                                  << ") failed: " << e.what();
+      }
+    }
+  }
+  deferred_replies.clear();
+}
+
 void Van::Impl::HandleMonitors(bool all) {
   const size_t first_monitor = poll_fds.size() - polled_monitors.size();
   for (size_t m = 0; m < polled_monitors.size(); ++m) {
@@ -945,12 +988,14 @@ void Van::Impl::HandleMonitors(bool all) {
 int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
                             const std::function<bool()>* keep_going) {
   // One message per lock hold: delivering may send (an error reply), which
-  // needs this lock.
+  // needs this lock. No ZMQ_EVENTS check first: a receive that finds nothing
+  // processes ZeroMQ's commands just as that check would (re-arming the
+  // socket's ZMQ_FD), and a message that is there costs no system call.
   for (int delivered = 0;; ++delivered) {
     std::vector<zmq::message_t> parts;
     {
       std::lock_guard<std::mutex> lock(socket.mu);
-      if (!socket.Readable()) return delivered;
+      if (socket.closed) return delivered;
       bool more = true;
       while (more) {
         zmq::message_t part;
