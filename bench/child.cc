@@ -157,4 +157,27 @@ double ProcessCpuSeconds(pid_t pid) {
   return total;
 }
 
+std::vector<ThreadSample> SampleThreads(pid_t pid) {
+  std::vector<ThreadSample> out;
+  std::error_code ec;
+  for (const auto& task :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    ThreadSample t;
+    t.tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
+    std::ifstream stat(task.path() / "schedstat");
+    unsigned long long ns = 0;
+    if (!(stat >> ns)) continue;
+    t.cpu_s = static_cast<double>(ns) / 1e9;
+    std::ifstream comm(task.path() / "comm");
+    std::getline(comm, t.name);
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.find("ctxt_switches:") != std::string::npos)
+        t.switches += std::stoll(line.substr(line.find(':') + 1));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 }  // namespace fleet::bench

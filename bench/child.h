@@ -47,4 +47,16 @@ void Reap(Child& child, std::chrono::seconds timeout);
 // CPU in /proc/<pid>/task/<tid>/schedstat (0 when it is gone).
 double ProcessCpuSeconds(pid_t pid);
 
+// One thread's CPU time (schedstat) and context switches (voluntary and
+// not: each is a sleep or a preemption, so about one wake-up each), with
+// its name.
+struct ThreadSample {
+  pid_t tid = -1;
+  std::string name;
+  double cpu_s = 0;
+  int64_t switches = 0;
+};
+// Every thread of a live process (empty when it is gone).
+std::vector<ThreadSample> SampleThreads(pid_t pid);
+
 }  // namespace fleet::bench

@@ -125,6 +125,14 @@ DEFINE_string(
     "path of pslite_driver (built with -DFLEET_PSLITE_DIR, bench/README.md): also run ps-lite "
     "itself in every case, alternating with the bare exchange and FleetPS, and print FleetPS "
     "against it; empty: no ps-lite");
+DEFINE_bool(
+    thread_cpu, false,
+    "also print each system's CPU time and context switches (about one wake-up each) per op, "
+    "thread by thread, client and server side");
+DEFINE_string(
+    systems, "bare,pslite,fleet",
+    "which systems the timed rounds run (a profile of one of them: perf record -p on its "
+    "processes while only it runs); the warm-up that picks --iterations still runs FleetPS");
 // Internal: the server child.
 DEFINE_bool(serve, false,
             "internal: run as a server child of ps_bench (reports its endpoints on stdout)");
@@ -336,21 +344,31 @@ class FleetDriver final : public Driver {
   }
   // Window 1 uses the blocking calls (what a worker with one request in
   // flight calls; the caller then receives its own reply); a larger window
-  // keeps that many *Async futures.
+  // keeps that many *Async futures. Pushes are zero-copy (ZPush, as the
+  // ps-lite driver's): the key sets and gradients outlive every request.
   void Issue(int slot) override {
     keys_[slot] = sets_.Next();
     if (window_ == 1) return;
-    futures_[slot] = op_ == Op::kPull ? client_->PullSparseAsync(kTable, keys_[slot], values_[slot])
-                                      : client_->PushSparseGradAsync(kTable, keys_[slot], grads_);
+    futures_[slot] = op_ == Op::kPull
+                         ? client_->PullSparseAsync(kTable, keys_[slot], values_[slot])
+                         : client_->ZPushSparseGrad(kTable, SharedKeys(slot), SharedGrads());
   }
   void Wait(int slot) override {
-    Status s = window_ == 1 ? (op_ == Op::kPull ? client_->PullSparse(kTable, keys_[slot], values_[slot])
-                                                : client_->PushSparseGrad(kTable, keys_[slot], grads_))
-                            : futures_[slot].get();
+    Status s =
+        window_ == 1
+            ? (op_ == Op::kPull ? client_->PullSparse(kTable, keys_[slot], values_[slot])
+                                : client_->PushSparseGrad(kTable, SharedKeys(slot), SharedGrads()))
+            : futures_[slot].get();
     if (!s.ok()) Fail(absl::StrCat(op_ == Op::kPull ? "pull" : "push", " failed: ", s.ToString()));
   }
 
  private:
+  // Views of memory this driver keeps for its whole life (no owner).
+  SArray<uint64_t> SharedKeys(int slot) const {
+    return SArray<uint64_t>(const_cast<uint64_t*>(keys_[slot].data()), keys_[slot].size(), nullptr);
+  }
+  SArray<float> SharedGrads() { return SArray<float>(grads_.data(), grads_.size(), nullptr); }
+
   ps::PsClient* client_;
   Op op_;
   int window_;
@@ -412,6 +430,37 @@ class BareDriver final : public Driver {
 
 // ---------------------------------------------------------------- measurement
 
+// CPU time and context switches of each thread of a system's processes
+// over its timed rounds, by "side name[tid]" (--thread_cpu).
+struct ThreadCost {
+  double cpu_s = 0;
+  int64_t switches = 0;
+};
+using ThreadCosts = std::map<std::string, ThreadCost>;
+
+// The threads of the processes `sides` ("client" / "server" and a pid).
+using Sides = std::vector<std::pair<std::string, pid_t>>;
+std::map<std::string, bench::ThreadSample> SampleSides(const Sides& sides) {
+  std::map<std::string, bench::ThreadSample> out;
+  if (!FLAGS_thread_cpu) return out;
+  for (const auto& [side, pid] : sides) {
+    for (bench::ThreadSample& t : bench::SampleThreads(pid))
+      out.emplace(absl::StrCat(side, " ", t.name, "[", t.tid, "]"), std::move(t));
+  }
+  return out;
+}
+
+void AddThreadCosts(const std::map<std::string, bench::ThreadSample>& before,
+                    const std::map<std::string, bench::ThreadSample>& after, ThreadCosts* costs) {
+  for (const auto& [key, t] : after) {
+    auto b = before.find(key);
+    if (b == before.end()) continue;
+    ThreadCost& c = (*costs)[key];
+    c.cpu_s += t.cpu_s - b->second.cpu_s;
+    c.switches += t.switches - b->second.switches;
+  }
+}
+
 struct Measurement {
   std::vector<double> lat_us;
   double wall_s = 0;
@@ -424,6 +473,7 @@ struct Measurement {
   double server_cpu_us_per_op() const { return ops ? server_cpu_s * 1e6 / ops : 0; }
   Summary summary() const { return bench::Summarize(lat_us); }
   double ops_per_s() const { return wall_s > 0 ? ops / wall_s : 0; }
+  ThreadCosts threads;  // with --thread_cpu
 
   void Add(const bench::PsLiteRun& run) {
     lat_us.insert(lat_us.end(), run.lat_us.begin(), run.lat_us.end());
@@ -443,8 +493,17 @@ double ServersCpuSeconds() {
   return total;
 }
 
+// This process and the servers of the running case.
+Sides FleetSides() {
+  Sides sides = {{"client", getpid()}};
+  for (pid_t p : g_server_pids) sides.emplace_back("server", p);
+  return sides;
+}
+
 void RunWorkers(std::vector<std::unique_ptr<Driver>>& drivers, int window, int64_t ops, Measurement* m) {
   const int w = static_cast<int>(drivers.size());
+  const auto threads0 =
+      m ? SampleSides(FleetSides()) : std::map<std::string, bench::ThreadSample>();
   const double client0 = m ? SelfCpuSeconds() : 0, server0 = m ? ServersCpuSeconds() : 0;
   std::vector<std::vector<double>> lat(w);
   std::barrier sync(w + 1);
@@ -463,6 +522,7 @@ void RunWorkers(std::vector<std::unique_ptr<Driver>>& drivers, int window, int64
   if (!m) return;
   m->client_cpu_s += SelfCpuSeconds() - client0;
   m->server_cpu_s += ServersCpuSeconds() - server0;
+  AddThreadCosts(threads0, SampleSides(FleetSides()), &m->threads);
   m->wall_s += wall;
   m->ops += ops * w;
   for (auto& l : lat) m->lat_us.insert(m->lat_us.end(), l.begin(), l.end());
@@ -587,6 +647,23 @@ void PrintMeasureHeader() {
 void PrintMeasureRow(const std::string& label, const Summary& s, double ops, double value_bytes, const double cpu[2]) {
   std::printf("  %-18s %10.1f %10.1f %10.1f %10.1f %10.0f %10.3f | %10.1f us %10.1f us\n", label.c_str(), s.min,
               s.p50, s.p99, s.max, ops, ops * value_bytes / 1e9, cpu[0], cpu[1]);
+}
+
+// --thread_cpu: the threads that used at least 0.5 us of CPU per op.
+void PrintThreadCosts(const char* who, const Measurement& m) {
+  if (m.ops == 0) return;
+  std::printf("  %s, per op by thread: CPU us (context switches)\n   ", who);
+  double client = 0;
+  for (const auto& [name, c] : m.threads) {
+    const double us = c.cpu_s * 1e6 / m.ops;
+    if (name.starts_with("client")) client += us;
+    if (us >= 0.5)
+      std::printf(" %s %.1f (%.2f)", name.c_str(), us, static_cast<double>(c.switches) / m.ops);
+  }
+  // The bench's worker threads live for one round only.
+  if (m.client_cpu_us_per_op() - client >= 0.5)
+    std::printf(" client round threads %.1f", m.client_cpu_us_per_op() - client);
+  std::printf("\n");
 }
 
 CaseResult RunCase(const Case& c) {
@@ -717,9 +794,16 @@ CaseResult RunCase(const Case& c) {
           std::make_unique<BareDriver>(bare_clients[w].get(), op, c, universe, starts.back()));
     }
     auto run_pslite = [&](int64_t ops, Measurement* m) {
+      Sides sides;
+      for (pid_t p : pslite->client_pids()) sides.emplace_back("client", p);
+      for (pid_t p : pslite->server_pids()) sides.emplace_back("server", p);
+      const auto threads0 = m ? SampleSides(sides) : std::map<std::string, bench::ThreadSample>();
       auto run = pslite->Run(op == Op::kPush, ops);
       if (!run.ok()) Fail("ps-lite: " + run.status().ToString());
-      if (m) m->Add(run.value());
+      if (m) {
+        m->Add(run.value());
+        AddThreadCosts(threads0, SampleSides(sides), &m->threads);
+      }
     };
     OpResult r;
     r.op = op;
@@ -731,10 +815,11 @@ CaseResult RunCase(const Case& c) {
       run_pslite(std::max<int64_t>(10, 2 * c.window), nullptr);  // warm-up
     }
     Measurement mf, mb, mp;
+    auto timed = [](const char* system) { return FLAGS_systems.find(system) != std::string::npos; };
     for (int round = 0; round < FLAGS_rounds; ++round) {
-      RunWorkers(bare, c.window, r.iterations, &mb);
-      if (pslite) run_pslite(r.iterations, &mp);
-      RunWorkers(fleet, c.window, r.iterations, &mf);
+      if (timed("bare")) RunWorkers(bare, c.window, r.iterations, &mb);
+      if (pslite && timed("pslite")) run_pslite(r.iterations, &mp);
+      if (timed("fleet")) RunWorkers(fleet, c.window, r.iterations, &mf);
     }
     auto take = [](const Measurement& m, Summary* s, double* ops, double cpu[2]) {
       *s = m.summary();
@@ -761,6 +846,11 @@ CaseResult RunCase(const Case& c) {
       std::printf("  fleet vs ps-lite (above 1: FleetPS better): latency %.2fx, throughput %.2fx\n",
                   r.fleet.p50 > 0 ? r.pslite.p50 / r.fleet.p50 : 0,
                   r.pslite_ops > 0 ? r.fleet_ops / r.pslite_ops : 0);
+    if (FLAGS_thread_cpu) {
+      for (const auto& [who, m] :
+           {std::pair{"bare", &mb}, std::pair{"ps-lite", &mp}, std::pair{"fleet", &mf}})
+        PrintThreadCosts(who, *m);
+    }
     std::fflush(stdout);
     result.ops.push_back(r);
   }
@@ -991,8 +1081,9 @@ void PrintAuthRatios(const std::vector<CaseResult>& results) {
 void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
   if (FLAGS_pslite_bin.empty()) return;
   std::printf("== against ps-lite (%s; same case, alternating rounds)\n", FLAGS_pslite_bin.c_str());
-  std::printf("%-10s %3s %-12s %-4s %-6s | %10s %10s %10s | %7s %7s | %9s | %7s\n", "shape", "SxW", "keys x dim",
-              "op", "figure", "ps-lite", "fleet", "fleet auth", "plain", "auth", "auth cost", "bare");
+  std::printf("%-10s %3s %-12s %-4s %-6s | %10s %10s %10s | %7s %7s | %9s | %7s | %15s %15s\n",
+              "shape", "SxW", "keys x dim", "op", "figure", "ps-lite", "fleet", "fleet auth",
+              "plain", "auth", "auth cost", "bare", "ps-lite cpu c+s", "fleet cpu c+s");
   enum class Who { kFleet, kPsLite, kBare };
   auto figure = [](const Case& c, const OpResult& o, Who who) {
     const bool latency = c.window == 1 && c.name != "large";
@@ -1027,12 +1118,15 @@ void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
       const double auth_fig = auth ? figure(auth->c, auth->ops[i], Who::kFleet) : 0;
       const double plain_fig = figure(plain.c, o, Who::kFleet);
       const double cost = auth ? (latency ? auth_fig / plain_fig : plain_fig / auth_fig) : 0;
-      std::printf("%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %6.2fx | %8.2fx | %6.2fx\n",
-                  plain.c.label().c_str(), plain.c.servers, plain.c.workers,
-                  absl::StrCat(plain.c.keys, "x", plain.c.dim).c_str(), OpName(o.op),
-                  latency ? "p50 us" : (plain.c.name == "large" ? "GB/s" : "ops/s"),
-                  figure(plain.c, o, Who::kPsLite), plain_fig, auth_fig, plain_ratio, auth_ratio, cost,
-                  bare_ratio);
+      std::printf(
+          "%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %6.2fx | %8.2fx | %6.2fx | "
+          "%7.0f+%-7.0f "
+          "%7.0f+%-7.0f\n",
+          plain.c.label().c_str(), plain.c.servers, plain.c.workers,
+          absl::StrCat(plain.c.keys, "x", plain.c.dim).c_str(), OpName(o.op),
+          latency ? "p50 us" : (plain.c.name == "large" ? "GB/s" : "ops/s"),
+          figure(plain.c, o, Who::kPsLite), plain_fig, auth_fig, plain_ratio, auth_ratio, cost,
+          bare_ratio, o.pslite_cpu[0], o.pslite_cpu[1], o.fleet_cpu[0], o.fleet_cpu[1]);
       const std::string what = absl::StrCat(plain.c.label(), " ", plain.c.servers, "x", plain.c.workers, " ",
                                             OpName(o.op));
       const double target = plain.c.name == "embedding" ? 1.5 : 1.2;
@@ -1051,7 +1145,7 @@ void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
       "better);"
       " auth cost: auth over plain FleetPS (time, or inverse throughput); bare: a bare ZeroMQ "
       "exchange of"
-      " the same bytes over ps-lite\n");
+      " the same bytes over ps-lite; cpu c+s: CPU us per op, client + servers (plain)\n");
   if (missed.empty()) {
     std::printf("  every target of issue 44 met in this run\n\n");
   } else {

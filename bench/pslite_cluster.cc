@@ -99,6 +99,18 @@ Result<std::vector<std::string>> PsLiteCluster::Ask(const std::vector<int>& whic
   return answers;
 }
 
+std::vector<pid_t> PsLiteCluster::client_pids() const {
+  std::vector<pid_t> pids;
+  for (const Child& c : workers_) pids.push_back(c.pid);
+  return pids;
+}
+
+std::vector<pid_t> PsLiteCluster::server_pids() const {
+  std::vector<pid_t> pids;
+  for (const Child& c : servers_) pids.push_back(c.pid);
+  return pids;
+}
+
 double PsLiteCluster::CpuSeconds(const std::vector<Child>& processes) const {
   double total = 0;
   for (const Child& c : processes) total += ProcessCpuSeconds(c.pid);

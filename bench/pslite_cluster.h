@@ -68,6 +68,10 @@ class PsLiteCluster {
   // `ops` requests on every worker at once (after Prepare).
   Result<PsLiteRun> Run(bool push, int64_t ops);
 
+  // The worker processes, and the servers' and the scheduler's.
+  std::vector<pid_t> client_pids() const;
+  std::vector<pid_t> server_pids() const;
+
  private:
   PsLiteCluster() = default;
   // Sends `line` to the workers in `which` and returns their answers.
