@@ -344,7 +344,9 @@ class FleetDriver final : public Driver {
   }
   // Window 1 uses the blocking calls (what a worker with one request in
   // flight calls; the caller then receives its own reply); a larger window
-  // keeps that many *Async futures. Pushes are zero-copy (ZPush, as the
+  // keeps that many *Async futures and waits with PsClient::Wait (the
+  // waiting caller receives the replies, as ps-lite's Wait(timestamp) is
+  // woken by its receive threads). Pushes are zero-copy (ZPush, as the
   // ps-lite driver's): the key sets and gradients outlive every request.
   void Issue(int slot) override {
     keys_[slot] = sets_.Next();
@@ -358,7 +360,7 @@ class FleetDriver final : public Driver {
         window_ == 1
             ? (op_ == Op::kPull ? client_->PullSparse(kTable, keys_[slot], values_[slot])
                                 : client_->PushSparseGrad(kTable, SharedKeys(slot), SharedGrads()))
-            : futures_[slot].get();
+            : client_->Wait(std::move(futures_[slot]));
     if (!s.ok()) Fail(absl::StrCat(op_ == Op::kPull ? "pull" : "push", " failed: ", s.ToString()));
   }
 

@@ -1,7 +1,9 @@
 #include "comm/van.h"
 
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -9,13 +11,11 @@
 #include <cerrno>
 #include <deque>
 #include <future>
-#include <span>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
-
-#include <openssl/crypto.h>
 #include <zmq.hpp>
 
 #include "absl/container/flat_hash_map.h"
@@ -274,11 +274,24 @@ struct Van::Impl {
   // and which thread it is.
   std::atomic<bool> caller_receiving{false};
   std::atomic<std::thread::id> receiving_thread{};
+  // The outgoing connections' ZMQ_FDs are registered (level-triggered) in
+  // dealer_epfd, which sits in gate_fd, which the I/O thread polls. A
+  // caller that receives (ReceiveWhile) closes the gate with one
+  // epoll_ctl, so the I/O thread is not woken by the replies the caller
+  // takes, and opens it again once it has drained the sockets: a reply
+  // arriving later (or in between) makes gate_fd readable at once, so the
+  // I/O thread needs no explicit wake-up. Fixed after Create.
+  int dealer_epfd = -1;
+  int gate_fd = -1;
+  size_t registered_dealers = 0;                // I/O thread only (RebuildPollItems)
   std::atomic<std::thread::id> io_thread_id{};  // set by Loop()
-  // The I/O thread sleeps watching the outgoing connections. When it does
-  // not, a request sent by any thread but the receiving caller wakes it, so
-  // the reply is not left for the next tick.
-  std::atomic<bool> io_polls_dealers{true};
+  // Opens or closes the gate (see gate_fd). False when epoll_ctl fails.
+  bool SetDealerGate(bool open) {
+    epoll_event e{};
+    e.events = open ? EPOLLIN : 0;
+    e.data.fd = dealer_epfd;
+    return ::epoll_ctl(gate_fd, EPOLL_CTL_MOD, dealer_epfd, &e) == 0;
+  }
 
   // With options.auth and encrypt: started by Bind, before the router
   // accepts; stopped after every socket is closed. Guarded by mu until then.
@@ -367,6 +380,18 @@ Result<std::unique_ptr<Van>> Van::Create(VanOptions options, VanReceiver* receiv
   if (impl->wake_fd < 0) {
     return Status::IOError("eventfd failed", std::strerror(errno));
   }
+  impl->dealer_epfd = ::epoll_create1(EPOLL_CLOEXEC);
+  impl->gate_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event gate{};
+  gate.events = EPOLLIN;
+  gate.data.fd = impl->dealer_epfd;
+  if (impl->dealer_epfd < 0 || impl->gate_fd < 0 ||
+      ::epoll_ctl(impl->gate_fd, EPOLL_CTL_ADD, impl->dealer_epfd, &gate) != 0) {
+    const Status failed = Status::IOError("epoll set-up failed", std::strerror(errno));
+    for (int fd : {impl->wake_fd, impl->dealer_epfd, impl->gate_fd})
+      if (fd >= 0) ::close(fd);
+    return failed;
+  }
   Impl* raw = impl.get();
   impl->io_thread = std::thread([raw] { raw->Loop(); });
   return std::unique_ptr<Van>(new Van(std::move(impl)));
@@ -377,6 +402,8 @@ Van::Van(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Van::~Van() {
   Stop();
   ::close(impl_->wake_fd);
+  ::close(impl_->gate_fd);
+  ::close(impl_->dealer_epfd);
 }
 
 void Van::Stop() {
@@ -542,10 +569,6 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message)
     const bool sender_rechecks =
         self == io_thread_id.load() || (to.outgoing() && receiving_thread.load() == self);
     wake_io = !sender_rechecks && target.Readable();
-  }
-  if (to.outgoing() && !io_polls_dealers.load() &&
-      receiving_thread.load() != std::this_thread::get_id()) {
-    wake_io = true;
   }
   if (wake_io) Wake();
   return Status::OK();
@@ -804,9 +827,12 @@ bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
 bool Van::ReceiveWhile(const std::function<void()>& start,
                        const std::function<bool()>& keep_waiting,
                        std::chrono::steady_clock::time_point deadline,
-                       const std::function<bool()>& wake_io_after) {
+                       const std::function<bool()>& replies_due) {
   if (impl_->caller_receiving.exchange(true)) return false;
   impl_->receiving_thread.store(std::this_thread::get_id());
+  // Closed before anything is sent: the replies this thread takes must not
+  // wake the I/O thread too.
+  const bool gated = impl_->SetDealerGate(false);
   if (start) start();
   std::vector<std::pair<LockedSocket*, int>> dealers;
   {
@@ -822,9 +848,6 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
   auto spin_until = std::chrono::steady_clock::now() + impl_->options.busy_poll;
   while (!dealers.empty() && keep_waiting()) {
     int delivered = 0;
-    // Once the awaited reply is in, the rest of the socket is left to the
-    // I/O thread (woken at the end when replies are still due): a drain
-    // check costs two system calls inside ZeroMQ.
     for (auto& [socket, connection] : dealers)
       delivered += impl_->ReceiveReady(*socket, connection, &keep_waiting);
     auto now = std::chrono::steady_clock::now();
@@ -851,13 +874,19 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
                                 impl_->options.tick);
     if (Impl::PollFds(items, std::max(slice, std::chrono::milliseconds(1))) < 0) break;
   }
+  // With replies still due, the sockets are drained (two system calls each
+  // inside ZeroMQ): each is then left empty and its ZMQ_FD armed, so a reply
+  // arriving later opens the gate's descriptor and wakes the I/O thread by
+  // itself. Without, a stray late reply waits for the I/O thread's tick.
+  if (!replies_due || replies_due()) {
+    for (auto& [socket, connection] : dealers) impl_->ReceiveReady(*socket, connection);
+  }
   impl_->receiving_thread.store(std::thread::id());
+  // Cleared before the gate opens: the I/O thread skips the outgoing
+  // connections while a caller receives, and a readable gate it skipped
+  // would keep waking it.
   impl_->caller_receiving.store(false);
-  // Replies that arrive from now on are the I/O thread's again; it may be
-  // asleep without watching the outgoing sockets. Wake it only when some are
-  // still expected: a caller making one blocking call after another then
-  // never wakes it (any later request wakes it in Send).
-  if (!wake_io_after || wake_io_after()) impl_->Wake();
+  if (!gated || !impl_->SetDealerGate(true)) impl_->Wake();
   return true;
 }
 
@@ -871,9 +900,24 @@ void Van::Impl::RebuildPollItems() {
   polled_monitors.clear();
   poll_fds.push_back({wake_fd, POLLIN, 0});
   polled_router = router != nullptr;
-  if (router) polled_sockets.push_back(router.get());
+  if (router) {
+    polled_sockets.push_back(router.get());
+    poll_fds.push_back({router->fd, POLLIN, 0});
+  }
   for (auto& c : connections) polled_sockets.push_back(&c->dealer);
-  for (LockedSocket* s : polled_sockets) poll_fds.push_back({s->fd, POLLIN, 0});
+  // The outgoing connections are watched through the gate (see gate_fd).
+  for (; registered_dealers < connections.size(); ++registered_dealers) {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.u64 = registered_dealers;
+    if (::epoll_ctl(dealer_epfd, EPOLL_CTL_ADD, connections[registered_dealers]->dealer.fd, &e) !=
+        0) {
+      // Its replies are then found on the next pass (at the latest a tick).
+      PLOG(ERROR) << "van: cannot watch the connection to "
+                  << connections[registered_dealers]->endpoint;
+    }
+  }
+  poll_fds.push_back({gate_fd, POLLIN, 0});
   for (size_t c = 0; c < connections.size(); ++c) {
     polled_monitors.emplace_back(static_cast<int>(c), &connections[c]->monitor);
     // Only this thread uses a monitor, so its ZMQ_FD's edge is never
@@ -890,18 +934,9 @@ void Van::Impl::Loop() {
   auto next_tick = std::chrono::steady_clock::now() + options.tick;
   while (running.load(std::memory_order_relaxed)) {
     // While a waiting caller receives on the outgoing connections itself
-    // (ReceiveWhile), this thread does not sleep on them: two threads woken
-    // for one reply would fight over the 2 cores.
-    // Cleared before caller_receiving is read and set again only when this
-    // thread will watch the outgoing sockets, so a sender that reads it set
-    // can rely on this thread seeing its reply (see SendOn).
-    io_polls_dealers.store(false);
-    const bool caller_has_dealers = caller_receiving.load();
-    if (!caller_has_dealers) io_polls_dealers.store(true);
-    const size_t first_dealer = 1 + (polled_router ? 1 : 0);
-    for (size_t i = first_dealer; i < 1 + polled_sockets.size(); ++i) {
-      poll_fds[i].events = caller_has_dealers ? 0 : POLLIN;
-    }
+    // (ReceiveWhile), it keeps the gate closed, so this thread does not
+    // wake for them: two threads woken for one reply would fight over the 2
+    // cores.
     // Busy polling (VanOptions::busy_poll) after recent work. A turn in
     // which nothing signals and no tick is due skips the pass below: the
     // last pass left every socket drained, and a sender that consumes an
