@@ -77,6 +77,7 @@
 #include "comm/absl_mutex_mode.h"
 #include "ps/client.h"
 #include "ps/job_config.h"
+#include "ps/ps_process.h"
 #include "ps/server.h"
 #include "ps/table/accessor.h"
 #include "ps/table/sparse_table.h"
@@ -239,6 +240,7 @@ std::shared_ptr<const JobAuth> BenchAuth() {
 
 int ServeMain() {
   UseReleaseMutexChecksInOptimizedBuilds();  // as ps_server does
+  ps::KeepFreedHeapPerArena();               // as ps_server does
   ps::PsServerOptions o;
   o.endpoint = "127.0.0.1:0";
   o.rank = FLAGS_serve_rank;
@@ -1211,5 +1213,6 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   if (FLAGS_serve) return fleet::ServeMain();
+  fleet::ps::KeepFreedHeapPerArena();  // as ps_worker does
   return fleet::Main();
 }

@@ -26,6 +26,7 @@
 //    sets), pulled into caller arrays, with `window` requests in flight.
 //  * scheduler: ps::Start and ps::Finalize.
 #include <gflags/gflags.h>
+#include <malloc.h>
 
 #include <chrono>
 #include <cmath>
@@ -297,6 +298,9 @@ int Main() {
 }  // namespace fleet::bench
 
 int main(int argc, char** argv) {
+  // The heap setting of FleetPS's processes (ps/ps_process.cc, and ps_bench's
+  // own): freed memory stays mapped, so neither side's allocator is favoured.
+  mallopt(M_TOP_PAD, 64 << 20);
   gflags::ParseCommandLineFlags(&argc, &argv, true);
   return fleet::bench::Main();
 }
