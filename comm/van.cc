@@ -341,8 +341,9 @@ struct Van::Impl {
 
   LockedSocket* SocketFor(const Route& to);
   Status SendOn(LockedSocket& target, const Route& to, Message message);
-  // Sends the replies deferred during a receive pass (I/O thread only).
-  void FlushReplies();
+  // Sends the replies deferred during a receive pass (I/O thread only);
+  // false when there were none.
+  bool FlushReplies();
   // Hands the parts to ZeroMQ. REQUIRES: target.mu held.
   void SendLocked(LockedSocket& target, const Route& to, const std::string& header,
                   const Message& message, const std::string* trailer);
@@ -826,8 +827,7 @@ bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
 
 bool Van::ReceiveWhile(const std::function<void()>& start,
                        const std::function<bool()>& keep_waiting,
-                       std::chrono::steady_clock::time_point deadline,
-                       const std::function<bool()>& replies_due) {
+                       std::chrono::steady_clock::time_point deadline) {
   if (impl_->caller_receiving.exchange(true)) return false;
   impl_->receiving_thread.store(std::this_thread::get_id());
   // Closed before anything is sent: the replies this thread takes must not
@@ -874,13 +874,13 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
                                 impl_->options.tick);
     if (Impl::PollFds(items, std::max(slice, std::chrono::milliseconds(1))) < 0) break;
   }
-  // With replies still due, the sockets are drained (two system calls each
-  // inside ZeroMQ): each is then left empty and its ZMQ_FD armed, so a reply
-  // arriving later opens the gate's descriptor and wakes the I/O thread by
-  // itself. Without, a stray late reply waits for the I/O thread's tick.
-  if (!replies_due || replies_due()) {
-    for (auto& [socket, connection] : dealers) impl_->ReceiveReady(*socket, connection);
-  }
+  // The sockets are drained (two system calls each inside ZeroMQ): each is
+  // then left empty with its ZMQ_FD armed, so the next reply's arrival makes
+  // the gate's descriptor readable and wakes the I/O thread by itself. (A
+  // socket whose last receive found a message is not armed: ZeroMQ signals
+  // only a reader that found it empty, and the next reply would wait for
+  // the I/O thread's tick.)
+  for (auto& [socket, connection] : dealers) impl_->ReceiveReady(*socket, connection);
   impl_->receiving_thread.store(std::thread::id());
   // Cleared before the gate opens: the I/O thread skips the outgoing
   // connections while a caller receives, and a readable gate it skipped
@@ -956,17 +956,22 @@ void Van::Impl::Loop() {
       [[maybe_unused]] ssize_t n = ::read(wake_fd, &count, sizeof(count));
     }
     // ZMQ_FD is edge-like and may have been consumed by a sender, so every
-    // socket is checked on every pass, not only those whose fd fired.
+    // socket is checked on every pass, not only those whose fd fired. The
+    // replies deferred during a pass are sent after it; sending may take
+    // that edge too (ZeroMQ processes a socket's commands now and then on
+    // send), so a pass that sent replies is followed by another, until one
+    // finds nothing to answer.
     int delivered = 0;
-    deferring_replies = polled_router;
-    for (size_t i = 0; i < polled_sockets.size(); ++i) {
-      // The router, when there is one, is first; dealers follow in id order.
-      const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
-      if (connection >= 0 && caller_receiving.load()) continue;
-      delivered += ReceiveReady(*polled_sockets[i], connection);
-    }
-    deferring_replies = false;
-    FlushReplies();
+    do {
+      deferring_replies = polled_router;
+      for (size_t i = 0; i < polled_sockets.size(); ++i) {
+        // The router, when there is one, is first; dealers follow in id order.
+        const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
+        if (connection >= 0 && caller_receiving.load()) continue;
+        delivered += ReceiveReady(*polled_sockets[i], connection);
+      }
+      deferring_replies = false;
+    } while (FlushReplies());
     // A pass woken by nothing (the tick) reads every monitor as well, a
     // safety net that costs two system calls each every few milliseconds.
     HandleMonitors(/*all=*/ready == 0);
@@ -990,8 +995,8 @@ void Van::Impl::Loop() {
   }
 }
 
-void Van::Impl::FlushReplies() {
-  if (deferred_replies.empty()) return;
+bool Van::Impl::FlushReplies() {
+  if (deferred_replies.empty()) return false;
   LockedSocket& target = *polled_sockets[0];  // the router (replies exist only when bound)
   {
     std::lock_guard<std::mutex> lock(target.mu);
@@ -1009,6 +1014,7 @@ void Van::Impl::FlushReplies() {
     }
   }
   deferred_replies.clear();
+  return true;
 }
 
 void Van::Impl::HandleMonitors(bool all) {

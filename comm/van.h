@@ -157,16 +157,13 @@ class Van {
   // on this thread) while keep_waiting() is true and `deadline` has not
   // passed. Neither the requests this thread sends meanwhile nor the
   // replies it takes wake the I/O thread (it stops watching the outgoing
-  // connections meanwhile, without being woken for it). On return, when
-  // replies_due() (when given) is true, i.e. replies are still expected,
-  // every reply already there is delivered too (on this thread), so the I/O
-  // thread is woken by the next one's arrival alone; otherwise a stray reply
-  // may wait for the I/O thread's next tick. Returns false at once, having
-  // done nothing (not even `start`), when another thread is already
+  // connections meanwhile, without being woken for it). On return every
+  // message already there is delivered too (on this thread), so the I/O
+  // thread is woken by the next one's arrival alone. Returns false at once,
+  // having done nothing (not even `start`), when another thread is already
   // receiving.
   bool ReceiveWhile(const std::function<void()>& start, const std::function<bool()>& keep_waiting,
-                    std::chrono::steady_clock::time_point deadline,
-                    const std::function<bool()>& replies_due = nullptr);
+                    std::chrono::steady_clock::time_point deadline);
 
   // The endpoint of an outgoing connection, for error messages.
   // REQUIRES: connection was returned by Connect().

@@ -28,6 +28,7 @@ constexpr uint32_t kFail = 2;
 constexpr uint32_t kSlow = 3;
 constexpr uint32_t kDrop = 4;
 constexpr uint32_t kDeferred = 5;
+constexpr uint32_t kInlineEcho = 6;  // Echo on the I/O thread, after 30 us of work
 
 RpcNodeOptions FastOptions(const std::string& name) {
   RpcNodeOptions o;
@@ -58,6 +59,19 @@ class RpcTest : public ::testing::Test {
     EXPECT_TRUE(server.ok()) << server.status().ToString();
     auto node = std::move(server).value();
     node->RegisterSync(kEcho, Echo);
+    RpcHandlerOptions inline_handler;
+    inline_handler.run_on_io_thread = true;
+    node->RegisterSync(
+        kInlineEcho,
+        [](const Message& request, Message* response) {
+          // The work of a small table request (busy, not asleep: ZeroMQ's
+          // I/O thread must deliver the next requests meanwhile).
+          const auto until = std::chrono::steady_clock::now() + 30us;
+          while (std::chrono::steady_clock::now() < until) {
+          }
+          return Echo(request, response);
+        },
+        inline_handler);
     node->RegisterSync(kFail, [](const Message& req, Message*) {
       return Status::NotFound("no such table", std::to_string(req.header.table_id()));
     });
@@ -225,6 +239,45 @@ TEST_F(RpcTest, AsyncCallAfterBlockingCallsIsNotLeftForTheNextTick) {
     EXPECT_EQ((*r->Frame<float>(0))[0], float(i));
     ASSERT_EQ(pending.wait_for(1s), std::future_status::ready);
   }
+}
+
+TEST_F(RpcTest, RepliesOfInlineHandlersNeverWaitForTheTick) {
+  // Replies made on the server's I/O thread go out at the end of its receive
+  // pass; sending them may consume the signal of a request that arrived
+  // meanwhile, which the I/O thread must not then sleep through. Two
+  // clients keep 8 calls of 12 KB each in flight and wait as PsClient::Wait
+  // does (the caller receives); with a 2 s tick on every node a missed
+  // request or reply shows as a 2 s delay.
+  RpcNodeOptions server_options = FastOptions("s");
+  server_options.van.tick = 2s;
+  std::string endpoint;
+  auto server = StartServer(server_options, &endpoint);
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0}, late{0};
+  for (int c = 0; c < 2; ++c) {
+    clients.emplace_back([&, c] {
+      RpcNodeOptions o = FastOptions("test-client");
+      o.van.tick = 2s;
+      auto client = RpcNode::Create(o).value();
+      const int peer = client->Connect(endpoint).value();
+      constexpr int kWindow = 8, kCalls = 1000;
+      std::vector<std::future<Result<Message>>> window(kWindow);
+      for (int i = 0; i < kCalls + kWindow; ++i) {
+        auto& slot = window[i % kWindow];
+        if (slot.valid()) {
+          const auto start = std::chrono::steady_clock::now();
+          Result<Message> r = client->Await(std::move(slot), 5s);
+          if (std::chrono::steady_clock::now() - start > 1s) late.fetch_add(1);
+          if (r.ok()) ok.fetch_add(1);
+        }
+        if (i < kCalls)
+          slot = client->Call(peer, FloatRequest(kInlineEcho, 1000, float(c * 10000 + i)));
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(ok.load(), 2000);
+  EXPECT_EQ(late.load(), 0) << "calls that waited for a tick";
 }
 
 // How long a thread has been runnable (on a CPU, or on the run queue
