@@ -531,7 +531,8 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message)
     trailer = van_auth::Trailer(session->key, van_auth::Direction::kToClient, to.session,
                                 session->next_send.fetch_add(1), parts);
   }
-  if (!to.outgoing() && deferring_replies && std::this_thread::get_id() == io_thread_id.load()) {
+  // deferring_replies belongs to the I/O thread: checked only there.
+  if (!to.outgoing() && std::this_thread::get_id() == io_thread_id.load() && deferring_replies) {
     deferred_replies.push_back(
         {to.routing_id, std::move(header), std::move(message), std::move(trailer)});
     return Status::OK();
