@@ -161,6 +161,7 @@ void SetCommonOptions(zmq::socket_t& s, const VanOptions& o) {
   s.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(o.heartbeat_interval.count()));
   s.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(o.heartbeat_timeout.count()));
   s.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(o.heartbeat_timeout.count()));
+  s.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
 }
 
 }  // namespace
@@ -447,6 +448,15 @@ LockedSocket* Van::Impl::SocketFor(const Route& to) {
 }
 
 Status Van::Send(const Route& to, Message message) {
+  for (const Bytes& frame : message.frames) {
+    if (static_cast<int64_t>(frame.size()) > impl_->options.max_message_bytes) {
+      return Status::InvalidArgument(
+          absl::StrCat("a frame of ", frame.size(), " bytes is over the job's message limit of ",
+                       impl_->options.max_message_bytes,
+                       " bytes (raise Distributed.max_message_bytes, or send less at once)"),
+          absl::StrCat("command ", message.header.command()));
+    }
+  }
   LockedSocket* target = impl_->SocketFor(to);
   if (target == nullptr) {
     {

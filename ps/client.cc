@@ -223,9 +223,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, cons
   rpc.name = client->options_.name;
   rpc.handler_threads = 1;  // a client serves nothing
   rpc.default_timeout = job.distributed.timeout;
-  rpc.van.busy_poll = job.distributed.busy_poll;
-  rpc.van.auth = client->options_.auth;
-  rpc.van.encrypt = client->options_.encrypt;
+  rpc.van = JobVanOptions(job, client->options_.auth, client->options_.encrypt);
   FLEET_ASSIGN_OR_RETURN(client->rpc_, RpcNode::Create(rpc));
   for (const std::string& endpoint : client->options_.servers) {
     auto peer = client->rpc_->Connect(endpoint);

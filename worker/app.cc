@@ -626,8 +626,7 @@ Status WorkerRun::UseHeterWorkers() {
   ho.timeout = o_.job.distributed.timeout;
   ho.down_timeout = hc.down_timeout;
   ho.log_dir = o_.log_dir;
-  ho.van.busy_poll = o_.job.distributed.busy_poll;
-  ho.van.auth = o_.auth;
+  ho.van = ps::JobVanOptions(o_.job, o_.auth);
   FLEET_ASSIGN_OR_RETURN(heter_, heter::HeterClient::Create(std::move(ho)));
   task_->UseHeterWorkers(heter_.get(), hc);
   LOG(INFO) << name_ << ": dense part on " << o_.heter_workers.size() << " heter workers, "
