@@ -179,7 +179,9 @@ class PsClient::Resender {
 PsClient::PsClient(PsClientOptions options, JobConfig job)
     : options_(std::move(options)), job_(std::move(job)), client_id_(RandomClientId()) {}
 
-PsClient::~PsClient() {
+PsClient::~PsClient() { Abort(); }
+
+void PsClient::Abort() {
   // Queued resends fail first; then stopping the node fails the calls in
   // flight, whose OnAttemptDone finds the resender stopped and completes them.
   if (resender_) resender_->Stop();
