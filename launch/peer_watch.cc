@@ -188,19 +188,26 @@ void PeerWatch::Round() {
     }
     if (why) continue;
     const std::string name = seen.joined ? Description(seen.value) : peer.name;
+    // A peer that marked itself stopped without a failure marker (it lost
+    // the store in a network cut, say, and its mark got through later) is
+    // gone as surely as a silent one, and known at once.
+    const bool stopped = seen.joined && seen.value.starts_with("stopped|");
     const auto silent = now - seen.changed;
-    if (seen.joined && !seen.ended && silent >= options_.peer_timeout) {
+    const auto gone_after = stopped ? Clock::duration::zero() : Clock::duration(options_.peer_timeout);
+    if (seen.joined && (!seen.ended || stopped) && silent >= gone_after) {
+      const std::string how = stopped ? " stopped without the job finishing"
+                                      : " stopped: no heartbeat for " + Seconds(silent);
       const bool may_rejoin = options_.rejoin_timeout.count() > 0;
-      if (may_rejoin && silent < options_.peer_timeout + options_.rejoin_timeout) {
+      if (may_rejoin && silent < gone_after + options_.rejoin_timeout) {
         if (!seen.awaiting_rejoin) {
           seen.awaiting_rejoin = true;
-          notes.push_back(name + " stopped: no heartbeat for " + Seconds(silent) +
-                          "; waiting up to " + Seconds(options_.rejoin_timeout) +
+          notes.push_back(name + how + "; waiting up to " + Seconds(options_.rejoin_timeout) +
                           " for a fleetrun started there again to rejoin (--max_restart)");
         }
       } else {
-        why = name + " stopped: no heartbeat for " + Seconds(silent) +
-              " (its fleetrun was killed, or the host or the network failed" +
+        why = name + how +
+              (stopped ? std::string(" (its fleetrun failed or was stopped")
+                       : std::string(" (its fleetrun was killed, or the host or the network failed")) +
               (may_rejoin ? "; no fleetrun rejoined for it within " +
                                 Seconds(options_.rejoin_timeout) + ")"
                           : ")");

@@ -183,6 +183,39 @@ TEST_F(PeerWatchTest, ASilentlyCutStoreIsNamedWithinTenSeconds) {
   watch.reset();
 }
 
+// A peer that marks itself stopped without a failure marker (it lost the
+// store in a short network cut and its last write got through after it):
+// the job fails at once naming it; under --max_restart a fleetrun started
+// there again may rejoin first, else the job fails after the wait. (The
+// others used to stop watching it and hang.)
+TEST_F(PeerWatchTest, APeerThatStoppedWithoutAMarkerFailsOrIsAwaited) {
+  for (const bool rejoin : {false, true}) {
+    SCOPED_TRACE(rejoin);
+    ASSERT_TRUE(kv_->Set("hosts/2", "1|host 2").ok());
+    PeerWatchOptions o;
+    if (rejoin) o.rejoin_timeout = milliseconds(800);
+    auto a = Watch("1", {"2"}, o);
+    AwaitJoined("1");
+    std::this_thread::sleep_for(milliseconds(100));  // a has seen 2 beat
+    const auto stopped = std::chrono::steady_clock::now();
+    ASSERT_TRUE(kv_->Set("hosts/2", "stopped|host 2 (worker 1)").ok());
+    const std::string why = FailureOf(*a);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+    EXPECT_NE(why.find("host 2 (worker 1) stopped without the job finishing"), std::string::npos)
+        << why;
+    if (rejoin) {
+      EXPECT_NE(why.find("no fleetrun rejoined for it within 0.8 s"), std::string::npos) << why;
+      EXPECT_GE(seconds, 0.75);
+    } else {
+      EXPECT_LT(seconds, 0.9) << "not at once";
+    }
+    a.reset();
+    ASSERT_TRUE(kv_->Delete("hosts/1").ok());
+    ASSERT_TRUE(kv_->Delete("job/failed").ok());
+  }
+}
+
 // Under fleetrun --max_restart: a peer that stops beating is waited for up
 // to rejoin_timeout (saying so), a fleetrun that beats for it again takes
 // its place, and one that never comes fails the job naming the wait.
