@@ -553,8 +553,9 @@ struct KvStoreClient::Impl {
   // (deletes and adds carry an id the server answers retries of from
   // memory). A connection refused outright (nothing listens there) is not
   // retried: the store is gone, and waiting would only delay the news.
+  // `budget`: what the call may take besides `hold` (0: request_timeout).
   Result<Reply> Do(Method method, const std::string& path, const std::string& body,
-                   milliseconds hold, const char* what);
+                   milliseconds hold, const char* what, milliseconds budget = milliseconds(0));
   // Status for an answer other than 200: 404 -> NotFound, 503 ->
   // Unavailable, the rest -> InvalidArgument / Internal with the body.
   Status FromReply(const Reply& reply, const char* what, const std::string& which) const;
@@ -605,13 +606,15 @@ void KvStoreClient::Impl::ReturnConnection(std::unique_ptr<httplib::Client> conn
 
 Result<KvStoreClient::Impl::Reply> KvStoreClient::Impl::Do(Method method, const std::string& path,
                                                            const std::string& body,
-                                                           milliseconds hold, const char* what) {
+                                                           milliseconds hold, const char* what,
+                                                           milliseconds budget) {
   if (!parsed.ok()) return parsed.status();
   FLEET_RETURN_IF_ERROR(CheckJob(job));
   static constexpr const char* kMethodNames[] = {"GET", "PUT", "DELETE", "POST"};
   const char* method_name = kMethodNames[static_cast<int>(method)];
   const auto start = Clock::now();
-  const auto deadline = start + hold + options.request_timeout;
+  const auto deadline =
+      start + hold + (budget.count() > 0 ? budget : options.request_timeout);
   milliseconds backoff = kFirstBackoff;
   for (int attempt = 1;; ++attempt) {
     // Each attempt gets what is left of the budget, so the call as a whole
@@ -720,16 +723,22 @@ KvStoreClient::KvStoreClient(std::string endpoint, std::string job_id, KvStoreCl
 KvStoreClient::~KvStoreClient() = default;
 
 Status KvStoreClient::Set(const std::string& key, const std::string& value) {
+  return Set(key, value, milliseconds(0));
+}
+
+Status KvStoreClient::Set(const std::string& key, const std::string& value, milliseconds budget) {
   FLEET_RETURN_IF_ERROR(CheckKey(key));
-  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kPut, impl_->KeyPath(key),
-                                                      value, milliseconds(0), "set"));
+  FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kPut, impl_->KeyPath(key), value,
+                                                      milliseconds(0), "set", budget));
   return impl_->FromReply(reply, "set", absl::StrCat(job_id_, "/", key));
 }
 
-Result<std::string> KvStoreClient::Get(const std::string& key) {
+Result<std::string> KvStoreClient::Get(const std::string& key) { return Get(key, milliseconds(0)); }
+
+Result<std::string> KvStoreClient::Get(const std::string& key, milliseconds budget) {
   FLEET_RETURN_IF_ERROR(CheckKey(key));
   FLEET_ASSIGN_OR_RETURN(Impl::Reply reply, impl_->Do(Impl::Method::kGet, impl_->KeyPath(key), "",
-                                                      milliseconds(0), "get"));
+                                                      milliseconds(0), "get", budget));
   FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "get", absl::StrCat(job_id_, "/", key)));
   return std::move(reply.body);
 }
@@ -780,10 +789,15 @@ Status KvStoreClient::Delete(const std::string& key) {
 }
 
 Result<std::vector<std::string>> KvStoreClient::List(const std::string& prefix) {
+  return List(prefix, milliseconds(0));
+}
+
+Result<std::vector<std::string>> KvStoreClient::List(const std::string& prefix,
+                                                     milliseconds budget) {
   std::string path =
       absl::StrCat("/list/", UrlEncode(job_id_, false), "?prefix=", UrlEncode(prefix, false));
   FLEET_ASSIGN_OR_RETURN(Impl::Reply reply,
-                         impl_->Do(Impl::Method::kGet, path, "", milliseconds(0), "list"));
+                         impl_->Do(Impl::Method::kGet, path, "", milliseconds(0), "list", budget));
   FLEET_RETURN_IF_ERROR(impl_->FromReply(reply, "list", absl::StrCat(job_id_, "/", prefix, "*")));
   std::vector<std::string> keys = absl::StrSplit(reply.body, '\n', absl::SkipEmpty());
   std::sort(keys.begin(), keys.end());

@@ -119,8 +119,12 @@ class KvStoreClient {
   ~KvStoreClient();
 
   Status Set(const std::string& key, const std::string& value);
+  // The same within `budget` instead of request_timeout (a best-effort
+  // write that must not hold its caller long).
+  Status Set(const std::string& key, const std::string& value, std::chrono::milliseconds budget);
   // NotFound when the key is absent.
   Result<std::string> Get(const std::string& key);
+  Result<std::string> Get(const std::string& key, std::chrono::milliseconds budget);
   // Blocks until every key exists or `timeout` passes (Timeout naming the
   // missing keys and the milliseconds waited).
   Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
@@ -130,6 +134,7 @@ class KvStoreClient {
   Status Delete(const std::string& key);
   // Keys (without the job scope) that start with prefix, sorted.
   Result<std::vector<std::string>> List(const std::string& prefix);
+  Result<std::vector<std::string>> List(const std::string& prefix, std::chrono::milliseconds budget);
   // The text of the server's GET /metrics (KvStoreServerOptions::metrics):
   // NotFound when the server serves none.
   Result<std::string> Metrics();

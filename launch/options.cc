@@ -56,7 +56,7 @@ const OptionSpec kOptions[] = {
      "collective multi-node: every node's ip, comma-separated, same command on each; node rank = position; "
      "the first node hosts the KV store on --http_port", kCollectiveGroup},
     {"master", &LaunchOptions::master, "unset",
-     "collective multi-node: ip:port of the master's KV store; node ranks are handed out there", kCollectiveGroup},
+     "collective multi-node: ip:port of the KV store, the same on every node; the node owning that address hosts it; node ranks are handed out there", kCollectiveGroup},
     {"nnodes", &LaunchOptions::nnodes, "1 (Slurm: SLURM_NNODES)",
      "collective: number of nodes (at most 1024); >1 without --master makes this node the master and prints the command for the others", kCollectiveGroup},
     {"host", &LaunchOptions::host, "first non-loopback address",

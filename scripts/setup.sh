@@ -19,7 +19,7 @@ packages=(
   python3-numpy python3-protobuf
   fortunes
   dataset-fashion-mnist
-  procps iproute2
+  procps iproute2 nftables
   prometheus-cpp-dev
 )
 

@@ -794,6 +794,25 @@ TEST_F(KvAuthTest, LargeBodiesAreRefusedOnTheHeadersBeforeAnyIsRead) {
   }
 }
 
+// A request from a machine whose clock is off says which way and by how
+// much (a host 10 minutes ahead was told "-599 s").
+TEST(KvSignerTest, AStaleCredentialSaysWhichWayTheClockIsOff) {
+  KvRequestSigner signer(Auth(kSecret));
+  const int64_t now = 1'800'000'000'000;
+  for (const auto& [offset_s, said] : std::vector<std::pair<int64_t, std::string>>{
+           {600, "600 s ahead of this machine's clock"}, {-600, "600 s behind this machine's clock"}}) {
+    const std::string header =
+        signer.SignAt("GET", "/kv/j/k", "", now + offset_s * 1000, std::string(32, 'n'));
+    Result<std::string> verified = signer.VerifyHead(header, "GET", "/kv/j/k", now, 60s);
+    ASSERT_FALSE(verified.ok());
+    EXPECT_NE(verified.status().message().find(said), std::string::npos)
+        << verified.status().ToString();
+  }
+  EXPECT_TRUE(signer.VerifyHead(signer.SignAt("GET", "/kv/j/k", "", now, std::string(32, 'n')),
+                                "GET", "/kv/j/k", now, 60s)
+                  .ok());
+}
+
 // The job's credential on a body other than the one signed (a request
 // changed on the way) is refused once the body is read, and nothing is
 // stored.

@@ -149,6 +149,22 @@ TEST_F(PlanTest, InvalidCommandLinesNameTheirFlag) {
   EXPECT_EQ(RejectedFlag({"--ips=10.0.0.2,10.0.0.3", "--nnodes=3", "prog"}), "--nnodes");
 }
 
+// --master is the same on every node: the node owning the address hosts
+// the store there, the others only reach it (it once hosted nowhere, so
+// the same command on every node never started).
+TEST_F(PlanTest, TheNodeOwningTheMasterAddressHostsTheStore) {
+  auto master = Resolve({"--master=10.0.0.2:36001", "--nnodes=2", "prog"});
+  ASSERT_TRUE(master.ok()) << master.status().ToString();
+  EXPECT_TRUE(master->host_kv);
+  EXPECT_EQ(master->kv_listen, "10.0.0.2:36001");
+  EXPECT_EQ(master->collective.node_host, "10.0.0.2");
+  auto other = Resolve({"--master=10.0.0.1:36001", "--nnodes=2", "prog"});
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_FALSE(other->host_kv);
+  EXPECT_EQ(other->kv_endpoint, "10.0.0.1:36001");
+  EXPECT_EQ(other->collective.node_host, "10.0.0.2");
+}
+
 // Each maximum is accepted, one more is refused before anything starts
 // (--server_num=100000 used to fork until the machine ran out of memory).
 TEST_F(PlanTest, CountsAboveTheDocumentedMaximaAreRefused) {
