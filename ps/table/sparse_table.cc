@@ -9,21 +9,12 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include <glog/logging.h>
-#include "comm/byte_io.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/row_store.h"
+#include "ps/table/shard_file.h"
 
 namespace fleet::ps {
 namespace {
-
-// Shard file layout (little-endian), version 1:
-//   char[8] "FPSSHARD", u32 version, u32 table_id, u32 shard, u32 mode (0 base, 1 delta),
-//   u32 row_floats, u32 ext_floats, u64 num_rows, u64 num_deleted,
-//   num_rows x { u64 key, u8 has_ext, f32[row_floats], f32[ext_floats] if has_ext } in key order,
-//   num_deleted x u64 key, ascending.
-// Integrity (crc32, size) is recorded in the manifest, not here.
-constexpr std::string_view kShardMagic = "FPSSHARD";
-constexpr uint32_t kShardFormatVersion = 1;
 
 constexpr uint8_t kDirty = 1;
 // Keys looked up together so their cache misses overlap (LocalShard::ForEachSlot).
@@ -239,25 +230,10 @@ class LocalShard {
       std::sort(deleted[p].begin(), deleted[p].end());
       ShardImage& im = images[p];
       im.shard = first_ + p * stride_;
-      im.info = ShardFileInfo{chosen[p].size(), deleted[p].size()};
-      ByteWriter w(&im.image);
-      w.PutBytes(kShardMagic);
-      w.Put<uint32_t>(kShardFormatVersion);
-      w.Put<uint32_t>(table_id_);
-      w.Put<uint32_t>(im.shard);
-      w.Put<uint32_t>(mode == SaveMode::kBase ? 0 : 1);
-      w.Put<uint32_t>(static_cast<uint32_t>(row_floats_));
-      w.Put<uint32_t>(static_cast<uint32_t>(ext_floats_));
-      w.Put<uint64_t>(chosen[p].size());
-      w.Put<uint64_t>(deleted[p].size());
-      for (uint32_t slot : chosen[p]) {
-        const bool has_ext = ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt;
-        w.Put<uint64_t>(rows_.key(slot));
-        w.Put<uint8_t>(has_ext ? 1 : 0);
-        w.PutFloats(Row(slot));
-        if (has_ext) w.PutFloats(Ext(slot));
-      }
-      for (uint64_t k : deleted[p]) w.Put<uint64_t>(k);
+      ShardFileWriter w(&im.image, Shape(im.shard), mode);
+      for (uint32_t slot : chosen[p]) w.AddRow(rows_.key(slot), Row(slot), Ext(slot));
+      for (uint64_t k : deleted[p]) w.AddDeleted(k);
+      im.info = w.Finish();
     }
 
     // Clear the change marks now; AbortSave puts them back.
@@ -291,61 +267,35 @@ class LocalShard {
   }
 
   // Applies the shard file image of global shard `shard` (held here).
-  Status Apply(uint32_t shard_id, std::string_view image, std::string_view file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    ByteReader r(image);
-    auto bad = [&](const std::string& what) {
-      return Status::Corruption(absl::StrCat(what, " at byte ", r.position()), file);
-    };
-    std::string_view magic;
-    uint32_t version, table_id, shard, mode, row_floats, ext_floats;
-    uint64_t num_rows, num_deleted;
-    if (!r.GetBytes(kShardMagic.size(), &magic) || magic != kShardMagic) return bad("not a shard file (bad magic)");
-    if (!r.Get(&version) || !r.Get(&table_id) || !r.Get(&shard) || !r.Get(&mode) || !r.Get(&row_floats) ||
-        !r.Get(&ext_floats) || !r.Get(&num_rows) || !r.Get(&num_deleted))
-      return bad("truncated shard header");
-    if (version != kShardFormatVersion) return bad(absl::StrCat("unsupported shard format version ", version));
-    if (table_id != table_id_) return bad(absl::StrCat("shard file of table ", table_id, ", expected ", table_id_));
-    if (shard != shard_id) return bad(absl::StrCat("shard file of shard ", shard, ", expected ", shard_id));
-    if (mode > 1) return bad(absl::StrCat("bad save mode ", mode));
-    if (row_floats != row_floats_ || ext_floats != ext_floats_)
-      return bad(absl::StrCat("row width ", row_floats, "+", ext_floats, ", table has ", row_floats_, "+",
-                              ext_floats_));
-    for (uint64_t n = 0; n < num_rows; ++n) {
-      uint64_t key;
-      uint8_t has_ext;
-      if (!r.Get(&key) || !r.Get(&has_ext)) return bad(absl::StrCat("truncated row ", n));
-      if (ShardOfKey(key, shard_num_) != shard_id) return bad(absl::StrCat("key ", key, " does not belong to this shard"));
-      if (has_ext > 1 || (has_ext && ext_floats_ == 0)) return bad(absl::StrCat("bad extension flag of row ", n));
+  Status Apply(uint32_t shard_id, std::string_view image, std::string_view file)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto on_row = [&](uint64_t key, std::span<const float> row,
+                      std::span<const float> ext) -> Status {
       std::optional<uint32_t> slot = Find(KeyProbe(key));
       if (!slot) {
         // A checkpoint is loaded whole even above the row quota (lowered
         // since it was saved): only new keys are refused afterwards.
         slot = Insert(key, /*init=*/false);
-        if (!slot) return bad(absl::StrCat("row ", n, " exceeds the slot space of a local shard"));
+        if (!slot) return Status::Corruption("exceeds the slot space of a local shard");
         quota_->Force();
       }
       *flags_.at(*slot) = 0;
-      if (!r.GetFloats({rows_.row(*slot), row_floats_}))
-        return bad(absl::StrCat("truncated row ", n));
-      if (has_ext) {
+      std::copy(row.begin(), row.end(), rows_.row(*slot));
+      if (!ext.empty()) {
         if (*ext_of_.at(*slot) == kNoExt && !AttachExt(*slot))
-          return bad(absl::StrCat("row ", n, " exceeds the extension slot space of a local shard"));
-        if (!r.GetFloats(Ext(*slot))) return bad(absl::StrCat("truncated row ", n));
+          return Status::Corruption("exceeds the extension slot space of a local shard");
+        std::copy(ext.begin(), ext.end(), Ext(*slot).begin());
       } else if (ext_floats_ > 0 && *ext_of_.at(*slot) != kNoExt) {
         ext_slots_.Free(*ext_of_.at(*slot));
         *ext_of_.at(*slot) = kNoExt;
       }
-    }
-    for (uint64_t n = 0; n < num_deleted; ++n) {
-      uint64_t key;
-      if (!r.Get(&key)) return bad(absl::StrCat("truncated deleted key ", n));
-      // Checked like rows: this local shard also holds other global shards.
-      if (ShardOfKey(key, shard_num_) != shard_id)
-        return bad(absl::StrCat("deleted key ", key, " does not belong to this shard"));
+      return Status::OK();
+    };
+    auto on_deleted = [&](uint64_t key) {
       if (std::optional<uint32_t> slot = Find(KeyProbe(key))) Remove(*slot, /*record=*/false);
-    }
-    if (r.remaining() != 0) return bad(absl::StrCat(r.remaining(), " trailing bytes"));
-    return Status::OK();
+      return Status::OK();
+    };
+    return ReadShardFile(image, file, Shape(shard_id), on_row, on_deleted);
   }
 
  private:
@@ -377,6 +327,14 @@ class LocalShard {
 
   // Index into this shard's list of global shards.
   uint32_t Position(uint32_t global_shard) const { return (global_shard - first_) / stride_; }
+
+  ShardFileShape Shape(uint32_t global_shard) const {
+    return {.table_id = table_id_,
+            .shard = global_shard,
+            .shard_num = shard_num_,
+            .row_floats = static_cast<uint32_t>(row_floats_),
+            .ext_floats = static_cast<uint32_t>(ext_floats_)};
+  }
 
   std::span<float> Row(uint32_t slot) const { return {rows_.row(slot), row_floats_}; }
   std::span<float> Ext(uint32_t slot) const {

@@ -43,6 +43,7 @@
 #include "ps/table/accessor.h"
 #include "ps/table/partition.h"
 #include "ps/table/save_state.h"
+#include "ps/table/shard_file.h"
 #include "ps/table/table_config.h"
 
 namespace fleet::ps {
@@ -56,12 +57,6 @@ struct SparseTableStats {
   uint64_t pending_keys = 0;    // keys seen but not admitted yet
   uint64_t dropped_pushes = 0;  // pushes to keys not admitted (since creation)
   uint64_t bytes = 0;           // memory held by rows, indexes and counters
-};
-
-// Row counts of one shard file written by SerializeLocalShard.
-struct ShardFileInfo {
-  uint64_t rows = 0;
-  uint64_t deleted = 0;
 };
 
 // The file image of one global shard.
