@@ -298,6 +298,55 @@ class LocalShard {
     return ReadShardFile(image, file, Shape(shard_id), on_row, on_deleted);
   }
 
+  // ---- Tier hooks (SparseTable's protected methods) ----
+
+  void FindAbsent(std::span<const uint64_t> keys, const uint64_t* hashes,
+                  std::span<const uint32_t> which, std::vector<uint32_t>* absent) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (uint32_t i : which) {
+      if (!Find(KeyProbe(keys[i], hashes[i], false))) absent->push_back(i);
+    }
+  }
+
+  // False when the slot space is used up.
+  bool InsertAbsent(const SparseTable::RowRef& r, bool* inserted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    *inserted = false;
+    if (Find(KeyProbe(r.key))) return true;
+    std::optional<uint32_t> slot = Insert(r.key, /*init=*/false);
+    if (!slot) return false;
+    quota_->Force();
+    std::copy(r.row.begin(), r.row.end(), rows_.row(*slot));
+    if (!r.ext.empty()) {
+      if (!AttachExt(*slot)) {
+        Remove(*slot, /*record=*/false);
+        return false;
+      }
+      std::copy(r.ext.begin(), r.ext.end(), Ext(*slot).begin());
+    }
+    *inserted = true;
+    return true;
+  }
+
+  uint64_t Extract(const SparseTable::RowPick& pick, const SparseTable::RowTake& take)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<uint32_t> chosen;
+    for (uint32_t slot : index_) {
+      if (pick(Row(slot))) chosen.push_back(slot);
+    }
+    for (uint32_t slot : chosen) {
+      take({rows_.key(slot), Row(slot), Ext(slot)});
+      Remove(slot, /*record=*/false);
+    }
+    return chosen.size();
+  }
+
+  void Visit(const SparseTable::RowTake& fn) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (uint32_t slot : index_) fn({rows_.key(slot), Row(slot), Ext(slot)});
+  }
+
+  void ForgetPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { pending_ = {}; }
+
  private:
   // PushGrad for accessors with a plain_push_rule(): rows are handed to the
   // rule kLookupBatch at a time, in request order.
@@ -502,8 +551,7 @@ class LocalShard {
   std::vector<uint64_t> saved_deleted_;
 };
 
-Result<std::unique_ptr<SparseTable>> SparseTable::Create(const TableConfig& config, ShardRange owned,
-                                                         ThreadPool* pool) {
+Status SparseTable::CheckCreate(const TableConfig& config, ShardRange owned) {
   FLEET_RETURN_IF_ERROR(ValidateTableConfig(config));
   if (config.kind != TableKind::kSparse)
     return Status::InvalidArgument("SparseTable needs a sparse table config", absl::StrCat("table ", config.id));
@@ -511,6 +559,12 @@ Result<std::unique_ptr<SparseTable>> SparseTable::Create(const TableConfig& conf
     return Status::InvalidArgument("owned shard range must be non-empty and within shard_num",
                                    absl::StrCat("table ", config.id, " [", owned.begin, ", ", owned.end,
                                                 ") of ", config.shard_num));
+  return Status::OK();
+}
+
+Result<std::unique_ptr<SparseTable>> SparseTable::Create(const TableConfig& config, ShardRange owned,
+                                                         ThreadPool* pool) {
+  FLEET_RETURN_IF_ERROR(CheckCreate(config, owned));
   return std::unique_ptr<SparseTable>(
       new SparseTable(config, owned, pool, std::shared_ptr<const Accessor>(MakeAccessor(config))));
 }
@@ -748,7 +802,7 @@ bool SparseTable::DebugRow(uint64_t key, std::vector<float>* row, std::vector<fl
   return sh.Lookup(key, row, ext);
 }
 
-std::vector<ShardImage> SparseTable::SerializeLocalShard(size_t local, SaveMode mode) {
+Result<std::vector<ShardImage>> SparseTable::SerializeLocalShard(size_t local, SaveMode mode) {
   absl::ReaderMutexLock l(&shards_mu_);
   CHECK_LT(local, shards_.size());
   LocalShard& sh = *shards_[local];
@@ -785,6 +839,68 @@ void SparseTable::SwapRows(SparseTable& staging) {
   absl::MutexLock sl(&staging.shards_mu_);
   shards_.swap(staging.shards_);
   quota_.swap(staging.quota_);  // each table keeps the counter its shards use
+}
+
+uint64_t SparseTable::MemoryRows() const {
+  absl::ReaderMutexLock l(&shards_mu_);
+  return quota_->rows();
+}
+
+Status SparseTable::FindAbsent(std::span<const uint64_t> keys, size_t values_size, size_t width,
+                               std::vector<uint32_t>* absent) {
+  absl::Mutex absent_mu;  // groups may run on the pool's threads
+  return ForEachShardOfKeys(
+      keys, values_size, width,
+      [&](LocalShard& sh, const uint64_t* hashes, std::span<const uint32_t> which)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            std::vector<uint32_t> found;
+            sh.FindAbsent(keys, hashes, which, &found);
+            if (found.empty()) return;
+            absl::MutexLock l(&absent_mu);
+            absent->insert(absent->end(), found.begin(), found.end());
+          });
+}
+
+Status SparseTable::InsertAbsentRows(std::span<const RowRef> rows,
+                                     std::vector<uint8_t>* inserted) {
+  inserted->assign(rows.size(), 0);
+  absl::ReaderMutexLock l(&shards_mu_);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    LocalShard& sh = shard(sharder_(rows[i].key));
+    absl::MutexLock sl(&sh.mu);
+    bool stored = false;
+    if (!sh.InsertAbsent(rows[i], &stored)) {
+      return Status::FailedPrecondition(
+          absl::StrCat("key ", rows[i].key, " could not be brought back into memory: a local "
+                       "shard's 2^32 - 1 slot ids are used up"),
+          absl::StrCat("table ", config_.id));
+    }
+    (*inserted)[i] = stored ? 1 : 0;
+  }
+  return Status::OK();
+}
+
+uint64_t SparseTable::ExtractRows(size_t local, const RowPick& pick, const RowTake& take) {
+  absl::ReaderMutexLock l(&shards_mu_);
+  CHECK_LT(local, shards_.size());
+  LocalShard& sh = *shards_[local];
+  absl::MutexLock sl(&sh.mu);
+  return sh.Extract(pick, take);
+}
+
+void SparseTable::ForEachRowIn(size_t local, const RowTake& fn) const {
+  absl::ReaderMutexLock l(&shards_mu_);
+  CHECK_LT(local, shards_.size());
+  LocalShard& sh = *shards_[local];
+  absl::MutexLock sl(&sh.mu);
+  sh.Visit(fn);
+}
+
+void SparseTable::ForgetAdmissionCounts() {
+  ForEachShard([](LocalShard& sh) {
+    absl::MutexLock l(&sh.mu);
+    sh.ForgetPending();
+  });
 }
 
 }  // namespace fleet::ps
