@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -249,6 +250,10 @@ Result<std::unique_ptr<RowColumn>> RowDb::NewColumn(uint32_t table_id,
   cf.write_buffer_size = write_buffer_bytes;
   cf.max_write_buffer_number = 2;
   cf.level_compaction_dynamic_level_bytes = true;
+  // Most lookups are of rows not in the write buffer (they went down
+  // earlier): a bloom filter over its keys skips the skip-list search.
+  cf.memtable_prefix_bloom_size_ratio = 0.05;
+  cf.memtable_whole_key_filtering = true;
   // Rows are floats that compress poorly; LZ4 still takes the keys' and
   // the flags' redundancy at little CPU. None when this build lacks it.
   cf.compression = rocksdb::kNoCompression;
@@ -303,6 +308,13 @@ Status RowColumn::Check(const rocksdb::Status& s, std::string_view what) const {
 }
 
 Status RowColumn::Write(RowBatch* batch) {
+  // In key order: the memtable's skip list then inserts each next to the
+  // last (RocksDB keeps that position), about 3x cheaper than at random.
+  // Stable, so a key written twice keeps its last write.
+  std::stable_sort(batch->ops_.begin(), batch->ops_.end(),
+                   [](const RowBatch::Op& a, const RowBatch::Op& b) {
+                     return a.shard != b.shard ? a.shard < b.shard : a.key < b.key;
+                   });
   rocksdb::WriteBatch b;
   for (const RowBatch::Op& op : batch->ops_) {
     const DiskKey key(op.shard, op.key);

@@ -17,6 +17,9 @@ namespace fleet::ps {
 namespace {
 
 constexpr uint8_t kDirty = 1;
+// A lower tier holds a copy of the row (InsertAbsentRows); with kDirty
+// clear the copy is current.
+constexpr uint8_t kHasCopy = 2;
 // Keys looked up together so their cache misses overlap (LocalShard::ForEachSlot).
 constexpr size_t kLookupBatch = 32;
 constexpr uint32_t kNoExt = UINT32_MAX;
@@ -316,6 +319,7 @@ class LocalShard {
     std::optional<uint32_t> slot = Insert(r.key, /*init=*/false);
     if (!slot) return false;
     quota_->Force();
+    *flags_.at(*slot) = (r.has_copy ? kHasCopy : 0) | (r.changed ? kDirty : 0);
     std::copy(r.row.begin(), r.row.end(), rows_.row(*slot));
     if (!r.ext.empty()) {
       if (!AttachExt(*slot)) {
@@ -335,14 +339,19 @@ class LocalShard {
       if (pick(Row(slot))) chosen.push_back(slot);
     }
     for (uint32_t slot : chosen) {
-      take({rows_.key(slot), Row(slot), Ext(slot)});
+      take(Ref(slot));
       Remove(slot, /*record=*/false);
     }
     return chosen.size();
   }
 
   void Visit(const SparseTable::RowTake& fn) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    for (uint32_t slot : index_) fn({rows_.key(slot), Row(slot), Ext(slot)});
+    for (uint32_t slot : index_) fn(Ref(slot));
+  }
+
+  SparseTable::RowRef Ref(uint32_t slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const uint8_t f = *flags_.at(slot);
+    return {rows_.key(slot), Row(slot), Ext(slot), (f & kHasCopy) != 0, (f & kDirty) != 0};
   }
 
   void ForgetPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { pending_ = {}; }

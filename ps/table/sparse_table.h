@@ -66,8 +66,9 @@ struct SparseTableStats {
   uint64_t bytes = 0;           // memory held by rows, indexes and counters
   // Disk tier (SsdSparseTable; 0 for memory tables). `rows` and `ext_rows`
   // above count the rows on disk too; `bytes` is memory only.
-  uint64_t disk_rows = 0;   // rows on disk
-  uint64_t disk_bytes = 0;  // the disk tier's files and write buffers (an estimate)
+  uint64_t disk_rows = 0;       // rows on disk
+  uint64_t disk_bytes = 0;      // the disk tier's files and write buffers (an estimate)
+  uint64_t disk_rows_read = 0;  // rows brought up from disk by requests, since creation
 };
 
 // The file image of one global shard.
@@ -204,15 +205,21 @@ class SparseTable {
   // appended then).
   Status FindAbsent(std::span<const uint64_t> keys, size_t values_size, size_t width,
                     std::vector<uint32_t>* absent);
-  // A row as a lower tier hands it up. ext: empty when it has no extension.
+  // A row as a lower tier hands it up, and as ExtractRows and ForEachRowIn
+  // show it. ext: empty when it has no extension.
   struct RowRef {
     uint64_t key;
     std::span<const float> row;  // row_floats()
     std::span<const float> ext;  // ext_floats() or empty
+    // The lower tier still holds a copy (the row came from there), and
+    // whether the row changed since it came (a push or an EndPass).
+    bool has_copy = false;
+    bool changed = true;
   };
   // Stores rows whose keys are not in memory (keys already there keep their
-  // row; duplicates in `rows` too). Counted like loaded rows: above the row
-  // quota too. Sets inserted[i] to whether rows[i] was stored.
+  // row; duplicates in `rows` too), with their has_copy and changed marks.
+  // Counted like loaded rows: above the row quota too. Sets inserted[i] to
+  // whether rows[i] was stored.
   // Errors: FailedPrecondition when a local shard's slot space is used up
   // (the rows before it were stored). REQUIRES: every key's shard held.
   Status InsertAbsentRows(std::span<const RowRef> rows, std::vector<uint8_t>* inserted);

@@ -15,8 +15,8 @@ namespace {
 // A disk row's value (little-endian): u32 pass count when it went down,
 // u8 has_ext, f32 row[row_floats], f32 ext[ext_floats] when has_ext.
 constexpr size_t kValueHeaderBytes = sizeof(uint32_t) + 1;
-// Shrink deletes disk rows in batches of this many.
-constexpr size_t kDeleteBatch = 65536;
+// Shrink judges the rows on disk this many at a time.
+constexpr size_t kShrinkChunk = 8192;
 
 }  // namespace
 
@@ -122,29 +122,24 @@ Status SsdSparseTable::BringUp(std::span<const uint64_t> keys, size_t values_siz
     std::span<float> ext(exts.data() + j * ext_floats_, ext_floats_);
     bool has_ext = false;
     FLEET_RETURN_IF_ERROR(DecodeAged(wanted[i].second, values[i], row, ext, &has_ext));
-    refs.push_back({wanted[i].second, row, has_ext ? ext : std::span<float>()});
+    refs.push_back({wanted[i].second, row, has_ext ? ext : std::span<float>(),
+                    /*has_copy=*/true, /*changed=*/false});
     from.push_back(i);
   }
+  // The disk keeps its copies (a checkpoint running meanwhile, disk view
+  // then memory, sees each row in one place at least).
   std::vector<uint8_t> inserted;
   FLEET_RETURN_IF_ERROR(InsertAbsentRows(refs, &inserted));
-  // In memory first, then off the disk: a checkpoint running meanwhile
-  // (disk snapshot, then memory) sees every row in one place at least.
-  RowBatch gone;
   uint64_t up = 0, up_ext = 0;
   for (size_t j = 0; j < refs.size(); ++j) {
-    gone.Delete(wanted[from[j]].first, refs[j].key);
     if (!inserted[j]) continue;  // another request brought it up first
     ++up;
     if (!refs[j].ext.empty()) ++up_ext;
   }
   disk_rows_.fetch_sub(up, std::memory_order_acq_rel);
   disk_ext_rows_.fetch_sub(up_ext, std::memory_order_relaxed);
-  Status s = column_->Write(&gone);
-  if (!s.ok()) {
-    // The rows are served from memory; the stale copies below are
-    // overwritten when the rows go down again.
-    LOG_EVERY_N(ERROR, 100) << "table " << config().id << ": " << s.ToString();
-  }
+  stale_copies_.fetch_add(up, std::memory_order_relaxed);
+  rows_read_.fetch_add(up, std::memory_order_relaxed);
   return Status::OK();
 }
 
@@ -214,38 +209,60 @@ Result<uint64_t> SsdSparseTable::MoveDown(const RowPick& pick) {
   const size_t locals = local_shard_count();
   std::vector<Status> results(locals);
   std::atomic<uint64_t> moved{0}, moved_ext{0};
+  std::atomic<uint64_t> copies_used{0};
   ForEachLocal(pool(), locals, [&](size_t local) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     RowBatch batch;
-    // Kept to put the rows back if the write fails.
-    std::vector<std::pair<uint64_t, std::string>> taken;
-    uint64_t ext = 0;
+    // Rows written, kept to put back if the write fails; rows whose copy
+    // on disk is current need no write.
+    struct Written {
+      uint64_t key;
+      std::string value;
+      bool had_copy;
+    };
+    std::vector<Written> written;
+    uint64_t rows = 0, ext = 0, copies = 0, unchanged = 0;
     ExtractRows(local, pick, [&](const RowRef& r) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      ++rows;
+      if (!r.ext.empty()) ++ext;
+      if (r.has_copy) ++copies;
+      if (r.has_copy && !r.changed) {
+        ++unchanged;
+        return;
+      }
       std::string v = EncodeRow(r.row, r.ext);
       batch.Put(sharder()(r.key), r.key, v);
-      taken.emplace_back(r.key, std::move(v));
-      if (!r.ext.empty()) ++ext;
+      written.push_back({r.key, std::move(v), r.has_copy});
     });
-    if (taken.empty()) return;
-    Status s = column_->Write(&batch);
+    Status s = written.empty() ? Status::OK() : column_->Write(&batch);
     if (s.ok()) {
-      moved += taken.size();
+      moved += rows;
       moved_ext += ext;
+      copies_used += copies;
       return;
     }
     results[local] = s;
+    // The unchanged rows are safe on disk; the others come back up.
+    moved += unchanged;
+    copies_used += unchanged;
     std::vector<float> row(row_floats_), exts(ext_floats_);
     std::vector<uint8_t> inserted;
-    for (const auto& [key, value] : taken) {
+    for (const Written& w : written) {
       bool has_ext = false;
-      Status d = DecodeAged(key, value, row, exts, &has_ext);
+      Status d = DecodeAged(w.key, w.value, row, exts, &has_ext);
       CHECK(d.ok()) << d.ToString();  // encoded above, at this pass
-      const RowRef back{key, row, has_ext ? std::span<const float>(exts) : std::span<float>()};
+      if (has_ext) ext -= 1;
+      const RowRef back{w.key, row, has_ext ? std::span<const float>(exts) : std::span<float>(),
+                        w.had_copy, /*changed=*/true};
       Status i = InsertAbsentRows({&back, 1}, &inserted);
-      if (!i.ok()) LOG(ERROR) << "table " << config().id << ": row " << key << " lost: " << i.ToString();
+      if (!i.ok()) {
+        LOG(ERROR) << "table " << config().id << ": row " << w.key << " lost: " << i.ToString();
+      }
     }
+    moved_ext += ext;
   });
   disk_rows_.fetch_add(moved.load(), std::memory_order_acq_rel);
   disk_ext_rows_.fetch_add(moved_ext.load(), std::memory_order_relaxed);
+  stale_copies_.fetch_sub(copies_used.load(), std::memory_order_relaxed);
   for (Status& s : results) FLEET_RETURN_IF_ERROR(s);
   return moved.load();
 }
@@ -301,47 +318,74 @@ void SsdSparseTable::EndPass() {
 uint64_t SsdSparseTable::Shrink() {
   absl::WriterMutexLock l(&tier_mu_);
   const size_t locals = local_shard_count();
-  std::vector<std::vector<uint64_t>> gone(locals);
+  struct Gone {
+    std::vector<uint64_t> keys;
+    RowBatch copies;  // the disk copies of deleted memory rows
+  };
+  std::vector<Gone> gone(locals);
   ForEachLocal(pool(), locals, [&](size_t local) {
     ExtractRows(
         local, [&](std::span<const float> row) { return ctr_->ShouldDelete(row); },
-        [&](const RowRef& r) { gone[local].push_back(r.key); });
+        [&](const RowRef& r) {
+          gone[local].keys.push_back(r.key);
+          if (r.has_copy) gone[local].copies.Delete(sharder()(r.key), r.key);
+        });
   });
   ForgetAdmissionCounts();
   std::vector<uint64_t> deleted;
-  for (const auto& g : gone) deleted.insert(deleted.end(), g.begin(), g.end());
+  Status s;
+  for (Gone& g : gone) {
+    deleted.insert(deleted.end(), g.keys.begin(), g.keys.end());
+    if (g.copies.count() == 0) continue;
+    stale_copies_.fetch_sub(g.copies.count());
+    // A copy left behind would only be read if the key came back, and then
+    // memory would hold the new row: logged, not fatal.
+    if (Status w = column_->Write(&g.copies); !w.ok() && s.ok()) s = w;
+  }
 
   if (column_ != nullptr && disk_rows_.load() > 0) {
+    // Rows on disk only: the copies of rows in memory were judged above.
+    struct Entry {
+      uint32_t shard;
+      uint64_t key;
+      std::string value;
+    };
+    std::vector<Entry> chunk;
     std::vector<float> row(row_floats_), ext(ext_floats_);
-    RowBatch batch;
-    std::vector<uint64_t> pending;  // keys in `batch`
-    uint64_t pending_ext = 0;
-    auto flush = [&]() -> Status {
+    auto judge = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> Status {
+      std::vector<uint64_t> keys;
+      for (const Entry& e : chunk) keys.push_back(e.key);
+      std::vector<uint32_t> absent;
+      FLEET_RETURN_IF_ERROR(FindAbsent(keys, keys.size(), 1, &absent));
+      RowBatch batch;
+      std::vector<uint64_t> doomed;
+      uint64_t doomed_ext = 0;
+      for (uint32_t i : absent) {
+        bool has_ext = false;
+        FLEET_RETURN_IF_ERROR(DecodeAged(chunk[i].key, chunk[i].value, row, ext, &has_ext));
+        if (!ctr_->ShouldDelete(row)) continue;
+        batch.Delete(chunk[i].shard, chunk[i].key);
+        doomed.push_back(chunk[i].key);
+        if (has_ext) ++doomed_ext;
+      }
+      chunk.clear();
+      if (doomed.empty()) return Status::OK();
       FLEET_RETURN_IF_ERROR(column_->Write(&batch));
-      disk_rows_.fetch_sub(pending.size());
-      disk_ext_rows_.fetch_sub(pending_ext);
-      deleted.insert(deleted.end(), pending.begin(), pending.end());
-      batch = RowBatch();
-      pending.clear();
-      pending_ext = 0;
+      disk_rows_.fetch_sub(doomed.size());
+      disk_ext_rows_.fetch_sub(doomed_ext);
+      deleted.insert(deleted.end(), doomed.begin(), doomed.end());
       return Status::OK();
     };
-    Status s = column_->ForEach(
-        [&](uint32_t shard, uint64_t key, std::string_view value) ABSL_NO_THREAD_SAFETY_ANALYSIS
-        -> Status {
-          bool has_ext = false;
-          FLEET_RETURN_IF_ERROR(DecodeAged(key, value, row, ext, &has_ext));
-          if (!ctr_->ShouldDelete(row)) return Status::OK();
-          batch.Delete(shard, key);
-          pending.push_back(key);
-          if (has_ext) ++pending_ext;
-          return pending.size() >= kDeleteBatch ? flush() : Status::OK();
-        });
-    if (s.ok() && !pending.empty()) s = flush();
-    if (!s.ok()) {
-      LOG(ERROR) << "table " << config().id << ": shrink of the rows on disk stopped: "
-                 << s.ToString();
-    }
+    Status scan = column_->ForEach([&](uint32_t shard, uint64_t key, std::string_view value) {
+      chunk.push_back({shard, key, std::string(value)});
+      return chunk.size() >= kShrinkChunk ? judge() : Status::OK();
+    });
+    if (scan.ok() && !chunk.empty()) scan = judge();
+    if (!scan.ok() && s.ok()) s = scan;
+  }
+  if (!s.ok()) {
+    LOG(ERROR) << "table " << config().id << ": shrink of the rows on disk stopped: "
+               << s.ToString();
   }
   absl::MutexLock dl(&deleted_mu_);
   deleted_.insert(deleted.begin(), deleted.end());
@@ -355,6 +399,7 @@ SparseTableStats SsdSparseTable::Stats() const {
   s.rows += s.disk_rows;
   s.ext_rows += disk_ext_rows_.load();
   s.disk_bytes = column_ != nullptr ? column_->ApproximateBytes() : 0;
+  s.disk_rows_read = rows_read_.load(std::memory_order_relaxed);
   return s;
 }
 
@@ -581,6 +626,8 @@ void SsdSparseTable::SwapRows(SparseTable& staging) {
   other->disk_rows_.store(rows);
   const uint64_t ext = disk_ext_rows_.exchange(other->disk_ext_rows_.load());
   other->disk_ext_rows_.store(ext);
+  const uint64_t copies = stale_copies_.exchange(other->stale_copies_.load());
+  other->stale_copies_.store(copies);
   // The table now equals the checkpoint: nothing deleted since.
   absl::MutexLock dl(&deleted_mu_);
   deleted_.clear();

@@ -2,15 +2,17 @@
 // in a RocksDB database on local disk (`storage.kind: ssd`; the keys are
 // documented in table_config.h StorageConfig). It is a SparseTable: its
 // memory tier is the base class, unchanged, and this class overrides the
-// operations that must also reach the disk. Every row lives in exactly one
-// place: in memory, or on disk.
+// operations that must also reach the disk. A row in memory is the row; the
+// disk may still hold the copy it came up from (stale once the row
+// changes), which saves a delete when it comes up and a write when it goes
+// down unchanged. Every reader therefore takes memory first.
 //
 //   Pull / PushGrad / PushDelta: keys not in memory are looked up on disk
 //     (one MultiGet per request; a bloom filter answers for new keys) and
-//     the rows found are moved up into memory, then the memory table serves
-//     the request as usual (creating, admitting and refusing new keys the
-//     same way). When no row is on disk these are the memory table's own
-//     calls plus one atomic read.
+//     the rows found are brought up into memory, then the memory table
+//     serves the request as usual (creating, admitting and refusing new
+//     keys the same way). When no row lives on disk only, these are the
+//     memory table's own calls plus one atomic read.
 //   A memory bound: after a request, if more than storage.cache_rows rows
 //     are in memory, the coldest are written down until 9/10 of it remain.
 //   EndPass: ages every row (memory now, disk rows lazily: see below), then
@@ -132,10 +134,13 @@ class SsdSparseTable final : public SparseTable {
   mutable absl::Mutex tier_mu_;
   std::unique_ptr<RowColumn> column_ ABSL_GUARDED_BY(tier_mu_);  // null: nothing on disk yet
   uint32_t pass_ ABSL_GUARDED_BY(tier_mu_) = 0;                  // EndPass calls so far
-  // Rows on disk, and those with an extension (changed under tier_mu_,
+  // Rows that live on disk only, and those of them with an extension; and
+  // the copies on disk of rows now in memory (changed under tier_mu_,
   // shared by concurrent requests).
   std::atomic<uint64_t> disk_rows_{0};
   std::atomic<uint64_t> disk_ext_rows_{0};
+  std::atomic<uint64_t> stale_copies_{0};
+  std::atomic<uint64_t> rows_read_{0};  // brought up by requests (Stats().disk_rows_read)
   // One request at a time brings memory back under the bound.
   std::atomic<bool> moving_down_{false};
   // Staging tables (a checkpoint being loaded): rows applied per held
