@@ -39,6 +39,7 @@ Status ParseModel(ConfigSection& s, WorkerModelConfig* m) {
   FLEET_RETURN_IF_ERROR(s.Int("dense_table", &m->dense_table, 0, INT32_MAX));
   FLEET_RETURN_IF_ERROR(Widths(s, "hidden", 1, &m->hidden));
   FLEET_RETURN_IF_ERROR(Widths(s, "sizes", 2, &m->sizes));
+  FLEET_RETURN_IF_ERROR(s.Int("cross_layers", &m->cross_layers, 1, kMaxCrossLayers));
   // Any integer: a negative seed is taken modulo 2^64.
   int64_t seed = static_cast<int64_t>(m->seed);
   FLEET_RETURN_IF_ERROR(s.Int("seed", &seed));
