@@ -1,6 +1,9 @@
 // Heterogeneous PS jobs in one process: servers, CPU workers and heter
 // workers on threads (tests/heter/heter_job.h), small CTR data.
 #include "tests/heter/heter_job.h"
+#include "trainer/models/ctr_model.h"
+#include "worker/config.h"
+#include "worker/tasks/ctr_tower.h"
 
 #include <gtest/gtest.h>
 
@@ -73,6 +76,42 @@ TEST(HeterJobTest, SyncDepthOneMatchesTheCpuOnlyRunStepByStep) {
   EXPECT_EQ(heter.heter(0).micro_batches() + heter.heter(1).micro_batches(), 2 * 2 * 32);
   EXPECT_GT(got[0].heter_idle_fraction, 0.0);
 }
+
+// The other CTR models' dense parts run on heter workers too: the same
+// step-by-step losses as the CPU-only run (wide and FM read each field's
+// float 0 as its first-order weight, floats 1..3 as its embedding).
+class HeterCtrModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HeterCtrModelTest, SyncMatchesTheCpuOnlyRunStepByStep) {
+  const std::string dir = FreshDir("heter_" + GetParam());
+  MakeCtrData(dir, 500);
+  ps::JobConfig job = HeterYaml(dir, "sync", 32, 1, /*depth=*/1, /*micro_batches=*/1);
+  CHECK(ps::ApplyOverride(job.root, "model.kind=" + GetParam()).ok());
+  CHECK(ps::ApplyOverride(job.root, "model.cross_layers=1").ok());
+  auto config = worker::ParseWorkerConfig(job.root);
+  ASSERT_TRUE(config.ok());
+  auto model = worker::CtrTowerConfig(*config, job);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  size_t params = 0;
+  for (const trainer::ParamSpec& p : trainer::CtrModelParamTable(*model))
+    params += static_cast<size_t>(p.shape.numel());
+  CHECK(ps::ApplyOverride(job.root, "tables.1.dim=" + std::to_string(params)).ok());
+  auto parsed = ps::ParseJobConfig(job.root);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  InProcessJob cpu(*parsed, 1, 1);
+  HeterJob heter(*parsed, 1, 1, 1);
+  const auto want = Reports(cpu.Run());
+  const auto got = Reports(heter.Run());
+  ASSERT_EQ(want.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_GT(want[0].train_losses.size(), 20u);
+  ExpectSameLosses(want[0], got[0], 1e-4);
+  EXPECT_EQ(heter.heter(0).micro_batches(), 32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, HeterCtrModelTest,
+                         ::testing::Values("wide_deep", "deepfm", "dcn"),
+                         [](const auto& info) { return info.param; });
 
 // Sync mode with each step cut into 3 micro-batches sends them all whatever
 // the depth (each reply waits for the whole step: at depth 1 the job would
