@@ -290,6 +290,10 @@ std::string PsServer::StatusLine() {
   for (auto& [id, table] : sparse_) {
     const SparseTableStats s = table->Stats();
     absl::StrAppendFormat(&line, ", table %d: %d rows %.1f MiB", id, s.rows, s.bytes / kMiB);
+    if (!table->serves_from_memory()) {
+      absl::StrAppendFormat(&line, " (%d rows on disk, %.1f MiB; %d read back)", s.disk_rows,
+                            s.disk_bytes / kMiB, s.disk_rows_read);
+    }
   }
   for (auto& [id, table] : dense_) {
     absl::StrAppendFormat(&line, ", table %d: %d floats %.1f MiB", id, table->range().size(),
@@ -303,6 +307,16 @@ std::string PsServer::StatusLine() {
     std::fclose(statm);
   }
   absl::StrAppendFormat(&line, ", rss %.0f MiB", pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / kMiB);
+  // The peak too (VmHWM): what a memory budget must cover.
+  if (std::FILE* status = std::fopen("/proc/self/status", "r")) {
+    char text[256];
+    long peak_kib = -1;
+    while (peak_kib < 0 && std::fgets(text, sizeof text, status) != nullptr) {
+      if (std::sscanf(text, "VmHWM: %ld kB", &peak_kib) != 1) peak_kib = -1;
+    }
+    std::fclose(status);
+    if (peak_kib >= 0) absl::StrAppendFormat(&line, " (peak %.0f MiB)", peak_kib / 1024.0);
+  }
   {
     std::lock_guard<std::mutex> log_lock(log_mu_);
     if (log_ != nullptr) {
