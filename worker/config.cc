@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "data/ctr_reader.h"
 #include "worker/task.h"
 
 namespace fleet::worker {
@@ -53,7 +54,7 @@ Status ParseData(ConfigSection& s, WorkerDataConfig* d) {
                           {"test_images", &d->test_images}, {"test_labels", &d->test_labels}}) {
     FLEET_RETURN_IF_ERROR(s.String(key, out));
   }
-  return Status::OK();
+  return s.Int("field_buckets", &d->field_buckets, 0, data::kMaxFieldBuckets);
 }
 
 Status ParseTrain(ConfigSection& s, WorkerTrainConfig* t) {

@@ -46,6 +46,14 @@
 //     test: data/ctr/test    # CTR models: held-out files. Optional (no held-out metric).
 //     oracle: ""             # CTR models: oracle.txt of gen_ctr_data; its AUC is
 //                            # printed beside the held-out AUC. Optional.
+//     field_buckets: 0       # CTR models: how categorical values become keys
+//                            # (data/ctr_reader.h). 0 (default): every field
+//                            # hashed into one key space, as PaddleRec does; each
+//                            # distinct value gets its own row. N > 0: a table of
+//                            # N + 1 rows per field (DLRM's per-field tables),
+//                            # values hashed into N buckets, missing values the
+//                            # last: the table's size is bounded by 26 (N + 1)
+//                            # rows whatever the data. At most 2^40 - 1.
 //     train_images / train_labels / test_images / test_labels: mlp IDX files
 //                            # (gzip or not). train_* required, test_* optional.
 //   train:
@@ -110,6 +118,7 @@ struct WorkerModelConfig {
 
 struct WorkerDataConfig {
   std::string train, test, oracle;                   // CTR models
+  uint64_t field_buckets = 0;                        // CTR models
   std::string train_images, train_labels;            // mlp
   std::string test_images, test_labels;              // mlp
 };

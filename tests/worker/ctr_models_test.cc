@@ -81,6 +81,20 @@ TEST(CtrModelModesTest, DeepFmTrainsInAsyncAndGeoMode) {
   }
 }
 
+// A table per field (data.field_buckets: each field's values hashed into
+// its own rows) instead of one key space: it trains, and the sparse table
+// holds at most the 26 fields' buckets.
+TEST(CtrModelModesTest, WideDeepTrainsOnATablePerField) {
+  const ps::JobConfig config = ModelJob(
+      "wide_deep", {"data.field_buckets=50", "train.epochs=1",
+                    "data.train=" + Data() + "/train/part-00000.txt"});
+  InProcessJob job(config, 1, 1);
+  std::vector<Result<PsWorkerReport>> reports = job.Run();
+  ASSERT_TRUE(reports[0].ok()) << reports[0].status().ToString();
+  EXPECT_GE(reports[0]->heldout_metric, 0.72);
+  EXPECT_LE(job.cluster().server(0).sparse_table(0)->Stats().rows, 26u * 51u);
+}
+
 // The disk tier holds the same rows as memory would (ps_ssd_table_test), so
 // a sync job computes the same steps: the held-out AUC is the same, while
 // at most a tenth of the table's rows are in memory at the end of a step.

@@ -41,10 +41,12 @@ constexpr int kAucBuckets = data::BucketedAuc::kDefaultBuckets;
 // Reads this worker's shard of `spec` into batches of batch_size; `what`
 // ("data.train") names it in progress lines.
 Status LoadBatches(const std::string& what, const std::string& spec, const WorkerTaskOptions& o,
-                   int batch_size, std::vector<data::CtrBatch>* out, int64_t* malformed) {
+                   int batch_size, uint64_t field_buckets, std::vector<data::CtrBatch>* out,
+                   int64_t* malformed) {
   FLEET_ASSIGN_OR_RETURN(std::vector<std::string> files, data::ExpandFileSpec(spec));
   data::CtrReaderOptions ro;
   ro.batch_size = batch_size;
+  ro.field_buckets = field_buckets;
   ro.rank = o.rank;
   ro.world_size = o.world_size;
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::CtrReader> reader,
@@ -477,13 +479,13 @@ Result<std::unique_ptr<WorkerTask>> CreateCtrTask(const WorkerConfig& config,
   std::vector<data::CtrBatch> train, test;
   int64_t malformed = 0;
   FLEET_RETURN_IF_ERROR(
-      LoadBatches("data.train", config.data.train, options, config.train.batch_size, &train,
-                  &malformed)
+      LoadBatches("data.train", config.data.train, options, config.train.batch_size,
+                  config.data.field_buckets, &train, &malformed)
           .WithContext("data.train"));
   if (!config.data.test.empty()) {
     FLEET_RETURN_IF_ERROR(
-        LoadBatches("data.test", config.data.test, options, config.train.batch_size, &test,
-                    &malformed)
+        LoadBatches("data.test", config.data.test, options, config.train.batch_size,
+                    config.data.field_buckets, &test, &malformed)
             .WithContext("data.test"));
   }
   return std::unique_ptr<WorkerTask>(std::make_unique<CtrTask>(
