@@ -24,15 +24,14 @@
 //   build/bin/table_bench --tier_rows=4000000 --tier_cache=800000
 #include <gflags/gflags.h>
 #include <glog/logging.h>
-#include <yaml-cpp/yaml.h>
-
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -58,7 +57,8 @@ DEFINE_int64(tier_rows, 1000000, "rows of the disk-tier comparison's CTR table")
 DEFINE_int64(tier_cache, 200000, "storage.cache_rows of its disk-tier table");
 DEFINE_int64(tier_keys, 4096, "distinct keys per request of the disk-tier comparison");
 DEFINE_double(tier_zipf, 1.05, "Zipf exponent of the key stream's ranks");
-DEFINE_string(tier_dir, "", "folder for the disk tier's database (default: one under /tmp, removed)");
+DEFINE_string(tier_dir, "",
+              "folder for the disk tier's database (default: one under /tmp, removed)");
 
 namespace fleet {
 namespace {
@@ -154,8 +154,8 @@ int TierMain(ThreadPool* pool) {
       "optimizer: {rule: adagrad}, ctr: {embedx_threshold: 0}",
       FLAGS_local_shards);
   auto memory_config = ps::ParseTableConfig(YAML::Load(table + "}"));
-  auto disk_config = ps::ParseTableConfig(YAML::Load(absl::StrFormat(
-      "%s, storage: {kind: ssd, path: '%s', cache_rows: %d}}", table, dir, cache)));
+  auto disk_config = ps::ParseTableConfig(YAML::Load(
+      absl::StrFormat("%s, storage: {kind: ssd, path: '%s', cache_rows: %d}}", table, dir, cache)));
   CHECK(memory_config.ok() && disk_config.ok());
   ps::RowDbSet dbs(0);
   TierPair t;
@@ -195,10 +195,11 @@ int TierMain(ThreadPool* pool) {
       "%.1f s\n",
       rows, cache, 100.0 * cache / rows, n, dir.c_str(),
       std::chrono::duration<double>(Clock::now() - populate0).count());
-  std::printf("  memory per row: %.0f B (memory table: %.0f MiB); disk tier holds %lu rows in "
-              "memory (%.0f MiB), %lu on disk\n",
-              double(ms.bytes) / ms.rows, ms.bytes / 1048576.0, ds.rows - ds.disk_rows,
-              ds.bytes / 1048576.0, ds.disk_rows);
+  std::printf(
+      "  memory per row: %.0f B (memory table: %.0f MiB); disk tier holds %lu rows in "
+      "memory (%.0f MiB), %lu on disk\n",
+      double(ms.bytes) / ms.rows, ms.bytes / 1048576.0, ds.rows - ds.disk_rows,
+      ds.bytes / 1048576.0, ds.disk_rows);
 
   std::mt19937_64 rng(11);
   const int requests = FLAGS_requests > 0 ? FLAGS_requests : 40;
@@ -219,8 +220,7 @@ int TierMain(ThreadPool* pool) {
     }
     return out;
   };
-  auto rate = [&](ps::SparseTable* tt, const std::vector<std::vector<uint64_t>>& reqs,
-                  bool push) {
+  auto rate = [&](ps::SparseTable* tt, const std::vector<std::vector<uint64_t>>& reqs, bool push) {
     const PerKey p = Measure(static_cast<int>(reqs.size()), 1, [&](int r) {
       const size_t m = reqs[r].size();
       CHECK((push ? tt->PushGrad(reqs[r], {grads.data(), m * dim}, {shows.data(), m},
@@ -232,19 +232,22 @@ int TierMain(ThreadPool* pool) {
     for (const auto& k : reqs) keys += static_cast<double>(k.size());
     return keys / reqs.size() / (p.p50_ns * 1e-9) / 1e6;  // Mrows/s at the median request
   };
-  std::printf("  requests (p50 of %d)      memory Mrows/s     disk tier Mrows/s   disk/memory\n"
-              "  hit rate                  pull     push      pull     push       pull   push   "
-              "rows read from disk\n",
-              requests);
+  std::printf(
+      "  requests (p50 of %d)      memory Mrows/s     disk tier Mrows/s   disk/memory\n"
+      "  hit rate                  pull     push      pull     push       pull   push   "
+      "rows read from disk\n",
+      requests);
   for (double hit : {1.0, 0.9, 0.5}) {
-    const std::vector<std::vector<uint64_t>> pulls = make_requests(hit), pushes = make_requests(hit);
+    const std::vector<std::vector<uint64_t>> pulls = make_requests(hit),
+                                             pushes = make_requests(hit);
     const uint64_t read0 = t.disk->Stats().disk_rows_read;
     const double mp = rate(t.memory.get(), pulls, false), mq = rate(t.memory.get(), pushes, true);
     const double dp = rate(t.disk.get(), pulls, false), dq = rate(t.disk.get(), pushes, true);
     const double asked = static_cast<double>(requests) * (pulls[0].size() + pushes[0].size());
-    std::printf("  %3.0f%%                   %7.2f  %7.2f   %7.2f  %7.2f      %5.2f  %5.2f   %.0f%%\n",
-                100 * hit, mp, mq, dp, dq, dp / mp, dq / mq,
-                100.0 * (t.disk->Stats().disk_rows_read - read0) / asked);
+    std::printf(
+        "  %3.0f%%                   %7.2f  %7.2f   %7.2f  %7.2f      %5.2f  %5.2f   %.0f%%\n",
+        100 * hit, mp, mq, dp, dq, dp / mp, dq / mq,
+        100.0 * (t.disk->Stats().disk_rows_read - read0) / asked);
   }
 
   // The training pattern: each step pulls its keys, then pushes them.
@@ -286,10 +289,11 @@ int TierMain(ThreadPool* pool) {
   CHECK(ssd->MoveAllToDisk().ok());
   CHECK(ssd->CompactDisk().ok());
   const ps::SparseTableStats after = t.disk->Stats();
-  std::printf("  bytes per row: %.0f in memory (memory table), %.0f on disk after compaction "
-              "(%lu rows, %.1f MiB)\n",
-              double(ms.bytes) / ms.rows, double(after.disk_bytes) / after.disk_rows,
-              after.disk_rows, after.disk_bytes / 1048576.0);
+  std::printf(
+      "  bytes per row: %.0f in memory (memory table), %.0f on disk after compaction "
+      "(%lu rows, %.1f MiB)\n",
+      double(ms.bytes) / ms.rows, double(after.disk_bytes) / after.disk_rows, after.disk_rows,
+      after.disk_bytes / 1048576.0);
   t = TierPair();
   if (own_dir) std::filesystem::remove_all(dir);
   return 0;

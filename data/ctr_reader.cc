@@ -78,8 +78,8 @@ Status ParseCriteoLine(std::string_view line, CtrSample* out, uint64_t field_buc
   for (int slot = 0; slot < kCriteoSlots; ++slot) {
     const std::string_view s = f[1 + kCriteoDense + slot];
     if (s.empty()) {
-      out->keys[slot] = field_buckets == 0 ? CriteoMissingKey(slot)
-                                           : FieldTableKey(slot, field_buckets);
+      out->keys[slot] =
+          field_buckets == 0 ? CriteoMissingKey(slot) : FieldTableKey(slot, field_buckets);
       continue;
     }
     uint64_t v = 0;
@@ -87,8 +87,8 @@ Status ParseCriteoLine(std::string_view line, CtrSample* out, uint64_t field_buc
     if (ec != std::errc() || end != s.data() + s.size()) {
       return BadField("categorical feature C", slot + 1, s, "hex of at most 16 digits");
     }
-    out->keys[slot] = field_buckets == 0 ? CriteoKey(slot, v)
-                                         : FieldTableKey(slot, Fmix64(v) % field_buckets);
+    out->keys[slot] =
+        field_buckets == 0 ? CriteoKey(slot, v) : FieldTableKey(slot, Fmix64(v) % field_buckets);
   }
   return Status::OK();
 }

@@ -1,8 +1,8 @@
 // Backend: the kernels the MLP and CTR towers need (GEMM, bias with a
 // fused activation, tanh, softmax-CE, sigmoid-BCE, concatenation, the CTR
 // interactions, the optimizer updates) plus memory, behind one interface with a CPU and a CUDA
-// implementation (both fuse ReLU with the bias). Layers and models hold a Backend* and never know which one
-// they drive; buffers they pass are in the backend's memory (device()).
+// implementation (both fuse ReLU with the bias). Layers and models hold a Backend* and never know
+// which one they drive; buffers they pass are in the backend's memory (device()).
 //
 // Shapes and semantics of every kernel are those of the same-named function
 // in trainer/kernels/cpu_kernels.h (CpuBackend: kernels/cpu_backend.h; the

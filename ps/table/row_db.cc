@@ -2,6 +2,15 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <glog/logging.h>
+#include <rocksdb/cache.h>
+#include <rocksdb/convenience.h>
+#include <rocksdb/db.h>
+#include <rocksdb/env.h>
+#include <rocksdb/file_system.h>
+#include <rocksdb/filter_policy.h>
+#include <rocksdb/table.h>
+#include <rocksdb/write_batch.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -11,17 +20,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include <rocksdb/cache.h>
-#include <rocksdb/convenience.h>
-#include <rocksdb/db.h>
-#include <rocksdb/env.h>
-#include <rocksdb/file_system.h>
-#include <rocksdb/filter_policy.h>
-#include <rocksdb/table.h>
-#include <rocksdb/write_batch.h>
-
 #include "absl/strings/str_cat.h"
-#include <glog/logging.h>
 
 namespace fleet::ps {
 namespace {
@@ -169,8 +168,7 @@ Result<std::shared_ptr<RowDb>> RowDb::Open(const std::string& path, int server_r
   if (marker < 0 && errno == ENOENT) {
     if (!names->empty())
       return fail(Status::FailedPrecondition(
-                      absl::StrCat("holds ", names->size(),
-                                   " entries but no ", kMarker,
+                      absl::StrCat("holds ", names->size(), " entries but no ", kMarker,
                                    " marker: not a folder FleetPS made, so it is not emptied; "
                                    "remove it or choose another storage.path"),
                       dir),
@@ -244,8 +242,7 @@ void RowDb::ReserveBlockCache(size_t bytes) {
   if (block_cache_->GetCapacity() < bytes) block_cache_->SetCapacity(bytes);
 }
 
-Result<std::unique_ptr<RowColumn>> RowDb::NewColumn(uint32_t table_id,
-                                                    size_t write_buffer_bytes) {
+Result<std::unique_ptr<RowColumn>> RowDb::NewColumn(uint32_t table_id, size_t write_buffer_bytes) {
   rocksdb::ColumnFamilyOptions cf;
   cf.write_buffer_size = write_buffer_bytes;
   cf.max_write_buffer_number = 2;
@@ -278,9 +275,9 @@ Result<std::unique_ptr<RowColumn>> RowDb::NewColumn(uint32_t table_id,
   }
   rocksdb::ColumnFamilyHandle* handle = nullptr;
   rocksdb::Status s = db_->CreateColumnFamily(cf, name, &handle);
-  if (!s.ok()) return Status::IOError(absl::StrCat("RocksDB create column family ", name, ": ",
-                                                   s.ToString()),
-                                      dir_);
+  if (!s.ok())
+    return Status::IOError(absl::StrCat("RocksDB create column family ", name, ": ", s.ToString()),
+                           dir_);
   return std::unique_ptr<RowColumn>(new RowColumn(this, handle));
 }
 
@@ -297,7 +294,8 @@ void RowBatch::Delete(uint32_t shard, uint64_t key) { ops_.push_back({shard, key
 
 RowColumn::~RowColumn() {
   rocksdb::Status s = db_->db_->DropColumnFamily(handle_);
-  if (!s.ok()) LOG(WARNING) << "disk tier " << db_->dir_ << ": drop column family: " << s.ToString();
+  if (!s.ok())
+    LOG(WARNING) << "disk tier " << db_->dir_ << ": drop column family: " << s.ToString();
   s = db_->db_->DestroyColumnFamilyHandle(handle_);
   if (!s.ok()) LOG(WARNING) << "disk tier " << db_->dir_ << ": " << s.ToString();
 }

@@ -31,8 +31,7 @@ ShardFileWriter::ShardFileWriter(std::string* out, const ShardFileShape& shape, 
   w.Put<uint64_t>(0);
 }
 
-void ShardFileWriter::AddRow(uint64_t key, std::span<const float> row,
-                             std::span<const float> ext) {
+void ShardFileWriter::AddRow(uint64_t key, std::span<const float> row, std::span<const float> ext) {
   ByteWriter w(out_);
   w.Put<uint64_t>(key);
   w.Put<uint8_t>(ext.empty() ? 0 : 1);

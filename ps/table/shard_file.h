@@ -67,10 +67,9 @@ class ShardFileWriter {
 // offset when the image is malformed (magic, version, table, shard, mode,
 // widths, a key of another shard, a bad extension flag, truncation,
 // trailing bytes) or when a callback failed (its message).
-Status ReadShardFile(
-    std::string_view image, std::string_view file, const ShardFileShape& shape,
-    const std::function<Status(uint64_t key, std::span<const float> row,
-                               std::span<const float> ext)>& on_row,
-    const std::function<Status(uint64_t key)>& on_deleted);
+Status ReadShardFile(std::string_view image, std::string_view file, const ShardFileShape& shape,
+                     const std::function<Status(uint64_t key, std::span<const float> row,
+                                                std::span<const float> ext)>& on_row,
+                     const std::function<Status(uint64_t key)>& on_deleted);
 
 }  // namespace fleet::ps

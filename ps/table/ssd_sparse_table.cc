@@ -1,11 +1,12 @@
 #include "ps/table/ssd_sparse_table.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <cstring>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
-#include <glog/logging.h>
 #include "comm/byte_io.h"
 #include "ps/table/accessor.h"
 
@@ -35,8 +36,7 @@ Result<std::unique_ptr<SsdSparseTable>> SsdSparseTable::Create(const TableConfig
 }
 
 SsdSparseTable::SsdSparseTable(const TableConfig& config, ShardRange owned, ThreadPool* pool,
-                               std::shared_ptr<const Accessor> accessor,
-                               std::shared_ptr<RowDb> db)
+                               std::shared_ptr<const Accessor> accessor, std::shared_ptr<RowDb> db)
     : SparseTable(config, owned, pool, std::move(accessor)),
       db_(std::move(db)),
       ctr_(dynamic_cast<const CtrAccessor*>(&this->accessor())),
@@ -96,8 +96,7 @@ Status SsdSparseTable::DecodeAged(uint64_t key, std::string_view value, std::spa
   return Status::OK();
 }
 
-Status SsdSparseTable::BringUp(std::span<const uint64_t> keys, size_t values_size,
-                               size_t width) {
+Status SsdSparseTable::BringUp(std::span<const uint64_t> keys, size_t values_size, size_t width) {
   if (disk_rows_.load(std::memory_order_acquire) == 0) return Status::OK();
   std::vector<uint32_t> absent;
   FLEET_RETURN_IF_ERROR(FindAbsent(keys, values_size, width, &absent));
@@ -193,8 +192,8 @@ Status SsdSparseTable::MoveColdest(uint64_t count) {
   // it as many as make up the count.
   std::nth_element(all.begin(), all.begin() + (count - 1), all.end(), std::greater<uint32_t>());
   const uint32_t threshold = all[count - 1];
-  const uint64_t colder = std::count_if(all.begin(), all.end(),
-                                        [&](uint32_t c) { return c > threshold; });
+  const uint64_t colder =
+      std::count_if(all.begin(), all.end(), [&](uint32_t c) { return c > threshold; });
   all = {};
   std::atomic<int64_t> ties(static_cast<int64_t>(count - colder));
   return MoveDown([&](std::span<const float> row) {
@@ -384,8 +383,8 @@ uint64_t SsdSparseTable::Shrink() {
     if (!scan.ok() && s.ok()) s = scan;
   }
   if (!s.ok()) {
-    LOG(ERROR) << "table " << config().id << ": shrink of the rows on disk stopped: "
-               << s.ToString();
+    LOG(ERROR) << "table " << config().id
+               << ": shrink of the rows on disk stopped: " << s.ToString();
   }
   absl::MutexLock dl(&deleted_mu_);
   deleted_.insert(deleted.begin(), deleted.end());
@@ -424,8 +423,7 @@ bool SsdSparseTable::DebugRow(uint64_t key, std::vector<float>* row,
   return true;
 }
 
-Result<std::vector<ShardImage>> SsdSparseTable::SerializeLocalShard(size_t local,
-                                                                    SaveMode mode) {
+Result<std::vector<ShardImage>> SsdSparseTable::SerializeLocalShard(size_t local, SaveMode mode) {
   absl::ReaderMutexLock l(&tier_mu_);
   const ShardRange owned = owned_shards();
   const uint32_t locals = static_cast<uint32_t>(local_shard_count());
@@ -509,8 +507,9 @@ Result<std::vector<ShardImage>> SsdSparseTable::SerializeLocalShard(size_t local
       std::sort(deleted[p].begin(), deleted[p].end());
       for (uint64_t key : deleted[p]) {
         // A key created again after its deletion is a row, not a deletion.
-        if (std::binary_search(mem.begin(), mem.end(), MemoryRow{key, 0, false},
-                               [](const MemoryRow& a, const MemoryRow& b) { return a.key < b.key; }))
+        if (std::binary_search(
+                mem.begin(), mem.end(), MemoryRow{key, 0, false},
+                [](const MemoryRow& a, const MemoryRow& b) { return a.key < b.key; }))
           continue;
         std::string value;
         if (scan != nullptr) {
@@ -644,9 +643,8 @@ Status SsdSparseTable::CompactDisk() {
   return column_ != nullptr ? column_->Compact() : Status::OK();
 }
 
-Result<std::unique_ptr<SparseTable>> CreateSparseTable(const TableConfig& config,
-                                                       ShardRange owned, ThreadPool* pool,
-                                                       RowDbSet* dbs) {
+Result<std::unique_ptr<SparseTable>> CreateSparseTable(const TableConfig& config, ShardRange owned,
+                                                       ThreadPool* pool, RowDbSet* dbs) {
   if (config.storage.kind != StorageKind::kSsd) return SparseTable::Create(config, owned, pool);
   if (dbs == nullptr)
     return Status::InvalidArgument("storage.kind ssd needs the server's disk tier",

@@ -63,8 +63,8 @@ class SsdSparseTable final : public SparseTable {
   // A table over `db` (not owned alone: shared with the server's other
   // tables on the same path). Errors: InvalidArgument as SparseTable::Create
   // or for a config that is not storage ssd; IOError from RocksDB.
-  static Result<std::unique_ptr<SsdSparseTable>> Create(const TableConfig& config,
-                                                        ShardRange owned, ThreadPool* pool,
+  static Result<std::unique_ptr<SsdSparseTable>> Create(const TableConfig& config, ShardRange owned,
+                                                        ThreadPool* pool,
                                                         std::shared_ptr<RowDb> db);
   ~SsdSparseTable() override;
 
@@ -158,8 +158,7 @@ class SsdSparseTable final : public SparseTable {
 // (on the database `dbs` keeps for its storage.path) for storage ssd. `dbs`
 // may be null when no config names ssd. Errors: those of the two Creates
 // and of RowDbSet::Get.
-Result<std::unique_ptr<SparseTable>> CreateSparseTable(const TableConfig& config,
-                                                       ShardRange owned, ThreadPool* pool,
-                                                       RowDbSet* dbs);
+Result<std::unique_ptr<SparseTable>> CreateSparseTable(const TableConfig& config, ShardRange owned,
+                                                       ThreadPool* pool, RowDbSet* dbs);
 
 }  // namespace fleet::ps

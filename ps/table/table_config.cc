@@ -20,7 +20,7 @@ constexpr std::pair<const char*, InitializerKind> kInits[] = {{"zeros", Initiali
                                                              {"uniform", InitializerKind::kUniform},
                                                              {"gaussian", InitializerKind::kGaussian}};
 constexpr std::pair<const char*, StorageKind> kStorageKinds[] = {{"memory", StorageKind::kMemory},
-                                                                {"ssd", StorageKind::kSsd}};
+                                                                 {"ssd", StorageKind::kSsd}};
 
 template <typename E, size_t N>
 const char* NameOf(const std::pair<const char*, E> (&names)[N], E value) {

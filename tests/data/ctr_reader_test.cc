@@ -201,8 +201,7 @@ TEST(CtrReaderTest, MissingFieldsIntoOneTableOrATablePerField) {
     EXPECT_EQ((*reader)->stats().malformed, 1);
     EXPECT_EQ(b.dense[1 * kCriteoDense + 0], 0.0f);  // a missing integer is 0
     for (int slot = 0; slot < kCriteoSlots; ++slot) {
-      const uint64_t missing =
-          buckets == 0 ? CriteoMissingKey(slot) : FieldTableKey(slot, buckets);
+      const uint64_t missing = buckets == 0 ? CriteoMissingKey(slot) : FieldTableKey(slot, buckets);
       EXPECT_EQ(b.slots[slot].keys[2], missing) << "all missing, slot " << slot;
       EXPECT_EQ(b.slots[slot].keys[1] == missing, slot == 0 || slot == 25) << "slot " << slot;
       if (buckets == 0) continue;

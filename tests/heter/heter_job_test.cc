@@ -1,13 +1,14 @@
 // Heterogeneous PS jobs in one process: servers, CPU workers and heter
 // workers on threads (tests/heter/heter_job.h), small CTR data.
 #include "tests/heter/heter_job.h"
-#include "trainer/models/ctr_model.h"
-#include "worker/config.h"
-#include "worker/tasks/ctr_tower.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+
+#include "trainer/models/ctr_model.h"
+#include "worker/config.h"
+#include "worker/tasks/ctr_tower.h"
 
 namespace fleet::heter {
 namespace {
@@ -109,8 +110,7 @@ TEST_P(HeterCtrModelTest, SyncMatchesTheCpuOnlyRunStepByStep) {
   EXPECT_EQ(heter.heter(0).micro_batches(), 32);
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, HeterCtrModelTest,
-                         ::testing::Values("wide_deep", "deepfm", "dcn"),
+INSTANTIATE_TEST_SUITE_P(Kinds, HeterCtrModelTest, ::testing::Values("wide_deep", "deepfm", "dcn"),
                          [](const auto& info) { return info.param; });
 
 // Sync mode with each step cut into 3 micro-batches sends them all whatever

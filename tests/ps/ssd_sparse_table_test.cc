@@ -3,6 +3,8 @@
 // cache, and checkpoints must move between the two kinds and server counts.
 #include "ps/table/ssd_sparse_table.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,9 +14,6 @@
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -125,9 +124,9 @@ TEST_F(SsdTableTest, SameRowsAsTheMemoryTableWhateverTheCache) {
       SCOPED_TRACE(absl::StrCat("cache_rows ", cache, ", admission ", min_count));
       auto memory = SparseTable::Create(ConfigFromYaml(CtrYaml("", min_count)), {0, 24}, &pool);
       ASSERT_TRUE(memory.ok());
-      auto ssd = MakeSsd(CtrYaml(Storage(cache, 1, absl::StrCat("tier", cache, "_", min_count)),
-                                 min_count),
-                         cache == 7 ? nullptr : &pool);
+      auto ssd = MakeSsd(
+          CtrYaml(Storage(cache, 1, absl::StrCat("tier", cache, "_", min_count)), min_count),
+          cache == 7 ? nullptr : &pool);
       Driver driver(cache * 31 + min_count);
       for (int round = 0; round < 6; ++round) {
         driver.Run({memory->get(), ssd.get()}, 120, 400);
@@ -244,12 +243,12 @@ TEST_F(SsdTableTest, FailedSaveKeepsDeletionsForTheNextDelta) {
 TEST_F(SsdTableTest, ConcurrentRequestsWhileRowsMove) {
   ThreadPool pool(2);
   // sgd with learning rate 1 and gradient 1: embed_w falls by 1 a push.
-  auto t = MakeSsd(
-      absl::StrCat("{id: 1, kind: sparse, dim: 2, accessor: ctr, shard_num: 16, "
-                   "optimizer: {rule: sgd, learning_rate: 1}, ctr: {embedx_threshold: 1e9, show_click_decay: 1}, "
-                   "storage: ",
-                   Storage(64), "}"),
-      &pool);
+  auto t = MakeSsd(absl::StrCat("{id: 1, kind: sparse, dim: 2, accessor: ctr, shard_num: 16, "
+                                "optimizer: {rule: sgd, learning_rate: 1}, ctr: {embedx_threshold: "
+                                "1e9, show_click_decay: 1}, "
+                                "storage: ",
+                                Storage(64), "}"),
+                   &pool);
   constexpr int kThreads = 6, kRounds = 120, kBatch = 50, kKeys = 600;
   std::vector<std::atomic<int>> pushes(kKeys);
   std::vector<std::thread> threads;
@@ -259,7 +258,8 @@ TEST_F(SsdTableTest, ConcurrentRequestsWhileRowsMove) {
       std::vector<float> grads(kBatch * 3, 0.0f), pulled(kBatch * 3);
       for (int i = 0; i < kBatch; ++i) grads[i * 3] = 1.0f;
       for (int r = 0; r < kRounds; ++r) {
-        for (int i = 0; i < kBatch; ++i) keys[i] = (uint64_t(th) * 7919 + r * 104729 + i * 31) % kKeys;
+        for (int i = 0; i < kBatch; ++i)
+          keys[i] = (uint64_t(th) * 7919 + r * 104729 + i * 31) % kKeys;
         std::sort(keys.begin(), keys.end());
         keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
         ASSERT_TRUE(t->PushGrad(keys, std::span<const float>(grads).first(keys.size() * 3)).ok());
@@ -325,8 +325,8 @@ TEST_F(SsdTableTest, RefusesFoldersItDidNotMake) {
 
 TEST(SsdTableConfigTest, StorageKeysAreChecked) {
   auto parse = [](const std::string& storage, const std::string& accessor = "ctr") {
-    return ParseTableConfig(YAML::Load(absl::StrCat("{id: 0, kind: sparse, dim: 2, accessor: ",
-                                                    accessor, ", storage: ", storage, "}")));
+    return ParseTableConfig(YAML::Load(absl::StrCat(
+        "{id: 0, kind: sparse, dim: 2, accessor: ", accessor, ", storage: ", storage, "}")));
   };
   Result<TableConfig> ok = parse("{kind: ssd, path: /tmp/x, cache_rows: 10}");
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
@@ -350,9 +350,9 @@ TEST(SsdTableConfigTest, StorageKeysAreChecked) {
     ASSERT_FALSE(bad.ok()) << storage;
     EXPECT_THAT(bad.status().ToString(), HasSubstr(key)) << storage;
   }
-  Result<TableConfig> quota = ParseTableConfig(YAML::Load(
-      "{id: 0, kind: sparse, dim: 2, accessor: ctr, max_rows_per_server: 5, "
-      "storage: {kind: ssd, path: /x}}"));
+  Result<TableConfig> quota = ParseTableConfig(
+      YAML::Load("{id: 0, kind: sparse, dim: 2, accessor: ctr, max_rows_per_server: 5, "
+                 "storage: {kind: ssd, path: /x}}"));
   ASSERT_FALSE(quota.ok());
   EXPECT_THAT(quota.status().ToString(), HasSubstr("max_rows_per_server"));
 }

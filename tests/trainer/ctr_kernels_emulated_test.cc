@@ -28,17 +28,17 @@ TEST(CtrKernelsEmulated, FieldSumMatchesCpu) {
     for (float beta : {0.0f, 1.0f}) {
       std::vector<float> cpu = RandomVector(B * width, 2), gpu = cpu;
       kernels::FieldSumForward(cpu.data(), x.data(), B, F, width, kRow, P, offset, beta);
-      ASSERT_EQ(cuda::FieldSumForward(gpu.data(), x.data(), B, F, width, kRow, P, offset, beta,
-                                      nullptr),
-                cudaSuccess);
+      ASSERT_EQ(
+          cuda::FieldSumForward(gpu.data(), x.data(), B, F, width, kRow, P, offset, beta, nullptr),
+          cudaSuccess);
       EXPECT_TRUE(AllClose("field sum", gpu, cpu, 1e-6, 1e-6));
     }
     const std::vector<float> dout = RandomVector(B * width, 3);
     std::vector<float> cpu = RandomVector(B * kRow, 4), gpu = cpu;
     kernels::FieldSumBackward(cpu.data(), dout.data(), B, F, width, kRow, P, offset);
-    ASSERT_EQ(cuda::FieldSumBackward(gpu.data(), dout.data(), B, F, width, kRow, P, offset,
-                                     nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        cuda::FieldSumBackward(gpu.data(), dout.data(), B, F, width, kRow, P, offset, nullptr),
+        cudaSuccess);
     EXPECT_TRUE(AllClose("field sum backward", gpu, cpu, 1e-6, 1e-6));
   }
 }

@@ -98,8 +98,7 @@ class Reference {
 
  private:
   // W [out, in] x + b of the named Linear's parameters.
-  std::vector<double> Affine(const std::string& name, const std::vector<double>& x,
-                             int out) const {
+  std::vector<double> Affine(const std::string& name, const std::vector<double>& x, int out) const {
     const double* w = params_.data() + offset_.at(name + ".weight");
     const double* bias = params_.data() + offset_.at(name + ".bias");
     const int in = static_cast<int>(x.size());
@@ -161,8 +160,8 @@ TEST_P(CtrModelTest, MatchesADoublePrecisionReference) {
   std::vector<double> ref_probs;
   const double ref_loss = ref.Loss(pin, din, labels, &ref_probs);
   EXPECT_NEAR(*loss, ref_loss, 1e-5 * (1 + std::fabs(ref_loss)));
-  EXPECT_TRUE(AllClose("probs", probs, std::vector<float>(ref_probs.begin(), ref_probs.end()),
-                       1e-6, 1e-5));
+  EXPECT_TRUE(
+      AllClose("probs", probs, std::vector<float>(ref_probs.begin(), ref_probs.end()), 1e-6, 1e-5));
 
   auto ref_loss_fn = [&] { return ref.Loss(pin, din, labels); };
   const std::vector<float> ref_dparams = NumericGrad(ref.params(), ref_loss_fn);
@@ -180,20 +179,20 @@ TEST_P(CtrModelTest, MatchesADoublePrecisionReference) {
   std::vector<int> times(model.param_table().size(), 0);
   for (auto [first, end] : reported)
     for (size_t t = first; t < end; ++t) ++times[t];
-  for (size_t t = 0; t < times.size(); ++t)
-    EXPECT_EQ(times[t], 1) << model.param_table()[t].name;
+  for (size_t t = 0; t < times.size(); ++t) EXPECT_EQ(times[t], 1) << model.param_table()[t].name;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Kinds, CtrModelTest,
-    ::testing::Values(Case{"dnn", Small(false, false, 0, {5, 4})},
-                      Case{"wide_deep", Small(true, false, 0, {5, 4})},
-                      Case{"deepfm", Small(true, true, 0, {5})},
-                      Case{"dcn", Small(false, false, 2, {5, 4})},
-                      Case{"cross_only", Small(false, false, 3, {})},
-                      Case{"fm_only", Small(true, true, 0, {})},
-                      Case{"linear", Small(false, false, 0, {})}),
-    [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Kinds, CtrModelTest,
+                         ::testing::Values(Case{"dnn", Small(false, false, 0, {5, 4})},
+                                           Case{"wide_deep", Small(true, false, 0, {5, 4})},
+                                           Case{"deepfm", Small(true, true, 0, {5})},
+                                           Case{"dcn", Small(false, false, 2, {5, 4})},
+                                           Case{"cross_only", Small(false, false, 3, {})},
+                                           Case{"fm_only", Small(true, true, 0, {})},
+                                           Case{"linear", Small(false, false, 0, {})}),
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 TEST(CtrModelKindsTest, KindsTurnOnTheirParts) {
   std::vector<std::string> names;

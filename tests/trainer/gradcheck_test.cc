@@ -390,10 +390,10 @@ TEST(GradCheck, CrossLayer) {
     }
     const Tensor w = arena->param("cross1.weight"), b = arena->param("cross1.bias");
     const Tensor dw = arena->grad("cross1.weight"), db = arena->grad("cross1.bias");
-    EXPECT_TRUE(CheckGrad("cross dW", w.data(), w.numel(), {dw.data(), size_t(dw.numel())},
-                          objective));
-    EXPECT_TRUE(CheckGrad("cross db", b.data(), b.numel(), {db.data(), size_t(db.numel())},
-                          objective));
+    EXPECT_TRUE(
+        CheckGrad("cross dW", w.data(), w.numel(), {dw.data(), size_t(dw.numel())}, objective));
+    EXPECT_TRUE(
+        CheckGrad("cross db", b.data(), b.numel(), {db.data(), size_t(db.numel())}, objective));
   }
 }
 

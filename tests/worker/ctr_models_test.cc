@@ -85,9 +85,9 @@ TEST(CtrModelModesTest, DeepFmTrainsInAsyncAndGeoMode) {
 // its own rows) instead of one key space: it trains, and the sparse table
 // holds at most the 26 fields' buckets.
 TEST(CtrModelModesTest, WideDeepTrainsOnATablePerField) {
-  const ps::JobConfig config = ModelJob(
-      "wide_deep", {"data.field_buckets=50", "train.epochs=1",
-                    "data.train=" + Data() + "/train/part-00000.txt"});
+  const ps::JobConfig config =
+      ModelJob("wide_deep", {"data.field_buckets=50", "train.epochs=1",
+                             "data.train=" + Data() + "/train/part-00000.txt"});
   InProcessJob job(config, 1, 1);
   std::vector<Result<PsWorkerReport>> reports = job.Run();
   ASSERT_TRUE(reports[0].ok()) << reports[0].status().ToString();

@@ -111,8 +111,7 @@ TEST(WorkerTaskRegistryTest, CtrKindsChooseTheirParts) {
       "  - {id: 0, kind: sparse, dim: 8, accessor: ctr, ctr: {embed_dim: 1}}\n"
       "  - {id: 1, kind: dense, dim: 10}\n";
   auto tower = [&](const std::string& model) {
-    const YAML::Node root =
-        YAML::Load(tables + "model: " + model + "\ndata: {train: x}\n");
+    const YAML::Node root = YAML::Load(tables + "model: " + model + "\ndata: {train: x}\n");
     Result<ps::JobConfig> job = ps::ParseJobConfig(root);
     CHECK(job.ok()) << job.status().ToString();
     Result<WorkerConfig> config = ParseWorkerConfig(root);
@@ -134,7 +133,8 @@ TEST(WorkerTaskRegistryTest, CtrKindsChooseTheirParts) {
   EXPECT_EQ(dnn->cross_layers, 0);  // not a dcn: ignored
   EXPECT_EQ(tower("{kind: dcn, cross_layers: 2}")->cross_layers, 2);
   for (const char* bad : {"0", "17"}) {
-    auto c = Parse(std::string("model: {kind: dcn, cross_layers: ") + bad + "}\ndata: {train: x}\n");
+    auto c =
+        Parse(std::string("model: {kind: dcn, cross_layers: ") + bad + "}\ndata: {train: x}\n");
     ASSERT_FALSE(c.ok()) << bad;
     EXPECT_NE(c.status().ToString().find("model.cross_layers"), std::string::npos);
   }

@@ -107,8 +107,8 @@ void CpuBackend::FieldSumForward(float* out, const float* x, int B, int F, int W
                                  int field_stride, int offset, float beta) {
   kernels::FieldSumForward(out, x, B, F, W, row_stride, field_stride, offset, beta);
 }
-void CpuBackend::FieldSumBackward(float* dx, const float* dout, int B, int F, int W,
-                                  int row_stride, int field_stride, int offset) {
+void CpuBackend::FieldSumBackward(float* dx, const float* dout, int B, int F, int W, int row_stride,
+                                  int field_stride, int offset) {
   kernels::FieldSumBackward(dx, dout, B, F, W, row_stride, field_stride, offset);
 }
 void CpuBackend::FmForward(float* out, const float* x, int B, int F, int D, int row_stride,

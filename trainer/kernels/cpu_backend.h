@@ -76,8 +76,7 @@ class CpuBackend final : public Backend {
                  int offset, float beta) override;
   void FmBackward(float* dx, const float* x, const float* dout, int B, int F, int D, int row_stride,
                   int field_stride, int offset) override;
-  void CrossForward(float* y, const float* x0, const float* u, const float* xl,
-                    size_t n) override;
+  void CrossForward(float* y, const float* x0, const float* u, const float* xl, size_t n) override;
   void CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,
                      const float* dy, size_t n) override;
   void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) override;

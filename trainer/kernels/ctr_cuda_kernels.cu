@@ -2,7 +2,6 @@
 // kernels (one thread per output element, or per sample for FM): the
 // towers' GEMMs dominate a step.
 #include "trainer/kernels/ctr_cuda_kernels.h"
-
 #include "trainer/kernels/cuda_emulatable.h"
 
 namespace fleet::trainer::cuda {
@@ -99,8 +98,8 @@ cudaError_t FieldSumBackward(float* dx, const float* dout, int B, int F, int W, 
 cudaError_t FmForward(float* out, const float* x, int B, int F, int D, int row_stride,
                       int field_stride, int offset, float beta, cudaStream_t stream) {
   if (B == 0) return cudaSuccess;
-  return FLEET_LAUNCH(FmForwardKernel, Blocks(B), kThreads, 0, stream, out, x, B, F, D,
-                      row_stride, field_stride, offset, beta);
+  return FLEET_LAUNCH(FmForwardKernel, Blocks(B), kThreads, 0, stream, out, x, B, F, D, row_stride,
+                      field_stride, offset, beta);
 }
 cudaError_t FmBackward(float* dx, const float* x, const float* dout, int B, int F, int D,
                        int row_stride, int field_stride, int offset, cudaStream_t stream) {
@@ -117,8 +116,8 @@ cudaError_t CrossForward(float* y, const float* x0, const float* u, const float*
 cudaError_t CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,
                           const float* dy, size_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  return FLEET_LAUNCH(CrossBackwardKernel, Blocks(n), kThreads, 0, stream, dx0, du, dxl, x0, u,
-                      dy, n);
+  return FLEET_LAUNCH(CrossBackwardKernel, Blocks(n), kThreads, 0, stream, dx0, du, dxl, x0, u, dy,
+                      n);
 }
 
 }  // namespace fleet::trainer::cuda

@@ -9,9 +9,9 @@
 // runs them against the CPU kernels without a GPU. C++17 (nvcc).
 #pragma once
 
-#include <cstddef>
-
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 namespace fleet::trainer::cuda {
 

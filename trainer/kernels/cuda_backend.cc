@@ -9,8 +9,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "trainer/kernels/cuda_check.h"
 #include "trainer/kernels/ctr_cuda_kernels.h"
+#include "trainer/kernels/cuda_check.h"
 #include "trainer/kernels/cuda_kernels.h"
 
 namespace fleet::trainer {
@@ -165,8 +165,7 @@ class CudaBackend final : public Backend {
     FLEET_CUDA_CHECK(
         cuda::FmBackward(dx, x, dout, B, F, D, row_stride, field_stride, offset, stream_));
   }
-  void CrossForward(float* y, const float* x0, const float* u, const float* xl,
-                    size_t n) override {
+  void CrossForward(float* y, const float* x0, const float* u, const float* xl, size_t n) override {
     FLEET_CUDA_CHECK(cuda::CrossForward(y, x0, u, xl, n, stream_));
   }
   void CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,

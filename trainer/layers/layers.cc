@@ -260,8 +260,8 @@ void FieldSum::Backward(const Tensor& dout, Tensor* dx) {
   const int B = Rows(*dx);
   CHECK_EQ(Cols(*dx), layout_.row_stride);
   CHECK_EQ(dout.numel(), int64_t{B} * width_);
-  backend_->FieldSumBackward(dx->data(), dout.data(), B, layout_.fields, width_,
-                             layout_.row_stride, layout_.field_stride, offset_);
+  backend_->FieldSumBackward(dx->data(), dout.data(), B, layout_.fields, width_, layout_.row_stride,
+                             layout_.field_stride, offset_);
 }
 
 void FmInteraction::Forward(const Tensor& x, Tensor* out, float beta) {

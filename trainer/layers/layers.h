@@ -9,9 +9,9 @@
 // * Batch rows are the first dim; shapes are in each method's comment.
 //
 // Linear, Tanh, SoftmaxCrossEntropy, SigmoidBce, Concat and the CTR
-// interactions (FieldSum, FmInteraction, CrossLayer) run on any Backend (CPU or CUDA; Linear's fused ReLU needs a backend with a fused
-// kernel, which both have); Relu, Sigmoid and EmbeddingBag are CPU only (host
-// buffers; optional ThreadPool for the element-wise work).
+// interactions (FieldSum, FmInteraction, CrossLayer) run on any Backend (CPU or CUDA; Linear's
+// fused ReLU needs a backend with a fused kernel, which both have); Relu, Sigmoid and EmbeddingBag
+// are CPU only (host buffers; optional ThreadPool for the element-wise work).
 //
 // Thread safety: a layer object is used by one thread at a time.
 #pragma once

@@ -137,12 +137,12 @@ class CtrModel {
   ParamArena arena_;
   const FieldLayout fields_;
   Concat concat_;
-  Concat head_concat_;             // [c_L, h] when both exist
-  std::vector<Linear> deep_;       // ReLU fused into each
+  Concat head_concat_;        // [c_L, h] when both exist
+  std::vector<Linear> deep_;  // ReLU fused into each
   std::vector<CrossLayer> cross_;
   Linear head_;
-  FieldSum wide_;                  // used when config_.wide
-  FmInteraction fm_;               // used when config_.fm
+  FieldSum wide_;     // used when config_.wide
+  FmInteraction fm_;  // used when config_.fm
   SigmoidBce loss_;
 
   // Per-batch buffers, reallocated when B changes.
@@ -162,7 +162,7 @@ class CtrModel {
   std::vector<Tensor*> slot_grad_ptrs_;  // [num_slots + 1]; the last (dense) is null
   std::vector<Tensor> head_parts_;       // c_L, h_H (both parts only)
   std::vector<Tensor*> head_grad_ptrs_;
-  Tensor probs_;                         // [B]
+  Tensor probs_;  // [B]
 };
 
 }  // namespace fleet::trainer

@@ -8,13 +8,29 @@ namespace fleet::trainer {
 namespace {
 
 constexpr CtrModelKind kKinds[] = {
-    {.name = "dnn", .wide = false, .fm = false, .cross = false, .deep = true,
+    {.name = "dnn",
+     .wide = false,
+     .fm = false,
+     .cross = false,
+     .deep = true,
      .about = "pooled embeddings and dense features into an MLP (CTR-DNN)"},
-    {.name = "wide_deep", .wide = true, .fm = false, .cross = false, .deep = true,
+    {.name = "wide_deep",
+     .wide = true,
+     .fm = false,
+     .cross = false,
+     .deep = true,
      .about = "a linear part over the sparse features beside the MLP (Wide&Deep)"},
-    {.name = "deepfm", .wide = true, .fm = true, .cross = false, .deep = true,
+    {.name = "deepfm",
+     .wide = true,
+     .fm = true,
+     .cross = false,
+     .deep = true,
      .about = "first-order weights, FM's pairwise term and the MLP (DeepFM)"},
-    {.name = "dcn", .wide = false, .fm = false, .cross = true, .deep = true,
+    {.name = "dcn",
+     .wide = false,
+     .fm = false,
+     .cross = true,
+     .deep = true,
      .about = "full-rank cross layers beside the MLP (DCN-v2, parallel)"},
 };
 

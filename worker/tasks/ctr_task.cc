@@ -17,14 +17,14 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "ps/table/accessor.h"
-#include "data/ctr_reader.h"
 #include "comm/file_io.h"
+#include "data/ctr_reader.h"
 #include "data/metrics.h"
+#include "ps/table/accessor.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/models/ctr_model.h"
 #include "worker/task.h"
 #include "worker/tasks/ctr_tower.h"
-#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::worker {
 namespace {
@@ -151,10 +151,9 @@ class SparsePart {
 class CtrTask final : public WorkerTask {
  public:
   // `backend` runs `model` and must be the one it was created with.
-  CtrTask(const WorkerConfig& config, const ps::JobConfig& job,
-             std::unique_ptr<CpuBackend> backend, std::unique_ptr<CtrModel> model,
-             std::vector<data::CtrBatch> train, std::vector<data::CtrBatch> test, int64_t malformed,
-             int rank, int world_size)
+  CtrTask(const WorkerConfig& config, const ps::JobConfig& job, std::unique_ptr<CpuBackend> backend,
+          std::unique_ptr<CtrModel> model, std::vector<data::CtrBatch> train,
+          std::vector<data::CtrBatch> test, int64_t malformed, int rank, int world_size)
       : config_(config),
         sync_(job.distributed.mode == ps::SyncMode::kSync),
         counts_(job.table(config.model.sparse_table)->accessor == ps::AccessorKind::kCtr),
@@ -295,9 +294,7 @@ class CtrTask final : public WorkerTask {
     return v;
   }
 
-  std::span<float> ParamSpan() {
-    return {model_->arena().params().data(), model_->arena().size()};
-  }
+  std::span<float> ParamSpan() { return {model_->arena().params().data(), model_->arena().size()}; }
 
   // The whole batch's sparse part into pooled_.
   template <typename PullFn>
@@ -433,8 +430,8 @@ class CtrTask final : public WorkerTask {
   const int rank_, world_size_;
   std::unique_ptr<CpuBackend> backend_;  // declared before model_, which uses it
   std::unique_ptr<CtrModel> model_;
-  const std::vector<float> initial_;     // the model's initialisation (model.seed)
-  const int dim_;                        // embedding width = the sparse table's pull dim
+  const std::vector<float> initial_;                // the model's initialisation (model.seed)
+  const int dim_;                                   // embedding width = the sparse table's pull dim
   const std::vector<data::CtrBatch> train_, test_;  // this worker's shards
   const int64_t malformed_;
 
@@ -468,8 +465,8 @@ std::vector<std::string> CtrKinds() {
 }
 
 Result<std::unique_ptr<WorkerTask>> CreateCtrTask(const WorkerConfig& config,
-                                                     const ps::JobConfig& job,
-                                                     const WorkerTaskOptions& options) {
+                                                  const ps::JobConfig& job,
+                                                  const WorkerTaskOptions& options) {
   FLEET_ASSIGN_OR_RETURN(CtrModelConfig mc, CtrTowerConfig(config, job));
   // Element-wise kernels on the calling thread: several workers share the
   // cores, and BLAS has its own threads (train.blas_threads).
@@ -478,15 +475,15 @@ Result<std::unique_ptr<WorkerTask>> CreateCtrTask(const WorkerConfig& config,
   if (!model.ok()) return model.status().WithContext("model.kind " + config.model.kind);
   std::vector<data::CtrBatch> train, test;
   int64_t malformed = 0;
-  FLEET_RETURN_IF_ERROR(
-      LoadBatches("data.train", config.data.train, options, config.train.batch_size,
-                  config.data.field_buckets, &train, &malformed)
-          .WithContext("data.train"));
+  FLEET_RETURN_IF_ERROR(LoadBatches("data.train", config.data.train, options,
+                                    config.train.batch_size, config.data.field_buckets, &train,
+                                    &malformed)
+                            .WithContext("data.train"));
   if (!config.data.test.empty()) {
-    FLEET_RETURN_IF_ERROR(
-        LoadBatches("data.test", config.data.test, options, config.train.batch_size,
-                    config.data.field_buckets, &test, &malformed)
-            .WithContext("data.test"));
+    FLEET_RETURN_IF_ERROR(LoadBatches("data.test", config.data.test, options,
+                                      config.train.batch_size, config.data.field_buckets, &test,
+                                      &malformed)
+                              .WithContext("data.test"));
   }
   return std::unique_ptr<WorkerTask>(std::make_unique<CtrTask>(
       config, job, std::move(backend), std::move(model).value(), std::move(train), std::move(test),
@@ -502,8 +499,8 @@ Result<CtrModelConfig> CtrTowerConfig(const WorkerConfig& config, const ps::JobC
   if (parts == nullptr) {
     std::string names = "ctr_dnn";
     for (const std::string& k : CtrKinds()) names += ", " + k;
-    return Status::InvalidArgument(
-        "'" + config.model.kind + "' is not a CTR model (" + names + ")", "model.kind");
+    return Status::InvalidArgument("'" + config.model.kind + "' is not a CTR model (" + names + ")",
+                                   "model.kind");
   }
   const ps::TableConfig* sparse = job.table(config.model.sparse_table);
   if (sparse == nullptr || sparse->kind != ps::TableKind::kSparse) {

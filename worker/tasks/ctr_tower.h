@@ -17,6 +17,6 @@ namespace fleet::worker {
 // model.kind when it is not a CTR model, or model.sparse_table when it
 // names no sparse table of `job`.
 Result<trainer::CtrModelConfig> CtrTowerConfig(const WorkerConfig& config,
-                                                const ps::JobConfig& job);
+                                               const ps::JobConfig& job);
 
 }  // namespace fleet::worker
