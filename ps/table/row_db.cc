@@ -58,39 +58,34 @@ class NoSymlinkFileSystem : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus NewSequentialFile(const std::string& f, const rocksdb::FileOptions& o,
                                       std::unique_ptr<rocksdb::FSSequentialFile>* r,
                                       rocksdb::IODebugContext* d) override {
-    if (IsLink(f)) return Refused(f);
-    return FileSystemWrapper::NewSequentialFile(f, o, r, d);
+    return Unlinked(f, [&] { return FileSystemWrapper::NewSequentialFile(f, o, r, d); });
   }
   rocksdb::IOStatus NewRandomAccessFile(const std::string& f, const rocksdb::FileOptions& o,
                                         std::unique_ptr<rocksdb::FSRandomAccessFile>* r,
                                         rocksdb::IODebugContext* d) override {
-    if (IsLink(f)) return Refused(f);
-    return FileSystemWrapper::NewRandomAccessFile(f, o, r, d);
+    return Unlinked(f, [&] { return FileSystemWrapper::NewRandomAccessFile(f, o, r, d); });
   }
   rocksdb::IOStatus NewWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSWritableFile>* r,
                                     rocksdb::IODebugContext* d) override {
-    if (IsLink(f)) return Refused(f);
-    return FileSystemWrapper::NewWritableFile(f, o, r, d);
+    return Unlinked(f, [&] { return FileSystemWrapper::NewWritableFile(f, o, r, d); });
   }
   rocksdb::IOStatus ReopenWritableFile(const std::string& f, const rocksdb::FileOptions& o,
                                        std::unique_ptr<rocksdb::FSWritableFile>* r,
                                        rocksdb::IODebugContext* d) override {
-    if (IsLink(f)) return Refused(f);
-    return FileSystemWrapper::ReopenWritableFile(f, o, r, d);
+    return Unlinked(f, [&] { return FileSystemWrapper::ReopenWritableFile(f, o, r, d); });
   }
   rocksdb::IOStatus ReuseWritableFile(const std::string& f, const std::string& old,
                                       const rocksdb::FileOptions& o,
                                       std::unique_ptr<rocksdb::FSWritableFile>* r,
                                       rocksdb::IODebugContext* d) override {
-    if (IsLink(f) || IsLink(old)) return Refused(f);
-    return FileSystemWrapper::ReuseWritableFile(f, old, o, r, d);
+    if (IsLink(old)) return Refused(old);
+    return Unlinked(f, [&] { return FileSystemWrapper::ReuseWritableFile(f, old, o, r, d); });
   }
   rocksdb::IOStatus NewRandomRWFile(const std::string& f, const rocksdb::FileOptions& o,
                                     std::unique_ptr<rocksdb::FSRandomRWFile>* r,
                                     rocksdb::IODebugContext* d) override {
-    if (IsLink(f)) return Refused(f);
-    return FileSystemWrapper::NewRandomRWFile(f, o, r, d);
+    return Unlinked(f, [&] { return FileSystemWrapper::NewRandomRWFile(f, o, r, d); });
   }
 
  private:
@@ -100,6 +95,11 @@ class NoSymlinkFileSystem : public rocksdb::FileSystemWrapper {
   }
   static rocksdb::IOStatus Refused(const std::string& path) {
     return rocksdb::IOStatus::IOError("refusing to open a symbolic link in the disk tier", path);
+  }
+  // open() unless `path` is a symbolic link.
+  template <typename Open>
+  static rocksdb::IOStatus Unlinked(const std::string& path, Open open) {
+    return IsLink(path) ? Refused(path) : open();
   }
 };
 

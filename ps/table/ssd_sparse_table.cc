@@ -266,39 +266,32 @@ Result<uint64_t> SsdSparseTable::MoveDown(const RowPick& pick) {
   return moved.load();
 }
 
-Status SsdSparseTable::Pull(std::span<const uint64_t> keys, std::span<float> values) {
+Status SsdSparseTable::Serve(std::span<const uint64_t> keys, size_t values_size, size_t width,
+                             const std::function<Status()>& memory_op) {
   Status s;
   {
     absl::ReaderMutexLock l(&tier_mu_);
-    FLEET_RETURN_IF_ERROR(BringUp(keys, values.size(), pull_dim()));
-    s = SparseTable::Pull(keys, values);
+    FLEET_RETURN_IF_ERROR(BringUp(keys, values_size, width));
+    s = memory_op();
   }
   KeepMemoryBound();
   return s;
+}
+
+Status SsdSparseTable::Pull(std::span<const uint64_t> keys, std::span<float> values) {
+  return Serve(keys, values.size(), pull_dim(), [&] { return SparseTable::Pull(keys, values); });
 }
 
 Status SsdSparseTable::PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
                                 std::span<const float> shows, std::span<const float> clicks) {
-  Status s;
-  {
-    absl::ReaderMutexLock l(&tier_mu_);
-    FLEET_RETURN_IF_ERROR(BringUp(keys, grads.size(), push_dim()));
-    s = SparseTable::PushGrad(keys, grads, shows, clicks);
-  }
-  KeepMemoryBound();
-  return s;
+  return Serve(keys, grads.size(), push_dim(),
+               [&] { return SparseTable::PushGrad(keys, grads, shows, clicks); });
 }
 
 Status SsdSparseTable::PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas,
                                  std::span<const float> shows, std::span<const float> clicks) {
-  Status s;
-  {
-    absl::ReaderMutexLock l(&tier_mu_);
-    FLEET_RETURN_IF_ERROR(BringUp(keys, deltas.size(), push_dim()));
-    s = SparseTable::PushDelta(keys, deltas, shows, clicks);
-  }
-  KeepMemoryBound();
-  return s;
+  return Serve(keys, deltas.size(), push_dim(),
+               [&] { return SparseTable::PushDelta(keys, deltas, shows, clicks); });
 }
 
 void SsdSparseTable::EndPass() {

@@ -45,6 +45,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,6 +106,10 @@ class SsdSparseTable final : public SparseTable {
   // held, shared or exclusive.
   Status BringUp(std::span<const uint64_t> keys, size_t values_size, size_t width)
       ABSL_SHARED_LOCKS_REQUIRED(tier_mu_);
+  // A request: BringUp, then memory_op (the memory table's own call) under
+  // the shared tier lock, then KeepMemoryBound.
+  Status Serve(std::span<const uint64_t> keys, size_t values_size, size_t width,
+               const std::function<Status()>& memory_op);
   // After a request: brings memory back under the bound if it is over.
   void KeepMemoryBound();
   // Writes down the memory rows for which pick(row) holds; on a failed
