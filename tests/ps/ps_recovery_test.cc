@@ -9,6 +9,7 @@
 #include <fstream>
 #include <future>
 
+#include "absl/strings/str_cat.h"
 #include "ps/push_log.h"
 #include "tests/ps/ps_cluster.h"
 
@@ -50,9 +51,10 @@ constexpr const char* kPlainSparse =
 // The same pull width with the CTR accessor (embed_w + embedx of 3), which
 // the disk tier needs; `storage` is appended.
 std::string CtrSparse(const std::string& storage) {
-  return "{id: 0, kind: sparse, dim: 3, accessor: ctr, shard_num: 8, ctr: {embedx_threshold: 3}, "
-         "optimizer: {rule: adagrad, learning_rate: 0.5}" +
-         (storage.empty() ? std::string() : ", storage: " + storage) + "}";
+  return absl::StrCat(
+      "{id: 0, kind: sparse, dim: 3, accessor: ctr, shard_num: 8, ctr: {embedx_threshold: 3}, "
+      "optimizer: {rule: adagrad, learning_rate: 0.5}",
+      storage.empty() ? "" : ", storage: ", storage, "}");
 }
 
 JobConfig Job(const std::string& recovery_dir, int checkpoint_every,
@@ -63,10 +65,9 @@ JobConfig Job(const std::string& recovery_dir, int checkpoint_every,
     server = "server: {recovery_dir: '" + recovery_dir + "', checkpoint_every: " +
              std::to_string(checkpoint_every) + ", push_log_sync: " + sync + "}\n";
   }
-  return MakeJob("Distributed: {" + distributed + ", timeout_ms: 10000}\n" + server +
-                 "tables:\n"
-                 "  - " + sparse + "\n"
-                 "  - {id: 1, kind: dense, dim: 10, optimizer: {rule: adam, learning_rate: 0.01}}\n");
+  return MakeJob(absl::StrCat(
+      "Distributed: {", distributed, ", timeout_ms: 10000}\n", server, "tables:\n  - ", sparse,
+      "\n  - {id: 1, kind: dense, dim: 10, optimizer: {rule: adam, learning_rate: 0.01}}\n"));
 }
 
 // Worker w's step k: pull, then push deterministic gradients to both tables.
