@@ -22,6 +22,8 @@ pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # nlohmann-json3-dev: reads GPT-2's encoder.json (and jsonl text).
 find_package(nlohmann_json REQUIRED)
+# librocksdb-dev: the disk tier of sparse tables (ps/table/row_db.h).
+pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
 # libdivide-dev: header-only division by a runtime constant (shard routing).
 find_path(LIBDIVIDE_INCLUDE_DIR libdivide.h REQUIRED)
 

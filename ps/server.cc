@@ -17,6 +17,7 @@
 #include "ps/table/accessor.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/partition.h"
+#include "ps/table/ssd_sparse_table.h"
 
 namespace fleet::ps {
 
@@ -122,6 +123,7 @@ uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, int servers_on_host, siz
 
 Status PsServer::BuildTables() {
   const auto& job = options_.job;
+  row_dbs_ = std::make_unique<RowDbSet>(options_.rank);
   uint64_t memory = options_.memory_bytes;
   if (memory == 0) {
     memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -131,7 +133,10 @@ Status PsServer::BuildTables() {
   });
   for (TableConfig config : job.tables) {
     const std::string which = absl::StrCat("table ", config.id);
-    if (config.kind == TableKind::kSparse && config.max_rows_per_server == 0 && ValidateTableConfig(config).ok()) {
+    // A disk tier's rows are not bounded by memory (storage.cache_rows
+    // bounds what it keeps there).
+    if (config.kind == TableKind::kSparse && config.max_rows_per_server == 0 &&
+        config.storage.kind == StorageKind::kMemory && ValidateTableConfig(config).ok()) {
       const size_t row_floats = MakeAccessor(config)->row_floats();
       config.max_rows_per_server =
           DefaultMaxRowsPerServer(memory, options_.servers_on_host, sparse_tables, row_floats);
@@ -144,7 +149,7 @@ Status PsServer::BuildTables() {
     if (config.kind == TableKind::kSparse) {
       auto shards = AssignShards(config.shard_num, options_.num_servers, options_.rank);
       if (!shards.ok()) return shards.status().WithContext(which);
-      auto table = SparseTable::Create(config, shards.value(), table_pool_.get());
+      auto table = CreateSparseTable(config, shards.value(), table_pool_.get(), row_dbs_.get());
       if (!table.ok()) return table.status().WithContext(which);
       if (job.distributed.mode == SyncMode::kSync) {
         const size_t width = table.value()->push_dim() + 2;  // + show, click
@@ -289,6 +294,10 @@ std::string PsServer::StatusLine() {
   for (auto& [id, table] : sparse_) {
     const SparseTableStats s = table->Stats();
     absl::StrAppendFormat(&line, ", table %d: %d rows %.1f MiB", id, s.rows, s.bytes / kMiB);
+    if (!table->serves_from_memory()) {
+      absl::StrAppendFormat(&line, " (%d rows on disk, %.1f MiB; %d read back)", s.disk_rows,
+                            s.disk_bytes / kMiB, s.disk_rows_read);
+    }
   }
   for (auto& [id, table] : dense_) {
     absl::StrAppendFormat(&line, ", table %d: %d floats %.1f MiB", id, table->range().size(),
@@ -302,6 +311,16 @@ std::string PsServer::StatusLine() {
     std::fclose(statm);
   }
   absl::StrAppendFormat(&line, ", rss %.0f MiB", pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / kMiB);
+  // The peak too (VmHWM): what a memory budget must cover.
+  if (std::FILE* status = std::fopen("/proc/self/status", "r")) {
+    char text[256];
+    long peak_kib = -1;
+    while (peak_kib < 0 && std::fgets(text, sizeof text, status) != nullptr) {
+      if (std::sscanf(text, "VmHWM: %ld kB", &peak_kib) != 1) peak_kib = -1;
+    }
+    std::fclose(status);
+    if (peak_kib >= 0) absl::StrAppendFormat(&line, " (peak %.0f MiB)", peak_kib / 1024.0);
+  }
   {
     std::lock_guard<std::mutex> log_lock(log_mu_);
     if (log_ != nullptr) {
@@ -330,6 +349,8 @@ bool PsServer::IsSmallSparseRequest(const Message& req) const {
   // holds the keys. Anything odd goes to the pool, whose handler explains.
   auto it = sparse_.find(static_cast<uint32_t>(req.header.table_id()));
   if (it == sparse_.end() || req.frames.empty()) return false;
+  // A disk tier may read the disk: never on the I/O thread.
+  if (!it->second->serves_from_memory()) return false;
   const size_t keys = req.frames[0].size() / sizeof(uint64_t);
   return keys <= 2048 && keys * it->second->pull_dim() <= 16384;
 }

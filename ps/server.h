@@ -83,6 +83,7 @@
 #include "ps/push_log.h"
 #include "ps/table/dense_table.h"
 #include "ps/table/gradient_merger.h"
+#include "ps/table/row_db.h"
 #include "ps/table/sparse_table.h"
 
 namespace fleet::ps {
@@ -252,6 +253,8 @@ class PsServer {
   std::unique_ptr<FileSystem> owned_fs_;
   FileSystem* fs_ = nullptr;
   std::unique_ptr<ThreadPool> table_pool_;
+  // The disk tier's databases (tables with storage.kind ssd), one per path.
+  std::unique_ptr<RowDbSet> row_dbs_;
   std::map<uint32_t, std::unique_ptr<SparseTable>> sparse_;
   std::map<uint32_t, std::unique_ptr<DenseTable>> dense_;
   std::unique_ptr<Checkpointer> checkpointer_;

@@ -14,6 +14,7 @@ packages=(
   libyaml-cpp-dev
   libcpp-httplib-dev libmicrohttpd-dev libssl-dev
   libabsl-dev libdivide-dev
+  librocksdb-dev
   zlib1g-dev
   libzip-dev libpcre2-dev nlohmann-json3-dev
   python3-numpy python3-protobuf

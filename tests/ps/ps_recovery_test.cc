@@ -9,6 +9,7 @@
 #include <fstream>
 #include <future>
 
+#include "absl/strings/str_cat.h"
 #include "ps/push_log.h"
 #include "tests/ps/ps_cluster.h"
 
@@ -45,18 +46,28 @@ std::string TempDir(const std::string& name) {
 
 // Table 0: sparse dim 4, adagrad; table 1: dense dim 10, adam. Both have
 // optimizer state, which the comparison covers too.
+constexpr const char* kPlainSparse =
+    "{id: 0, kind: sparse, dim: 4, shard_num: 8, optimizer: {rule: adagrad, learning_rate: 0.5}}";
+// The same pull width with the CTR accessor (embed_w + embedx of 3), which
+// the disk tier needs; `storage` is appended.
+std::string CtrSparse(const std::string& storage) {
+  return absl::StrCat(
+      "{id: 0, kind: sparse, dim: 3, accessor: ctr, shard_num: 8, ctr: {embedx_threshold: 3}, "
+      "optimizer: {rule: adagrad, learning_rate: 0.5}",
+      storage.empty() ? "" : ", storage: ", storage, "}");
+}
+
 JobConfig Job(const std::string& recovery_dir, int checkpoint_every,
-              const std::string& sync = "batch", const std::string& distributed = "mode: sync") {
+              const std::string& sync = "batch", const std::string& distributed = "mode: sync",
+              const std::string& sparse = kPlainSparse) {
   std::string server;
   if (!recovery_dir.empty()) {
     server = "server: {recovery_dir: '" + recovery_dir + "', checkpoint_every: " +
              std::to_string(checkpoint_every) + ", push_log_sync: " + sync + "}\n";
   }
-  return MakeJob("Distributed: {" + distributed + ", timeout_ms: 10000}\n" + server +
-                 "tables:\n"
-                 "  - {id: 0, kind: sparse, dim: 4, shard_num: 8,\n"
-                 "     optimizer: {rule: adagrad, learning_rate: 0.5}}\n"
-                 "  - {id: 1, kind: dense, dim: 10, optimizer: {rule: adam, learning_rate: 0.01}}\n");
+  return MakeJob(absl::StrCat(
+      "Distributed: {", distributed, ", timeout_ms: 10000}\n", server, "tables:\n  - ", sparse,
+      "\n  - {id: 1, kind: dense, dim: 10, optimizer: {rule: adam, learning_rate: 0.01}}\n"));
 }
 
 // Worker w's step k: pull, then push deterministic gradients to both tables.
@@ -110,8 +121,8 @@ std::string Snapshot(PsCluster& cluster) {
   return out;
 }
 
-std::string Undisturbed() {
-  PsCluster cluster(Job("", 0), 2, 2);
+std::string Undisturbed(const std::string& sparse = kPlainSparse) {
+  PsCluster cluster(Job("", 0, "batch", "mode: sync", sparse), 2, 2);
   InitDense(cluster);
   RunSteps(cluster, 0, kSteps);
   return Snapshot(cluster);
@@ -153,6 +164,23 @@ TEST(PsRecoveryTest, RestartedServerEndsEqualToAnUndisturbedRun) {
   InitDense(cluster);
   RunSteps(cluster, 0, 6);
   ASSERT_FALSE(FilesIn(dir + "/s1", "pushlog-").empty());
+  RestartAndReconnect(cluster, 1);
+  RunSteps(cluster, 6, kSteps);
+  EXPECT_TRUE(Snapshot(cluster) == expected) << "tables differ from the undisturbed run's";
+}
+
+TEST(PsRecoveryTest, ADiskTierTableRecoversToo) {
+  // The memory table's run is the reference: the disk tier holds the same rows.
+  const std::string expected = Undisturbed(CtrSparse(""));
+  const std::string dir = TempDir("recovery");
+  // 8 rows in memory of the ~20 keys a server holds: most live on disk
+  // when the server dies, and come back from its recovery checkpoint.
+  PsCluster cluster(Job(dir, 5, "batch", "mode: sync",
+                        CtrSparse("{kind: ssd, path: '" + dir + "/tier', cache_rows: 8}")),
+                    2, 2);
+  InitDense(cluster);
+  RunSteps(cluster, 0, 6);
+  ASSERT_GT(cluster.server(1).sparse_table(0)->Stats().disk_rows, 0u);
   RestartAndReconnect(cluster, 1);
   RunSteps(cluster, 6, kSteps);
   EXPECT_TRUE(Snapshot(cluster) == expected) << "tables differ from the undisturbed run's";
