@@ -31,12 +31,15 @@ std::string GptTrainLine(const ProgressWindow& w, int64_t tokens_per_sample) {
   const double ips_total = speed * static_cast<double>(w.global_batch * tokens_per_sample);
   // FleetX's line (ppfleetx LanguageModule.training_step_end), field for
   // field, so its log parsers read ours; the reader cost comes last, after
-  // every field FleetX has.
+  // every field FleetX has. As there, ips_total is the tokens of every
+  // rank's samples a second and ips that over the data world (dp x
+  // sharding; one tensor- or pipeline-parallel replica counts once).
   return absl::StrFormat(
       "[train] epoch: %d, batch: %d, loss: %.9f, avg_batch_cost: %.5f sec, speed: %.2f step/s, "
-      "ips_total: %.0f tokens/s, ips: %.0f tokens/s, learning rate: %.5e, avg_reader_cost: %.5f sec",
+      "ips_total: %.0f tokens/s, ips: %.0f tokens/s, learning rate: %.5e, "
+      "avg_reader_cost: %.5f sec",
       w.epoch, w.batch, w.loss, w.seconds / steps, speed, ips_total,
-      ips_total / std::max(w.world_size, 1), w.learning_rate, w.reader_seconds / steps);
+      ips_total / std::max(w.data_world_size, 1), w.learning_rate, w.reader_seconds / steps);
 }
 
 GptPlanOptions GptPlanOptionsFor(const config::GptJobConfig& config, const EnvLookup& env) {
@@ -138,6 +141,7 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   task_options.eval_iters = config.engine.eval_iters;
   task_options.eval_batch = static_cast<int>(config.global.micro_batch_size);
   task_options.tensor_parallel = dist.mp_degree > 1 ? tensor_parallel.get() : nullptr;
+  task_options.seed = static_cast<uint64_t>(config.global.seed);
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptTask> task,
                          GptTask::Create(config.model, compute.backend.get(), kernels,
                                          std::move(train), std::move(eval), task_options));
@@ -164,7 +168,7 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
     }
   }
 
-  const CosineLrSchedule schedule(config.lr);
+  const LrSchedule schedule(config.lr);
   const config::SaveLoadConfig& save = config.engine.save_load;
   TrainLoopOptions loop;
   loop.epochs = static_cast<int>(config.engine.num_train_epochs);
@@ -196,8 +200,14 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   updater_options.offload_threads = options.cpu_threads;
   updater_options.tensor_parallel = dist.mp_degree > 1 ? &tensor_parallel->split() : nullptr;
   if (precision == Precision::kFp16 && compute.backend->device().is_cuda()) {
+    const config::MixPrecisionConfig& mp = config.engine.mix_precision;
     LossScalerConfig scaler;
-    scaler.init_scale = config.engine.mix_precision.scale_loss;
+    scaler.init_scale = mp.scale_loss;
+    scaler.dynamic = mp.dynamic_loss_scaling;
+    scaler.incr_every_n_steps = mp.incr_every_n_steps;
+    scaler.decr_every_n_overflows = mp.decr_every_n_nan_or_inf;
+    scaler.min_scale = mp.min_loss_scale;
+    scaler.max_scale = std::max(scaler.max_scale, mp.scale_loss);
     updater_options.loss_scaler = scaler;
   }
   const float first_lr = schedule.At(0);

@@ -58,11 +58,19 @@ Status GptTask::ReadBatch(const data::GptSamples& dataset, std::span<const int64
   return Status::OK();
 }
 
-Status GptTask::LoadBatch(std::span<const int64_t> ids) { return ReadBatch(*train_, ids); }
+Status GptTask::LoadBatch(std::span<const int64_t> ids) {
+  streams_.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    streams_[i] = static_cast<uint32_t>(ids[i]) ^ static_cast<uint32_t>(ids[i] >> 32);
+  }
+  return ReadBatch(*train_, ids);
+}
 
 Result<float> GptTask::ForwardBackward(const GradReadyFn& grad_ready, float grad_scale) {
   GptForwardOptions options;
   options.grad_scale = grad_scale;
+  options.dropout_seed = GptDropoutStepSeed(options_.seed, step_);
+  options.dropout_streams = streams_;
   FLEET_ASSIGN_OR_RETURN(
       float loss, model_->Forward(tokens_, targets_, batch_, static_cast<int>(seq_len()), options));
   model_->Backward(grad_ready);

@@ -40,6 +40,9 @@ struct GptTaskOptions {
   // the whole model on this rank). The ranks of its group must load the
   // same batches.
   GptTensorParallel* tensor_parallel = nullptr;
+  // The run's seed (Global.seed): with the step and each sample's id, the
+  // key of the model's dropout masks (GptDropoutStepSeed).
+  uint64_t seed = 0;
 };
 
 class GptTask final : public CollectiveTask {
@@ -61,6 +64,8 @@ class GptTask final : public CollectiveTask {
   // (GptModel::trainable_arena).
   ParamArena& arena() override { return model_->trainable_arena(); }
   int64_t num_train_samples() const override { return train_->num_samples(); }
+  void BeginStep(int64_t step) override { step_ = step; }
+  // Also keeps each sample's dropout stream: its id (the same on every rank).
   Status LoadBatch(std::span<const int64_t> ids) override;
   Result<float> ForwardBackward(const GradReadyFn& grad_ready, float grad_scale) override;
   // Sums: {summed token loss, tokens}.
@@ -96,9 +101,11 @@ class GptTask final : public CollectiveTask {
   const GptTaskOptions options_;
 
   // The loaded batch.
+  int64_t step_ = 0;
   int batch_ = 0;
-  std::vector<int32_t> tokens_;   // [batch, T]
-  std::vector<int32_t> targets_;  // [batch, T]
+  std::vector<int32_t> tokens_;    // [batch, T]
+  std::vector<int32_t> targets_;   // [batch, T]
+  std::vector<uint32_t> streams_;  // [batch]: the samples' dropout streams
 };
 
 }  // namespace fleet::trainer::collective

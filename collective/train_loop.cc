@@ -244,6 +244,7 @@ Result<float> Loop::TrainStep(int64_t step) {
   const int k = options_.micro_batches;
   const int64_t micro = B / k;
   const int64_t first = (step % spe) * layout_.global_batch + rank_ * B;
+  task_.BeginStep(step);
   // The batch's rows start arriving while the gradients are zeroed.
   task_.PrefetchBatch(std::span<const int64_t>(order_.data() + first, micro));
   // The learning rate is known before backward: an updater may apply it as
@@ -329,7 +330,7 @@ Result<TrainReport> Loop::Run() {
       window.global_batch = layout_.global_batch;
       window.learning_rate = updater_->learning_rate();
       window.reader_seconds = reader_seconds_;
-      window.world_size = world_;
+      window.data_world_size = world_;
       window.grad_norm = updater_->grad_norm();
       window.loss_scale = updater_->loss_scale();
       Print(options_.progress_line(window));

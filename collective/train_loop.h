@@ -83,7 +83,10 @@ struct ProgressWindow {
   int64_t global_batch = 0;  // samples per step over all ranks
   float learning_rate = 0;   // the optimizer's at the last step
   double reader_seconds = 0;  // of `seconds`, this rank's time in LoadBatch
-  int world_size = 1;
+  // Ranks that read distinct data (the loop's group: dp x sharding; the
+  // tensor- and pipeline-parallel ranks of one replica are one). FleetX's
+  // get_data_world_size, which its per-replica ips divides by.
+  int data_world_size = 1;
   std::optional<double> grad_norm;  // the updater's, at the last step (GradientUpdater::grad_norm)
   float loss_scale = 1;             // the updater's, for the next step
 };

@@ -71,18 +71,32 @@ Status ParseMixPrecision(ConfigSection s, MixPrecisionConfig* m) {
   FLEET_RETURN_IF_ERROR(s.Choice("dtype", &dtype, {"float32", "float16", "bfloat16"}));
   FLEET_RETURN_IF_ERROR(s.Choice("level", &level, {"O1", "O2"}));
   FLEET_RETURN_IF_ERROR(s.Double("scale_loss", &m->scale_loss, 1e-30, 1e30));
+  FLEET_RETURN_IF_ERROR(s.Bool("use_dynamic_loss_scaling", &m->dynamic_loss_scaling));
+  FLEET_RETURN_IF_ERROR(s.Int("incr_every_n_steps", &m->incr_every_n_steps, 1));
+  FLEET_RETURN_IF_ERROR(s.Int("decr_every_n_nan_or_inf", &m->decr_every_n_nan_or_inf, 1));
+  FLEET_RETURN_IF_ERROR(s.Double("min_loss_scale", &m->min_loss_scale, 1e-30, 1e30));
+  if (m->min_loss_scale > m->scale_loss) {
+    return s.Error("min_loss_scale",
+                   absl::StrCat(m->min_loss_scale, " is above scale_loss ", m->scale_loss));
+  }
   s.Accept("custom_black_list");
   s.Accept("custom_white_list");
-  if (pure_fp16 && enable && dtype != "" && dtype != "float16") {
-    return s.Error("use_pure_fp16", absl::StrCat("asks for float16 while enable/dtype ask for ",
-                                                 dtype, "; set only one"));
-  }
-  if (pure_fp16) {
-    m->precision = Precision::kFp16;
-  } else if (enable) {
-    m->precision = dtype == "float16"   ? Precision::kFp16
-                   : dtype == "float32" ? Precision::kFp32
-                                        : Precision::kBf16;
+  const Precision asked = !enable              ? Precision::kFp32
+                          : dtype == "float16" ? Precision::kFp16
+                          : dtype == "float32" ? Precision::kFp32
+                                               : Precision::kBf16;
+  if (s.Has("use_pure_fp16")) {
+    // FleetX's older key decides; the newer ones may agree with it.
+    const Precision pure = pure_fp16 ? Precision::kFp16 : Precision::kFp32;
+    if (enable && asked != pure) {
+      return s.Error("use_pure_fp16",
+                     absl::StrCat(pure_fp16 ? "true asks for float16" : "false asks for float32",
+                                  " while enable/dtype ask for ",
+                                  dtype.empty() ? "bfloat16" : dtype, "; set only one"));
+    }
+    m->precision = pure;
+  } else {
+    m->precision = asked;
   }
   return s.Finish();
 }
@@ -120,14 +134,12 @@ Status ParseEngine(ConfigSection s, EngineConfig* e, std::optional<int64_t>* acc
   return s.Finish();
 }
 
-// Dropout: FleetPS's GPT has none, so only 0 is accepted.
-Status NoDropout(ConfigSection& s, std::string_view key) {
+// A dropout probability: in [0, 1) (1 would drop everything).
+Status DropoutProb(ConfigSection& s, std::string_view key, float* out) {
   double p = 0;
   FLEET_RETURN_IF_ERROR(s.Double(key, &p, 0, 1));
-  if (p != 0) {
-    return s.Error(key, absl::StrCat("must be 0: FleetPS's GPT has no dropout (as GPT-2 ",
-                                     "pretraining at scale and llm.c); got ", p));
-  }
+  if (p >= 1) return s.Error(key, absl::StrCat("must be below 1 (1 drops every element); got ", p));
+  *out = static_cast<float>(p);
   return Status::OK();
 }
 
@@ -165,7 +177,7 @@ Status ParseLora(ConfigSection s, const GptConfig& model, GptLoraConfig* lora) {
   return s.Finish();
 }
 
-Status ParseModel(ConfigSection s, GptConfig* m) {
+Status ParseModel(ConfigSection s, GptConfig* m, std::optional<int64_t>* vocab_unit) {
   s.Accept("module");
   std::string name = "GPT";
   FLEET_RETURN_IF_ERROR(s.Choice("name", &name, {"GPT"}));
@@ -174,8 +186,9 @@ Status ParseModel(ConfigSection s, GptConfig* m) {
   FLEET_RETURN_IF_ERROR(s.Int("num_layers", &m->num_layers, 1, 1 << 16));
   FLEET_RETURN_IF_ERROR(s.Int("num_attention_heads", &m->num_attention_heads, 1, 1 << 16));
   FLEET_RETURN_IF_ERROR(s.Int("ffn_hidden_size", &m->ffn_hidden_size, 0, 1 << 22));
-  FLEET_RETURN_IF_ERROR(NoDropout(s, "hidden_dropout_prob"));
-  FLEET_RETURN_IF_ERROR(NoDropout(s, "attention_probs_dropout_prob"));
+  FLEET_RETURN_IF_ERROR(DropoutProb(s, "hidden_dropout_prob", &m->hidden_dropout_prob));
+  FLEET_RETURN_IF_ERROR(
+      DropoutProb(s, "attention_probs_dropout_prob", &m->attention_probs_dropout_prob));
   FLEET_RETURN_IF_ERROR(s.Int("max_position_embeddings", &m->max_position_embeddings, 1, 1 << 22));
   int64_t type_vocab_size = 16;
   FLEET_RETURN_IF_ERROR(s.Int("type_vocab_size", &type_vocab_size, 0));
@@ -187,9 +200,15 @@ Status ParseModel(ConfigSection s, GptConfig* m) {
   FLEET_RETURN_IF_ERROR(s.Choice("recompute_granularity", &granularity, {"full"}));
   FLEET_RETURN_IF_ERROR(EmptyOnly(s, "recompute_layers", "FleetPS recomputes every block"));
   FLEET_RETURN_IF_ERROR(EmptyOnly(s, "no_recompute_layers", "FleetPS recomputes every block"));
-  bool fused = false;
-  FLEET_RETURN_IF_ERROR(s.Bool("fused_linear", &fused));
-  FLEET_RETURN_IF_ERROR(s.Bool("fuse_attn_qkv", &fused));
+  FLEET_RETURN_IF_ERROR(s.OptionalInt("vocab_size_divisible_unit", vocab_unit, 1, 1 << 20));
+  // Kernel choices of FleetX that compute the same function here: fused
+  // GEMMs, the scores' scaling by the layer count (q / (L sqrt(hs)), then
+  // x L: the same scores), flash attention and the fused causal softmax.
+  bool same_math = false;
+  for (std::string_view key : {"fused_linear", "fuse_attn_qkv", "scale_qk_by_layer_num",
+                               "use_flash_attn", "fused_softmax_with_triangular"}) {
+    FLEET_RETURN_IF_ERROR(s.Bool(key, &same_math));
+  }
   FLEET_RETURN_IF_ERROR(
       OffOnly(s, "sequence_parallel", "FleetPS has no tensor or sequence parallelism"));
   if (m->hidden_size % m->num_attention_heads != 0) {
@@ -267,7 +286,8 @@ Status ParseData(ConfigSection s, DataConfig* d) {
   return s.Finish();
 }
 
-Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedule) {
+Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedule,
+                      bool* use_increments) {
   std::string name = "AdamW";
   FLEET_RETURN_IF_ERROR(s.Choice("name", &name, {"AdamW", "FusedAdamW"}));
   FLEET_RETURN_IF_ERROR(s.Float("weight_decay", &o->weight_decay, 0, 1e3));
@@ -280,6 +300,7 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
   ConfigSection lr = s.Sub("lr");
   std::string lr_name = "CosineAnnealingWithWarmupDecay";
   FLEET_RETURN_IF_ERROR(lr.Choice("name", &lr_name, {"CosineAnnealingWithWarmupDecay"}));
+  FLEET_RETURN_IF_ERROR(lr.Bool("use_increments", use_increments));
   schedule->max_lr = 5e-5f;  // FleetX's base, the default documented above
   FLEET_RETURN_IF_ERROR(lr.Float("max_lr", &schedule->max_lr, 1e-30, 100));
   FLEET_RETURN_IF_ERROR(lr.Float("min_lr", &schedule->min_lr, 0, 100));
@@ -309,6 +330,8 @@ Status ParseDistributed(ConfigSection s, DistributedConfig* d, std::optional<int
   FLEET_RETURN_IF_ERROR(s.OptionalInt("dp_degree", dp, 1));
   FLEET_RETURN_IF_ERROR(s.Int("mp_degree", &d->mp_degree, 1));
   FLEET_RETURN_IF_ERROR(OneOnly(s, "pp_degree", "FleetPS has no pipeline parallelism"));
+  FLEET_RETURN_IF_ERROR(
+      OffOnly(s, "fuse_sequence_parallel_allreduce", "FleetPS has no sequence parallelism"));
   ConfigSection sh = s.Sub("sharding");
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_degree", &d->sharding_degree, 1));
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_stage", &d->sharding_stage, 1, 3));
@@ -470,6 +493,18 @@ Status Resolve(const ConfigDocument& doc, int64_t world_size, std::optional<int6
   return Status::OK();
 }
 
+// Model.vocab_size_divisible_unit (FleetX's vocab_size_with_padding): the
+// vocabulary rounded up to a multiple of unit x mp_degree.
+void PadVocabulary(int64_t unit, GptJobConfig* c) {
+  const int64_t multiple = unit * c->distributed.mp_degree;
+  const int64_t padded = (c->model.vocab_size + multiple - 1) / multiple * multiple;
+  if (padded == c->model.vocab_size) return;
+  c->notes.push_back(absl::StrCat("Model.vocab_size: ", c->model.vocab_size, " padded to ", padded,
+                                  " (a multiple of vocab_size_divisible_unit ", unit,
+                                  " x mp_degree ", c->distributed.mp_degree, ", as FleetX does)"));
+  c->model.vocab_size = static_cast<int>(padded);
+}
+
 // Checks that need more than one section.
 Status CheckAcross(const ConfigDocument& doc, const GptJobConfig& c) {
   const bool finetune = c.engine.mode == EngineMode::kFinetune;
@@ -546,9 +581,11 @@ Result<GptJobConfig> ParseGptJobConfig(ConfigDocument document, int64_t world_si
   FLEET_RETURN_IF_ERROR(ParseGlobal(top.Sub("Global"), &c.global, &batch));
   c.model.seed = static_cast<uint64_t>(c.global.seed);
   FLEET_RETURN_IF_ERROR(ParseEngine(top.Sub("Engine"), &c.engine, &accumulate, &test_iters));
-  FLEET_RETURN_IF_ERROR(ParseModel(top.Sub("Model"), &c.model));
+  std::optional<int64_t> vocab_unit;
+  bool use_increments = false;
+  FLEET_RETURN_IF_ERROR(ParseModel(top.Sub("Model"), &c.model, &vocab_unit));
   FLEET_RETURN_IF_ERROR(ParseData(top.Sub("Data"), &c.data));
-  FLEET_RETURN_IF_ERROR(ParseOptimizer(top.Sub("Optimizer"), &c.optimizer, &c.lr));
+  FLEET_RETURN_IF_ERROR(ParseOptimizer(top.Sub("Optimizer"), &c.optimizer, &c.lr, &use_increments));
   FLEET_RETURN_IF_ERROR(ParseDistributed(top.Sub("Distributed"), &c.distributed, &dp));
   FLEET_RETURN_IF_ERROR(ParseGeneration(top.Sub("Generation"), &c.generation));
   FLEET_RETURN_IF_ERROR(ParseProfiler(top.Sub("Profiler")));
@@ -556,6 +593,10 @@ Result<GptJobConfig> ParseGptJobConfig(ConfigDocument document, int64_t world_si
   FLEET_RETURN_IF_ERROR(top.Finish());
   c.engine.test_iters = test_iters.value_or(c.engine.eval_iters * 10);
   FLEET_RETURN_IF_ERROR(Resolve(doc, world_size, dp, batch, accumulate, &c));
+  if (vocab_unit) PadVocabulary(*vocab_unit, &c);
+  // FleetX's scheduler advances by the global batch a step with
+  // use_increments: its warmup and decay_steps count samples.
+  if (use_increments) c.lr.step_increment = c.global.global_batch_size;
   FLEET_RETURN_IF_ERROR(CheckAcross(doc, c));
   return c;
 }

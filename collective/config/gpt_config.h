@@ -62,19 +62,37 @@ struct GlobalConfig {
 
 struct MixPrecisionConfig {
   // The compute precision, from `Engine.mix_precision`:
-  //   use_pure_fp16: true  (FleetX) float16 with dynamic loss scaling
-  //   enable: true         (newer FleetX) with dtype: bfloat16 (the default
-  //                        here), float16 or float32
+  //   use_pure_fp16        (FleetX before March 2023) true: float16 with
+  //                        dynamic loss scaling and float32 master weights
+  //                        (FleetX's AMP level O2, "pure fp16"); false:
+  //                        float32. When given it decides; enable/dtype
+  //                        asking for something else is an error.
+  //   enable: true         (FleetX since) with dtype: float16 (FleetX's
+  //                        base), bfloat16 (the default when no dtype is
+  //                        given) or float32
   // Default float32 (neither set). `level` (O1 | O2) and the op lists are
-  // accepted for FleetX files; FleetPS has one mixed-precision scheme. Reduced precision keeps fp32
-  // master weights and roughly halves activation memory and doubles GEMM speed on GPUs with tensor
-  // cores; bfloat16 needs no loss scaling and is the one to pick on Ampere or newer. CPUs compute
-  // in float32 whatever is set.
+  // accepted for FleetX files; FleetPS has one mixed-precision scheme (O2's:
+  // float32 master weights in the optimizer, 16-bit GEMM and attention
+  // operands). Reduced precision roughly halves activation memory and
+  // doubles GEMM speed on GPUs with tensor cores; bfloat16 needs no loss
+  // scaling and is the one to pick on Ampere or newer. CPUs compute in
+  // float32 whatever is set.
   Precision precision = Precision::kFp32;
-  // `Engine.mix_precision.scale_loss`: default 32768, > 0. The first loss
-  // scale of float16's dynamic scaling (halved on overflow, doubled after a
-  // run of clean steps). Lower it if the first steps all overflow.
+  // float16's loss scaling, Paddle's GradScaler (what FleetX uses):
+  //   `scale_loss`: default 32768, > 0: the first scale. Lower it if the
+  //     first steps all overflow.
+  //   `use_dynamic_loss_scaling` (Paddle's): default true; false keeps
+  //     scale_loss fixed (overflowing steps are still skipped).
+  //   `incr_every_n_steps` (Paddle's): default 1000, >= 1: clean steps in a
+  //     row before the scale doubles.
+  //   `decr_every_n_nan_or_inf` (Paddle's): default 2, >= 1: overflowing
+  //     steps in a row before it halves (each such step is skipped).
+  //   `min_loss_scale` (FleetPS): default 1, > 0: the floor of the scale.
   double scale_loss = 32768.0;
+  bool dynamic_loss_scaling = true;
+  int64_t incr_every_n_steps = 1000;
+  int64_t decr_every_n_nan_or_inf = 2;
+  double min_loss_scale = 1.0;
 };
 
 struct SaveLoadConfig {
@@ -172,9 +190,16 @@ struct EngineConfig {
 //     does not fit.
 //   `Model.recompute_granularity`: full (the default; the whole block) only;
 //     FleetX's full_attn and core_attn are refused.
-//   `Model.hidden_dropout_prob`, `Model.attention_probs_dropout_prob`: 0 only.
-//     FleetPS's GPT has no dropout (GPT-2 pretraining at scale and llm.c
-//     train without it); FleetX's configs say 0.1 and must say 0 here.
+//   `Model.hidden_dropout_prob`: default 0, in [0, 1). Dropout on the
+//     embeddings and on the attention's and the MLP's outputs before each
+//     joins the residual stream (FleetX's places; FleetX's configs say 0.1).
+//     `Model.attention_probs_dropout_prob`: default 0, in [0, 1). Dropout
+//     on the attention probabilities. Both regularise (GPT-2 pretraining at
+//     scale and llm.c use 0) and cost a mask draw per element (counter-based:
+//     a step's masks are a function of Global.seed, the step and the sample,
+//     so a resumed or recomputed step draws the same ones); evaluation never
+//     drops. On GPUs attention dropout runs the float-tile attention kernels
+//     (the tensor-core ones have no dropout).
 //   `Model.lora` (FleetPS): default absent (every parameter trains). LoRA
 //     fine-tuning (trainer/models/gpt_lora.h): the weights are frozen (no
 //     gradients, no optimizer state) and low-rank adapters beside the

@@ -9,14 +9,15 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/models/adamw.h"
 #include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_ref_kernels.h"
+#include "trainer/models/adamw.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_plan.h"
 
@@ -112,7 +113,7 @@ TEST_P(GptModelGolden, ThreeAdamWSteps) {
                       .decay_steps = static_cast<int64_t>(h[8])};
   ASSERT_TRUE(ac.Validate().ok());
   ASSERT_TRUE(lc.Validate().ok());
-  CosineLrSchedule schedule(lc);
+  LrSchedule schedule(lc);
   AdamW adamw(&model.arena(), model.kernels(), ac, schedule.At(0));
   for (int t = 1; t <= 3; ++t) {
     const std::string step = "adamw.step" + std::to_string(t) + ".";
@@ -171,10 +172,10 @@ Batch MakeBatch(int B, int T, int V, uint32_t seed) {
 }
 
 // Loss and gradients of one forward + backward of `batch`.
-std::pair<float, std::vector<float>> LossAndGrads(GptModel* model, const Batch& batch, int B,
-                                                  int T) {
+std::pair<float, std::vector<float>> LossAndGrads(GptModel* model, const Batch& batch, int B, int T,
+                                                  const GptForwardOptions& options = {}) {
   model->arena().ZeroGrad();
-  auto loss = model->Forward(batch.tokens, batch.targets, B, T);
+  auto loss = model->Forward(batch.tokens, batch.targets, B, T, options);
   EXPECT_TRUE(loss.ok()) << loss.status().ToString();
   model->Backward();
   return {loss.ok() ? *loss : NAN, model->arena().GradsToHost()};
@@ -433,6 +434,108 @@ TEST(GptModel, RejectsBadInputsAndKeepsItsState) {
   EXPECT_EQ(model.arena().GradsToHost(), grads);
 }
 
+// ---- dropout ----------------------------------------------------------------------------
+
+GptConfig DropoutConfig() {
+  GptConfig c = SmallConfig();
+  c.hidden_dropout_prob = 0.1f;
+  c.attention_probs_dropout_prob = 0.1f;
+  return c;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A step's masks are a function of (seed, step, sample): the same pass twice
+// and a recomputed pass give the same bits; another step or another sample
+// gives another loss; evaluation never drops.
+TEST(GptModel, DropoutIsReproducibleAndRecomputedExactly) {
+  GptConfig config = DropoutConfig();
+  const int B = 2, T = 70;
+  const Batch batch = MakeBatch(B, T, config.vocab_size, 11);
+  const std::vector<uint32_t> streams = {5, 6};
+  GptForwardOptions step3{.dropout_seed = GptDropoutStepSeed(1, 3), .dropout_streams = streams};
+  auto plain = MakeRig(config, 1);
+  const auto [loss_a, grads_a] = LossAndGrads(plain->model.get(), batch, B, T, step3);
+  const auto [loss_again, grads_again] = LossAndGrads(plain->model.get(), batch, B, T, step3);
+  EXPECT_EQ(loss_a, loss_again);
+  EXPECT_TRUE(SameBits(grads_a, grads_again));
+  config.use_recompute = true;
+  auto recompute = MakeRig(config, 1);
+  const auto [loss_b, grads_b] = LossAndGrads(recompute->model.get(), batch, B, T, step3);
+  EXPECT_EQ(loss_a, loss_b);
+  EXPECT_TRUE(SameBits(grads_a, grads_b)) << "recompute drew other masks";
+
+  GptForwardOptions step4 = step3;
+  step4.dropout_seed = GptDropoutStepSeed(1, 4);
+  EXPECT_NE(LossAndGrads(plain->model.get(), batch, B, T, step4).first, loss_a);
+  const std::vector<uint32_t> other = {5, 7};
+  GptForwardOptions other_sample = step3;
+  other_sample.dropout_streams = other;
+  EXPECT_NE(LossAndGrads(plain->model.get(), batch, B, T, other_sample).first, loss_a);
+
+  // Evaluation: the model without dropout's loss exactly.
+  auto no_dropout = MakeRig(SmallConfig(), 1);
+  auto eval_a = plain->model->Forward(batch.tokens, batch.targets, B, T, {.for_backward = false});
+  auto eval_b =
+      no_dropout->model->Forward(batch.tokens, batch.targets, B, T, {.for_backward = false});
+  ASSERT_TRUE(eval_a.ok() && eval_b.ok());
+  EXPECT_EQ(*eval_a, *eval_b);
+  // A training pass without streams is refused.
+  EXPECT_TRUE(
+      IsInvalidArgumentNaming(plain->model->Forward(batch.tokens, batch.targets, B, T).status(),
+                              "Model.hidden_dropout_prob"));
+}
+
+// A sample's mask does not depend on which micro-batch carries it: two
+// micro-batches give the whole batch's gradient (what makes data, tensor
+// and pipeline parallel runs with dropout equal one process's).
+TEST(GptModel, DropoutMasksFollowTheSampleAcrossMicroBatches) {
+  const GptConfig config = DropoutConfig();
+  const int T = 16;
+  const Batch whole = MakeBatch(4, T, config.vocab_size, 12);
+  const std::vector<uint32_t> streams = {40, 41, 42, 43};
+  const uint64_t seed = GptDropoutStepSeed(9, 0);
+  auto rig = MakeRig(config, 1);
+  GptModel& model = *rig->model;
+  const auto [loss, grads] =
+      LossAndGrads(&model, whole, 4, T, {.dropout_seed = seed, .dropout_streams = streams});
+  model.arena().ZeroGrad();
+  double loss_sum = 0.0;
+  for (int part = 0; part < 2; ++part) {
+    Batch micro;
+    micro.tokens.assign(whole.tokens.begin() + part * 2 * T,
+                        whole.tokens.begin() + (part + 1) * 2 * T);
+    micro.targets.assign(whole.targets.begin() + part * 2 * T,
+                         whole.targets.begin() + (part + 1) * 2 * T);
+    auto l = model.Forward(micro.tokens, micro.targets, 2, T,
+                           {.grad_scale = 0.5f,
+                            .dropout_seed = seed,
+                            .dropout_streams = std::span(streams).subspan(part * 2, 2)});
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    loss_sum += *l;
+    model.Backward();
+  }
+  EXPECT_NEAR(loss_sum / 2, loss, 1e-5);
+  EXPECT_TRUE(AllClose("accumulated grads", model.arena().GradsToHost(), grads, 1e-6, 1e-4));
+}
+
+// The CPU twin and the oracle draw the same masks.
+TEST(GptModel, DropoutCpuTwinMatchesReferenceTwin) {
+  const GptConfig config = DropoutConfig();
+  const int B = 2, T = 67;
+  const Batch batch = MakeBatch(B, T, config.vocab_size, 13);
+  const std::vector<uint32_t> streams = {1, 2};
+  const GptForwardOptions options{.dropout_seed = 77, .dropout_streams = streams};
+  auto cpu = MakeRig(config, 3);
+  auto ref = MakeRig(config, -1);
+  const auto [la, ga] = LossAndGrads(cpu->model.get(), batch, B, T, options);
+  const auto [lb, gb] = LossAndGrads(ref->model.get(), batch, B, T, options);
+  EXPECT_NEAR(la, lb, 1e-5);
+  EXPECT_TRUE(AllClose("grads", ga, gb, 1e-6, 1e-3));
+}
+
 TEST(GptModel, RejectsBadConfigsNamingTheKey) {
   CpuBackend backend;
   RefGptKernels kernels;
@@ -454,6 +557,12 @@ TEST(GptModel, RejectsBadConfigsNamingTheKey) {
   c = SmallConfig();
   c.initializer_range = 0.0f;
   expect_key(c, "Model.initializer_range");
+  c = SmallConfig();
+  c.hidden_dropout_prob = 1.0f;
+  expect_key(c, "Model.hidden_dropout_prob");
+  c = SmallConfig();
+  c.attention_probs_dropout_prob = -0.1f;
+  expect_key(c, "Model.attention_probs_dropout_prob");
 }
 
 }  // namespace

@@ -55,6 +55,16 @@ ops::TileType TileTypeOf(Precision precision) {
 
 // The attention kernels to launch: the tensor-core ones chosen by `kernel`
 // where the device runs them (`tensor_cores`), else the float tiles.
+ops::DropoutArgs DropoutArgsOf(const DropoutSpec& d) {
+  ops::DropoutArgs a;
+  a.p = d.p;
+  a.seed = d.seed;
+  a.site = d.site;
+  a.streams = d.streams;
+  a.head_offset = d.head_offset;
+  return a;
+}
+
 ops::AttentionPath PathOf(bool tensor_cores, CudaGptKernels::AttentionKernel kernel) {
   if (!tensor_cores) return ops::AttentionPath::kTiles;
   return kernel == CudaGptKernels::AttentionKernel::kMma ? ops::AttentionPath::kMma
@@ -430,23 +440,38 @@ size_t CudaGptKernels::AttentionScratchFloats(int B, int T, int NH) const {
   return size_t(B) * NH * T;
 }
 
-void CudaGptKernels::AttentionForward(float* out, float* saved, const float* qkv, int B, int T,
-                                      int C, int NH) {
+void CudaGptKernels::AttentionForward(float* out, float* saved, float* /*scratch*/,
+                                      const float* qkv, int B, int T, int C, int NH,
+                                      const DropoutSpec& dropout) {
   CheckHeadSize(C, NH);
   Enter();
-  FLEET_CUDA_CHECK(ops::AttentionForward(out, saved, qkv, B, T, C, NH, TileTypeOf(precision_),
-                                         PathOf(tensor_core_attention_, attention_kernel_),
-                                         stream_));
+  FLEET_CUDA_CHECK(ops::AttentionForward(
+      out, saved, qkv, B, T, C, NH, DropoutArgsOf(dropout), TileTypeOf(precision_),
+      PathOf(tensor_core_attention_, attention_kernel_), stream_));
 }
 
 void CudaGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* dout,
                                        const float* qkv, const float* out, const float* saved,
-                                       int B, int T, int C, int NH) {
+                                       int B, int T, int C, int NH, const DropoutSpec& dropout) {
   CheckHeadSize(C, NH);
   Enter();
   FLEET_CUDA_CHECK(ops::AttentionBackward(
-      dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, TileTypeOf(precision_),
-      PathOf(tensor_core_attention_, attention_kernel_), stream_));
+      dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, DropoutArgsOf(dropout),
+      TileTypeOf(precision_), PathOf(tensor_core_attention_, attention_kernel_), stream_));
+}
+
+void CudaGptKernels::DropoutForward(float* out, const float* inp, const float* residual, int B,
+                                    size_t n, const DropoutSpec& dropout) {
+  CHECK(dropout.enabled()) << "DropoutForward needs p > 0";
+  Enter();
+  FLEET_CUDA_CHECK(ops::DropoutForward(out, inp, residual, B, n, DropoutArgsOf(dropout), stream_));
+}
+
+void CudaGptKernels::DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                                     const DropoutSpec& dropout) {
+  CHECK(dropout.enabled()) << "DropoutBackward needs p > 0";
+  Enter();
+  FLEET_CUDA_CHECK(ops::DropoutBackward(dinp, dout, B, n, DropoutArgsOf(dropout), stream_));
 }
 
 void CudaGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,

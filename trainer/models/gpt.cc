@@ -48,6 +48,13 @@ Status GptConfig::Validate() const {
         "must be a finite value > 0, got " + std::to_string(initializer_range),
         "Model.initializer_range");
   }
+  for (const auto& [p, key] :
+       {std::pair{hidden_dropout_prob, "Model.hidden_dropout_prob"},
+        std::pair{attention_probs_dropout_prob, "Model.attention_probs_dropout_prob"}}) {
+    if (!(p >= 0.0f && p < 1.0f)) {
+      return Status::InvalidArgument("must be in [0, 1), got " + std::to_string(p), key);
+    }
+  }
   if (lora.rank < 0) {
     return Status::InvalidArgument("must be >= 1, got " + std::to_string(lora.rank),
                                    "Model.lora.rank");
@@ -157,6 +164,7 @@ GptActivationLayout::GptActivationLayout(const GptConfig& c, int B, int T, bool 
   set(GptAct::kDBufF, N * F, 1);
   set(GptAct::kAttScratch, att_scratch, 1);
   set(GptAct::kLoraScratch, 2 * N * size_t(c.lora.rank), 1);
+  set(GptAct::kDropScratch, N * C, c.hidden_dropout_prob > 0.0f ? 1 : 0);
   size_t end = 0;
   for (size_t i = 0; i < kCount; ++i) {
     // Round every copy up to the alignment so that copy k starts aligned too.
@@ -170,18 +178,29 @@ GptActivationLayout::GptActivationLayout(const GptConfig& c, int B, int T, bool 
 
 std::string_view GptActivationLayout::Name(GptAct a) {
   static constexpr std::array<std::string_view, kCount> kNames = {
-      "residual",  "ln1",      "ln1_mean", "ln1_rstd",   "qkv",     "att",      "atty",
-      "residual2", "ln2",      "ln2_mean", "ln2_rstd",   "fch",     "fch_gelu", "lnf",
-      "lnf_mean",  "lnf_rstd", "logits",   "ce_row_max", "ce_sums", "losses",   "dresidual",
-      "dbuf_c",    "dqkv",     "dbuf_f",   "att_scratch", "lora_scratch"};
+      "residual",    "ln1",          "ln1_mean",    "ln1_rstd", "qkv",      "att",
+      "atty",        "residual2",    "ln2",         "ln2_mean", "ln2_rstd", "fch",
+      "fch_gelu",    "lnf",          "lnf_mean",    "lnf_rstd", "logits",   "ce_row_max",
+      "ce_sums",     "losses",       "dresidual",   "dbuf_c",   "dqkv",     "dbuf_f",
+      "att_scratch", "lora_scratch", "drop_scratch"};
   return kNames[Index(a)];
+}
+
+// ---- dropout keys -----------------------------------------------------------------------
+
+uint32_t GptDropoutSiteIndex(int layer, GptDropoutSite site) {
+  return 1 + 3 * static_cast<uint32_t>(layer) + static_cast<uint32_t>(site);
+}
+
+uint64_t GptDropoutStepSeed(uint64_t seed, int64_t step) {
+  return Mix64(Mix64(seed ^ 0x64726f706f7574ULL) + static_cast<uint64_t>(step));
 }
 
 // ---- profile ----------------------------------------------------------------------------
 
 std::string_view GptProfile::Name(GptLayerKind kind) {
   static constexpr std::array<std::string_view, kKinds> kNames = {
-      "embedding", "layernorm", "matmul", "attention", "gelu", "classifier", "memory"};
+      "embedding", "layernorm", "matmul", "attention", "gelu", "dropout", "classifier", "memory"};
   return kNames[static_cast<size_t>(kind)];
 }
 
@@ -394,7 +413,7 @@ void GptModel::EnsureActivations(int B, int T) {
                                 kernels_->AttentionScratchFloats(cap_b_, cap_t_, NH),
                                 tp_ ? tp_->degree() : 1);
   acts_ = backend_->AllocateFloats(layout_.total_floats());
-  ids_ = backend_->AllocateBytes(2 * size_t(cap_b_) * cap_t_ * sizeof(int32_t));
+  ids_ = backend_->AllocateBytes((2 * size_t(cap_b_) * cap_t_ + cap_b_) * sizeof(int32_t));
 }
 
 Status GptModel::CheckIds(std::span<const int32_t> ids, int lo, std::string_view what) const {
@@ -432,7 +451,7 @@ Status GptModel::ValidateInputs(std::span<const int32_t> tokens, std::span<const
 }
 
 void GptModel::LoadInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
-                          int T) {
+                          int T, std::span<const uint32_t> streams) {
   EnsureActivations(B, T);
   B_ = B;
   T_ = T;
@@ -442,25 +461,78 @@ void GptModel::LoadInputs(std::span<const int32_t> tokens, std::span<const int32
   Timed(GptLayerKind::kMemory, [&] {
     backend_->CopyFromHost(ids, tokens.data(), n * sizeof(int32_t));
     if (!targets.empty()) backend_->CopyFromHost(ids + cap, targets.data(), n * sizeof(int32_t));
+    if (!streams.empty()) {
+      backend_->CopyFromHost(ids + 2 * cap, streams.data(), streams.size() * sizeof(uint32_t));
+    }
   });
 }
 
-void GptModel::RowParallelForward(float* out, const float* residual, const float* inp,
-                                  const float* weight, const float* bias, int N, int IC) {
-  const int C = config_.hidden_size;
+DropoutSpec GptModel::Dropout(uint32_t site, float p, int head_offset) const {
+  DropoutSpec d;
+  if (!dropout_on_ || p <= 0.0f) return d;
+  d.p = p;
+  d.seed = dropout_seed_;
+  d.site = site;
+  d.streams = reinterpret_cast<const uint32_t*>(static_cast<const int32_t*>(ids_.get()) +
+                                                2 * size_t(cap_b_) * cap_t_);
+  d.head_offset = head_offset;
+  return d;
+}
+
+void GptModel::ProjectionForward(int layer, LoraTarget target, GptDropoutSite site, float* out,
+                                 const float* residual, const float* inp, const float* weight,
+                                 const float* bias, int IC) {
+  const int N = B_ * T_, C = config_.hidden_size;
   GptKernels* k = kernels_;
-  // out = residual + inp weight^T + bias: copy, then accumulate onto it. With
-  // tensor parallelism only the lead rank adds the residual and the bias;
-  // the others contribute their partial product, and the sum is the whole.
-  if (tp_ == nullptr || tp_->lead()) {
-    Timed(GptLayerKind::kMemory,
-          [&] { backend_->CopyOnDevice(out, residual, size_t(N) * C * sizeof(float)); });
-    Timed(GptLayerKind::kMatmul, [&] { k->MatmulForward(out, inp, weight, bias, N, IC, C, true); });
-  } else {
-    Timed(GptLayerKind::kMatmul,
-          [&] { k->MatmulForward(out, inp, weight, nullptr, N, IC, C, false); });
+  // With tensor parallelism only the lead rank adds the residual and the
+  // bias; the others contribute their partial product, and the sum is the
+  // whole.
+  const bool lead = tp_ == nullptr || tp_->lead();
+  auto all_reduce = [&](float* x) {
+    if (tp_ != nullptr) Timed(GptLayerKind::kMemory, [&] { tp_->AllReduceSum(x, size_t(N) * C); });
+  };
+  if (!hidden_dropout()) {
+    // out = residual + inp weight^T + bias: copy, then accumulate onto it.
+    if (lead) {
+      Timed(GptLayerKind::kMemory,
+            [&] { backend_->CopyOnDevice(out, residual, size_t(N) * C * sizeof(float)); });
+    }
+    Timed(GptLayerKind::kMatmul, [&] {
+      k->MatmulForward(out, inp, weight, lead ? bias : nullptr, N, IC, C, /*accumulate=*/lead);
+    });
+    LoraForward(layer, target, inp, out, N);
+    all_reduce(out);
+    return;
   }
-  if (tp_ != nullptr) Timed(GptLayerKind::kMemory, [&] { tp_->AllReduceSum(out, size_t(N) * C); });
+  // The projection whole (summed over the group) first, then dropped out
+  // onto the residual: every rank draws the same mask.
+  float* proj = Act(GptAct::kDropScratch);
+  Timed(GptLayerKind::kMatmul,
+        [&] { k->MatmulForward(proj, inp, weight, lead ? bias : nullptr, N, IC, C, false); });
+  LoraForward(layer, target, inp, proj, N);
+  all_reduce(proj);
+  const DropoutSpec d = Dropout(GptDropoutSiteIndex(layer, site), config_.hidden_dropout_prob);
+  Timed(GptLayerKind::kDropout,
+        [&] { k->DropoutForward(out, proj, residual, B_, size_t(T_) * C, d); });
+}
+
+void GptModel::ProjectionBackward(int layer, LoraTarget target, GptDropoutSite site,
+                                  const float* dres, const float* inp, const float* weight,
+                                  float* dweight, float* dbias, float* dinp, int IC) {
+  const int N = B_ * T_, C = config_.hidden_size;
+  // The residual's gradient flows into the projection unchanged, or through
+  // the dropout's mask.
+  const float* dproj = dres;
+  if (hidden_dropout()) {
+    float* d = Act(GptAct::kDropScratch);
+    const DropoutSpec spec = Dropout(GptDropoutSiteIndex(layer, site), config_.hidden_dropout_prob);
+    Timed(GptLayerKind::kDropout,
+          [&] { kernels_->DropoutBackward(d, dres, B_, size_t(T_) * C, spec); });
+    dproj = d;
+  }
+  Timed(GptLayerKind::kMatmul,
+        [&] { kernels_->MatmulBackward(dinp, dweight, dbias, dproj, inp, weight, N, IC, C); });
+  LoraBackward(layer, target, dproj, inp, dinp, N);
 }
 
 void GptModel::AllReduceInputGrad(float* dinp, size_t n) {
@@ -478,9 +550,14 @@ void GptModel::BlockForward(int layer, const float* x, float* y) {
   Timed(GptLayerKind::kMatmul,
         [&] { k->MatmulForward(A.qkv, A.ln1, P.qkvw, P.qkvb, N, C, 3 * Ca, false); });
   LoraForward(layer, LoraTarget::kQkv, A.ln1, A.qkv, N);
-  Timed(GptLayerKind::kAttention, [&] { k->AttentionForward(A.atty, A.att, A.qkv, B, T, Ca, NH); });
-  RowParallelForward(A.res2, x, A.atty, P.projw, P.projb, N, Ca);
-  LoraForward(layer, LoraTarget::kProj, A.atty, A.res2, N);
+  const DropoutSpec att_dropout =
+      Dropout(GptDropoutSiteIndex(layer, GptDropoutSite::kAttentionProbs),
+              config_.attention_probs_dropout_prob, tp_ ? tp_->rank() * NH : 0);
+  Timed(GptLayerKind::kAttention, [&] {
+    k->AttentionForward(A.atty, A.att, Act(GptAct::kAttScratch), A.qkv, B, T, Ca, NH, att_dropout);
+  });
+  ProjectionForward(layer, LoraTarget::kProj, GptDropoutSite::kAttentionOutput, A.res2, x, A.atty,
+                    P.projw, P.projb, Ca);
   Timed(GptLayerKind::kLayerNorm,
         [&] { k->LayerNormForward(A.ln2, A.ln2_mean, A.ln2_rstd, A.res2, P.ln2w, P.ln2b, N, C); });
   Timed(GptLayerKind::kMatmul,
@@ -488,8 +565,8 @@ void GptModel::BlockForward(int layer, const float* x, float* y) {
   LoraForward(layer, LoraTarget::kFc, A.ln2, A.fch, N);
   Timed(GptLayerKind::kGelu, [&] { k->GeluForward(A.fch_gelu, A.fch, size_t(N) * F); });
   if (y == nullptr) return;
-  RowParallelForward(y, A.res2, A.fch_gelu, P.fcprojw, P.fcprojb, N, F);
-  LoraForward(layer, LoraTarget::kFcProj, A.fch_gelu, y, N);
+  ProjectionForward(layer, LoraTarget::kFcProj, GptDropoutSite::kMlpOutput, y, A.res2, A.fch_gelu,
+                    P.fcprojw, P.fcprojb, F);
 }
 
 void GptModel::BlockBackward(int layer, const float* x, float* dres) {
@@ -512,9 +589,8 @@ void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   // rank); GELU in place; fc (column parallel: its input gradient summed
   // over ranks); ln_2 adds to dres.
   zero(dF, size_t(N) * F);
-  Timed(GptLayerKind::kMatmul,
-        [&] { k->MatmulBackward(dF, G.fcprojw, G.fcprojb, dres, A.fch_gelu, P.fcprojw, N, F, C); });
-  LoraBackward(layer, LoraTarget::kFcProj, dres, A.fch_gelu, dF, N);
+  ProjectionBackward(layer, LoraTarget::kFcProj, GptDropoutSite::kMlpOutput, dres, A.fch_gelu,
+                     P.fcprojw, G.fcprojw, G.fcprojb, dF, F);
   Timed(GptLayerKind::kGelu, [&] { k->GeluBackward(dF, A.fch, dF, size_t(N) * F); });
   zero(dC, size_t(N) * C);
   Timed(GptLayerKind::kMatmul,
@@ -526,12 +602,15 @@ void GptModel::BlockBackward(int layer, const float* x, float* dres) {
   });
   // Attention: projection, attention, qkv; ln_1 adds to dres.
   zero(dC, size_t(N) * Ca);
-  Timed(GptLayerKind::kMatmul,
-        [&] { k->MatmulBackward(dC, G.projw, G.projb, dres, A.atty, P.projw, N, Ca, C); });
-  LoraBackward(layer, LoraTarget::kProj, dres, A.atty, dC, N);
+  ProjectionBackward(layer, LoraTarget::kProj, GptDropoutSite::kAttentionOutput, dres, A.atty,
+                     P.projw, G.projw, G.projb, dC, Ca);
   zero(dqkv, size_t(N) * 3 * Ca);
+  const DropoutSpec att_dropout =
+      Dropout(GptDropoutSiteIndex(layer, GptDropoutSite::kAttentionProbs),
+              config_.attention_probs_dropout_prob, tp_ ? tp_->rank() * NH : 0);
   Timed(GptLayerKind::kAttention, [&] {
-    k->AttentionBackward(dqkv, Act(GptAct::kAttScratch), dC, A.qkv, A.atty, A.att, B, T, Ca, NH);
+    k->AttentionBackward(dqkv, Act(GptAct::kAttScratch), dC, A.qkv, A.atty, A.att, B, T, Ca, NH,
+                         att_dropout);
   });
   zero(dC, size_t(N) * C);
   Timed(GptLayerKind::kMatmul,
@@ -578,6 +657,12 @@ void GptModel::ForwardTrunk(bool then_backward) {
                                   tp_->vocab_begin(), tp_->vocab_rows());
     tp_->AllReduceSum(out, size_t(N) * C);
   });
+  if (hidden_dropout()) {
+    float* out = Act(GptAct::kResidual, 0);
+    const DropoutSpec d = Dropout(kGptEmbeddingDropoutSite, config_.hidden_dropout_prob);
+    Timed(GptLayerKind::kDropout,
+          [&] { kernels_->DropoutForward(out, out, nullptr, B, size_t(T) * C, d); });
+  }
   for (int l = 0; l < L; ++l) {
     Acquire(BlockUnit(l), l + 1 < L ? BlockUnit(l + 1) : LnfUnit());
     BlockForward(l, Act(GptAct::kResidual, l), Act(GptAct::kResidual, l + 1));
@@ -622,7 +707,17 @@ Result<float> GptModel::Forward(std::span<const int32_t> tokens, std::span<const
   if (count == 0) {
     return Status::InvalidArgument("no position has a target (every target is -1)");
   }
-  LoadInputs(tokens, targets, B, T);
+  const bool dropout = options.for_backward && config_.dropout();
+  if (dropout && options.dropout_streams.size() != size_t(B)) {
+    return Status::InvalidArgument("a training pass with dropout needs one stream per sequence (" +
+                                       std::to_string(B) + "), got " +
+                                       std::to_string(options.dropout_streams.size()),
+                                   "Model.hidden_dropout_prob");
+  }
+  LoadInputs(tokens, targets, B, T,
+             dropout ? options.dropout_streams : std::span<const uint32_t>{});
+  dropout_on_ = dropout;
+  dropout_seed_ = options.dropout_seed;
   ForwardTrunk(options.for_backward);
   const int N = B * T, C = config_.hidden_size, V = VocabRows();
   float* logits = Act(GptAct::kLogits);
@@ -693,6 +788,11 @@ void GptModel::Backward(const GradReadyFn& on_grads_ready) {
     Release(EmbeddingUnit());
     return;
   }
+  if (hidden_dropout()) {
+    const DropoutSpec d = Dropout(kGptEmbeddingDropoutSite, config_.hidden_dropout_prob);
+    Timed(GptLayerKind::kDropout,
+          [&] { kernels_->DropoutBackward(dres, dres, B, size_t(T) * C, d); });
+  }
   // The embeddings' backward reads no parameters.
   Timed(GptLayerKind::kEmbedding, [&] {
     const auto* tokens = static_cast<const int32_t*>(ids_.get());
@@ -717,7 +817,8 @@ Result<std::vector<float>> GptModel::LastLogits(std::span<const int32_t> tokens,
         "Distributed.mp_degree");
   }
   FLEET_RETURN_IF_ERROR(ValidateInputs(tokens, {}, B, T));
-  LoadInputs(tokens, {}, B, T);
+  LoadInputs(tokens, {}, B, T, {});
+  dropout_on_ = false;
   ForwardTrunk(/*then_backward=*/false);
   const int C = config_.hidden_size, V = config_.vocab_size;
   // Gather ln_f's output at position T - 1 of each row into [B, C].

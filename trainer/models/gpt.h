@@ -7,8 +7,16 @@
 //   ln_f -> logits = ln_f(x) wte^T   (output projection tied to wte, no bias)
 //   loss = mean over positions with a target of cross_entropy(logits, target)
 //
-// No dropout (GPT-2 pretraining at scale and llm.c train without it; the
-// config side rejects a non-zero dropout). Parameters: every tensor of
+// Dropout (GptConfig::hidden_dropout_prob, attention_probs_dropout_prob;
+// FleetX's places, "upscale in train"): on the embeddings' sum, on the
+// attention probabilities, and on the attention's and the MLP's output
+// projections before they are added to the residual stream. Only in a
+// training Forward (for_backward) and its Backward; the mask of each site
+// comes from the counter-based generator of the kernels (DropoutSpec in
+// gpt_kernels.h) keyed by the step's seed (GptForwardOptions::dropout_seed),
+// the site (GptDropoutSite) and each sequence's stream (its sample's id), so
+// Backward and a recompute draw the same mask again and a sample's mask is
+// the same on any rank, micro-batch or tensor-parallel part. Parameters: every tensor of
 // GptParamTable in one arena, initialised as GPT-2 does: weights N(0, 0.02),
 // the two residual projections N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm
 // weight 1 and bias 0.
@@ -119,6 +127,10 @@ struct GptConfig {
   // Model.use_recompute: trade ~1/3 more compute for activation memory of one
   // block instead of L (see above). Turn on when activations do not fit.
   bool use_recompute = false;
+  // Model.hidden_dropout_prob, Model.attention_probs_dropout_prob: dropout
+  // probabilities in [0, 1) (see above); 0 is off.
+  float hidden_dropout_prob = 0.0f;
+  float attention_probs_dropout_prob = 0.0f;
   // Seed of the initialisation; same seed, same parameters on every machine.
   uint64_t seed = 1234;
   // Model.lora: LoRA adapters over frozen weights (rank 0: none).
@@ -126,9 +138,11 @@ struct GptConfig {
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int head_size() const { return hidden_size / num_attention_heads; }
+  bool dropout() const { return hidden_dropout_prob > 0.0f || attention_probs_dropout_prob > 0.0f; }
   // InvalidArgument naming the key (Model.<key>) for a non-positive size,
-  // heads not dividing hidden_size, initializer_range <= 0, or LoRA with a
-  // negative rank, alpha <= 0 or no target.
+  // heads not dividing hidden_size, initializer_range <= 0, a dropout
+  // probability outside [0, 1), or LoRA with a negative rank, alpha <= 0 or
+  // no target.
   Status Validate() const;
 };
 
@@ -216,6 +230,8 @@ int64_t GptParamCount(const GptConfig& config);
 //     att_scratch [AttentionScratchFloats(B, T, NH)],
 //     lora_scratch [2 N r] (LoRA rank r: x A^T and its gradient, which
 //       forward uses too; recomputed in backward rather than kept)
+//     drop_scratch [N, C] (hidden dropout only: a projection's output before
+//       its dropout, in forward; the gradient through the dropout, in backward)
 // With tensor parallelism over M ranks, the layout of one rank: 3C, the
 // attention's C (att, atty), F and V become 3C/M, C/M, F/M and ceil(V/M),
 // and attention's buffers are the twin's for NH/M heads.
@@ -246,6 +262,7 @@ enum class GptAct {
   kDBufF,
   kAttScratch,
   kLoraScratch,
+  kDropScratch,
   kCount,
 };
 
@@ -285,6 +302,7 @@ enum class GptLayerKind {
   kMatmul,
   kAttention,
   kGelu,
+  kDropout,
   kClassifier,
   kMemory,
   kCount,
@@ -303,14 +321,27 @@ struct GptProfile {
 
 // ---- the model -----------------------------------------------------------------------
 
+// The dropout sites of the model: its key's `site` is
+// GptDropoutSiteIndex(layer, site) (the embeddings' is 0).
+enum class GptDropoutSite { kAttentionProbs, kAttentionOutput, kMlpOutput };
+uint32_t GptDropoutSiteIndex(int layer, GptDropoutSite site);
+inline constexpr uint32_t kGptEmbeddingDropoutSite = 0;
+// The key of step `step`'s dropout masks in a run seeded `seed`.
+uint64_t GptDropoutStepSeed(uint64_t seed, int64_t step);
+
 struct GptForwardOptions {
   // Compute the logits' gradient in place (the fused cross-entropy) so that
   // Backward can follow. False for evaluation: Backward may then not be
-  // called, and the pass costs no gradient work.
+  // called, and the pass costs no gradient work (and no dropout).
   bool for_backward = true;
   // Backward produces the gradient of grad_scale * loss. 1/k for k
   // micro-batches of gradient accumulation; the loss scale of fp16 training.
   float grad_scale = 1.0f;
+  // Dropout of a training pass, when the config has any: the step's key
+  // (GptDropoutStepSeed) and each sequence's stream ([B]: its sample's id,
+  // the same on every rank that computes it).
+  uint64_t dropout_seed = 0;
+  std::span<const uint32_t> dropout_streams;
 };
 
 class GptModel {
@@ -351,8 +382,9 @@ class GptModel {
   // in [0, vocab_size); targets in [0, vocab_size), or -1 for a position
   // without a target (e.g. padding). Returns the mean loss over positions
   // with a target. InvalidArgument (nothing changed) for B or T out of range,
-  // a size mismatch, an id out of range (naming its position and value) or
-  // no position with a target. Activation buffers grow to the largest B and
+  // a size mismatch, an id out of range (naming its position and value), no
+  // position with a target, or a training pass of a model with dropout
+  // without B dropout streams. Activation buffers grow to the largest B and
   // T seen and are kept.
   Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
                         int T, const GptForwardOptions& options = {});
@@ -406,8 +438,10 @@ class GptModel {
   // Checks shapes and ids (targets may be empty); changes nothing.
   Status ValidateInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
                         int T) const;
-  // Sizes the activations for B x T and copies the ids to the device.
-  void LoadInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B, int T);
+  // Sizes the activations for B x T and copies the ids (and the dropout
+  // streams, may be empty) to the device.
+  void LoadInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B, int T,
+                  std::span<const uint32_t> streams);
   void EnsureActivations(int B, int T);
   float* Act(GptAct a, int copy = 0) const;
   BlockTensors Block(float* base, int layer) const;
@@ -417,10 +451,20 @@ class GptModel {
   // the activations).
   void BlockForward(int layer, const float* x, float* y);
   void BlockBackward(int layer, const float* x, float* dres);
-  // out [N, C] = the row-parallel projection of inp [N, IC] plus bias plus
-  // `residual`, over the tensor-parallel group (one rank: the plain matmul).
-  void RowParallelForward(float* out, const float* residual, const float* inp, const float* weight,
-                          const float* bias, int N, int IC);
+  // out [N, C] = `residual` plus the dropout of the row-parallel projection
+  // of inp [N, IC] plus bias (and LoRA's term for `target`), over the
+  // tensor-parallel group (one rank: the plain matmul).
+  void ProjectionForward(int layer, LoraTarget target, GptDropoutSite site, float* out,
+                         const float* residual, const float* inp, const float* weight,
+                         const float* bias, int IC);
+  // Its backward from the residual stream's gradient dres [N, C]: the
+  // weight, bias and LoRA gradients and dinp [N, IC] += the input's.
+  void ProjectionBackward(int layer, LoraTarget target, GptDropoutSite site, const float* dres,
+                          const float* inp, const float* weight, float* dweight, float* dbias,
+                          float* dinp, int IC);
+  // The dropout of a site in the current pass (p 0: off).
+  DropoutSpec Dropout(uint32_t site, float p, int head_offset = 0) const;
+  bool hidden_dropout() const { return dropout_on_ && config_.hidden_dropout_prob > 0.0f; }
   // The tensor-parallel sum of an input gradient before a LayerNorm's backward.
   void AllReduceInputGrad(float* dinp, size_t n);
   // losses [N] (and the logits' gradient in place) of the logits [N, V_rank].
@@ -461,9 +505,12 @@ class GptModel {
   int cap_b_ = 0, cap_t_ = 0;
   GptActivationLayout layout_;
   std::shared_ptr<float> acts_;
-  std::shared_ptr<void> ids_;  // int32 tokens [cap], targets [cap]
+  std::shared_ptr<void> ids_;  // int32 tokens [cap], targets [cap]; uint32 streams [cap_b_]
   int B_ = 0, T_ = 0;          // shape of the last Forward
   bool backward_ready_ = false;
+  // The last Forward's dropout (its Backward's too).
+  bool dropout_on_ = false;
+  uint64_t dropout_seed_ = 0;
 
   GptProfile* profile_ = nullptr;
   ParamUseHooks* hooks_ = nullptr;
