@@ -175,6 +175,8 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   loop.batch_size = static_cast<int>(config.global.local_batch_size);
   loop.micro_batches = static_cast<int>(config.engine.accumulate_steps);
   loop.shuffle_seed = static_cast<uint64_t>(config.global.seed);
+  // Megatron's dataset is shuffled by its own indices; its sampler reads it in order.
+  loop.shuffle = config.data.train.dataset.kind != config::DatasetKind::kMegatron;
   loop.max_steps = config.engine.max_steps;
   loop.log_every_steps = static_cast<int>(config.engine.logging_freq);
   loop.evaluate = false;  // FleetX evaluates by step (eval_freq), not per epoch

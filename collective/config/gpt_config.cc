@@ -18,6 +18,8 @@ std::string_view DatasetKindName(DatasetKind k) {
       return "TextDataset";
     case DatasetKind::kPromptResponse:
       return "PromptResponseDataset";
+    case DatasetKind::kMegatron:
+      return "MegatronGPTDataset";
   }
   return "unknown";
 }
@@ -229,12 +231,14 @@ Status ParseDataSplit(ConfigSection s, DataSplitConfig* d) {
   ConfigSection ds = s.Sub("dataset");
   DatasetConfig& c = d->dataset;
   std::string name = "GPTDataset";
-  FLEET_RETURN_IF_ERROR(ds.Choice(
-      "name", &name, {"GPTDataset", "TokenBinDataset", "TextDataset", "PromptResponseDataset"}));
-  c.kind = name == "GPTDataset"        ? DatasetKind::kFleetX
-           : name == "TokenBinDataset" ? DatasetKind::kTokenBin
-           : name == "TextDataset"     ? DatasetKind::kText
-                                       : DatasetKind::kPromptResponse;
+  FLEET_RETURN_IF_ERROR(ds.Choice("name", &name,
+                                  {"GPTDataset", "TokenBinDataset", "TextDataset",
+                                   "PromptResponseDataset", "MegatronGPTDataset"}));
+  c.kind = name == "GPTDataset"            ? DatasetKind::kFleetX
+           : name == "TokenBinDataset"     ? DatasetKind::kTokenBin
+           : name == "TextDataset"         ? DatasetKind::kText
+           : name == "MegatronGPTDataset" ? DatasetKind::kMegatron
+                                           : DatasetKind::kPromptResponse;
   FLEET_RETURN_IF_ERROR(ds.String("input_dir", &c.input_dir));
   FLEET_RETURN_IF_ERROR(ds.String("input_files", &c.input_files));
   if (!c.input_dir.empty() && !c.input_files.empty()) {

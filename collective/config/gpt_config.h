@@ -226,6 +226,7 @@ enum class DatasetKind {
   kTokenBin,  // TokenBinDataset: llm.c .bin token shards
   kText,      // TextDataset: text files, tokenized once into cache_dir
   kPromptResponse,  // PromptResponseDataset: JSONL prompt/response pairs (finetune)
+  kMegatron,        // MegatronGPTDataset: Megatron's PREFIX.bin + PREFIX.idx
 };
 std::string_view DatasetKindName(DatasetKind k);
 
@@ -235,8 +236,12 @@ struct DatasetConfig {
   // (FleetPS: text, tokenized into cache_dir at start) or
   // PromptResponseDataset (FleetPS, Engine.mode finetune only: JSONL files,
   // one {"prompt": ..., "response": ...} object a line, each pair one
-  // sequence padded to max_seq_len, data/prompt_response.h). Default
-  // GPTDataset.
+  // sequence padded to max_seq_len, data/prompt_response.h) or
+  // MegatronGPTDataset (FleetPS: Megatron-LM's indexed dataset PREFIX.bin +
+  // PREFIX.idx, sampled as Megatron's GPT dataset samples it: documents
+  // shuffled over as many epochs as the run's samples need, from
+  // Global.seed; the training loop then reads its samples in order, as
+  // Megatron's sampler does; data/megatron_data.h). Default GPTDataset.
   DatasetKind kind = DatasetKind::kFleetX;
   // `Data.<Split>.dataset.input_dir` (FleetX): a directory holding the
   // data files. `input_files` (FleetPS): a file list instead, as

@@ -8,6 +8,8 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "collective/config/gpt_data.h"
+#include "data/megatron_data.h"
 #include "tests/data/test_util.h"
 
 namespace fleet::trainer::config {
@@ -410,6 +412,50 @@ TEST(GptConfigTest, UsePureFp16MeansWhatItMeansInFleetX) {
   EXPECT_THAT(both.status().message(),
               HasSubstr("Engine.mix_precision.use_pure_fp16: false asks for float32 while "
                         "enable/dtype ask for float16; set only one"));
+}
+
+// Data.*.dataset.name MegatronGPTDataset: input_files names the prefix (or
+// either file), input_dir its one index; Megatron's sample counts follow the
+// run (max_steps x global batch for Train).
+TEST(GptConfigTest, MegatronDatasetsAreNamedByPrefix) {
+  TempDir dir;
+  std::vector<int32_t> tokens(3000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 250);
+  const std::vector<int64_t> lens(30, 100);
+  ASSERT_TRUE(data::WriteMegatronIndexed(dir.File("db_text_document"), tokens, lens, 257).ok());
+  auto samples_of = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> o = {"Global.device=cpu",
+                                  "Model.vocab_size=257",
+                                  "Model.vocab_size_divisible_unit=1",
+                                  "Model.max_position_embeddings=64",
+                                  "Data.Train.dataset.name=MegatronGPTDataset",
+                                  "Data.Train.dataset.max_seq_len=32",
+                                  "Data.Train.dataset.tokenizer=byte",
+                                  "Data.Train.dataset.input_dir=null",
+                                  "Data.Eval=null",
+                                  "Engine.max_steps=10"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    auto c = LoadGptJobConfig(Config("pretrain_gpt_345M_single_card.yaml"), o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return data::OpenConfiguredSamples(*c, data::DataPart::kTrain);
+  };
+  for (const std::string& name : {"db_text_document", "db_text_document.idx"}) {
+    auto s = samples_of({"Data.Train.dataset.input_files=" + dir.File(name)});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_GE((*s)->num_samples(), 10 * 8);  // max_steps x global batch
+    EXPECT_EQ((*s)->seq_len(), 32);
+  }
+  auto from_dir = samples_of({"Data.Train.dataset.input_dir=" + dir.path(),
+                              "Data.Train.dataset.input_files=null"});
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status().ToString();
+  EXPECT_THAT(samples_of({"Data.Train.dataset.input_files=a,b"}).status().message(),
+              HasSubstr("names several prefixes"));
+  ASSERT_TRUE(data::WriteMegatronIndexed(dir.File("other"), tokens, lens, 257).ok());
+  EXPECT_THAT(samples_of({"Data.Train.dataset.input_dir=" + dir.path(),
+                          "Data.Train.dataset.input_files=null"})
+                  .status()
+                  .message(),
+              HasSubstr("holds 2 Megatron indexes"));
 }
 
 }  // namespace
