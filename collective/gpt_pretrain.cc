@@ -75,6 +75,22 @@ Result<GptPlan> PlanGptJob(const config::GptJobConfig& config, const EnvLookup& 
   return PlanGpt(config.model, options, cpu.kernels.get());
 }
 
+std::string GptTimeLine(const GptProfile& profile, const ProgressWindow& w) {
+  const double steps = static_cast<double>(std::max<int64_t>(w.steps, 1));
+  std::string line = "[time] ms per step:";
+  double kernels = 0;
+  for (size_t k = 0; k < GptProfile::kKinds; ++k) {
+    const double ms = profile.seconds[k] * 1e3 / steps;
+    kernels += ms;
+    absl::StrAppend(&line, k == 0 ? " " : ", ",
+                    std::string(GptProfile::Name(static_cast<GptLayerKind>(k))), " ",
+                    absl::StrFormat("%.2f", ms));
+  }
+  absl::StrAppend(&line, absl::StrFormat(", other (communication, optimizer, data) %.2f",
+                                         std::max(0.0, w.seconds * 1e3 / steps - kernels)));
+  return line;
+}
+
 std::string GptEvalLine(const EvalWindow& w) {
   return absl::StrFormat("[eval] epoch: %d, step: %d, loss: %.6f, ppl: %.4f, eval_cost: %.2f sec",
                          w.epoch, w.step, w.metric, std::exp(w.metric), w.seconds);
@@ -188,6 +204,9 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   loop.resume_dir = save.ckpt_dir;
   loop.checkpoint_every_steps = save.save_steps.value_or(0);
   loop.data_parallel.timeout = 2 * options.collective_timeout;
+  if (dist.reduce_bucket_size > 0) {
+    loop.data_parallel.bucket_bytes = static_cast<size_t>(dist.reduce_bucket_size) * sizeof(float);
+  }
   loop.learning_rate_at = [schedule](int64_t step) { return schedule.At(step); };
   loop.writes_data_position = tensor_parallel->lead();
   const AdamWConfig adamw = config.optimizer;
@@ -228,8 +247,20 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
     return std::unique_ptr<GradientUpdater>(std::move(updater));
   };
   const int64_t tokens_per_sample = task->seq_len();
-  loop.progress_line = [tokens_per_sample](const ProgressWindow& w) {
-    return GptTrainLine(w, tokens_per_sample);
+  // Engine.wall_clock_breakdown: the model's kernel times by kind, one line
+  // per progress line (what the window's steps spent).
+  std::shared_ptr<GptProfile> profile;
+  if (config.engine.wall_clock_breakdown) {
+    profile = std::make_shared<GptProfile>();
+    model->set_profile(profile.get());
+  }
+  loop.progress_line = [tokens_per_sample, profile](const ProgressWindow& w) {
+    std::string line = GptTrainLine(w, tokens_per_sample);
+    if (profile != nullptr) {
+      absl::StrAppend(&line, "\n", GptTimeLine(*profile, w));
+      profile->Reset();
+    }
+    return line;
   };
   loop.eval_line = GptEvalLine;
   std::unique_ptr<tensorboard::EventWriter> events;
@@ -252,6 +283,7 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   // The updater (and its hooks) is gone; the loop left every parameter in
   // the arena.
   model->set_param_hooks(nullptr);
+  model->set_profile(nullptr);
   FLEET_ASSIGN_OR_RETURN(TrainReport report, std::move(trained));
   if (dist.mp_degree > 1) {
     // The report holds the whole model, as one process's would.

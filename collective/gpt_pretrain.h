@@ -22,6 +22,7 @@
 //       ips_total: T tokens/s, ips: P tokens/s, learning rate: LR, avg_reader_cost: R sec
 //     FleetX's line (B: the last step's index in its epoch, from 0), then the reader cost
 //   [eval] epoch: E, step: S, loss: L, ppl: P, eval_cost: C sec
+//   [time] ms per step: ...                 with Engine.wall_clock_breakdown
 //   [test] step: S, loss: L, ppl: P        after training, when the config
 //       has Data.Test and Engine.test_iters > 0 (TrainReport::test_metric)
 #pragma once
@@ -100,6 +101,12 @@ Result<GptPlan> PlanGptJob(const config::GptJobConfig& config, const EnvLookup& 
 // The FleetX-style lines above, for a run of `tokens_per_sample` tokens a
 // sample.
 std::string GptTrainLine(const ProgressWindow& window, int64_t tokens_per_sample);
+// Engine.wall_clock_breakdown's line after each [train] line:
+//   [time] ms per step: embedding E, layernorm L, ..., other (communication,
+//       optimizer, data) O
+// the model's kernel time by kind over the window's steps (on a GPU the
+// launch times; GptProfile), and the rest of the window's time.
+std::string GptTimeLine(const GptProfile& profile, const ProgressWindow& window);
 std::string GptEvalLine(const EvalWindow& window);
 
 }  // namespace fleet::trainer::collective

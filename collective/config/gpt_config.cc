@@ -113,6 +113,7 @@ Status ParseEngine(ConfigSection s, EngineConfig* e, std::optional<int64_t>* acc
   FLEET_RETURN_IF_ERROR(s.Int("eval_iters", &e->eval_iters, 0));
   FLEET_RETURN_IF_ERROR(s.OptionalInt("test_iters", test_iters, 0));
   FLEET_RETURN_IF_ERROR(s.Bool("dry_run", &e->dry_run));
+  FLEET_RETURN_IF_ERROR(s.Bool("wall_clock_breakdown", &e->wall_clock_breakdown));
   std::string mode = "pretrain";
   FLEET_RETURN_IF_ERROR(s.Choice("mode", &mode, {"pretrain", "finetune"}));
   e->mode = mode == "finetune" ? EngineMode::kFinetune : EngineMode::kPretrain;
@@ -255,6 +256,15 @@ Status ParseDataSplit(ConfigSection s, DataSplitConfig* d) {
   FLEET_RETURN_IF_ERROR(ds.Int("max_seq_len", &c.max_seq_len, 1, 1 << 22));
   FLEET_RETURN_IF_ERROR(ds.Choice("tokenizer", &c.tokenizer, {"gpt2", "byte"}));
   FLEET_RETURN_IF_ERROR(ds.String("vocab_dir", &c.vocab_dir));
+  FLEET_RETURN_IF_ERROR(ds.String("vocab_file", &c.vocab_file));
+  FLEET_RETURN_IF_ERROR(ds.String("merge_file", &c.merge_file));
+  if (c.vocab_file.empty() != c.merge_file.empty()) {
+    return ds.Error(c.vocab_file.empty() ? "vocab_file" : "merge_file",
+                    "missing: vocab_file and merge_file go together");
+  }
+  if (!c.vocab_file.empty() && !c.vocab_dir.empty()) {
+    return ds.Error("vocab_file", "give vocab_dir or vocab_file + merge_file, not both");
+  }
   FLEET_RETURN_IF_ERROR(
       ds.Choice("text_format", &c.text_format, {"file", "line", "blank_line", "percent", "jsonl"}));
   FLEET_RETURN_IF_ERROR(ds.String("cache_dir", &c.cache_dir));
@@ -303,7 +313,14 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
 
   ConfigSection lr = s.Sub("lr");
   std::string lr_name = "CosineAnnealingWithWarmupDecay";
-  FLEET_RETURN_IF_ERROR(lr.Choice("name", &lr_name, {"CosineAnnealingWithWarmupDecay"}));
+  FLEET_RETURN_IF_ERROR(lr.Choice("name", &lr_name,
+                                  {"CosineAnnealingWithWarmupDecay", "LinearAnnealingWithWarmupDecay",
+                                   "ConstantWithWarmup", "WarmupLR", "WarmupDecayLR"}));
+  const bool deepspeed = lr_name == "WarmupLR" || lr_name == "WarmupDecayLR";
+  schedule->decay = lr_name == "CosineAnnealingWithWarmupDecay"   ? LrDecay::kCosine
+                    : lr_name == "LinearAnnealingWithWarmupDecay" ? LrDecay::kLinear
+                    : lr_name == "WarmupDecayLR"                  ? LrDecay::kLinear
+                                                                  : LrDecay::kConstant;
   FLEET_RETURN_IF_ERROR(lr.Bool("use_increments", use_increments));
   schedule->max_lr = 5e-5f;  // FleetX's base, the default documented above
   FLEET_RETURN_IF_ERROR(lr.Float("max_lr", &schedule->max_lr, 1e-30, 100));
@@ -312,9 +329,34 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
   double warmup_rate = 0.01;
   FLEET_RETURN_IF_ERROR(lr.Double("warmup_rate", &warmup_rate, 0, 1));
   schedule->warmup_steps = std::llround(warmup_rate * static_cast<double>(schedule->decay_steps));
+  std::optional<int64_t> warmup_steps;
+  FLEET_RETURN_IF_ERROR(lr.OptionalInt("warmup_steps", &warmup_steps, 0));
+  if (warmup_steps) {
+    if (*warmup_steps > schedule->decay_steps) {
+      return lr.Error("warmup_steps", absl::StrCat(*warmup_steps, " is above decay_steps ",
+                                                   schedule->decay_steps));
+    }
+    schedule->warmup_steps = *warmup_steps;
+  }
+  FLEET_RETURN_IF_ERROR(lr.Float("warmup_min_lr", &schedule->warmup_min_lr, 0, 100));
+  std::string warmup_type = deepspeed ? "log" : "linear";
+  FLEET_RETURN_IF_ERROR(lr.Choice("warmup_type", &warmup_type, {"linear", "log"}));
+  if (!deepspeed && (lr.Has("warmup_min_lr") || lr.Has("warmup_type"))) {
+    return lr.Error(lr.Has("warmup_type") ? "warmup_type" : "warmup_min_lr",
+                    "is DeepSpeed's; it takes name WarmupLR or WarmupDecayLR");
+  }
+  if (deepspeed) {
+    schedule->warmup = warmup_type == "log" ? LrWarmup::kLog : LrWarmup::kLinearMin;
+    // DeepSpeed's WarmupDecayLR decays to where its warmup started.
+    schedule->min_lr = std::min(schedule->warmup_min_lr, schedule->max_lr);
+  }
   if (schedule->min_lr > schedule->max_lr) {
     return lr.Error("min_lr",
                     absl::StrCat(schedule->min_lr, " is above max_lr ", schedule->max_lr));
+  }
+  if (schedule->warmup_min_lr > schedule->max_lr) {
+    return lr.Error("warmup_min_lr", absl::StrCat(schedule->warmup_min_lr, " is above max_lr ",
+                                                  schedule->max_lr));
   }
   FLEET_RETURN_IF_ERROR(lr.Finish());
 
@@ -333,6 +375,7 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
 Status ParseDistributed(ConfigSection s, DistributedConfig* d, std::optional<int64_t>* dp) {
   FLEET_RETURN_IF_ERROR(s.OptionalInt("dp_degree", dp, 1));
   FLEET_RETURN_IF_ERROR(s.Int("mp_degree", &d->mp_degree, 1));
+  FLEET_RETURN_IF_ERROR(s.Int("reduce_bucket_size", &d->reduce_bucket_size, 0, int64_t{1} << 40));
   FLEET_RETURN_IF_ERROR(OneOnly(s, "pp_degree", "FleetPS has no pipeline parallelism"));
   FLEET_RETURN_IF_ERROR(
       OffOnly(s, "fuse_sequence_parallel_allreduce", "FleetPS has no sequence parallelism"));

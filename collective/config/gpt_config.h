@@ -161,6 +161,11 @@ struct EngineConfig {
   int64_t test_iters = 100;
   MixPrecisionConfig mix_precision;
   SaveLoadConfig save_load;
+  // `Engine.wall_clock_breakdown` (FleetPS; DeepSpeed's key): default
+  // false. Rank 0 follows each [train] line with a [time] line: the
+  // window's milliseconds per step by layer kind and the rest (communication
+  // and the optimizer). For finding where a step's time goes.
+  bool wall_clock_breakdown = false;
   // `Engine.dry_run` (FleetPS): default false. Print the plan (parameters,
   // memory per rank under the sharding stage and precision, FLOPs per token)
   // and exit without allocating the model. Use it to size a big config.
@@ -273,6 +278,11 @@ struct DatasetConfig {
   // encoder.json and vocab.bpe (data/gpt2_tokenizer.h). Set it to
   // use another copy of the two files.
   std::string vocab_dir;
+  // `Data.<Split>.dataset.vocab_file`, `merge_file` (FleetPS; Megatron's
+  // --vocab-file / --merge-file): gpt2's encoder.json and vocab.bpe named
+  // one by one (any names); both or neither, and not with vocab_dir.
+  std::string vocab_file;
+  std::string merge_file;
   // `Data.<Split>.dataset.text_format` (FleetPS, TextDataset): how a text
   // file splits into documents (an end-of-text token goes between them):
   // file (each file is one document; default), line, blank_line
@@ -319,13 +329,25 @@ struct DataConfig {
 //   `Optimizer.grad_clip.clip_norm` (name ClipGradByGlobalNorm): default
 //     1.0, >= 0; gradients are scaled down when their global L2 norm
 //     exceeds it; 0 turns clipping off. Guards against loss spikes.
-//   `Optimizer.lr` (name CosineAnnealingWithWarmupDecay, the only one):
-//     linear warmup to max_lr over warmup_rate x decay_steps steps (rounded
-//     to whole steps), cosine decay to min_lr at decay_steps, min_lr after.
+//   `Optimizer.lr`: linear warmup to max_lr over warmup_rate x decay_steps
+//     steps (rounded to whole steps), then by `name`:
+//       CosineAnnealingWithWarmupDecay (FleetX's; the default) cosine decay
+//         to min_lr at decay_steps, min_lr after;
+//       LinearAnnealingWithWarmupDecay (FleetPS; Megatron's linear
+//         --lr-decay-style) linear decay to min_lr at decay_steps;
+//       ConstantWithWarmup (FleetPS; Megatron's constant) max_lr after warmup;
+//       WarmupLR, WarmupDecayLR (DeepSpeed's schedulers): warmup from
+//         warmup_min_lr by warmup_type (log, DeepSpeed's default, or
+//         linear), then max_lr (WarmupLR) or a linear decay back to
+//         warmup_min_lr at decay_steps (WarmupDecayLR).
 //     `max_lr`: default 5e-5, > 0; `min_lr`: default 1e-5, in [0, max_lr];
 //     `decay_steps`: default 360000, >= 1, usually about Engine.max_steps;
-//     `warmup_rate`: default 0.01, in [0, 1]. Larger models and batches
-//     want a lower max_lr and a longer warmup.
+//     `warmup_rate`: default 0.01, in [0, 1]; `warmup_steps` (FleetPS):
+//     the warmup in steps instead, <= decay_steps; `warmup_min_lr`,
+//     `warmup_type`: DeepSpeed's, only with its two names. Larger models and
+//     batches want a lower max_lr and a longer warmup.
+//     `use_increments` (FleetX): default false. True counts decay_steps and
+//     the warmup in samples (FleetX's scheduler steps by the global batch).
 // Accepted FleetX key: tensor_fusion (parameters always live in one buffer).
 
 struct DistributedConfig {
@@ -360,6 +382,12 @@ struct DistributedConfig {
   // with ZeRO; it costs activation all-reduces every block (best within a
   // node). Ranks = dp_degree x sharding_degree x mp_degree.
   int64_t mp_degree = 1;
+  // `Distributed.reduce_bucket_size` (FleetPS; DeepSpeed's, in elements):
+  // default 0, FleetPS's 1 MiB buckets. Gradients reduce (and, sharded,
+  // all-gather) in buckets of about this many floats as backward finishes
+  // them: larger ones start later and take fewer calls. Stage 3's buckets
+  // are the model's units whatever it says.
+  int64_t reduce_bucket_size = 0;
   // Accepted FleetX keys: pp_degree (1 only: no pipeline parallelism),
   // sharding.reduce_overlap and sharding.broadcast_overlap (communication
   // is always overlapped where the loop can).

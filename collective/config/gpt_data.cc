@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/file_io.h"
+#include "data/gpt2_tokenizer.h"
 #include "data/megatron_data.h"
 #include "data/prompt_response.h"
 #include "data/text_corpus.h"
@@ -113,6 +114,10 @@ Result<std::vector<std::string>> ConfiguredDataFiles(const DatasetConfig& d,
 }
 
 Result<std::unique_ptr<Tokenizer>> OpenConfiguredTokenizer(const DatasetConfig& dataset) {
+  if (dataset.tokenizer == "gpt2" && !dataset.vocab_file.empty()) {
+    FLEET_ASSIGN_OR_RETURN(auto t, Gpt2Tokenizer::LoadFiles(dataset.vocab_file, dataset.merge_file));
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
   return MakeTokenizer(dataset.tokenizer, dataset.vocab_dir);
 }
 
