@@ -4,8 +4,8 @@
 // Megatron's flags instead of -c FILE, so a seed's script runs with its
 // launcher and program names changed:
 //
-//   fleetrun --nproc_per_node 8 --nnodes N --node_rank R --master_addr A --master_port P \
-//     build/bin/gpt_pretrain --deepspeed --deepspeed_config ds.json --model-parallel-size 8 \
+//   fleetrun --nproc_per_node 8 --nnodes N --node_rank R --master_addr A --master_port P
+//     build/bin/gpt_pretrain --deepspeed --deepspeed_config ds.json --model-parallel-size 8
 //     --num-layers 480 --hidden-size 4096 --num-attention-heads 32 --batch-size 6 ...
 //
 // The translation is a YAML document over FleetPS's keys: Megatron's

@@ -19,6 +19,7 @@
 #include "tests/trainer/test_util.h"
 #include "trainer/kernels/gpt_cuda_attention_tiles.cu"
 #include "trainer/kernels/gpt_cuda_dropout.cu"
+#include "trainer/kernels/gpt_cuda_dropout_args.h"
 #include "trainer/kernels/gpt_ref_kernels.h"
 
 namespace fleet::trainer::cuda::gpt {
@@ -27,16 +28,6 @@ namespace {
 using trainer::testing::AllClose;
 using trainer::testing::RandomVector;
 namespace ref = trainer::kernels::gpt_ref;
-
-DropoutArgs ArgsOf(const DropoutSpec& d) {
-  DropoutArgs a;
-  a.p = d.p;
-  a.seed = d.seed;
-  a.site = d.site;
-  a.streams = d.streams;
-  a.head_offset = d.head_offset;
-  return a;
-}
 
 TEST(GptCudaDropoutEmulated, ElementWiseMatchesTheOracle) {
   const std::vector<uint32_t> streams = {8, 1u << 31, 77};
@@ -48,13 +39,15 @@ TEST(GptCudaDropoutEmulated, ElementWiseMatchesTheOracle) {
     d.streams = streams.data();
     const auto inp = RandomVector(B * n, 1), residual = RandomVector(B * n, 2);
     std::vector<float> got(B * n, NAN), want(B * n);
-    ASSERT_EQ(DropoutForward(got.data(), inp.data(), residual.data(), B, n, ArgsOf(d), nullptr),
-              cudaSuccess);
+    ASSERT_EQ(
+        DropoutForward(got.data(), inp.data(), residual.data(), B, n, DropoutArgsOf(d), nullptr),
+        cudaSuccess);
     ref::DropoutForward(want.data(), inp.data(), residual.data(), B, n, d);
     const std::string at = " B" + std::to_string(B) + " n" + std::to_string(n);
     EXPECT_TRUE(AllClose("forward" + at, got, want, 1e-7, 1e-6));
     std::vector<float> grad = inp;
-    ASSERT_EQ(DropoutBackward(grad.data(), grad.data(), B, n, ArgsOf(d), nullptr), cudaSuccess);
+    ASSERT_EQ(DropoutBackward(grad.data(), grad.data(), B, n, DropoutArgsOf(d), nullptr),
+              cudaSuccess);
     ref::DropoutBackward(want.data(), inp.data(), B, n, d);
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_EQ(grad[i] == 0.0f, want[i] == 0.0f) << "mask differs at " << i << at;
@@ -93,7 +86,7 @@ TEST(GptCudaDropoutEmulated, TileAttentionMatchesTheOracle) {
       std::vector<float> out(want.size(), NAN), lse(size_t(B) * NH * T, NAN);
       AttentionArgs a{out.data(), lse.data(), nullptr, qkv.data(), nullptr,
                       nullptr,    nullptr,    nullptr, B,          T,
-                      C,          NH,         0,       T,          ArgsOf(d)};
+                      C,          NH,         0,       T,          DropoutArgsOf(d)};
       ASSERT_EQ(TileAttention(false, a, tile, nullptr), cudaSuccess);
       const double tol = tile == TileType::kFloat ? 1e-5 : 3e-2;
       const std::string at = std::string(tile == TileType::kFloat ? "float" : "bf16") + " T" +
@@ -103,7 +96,7 @@ TEST(GptCudaDropoutEmulated, TileAttentionMatchesTheOracle) {
       std::vector<float> dqkv(dwant.size(), 0.0f), dots(lse.size(), NAN);
       AttentionArgs back{dqkv.data(), dots.data(), dout.data(), qkv.data(), out.data(),
                          lse.data(),  nullptr,     nullptr,     B,          T,
-                         C,           NH,          0,           T,          ArgsOf(d)};
+                         C,           NH,          0,           T,          DropoutArgsOf(d)};
       ASSERT_EQ(TileAttention(true, back, tile, nullptr), cudaSuccess);
       EXPECT_TRUE(AllClose("dqkv " + at, dqkv, dwant, 10 * tol, 10 * tol));
     }

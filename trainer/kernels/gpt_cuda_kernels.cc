@@ -2,17 +2,18 @@
 // on the backend's stream. Compiled only when FLEET_CUDA is ON.
 #include "trainer/kernels/gpt_cuda_kernels.h"
 
+#include <cublasLt.h>
+#include <glog/logging.h>
+
 #include <array>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
 
-#include <cublasLt.h>
-#include <glog/logging.h>
-
 #include "trainer/kernels/cuda_backend.h"
 #include "trainer/kernels/cuda_check.h"
+#include "trainer/kernels/gpt_cuda_dropout_args.h"
 #include "trainer/kernels/gpt_cuda_flash_tc.h"
 #include "trainer/kernels/gpt_cuda_ops.h"
 
@@ -55,16 +56,6 @@ ops::TileType TileTypeOf(Precision precision) {
 
 // The attention kernels to launch: the tensor-core ones chosen by `kernel`
 // where the device runs them (`tensor_cores`), else the float tiles.
-ops::DropoutArgs DropoutArgsOf(const DropoutSpec& d) {
-  ops::DropoutArgs a;
-  a.p = d.p;
-  a.seed = d.seed;
-  a.site = d.site;
-  a.streams = d.streams;
-  a.head_offset = d.head_offset;
-  return a;
-}
-
 ops::AttentionPath PathOf(bool tensor_cores, CudaGptKernels::AttentionKernel kernel) {
   if (!tensor_cores) return ops::AttentionPath::kTiles;
   return kernel == CudaGptKernels::AttentionKernel::kMma ? ops::AttentionPath::kMma
@@ -446,7 +437,7 @@ void CudaGptKernels::AttentionForward(float* out, float* saved, float* /*scratch
   CheckHeadSize(C, NH);
   Enter();
   FLEET_CUDA_CHECK(ops::AttentionForward(
-      out, saved, qkv, B, T, C, NH, DropoutArgsOf(dropout), TileTypeOf(precision_),
+      out, saved, qkv, B, T, C, NH, ops::DropoutArgsOf(dropout), TileTypeOf(precision_),
       PathOf(tensor_core_attention_, attention_kernel_), stream_));
 }
 
@@ -456,7 +447,7 @@ void CudaGptKernels::AttentionBackward(float* dqkv, float* scratch, const float*
   CheckHeadSize(C, NH);
   Enter();
   FLEET_CUDA_CHECK(ops::AttentionBackward(
-      dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, DropoutArgsOf(dropout),
+      dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, ops::DropoutArgsOf(dropout),
       TileTypeOf(precision_), PathOf(tensor_core_attention_, attention_kernel_), stream_));
 }
 
@@ -464,14 +455,15 @@ void CudaGptKernels::DropoutForward(float* out, const float* inp, const float* r
                                     size_t n, const DropoutSpec& dropout) {
   CHECK(dropout.enabled()) << "DropoutForward needs p > 0";
   Enter();
-  FLEET_CUDA_CHECK(ops::DropoutForward(out, inp, residual, B, n, DropoutArgsOf(dropout), stream_));
+  FLEET_CUDA_CHECK(
+      ops::DropoutForward(out, inp, residual, B, n, ops::DropoutArgsOf(dropout), stream_));
 }
 
 void CudaGptKernels::DropoutBackward(float* dinp, const float* dout, int B, size_t n,
                                      const DropoutSpec& dropout) {
   CHECK(dropout.enabled()) << "DropoutBackward needs p > 0";
   Enter();
-  FLEET_CUDA_CHECK(ops::DropoutBackward(dinp, dout, B, n, DropoutArgsOf(dropout), stream_));
+  FLEET_CUDA_CHECK(ops::DropoutBackward(dinp, dout, B, n, ops::DropoutArgsOf(dropout), stream_));
 }
 
 void CudaGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,
