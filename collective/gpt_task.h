@@ -23,8 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/status.h"
+#include "collective/gpt_pipeline.h"
 #include "collective/task.h"
+#include "comm/status.h"
 #include "data/gpt_dataset.h"
 #include "trainer/kernels/gpt_kernels.h"
 #include "trainer/models/gpt.h"
@@ -43,6 +44,13 @@ struct GptTaskOptions {
   // The run's seed (Global.seed): with the step and each sample's id, the
   // key of the model's dropout masks (GptDropoutStepSeed).
   uint64_t seed = 0;
+  // Pipeline parallelism (stages > 1; gpt_pipeline.h): the model is this
+  // rank's stage (tensor_parallel must split the same stage), a loaded
+  // batch is the step's whole batch, which ForwardBackward runs as
+  // pipeline.micro_batches micro-batches through the stages, and
+  // evaluation runs through them too. Every stage of a pipeline loads the
+  // same batches and returns the same losses.
+  GptPipelineOptions pipeline;
 };
 
 class GptTask final : public CollectiveTask {
@@ -81,12 +89,16 @@ class GptTask final : public CollectiveTask {
                                       int world_size);
 
   GptModel& model() { return *model_; }
+  // Null without pipeline stages.
+  GptPipeline* pipeline() { return pipeline_.get(); }
   int64_t seq_len() const { return train_->seq_len(); }
 
  private:
-  GptTask(std::unique_ptr<GptModel> model, std::shared_ptr<const data::GptSamples> train,
+  GptTask(std::unique_ptr<GptModel> model, std::unique_ptr<GptPipeline> pipeline,
+          std::shared_ptr<const data::GptSamples> train,
           std::shared_ptr<const data::GptSamples> eval, const GptTaskOptions& options)
       : model_(std::move(model)),
+        pipeline_(std::move(pipeline)),
         train_(std::move(train)),
         eval_(std::move(eval)),
         options_(options) {}
@@ -96,6 +108,7 @@ class GptTask final : public CollectiveTask {
 
   // Fixed after construction.
   const std::unique_ptr<GptModel> model_;
+  const std::unique_ptr<GptPipeline> pipeline_;  // null: no pipeline stages
   const std::shared_ptr<const data::GptSamples> train_;
   const std::shared_ptr<const data::GptSamples> eval_;
   const GptTaskOptions options_;

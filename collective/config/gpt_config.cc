@@ -34,14 +34,6 @@ Status OffOnly(ConfigSection& s, std::string_view key, std::string_view why) {
   return Status::OK();
 }
 
-// A FleetX degree FleetPS lacks: accepted only as 1 (or empty).
-Status OneOnly(ConfigSection& s, std::string_view key, std::string_view why) {
-  int64_t v = 1;
-  FLEET_RETURN_IF_ERROR(s.Int(key, &v));
-  if (v != 1) return s.Error(key, absl::StrCat("must be 1: ", std::string(why), "; got ", v));
-  return Status::OK();
-}
-
 // A list-valued FleetX option accepted only when empty.
 Status EmptyOnly(ConfigSection& s, std::string_view key, std::string_view why) {
   if (s.Has(key)) return s.Error(key, "must be empty: " + std::string(why));
@@ -376,7 +368,7 @@ Status ParseDistributed(ConfigSection s, DistributedConfig* d, std::optional<int
   FLEET_RETURN_IF_ERROR(s.OptionalInt("dp_degree", dp, 1));
   FLEET_RETURN_IF_ERROR(s.Int("mp_degree", &d->mp_degree, 1));
   FLEET_RETURN_IF_ERROR(s.Int("reduce_bucket_size", &d->reduce_bucket_size, 0, int64_t{1} << 40));
-  FLEET_RETURN_IF_ERROR(OneOnly(s, "pp_degree", "FleetPS has no pipeline parallelism"));
+  FLEET_RETURN_IF_ERROR(s.Int("pp_degree", &d->pp_degree, 1));
   FLEET_RETURN_IF_ERROR(
       OffOnly(s, "fuse_sequence_parallel_allreduce", "FleetPS has no sequence parallelism"));
   ConfigSection sh = s.Sub("sharding");
@@ -429,7 +421,7 @@ bool FromOverride(const ConfigDocument& doc, std::string_view key) {
 // its local batch): what one message lists instead of one error at a time.
 std::string OverridesFor(int64_t world_size, const DistributedConfig& d, const Batch& b,
                          int64_t written_global, bool accumulate_given) {
-  const int64_t dp = world_size / (d.sharding_degree * d.mp_degree);
+  const int64_t dp = world_size / (d.sharding_degree * d.mp_degree * d.pp_degree);
   const int64_t data_world = dp * d.sharding_degree;
   std::string out = absl::StrCat("-o Distributed.dp_degree=", dp);
   if (written_global % data_world == 0 && (written_global / data_world) % b.micro == 0) {
@@ -451,12 +443,11 @@ std::string OverridesFor(int64_t world_size, const DistributedConfig& d, const B
 Status Resolve(const ConfigDocument& doc, int64_t world_size, std::optional<int64_t> dp,
                const Batch& b, std::optional<int64_t> accumulate, GptJobConfig* c) {
   DistributedConfig& d = c->distributed;
-  // Ranks of one data replica's model: sharding x mp.
-  const int64_t inner = d.sharding_degree * d.mp_degree;
-  const std::string inner_text =
-      d.mp_degree > 1
-          ? absl::StrCat("sharding_degree ", d.sharding_degree, " x mp_degree ", d.mp_degree)
-          : absl::StrCat("sharding_degree ", d.sharding_degree);
+  // Ranks of one data replica: pp x sharding x mp.
+  const int64_t inner = d.pp_degree * d.sharding_degree * d.mp_degree;
+  std::string inner_text = absl::StrCat("sharding_degree ", d.sharding_degree);
+  if (d.pp_degree > 1) inner_text = absl::StrCat("pp_degree ", d.pp_degree, " x ", inner_text);
+  if (d.mp_degree > 1) absl::StrAppend(&inner_text, " x mp_degree ", d.mp_degree);
   if (world_size == 0) world_size = dp.value_or(1) * inner;
   // The data-parallel degree the batch sizes were written for.
   int64_t written_dp = dp.value_or(world_size / inner);
@@ -552,6 +543,36 @@ void PadVocabulary(int64_t unit, GptJobConfig* c) {
   c->model.vocab_size = static_cast<int>(padded);
 }
 
+// Pipeline parallelism's limits (collective/gpt_pipeline.h).
+Status CheckPipeline(const ConfigDocument& doc, const GptJobConfig& c) {
+  const DistributedConfig& d = c.distributed;
+  if (d.pp_degree == 1) return Status::OK();
+  if (c.model.num_layers % d.pp_degree != 0) {
+    return doc.Error("Distributed.pp_degree",
+                     absl::StrCat(d.pp_degree, " does not divide Model.num_layers ",
+                                  c.model.num_layers, " (each stage runs as many blocks)"));
+  }
+  if (d.sharding_degree > 1 && d.sharding_stage > 1) {
+    return doc.Error("Distributed.sharding.sharding_stage",
+                     absl::StrCat(d.sharding_stage,
+                                  " with pp_degree > 1: a stage's gradients accumulate over the "
+                                  "step's micro-batches, so only the optimizer states (stage 1) "
+                                  "are sharded; set sharding_stage 1"));
+  }
+  if (d.sharding_offload) {
+    return doc.Error("Distributed.sharding.sharding_offload",
+                     "true with pp_degree > 1: a stage holds only its own layers' state; set it "
+                     "false");
+  }
+  if (c.model.lora.enabled()) {
+    return doc.Error("Distributed.pp_degree",
+                     absl::StrCat(d.pp_degree,
+                                  " with Model.lora: LoRA trains with data "
+                                  "parallelism only; set pp_degree 1"));
+  }
+  return Status::OK();
+}
+
 // Checks that need more than one section.
 Status CheckAcross(const ConfigDocument& doc, const GptJobConfig& c) {
   const bool finetune = c.engine.mode == EngineMode::kFinetune;
@@ -589,6 +610,7 @@ Status CheckAcross(const ConfigDocument& doc, const GptJobConfig& c) {
                        "stay on the device; set it false");
     }
   }
+  FLEET_RETURN_IF_ERROR(CheckPipeline(doc, c));
   const struct {
     const char* name;
     const DataSplitConfig* split;

@@ -380,16 +380,27 @@ struct DistributedConfig {
   // gpt_tensor_parallel.h) and reads the same data. Must divide the heads
   // and the MLP width. Raise it when the model does not fit a rank even
   // with ZeRO; it costs activation all-reduces every block (best within a
-  // node). Ranks = dp_degree x sharding_degree x mp_degree.
+  // node). Ranks = dp_degree x pp_degree x sharding_degree x mp_degree.
   int64_t mp_degree = 1;
+  // `Distributed.pp_degree`: default 1. Pipeline parallelism's degree
+  // (collective/gpt_pipeline.h): the blocks are cut into pp_degree stages
+  // of num_layers / pp_degree consecutive blocks (the first stage also holds
+  // the embeddings, the last the head), each on its own ranks, and a step's
+  // Engine.accumulate_steps micro-batches flow through them in Megatron's
+  // 1F1B schedule. Must divide Model.num_layers; combines with mp_degree,
+  // dp_degree and sharding stage 1 (not stages 2-3, offload or LoRA). A
+  // stage holds 1 / pp_degree of the layers' parameters and state and the
+  // activations of up to pp_degree micro-batches; each stage idles for
+  // (pp_degree - 1) / (accumulate_steps + pp_degree - 1) of a step (the
+  // bubble), so give it several micro-batches per stage.
+  int64_t pp_degree = 1;
   // `Distributed.reduce_bucket_size` (FleetPS; DeepSpeed's, in elements):
   // default 0, FleetPS's 1 MiB buckets. Gradients reduce (and, sharded,
   // all-gather) in buckets of about this many floats as backward finishes
   // them: larger ones start later and take fewer calls. Stage 3's buckets
   // are the model's units whatever it says.
   int64_t reduce_bucket_size = 0;
-  // Accepted FleetX keys: pp_degree (1 only: no pipeline parallelism),
-  // sharding.reduce_overlap and sharding.broadcast_overlap (communication
+  // Accepted FleetX keys: sharding.reduce_overlap and sharding.broadcast_overlap (communication
   // is always overlapped where the loop can).
 };
 

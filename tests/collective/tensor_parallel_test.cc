@@ -174,12 +174,13 @@ TEST(TensorParallelSplitTest, NextTokenLogitsNeedTheWholeVocabulary) {
 }
 
 // The split's bookkeeping: every rank's segments cover its arena, and the
-// split segments of all ranks plus one rank's replicated ones cover the
-// whole table once.
+// owned segments of all ranks cover the whole table once; with pipeline
+// stages too (the last stage's wte copy is not its own).
 TEST(GptParamSplitTest, SegmentsCoverTheWholeTableOnce) {
   const GptConfig config = SmallConfig(false);
-  for (int degree : {1, 2, 4}) {
-    const ParamSplit split = GptParamSplit(config, degree, 0);
+  for (auto [mp, pp] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}}) {
+    const ParamSplit split = GptModelSplit(config, mp, pp, 0);
+    const int degree = mp * pp;
     ASSERT_EQ(split.whole_size, size_t(GptParamCount(config)));
     std::vector<int> covered(split.whole_size, 0);
     for (int r = 0; r < degree; ++r) {
@@ -187,7 +188,7 @@ TEST(GptParamSplitTest, SegmentsCoverTheWholeTableOnce) {
       for (const ArenaSegment& s : split.segments[r]) {
         EXPECT_EQ(s.local, local) << "degree " << degree << ", rank " << r;
         local += s.size;
-        if (s.replicated && r != 0) continue;
+        if (s.replicated) continue;
         for (size_t i = 0; i < s.size; ++i) ++covered[s.whole + i];
       }
       EXPECT_EQ(local, split.local_size[r]);

@@ -275,6 +275,35 @@ TEST(GptConfigTest, WorldSizeMustFitTheDegrees) {
   EXPECT_EQ(derived->global.global_batch_size, 32);
 }
 
+// Distributed.pp_degree: its stages are ranks of each replica (the data
+// world stays dp x sharding), with sharding stage 1 at most, no offload, no
+// LoRA, and a degree dividing the layers.
+TEST(GptConfigTest, PipelineStagesAreRanksOfEachReplica) {
+  auto c = LoadGptJobConfig(Config("pretrain_gpt_tiny.yaml"),
+                            {"Distributed.pp_degree=2", "Distributed.mp_degree=2"}, 8);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->distributed.pp_degree, 2);
+  EXPECT_EQ(c->distributed.dp_degree, 2);
+  EXPECT_EQ(c->data_world_size(), 2);
+  EXPECT_EQ(c->global.local_batch_size, 8);
+  EXPECT_EQ(c->engine.accumulate_steps, 1);
+  Status st = LoadError("pretrain_gpt_tiny.yaml", {"Distributed.pp_degree=3"});
+  EXPECT_THAT(st.message(),
+              HasSubstr("Distributed.pp_degree: 3 does not divide Model.num_layers 4"));
+  st = LoadError("pretrain_gpt_tiny.yaml", {"Distributed.pp_degree=2"}, 3);
+  EXPECT_THAT(st.message(),
+              HasSubstr("pp_degree 2 x sharding_degree 1 does not divide the job's 3"));
+  st = LoadError("pretrain_gpt_tiny.yaml",
+                 {"Distributed.pp_degree=2", "Distributed.sharding.sharding_degree=2",
+                  "Distributed.sharding.sharding_stage=2"});
+  EXPECT_THAT(st.message(), HasSubstr("Distributed.sharding.sharding_stage: 2 with pp_degree > 1"));
+  st = LoadError("pretrain_gpt_tiny.yaml",
+                 {"Distributed.pp_degree=2", "Distributed.sharding.sharding_offload=True"});
+  EXPECT_THAT(st.message(), HasSubstr("sharding_offload: true with pp_degree > 1"));
+  st = LoadError("finetune_gpt_tiny_lora.yaml", {"Distributed.pp_degree=2"});
+  EXPECT_THAT(st.message(), HasSubstr("Distributed.pp_degree: 2 with Model.lora"));
+}
+
 TEST(GptConfigTest, ADp8FileOnFewerRanksKeepsItsGlobalBatchByAccumulation) {
   for (int64_t world : {1, 2, 4}) {
     auto c = LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"), {}, world);
@@ -439,7 +468,7 @@ TEST(GptConfigTest, MegatronDatasetsAreNamedByPrefix) {
     EXPECT_TRUE(c.ok()) << c.status().ToString();
     return data::OpenConfiguredSamples(*c, data::DataPart::kTrain);
   };
-  for (const std::string& name : {"db_text_document", "db_text_document.idx"}) {
+  for (const std::string name : {"db_text_document", "db_text_document.idx"}) {
     auto s = samples_of({"Data.Train.dataset.input_files=" + dir.File(name)});
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     EXPECT_GE((*s)->num_samples(), 10 * 8);  // max_steps x global batch

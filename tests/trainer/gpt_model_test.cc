@@ -2,7 +2,8 @@
 // then three AdamW steps with warmup, cosine decay and clipping) on every
 // twin, with and without recompute; recompute's bit-identical gradients and
 // smaller activations; gradient accumulation; generation logits; the
-// initialisation; and the errors a user can cause.
+// initialisation; pipeline stages chained by hand; and the errors a user
+// can cause.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -171,6 +172,13 @@ Batch MakeBatch(int B, int T, int V, uint32_t seed) {
   return b;
 }
 
+// Sequences [first, first + count) of `batch` (sequences of T tokens).
+Batch Rows(const Batch& batch, int first, int count, int T) {
+  const size_t begin = size_t(first) * T, end = size_t(first + count) * T;
+  return Batch{{batch.tokens.begin() + begin, batch.tokens.begin() + end},
+               {batch.targets.begin() + begin, batch.targets.begin() + end}};
+}
+
 // Loss and gradients of one forward + backward of `batch`.
 std::pair<float, std::vector<float>> LossAndGrads(GptModel* model, const Batch& batch, int B, int T,
                                                   const GptForwardOptions& options = {}) {
@@ -231,11 +239,7 @@ TEST(GptModel, GradientAccumulationMatchesOneBatch) {
   model.arena().ZeroGrad();
   double loss_sum = 0.0;
   for (int part = 0; part < 2; ++part) {
-    Batch micro;
-    micro.tokens.assign(whole.tokens.begin() + part * 2 * T,
-                        whole.tokens.begin() + (part + 1) * 2 * T);
-    micro.targets.assign(whole.targets.begin() + part * 2 * T,
-                         whole.targets.begin() + (part + 1) * 2 * T);
+    const Batch micro = Rows(whole, part * 2, 2, T);
     auto l = model.Forward(micro.tokens, micro.targets, 2, T, {.grad_scale = 0.5f});
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     loss_sum += *l;
@@ -504,11 +508,7 @@ TEST(GptModel, DropoutMasksFollowTheSampleAcrossMicroBatches) {
   model.arena().ZeroGrad();
   double loss_sum = 0.0;
   for (int part = 0; part < 2; ++part) {
-    Batch micro;
-    micro.tokens.assign(whole.tokens.begin() + part * 2 * T,
-                        whole.tokens.begin() + (part + 1) * 2 * T);
-    micro.targets.assign(whole.targets.begin() + part * 2 * T,
-                         whole.targets.begin() + (part + 1) * 2 * T);
+    const Batch micro = Rows(whole, part * 2, 2, T);
     auto l = model.Forward(micro.tokens, micro.targets, 2, T,
                            {.grad_scale = 0.5f,
                             .dropout_seed = seed,
@@ -534,6 +534,128 @@ TEST(GptModel, DropoutCpuTwinMatchesReferenceTwin) {
   const auto [lb, gb] = LossAndGrads(ref->model.get(), batch, B, T, options);
   EXPECT_NEAR(la, lb, 1e-5);
   EXPECT_TRUE(AllClose("grads", ga, gb, 1e-6, 1e-3));
+}
+
+// ---- pipeline stages ------------------------------------------------------------------------
+
+// The three one-block stages of SmallConfig, chained by hand as
+// collective/gpt_pipeline.h chains them over links: two micro-batches in
+// flight (both forwards, then both backwards, each stage keeping two
+// activation slots), with dropout. Every stage starts from the whole
+// model's values (the head's wte copy from wte); the mean loss is the
+// whole model's and each stage's gradients are the whole model's at the
+// same places, wte's being the sum of the first stage's and the head's copy.
+TEST(GptModel, ChainedStagesMatchTheWholeModel) {
+  const GptConfig config = DropoutConfig();
+  const int B = 4, T = 16, micro = 2, P = 3;
+  const Batch batch = MakeBatch(B, T, config.vocab_size, 21);
+  const std::vector<uint32_t> streams = {3, 4, 5, 6};
+  const GptForwardOptions whole_options{.dropout_seed = 99, .dropout_streams = streams};
+  auto whole = MakeRig(config, 1);
+  const auto [whole_loss, whole_grads] =
+      LossAndGrads(whole->model.get(), batch, B, T, whole_options);
+  const std::vector<float> whole_params = whole->model->arena().ParamsToHost();
+
+  CpuBackend backend;
+  CpuGptKernels kernels(nullptr);
+  std::vector<std::unique_ptr<GptModel>> stages;
+  for (int s = 0; s < P; ++s) {
+    auto stage = GptPipelineStage(config, P, s);
+    ASSERT_TRUE(stage.ok()) << stage.status().ToString();
+    auto model = GptModel::Create(config, &backend, &kernels, nullptr, &*stage);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    (*model)->set_activation_slots(2);
+    (*model)->PrepareActivations(micro, T);
+    const std::vector<float> params = (*model)->arena().ParamsToHost();
+    size_t local = 0;
+    ForEachStageTensor(config, *stage,
+                       [&](GptTensor, int, int64_t rows, int64_t cols, size_t, size_t at) {
+                         const size_t n = size_t(rows) * (cols ? cols : 1);
+                         EXPECT_TRUE(std::equal(params.begin() + local, params.begin() + local + n,
+                                                whole_params.begin() + at))
+                             << "stage " << s << " tensor at " << at;
+                         local += n;
+                       });
+    EXPECT_EQ(local, params.size());
+    stages.push_back(std::move(*model));
+  }
+  const size_t ids = size_t(micro) * T, floats = ids * config.hidden_size;
+  double loss = 0.0;
+  for (int mb = 0; mb < 2; ++mb) {
+    for (int s = 0; s < P; ++s) {
+      if (s > 0) {
+        std::copy_n(stages[s - 1]->StageOutput(mb), floats, stages[s]->StageInput(mb));
+      }
+      const GptForwardOptions options{
+          .grad_scale = 0.5f,
+          .slot = mb,
+          .dropout_seed = 99,
+          .dropout_streams = std::span(streams).subspan(mb * micro, micro)};
+      auto l =
+          stages[s]->Forward(std::span(batch.tokens).subspan(mb * ids, ids),
+                             std::span(batch.targets).subspan(mb * ids, ids), micro, T, options);
+      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      if (s == P - 1) loss += *l / 2;
+    }
+  }
+  for (int mb = 0; mb < 2; ++mb) {
+    for (int s = P - 1; s >= 0; --s) {
+      if (s < P - 1) std::copy_n(stages[s + 1]->InputGrad(), floats, stages[s]->OutputGrad());
+      stages[s]->Backward({}, mb);
+    }
+  }
+  EXPECT_NEAR(loss, whole_loss, 1e-5);
+  std::vector<float> got(whole_grads.size(), 0.0f);
+  for (int s = 0; s < P; ++s) {
+    const std::vector<float> grads = stages[s]->arena().GradsToHost();
+    size_t local = 0;
+    ForEachStageTensor(config, stages[s]->stage(),
+                       [&](GptTensor, int, int64_t rows, int64_t cols, size_t, size_t at) {
+                         const size_t n = size_t(rows) * (cols ? cols : 1);
+                         for (size_t i = 0; i < n; ++i) got[at + i] += grads[local + i];
+                         local += n;
+                       });
+  }
+  EXPECT_TRUE(AllClose("stage grads", got, whole_grads, 1e-6, 1e-4));
+  EXPECT_GE(stages[0]->wte_index(), 0);
+  EXPECT_EQ(stages[1]->wte_index(), -1);
+  EXPECT_GE(stages[2]->wte_index(), 0);
+  // A stage cannot give next-token logits, and LoRA is not split in stages.
+  EXPECT_FALSE(stages[0]->LastLogits(std::span(batch.tokens).subspan(0, T), 1, T).ok());
+  EXPECT_TRUE(
+      IsInvalidArgumentNaming(GptPipelineStage(config, 2, 0).status(), "Distributed.pp_degree"));
+}
+
+// The dry-run plan of each stage is what the stage's model allocates: its
+// parameters, and the activations of its micro-batches in flight (1F1B:
+// min(P - s, m) of them, each stage keeping that many slots).
+TEST(GptModel, PlanOfEachStageIsWhatItsModelAllocates) {
+  const GptConfig config = SmallConfig();
+  const int P = 3, m = 2, B = 2, T = 24;
+  CpuBackend backend;
+  CpuGptKernels kernels(nullptr);
+  auto plan =
+      PlanGpt(config, {.micro_batch_size = B, .seq_len = T, .accumulate_steps = m, .pp_degree = P},
+              &kernels);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->stages.size(), size_t{P});
+  EXPECT_DOUBLE_EQ(plan->bubble_fraction, 2.0 / 4.0);
+  for (int s = 0; s < P; ++s) {
+    const GptPlan::Stage& planned = plan->stages[s];
+    EXPECT_EQ(planned.in_flight, std::min(P - s, m));
+    auto stage = GptPipelineStage(config, P, s);
+    ASSERT_TRUE(stage.ok());
+    auto model = GptModel::Create(config, &backend, &kernels, nullptr, &*stage);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    (*model)->set_activation_slots(planned.in_flight);
+    (*model)->PrepareActivations(B, T);
+    EXPECT_EQ(planned.rank_params, static_cast<int64_t>((*model)->arena().size())) << "stage " << s;
+    EXPECT_EQ(planned.activation_bytes, static_cast<int64_t>((*model)->activation_bytes()))
+        << "stage " << s;
+  }
+  // The plan is the stage holding the most: the first (two in flight).
+  EXPECT_EQ(plan->planned_stage, 0);
+  EXPECT_NE(plan->ToString().find("pipeline bubble: 50.0%"), std::string::npos) << plan->ToString();
 }
 
 TEST(GptModel, RejectsBadConfigsNamingTheKey) {

@@ -207,6 +207,49 @@ void ForEachGptTensor(const GptConfig& c, Fn&& fn) {
 // "wte", "h.3.attn.qkv.weight", "ln_f.bias", ...
 std::string GptTensorName(GptTensor tensor, int layer);
 ParamTable GptParamTable(const GptConfig& config);
+
+// The part of the model one pipeline stage computes (Megatron's pipeline
+// parallelism, collective/gpt_pipeline.h): blocks [first_layer, end_layer);
+// the first stage also the embeddings (wte, wpe), the last ln_f and the
+// output head, for which it keeps its own copy of the tied wte (the two
+// copies stay equal: their gradients are summed between the two stages).
+// The whole model is one stage holding everything, wte once.
+struct GptStage {
+  int first_layer = 0;
+  int end_layer = 0;
+  bool embedding = true;  // the first stage: wte, wpe
+  bool head = true;       // the last stage: ln_f, the head (and wte, if not the first too)
+  int layers() const { return end_layer - first_layer; }
+  // The head's own copy of wte (a last stage that is not also the first).
+  bool wte_copy() const { return head && !embedding; }
+  bool operator==(const GptStage&) const = default;
+};
+GptStage GptWholeStage(const GptConfig& config);
+// Stage `index` of `degree` (Distributed.pp_degree): L / degree consecutive
+// blocks each. InvalidArgument naming Distributed.pp_degree unless degree
+// divides Model.num_layers.
+Result<GptStage> GptPipelineStage(const GptConfig& config, int degree, int index);
+
+// Calls fn(GptTensor, layer, rows, cols, whole_index, whole_offset) for the
+// tensors of `stage` in its arena's order (ForEachGptTensor's, the head's
+// wte copy last): whole_index and whole_offset place each in the whole
+// table (GptParamTable; the copy is wte's, 0 and 0).
+template <typename Fn>
+void ForEachStageTensor(const GptConfig& c, const GptStage& stage, Fn&& fn) {
+  size_t index = 0, offset = 0;
+  ForEachGptTensor(c, [&](GptTensor t, int layer, int64_t rows, int64_t cols) {
+    const bool held = layer >= 0 ? layer >= stage.first_layer && layer < stage.end_layer
+                      : t == GptTensor::kWte || t == GptTensor::kWpe ? stage.embedding
+                                                                     : stage.head;
+    if (held) fn(t, layer, rows, cols, index, offset);
+    ++index;
+    offset += static_cast<size_t>(rows * (cols ? cols : 1));
+  });
+  if (stage.wte_copy())
+    fn(GptTensor::kWte, -1, int64_t{c.vocab_size}, int64_t{c.hidden_size}, 0, 0);
+}
+// The arena table of a stage's model.
+ParamTable GptParamTable(const GptConfig& config, const GptStage& stage);
 // Number of parameters (the tied wte counted once). Allocates nothing.
 // GPT-2 small (V 50257, maxT 1024, C 768, L 12): 124,439,808.
 int64_t GptParamCount(const GptConfig& config);
@@ -266,12 +309,15 @@ enum class GptAct {
   kCount,
 };
 
+// A pipeline stage's layout (`stage`, default the whole model) holds its
+// blocks (residual [layers + 1, N, C]) and, on the last stage only, the
+// head's buffers (lnf ... losses).
 class GptActivationLayout {
  public:
   // att_saved / att_scratch: the twin's AttentionSavedFloats(B, T, NH / M)
   // and AttentionScratchFloats(B, T, NH / M); mp_degree M (see above).
   GptActivationLayout(const GptConfig& config, int B, int T, bool recompute, size_t att_saved,
-                      size_t att_scratch, int mp_degree = 1);
+                      size_t att_scratch, int mp_degree = 1, const GptStage* stage = nullptr);
   GptActivationLayout() = default;
 
   static std::string_view Name(GptAct a);
@@ -337,11 +383,15 @@ struct GptForwardOptions {
   // Backward produces the gradient of grad_scale * loss. 1/k for k
   // micro-batches of gradient accumulation; the loss scale of fp16 training.
   float grad_scale = 1.0f;
+  // Which of set_activation_slots()'s activation sets the pass uses (its
+  // Backward then names it too): a pipeline stage keeps the activations of
+  // several micro-batches between their forward and backward.
+  int slot = 0;
   // Dropout of a training pass, when the config has any: the step's key
   // (GptDropoutStepSeed) and each sequence's stream ([B]: its sample's id,
   // the same on every rank that computes it).
   uint64_t dropout_seed = 0;
-  std::span<const uint32_t> dropout_streams;
+  std::span<const uint32_t> dropout_streams = {};
 };
 
 class GptModel {
@@ -353,10 +403,13 @@ class GptModel {
   // otherwise). Parameters are initialised from config.seed (a tensor-parallel
   // shard with the values of the whole model's rows and columns it holds).
   // `tensor_parallel` (not owned, outlives the model; null: the whole model
-  // on this rank) splits the model over its group.
+  // on this rank) splits the model over its group. `stage` (null: the whole
+  // model) makes this a pipeline stage's model (GptStage; the tensor split
+  // must be of the same stage); InvalidArgument for a stage with LoRA.
   static Result<std::unique_ptr<GptModel>> Create(const GptConfig& config, Backend* backend,
                                                   GptKernels* kernels,
-                                                  GptTensorParallel* tensor_parallel = nullptr);
+                                                  GptTensorParallel* tensor_parallel = nullptr,
+                                                  const GptStage* stage = nullptr);
 
   ~GptModel();
 
@@ -381,7 +434,8 @@ class GptModel {
   // tokens, targets: host int32 [B, T]; T <= max_position_embeddings; tokens
   // in [0, vocab_size); targets in [0, vocab_size), or -1 for a position
   // without a target (e.g. padding). Returns the mean loss over positions
-  // with a target. InvalidArgument (nothing changed) for B or T out of range,
+  // with a target (0 on a pipeline stage without the head, where targets
+  // may be all -1). InvalidArgument (nothing changed) for B or T out of range,
   // a size mismatch, an id out of range (naming its position and value), no
   // position with a target, or a training pass of a model with dropout
   // without B dropout streams. Activation buffers grow to the largest B and
@@ -390,9 +444,33 @@ class GptModel {
                         int T, const GptForwardOptions& options = {});
   // Adds d(grad_scale * loss)/d(params) into arena().grads(). Calls
   // on_grads_ready(first, end) as table tensors [first, end) become final,
-  // last tensors first. REQUIRES: a Forward with for_backward since the last
-  // Backward (CHECK).
-  void Backward(const GradReadyFn& on_grads_ready = {});
+  // last tensors first. REQUIRES: a Forward with for_backward of `slot`
+  // since its last Backward (CHECK).
+  void Backward(const GradReadyFn& on_grads_ready = {}, int slot = 0);
+
+  // ---- pipeline stages ----
+  const GptStage& stage() const { return stage_; }
+  // Keeps the activations of `slots` passes at once (Forward's
+  // options.slot); frees the current buffers. >= 1; default 1.
+  void set_activation_slots(int slots);
+  int activation_slots() const { return slots_; }
+  // Sizes the activations for B x T now (Forward would): the buffers below
+  // exist from then on.
+  void PrepareActivations(int B, int T) { EnsureActivations(B, T); }
+  // [B, T, C] on the device. A stage without the embeddings reads its input
+  // (the previous stage's output) from StageInput(slot), which the caller
+  // fills before Forward; a stage without the head leaves its output in
+  // StageOutput(slot). Backward of a stage without the head starts from the
+  // gradient of its output, which the caller puts in OutputGrad() (shared by
+  // the slots); after Backward of a stage without the embeddings,
+  // InputGrad() holds the gradient of its input (until the next Backward).
+  float* StageInput(int slot);
+  float* StageOutput(int slot);
+  float* OutputGrad();
+  float* InputGrad();
+  // The tensor index of wte in arena(): the embeddings', or the head's copy
+  // (GptStage::wte_copy); -1 when the stage holds neither.
+  int wte_index() const { return wte_index_; }
 
   // Logits at position T - 1 of each sequence (the next-token scores
   // generation samples from), host [B, V]. Same errors as Forward for
@@ -400,8 +478,11 @@ class GptModel {
   // first).
   Result<std::vector<float>> LastLogits(std::span<const int32_t> tokens, int B, int T);
 
-  // Bytes of activation buffers allocated now (0 before the first Forward).
-  size_t activation_bytes() const { return layout_.total_floats() * sizeof(float); }
+  // Bytes of activation buffers allocated now (0 before the first Forward):
+  // the kept buffers once per slot, the backward ones once.
+  size_t activation_bytes() const {
+    return (layout_.saved_floats() * slots_ + layout_.backward_floats()) * sizeof(float);
+  }
   const GptActivationLayout& layout() const { return layout_; }
 
   // Accumulates kernel times into `profile` (not owned; null = off).
@@ -427,7 +508,7 @@ class GptModel {
   };
 
   GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena,
-           GptTensorParallel* tp, std::unique_ptr<GptLoraAdapters> lora);
+           GptTensorParallel* tp, std::unique_ptr<GptLoraAdapters> lora, const GptStage& stage);
   // The targeted matmul's LoRA term: out [N, OC] += its adapter of inp
   // [N, IC] (nothing when the target is not adapted).
   void LoraForward(int layer, LoraTarget target, const float* inp, float* out, int N);
@@ -444,6 +525,8 @@ class GptModel {
                   std::span<const uint32_t> streams);
   void EnsureActivations(int B, int T);
   float* Act(GptAct a, int copy = 0) const;
+  // The slot's ids: int32 tokens [cap], targets [cap], uint32 streams [cap_b_].
+  int32_t* SlotIds(int slot) const;
   BlockTensors Block(float* base, int layer) const;
   BlockActs BlockBuffers(int layer) const;
   // Runs block `layer` on x [N, C] into its buffers and writes its output
@@ -481,7 +564,10 @@ class GptModel {
   void ForwardTrunk(bool then_backward);
   TensorRange EmbeddingUnit() const { return {0, 2}; }
   TensorRange BlockUnit(int layer) const;
+  // ln_f (with the head's wte copy after it on a last stage).
   TensorRange LnfUnit() const;
+  // Local index of layer's residual stream (its input) in this stage.
+  int Local(int layer) const { return layer - stage_.first_layer; }
   void Acquire(TensorRange unit, TensorRange next) {
     if (hooks_ != nullptr) hooks_->Acquire(unit, next);
   }
@@ -498,17 +584,30 @@ class GptModel {
   GptTensorParallel* const tp_;  // null: not split
   ParamArena arena_;
   const std::unique_ptr<GptLoraAdapters> lora_;  // null: no LoRA
-  std::vector<size_t> block_offset_;  // arena offset of each block's first tensor
-  size_t lnf_offset_ = 0;
+  const GptStage stage_;
+  std::vector<size_t> block_offset_;  // arena offset of each of the stage's blocks' first tensor
+  size_t first_block_tensor_ = 0;     // arena index of the stage's first block tensor
+  size_t lnf_offset_ = 0;             // the head stage's
+  int wte_index_ = -1;
 
-  // Activations, sized for the largest B and T seen (cap_b_, cap_t_).
+  // Activations, sized for the largest B and T seen (cap_b_, cap_t_): the
+  // kept buffers per slot, then the backward ones once.
   int cap_b_ = 0, cap_t_ = 0;
+  int slots_ = 1;
   GptActivationLayout layout_;
   std::shared_ptr<float> acts_;
-  std::shared_ptr<void> ids_;  // int32 tokens [cap], targets [cap]; uint32 streams [cap_b_]
-  int B_ = 0, T_ = 0;          // shape of the last Forward
-  bool backward_ready_ = false;
-  // The last Forward's dropout (its Backward's too).
+  // Per slot: int32 tokens [cap], targets [cap]; uint32 streams [cap_b_].
+  std::shared_ptr<void> ids_;
+  int B_ = 0, T_ = 0;  // shape of the last Forward
+  // What each slot's Forward left for its Backward.
+  struct SlotState {
+    bool backward_ready = false;
+    bool dropout_on = false;  // the pass's dropout and its key
+    uint64_t dropout_seed = 0;
+  };
+  std::vector<SlotState> slot_state_ = std::vector<SlotState>(1);
+  int slot_ = 0;  // the slot the running pass uses
+  // The running pass's dropout (its slot's).
   bool dropout_on_ = false;
   uint64_t dropout_seed_ = 0;
 
