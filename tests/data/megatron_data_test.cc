@@ -252,7 +252,9 @@ TEST(MegatronIndices, MatchNumpysAndSamplesFollowThem) {
     EXPECT_EQ(s.sample_index(), sample_idx);
     EXPECT_EQ(s.shuffle_index(), shuffle);
     EXPECT_GE(s.num_samples(), c.num_samples);
-    if (c.num_samples == 400) EXPECT_GT(s.epochs(), 1);
+    if (c.num_samples == 400) {
+      EXPECT_GT(s.epochs(), 1);
+    }
 
     // Samples: the tokens the indices point at.
     std::vector<int32_t> sample(c.seq_len + 1), in(c.seq_len), target(c.seq_len);
