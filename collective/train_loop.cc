@@ -40,8 +40,7 @@ struct DataLayout {
 // mt19937_64, whose output the standard fixes, so every rank and every
 // build draws the same order (std::shuffle's is implementation-defined).
 // Into `order`, whose memory is reused from epoch to epoch.
-void EpochOrder(uint64_t seed, bool shuffle, int64_t epoch, int64_t n,
-                std::vector<int64_t>* out) {
+void EpochOrder(uint64_t seed, bool shuffle, int64_t epoch, int64_t n, std::vector<int64_t>* out) {
   std::vector<int64_t>& order = *out;
   order.resize(n);
   std::iota(order.begin(), order.end(), 0);
@@ -57,10 +56,10 @@ void EpochOrder(uint64_t seed, bool shuffle, int64_t epoch, int64_t n,
 std::string PositionText(const DataLayout& layout, int64_t step) {
   const int64_t spe = layout.steps_per_epoch();
   // "shuffled=0" only for the unshuffled order (files without it are shuffled).
-  return absl::StrCat("train_samples=", layout.train_samples, "\nglobal_batch=",
-                      layout.global_batch, "\nshuffle_seed=", layout.shuffle_seed,
-                      layout.shuffle ? "" : "\nshuffled=0", "\nstep=", step,
-                      "\nepoch=", step / spe, "\nbatch_in_epoch=", step % spe, "\n");
+  return absl::StrCat(
+      "train_samples=", layout.train_samples, "\nglobal_batch=", layout.global_batch,
+      "\nshuffle_seed=", layout.shuffle_seed, layout.shuffle ? "" : "\nshuffled=0", "\nstep=", step,
+      "\nepoch=", step / spe, "\nbatch_in_epoch=", step % spe, "\n");
 }
 
 // Checks that the layout recorded in `path` is `want`. NotFound / IOError
@@ -185,9 +184,9 @@ Status Loop::Validate() const {
 
 Status Loop::Setup() {
   FLEET_RETURN_IF_ERROR(Validate());
-  layout_ = DataLayout{task_.num_train_samples(),
-                       static_cast<int64_t>(options_.batch_size) * world_, options_.shuffle_seed,
-                       options_.shuffle};
+  layout_ =
+      DataLayout{task_.num_train_samples(), static_cast<int64_t>(options_.batch_size) * world_,
+                 options_.shuffle_seed, options_.shuffle};
   if (options_.make_updater) {
     FLEET_ASSIGN_OR_RETURN(updater_, options_.make_updater(&task_.arena(), collective_));
   } else {

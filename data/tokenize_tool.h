@@ -9,8 +9,8 @@
 // end-of-text token. --output_format=megatron writes Megatron's indexed
 // dataset instead, named as its preprocess_data.py names it:
 // data/books_text_document.bin + .idx (MegatronDataset, gpt_pretrain
-// --data-path data/books_text_document; data/megatron_data.h). With no --input it tokenizes the default corpus (the
-// Debian `fortunes` files, split at "%" lines).
+// --data-path data/books_text_document; data/megatron_data.h). With no --input it tokenizes the
+// default corpus (the Debian `fortunes` files, split at "%" lines).
 //
 // Thread safety: RunTokenize touches only the files it is given.
 #pragma once

@@ -227,11 +227,11 @@ Status ParseDataSplit(ConfigSection s, DataSplitConfig* d) {
   FLEET_RETURN_IF_ERROR(ds.Choice("name", &name,
                                   {"GPTDataset", "TokenBinDataset", "TextDataset",
                                    "PromptResponseDataset", "MegatronGPTDataset"}));
-  c.kind = name == "GPTDataset"            ? DatasetKind::kFleetX
-           : name == "TokenBinDataset"     ? DatasetKind::kTokenBin
-           : name == "TextDataset"         ? DatasetKind::kText
+  c.kind = name == "GPTDataset"           ? DatasetKind::kFleetX
+           : name == "TokenBinDataset"    ? DatasetKind::kTokenBin
+           : name == "TextDataset"        ? DatasetKind::kText
            : name == "MegatronGPTDataset" ? DatasetKind::kMegatron
-                                           : DatasetKind::kPromptResponse;
+                                          : DatasetKind::kPromptResponse;
   FLEET_RETURN_IF_ERROR(ds.String("input_dir", &c.input_dir));
   FLEET_RETURN_IF_ERROR(ds.String("input_files", &c.input_files));
   if (!c.input_dir.empty() && !c.input_files.empty()) {
@@ -305,9 +305,10 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
 
   ConfigSection lr = s.Sub("lr");
   std::string lr_name = "CosineAnnealingWithWarmupDecay";
-  FLEET_RETURN_IF_ERROR(lr.Choice("name", &lr_name,
-                                  {"CosineAnnealingWithWarmupDecay", "LinearAnnealingWithWarmupDecay",
-                                   "ConstantWithWarmup", "WarmupLR", "WarmupDecayLR"}));
+  FLEET_RETURN_IF_ERROR(
+      lr.Choice("name", &lr_name,
+                {"CosineAnnealingWithWarmupDecay", "LinearAnnealingWithWarmupDecay",
+                 "ConstantWithWarmup", "WarmupLR", "WarmupDecayLR"}));
   const bool deepspeed = lr_name == "WarmupLR" || lr_name == "WarmupDecayLR";
   schedule->decay = lr_name == "CosineAnnealingWithWarmupDecay"   ? LrDecay::kCosine
                     : lr_name == "LinearAnnealingWithWarmupDecay" ? LrDecay::kLinear
@@ -325,8 +326,8 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
   FLEET_RETURN_IF_ERROR(lr.OptionalInt("warmup_steps", &warmup_steps, 0));
   if (warmup_steps) {
     if (*warmup_steps > schedule->decay_steps) {
-      return lr.Error("warmup_steps", absl::StrCat(*warmup_steps, " is above decay_steps ",
-                                                   schedule->decay_steps));
+      return lr.Error("warmup_steps",
+                      absl::StrCat(*warmup_steps, " is above decay_steps ", schedule->decay_steps));
     }
     schedule->warmup_steps = *warmup_steps;
   }
@@ -347,8 +348,8 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
                     absl::StrCat(schedule->min_lr, " is above max_lr ", schedule->max_lr));
   }
   if (schedule->warmup_min_lr > schedule->max_lr) {
-    return lr.Error("warmup_min_lr", absl::StrCat(schedule->warmup_min_lr, " is above max_lr ",
-                                                  schedule->max_lr));
+    return lr.Error("warmup_min_lr",
+                    absl::StrCat(schedule->warmup_min_lr, " is above max_lr ", schedule->max_lr));
   }
   FLEET_RETURN_IF_ERROR(lr.Finish());
 

@@ -227,9 +227,9 @@ struct EngineConfig {
 // (empty only: every block is recomputed).
 
 enum class DatasetKind {
-  kFleetX,    // GPTDataset: FleetX's *_ids.npy + *_idx.npz
-  kTokenBin,  // TokenBinDataset: llm.c .bin token shards
-  kText,      // TextDataset: text files, tokenized once into cache_dir
+  kFleetX,          // GPTDataset: FleetX's *_ids.npy + *_idx.npz
+  kTokenBin,        // TokenBinDataset: llm.c .bin token shards
+  kText,            // TextDataset: text files, tokenized once into cache_dir
   kPromptResponse,  // PromptResponseDataset: JSONL prompt/response pairs (finetune)
   kMegatron,        // MegatronGPTDataset: Megatron's PREFIX.bin + PREFIX.idx
 };

@@ -81,8 +81,8 @@ Result<std::vector<std::string>> ConfiguredDataFiles(const DatasetConfig& d,
       }
       if (out.size() != 1) {
         return Status::InvalidArgument(
-            absl::StrCat("holds ", out.size(), " Megatron indexes (*.idx); name one with ",
-                         key, ".input_files=PREFIX"),
+            absl::StrCat("holds ", out.size(), " Megatron indexes (*.idx); name one with ", key,
+                         ".input_files=PREFIX"),
             spec_key);
       }
       return out;
@@ -115,7 +115,8 @@ Result<std::vector<std::string>> ConfiguredDataFiles(const DatasetConfig& d,
 
 Result<std::unique_ptr<Tokenizer>> OpenConfiguredTokenizer(const DatasetConfig& dataset) {
   if (dataset.tokenizer == "gpt2" && !dataset.vocab_file.empty()) {
-    FLEET_ASSIGN_OR_RETURN(auto t, Gpt2Tokenizer::LoadFiles(dataset.vocab_file, dataset.merge_file));
+    FLEET_ASSIGN_OR_RETURN(auto t,
+                           Gpt2Tokenizer::LoadFiles(dataset.vocab_file, dataset.merge_file));
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
   return MakeTokenizer(dataset.tokenizer, dataset.vocab_dir);
@@ -139,7 +140,8 @@ Result<std::unique_ptr<GptDataset>> OpenConfiguredDataset(
       return Status::InvalidArgument("PromptResponseDataset is not a token stream", key + ".name");
     case DatasetKind::kMegatron:
       return Status::InvalidArgument(
-          "MegatronGPTDataset samples by Megatron's indices, not by position (OpenConfiguredSamples)",
+          "MegatronGPTDataset samples by Megatron's indices, not by position "
+          "(OpenConfiguredSamples)",
           key + ".name");
     case DatasetKind::kFleetX:
       corpus = TokenCorpus::OpenFleetX(files);
@@ -183,8 +185,8 @@ int64_t MegatronSamplesFor(const trainer::config::GptJobConfig& config, DataPart
     case DataPart::kTrain:
       return e.max_steps * batch;
     case DataPart::kEval:
-      return std::max<int64_t>(1, (e.eval_freq > 0 ? e.max_steps / e.eval_freq + 1 : 1) *
-                                      e.eval_iters * batch);
+      return std::max<int64_t>(
+          1, (e.eval_freq > 0 ? e.max_steps / e.eval_freq + 1 : 1) * e.eval_iters * batch);
     case DataPart::kTest:
       return std::max<int64_t>(1, e.test_iters * batch);
   }

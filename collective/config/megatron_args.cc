@@ -5,10 +5,9 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <variant>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -60,23 +59,22 @@ Optimizer:
 
 struct Flags {
   std::optional<int64_t> model_parallel_size, num_layers, hidden_size, num_attention_heads,
-      batch_size, seq_length, max_position_embeddings, train_iters, save_interval,
-      eval_interval, eval_iters, log_interval, lr_decay_iters, seed, vocab_divisible,
-      loss_scale_window, hysteresis, local_rank;
+      batch_size, seq_length, max_position_embeddings, train_iters, save_interval, eval_interval,
+      eval_iters, log_interval, lr_decay_iters, seed, vocab_divisible, loss_scale_window,
+      hysteresis, local_rank;
   std::optional<double> lr, min_lr, weight_decay, clip_grad, warmup, hidden_dropout,
       attention_dropout, adam_beta1, adam_beta2, adam_eps, init_method_std, loss_scale,
       initial_loss_scale, min_loss_scale;
-  std::optional<std::string> save, load, data_path, vocab_file, merge_file, tokenizer_type,
-      split, distributed_backend, lr_decay_style, deepspeed_config;
+  std::optional<std::string> save, load, data_path, vocab_file, merge_file, tokenizer_type, split,
+      distributed_backend, lr_decay_style, deepspeed_config;
   std::vector<std::string> train_data;
-  bool fp16 = false, cpu_optimizer = false, checkpoint_activations = false,
-       lazy_loader = false, deepspeed = false;
+  bool fp16 = false, cpu_optimizer = false, checkpoint_activations = false, lazy_loader = false,
+       deepspeed = false;
 };
 
-using Field =
-    std::variant<std::optional<int64_t> Flags::*, std::optional<double> Flags::*,
-                 std::optional<std::string> Flags::*, std::vector<std::string> Flags::*,
-                 bool Flags::*>;
+using Field = std::variant<std::optional<int64_t> Flags::*, std::optional<double> Flags::*,
+                           std::optional<std::string> Flags::*, std::vector<std::string> Flags::*,
+                           bool Flags::*>;
 
 struct FlagSpec {
   std::string_view name;
@@ -291,7 +289,8 @@ Status TranslateModelAndData(const Flags& f, const MegatronTarget& target, Trans
     const std::optional<int64_t>& value;
     std::string_view flag;
   };
-  for (const Required& r : {Required{f.num_layers, "num-layers"}, {f.hidden_size, "hidden-size"},
+  for (const Required& r : {Required{f.num_layers, "num-layers"},
+                            {f.hidden_size, "hidden-size"},
                             {f.num_attention_heads, "num-attention-heads"},
                             {f.seq_length, "seq-length"},
                             {f.max_position_embeddings, "max-position-embeddings"},
@@ -418,8 +417,8 @@ Status TranslateEngine(const Flags& f, Translation* t) {
     // Megatron's dynamic scaler starts at 2^32 (--initial-loss-scale).
     t->Set("Engine.mix_precision.scale_loss", Num(f.initial_loss_scale.value_or(4294967296.0)),
            "--initial-loss-scale");
-    t->Set("Engine.mix_precision.decr_every_n_nan_or_inf",
-           std::to_string(f.hysteresis.value_or(2)), "--hysteresis");
+    t->Set("Engine.mix_precision.decr_every_n_nan_or_inf", std::to_string(f.hysteresis.value_or(2)),
+           "--hysteresis");
     t->Set("Engine.mix_precision.incr_every_n_steps",
            std::to_string(f.loss_scale_window.value_or(1000)), "--loss-scale-window");
     t->Set("Engine.mix_precision.min_loss_scale", Num(f.min_loss_scale.value_or(1.0)),
@@ -441,8 +440,8 @@ Status TranslateOptimizer(const Flags& f, Translation* t) {
   if (f.warmup) t->Set("Optimizer.lr.warmup_rate", Num(*f.warmup), "--warmup");
   if (f.lr_decay_style) {
     const std::string& style = *f.lr_decay_style;
-    const std::string name = style == "cosine"   ? "CosineAnnealingWithWarmupDecay"
-                             : style == "linear" ? "LinearAnnealingWithWarmupDecay"
+    const std::string name = style == "cosine"     ? "CosineAnnealingWithWarmupDecay"
+                             : style == "linear"   ? "LinearAnnealingWithWarmupDecay"
                              : style == "constant" ? "ConstantWithWarmup"
                                                    : "";
     if (name.empty()) {
@@ -458,8 +457,9 @@ Status TranslateOptimizer(const Flags& f, Translation* t) {
   if (f.adam_beta2) t->Set("Optimizer.beta2", Num(*f.adam_beta2), "--adam-beta2");
   if (f.adam_eps) t->Set("Optimizer.epsilon", Num(*f.adam_eps), "--adam-eps");
   if (f.warmup.value_or(0.01) > 0) {
-    t->Note("--warmup: the learning rate rises from lr / warmup steps at the first step "
-            "(Megatron's from 0)");
+    t->Note(
+        "--warmup: the learning rate rises from lr / warmup steps at the first step "
+        "(Megatron's from 0)");
   }
   return Status::OK();
 }
@@ -504,8 +504,8 @@ Status TranslateBatches(const Flags& f, const DeepSpeedConfig* ds, int64_t dp_wo
   if (global && !gas) {
     if (*global % (*micro * dp_world) != 0) {
       return ds->Bad("train_batch_size",
-                     absl::StrCat(*global, " is not a multiple of the micro-batch ", *micro,
-                                  " x ", dp_world, " data-parallel ranks"));
+                     absl::StrCat(*global, " is not a multiple of the micro-batch ", *micro, " x ",
+                                  dp_world, " data-parallel ranks"));
     }
     gas = *global / (*micro * dp_world);
     gas_source = global_source;
@@ -513,8 +513,8 @@ Status TranslateBatches(const Flags& f, const DeepSpeedConfig* ds, int64_t dp_wo
   if (global && *global != *micro * gas.value_or(1) * dp_world) {
     return ds->Bad("train_batch_size",
                    absl::StrCat(*global, " must equal the micro-batch ", *micro,
-                                " x gradient_accumulation_steps ", gas.value_or(1), " x ",
-                                dp_world, " data-parallel ranks (as DeepSpeed requires)"));
+                                " x gradient_accumulation_steps ", gas.value_or(1), " x ", dp_world,
+                                " data-parallel ranks (as DeepSpeed requires)"));
   }
   t->Set("Global.micro_batch_size", std::to_string(*micro), micro_source);
   t->Set("Global.local_batch_size", std::to_string(*micro * gas.value_or(1)),
@@ -542,8 +542,7 @@ Status TranslateDeepSpeed(const Flags& f, const DeepSpeedConfig& ds, int64_t dp_
   }
   if (ds.Find("optimizer") != nullptr) {
     ds.Unknown("optimizer", {"type", "params"}, &unknown);
-    ds.Unknown("optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode"},
-               &unknown);
+    ds.Unknown("optimizer.params", {"lr", "betas", "eps", "weight_decay", "adam_w_mode"}, &unknown);
     FLEET_ASSIGN_OR_RETURN(std::string type, ds.String("optimizer.type"));
     std::string lower = type;
     for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -568,8 +567,10 @@ Status TranslateDeepSpeed(const Flags& f, const DeepSpeedConfig& ds, int64_t dp_
           !(*betas)[1].is_number()) {
         return ds.Bad("optimizer.params.betas", "must be [beta1, beta2], got " + betas->dump());
       }
-      t->Set("Optimizer.beta1", Num((*betas)[0].get<double>()), ds.Source("optimizer.params.betas"));
-      t->Set("Optimizer.beta2", Num((*betas)[1].get<double>()), ds.Source("optimizer.params.betas"));
+      t->Set("Optimizer.beta1", Num((*betas)[0].get<double>()),
+             ds.Source("optimizer.params.betas"));
+      t->Set("Optimizer.beta2", Num((*betas)[1].get<double>()),
+             ds.Source("optimizer.params.betas"));
     }
     FLEET_ASSIGN_OR_RETURN(std::optional<double> eps, ds.Number("optimizer.params.eps"));
     if (eps) t->Set("Optimizer.epsilon", Num(*eps), ds.Source("optimizer.params.eps"));
@@ -589,8 +590,10 @@ Status TranslateDeepSpeed(const Flags& f, const DeepSpeedConfig& ds, int64_t dp_
     }
     const std::string src = ds.Source("scheduler");
     t->Set("Optimizer.lr.name", type, src);
-    FLEET_ASSIGN_OR_RETURN(std::optional<double> min_lr, ds.Number("scheduler.params.warmup_min_lr"));
-    FLEET_ASSIGN_OR_RETURN(std::optional<double> max_lr, ds.Number("scheduler.params.warmup_max_lr"));
+    FLEET_ASSIGN_OR_RETURN(std::optional<double> min_lr,
+                           ds.Number("scheduler.params.warmup_min_lr"));
+    FLEET_ASSIGN_OR_RETURN(std::optional<double> max_lr,
+                           ds.Number("scheduler.params.warmup_max_lr"));
     FLEET_ASSIGN_OR_RETURN(std::optional<int64_t> warmup,
                            ds.Int("scheduler.params.warmup_num_steps", 0));
     FLEET_ASSIGN_OR_RETURN(std::string warmup_type, ds.String("scheduler.params.warmup_type"));
@@ -602,7 +605,8 @@ Status TranslateDeepSpeed(const Flags& f, const DeepSpeedConfig& ds, int64_t dp_
     t->Set("Optimizer.lr.warmup_steps", std::to_string(warmup.value_or(1000)), src);
     t->Set("Optimizer.lr.warmup_type", warmup_type.empty() ? "log" : warmup_type, src);
     if (type == "WarmupDecayLR") {
-      if (!total) return ds.Bad("scheduler.params.total_num_steps", "missing: WarmupDecayLR needs it");
+      if (!total)
+        return ds.Bad("scheduler.params.total_num_steps", "missing: WarmupDecayLR needs it");
       t->Set("Optimizer.lr.decay_steps", std::to_string(*total), src);
     } else {
       t->Set("Optimizer.lr.decay_steps",
@@ -637,8 +641,8 @@ Status TranslateDeepSpeed(const Flags& f, const DeepSpeedConfig& ds, int64_t dp_
     t->Set("Engine.mix_precision.scale_loss",
            Num(dynamic ? std::ldexp(1.0, static_cast<int>(power.value_or(16))) : *scale), src);
     t->Set("Engine.mix_precision.incr_every_n_steps", std::to_string(window.value_or(1000)), src);
-    t->Set("Engine.mix_precision.decr_every_n_nan_or_inf",
-           std::to_string(hysteresis.value_or(2)), src);
+    t->Set("Engine.mix_precision.decr_every_n_nan_or_inf", std::to_string(hysteresis.value_or(2)),
+           src);
     t->Set("Engine.mix_precision.min_loss_scale", Num(min_scale.value_or(1.0)), src);
   }
   // ZeRO: sharding over the data-parallel ranks.
@@ -795,9 +799,9 @@ Result<MegatronCommand> ParseMegatronCommandLine(const std::vector<std::string>&
   }
   const int64_t mp = f.model_parallel_size.value_or(1);
   if (mp < 1 || target.world_size % mp != 0) {
-    return Status::InvalidArgument(absl::StrCat(mp, " does not divide the job's ",
-                                                target.world_size, " ranks"),
-                                   "--model-parallel-size");
+    return Status::InvalidArgument(
+        absl::StrCat(mp, " does not divide the job's ", target.world_size, " ranks"),
+        "--model-parallel-size");
   }
   const int64_t dp_world = target.world_size / mp;
   std::optional<DeepSpeedConfig> ds;

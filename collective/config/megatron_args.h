@@ -69,8 +69,8 @@
 #include <string>
 #include <vector>
 
-#include "comm/status.h"
 #include "collective/config/gpt_config.h"
+#include "comm/status.h"
 
 namespace fleet::trainer::config {
 

@@ -55,12 +55,14 @@ ProgramHelp PretrainHelp() {
       "gpt_pretrain -c CONFIG [-o Section.key=value ...] [flags]\n"
       "       gpt_pretrain --num-layers L --hidden-size H ... [--deepspeed --deepspeed_config "
       "ds.json] [flags]",
-      "GPT pretraining from a FleetX-style YAML config (configs/gpt/; see examples/gpt/README.md),\n"
+      "GPT pretraining from a FleetX-style YAML config (configs/gpt/; see "
+      "examples/gpt/README.md),\n"
       "or from Megatron-LM's pretrain_gpt2.py flags and DeepSpeed's JSON "
       "(collective/config/megatron_args.h).\n"
       "Several ranks: fleetrun --nproc_per_node=N build/bin/gpt_pretrain -c CONFIG ...",
       {{"Config",
-        {{"-c", "FILE", "the job's YAML config (configs/gpt/*.yaml; _base_ files are merged in)", ""},
+        {{"-c", "FILE", "the job's YAML config (configs/gpt/*.yaml; _base_ files are merged in)",
+          ""},
          {"-o", "Section.key=value",
           "override one key of the config (repeatable), e.g. -o Engine.max_steps=20", ""},
          GflagsHelpFlag("dry_run")}},
@@ -105,8 +107,7 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   google::InitGoogleLogging(program.c_str());
   FLAGS_logtostderr = true;
   if (config_args->config.empty() && !megatron) {
-    return Fail(err, spec,
-                Status::InvalidArgument("no config: give -c FILE (or Megatron's flags)"),
+    return Fail(err, spec, Status::InvalidArgument("no config: give -c FILE (or Megatron's flags)"),
                 kExitUsage);
   }
 
@@ -138,10 +139,10 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
     Result<trainer::config::GptJobConfig> dry = trainer::config::LoadGptJobConfig(
         config_args->config, config_args->overrides, /*world_size=*/0);
     if (!dry.ok()) return Fail(err, spec, dry.status(), kExitUsage);
-    config = dry->engine.dry_run ? std::move(dry)
-                                 : trainer::config::LoadGptJobConfig(
-                                       config_args->config, config_args->overrides,
-                                       spec.world_size);
+    config = dry->engine.dry_run
+                 ? std::move(dry)
+                 : trainer::config::LoadGptJobConfig(config_args->config, config_args->overrides,
+                                                     spec.world_size);
   }
   if (!config.ok()) return Fail(err, spec, config.status(), kExitUsage);
   if (config->engine.dry_run) {

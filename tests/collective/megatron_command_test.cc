@@ -39,9 +39,9 @@ namespace fs = std::filesystem;
 // tokens) that the 949,50,1 split's test part (1 of 1000 documents) holds a
 // sample of 65 tokens.
 void WriteLooseJson(const fs::path& path) {
-  const char* words[] = {"the",   "model", "trains", "on",     "many", "ranks", "with",
-                         "data",  "split", "across", "nodes",  "and",  "each",  "step",
-                         "loss",  "falls", "slowly", "while",  "large", "batches", "fit"};
+  const char* words[] = {"the",  "model", "trains", "on",    "many",  "ranks",   "with",
+                         "data", "split", "across", "nodes", "and",   "each",    "step",
+                         "loss", "falls", "slowly", "while", "large", "batches", "fit"};
   std::mt19937 rng(40);
   std::ofstream out(path);
   for (int d = 0; d < 1000; ++d) {
@@ -91,6 +91,8 @@ std::string YamlJob(const fs::path& dir) {
                         "tokenizer: gpt2, vocab_file: " +
                         (dir / "gpt2-vocab.json").string() +
                         ", merge_file: " + (dir / "gpt2-merges.txt").string();
+  // The YAML as written, its three data sections one line each.
+  // clang-format off
   return R"(Global: {device: cpu, seed: 1234, micro_batch_size: 2, local_batch_size: 2}
 Engine:
   max_steps: 20
@@ -123,6 +125,7 @@ Distributed:
   reduce_bucket_size: 50000000
   sharding: {sharding_degree: 2, sharding_stage: 2, sharding_offload: True}
 )";
+  // clang-format on
 }
 
 // Every "[train] ... loss: L" of a log, in order.
@@ -137,8 +140,8 @@ std::vector<std::string> Losses(const std::string& log) {
 }
 
 Exit RunIn(const std::vector<std::string>& args, const fs::path& dir, const fs::path& log) {
-  ChildOptions options{.env = {"PATH=/usr/bin:/bin"}, .stdout_file = log.string(),
-                       .stderr_file = log.string()};
+  ChildOptions options{
+      .env = {"PATH=/usr/bin:/bin"}, .stdout_file = log.string(), .stderr_file = log.string()};
   // The token cache goes under the job's own directory.
   const std::string cwd = dir.string();
   options.in_child = [cwd] {
@@ -151,8 +154,8 @@ Exit RunIn(const std::vector<std::string>& args, const fs::path& dir, const fs::
 TEST(MegatronCommandTest, TheSeedsTenBillionCommandLineRunsAsItIs) {
   auto vocab = data::FindGpt2VocabDir(data::ProcessGpt2VocabSearch());
   if (!vocab.ok()) GTEST_SKIP() << "no GPT-2 vocabulary: " << vocab.status().ToString();
-  const fs::path dir = fs::temp_directory_path() / ("megatron_command_test_" +
-                                                    std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("megatron_command_test_" + std::to_string(getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   fs::copy_file(*vocab + "/encoder.json", dir / "gpt2-vocab.json");
@@ -163,6 +166,8 @@ TEST(MegatronCommandTest, TheSeedsTenBillionCommandLineRunsAsItIs) {
 
   // python -m torch.distributed.launch --nproc_per_node 8 --nnodes 1 --node_rank 0
   //   --master_addr A --master_port P pretrain_gpt2.py <the seed's flags>
+  // Flags grouped as the seed's script groups them.
+  // clang-format off
   const std::vector<std::string> seed = {
       BinDir() + "/fleetrun", "--nproc_per_node", "2", "--nnodes", "1", "--node_rank", "0",
       "--master_addr", "127.0.0.1", "--master_port", "0", "--log_dir", (dir / "log").string(),
@@ -179,14 +184,15 @@ TEST(MegatronCommandTest, TheSeedsTenBillionCommandLineRunsAsItIs) {
       "--weight-decay", "1e-2", "--clip-grad", "1.0", "--warmup", ".01",
       "--log-interval", "1", "--save-interval", "10000", "--eval-interval", "1000",
       "--eval-iters", "10", "--fp16", "--cpu-optimizer", "--checkpoint-activations"};
+  // clang-format on
   const Exit megatron = RunIn(seed, dir, dir / "megatron.log");
   const std::string megatron_log = ReadAll(dir / "megatron.log");
   ASSERT_TRUE(megatron.exited && megatron.code == 0) << megatron_log;
 
   const Exit yaml = RunIn({BinDir() + "/fleetrun", "--nproc_per_node=2", "--http_port=0",
-                         "--log_dir=" + (dir / "log_yaml").string(), BinDir() + "/gpt_pretrain",
-                         "-c", (dir / "job.yaml").string()},
-                        dir, dir / "yaml.log");
+                           "--log_dir=" + (dir / "log_yaml").string(), BinDir() + "/gpt_pretrain",
+                           "-c", (dir / "job.yaml").string()},
+                          dir, dir / "yaml.log");
   const std::string yaml_log = ReadAll(dir / "yaml.log");
   ASSERT_TRUE(yaml.exited && yaml.code == 0) << yaml_log;
 
@@ -196,8 +202,7 @@ TEST(MegatronCommandTest, TheSeedsTenBillionCommandLineRunsAsItIs) {
   // What the command line and the JSON say that FleetPS does otherwise.
   for (const char* said :
        {"gpt_pretrain: --distributed-backend nccl: accepted",
-        "gpt_pretrain: --lazy-loader: accepted",
-        "gpt_pretrain: no GPU for this job",
+        "gpt_pretrain: --lazy-loader: accepted", "gpt_pretrain: no GPU for this job",
         "gpt_pretrain: warning: DeepSpeed key 'optimizer.params.max_grad_norm'",
         "gpt_pretrain: warning: DeepSpeed key 'zero_allow_untested_optimizer'",
         "[time] ms per step: embedding "}) {

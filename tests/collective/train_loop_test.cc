@@ -154,9 +154,7 @@ class RecordingTask final : public CollectiveTask {
   Result<std::vector<float>> EvalSums(int rank, int world) override {
     return inner_->EvalSums(rank, world);
   }
-  double EvalMetric(std::span<const float> sums) const override {
-    return inner_->EvalMetric(sums);
-  }
+  double EvalMetric(std::span<const float> sums) const override { return inner_->EvalMetric(sums); }
   std::string eval_metric_name() const override { return inner_->eval_metric_name(); }
 
   std::vector<int64_t> steps, loaded;

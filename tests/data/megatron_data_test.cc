@@ -142,7 +142,8 @@ TEST(MegatronIndexedData, RefusesMalformedIndexesNamingTheProblem) {
       {[](IdxFields& f) { f.code = 1; }, "dtype code 1 (8 or 16-bit integers)"},
       {[](IdxFields& f) { f.count = 1000000; }, "declares 1000000 sequences"},
       {[](IdxFields& f) { f.sizes[1] = -1; }, "sequence 1 has size -1"},
-      {[](IdxFields& f) { f.pointers[2] = 12; }, "sequence 2 at byte 12 with 1 tokens lies outside"},
+      {[](IdxFields& f) { f.pointers[2] = 12; },
+       "sequence 2 at byte 12 with 1 tokens lies outside"},
       {[](IdxFields& f) { f.pointers[1] = 3; }, "sequence 1 at byte 3"},
       {[](IdxFields& f) { f.doc_idx[2] = 0; }, "document index entry 2 is 0"},
       {[](IdxFields& f) { f.doc_idx[3] = 9; }, "document index entry 3 is 9"},
@@ -225,8 +226,8 @@ TEST(MegatronIndices, MatchNumpysAndSamplesFollowThem) {
     int64_t num_samples, seq_len;
     uint64_t seed;
   };
-  for (const Case& c : {Case{0, 20, 16, 1234}, Case{0, 400, 16, 1234}, Case{1, 5, 8, 7},
-                        Case{0, 3, 64, 99}}) {
+  for (const Case& c :
+       {Case{0, 20, 16, 1234}, Case{0, 400, 16, 1234}, Case{1, 5, 8, 7}, Case{0, 3, 64, 99}}) {
     SCOPED_TRACE(absl::StrCat("part ", c.part, ", ", c.num_samples, " samples of ", c.seq_len,
                               ", seed ", c.seed));
     MegatronSamplesOptions o;
@@ -239,10 +240,10 @@ TEST(MegatronIndices, MatchNumpysAndSamplesFollowThem) {
     auto samples = MegatronGptSamples::Open(*data, o);
     ASSERT_TRUE(samples.ok()) << samples.status().ToString();
     const auto bounds = SplitBoundaries(o.split, 60);
-    const std::string cmd = absl::StrCat(
-        kPython, " ", testing::SourcePath("tests/data/megatron_indices.py"), " ",
-        dir.File("sizes.txt"), " ", bounds[c.part], " ", bounds[c.part + 1], " ", c.num_samples,
-        " ", c.seq_len, " ", c.seed);
+    const std::string cmd =
+        absl::StrCat(kPython, " ", testing::SourcePath("tests/data/megatron_indices.py"), " ",
+                     dir.File("sizes.txt"), " ", bounds[c.part], " ", bounds[c.part + 1], " ",
+                     c.num_samples, " ", c.seq_len, " ", c.seed);
     const auto run = fleet::testing::RunCommand(cmd);
     ASSERT_EQ(run.exit_code, 0) << cmd << "\n" << run.output;
     std::istringstream out(run.output);

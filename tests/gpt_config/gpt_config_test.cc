@@ -474,8 +474,8 @@ TEST(GptConfigTest, MegatronDatasetsAreNamedByPrefix) {
     EXPECT_GE((*s)->num_samples(), 10 * 8);  // max_steps x global batch
     EXPECT_EQ((*s)->seq_len(), 32);
   }
-  auto from_dir = samples_of({"Data.Train.dataset.input_dir=" + dir.path(),
-                              "Data.Train.dataset.input_files=null"});
+  auto from_dir = samples_of(
+      {"Data.Train.dataset.input_dir=" + dir.path(), "Data.Train.dataset.input_files=null"});
   ASSERT_TRUE(from_dir.ok()) << from_dir.status().ToString();
   EXPECT_THAT(samples_of({"Data.Train.dataset.input_files=a,b"}).status().message(),
               HasSubstr("names several prefixes"));

@@ -23,6 +23,8 @@ using ::testing::HasSubstr;
 
 // The issue's command line (the 100B run's flags), its sizes shrunk.
 std::vector<std::string> SeedFlags(const std::string& save) {
+  // A flag and its value a line, as the seed's script has them.
+  // clang-format off
   return {"--model-parallel-size", "2",
           "--num-layers", "2",
           "--hidden-size", "64",
@@ -49,6 +51,7 @@ std::vector<std::string> SeedFlags(const std::string& save) {
           "--eval-iters", "10",
           "--fp16",
           "--checkpoint-activations"};
+  // clang-format on
 }
 
 bool HasNote(const MegatronCommand& c, const std::string& part) {
@@ -72,7 +75,7 @@ TEST(MegatronArgs, TheSeedsFlagsMeanWhatMegatronMeans) {
   EXPECT_EQ(j.model.hidden_size, 64);
   EXPECT_EQ(j.model.num_attention_heads, 4);
   EXPECT_EQ(j.model.max_position_embeddings, 64);
-  EXPECT_EQ(j.model.vocab_size, 50432);  // 50257 padded to 128 x mp 2, as Megatron pads
+  EXPECT_EQ(j.model.vocab_size, 50432);          // 50257 padded to 128 x mp 2, as Megatron pads
   EXPECT_EQ(j.model.hidden_dropout_prob, 0.1f);  // Megatron's default
   EXPECT_TRUE(j.model.use_recompute);
   EXPECT_EQ(j.model.seed, 1234u);
@@ -134,8 +137,8 @@ TEST(MegatronArgs, DeepSpeedJsonKeys) {
   std::vector<std::string> args = SeedFlags("/tmp/ckpt");
   args[1] = "1";  // --model-parallel-size 1: 4 data-parallel ranks
   args.erase(args.begin() + 8, args.begin() + 10);  // no --batch-size: DeepSpeed's arithmetic
-  for (const std::string& a : {std::string("--deepspeed"), std::string("--deepspeed_config"), dir.File("ds.json"),
-                               std::string("--cpu-optimizer")}) {
+  for (const std::string& a : {std::string("--deepspeed"), std::string("--deepspeed_config"),
+                               dir.File("ds.json"), std::string("--cpu-optimizer")}) {
     args.push_back(a);
   }
   auto c = ParseMegatronCommandLine(args, {.world_size = 4, .gpu = true});
@@ -220,9 +223,10 @@ TEST(MegatronArgs, RefusalsNameTheFlagOrKey) {
   EXPECT_THAT(error_of(with("--cpu-optimizer", "")), HasSubstr("runs with ZeRO"));
   EXPECT_THAT(error_of(SeedFlags("/tmp/x"), R"({"optimizer": {"type": "Lamb"}})"),
               HasSubstr("FleetPS's optimizer is AdamW"));
-  EXPECT_THAT(error_of(SeedFlags("/tmp/x"),
-                       R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})"),
-              HasSubstr("keeps parameters on the device"));
+  EXPECT_THAT(
+      error_of(SeedFlags("/tmp/x"),
+               R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})"),
+      HasSubstr("keeps parameters on the device"));
   EXPECT_THAT(error_of(SeedFlags("/tmp/x"), R"({"train_batch_size": 7})"),
               HasSubstr("train_batch_size: 7 is not a multiple"));
   EXPECT_THAT(error_of(SeedFlags("/tmp/x"), "[1]"), HasSubstr("not a JSON object"));
