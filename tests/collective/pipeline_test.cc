@@ -4,7 +4,7 @@
 // stage's slots; neighbours listing the same exchanges, so the blocking
 // links cannot wait in a cycle; Megatron's warmup), the link over shared
 // memory and Gloo, the hybrid layout's stage index, and GPT pretraining
-// through the stages: pp 2 (also with dropout), pp 2 x mp 2, pp 2 x dp 2,
+// through the stages: pp 2 (also with dropout and recompute), pp 2 x mp 2, pp 2 x dp 2,
 // pp 2 x sharding 2 (stage 1) and pp 4 give one process's losses to the
 // tolerance of parallel_test, pp 2 resumes exactly and its checkpoint loads
 // in one process, and Engine.init_from gives each stage its part.
@@ -234,10 +234,13 @@ TEST(PipelineTrainingTest, Pp2WithMpDpAndShardingMatchesOneProcess) {
 }
 
 // Dropout's masks follow the sample, not the stage or micro-batch: pp 2
-// with dropout gives one process's losses with the same dropout.
-TEST(PipelineTrainingTest, Pp2WithDropoutMatchesOneProcess) {
+// with dropout gives one process's losses with the same dropout, and
+// recompute (each stage's backward replays its blocks' forward, masks
+// included) changes nothing.
+TEST(PipelineTrainingTest, Pp2WithDropoutAndRecomputeMatchesOneProcess) {
   const std::vector<std::string> dropout = {"Model.hidden_dropout_prob=0.1",
-                                            "Model.attention_probs_dropout_prob=0.1"};
+                                            "Model.attention_probs_dropout_prob=0.1",
+                                            "Model.use_recompute=True"};
   std::vector<RankRun> one = Train(TinyJob(1, FreshDir("one"), dropout), 1);
   std::vector<RankRun> runs = Train(TinyJob(2, FreshDir("pp"), Pp2(dropout)), 2);
   ExpectClose(MeanLosses(runs), AsDouble(one[0].report.step_losses), kLossRel, "pp2 dropout");
