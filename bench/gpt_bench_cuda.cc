@@ -27,6 +27,8 @@ std::string_view KernelKindName(KernelKind kind) {
       return "layernorm";
     case KernelKind::kGelu:
       return "gelu";
+    case KernelKind::kDropout:
+      return "dropout";
     case KernelKind::kCrossEntropy:
       return "xentropy";
     case KernelKind::kEncoder:
@@ -129,18 +131,29 @@ void KernelTimer::MatmulBackward(float* dinp, float* dweight, float* dbias, cons
 size_t KernelTimer::AttentionSavedFloats(int B, int T, int NH) const {
   return inner_->AttentionSavedFloats(B, T, NH);
 }
-void KernelTimer::AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
-                                   int NH) {
-  Timed(KernelKind::kAttention, [&] { inner_->AttentionForward(out, saved, qkv, B, T, C, NH); });
+void KernelTimer::AttentionForward(float* out, float* saved, float* scratch, const float* qkv,
+                                   int B, int T, int C, int NH,
+                                   const trainer::DropoutSpec& dropout) {
+  Timed(KernelKind::kAttention,
+        [&] { inner_->AttentionForward(out, saved, scratch, qkv, B, T, C, NH, dropout); });
 }
 size_t KernelTimer::AttentionScratchFloats(int B, int T, int NH) const {
   return inner_->AttentionScratchFloats(B, T, NH);
 }
 void KernelTimer::AttentionBackward(float* dqkv, float* scratch, const float* dout,
                                     const float* qkv, const float* out, const float* saved, int B,
-                                    int T, int C, int NH) {
-  Timed(KernelKind::kAttention,
-        [&] { inner_->AttentionBackward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH); });
+                                    int T, int C, int NH, const trainer::DropoutSpec& dropout) {
+  Timed(KernelKind::kAttention, [&] {
+    inner_->AttentionBackward(dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, dropout);
+  });
+}
+void KernelTimer::DropoutForward(float* out, const float* inp, const float* residual, int B,
+                                 size_t n, const trainer::DropoutSpec& dropout) {
+  Timed(KernelKind::kDropout, [&] { inner_->DropoutForward(out, inp, residual, B, n, dropout); });
+}
+void KernelTimer::DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                                  const trainer::DropoutSpec& dropout) {
+  Timed(KernelKind::kDropout, [&] { inner_->DropoutBackward(dinp, dout, B, n, dropout); });
 }
 void KernelTimer::AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
                                          const float* qkv, int B, int T, int past, int maxT, int C,

@@ -19,6 +19,7 @@ enum class KernelKind {
   kAttention,
   kLayerNorm,
   kGelu,
+  kDropout,
   kCrossEntropy,
   kEncoder,
   kOptimizer,
@@ -56,12 +57,16 @@ class KernelTimer final : public trainer::GptKernels {
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                       const float* inp, const float* weight, int N, int IC, int OC) override;
   size_t AttentionSavedFloats(int B, int T, int NH) const override;
-  void AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
-                        int NH) override;
+  void AttentionForward(float* out, float* saved, float* scratch, const float* qkv, int B, int T,
+                        int C, int NH, const trainer::DropoutSpec& dropout) override;
   size_t AttentionScratchFloats(int B, int T, int NH) const override;
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* out, const float* saved, int B, int T, int C,
-                         int NH) override;
+                         const float* out, const float* saved, int B, int T, int C, int NH,
+                         const trainer::DropoutSpec& dropout) override;
+  void DropoutForward(float* out, const float* inp, const float* residual, int B, size_t n,
+                      const trainer::DropoutSpec& dropout) override;
+  void DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                       const trainer::DropoutSpec& dropout) override;
   void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
                               const float* qkv, int B, int T, int past, int maxT, int C,
                               int NH) override;

@@ -1,13 +1,15 @@
 // parallel_bench: GPT pretraining on 2 CPU ranks (threads over one
 // shared-memory group, or a Gloo group with --collective=gloo) under each
-// sharding combination and tensor parallelism, beside plain data parallel in
-// the same run: step time and the bytes each rank hands to its collectives
-// per step.
+// sharding combination, tensor and pipeline parallelism, beside plain data
+// parallel in the same run: step time and the bytes each rank hands to its
+// collectives per step.
 //
 //   combinations: dp 2 (the reference), sharding 2 at stages 1, 2 and 3,
 //                 stages 1 and 3 with the optimizer offloaded, mp 2 (Megatron
 //                 tensor parallelism: both ranks run the whole global
-//                 batch on half the model)
+//                 batch on half the model), pp 2 (pipeline parallelism:
+//                 each rank runs half the blocks of every micro-batch of
+//                 the whole global batch, 1F1B, collective/gpt_pipeline.h)
 //   model:        configs/gpt/pretrain_gpt_tiny.yaml (4 layers, hidden 256,
 //                 sequence 128, micro-batch 8), float32, 1 kernel thread a rank
 //   bytes/step:   what each rank sends per step under ring algorithms (the
@@ -22,6 +24,9 @@
 // Tensor parallelism moves activations, not gradients: per step
 // 2 (W-1)/W x (4 L + 2) all-reduces of [B T, C] per micro-batch forward and
 // backward, against data parallel's one all-reduce of the gradients.
+// Pipeline parallelism moves one [B T, C] activation up and its gradient
+// down per micro-batch (two broadcasts over the 2-rank link, each counted
+// half on either rank), plus wte's gradient all-reduced between the stages.
 //
 //   parallel_bench [--config=configs/gpt/pretrain_gpt_tiny.yaml] [--steps=20] [--warmup=5]
 //                  [--collective=shm|gloo] [--only=offload]
@@ -200,6 +205,7 @@ int Main() {
        {"Distributed.sharding.sharding_degree=2", "Distributed.sharding.sharding_stage=3",
         "Distributed.sharding.sharding_offload=True"}},
       {"mp 2 (tensor parallel)", {"Distributed.mp_degree=2"}},
+      {"pp 2 (pipeline)", {"Distributed.pp_degree=2"}},
   };
   if (!FLAGS_only.empty()) {
     std::vector<Combination> chosen = {combinations[0]};  // the reference

@@ -12,13 +12,26 @@
 // Both sides hold the same rows and serve the same requests (distinct keys
 // drawn at random from the rows, new ones each request); times are per key,
 // min and median over requests.
+//
+// Then (--tier, on by default) the disk tier beside the memory table: the
+// same CTR table (--tier_rows rows, dim 8, adagrad) once in memory and once
+// with storage ssd and --tier_cache rows in memory. Pull and push rows/s of
+// requests whose keys are 100%, 90% and 50% rows held in memory (the rest
+// read from disk), a Zipf-distributed key stream (pull then push of each
+// step, the training pattern) whose hot ranks fit the cache, and the bytes
+// a row takes in memory and on disk (after compaction).
+//
+//   build/bin/table_bench --tier_rows=4000000 --tier_cache=800000
 #include <gflags/gflags.h>
 #include <glog/logging.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -30,6 +43,7 @@
 #include "comm/splitmix.h"
 #include "ps/table/optimizer.h"
 #include "ps/table/sparse_table.h"
+#include "ps/table/ssd_sparse_table.h"
 
 DEFINE_int64(rows, 528384, "rows in the table (populated before measuring)");
 DEFINE_int64(keys, 131072, "distinct keys per request");
@@ -38,6 +52,13 @@ DEFINE_string(rule, "adagrad", "optimizer rule: sgd | adagrad | adam");
 DEFINE_int32(threads, 2, "table pool threads (0: everything on the calling thread)");
 DEFINE_int32(local_shards, 64, "local_shard_num of the table");
 DEFINE_int32(requests, 0, "requests per measurement; 0 = about 1.5 s worth");
+DEFINE_bool(tier, true, "also compare the disk tier (storage ssd) with the memory table");
+DEFINE_int64(tier_rows, 1000000, "rows of the disk-tier comparison's CTR table");
+DEFINE_int64(tier_cache, 200000, "storage.cache_rows of its disk-tier table");
+DEFINE_int64(tier_keys, 4096, "distinct keys per request of the disk-tier comparison");
+DEFINE_double(tier_zipf, 1.05, "Zipf exponent of the key stream's ranks");
+DEFINE_string(tier_dir, "",
+              "folder for the disk tier's database (default: one under /tmp, removed)");
 
 namespace fleet {
 namespace {
@@ -91,6 +112,191 @@ PerKey Measure(int n, size_t keys_per_request, const std::function<void(int)>& f
   }
   std::sort(ns.begin(), ns.end());
   return {ns.front(), ns[ns.size() / 2]};
+}
+
+// ---- The disk tier beside the memory table ----
+
+// Draws ranks 0..n-1 with P(k) ~ 1 / (k + 1)^s.
+class Zipf {
+ public:
+  Zipf(size_t n, double s) : cdf_(n) {
+    double total = 0;
+    for (size_t k = 0; k < n; ++k) cdf_[k] = total += std::pow(k + 1.0, -s);
+    for (double& c : cdf_) c /= total;
+  }
+  size_t operator()(std::mt19937_64& rng) const {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return std::min<size_t>(std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin(),
+                            cdf_.size() - 1);
+  }
+  // Probability mass of ranks [0, k).
+  double Mass(size_t k) const { return k == 0 ? 0 : cdf_[std::min(k, cdf_.size()) - 1]; }
+
+ private:
+  std::vector<double> cdf_;
+};
+
+// The memory table and the disk tier, driven the same way.
+struct TierPair {
+  std::unique_ptr<ps::SparseTable> memory;
+  std::unique_ptr<ps::SparseTable> disk;
+};
+
+int TierMain(ThreadPool* pool) {
+  const size_t rows = FLAGS_tier_rows, cache = FLAGS_tier_cache, n = FLAGS_tier_keys;
+  CHECK(cache >= 10 && cache < rows && n * 4 < cache)
+      << "--tier_cache must be in [10, --tier_rows) and above 4 x --tier_keys";
+  const bool own_dir = FLAGS_tier_dir.empty();
+  const std::string dir =
+      own_dir ? absl::StrFormat("/tmp/table_bench_tier.%d", ::getpid()) : FLAGS_tier_dir;
+  const std::string table = absl::StrFormat(
+      "{id: 2, kind: sparse, dim: 8, accessor: ctr, local_shard_num: %d, "
+      "optimizer: {rule: adagrad}, ctr: {embedx_threshold: 0}",
+      FLAGS_local_shards);
+  auto memory_config = ps::ParseTableConfig(YAML::Load(table + "}"));
+  auto disk_config = ps::ParseTableConfig(YAML::Load(
+      absl::StrFormat("%s, storage: {kind: ssd, path: '%s', cache_rows: %d}}", table, dir, cache)));
+  CHECK(memory_config.ok() && disk_config.ok());
+  ps::RowDbSet dbs(0);
+  TierPair t;
+  t.memory = ps::SparseTable::Create(*memory_config, {0, memory_config->shard_num}, pool).value();
+  auto disk = ps::CreateSparseTable(*disk_config, {0, disk_config->shard_num}, pool, &dbs);
+  CHECK(disk.ok()) << disk.status().ToString();
+  t.disk = std::move(disk).value();
+  const size_t dim = t.memory->pull_dim();
+
+  // Every row pushed once (show 1); the hot set (4/5 of the cache) many
+  // times more, so the accessor's score keeps it in memory.
+  std::vector<uint64_t> all(rows);
+  for (size_t i = 0; i < rows; ++i) all[i] = Mix64(i + 1) ^ 0x5bd1e995;
+  const size_t hot = cache * 4 / 5;
+  std::vector<float> grads(n * dim), shows(n, 1.0f), clicks(n, 0.0f), values(n * dim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 1e-3f * static_cast<float>(1 + i % 7);
+  const auto populate0 = Clock::now();
+  for (ps::SparseTable* tt : {t.memory.get(), t.disk.get()}) {
+    for (size_t b = 0; b < rows; b += n) {
+      const size_t m = std::min(n, rows - b);
+      CHECK(tt->PushGrad({all.data() + b, m}, {grads.data(), m * dim}, {shows.data(), m},
+                         {clicks.data(), m})
+                .ok());
+    }
+    std::vector<float> many(n, 100.0f);
+    for (size_t b = 0; b < hot; b += n) {
+      const size_t m = std::min(n, hot - b);
+      CHECK(tt->PushGrad({all.data() + b, m}, {grads.data(), m * dim}, {many.data(), m},
+                         {clicks.data(), m})
+                .ok());
+    }
+  }
+  const ps::SparseTableStats ms = t.memory->Stats(), ds = t.disk->Stats();
+  std::printf(
+      "\ndisk tier beside the memory table: %zu rows (CTR accessor, dim 8 + embed 1, adagrad), "
+      "storage.cache_rows %zu (%.0f%% of the rows), %zu keys per request, in %s; populated both in "
+      "%.1f s\n",
+      rows, cache, 100.0 * cache / rows, n, dir.c_str(),
+      std::chrono::duration<double>(Clock::now() - populate0).count());
+  std::printf(
+      "  memory per row: %.0f B (memory table: %.0f MiB); disk tier holds %lu rows in "
+      "memory (%.0f MiB), %lu on disk\n",
+      double(ms.bytes) / ms.rows, ms.bytes / 1048576.0, ds.rows - ds.disk_rows,
+      ds.bytes / 1048576.0, ds.disk_rows);
+
+  std::mt19937_64 rng(11);
+  const int requests = FLAGS_requests > 0 ? FLAGS_requests : 40;
+  // Requests whose keys are `hit` held in memory: that share from the hot
+  // set, the rest cold rows not asked for before (on disk).
+  size_t next_cold = hot;
+  auto make_requests = [&](double hit) {
+    std::vector<std::vector<uint64_t>> out(requests);
+    for (auto& k : out) {
+      const size_t from_hot = static_cast<size_t>(std::lround(hit * n));
+      for (size_t i = 0; i < from_hot; ++i) k.push_back(all[rng() % hot]);
+      for (size_t i = from_hot; i < n; ++i) {
+        k.push_back(all[next_cold]);
+        next_cold = next_cold + 1 < rows ? next_cold + 1 : hot;
+      }
+      std::sort(k.begin(), k.end());
+      k.erase(std::unique(k.begin(), k.end()), k.end());
+    }
+    return out;
+  };
+  auto rate = [&](ps::SparseTable* tt, const std::vector<std::vector<uint64_t>>& reqs, bool push) {
+    const PerKey p = Measure(static_cast<int>(reqs.size()), 1, [&](int r) {
+      const size_t m = reqs[r].size();
+      CHECK((push ? tt->PushGrad(reqs[r], {grads.data(), m * dim}, {shows.data(), m},
+                                 {clicks.data(), m})
+                  : tt->Pull(reqs[r], {values.data(), m * dim}))
+                .ok());
+    });
+    double keys = 0;
+    for (const auto& k : reqs) keys += static_cast<double>(k.size());
+    return keys / reqs.size() / (p.p50_ns * 1e-9) / 1e6;  // Mrows/s at the median request
+  };
+  std::printf(
+      "  requests (p50 of %d)      memory Mrows/s     disk tier Mrows/s   disk/memory\n"
+      "  hit rate                  pull     push      pull     push       pull   push   "
+      "rows read from disk\n",
+      requests);
+  for (double hit : {1.0, 0.9, 0.5}) {
+    const std::vector<std::vector<uint64_t>> pulls = make_requests(hit),
+                                             pushes = make_requests(hit);
+    const uint64_t read0 = t.disk->Stats().disk_rows_read;
+    const double mp = rate(t.memory.get(), pulls, false), mq = rate(t.memory.get(), pushes, true);
+    const double dp = rate(t.disk.get(), pulls, false), dq = rate(t.disk.get(), pushes, true);
+    const double asked = static_cast<double>(requests) * (pulls[0].size() + pushes[0].size());
+    std::printf(
+        "  %3.0f%%                   %7.2f  %7.2f   %7.2f  %7.2f      %5.2f  %5.2f   %.0f%%\n",
+        100 * hit, mp, mq, dp, dq, dp / mp, dq / mq,
+        100.0 * (t.disk->Stats().disk_rows_read - read0) / asked);
+  }
+
+  // The training pattern: each step pulls its keys, then pushes them.
+  const Zipf zipf(rows, FLAGS_tier_zipf);
+  std::vector<std::vector<uint64_t>> steps(requests * 3);
+  for (auto& k : steps) {
+    for (size_t i = 0; i < n; ++i) k.push_back(all[zipf(rng)]);
+    std::sort(k.begin(), k.end());
+    k.erase(std::unique(k.begin(), k.end()), k.end());
+  }
+  auto stream = [&](ps::SparseTable* tt) {
+    auto step = [&](const std::vector<uint64_t>& k) {
+      const size_t m = k.size();
+      CHECK(tt->Pull(k, {values.data(), m * dim}).ok());
+      CHECK(tt->PushGrad(k, {grads.data(), m * dim}, {shows.data(), m}, {clicks.data(), m}).ok());
+    };
+    for (int s = 0; s < requests; ++s) step(steps[s]);  // warm-up: the hot ranks settle
+    size_t keys = 0;
+    const auto t0 = Clock::now();
+    for (size_t s = requests; s < steps.size(); ++s) {
+      step(steps[s]);
+      keys += steps[s].size();
+    }
+    return keys / std::chrono::duration<double>(Clock::now() - t0).count() / 1e6;
+  };
+  const uint64_t read0 = t.disk->Stats().disk_rows_read;
+  const double zm = stream(t.memory.get()), zd = stream(t.disk.get());
+  size_t measured = 0;
+  for (size_t s = 0; s < steps.size(); ++s) measured += steps[s].size();
+  std::printf(
+      "  Zipf(%.2f) key stream, pull + push per step (the cache holds ranks worth %.0f%% of the "
+      "draws):\n    memory %.2f Mrows/s, disk tier %.2f Mrows/s, disk/memory %.2f; %.1f%% of the "
+      "rows read from disk\n",
+      FLAGS_tier_zipf, 100 * zipf.Mass(cache), zm, zd, zd / zm,
+      100.0 * (t.disk->Stats().disk_rows_read - read0) / measured);
+
+  auto* ssd = dynamic_cast<ps::SsdSparseTable*>(t.disk.get());
+  CHECK(ssd != nullptr);
+  CHECK(ssd->MoveAllToDisk().ok());
+  CHECK(ssd->CompactDisk().ok());
+  const ps::SparseTableStats after = t.disk->Stats();
+  std::printf(
+      "  bytes per row: %.0f in memory (memory table), %.0f on disk after compaction "
+      "(%lu rows, %.1f MiB)\n",
+      double(ms.bytes) / ms.rows, double(after.disk_bytes) / after.disk_rows, after.disk_rows,
+      after.disk_bytes / 1048576.0);
+  t = TierPair();
+  if (own_dir) std::filesystem::remove_all(dir);
+  return 0;
 }
 
 int Main() {
@@ -160,7 +366,7 @@ int Main() {
   row("reference push (1 thread)", ref_push);
   std::printf("ratio SparseTable/reference, p50 time per key: pull %.2fx, push %.2fx\n",
               table_pull.p50_ns / ref_pull.p50_ns, table_push.p50_ns / ref_push.p50_ns);
-  return 0;
+  return FLAGS_tier ? TierMain(pool.get()) : 0;
 }
 
 }  // namespace

@@ -43,7 +43,7 @@
 #include "data/ctr_generator.h"
 #include "data/mnist.h"
 #include "trainer/kernels/cpu_kernels.h"
-#include "trainer/models/ctr_dnn.h"
+#include "trainer/models/ctr_model.h"
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 #include "worker/communicator.h"
@@ -138,9 +138,9 @@ void PrintFloorRatio(const Summary& step, const Summary& floor) {
 
 // The GEMMs of one ctr_dnn forward + backward at batch B, from a model of
 // the same shape as the worker's.
-GemmFloor CtrDnnGemms(const trainer::CtrDnnConfig& config, int B) {
+GemmFloor CtrDnnGemms(const trainer::CtrModelConfig& config, int B) {
   CpuBackend backend;
-  auto model = trainer::CtrDnn::Create(config, &backend);
+  auto model = trainer::CtrModel::Create(config, &backend);
   CHECK(model.ok()) << model.status().ToString();
   const int S = config.num_slots, D = config.embedding_dim;
   std::vector<float> pooled(static_cast<size_t>(S) * B * D, 0.1f),
@@ -188,7 +188,7 @@ void CtrDnnCases(bool floor_cases, bool server_case) {
   const auto sums = task.value()->TakeTrainSums();
   CHECK(std::isfinite(sums[0]) && sums[1] == static_cast<float>(task.value()->batch_samples(0)));
 
-  trainer::CtrDnnConfig mc;
+  trainer::CtrModelConfig mc;
   mc.hidden = {400, 400, 400};
   GemmFloor floor = CtrDnnGemms(mc, FLAGS_batch);
   std::printf(

@@ -11,6 +11,10 @@ find_package(absl REQUIRED)
 find_package(Gloo REQUIRED)
 find_package(cppzmq REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# libmicrohttpd-dev: the HTTP server (comm/http_server.h): one event thread
+# for every connection, per-connection buffer caps, bodies read only once a
+# request is admitted. cpp-httplib stays for clients.
+pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 find_package(ZLIB REQUIRED)
 # libzip-dev: reads and writes FleetX's *_idx.npz (NumPy zip) files.
 pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
@@ -18,6 +22,8 @@ pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 # nlohmann-json3-dev: reads GPT-2's encoder.json (and jsonl text).
 find_package(nlohmann_json REQUIRED)
+# librocksdb-dev: the disk tier of sparse tables (ps/table/row_db.h).
+pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
 # libdivide-dev: header-only division by a runtime constant (shard routing).
 find_path(LIBDIVIDE_INCLUDE_DIR libdivide.h REQUIRED)
 

@@ -2,8 +2,9 @@
 // what the gpt_pretrain program and the tests run. It opens the Train (and
 // Eval) data the config names, builds the model on the CPU kernels (one
 // thread set, gpt_cpu_kernels.h) or a GPU twin, and trains it with the
-// collective loop (train_loop.h): micro-batches = Engine.accumulate_steps,
-// AdamW with the cosine schedule, its state replicated or sharded per
+// collective loop (train_loop.h): micro-batches = Engine.accumulate_steps
+// (with Distributed.pp_degree > 1 run through the pipeline's stages,
+// gpt_pipeline.h), AdamW with the cosine schedule, its state replicated or sharded per
 // Distributed.sharding (sharded_adamw.h), evaluation every Engine.eval_freq
 // steps, checkpoints into Engine.save_load.output_dir every save_steps
 // steps, after each epoch and at the end, resuming from ckpt_dir (or
@@ -22,6 +23,7 @@
 //       ips_total: T tokens/s, ips: P tokens/s, learning rate: LR, avg_reader_cost: R sec
 //     FleetX's line (B: the last step's index in its epoch, from 0), then the reader cost
 //   [eval] epoch: E, step: S, loss: L, ppl: P, eval_cost: C sec
+//   [time] ms per step: ...                 with Engine.wall_clock_breakdown
 //   [test] step: S, loss: L, ppl: P        after training, when the config
 //       has Data.Test and Engine.test_iters > 0 (TrainReport::test_metric)
 #pragma once
@@ -57,8 +59,9 @@ struct GptPretrainOptions {
   std::function<Status(int64_t step)> after_step;
   // Joins this rank's subgroups (parallel_groups.h): the sharding and
   // data-parallel groups when both Distributed.dp_degree and
-  // sharding_degree exceed 1, the model-parallel group and data world when
-  // mp_degree exceeds 1 and is not the whole job (programs: rank_setup.h
+  // sharding_degree exceed 1; the model-parallel group, the pipeline's
+  // links and groups and the data world when mp_degree or pp_degree
+  // exceeds 1 and they are not the whole job (programs: rank_setup.h
   // RankGroupFactory). Unused otherwise.
   GroupFactory join_group;
   // Measure the memory each rank holds for parameters, gradients and
@@ -73,11 +76,12 @@ struct GptPretrainOptions {
 };
 
 // Trains as described above. `collective` is this rank's group (null for
-// one process); its size must equal dp_degree x sharding_degree x
-// mp_degree, and on GPUs it must be an NCCL group on gpu_device. With
-// mp_degree > 1 the ranks of each tensor-parallel group read the same data
-// and only its first prints the log lines; TrainReport::params is the
-// whole model on every rank. Engine.mix_precision: bfloat16 or
+// one process); its size must equal dp_degree x pp_degree x
+// sharding_degree x mp_degree, and on GPUs it must be an NCCL group on
+// gpu_device. With mp_degree or pp_degree > 1 the ranks of each replica
+// (its tensor-parallel ranks and pipeline stages, gpt_pipeline.h) read the
+// same data and only the first stage's first rank prints the log lines;
+// TrainReport::params is the whole model on every rank. Engine.mix_precision: bfloat16 or
 // float16 GEMMs on GPUs (the CPU computes in float32), float16 with dynamic
 // loss scaling from scale_loss. Errors: those of the data, the model, the
 // loop and the checkpoints, each naming what failed; Unavailable for
@@ -100,6 +104,12 @@ Result<GptPlan> PlanGptJob(const config::GptJobConfig& config, const EnvLookup& 
 // The FleetX-style lines above, for a run of `tokens_per_sample` tokens a
 // sample.
 std::string GptTrainLine(const ProgressWindow& window, int64_t tokens_per_sample);
+// Engine.wall_clock_breakdown's line after each [train] line:
+//   [time] ms per step: embedding E, layernorm L, ..., other (communication,
+//       optimizer, data) O
+// the model's kernel time by kind over the window's steps (on a GPU the
+// launch times; GptProfile), and the rest of the window's time.
+std::string GptTimeLine(const GptProfile& profile, const ProgressWindow& window);
 std::string GptEvalLine(const EvalWindow& window);
 
 }  // namespace fleet::trainer::collective

@@ -39,10 +39,20 @@ Result<std::unique_ptr<GptTask>> GptTask::Create(const GptConfig& model, Backend
   if (options.eval_iters < 0 || options.eval_batch < 1) {
     return Status::InvalidArgument("eval_iters must be >= 0 and eval_batch >= 1");
   }
+  const GptPipelineOptions& pipe = options.pipeline;
+  GptStage stage = GptWholeStage(model);
+  if (pipe.stages > 1) {
+    FLEET_ASSIGN_OR_RETURN(stage, GptPipelineStage(model, pipe.stages, pipe.stage));
+  }
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptModel> gpt,
-                         GptModel::Create(model, backend, kernels, options.tensor_parallel));
+                         GptModel::Create(model, backend, kernels, options.tensor_parallel,
+                                          pipe.stages > 1 ? &stage : nullptr));
+  std::unique_ptr<GptPipeline> pipeline;
+  if (pipe.stages > 1) {
+    FLEET_ASSIGN_OR_RETURN(pipeline, GptPipeline::Create(gpt.get(), pipe));
+  }
   return std::unique_ptr<GptTask>(
-      new GptTask(std::move(gpt), std::move(train), std::move(eval), options));
+      new GptTask(std::move(gpt), std::move(pipeline), std::move(train), std::move(eval), options));
 }
 
 std::string GptTask::name() const {
@@ -58,13 +68,23 @@ Status GptTask::ReadBatch(const data::GptSamples& dataset, std::span<const int64
   return Status::OK();
 }
 
-Status GptTask::LoadBatch(std::span<const int64_t> ids) { return ReadBatch(*train_, ids); }
+Status GptTask::LoadBatch(std::span<const int64_t> ids) {
+  streams_.resize(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    streams_[i] = static_cast<uint32_t>(ids[i]) ^ static_cast<uint32_t>(ids[i] >> 32);
+  }
+  return ReadBatch(*train_, ids);
+}
 
 Result<float> GptTask::ForwardBackward(const GradReadyFn& grad_ready, float grad_scale) {
   GptForwardOptions options;
   options.grad_scale = grad_scale;
-  FLEET_ASSIGN_OR_RETURN(
-      float loss, model_->Forward(tokens_, targets_, batch_, static_cast<int>(seq_len()), options));
+  options.dropout_seed = GptDropoutStepSeed(options_.seed, step_);
+  options.dropout_streams = streams_;
+  const int T = static_cast<int>(seq_len());
+  if (pipeline_ != nullptr)
+    return pipeline_->Train(tokens_, targets_, batch_, T, options, grad_ready);
+  FLEET_ASSIGN_OR_RETURN(float loss, model_->Forward(tokens_, targets_, batch_, T, options));
   model_->Backward(grad_ready);
   FLEET_RETURN_IF_ERROR(model_->comm_status());
   return loss;
@@ -92,7 +112,9 @@ Result<std::vector<float>> GptTask::LossSums(const data::GptSamples& dataset, in
     for (int j = 0; j < options_.eval_batch; ++j) ids[j] = (i * options_.eval_batch + j) % n;
     FLEET_RETURN_IF_ERROR(ReadBatch(dataset, ids));
     FLEET_ASSIGN_OR_RETURN(
-        float loss, model_->Forward(tokens_, targets_, batch_, static_cast<int>(T), options));
+        float loss, pipeline_ != nullptr
+                        ? pipeline_->Evaluate(tokens_, targets_, batch_, static_cast<int>(T))
+                        : model_->Forward(tokens_, targets_, batch_, static_cast<int>(T), options));
     // The model's loss is the mean over positions with a target.
     const double count = static_cast<double>(
         std::count_if(targets_.begin(), targets_.end(), [](int32_t t) { return t >= 0; }));

@@ -23,8 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/status.h"
+#include "collective/gpt_pipeline.h"
 #include "collective/task.h"
+#include "comm/status.h"
 #include "data/gpt_dataset.h"
 #include "trainer/kernels/gpt_kernels.h"
 #include "trainer/models/gpt.h"
@@ -40,6 +41,16 @@ struct GptTaskOptions {
   // the whole model on this rank). The ranks of its group must load the
   // same batches.
   GptTensorParallel* tensor_parallel = nullptr;
+  // The run's seed (Global.seed): with the step and each sample's id, the
+  // key of the model's dropout masks (GptDropoutStepSeed).
+  uint64_t seed = 0;
+  // Pipeline parallelism (stages > 1; gpt_pipeline.h): the model is this
+  // rank's stage (tensor_parallel must split the same stage), a loaded
+  // batch is the step's whole batch, which ForwardBackward runs as
+  // pipeline.micro_batches micro-batches through the stages, and
+  // evaluation runs through them too. Every stage of a pipeline loads the
+  // same batches and returns the same losses.
+  GptPipelineOptions pipeline;
 };
 
 class GptTask final : public CollectiveTask {
@@ -61,6 +72,8 @@ class GptTask final : public CollectiveTask {
   // (GptModel::trainable_arena).
   ParamArena& arena() override { return model_->trainable_arena(); }
   int64_t num_train_samples() const override { return train_->num_samples(); }
+  void BeginStep(int64_t step) override { step_ = step; }
+  // Also keeps each sample's dropout stream: its id (the same on every rank).
   Status LoadBatch(std::span<const int64_t> ids) override;
   Result<float> ForwardBackward(const GradReadyFn& grad_ready, float grad_scale) override;
   // Sums: {summed token loss, tokens}.
@@ -76,12 +89,16 @@ class GptTask final : public CollectiveTask {
                                       int world_size);
 
   GptModel& model() { return *model_; }
+  // Null without pipeline stages.
+  GptPipeline* pipeline() { return pipeline_.get(); }
   int64_t seq_len() const { return train_->seq_len(); }
 
  private:
-  GptTask(std::unique_ptr<GptModel> model, std::shared_ptr<const data::GptSamples> train,
+  GptTask(std::unique_ptr<GptModel> model, std::unique_ptr<GptPipeline> pipeline,
+          std::shared_ptr<const data::GptSamples> train,
           std::shared_ptr<const data::GptSamples> eval, const GptTaskOptions& options)
       : model_(std::move(model)),
+        pipeline_(std::move(pipeline)),
         train_(std::move(train)),
         eval_(std::move(eval)),
         options_(options) {}
@@ -91,14 +108,17 @@ class GptTask final : public CollectiveTask {
 
   // Fixed after construction.
   const std::unique_ptr<GptModel> model_;
+  const std::unique_ptr<GptPipeline> pipeline_;  // null: no pipeline stages
   const std::shared_ptr<const data::GptSamples> train_;
   const std::shared_ptr<const data::GptSamples> eval_;
   const GptTaskOptions options_;
 
   // The loaded batch.
+  int64_t step_ = 0;
   int batch_ = 0;
-  std::vector<int32_t> tokens_;   // [batch, T]
-  std::vector<int32_t> targets_;  // [batch, T]
+  std::vector<int32_t> tokens_;    // [batch, T]
+  std::vector<int32_t> targets_;   // [batch, T]
+  std::vector<uint32_t> streams_;  // [batch]: the samples' dropout streams
 };
 
 }  // namespace fleet::trainer::collective

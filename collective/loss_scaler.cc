@@ -26,6 +26,10 @@ Status LossScalerConfig::Validate() const {
     return bad("init_scale (Engine.mix_precision.scale_loss; must be in [min_scale, max_scale])",
                init_scale);
   }
+  if (decr_every_n_overflows < 1) {
+    return bad("decr_every_n_overflows (must be >= 1)",
+               static_cast<double>(decr_every_n_overflows));
+  }
   if (incr_every_n_steps < 1) {
     return bad("incr_every_n_steps (must be >= 1)", static_cast<double>(incr_every_n_steps));
   }
@@ -48,13 +52,17 @@ LossScaleDecision DynamicLossScaler::Update(double scaled_grad_sum_of_squares) {
   if (!std::isfinite(scaled_grad_sum_of_squares)) {
     d.apply = false;
     d.grad_sum_of_squares = scaled_grad_sum_of_squares;
-    scale_ = std::max(config_.min_scale, scale_ * config_.decr_ratio);
     clean_steps_ = 0;
+    if (config_.dynamic && ++overflows_ >= config_.decr_every_n_overflows) {
+      scale_ = std::max(config_.min_scale, scale_ * config_.decr_ratio);
+      overflows_ = 0;
+    }
     return d;
   }
   d.apply = true;
   d.grad_sum_of_squares = scaled_grad_sum_of_squares / (scale_ * scale_);
-  if (++clean_steps_ >= config_.incr_every_n_steps) {
+  overflows_ = 0;
+  if (config_.dynamic && ++clean_steps_ >= config_.incr_every_n_steps) {
     scale_ = std::min(config_.max_scale, scale_ * config_.incr_ratio);
     clean_steps_ = 0;
   }

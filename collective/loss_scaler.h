@@ -2,8 +2,11 @@
 // al. 2018; Paddle's AMP decorator with use_dynamic_loss_scaling). The loss is
 // multiplied by scale() before backward so that small gradients survive in
 // float16; after backward the gradients are checked: any inf or NaN means the
-// scale was too large, the step is skipped and the scale halves; after
-// incr_every_n_steps clean steps in a row it doubles, to use float16's range.
+// scale was too large and the step is skipped; after decr_every_n_overflows
+// such steps in a row the scale halves; after incr_every_n_steps clean
+// steps in a row it doubles, to use float16's range. A static scale
+// (dynamic false: DeepSpeed's fixed loss_scale) never moves; overflowing
+// steps are still skipped.
 // bfloat16 has float32's range and needs none of this (scale 1).
 //
 // Use per optimizer step (gradient accumulation: every micro-batch's
@@ -40,12 +43,18 @@ struct LossScalerConfig {
   // incr_every_n_steps, default 1000). Smaller tracks the largest safe scale
   // more closely at the price of more overflowing (skipped) steps.
   int64_t incr_every_n_steps = 1000;
-  // Growth on a clean run and shrink on an overflow (Paddle's incr_ratio 2.0
-  // and decr_ratio 0.5). Paddle can wait for several overflows in a row
-  // before shrinking (decr_every_n_nan_or_inf, default 2); here every
-  // overflow shrinks, which skips fewer steps after a spike.
+  // Growth on a clean run and shrink on overflows (Paddle's incr_ratio 2.0
+  // and decr_ratio 0.5).
   double incr_ratio = 2.0;
   double decr_ratio = 0.5;
+  // Overflowing steps in a row before the scale shrinks (Paddle's
+  // decr_every_n_nan_or_inf, default 2; DeepSpeed's hysteresis). 1 shrinks
+  // on every overflow, which skips fewer steps after a spike; more rides
+  // out a single spike without losing the scale. The count restarts on a
+  // clean step (and on resume).
+  int64_t decr_every_n_overflows = 1;
+  // False: the scale stays init_scale (DeepSpeed's static loss_scale > 0).
+  bool dynamic = true;
   // The scale stays within [min_scale, max_scale]. At min_scale an overflow
   // still skips the step (gradients with inf are unusable at any scale).
   double min_scale = 1.0;
@@ -53,7 +62,7 @@ struct LossScalerConfig {
 
   // InvalidArgument naming the field unless: all values finite,
   // 0 < min_scale <= init_scale <= max_scale, incr_every_n_steps >= 1,
-  // incr_ratio > 1, 0 < decr_ratio < 1.
+  // decr_every_n_overflows >= 1, incr_ratio > 1, 0 < decr_ratio < 1.
   Status Validate() const;
 };
 
@@ -100,6 +109,7 @@ class DynamicLossScaler {
   LossScalerConfig config_;
   double scale_;
   int64_t clean_steps_ = 0;
+  int64_t overflows_ = 0;  // overflowing steps in a row
 };
 
 }  // namespace fleet::trainer

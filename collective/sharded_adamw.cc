@@ -245,7 +245,7 @@ Status ShardedAdamWUpdater::Step() {
         squares += kernels_->SumOfSquares(grads + piece.offset, piece.size());
       }
     } else {
-      // Each part's own tensors; the replicated ones once, in part 0.
+      // Each part's own tensors; the replicated ones once, in their owner.
       for (const StateRun& run : StateRuns(/*to_save=*/true)) {
         squares += kernels_->SumOfSquares(grads + run.offset, run.end - run.begin);
       }
@@ -345,7 +345,7 @@ std::vector<ShardedAdamWUpdater::StateRun> ShardedAdamWUpdater::StateRuns(bool t
         segments.begin(), segments.end(), piece.begin,
         [](size_t at, const ArenaSegment& seg) { return at < seg.local + seg.size; });
     for (; it != segments.end() && it->local < piece.end; ++it) {
-      if (to_save && it->replicated && split_->rank != 0) continue;
+      if (to_save && it->replicated) continue;  // another part owns it
       const size_t lo = std::max(piece.begin, it->local);
       const size_t hi = std::min(piece.end, it->local + it->size);
       if (lo >= hi) continue;

@@ -7,6 +7,7 @@
 //
 // A step, as the loop drives it on every rank:
 //
+//   task.BeginStep(step)
 //   task.PrefetchBatch(first micro-batch's ids)      // a hint
 //   zero the gradients
 //   for each of the step's k micro-batches:
@@ -55,6 +56,12 @@ class CollectiveTask {
   // count >= 1) the input of the next ForwardBackward. Errors: those of
   // reading the data, naming the sample.
   virtual Status LoadBatch(std::span<const int64_t> ids) = 0;
+
+  // The loop's global step (steps done before it) of the micro-batches
+  // LoadBatch loads next, called before each step's first LoadBatch: what a
+  // task's randomness within a step (dropout) is keyed by, so a step is the
+  // same when repeated or resumed. The default ignores it.
+  virtual void BeginStep(int64_t step) { (void)step; }
 
   // A hint: `ids` are the samples of the next LoadBatch. The loop gives it
   // before zeroing the step's gradients, so a task whose samples are

@@ -31,6 +31,7 @@ struct DataLayout {
   int64_t train_samples = 0;
   int64_t global_batch = 0;
   uint64_t shuffle_seed = 0;
+  bool shuffle = true;  // false: every epoch visits the samples in order
 
   int64_t steps_per_epoch() const { return train_samples / global_batch; }
 };
@@ -39,10 +40,11 @@ struct DataLayout {
 // mt19937_64, whose output the standard fixes, so every rank and every
 // build draws the same order (std::shuffle's is implementation-defined).
 // Into `order`, whose memory is reused from epoch to epoch.
-void EpochOrder(uint64_t seed, int64_t epoch, int64_t n, std::vector<int64_t>* out) {
+void EpochOrder(uint64_t seed, bool shuffle, int64_t epoch, int64_t n, std::vector<int64_t>* out) {
   std::vector<int64_t>& order = *out;
   order.resize(n);
   std::iota(order.begin(), order.end(), 0);
+  if (!shuffle) return;
   std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(epoch));
   for (int64_t i = n - 1; i > 0; --i) {
     // The modulo bias (< 2^-40 for n <= 2^24) does not matter for shuffling.
@@ -53,10 +55,11 @@ void EpochOrder(uint64_t seed, int64_t epoch, int64_t n, std::vector<int64_t>* o
 
 std::string PositionText(const DataLayout& layout, int64_t step) {
   const int64_t spe = layout.steps_per_epoch();
-  return absl::StrCat("train_samples=", layout.train_samples, "\nglobal_batch=",
-                      layout.global_batch, "\nshuffle_seed=", layout.shuffle_seed,
-                      "\nstep=", step, "\nepoch=", step / spe, "\nbatch_in_epoch=", step % spe,
-                      "\n");
+  // "shuffled=0" only for the unshuffled order (files without it are shuffled).
+  return absl::StrCat(
+      "train_samples=", layout.train_samples, "\nglobal_batch=", layout.global_batch,
+      "\nshuffle_seed=", layout.shuffle_seed, layout.shuffle ? "" : "\nshuffled=0", "\nstep=", step,
+      "\nepoch=", step / spe, "\nbatch_in_epoch=", step % spe, "\n");
 }
 
 // Checks that the layout recorded in `path` is `want`. NotFound / IOError
@@ -72,10 +75,12 @@ Status CheckPosition(const std::string& path, const DataLayout& want) {
     kv[p.first] = p.second;
   }
   if (in.bad()) return Status::IOError("cannot read the data position file", path);
+  kv.emplace("shuffled", "1");  // absent: a shuffled order
   const std::pair<const char*, uint64_t> expected[] = {
       {"train_samples", static_cast<uint64_t>(want.train_samples)},
       {"global_batch", static_cast<uint64_t>(want.global_batch)},
-      {"shuffle_seed", want.shuffle_seed}};
+      {"shuffle_seed", want.shuffle_seed},
+      {"shuffled", want.shuffle ? 1u : 0u}};
   for (const auto& [key, value] : expected) {
     uint64_t got = 0;
     auto it = kv.find(key);
@@ -179,8 +184,9 @@ Status Loop::Validate() const {
 
 Status Loop::Setup() {
   FLEET_RETURN_IF_ERROR(Validate());
-  layout_ = DataLayout{task_.num_train_samples(),
-                       static_cast<int64_t>(options_.batch_size) * world_, options_.shuffle_seed};
+  layout_ =
+      DataLayout{task_.num_train_samples(), static_cast<int64_t>(options_.batch_size) * world_,
+                 options_.shuffle_seed, options_.shuffle};
   if (options_.make_updater) {
     FLEET_ASSIGN_OR_RETURN(updater_, options_.make_updater(&task_.arena(), collective_));
   } else {
@@ -237,13 +243,14 @@ Result<float> Loop::TrainStep(int64_t step) {
   const int64_t spe = layout_.steps_per_epoch();
   const int64_t epoch = step / spe;
   if (epoch != order_epoch_) {
-    EpochOrder(layout_.shuffle_seed, epoch, layout_.train_samples, &order_);
+    EpochOrder(layout_.shuffle_seed, layout_.shuffle, epoch, layout_.train_samples, &order_);
     order_epoch_ = epoch;
   }
   const int64_t B = options_.batch_size;
   const int k = options_.micro_batches;
   const int64_t micro = B / k;
   const int64_t first = (step % spe) * layout_.global_batch + rank_ * B;
+  task_.BeginStep(step);
   // The batch's rows start arriving while the gradients are zeroed.
   task_.PrefetchBatch(std::span<const int64_t>(order_.data() + first, micro));
   // The learning rate is known before backward: an updater may apply it as
@@ -329,7 +336,7 @@ Result<TrainReport> Loop::Run() {
       window.global_batch = layout_.global_batch;
       window.learning_rate = updater_->learning_rate();
       window.reader_seconds = reader_seconds_;
-      window.world_size = world_;
+      window.data_world_size = world_;
       window.grad_norm = updater_->grad_norm();
       window.loss_scale = updater_->loss_scale();
       Print(options_.progress_line(window));

@@ -5,7 +5,8 @@
 // benchmarks drive it in-process.
 //
 // Sample order. Epoch e visits the training samples in one permutation drawn
-// from (shuffle_seed, e), identical on every rank. Step s of the epoch uses
+// from (shuffle_seed, e), identical on every rank (or in order, without
+// options.shuffle). Step s of the epoch uses
 // the global batch order[s*G, (s+1)*G), G = batch_size * world_size, and
 // rank r takes its slice order[s*G + r*B, s*G + (r+1)*B). So W ranks with
 // batch B see exactly the samples (and, after the mean all-reduce, the
@@ -83,7 +84,10 @@ struct ProgressWindow {
   int64_t global_batch = 0;  // samples per step over all ranks
   float learning_rate = 0;   // the optimizer's at the last step
   double reader_seconds = 0;  // of `seconds`, this rank's time in LoadBatch
-  int world_size = 1;
+  // Ranks that read distinct data (the loop's group: dp x sharding; the
+  // tensor- and pipeline-parallel ranks of one replica are one). FleetX's
+  // get_data_world_size, which its per-replica ips divides by.
+  int data_world_size = 1;
   std::optional<double> grad_norm;  // the updater's, at the last step (GradientUpdater::grad_norm)
   float loss_scale = 1;             // the updater's, for the next step
 };
@@ -123,6 +127,9 @@ struct TrainLoopOptions {
   int micro_batches = 1;
   // Seed of the per-epoch sample order (the same on every rank).
   uint64_t shuffle_seed = 1;
+  // False: every epoch visits the samples in id order (a dataset that
+  // shuffles itself, e.g. Megatron's, whose sampler reads it in order).
+  bool shuffle = true;
   // Stop once the global step reaches this; 0 = run every epoch.
   int64_t max_steps = 0;
   // Print the progress line every this many steps (0 = never).

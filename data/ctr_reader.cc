@@ -39,7 +39,7 @@ uint64_t CriteoKey(int slot, uint64_t value) {
   return Fmix64(value ^ seed);
 }
 
-Status ParseCriteoLine(std::string_view line, CtrSample* out) {
+Status ParseCriteoLine(std::string_view line, CtrSample* out, uint64_t field_buckets) {
   std::array<std::string_view, kCriteoFields> f;
   size_t n = 0;
   size_t start = 0;
@@ -78,7 +78,8 @@ Status ParseCriteoLine(std::string_view line, CtrSample* out) {
   for (int slot = 0; slot < kCriteoSlots; ++slot) {
     const std::string_view s = f[1 + kCriteoDense + slot];
     if (s.empty()) {
-      out->keys[slot] = CriteoMissingKey(slot);
+      out->keys[slot] =
+          field_buckets == 0 ? CriteoMissingKey(slot) : FieldTableKey(slot, field_buckets);
       continue;
     }
     uint64_t v = 0;
@@ -86,7 +87,8 @@ Status ParseCriteoLine(std::string_view line, CtrSample* out) {
     if (ec != std::errc() || end != s.data() + s.size()) {
       return BadField("categorical feature C", slot + 1, s, "hex of at most 16 digits");
     }
-    out->keys[slot] = CriteoKey(slot, v);
+    out->keys[slot] =
+        field_buckets == 0 ? CriteoKey(slot, v) : FieldTableKey(slot, Fmix64(v) % field_buckets);
   }
   return Status::OK();
 }
@@ -118,6 +120,10 @@ Result<std::unique_ptr<CtrReader>> CtrReader::Open(std::vector<std::string> file
   if (options.batch_size < 1) {
     return Status::InvalidArgument("batch_size must be >= 1, got " +
                                    std::to_string(options.batch_size));
+  }
+  if (options.field_buckets > kMaxFieldBuckets) {
+    return Status::InvalidArgument("field_buckets must be <= " + std::to_string(kMaxFieldBuckets) +
+                                   ", got " + std::to_string(options.field_buckets));
   }
   FLEET_ASSIGN_OR_RETURN(
       auto lines, ShardedLineReader::Create(std::move(files), options.rank, options.world_size));
@@ -159,7 +165,7 @@ Result<size_t> CtrReader::Next(CtrBatch* batch) {
     }
     ++stats_.lines;
     ++epoch_lines_;
-    const Status st = ParseCriteoLine(line.text, &sample);
+    const Status st = ParseCriteoLine(line.text, &sample, options_.field_buckets);
     if (!st.ok()) {
       NoteMalformed(line, st);
       continue;

@@ -23,6 +23,15 @@
 // sample has exactly one key in every slot; the batch still uses offsets
 // (CSR) so that multi-valued slots need no new layout.
 //
+// That is every field hashed into one key space, as PaddleRec does (one
+// embedding table for all fields). With field_buckets = N > 0 each field is
+// a table of its own instead, as DLRM and TorchRec do: slot s owns the N + 1
+// keys FieldTableKey(s, 0..N), value v goes to bucket Fmix64(v) % N (values
+// of one field may share a row; none crosses into another field's) and a
+// missing value to bucket N. The rows of slot s are then a bounded table
+// (N + 1 rows, whatever the data), held in disjoint key ranges of the one
+// PS sparse table the communicators serve.
+//
 // Malformed lines (wrong field count, bad label, bad integer, bad hex, empty
 // line) are skipped and counted; the first few are logged with file, line
 // number and reason, and each epoch that skipped any ends with one summary
@@ -49,6 +58,12 @@ inline constexpr int kCriteoFields = 1 + kCriteoDense + kCriteoSlots;
 
 uint64_t CriteoKey(int slot, uint64_t value);
 inline uint64_t CriteoMissingKey(int slot) { return CriteoKey(slot, ~uint64_t{0}); }
+// Row `bucket` of slot s's own table: (s + 1) << 40 | bucket.
+inline uint64_t FieldTableKey(int slot, uint64_t bucket) {
+  return (static_cast<uint64_t>(slot + 1) << 40) | bucket;
+}
+// The most buckets a field table may have (keys stay below the next slot's).
+inline constexpr uint64_t kMaxFieldBuckets = (uint64_t{1} << 40) - 1;
 
 struct CtrSample {
   float label = 0;
@@ -56,10 +71,11 @@ struct CtrSample {
   std::array<uint64_t, kCriteoSlots> keys{};  // one key per slot
 };
 
-// Parses one line (without its newline). On error returns InvalidArgument
-// whose message says which field is wrong and quotes it; *out is then
-// unspecified.
-Status ParseCriteoLine(std::string_view line, CtrSample* out);
+// Parses one line (without its newline), keys as above (field_buckets 0:
+// one key space; N: a table of N + 1 rows per field). On error returns
+// InvalidArgument whose message says which field is wrong and quotes it;
+// *out is then unspecified. REQUIRES: field_buckets <= kMaxFieldBuckets.
+Status ParseCriteoLine(std::string_view line, CtrSample* out, uint64_t field_buckets = 0);
 
 // Keys of one slot for a batch in CSR form: sample i owns
 // keys[offsets[i] .. offsets[i + 1]).
@@ -88,6 +104,9 @@ struct CtrReaderOptions {
   // How many malformed lines are logged one by one over the reader's life;
   // the rest are only counted. Raise it when debugging a data set.
   int max_logged_errors = 5;
+  // 0: every field hashed into one key space; N > 0: a table of N + 1 rows
+  // per field (see the top of this file). At most kMaxFieldBuckets.
+  uint64_t field_buckets = 0;
 };
 
 // Counts since the reader was opened, over all epochs.
@@ -99,7 +118,8 @@ struct CtrReaderStats {
 
 class CtrReader {
  public:
-  // InvalidArgument for batch_size < 1 or a bad rank/world_size. The files
+  // InvalidArgument for batch_size < 1, field_buckets above
+  // kMaxFieldBuckets or a bad rank/world_size. The files
   // are opened as the reader reaches them.
   static Result<std::unique_ptr<CtrReader>> Open(std::vector<std::string> files,
                                                  const CtrReaderOptions& options);

@@ -143,8 +143,11 @@ Gpt2Tokenizer::Gpt2Tokenizer() = default;
 Gpt2Tokenizer::~Gpt2Tokenizer() = default;
 
 Result<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::Load(const std::string& vocab_dir) {
-  const std::string encoder_path = vocab_dir + "/encoder.json";
-  const std::string merges_path = vocab_dir + "/vocab.bpe";
+  return LoadFiles(vocab_dir + "/encoder.json", vocab_dir + "/vocab.bpe");
+}
+
+Result<std::unique_ptr<Gpt2Tokenizer>> Gpt2Tokenizer::LoadFiles(const std::string& encoder_path,
+                                                                const std::string& merges_path) {
   FLEET_ASSIGN_OR_RETURN(std::string encoder_text, ReadVocabFile(encoder_path));
   FLEET_ASSIGN_OR_RETURN(std::string merges_text, ReadVocabFile(merges_path));
 

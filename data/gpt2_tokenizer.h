@@ -66,6 +66,10 @@ class Gpt2Tokenizer final : public Tokenizer {
   // repeated, a merge line that is not two tokens or names a token
   // encoder.json lacks); Internal when PCRE2 refuses the pattern.
   static Result<std::unique_ptr<Gpt2Tokenizer>> Load(const std::string& vocab_dir);
+  // The same from two named files (Megatron's --vocab-file gpt2-vocab.json
+  // and --merge-file gpt2-merges.txt are these files under other names).
+  static Result<std::unique_ptr<Gpt2Tokenizer>> LoadFiles(const std::string& encoder_path,
+                                                          const std::string& merges_path);
   ~Gpt2Tokenizer() override;
 
   std::string_view name() const override { return "gpt2"; }

@@ -7,16 +7,6 @@
 
 namespace fleet::data {
 
-namespace {
-
-const char* PartName(int part) {
-  static const char* kNames[] = {"train", "eval", "test"};
-  return part >= 0 && part < 3 ? kNames[part] : "?";
-}
-
-// FleetX's get_train_valid_test_split_: boundaries of `size` units in
-// proportion to the weights, each rounded as Python's round() does (half
-// to even), then shifted so the last is exactly `size`.
 std::array<int64_t, 4> SplitBoundaries(const std::vector<double>& weights, int64_t size) {
   std::array<double, 3> w = {0, 0, 0};
   double sum = 0;
@@ -31,6 +21,13 @@ std::array<int64_t, 4> SplitBoundaries(const std::vector<double>& weights, int64
   const int64_t diff = b[3] - size;
   for (int i = 1; i < 4; ++i) b[i] = std::clamp<int64_t>(b[i] - diff, 0, size);
   return b;
+}
+
+namespace {
+
+const char* PartName(int part) {
+  static const char* kNames[] = {"train", "eval", "test"};
+  return part >= 0 && part < 3 ? kNames[part] : "?";
 }
 
 }  // namespace

@@ -63,6 +63,13 @@ class GptSamples {
                                       int32_t* targets) const = 0;
 };
 
+// The boundaries of the train / eval / test parts of `size` units (documents,
+// or tokens) in proportion to 1 to 3 weights (missing ones 0, not all 0):
+// FleetX's and Megatron's get_train_valid_test_split_, each boundary
+// rounded as Python's round() does (half to even), then shifted so the last
+// is exactly `size`. Part k is [b[k], b[k + 1]).
+std::array<int64_t, 4> SplitBoundaries(const std::vector<double>& weights, int64_t size);
+
 class TokenCorpus {
  public:
   // FleetX *_ids.npy + *_idx.npz pairs, named by prefix ("data/train" for

@@ -156,6 +156,18 @@ void TokenArray::CopyTo(int64_t begin, int64_t n, int32_t* out) const {
   }
 }
 
+Result<TokenArray> OpenRawTokens(const std::string& path, TokenDtype dtype) {
+  FLEET_ASSIGN_OR_RETURN(auto file, MappedFile::Open(path));
+  const size_t item = TokenDtypeSize(dtype);
+  if (file->size() % item != 0) {
+    return Status::Corruption(absl::StrCat(file->size(), " bytes is not a whole number of ",
+                                           std::string(TokenDtypeName(dtype)), " tokens"),
+                              path);
+  }
+  const int64_t n = static_cast<int64_t>(file->size() / item);
+  return TokenArray(std::move(file), 0, n, dtype);
+}
+
 // ---------------------------------------------------------------- .npy
 
 namespace {

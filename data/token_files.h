@@ -60,6 +60,7 @@ class TokenArray {
  private:
   friend Result<TokenArray> OpenNpyTokens(const std::string& path);
   friend Result<TokenArray> OpenLlmcShard(const std::string& path);
+  friend Result<TokenArray> OpenRawTokens(const std::string& path, TokenDtype dtype);
   TokenArray(std::shared_ptr<const MappedFile> file, size_t offset, int64_t size, TokenDtype dtype)
       : file_(std::move(file)), offset_(offset), size_(size), dtype_(dtype) {}
 
@@ -68,6 +69,11 @@ class TokenArray {
   int64_t size_ = 0;
   TokenDtype dtype_ = TokenDtype::kUint16;
 };
+
+// Maps a file that is nothing but little-endian tokens of `dtype` (e.g.
+// Megatron's PREFIX.bin). Corruption when its size is not a whole number of
+// tokens.
+Result<TokenArray> OpenRawTokens(const std::string& path, TokenDtype dtype);
 
 // ---- NumPy .npy -----------------------------------------------------------
 

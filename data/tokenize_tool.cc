@@ -5,20 +5,26 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/file_io.h"
+#include "data/megatron_data.h"
 #include "data/text_corpus.h"
 #include "data/token_files.h"
 #include "data/tokenizer.h"
 
 namespace fleet::data {
 
+std::string MegatronOutputPrefix(const TokenizeToolOptions& options) {
+  return options.output_prefix + "_" + options.json_key + "_document";
+}
+
 Status RunTokenize(const TokenizeToolOptions& o, std::ostream& log) {
   if (o.output_prefix.empty())
     return Status::InvalidArgument("must name the output", "--output_prefix");
   const bool bin = o.output_format == "bin" || o.output_format == "both";
   const bool fleetx = o.output_format == "fleetx" || o.output_format == "both";
-  if (!bin && !fleetx) {
-    return Status::InvalidArgument("must be bin, fleetx or both, got '" + o.output_format + "'",
-                                   "--output_format");
+  const bool megatron = o.output_format == "megatron";
+  if (!bin && !fleetx && !megatron) {
+    return Status::InvalidArgument(
+        "must be bin, fleetx, both or megatron, got '" + o.output_format + "'", "--output_format");
   }
   if (o.shard_tokens < 1) return Status::InvalidArgument("must be >= 1", "--shard_tokens");
 
@@ -61,6 +67,14 @@ Status RunTokenize(const TokenizeToolOptions& o, std::ostream& log) {
         WriteFleetXData(o.output_prefix, tokens, t.doc_lens, tokenizer->vocab_size()));
     log << "tokenize: wrote " << o.output_prefix << "_ids.npy and " << o.output_prefix
         << "_idx.npz (" << tokens.size() << " tokens, " << t.doc_lens.size() << " documents)\n";
+  }
+  if (megatron) {
+    // preprocess_data.py's name: <output_prefix>_<json key>_document.
+    const std::string prefix = MegatronOutputPrefix(o);
+    FLEET_RETURN_IF_ERROR(
+        WriteMegatronIndexed(prefix, tokens, t.doc_lens, tokenizer->vocab_size()));
+    log << "tokenize: wrote " << prefix << ".bin and " << prefix << ".idx (" << tokens.size()
+        << " tokens, " << t.doc_lens.size() << " documents)\n";
   }
   log << "tokenize: " << text.files.size() << " file(s), " << t.doc_lens.size() << " documents, "
       << tokens.size() << " " << tokenizer->name() << " tokens\n";

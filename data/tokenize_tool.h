@@ -6,8 +6,11 @@
 // writes data/books_000000.bin, data/books_000001.bin, ... (llm.c shards of
 // at most --shard_tokens tokens; TokenBinDataset) and/or data/books_ids.npy
 // + data/books_idx.npz (FleetX; GPTDataset), every document followed by the
-// end-of-text token. With no --input it tokenizes the default corpus (the
-// Debian `fortunes` files, split at "%" lines).
+// end-of-text token. --output_format=megatron writes Megatron's indexed
+// dataset instead, named as its preprocess_data.py names it:
+// data/books_text_document.bin + .idx (MegatronDataset, gpt_pretrain
+// --data-path data/books_text_document; data/megatron_data.h). With no --input it tokenizes the
+// default corpus (the Debian `fortunes` files, split at "%" lines).
 //
 // Thread safety: RunTokenize touches only the files it is given.
 #pragma once
@@ -35,7 +38,7 @@ struct TokenizeToolOptions {
   std::string vocab_dir;
   // Output files start with this path (its directory must exist).
   std::string output_prefix;
-  // bin | fleetx | both.
+  // bin | fleetx | both | megatron.
   std::string output_format = "bin";
   // Tokens per .bin shard, >= 1 (llm.c's own default is 10^8).
   int64_t shard_tokens = 100'000'000;
@@ -44,6 +47,9 @@ struct TokenizeToolOptions {
   bool shuffle_documents = false;
   uint64_t shuffle_seed = 20240520;
 };
+
+// The prefix --output_format=megatron writes: <output_prefix>_<json_key>_document.
+std::string MegatronOutputPrefix(const TokenizeToolOptions& options);
 
 // Tokenizes and writes the files; prints one summary line per file written
 // and a total to `log`. Errors: InvalidArgument for bad options (naming the

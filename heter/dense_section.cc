@@ -4,13 +4,13 @@
 
 #include "trainer/kernels/backend_factory.h"
 #include "worker/config.h"
-#include "worker/tasks/ctr_dnn.h"
+#include "worker/tasks/ctr_tower.h"
 
 namespace fleet::heter {
 
 DenseSection::DenseSection(DenseShape shape, uint32_t dense_table, trainer::Device device,
                            std::unique_ptr<trainer::Backend> backend,
-                           std::unique_ptr<trainer::CtrDnn> model)
+                           std::unique_ptr<trainer::CtrModel> model)
     : shape_(shape),
       dense_table_(dense_table),
       device_(device),
@@ -33,17 +33,13 @@ Result<std::unique_ptr<DenseSection>> DenseSection::Create(const ps::JobConfig& 
   // The same sections a CPU worker reads, with the same checks.
   auto config = worker::ParseWorkerConfig(job.root);
   if (!config.ok()) return refuse(config.status());
-  if (config->model.kind != "ctr_dnn") {
-    return refuse(Status::InvalidArgument(
-        "heter workers run the dense part of ctr_dnn only, model.kind is " + config->model.kind,
-        "model.kind"));
-  }
-  auto tower = worker::CtrDnnTowerConfig(*config, job);
+  // The CTR models' dense part; anything else has none for heter workers.
+  auto tower = worker::CtrTowerConfig(*config, job);
   if (!tower.ok()) return refuse(tower.status());
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<trainer::Backend> backend,
                          trainer::CreateBackend(device, pool));
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<trainer::CtrDnn> model,
-                         trainer::CtrDnn::Create(*tower, backend.get()));
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<trainer::CtrModel> model,
+                         trainer::CtrModel::Create(*tower, backend.get()));
   const uint32_t id = config->model.dense_table;
   const ps::TableConfig* table = job.table(id);
   const std::string key = "model.dense_table=" + std::to_string(id);

@@ -1,5 +1,5 @@
 // DenseSection: the dense part of a job's model as a heter worker runs it:
-// the CTR-DNN tower and its loss (trainer/models/ctr_dnn.h) on one device,
+// the CTR model and its loss (trainer/models/ctr_model.h) on one device,
 // over the inputs of one micro-batch at a time, host buffers in and out.
 // The same class and kernels' math as the CPU worker's own step, so a heter
 // worker on the CPU computes exactly what the CPU worker would.
@@ -16,7 +16,7 @@
 #include "worker/heter_protocol.h"
 #include "ps/job_config.h"
 #include "trainer/backend.h"
-#include "trainer/models/ctr_dnn.h"
+#include "trainer/models/ctr_model.h"
 
 namespace fleet::heter {
 
@@ -25,8 +25,8 @@ class DenseSection {
   // The tower of the job's `model` section on `device` (its element-wise
   // kernels on `pool` on the CPU; not owned, may be null). InvalidArgument
   // naming the key when the config has no dense section to run: no (valid)
-  // `model` section, a model without a dense part for heter workers (only
-  // ctr_dnn has one), model.sparse_table naming no sparse table,
+  // `model` section, a model without a dense part for heter workers (the
+  // CTR models have one), model.sparse_table naming no sparse table,
   // model.dense_table naming no dense table or one whose dim is not the
   // tower's parameter count. Unavailable when the device cannot be used.
   static Result<std::unique_ptr<DenseSection>> Create(const ps::JobConfig& job,
@@ -55,14 +55,14 @@ class DenseSection {
 
  private:
   DenseSection(DenseShape shape, uint32_t dense_table, trainer::Device device,
-               std::unique_ptr<trainer::Backend> backend, std::unique_ptr<trainer::CtrDnn> model);
+               std::unique_ptr<trainer::Backend> backend, std::unique_ptr<trainer::CtrModel> model);
 
   // Fixed after construction.
   const DenseShape shape_;
   const uint32_t dense_table_;
   const trainer::Device device_;
   std::unique_ptr<trainer::Backend> backend_;  // declared before model_, which uses it
-  std::unique_ptr<trainer::CtrDnn> model_;
+  std::unique_ptr<trainer::CtrModel> model_;
   // The CPU: a view of the arena's parameters; CUDA: a host staging copy.
   std::span<float> host_params_;
   std::vector<float> staging_;

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "comm/cluster.h"
+#include "comm/file_system.h"
 #include "comm/kv_store.h"
 #include "comm/progress_report.h"
 #include "comm/shm_collective.h"
@@ -42,6 +43,8 @@ constexpr milliseconds kPollTick{100};
 constexpr milliseconds kStoreTick{200};
 // Between two reads of the processes' progress reports.
 constexpr milliseconds kProgressPollEvery{2000};
+// What one progress read may take (PollProgress).
+constexpr milliseconds kProgressPollBudget{200};
 // Between two "still waiting for ..." lines of a rendezvous.
 constexpr milliseconds kWaitNoteEvery{5000};
 
@@ -119,6 +122,10 @@ class Launcher {
   std::optional<int> WaitForStore();
   // Which host serves the KV store and how it is started, for wait lines.
   std::string StoreHostHint() const;
+  // On a host that does not serve the store, when a process failed: the
+  // line naming the store's host when the store is gone (the process most
+  // likely failed because of it), nullopt when the store answers.
+  std::optional<std::string> StoreHostLost();
   // Free ports for programs not written for FleetPS (launch/compat_env.h).
   std::optional<int> PickCompatPorts();
   std::optional<int> HandleEvents(const std::vector<Supervisor::Event>& events);
@@ -249,14 +256,16 @@ void Launcher::NoteExit(size_t index, int wait_status) {
 void Launcher::PollProgress() {
   if (!metrics_ || !kv_ || Clock::now() < next_progress_poll_) return;
   next_progress_poll_ = Clock::now() + kProgressPollEvery;
-  Result<std::vector<std::string>> keys = kv_->List("progress/");
+  // Best effort, and never long: the loop that calls it also watches the
+  // processes and the peers.
+  Result<std::vector<std::string>> keys = kv_->List("progress/", kProgressPollBudget);
   if (!keys.ok()) return;
   for (const std::string& key : *keys) {
     // progress/<role>/<rank>
     const size_t slash = key.rfind('/');
     const std::string role = key.substr(9, slash - 9);
-    Result<std::string> value = kv_->Get(key);
-    if (!value.ok()) continue;
+    Result<std::string> value = kv_->Get(key, kProgressPollBudget);
+    if (!value.ok()) return;
     Result<ProgressValue> progress = ParseProgressValue(*value);
     if (progress.ok()) metrics_->Progress(role, std::atoi(key.c_str() + slash + 1), *progress);
   }
@@ -275,10 +284,10 @@ int Launcher::RunJob() {
                  job_.collective.node_rank, job_.collective.nnodes, job_.kv_endpoint.c_str(),
                  job_.host_kv ? (" (hosted here, listening on " + job_.kv_listen + ")").c_str() : " (on node 0)");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(job_.log_dir, ec);
-  if (ec) {
-    std::fprintf(io_.err, "fleetrun: --log_dir: cannot create '%s': %s\n", job_.log_dir.c_str(), ec.message().c_str());
+  // A link in place of the folder is refused, as everywhere FleetPS writes.
+  if (Status made = DefaultFileSystem()->CreateDir(job_.log_dir); !made.ok()) {
+    std::fprintf(io_.err, "fleetrun: --log_dir: cannot create '%s': %s\n", job_.log_dir.c_str(),
+                 made.message().c_str());
     return kExitBadFlags;
   }
   auto lock = LogDirLock::Acquire(job_.log_dir, job_.job_id);
@@ -558,6 +567,18 @@ std::string Launcher::StoreHostHint() const {
   return "it is served by node 0's fleetrun (" + host + ")";
 }
 
+std::optional<std::string> Launcher::StoreHostLost() {
+  if (job_.host_kv || kv_ == nullptr || (job_.mode != Mode::kPsCluster && job_.collective.nnodes <= 1)) {
+    return std::nullopt;
+  }
+  Result<std::string> probe = kv_->Get("store/probe");
+  if (probe.ok() || !probe.status().IsUnavailable()) return std::nullopt;
+  const std::string host = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'));
+  return "host " + host + " (the KV store's) stopped: its store at " + job_.kv_endpoint +
+         " does not answer (" + probe.status().message() +
+         "; its fleetrun was killed, or the host or the network failed); " + StoreHostHint();
+}
+
 std::optional<int> Launcher::WaitForStore() {
   const auto deadline = Clock::now() + rendezvous_;
   WaitNote note(io_.out, rendezvous_);
@@ -667,6 +688,11 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
         continue;
       }
       std::fprintf(io_.err, "fleetrun: restart failed: %s\n", st.message().c_str());
+    }
+    // A process that failed because the store's host went away: the host
+    // is the news (the process's own error only says a request failed).
+    if (std::optional<std::string> lost = StoreHostLost()) {
+      std::fprintf(io_.err, "fleetrun: %s; %s failed after it\n", lost->c_str(), spec.Name().c_str());
     }
     Report(ev.index, ev.wait_status, "");
     // Processes that died in the same tick are shown too: the one listed
@@ -1057,6 +1083,12 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
       std::fprintf(io.out, "fleetrun: --max_restart without server.recovery_dir: servers keep their push log and "
                            "recovery checkpoints in %s\n", recovery->c_str());
     }
+  }
+  // Segments a rank left when it and its fleetrun were killed (kill -9
+  // during the rendezvous): nothing else would ever remove them.
+  if (const int orphans = RemoveOrphanedShmSegments(); orphans > 0) {
+    std::fprintf(io.out, "fleetrun: removed %d shared-memory segment(s) of dead processes from /dev/shm\n",
+                 orphans);
   }
   Launcher launcher(args, std::move(*options), std::move(*job), wake_fd, io);
   const int rc = launcher.Run();

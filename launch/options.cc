@@ -56,11 +56,18 @@ const OptionSpec kOptions[] = {
      "collective multi-node: every node's ip, comma-separated, same command on each; node rank = position; "
      "the first node hosts the KV store on --http_port", kCollectiveGroup},
     {"master", &LaunchOptions::master, "unset",
-     "collective multi-node: ip:port of the master's KV store; node ranks are handed out there", kCollectiveGroup},
+     "collective multi-node: ip:port of the KV store, the same on every node; the node owning that address hosts it; node ranks are handed out there", kCollectiveGroup},
     {"nnodes", &LaunchOptions::nnodes, "1 (Slurm: SLURM_NNODES)",
      "collective: number of nodes (at most 1024); >1 without --master makes this node the master and prints the command for the others", kCollectiveGroup},
     {"host", &LaunchOptions::host, "first non-loopback address",
      "collective multi-node: the address this node announces when it hosts the store", kCollectiveGroup},
+    {"node_rank", &LaunchOptions::node_rank, "0",
+     "torchrun's name: 0 makes this node the master (it hosts the store on --master_addr:--master_port); "
+     "others join it (their ranks are handed out in arrival order)", kCollectiveGroup},
+    {"master_addr", &LaunchOptions::master_addr, "unset",
+     "torchrun's name: the master node's address (with --node_rank 0: this node's --host)", kCollectiveGroup},
+    {"master_port", &LaunchOptions::master_port, "29500",
+     "torchrun's name: the store's port on the master (fleetrun's --http_port)", kCollectiveGroup},
     // Both modes.
     {"log_dir", &LaunchOptions::log_dir, "log",
      "process logs: serverlog.N, workerlog.N, heterlog.N (under <log_dir>/<job_id>/ when --job_id is given)", kJobGroup},
@@ -166,6 +173,48 @@ std::string FormatAligned(const std::vector<std::pair<std::string, std::string>>
   return out;
 }
 
+// torch.distributed.launch's rendezvous flags as fleetrun's (see options.h).
+Status ApplyTorchNames(LaunchOptions& o) {
+  const bool torch = o.Given("node_rank") || o.Given("master_addr") || o.Given("master_port");
+  if (!torch) return Status::OK();
+  for (std::string_view own : {"master", "http_port"}) {
+    if (o.Given(own)) {
+      return Status::InvalidArgument("--" + std::string(own) +
+                                     ": give it or torchrun's --master_addr/--master_port, not both");
+    }
+  }
+  if (o.Given("node_rank") && o.node_rank < 0) {
+    return Status::InvalidArgument("--node_rank: must be >= 0, got " + std::to_string(o.node_rank));
+  }
+  const int port = o.Given("master_port") ? o.master_port : 29500;
+  if (port < 0 || port > 65535) {
+    return Status::InvalidArgument("--master_port: " + std::to_string(port) + " is not in 0..65535");
+  }
+  auto give = [&](std::string_view name) {
+    if (!o.Given(name)) o.given.emplace_back(name);
+  };
+  o.http_port = port;
+  give("http_port");
+  if (o.nnodes <= 1) return Status::OK();  // one node: the store on this machine's port
+  if (!o.Given("master_addr")) {
+    return Status::InvalidArgument("--master_addr: needed with --nnodes " +
+                                   std::to_string(o.nnodes) + " (the master node's address)");
+  }
+  if (o.node_rank <= 0) {
+    if (o.Given("host") && o.host != o.master_addr) {
+      return Status::InvalidArgument("--host " + o.host + " differs from --master_addr " +
+                                     o.master_addr + " on the master (--node_rank 0)");
+    }
+    o.host = o.master_addr;
+    give("host");
+    return Status::OK();
+  }
+  o.master = o.master_addr + ":" + std::to_string(port);
+  give("master");
+  o.given.erase(std::remove(o.given.begin(), o.given.end(), "http_port"), o.given.end());
+  return Status::OK();
+}
+
 }  // namespace
 
 bool LaunchOptions::Given(std::string_view name) const {
@@ -189,6 +238,7 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
     }
     std::string_view name;
     std::optional<std::string_view> value;
+    std::string spelt;  // the name with '-' read as '_'
     if (arg.starts_with("--")) {
       name = arg.substr(2);
       size_t eq = name.find('=');
@@ -196,6 +246,9 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
         value = name.substr(eq + 1);
         name = name.substr(0, eq);
       }
+      spelt = std::string(name);
+      std::replace(spelt.begin(), spelt.end(), '-', '_');
+      name = spelt;
     } else if (arg.starts_with("-o")) {
       name = "o";
       if (arg.size() > 2) value = arg.substr(2);
@@ -221,6 +274,7 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
     std::string canonical(spec->name == "devices" ? "gpus" : spec->name);
     if (!out.Given(canonical)) out.given.push_back(canonical);
   }
+  FLEET_RETURN_IF_ERROR(ApplyTorchNames(out));
   return out;
 }
 

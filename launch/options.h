@@ -37,6 +37,11 @@ struct LaunchOptions {
   std::string master;
   int nnodes = -1;
   std::string host;
+  // torch.distributed.launch's / torchrun's names (ParseLaunchArgs turns
+  // them into the flags above).
+  int node_rank = -1;
+  std::string master_addr;
+  int master_port = -1;
   // Both modes.
   std::string log_dir = "log";
   std::string job_id = "default";
@@ -65,7 +70,13 @@ struct LaunchOptions {
 // Parses argv[1..]. InvalidArgument whose message starts with the flag
 // ("--http_port: 'x' is not an integer") for an unknown flag, a missing
 // value or a value of the wrong type. Semantic checks (lists, counts, files)
-// are ResolveLayout's job.
+// are ResolveLayout's job. A name may be spelt with '-' for '_' (torchrun's
+// --nproc-per-node). torch.distributed.launch's --master_addr A
+// --master_port P (default 29500, torchrun's) --node_rank R become fleetrun's
+// own: on one node (--nnodes 1, the default) the store's --http_port P; on
+// node 0 of several the master, hosting the store on --host A --http_port P;
+// on node R > 0 --master A:P (fleetrun hands out node ranks in arrival order;
+// R only decides whether the node is the master).
 Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
 
 // "name  value" lines for every option, names padded to one column.

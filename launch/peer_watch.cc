@@ -1,6 +1,9 @@
 #include "launch/peer_watch.h"
 
 #include <cstdio>
+#include <random>
+
+#include "absl/strings/str_format.h"
 
 namespace fleet::launch {
 namespace {
@@ -9,6 +12,8 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 constexpr char kFailedKey[] = "job/failed";
+// What a last write gets once the store was lost (see FinalWriteBudget).
+constexpr milliseconds kLostStoreWriteBudget{500};
 
 std::string Seconds(Clock::duration d) {
   char text[32];
@@ -19,6 +24,13 @@ std::string Seconds(Clock::duration d) {
 // "<beat>|<description>" -> description.
 std::string Description(const std::string& value) { return value.substr(value.find('|') + 1); }
 
+// "<incarnation>.<beat>|..." -> incarnation ("" for a value without one).
+std::string Incarnation(const std::string& value) {
+  const std::string beat = value.substr(0, value.find('|'));
+  const size_t dot = beat.find('.');
+  return dot == std::string::npos ? std::string() : beat.substr(0, dot);
+}
+
 bool Ended(const std::string& value) {
   return value.starts_with("done|") || value.starts_with("stopped|");
 }
@@ -26,7 +38,10 @@ bool Ended(const std::string& value) {
 }  // namespace
 
 PeerWatch::PeerWatch(KvStoreClient* kv, PeerWatchOptions options)
-    : kv_(kv), options_(std::move(options)), processes_(options_.processes) {
+    : kv_(kv),
+      options_(std::move(options)),
+      incarnation_(absl::StrFormat("%08x", std::random_device()())),
+      processes_(options_.processes) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -53,10 +68,10 @@ void PeerWatch::SetProcesses(const std::string& processes) {
   (void)SetSelf(mine);  // the next round retries a failure
 }
 
-Status PeerWatch::SetSelf(const std::string& value) {
-  Status first = kv_->Set("hosts/" + options_.self_id, value);
+Status PeerWatch::SetSelf(const std::string& value, milliseconds budget) {
+  Status first = kv_->Set("hosts/" + options_.self_id, value, budget);
   for (const std::string& id : options_.also_ids) {
-    Status st = kv_->Set("hosts/" + id, value);
+    Status st = kv_->Set("hosts/" + id, value, budget);
     if (first.ok()) first = st;
   }
   return first;
@@ -68,8 +83,10 @@ std::optional<std::string> PeerWatch::failure() const {
 }
 
 std::string PeerWatch::SelfValue() {
+  // "<incarnation>.<beat>|<name>": a fleetrun started again for this host
+  // beats under another incarnation, which tells the peers it rejoined.
   std::string name = options_.self_name + (processes_.empty() ? "" : " (" + processes_ + ")");
-  return std::to_string(++beat_) + "|" + name;
+  return incarnation_ + "." + std::to_string(++beat_) + "|" + name;
 }
 
 void PeerWatch::MarkFailed(const std::string& what) {
@@ -85,8 +102,18 @@ void PeerWatch::MarkFailed(const std::string& what) {
 
 void PeerWatch::SetMarker(const std::string& text) {
   // Best effort: a peer that misses it still sees this host's heartbeat
-  // stop, or loses the store.
+  // stop (or its stopped mark), or loses the store. A host that lost the
+  // store leaves the marker be: its own loss is no news to the others.
+  if (FinalWriteBudget().count() > 0) return;
   if (kv_->Get(kFailedKey).status().IsNotFound()) (void)kv_->Set(kFailedKey, text);
+}
+
+milliseconds PeerWatch::FinalWriteBudget() const {
+  // Once the store was lost a write may still get through (the network
+  // came back), which tells the peers at once; but it must not hold this
+  // host's exit for a request timeout each.
+  std::lock_guard<std::mutex> lock(mu_);
+  return store_lost_ ? kLostStoreWriteBudget : milliseconds(0);
 }
 
 void PeerWatch::MarkEnded(const std::string& state) {
@@ -99,7 +126,7 @@ void PeerWatch::MarkEnded(const std::string& state) {
     ended_ = true;
     value = state + "|" + options_.self_name + (processes_.empty() ? "" : " (" + processes_ + ")");
   }
-  (void)SetSelf(value);  // best effort, as SetMarker
+  (void)SetSelf(value, FinalWriteBudget());  // best effort, as SetMarker
 }
 
 void PeerWatch::AwaitPeersEnded(milliseconds limit) {
@@ -126,20 +153,39 @@ void PeerWatch::Loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     lock.unlock();
-    Round();
+    const bool store_failed = !Round();
     lock.lock();
-    wake_.wait_for(lock, options_.beat_every, [this] { return stop_; });
+    // A round the store did not answer waited out a request's timeout
+    // already: the next follows at once, so the store's loss is known within
+    // a request of peer_timeout.
+    if (!store_failed) wake_.wait_for(lock, options_.beat_every, [this] { return stop_; });
   }
 }
 
-void PeerWatch::Round() {
+bool PeerWatch::StoreFailed(const Status& error) {
+  // Without the store this host can judge no peer, and each further
+  // request would wait out its own timeout (a store cut off silently
+  // answers nothing), so the round ends here. The store is lost once it has
+  // not answered for peer_timeout.
+  const auto silent = Clock::now() - last_store_answer_;
+  if (silent < options_.peer_timeout) return false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_ || ended_) return false;
+  store_lost_ = true;
+  failure_ = "lost the KV store at " + kv_->endpoint() + " for " + Seconds(silent) + " (" +
+             error.message() +
+             "): the fleetrun serving it stopped, or its host or the network failed";
+  return false;
+}
+
+bool PeerWatch::Round() {
   const auto now = Clock::now();
   std::string mine;
   // Heartbeats are computed and written in one order (see SetProcesses).
   std::unique_lock<std::mutex> beat_lock(beat_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (ended_ || failure_) return;
+    if (ended_ || failure_) return true;
     // A round that came late (a request that hung): peers could not be
     // observed meanwhile, so the gap is not held against them.
     if (now - last_round_ > 3 * options_.beat_every) {
@@ -149,51 +195,68 @@ void PeerWatch::Round() {
     mine = SelfValue();
   }
   std::optional<std::string> why;
-  const Status beat = SetSelf(mine);
+  const Status beat = SetSelf(mine, options_.request_budget);
   beat_lock.unlock();
-  if (beat.ok()) {
-    store_lost_since_.reset();
-  } else if (!store_lost_since_) {
-    store_lost_since_ = now;
-  } else if (now - *store_lost_since_ >= options_.peer_timeout) {
-    why = "lost the KV store at " + kv_->endpoint() + " for " + Seconds(now - *store_lost_since_) +
-          " (" + beat.message() +
-          "): the fleetrun serving it stopped, or its host or the network failed";
-  }
-  Result<std::string> marker = kv_->Get(kFailedKey);
+  if (!beat.ok()) return StoreFailed(beat);
+  last_store_answer_ = Clock::now();
+  Result<std::string> marker = kv_->Get(kFailedKey, options_.request_budget);
+  if (!marker.ok() && !marker.status().IsNotFound()) return StoreFailed(marker.status());
   if (marker.ok()) why = "job failed: " + *marker;
-  bool from_peer = false;  // a peer died or was refused: tell the others
+  bool from_peer = false;       // a peer died or was refused: tell the others
+  bool judged_stopped = false;  // why: a peer's stopped mark
   std::vector<std::string> notes;
   for (const PeerWatchOptions::Peer& peer : options_.peers) {
-    Result<std::string> value = kv_->Get("hosts/" + peer.id);
+    Result<std::string> value = kv_->Get("hosts/" + peer.id, options_.request_budget);
+    if (!value.ok() && !value.status().IsNotFound()) return StoreFailed(value.status());
     std::optional<std::string> refused;
     if (options_.refused && !peer.address.empty()) refused = options_.refused(peer.address);
     std::lock_guard<std::mutex> lock(mu_);
     Seen& seen = seen_[peer.id];
     if (value.ok() && (!seen.joined || *value != seen.value)) {
-      if (seen.awaiting_rejoin && !Ended(*value)) {
+      if (!seen.awaiting_rejoin) {
+        seen = Seen{.value = *value, .changed = now, .joined = true, .ended = Ended(*value)};
+      } else if (value->starts_with("stopped|")) {
+        // Its stopped mark, late: still gone, the wait goes on.
+        seen.value = *value;
+        seen.ended = true;
+      } else if (value->starts_with("done|") || Incarnation(*value) != seen.gone_incarnation ||
+                 ++seen.fresh_beats >= 2) {
+        // A new fleetrun there, or two beats of the old one (one alone may
+        // be a request sent before a cut that the network delivered after).
         notes.push_back(Description(*value) + " rejoined the job after " +
                         Seconds(now - seen.changed) + " without heartbeat");
-      }
-      seen = Seen{*value, now, true, Ended(*value)};
-    }
-    // Without the store, this host cannot judge its peers: the store's
-    // loss is the news (above).
-    if (why || !beat.ok()) continue;
-    const std::string name = seen.joined ? Description(seen.value) : peer.name;
-    const auto silent = now - seen.changed;
-    if (seen.joined && !seen.ended && silent >= options_.peer_timeout) {
-      const bool may_rejoin = options_.rejoin_timeout.count() > 0;
-      if (may_rejoin && silent < options_.peer_timeout + options_.rejoin_timeout) {
-        if (!seen.awaiting_rejoin) {
-          seen.awaiting_rejoin = true;
-          notes.push_back(name + " stopped: no heartbeat for " + Seconds(silent) +
-                          "; waiting up to " + Seconds(options_.rejoin_timeout) +
-                          " for a fleetrun started there again to rejoin (--max_restart)");
-        }
+        seen = Seen{.value = *value, .changed = now, .joined = true, .ended = Ended(*value)};
       } else {
-        why = name + " stopped: no heartbeat for " + Seconds(silent) +
-              " (its fleetrun was killed, or the host or the network failed" +
+        seen.value = *value;
+      }
+    }
+    if (why) continue;
+    const std::string name = seen.joined ? Description(seen.value) : peer.name;
+    // A peer that marked itself stopped without a failure marker (it lost
+    // the store in a network cut, say, and its mark got through later) is
+    // gone as surely as a silent one, and known at once.
+    const bool stopped = seen.joined && seen.value.starts_with("stopped|");
+    const auto silent = now - seen.changed;
+    const auto gone_after =
+        stopped ? Clock::duration::zero() : Clock::duration(options_.peer_timeout);
+    if (seen.joined &&
+        (seen.awaiting_rejoin || ((!seen.ended || stopped) && silent >= gone_after))) {
+      const std::string how = stopped ? " stopped without the job finishing"
+                                      : " stopped: no heartbeat for " + Seconds(silent);
+      const bool may_rejoin = options_.rejoin_timeout.count() > 0;
+      if (may_rejoin && !seen.awaiting_rejoin) {
+        seen.awaiting_rejoin = true;
+        seen.gone_since = now;
+        seen.gone_incarnation = Incarnation(seen.value);
+        seen.fresh_beats = 0;
+        notes.push_back(name + how + "; waiting up to " + Seconds(options_.rejoin_timeout) +
+                        " for a fleetrun started there again to rejoin (--max_restart)");
+      } else if (!may_rejoin || now - seen.gone_since >= options_.rejoin_timeout) {
+        judged_stopped = stopped;
+        why = name + how +
+              (stopped
+                   ? std::string(" (its fleetrun failed or was stopped")
+                   : std::string(" (its fleetrun was killed, or the host or the network failed")) +
               (may_rejoin ? "; no fleetrun rejoined for it within " +
                                 Seconds(options_.rejoin_timeout) + ")"
                           : ")");
@@ -210,12 +273,21 @@ void PeerWatch::Round() {
   if (options_.note) {
     for (const std::string& line : notes) options_.note(line);
   }
+  if (judged_stopped) {
+    // A host that failed wrote the marker before its stopped mark, so the
+    // marker read at the top of this round may have come before both.
+    if (Result<std::string> marker = kv_->Get(kFailedKey); marker.ok()) {
+      why = "job failed: " + *marker;
+      from_peer = false;
+    }
+  }
   if (from_peer) SetMarker(*why);
   if (why) {
     std::lock_guard<std::mutex> lock(mu_);
     // A host that ended meanwhile (its own failure) needs no news.
     if (!failure_ && !ended_) failure_ = std::move(why);
   }
+  return true;
 }
 
 }  // namespace fleet::launch

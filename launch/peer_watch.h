@@ -51,6 +51,11 @@ struct PeerWatchOptions {
   };
   std::vector<Peer> peers;
   std::chrono::milliseconds beat_every{1000};
+  // What one request of a round may take (retries included): a store that
+  // does not answer within it fails the round, and peer_timeout of failed
+  // rounds fails the job, so the store's loss is known within about one
+  // budget of peer_timeout.
+  std::chrono::milliseconds request_budget{1000};
   std::chrono::milliseconds peer_timeout{5000};
   std::chrono::milliseconds join_timeout{120000};
   // 0: a peer without heartbeat for peer_timeout fails the job. Else it may
@@ -92,23 +97,30 @@ class PeerWatch {
   void AwaitPeersEnded(std::chrono::milliseconds limit);
 
  private:
+  // (Every member has an initializer, for designated initializers.)
   struct Seen {
-    std::string value;
-    std::chrono::steady_clock::time_point changed;
+    std::string value = {};
+    std::chrono::steady_clock::time_point changed = {};
     bool joined = false;
     bool ended = false;
-    bool awaiting_rejoin = false;  // no heartbeat, within rejoin_timeout
+    bool awaiting_rejoin = false;                           // gone, within rejoin_timeout
+    std::chrono::steady_clock::time_point gone_since = {};  // when awaiting_rejoin began
+    std::string gone_incarnation = {};                      // of its last beat then
+    int fresh_beats = 0;  // new beats since then of that incarnation (two make a rejoin)
   };
   void Loop();
   // One round: beat, read the marker and the peers. Sets failure_.
-  void Round();
+  // False when the store did not answer it (the round ended there).
+  bool Round();
   std::string SelfValue();
   // Writes `value` under every key of this host; the first failure.
-  Status SetSelf(const std::string& value);
+  Status SetSelf(const std::string& value,
+                 std::chrono::milliseconds budget = std::chrono::milliseconds(0));
   void SetMarker(const std::string& text);
 
   KvStoreClient* const kv_;
   const PeerWatchOptions options_;
+  const std::string incarnation_;  // this fleetrun's, in its heartbeats
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 
   // Held while a heartbeat is computed and written, so writes reach the
@@ -123,8 +135,17 @@ class PeerWatch {
   uint64_t beat_ = 0;
   std::map<std::string, Seen> seen_;  // by peer id
   std::chrono::steady_clock::time_point last_round_ = started_;
-  // Watch thread only: since when this host's heartbeats fail.
-  std::optional<std::chrono::steady_clock::time_point> store_lost_since_;
+  // A request of the round failed: fails the watch once the store has not
+  // answered for peer_timeout. Watch thread only.
+  // Returns false (for Round to return).
+  bool StoreFailed(const Status& error);
+  // The budget of the final writes (marker, end mark): short once the
+  // store was lost, else the client's own (0).
+  std::chrono::milliseconds FinalWriteBudget() const;
+  // The watch failed for the store's loss.
+  bool store_lost_ = false;  // guarded by mu_
+  // Watch thread only: when the store last answered a request.
+  std::chrono::steady_clock::time_point last_store_answer_ = started_;
   std::thread thread_;
 };
 

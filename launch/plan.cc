@@ -289,9 +289,15 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     c.nnodes = o.nnodes;
     c.node_rank_source = NodeRankSource::kAssigned;
     job.kv_endpoint = ep->ToString();
-    job.host_kv = false;
+    // The same command on every node: the node that owns the master's
+    // address hosts the store there; the others meet through it.
+    job.host_kv = !IsLoopback(ep->host) && Contains(m.local_addresses, ep->host);
+    if (job.host_kv) {
+      if (ep->port == 0) return Bad("--master", "port 0: the other nodes must know the port");
+      job.kv_listen = job.kv_endpoint;
+    }
     // A master on loopback: every node is this machine (tests, trials).
-    c.node_host = IsLoopback(ep->host) || host.empty() ? "127.0.0.1" : host;
+    c.node_host = job.host_kv ? ep->host : IsLoopback(ep->host) || host.empty() ? "127.0.0.1" : host;
   } else if (slurm) {
     int nnodes = 0, node_rank = -1;
     const std::string& id = m.slurm_nodeid.empty() ? m.slurm_procid : m.slurm_nodeid;

@@ -334,7 +334,8 @@ Status Checkpointer::SaveImpl(const std::string& dir, SaveMode mode, const Serve
       std::vector<ManifestFile> files(owned.size());
       std::vector<uint8_t> present(owned.size(), 0);  // not vector<bool>: written in parallel
       FLEET_RETURN_IF_ERROR(ParallelStatus(pool_, t->local_shard_count(), [&](size_t local) -> Status {
-        for (ShardImage& im : t->SerializeLocalShard(local, mode)) {
+        FLEET_ASSIGN_OR_RETURN(std::vector<ShardImage> images, t->SerializeLocalShard(local, mode));
+        for (ShardImage& im : images) {
           // A delta lists only shards with changes; a base lists every shard
           // so Load can tell a missing shard from an empty one.
           if (mode == SaveMode::kDelta && im.info.rows == 0 && im.info.deleted == 0) continue;

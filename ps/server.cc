@@ -17,6 +17,7 @@
 #include "ps/table/accessor.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/partition.h"
+#include "ps/table/ssd_sparse_table.h"
 
 namespace fleet::ps {
 
@@ -83,6 +84,8 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
   server->checkpointer_ = std::make_unique<Checkpointer>(
       server->fs_, server->options_.rank, server->options_.num_servers, server->table_pool_.get());
   if (const std::string& dir = server->options_.job.server.recovery_dir; !dir.empty()) {
+    // The folder itself first: a link planted there is refused, not followed.
+    FLEET_RETURN_IF_ERROR(server->fs_->CreateDir(dir).WithContext("server.recovery_dir"));
     server->recovery_dir_ = absl::StrCat(dir, "/s", server->options_.rank);
     FLEET_RETURN_IF_ERROR(
         CheckWritableDir(server->fs_, server->recovery_dir_).WithContext("server.recovery_dir"));
@@ -103,9 +106,7 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
   rpc.name = absl::StrCat("server:", server->options_.rank);
   rpc.handler_threads = server->options_.handler_threads;
   rpc.default_timeout = server->options_.job.distributed.timeout;
-  rpc.van.busy_poll = server->options_.job.distributed.busy_poll;
-  rpc.van.auth = server->options_.auth;
-  rpc.van.encrypt = server->options_.encrypt;
+  rpc.van = JobVanOptions(server->options_.job, server->options_.auth, server->options_.encrypt);
   FLEET_ASSIGN_OR_RETURN(server->rpc_, RpcNode::Create(rpc));
   server->RegisterHandlers();
   return server;
@@ -113,13 +114,16 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
 
 PsServer::~PsServer() { (void)Shutdown(/*save=*/false); }
 
-uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, size_t sparse_tables, size_t row_floats) {
+uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, int servers_on_host, size_t sparse_tables,
+                                 size_t row_floats) {
   const uint64_t row_bytes = row_floats * sizeof(float) + kRowOverheadBytes;
-  return std::max<uint64_t>(1, memory_bytes / 2 / std::max<size_t>(1, sparse_tables) / row_bytes);
+  return std::max<uint64_t>(1, memory_bytes / 2 / std::max(1, servers_on_host) /
+                                   std::max<size_t>(1, sparse_tables) / row_bytes);
 }
 
 Status PsServer::BuildTables() {
   const auto& job = options_.job;
+  row_dbs_ = std::make_unique<RowDbSet>(options_.rank);
   uint64_t memory = options_.memory_bytes;
   if (memory == 0) {
     memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -129,18 +133,23 @@ Status PsServer::BuildTables() {
   });
   for (TableConfig config : job.tables) {
     const std::string which = absl::StrCat("table ", config.id);
-    if (config.kind == TableKind::kSparse && config.max_rows_per_server == 0 && ValidateTableConfig(config).ok()) {
+    // A disk tier's rows are not bounded by memory (storage.cache_rows
+    // bounds what it keeps there).
+    if (config.kind == TableKind::kSparse && config.max_rows_per_server == 0 &&
+        config.storage.kind == StorageKind::kMemory && ValidateTableConfig(config).ok()) {
       const size_t row_floats = MakeAccessor(config)->row_floats();
-      config.max_rows_per_server = DefaultMaxRowsPerServer(memory, sparse_tables, row_floats);
+      config.max_rows_per_server =
+          DefaultMaxRowsPerServer(memory, options_.servers_on_host, sparse_tables, row_floats);
       LOG(INFO) << "server " << options_.rank << ": " << which << ": max_rows_per_server not set, "
                 << config.max_rows_per_server << " rows (half of " << (memory >> 20) << " MiB over "
-                << sparse_tables << " sparse tables, " << row_floats * sizeof(float) + kRowOverheadBytes
+                << options_.servers_on_host << " servers on this machine and " << sparse_tables
+                << " sparse tables, " << row_floats * sizeof(float) + kRowOverheadBytes
                 << " bytes a row)";
     }
     if (config.kind == TableKind::kSparse) {
       auto shards = AssignShards(config.shard_num, options_.num_servers, options_.rank);
       if (!shards.ok()) return shards.status().WithContext(which);
-      auto table = SparseTable::Create(config, shards.value(), table_pool_.get());
+      auto table = CreateSparseTable(config, shards.value(), table_pool_.get(), row_dbs_.get());
       if (!table.ok()) return table.status().WithContext(which);
       if (job.distributed.mode == SyncMode::kSync) {
         const size_t width = table.value()->push_dim() + 2;  // + show, click
@@ -285,6 +294,10 @@ std::string PsServer::StatusLine() {
   for (auto& [id, table] : sparse_) {
     const SparseTableStats s = table->Stats();
     absl::StrAppendFormat(&line, ", table %d: %d rows %.1f MiB", id, s.rows, s.bytes / kMiB);
+    if (!table->serves_from_memory()) {
+      absl::StrAppendFormat(&line, " (%d rows on disk, %.1f MiB; %d read back)", s.disk_rows,
+                            s.disk_bytes / kMiB, s.disk_rows_read);
+    }
   }
   for (auto& [id, table] : dense_) {
     absl::StrAppendFormat(&line, ", table %d: %d floats %.1f MiB", id, table->range().size(),
@@ -298,6 +311,16 @@ std::string PsServer::StatusLine() {
     std::fclose(statm);
   }
   absl::StrAppendFormat(&line, ", rss %.0f MiB", pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / kMiB);
+  // The peak too (VmHWM): what a memory budget must cover.
+  if (std::FILE* status = std::fopen("/proc/self/status", "r")) {
+    char text[256];
+    long peak_kib = -1;
+    while (peak_kib < 0 && std::fgets(text, sizeof text, status) != nullptr) {
+      if (std::sscanf(text, "VmHWM: %ld kB", &peak_kib) != 1) peak_kib = -1;
+    }
+    std::fclose(status);
+    if (peak_kib >= 0) absl::StrAppendFormat(&line, " (peak %.0f MiB)", peak_kib / 1024.0);
+  }
   {
     std::lock_guard<std::mutex> log_lock(log_mu_);
     if (log_ != nullptr) {
@@ -326,6 +349,8 @@ bool PsServer::IsSmallSparseRequest(const Message& req) const {
   // holds the keys. Anything odd goes to the pool, whose handler explains.
   auto it = sparse_.find(static_cast<uint32_t>(req.header.table_id()));
   if (it == sparse_.end() || req.frames.empty()) return false;
+  // A disk tier may read the disk: never on the I/O thread.
+  if (!it->second->serves_from_memory()) return false;
   const size_t keys = req.frames[0].size() / sizeof(uint64_t);
   return keys <= 2048 && keys * it->second->pull_dim() <= 16384;
 }
@@ -674,13 +699,15 @@ Status PsServer::Shutdown(bool save) {
   }
   rpc_->Stop();
   if (!recovery_dir_.empty()) {
-    // The recovery checkpoint and log stay as they are: a consistent state
-    // a restart can continue from (save_dir got the final checkpoint).
+    // The recovery checkpoint and log are a consistent state a restart can
+    // continue from; once the job finished and its final save is done they
+    // are not needed any more.
     std::lock_guard<std::mutex> lock(log_mu_);
     if (log_ != nullptr) {
       if (Status s = log_->Close(); !s.ok()) LOG(WARNING) << "server " << options_.rank << ": " << s.ToString();
       log_.reset();
     }
+    if (save && saved.ok() && !options_.job.server.keep_recovery) RemoveRecoveryFiles();
   }
   return saved;
 }

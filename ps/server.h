@@ -83,6 +83,7 @@
 #include "ps/push_log.h"
 #include "ps/table/dense_table.h"
 #include "ps/table/gradient_merger.h"
+#include "ps/table/row_db.h"
 #include "ps/table/sparse_table.h"
 
 namespace fleet::ps {
@@ -116,16 +117,22 @@ struct PsServerOptions {
   // The memory a sparse table's default row quota is derived from (see
   // DefaultMaxRowsPerServer); 0: this machine's physical memory. For tests.
   uint64_t memory_bytes = 0;
+  // How many of the job's servers share this machine (ps_server counts the
+  // --servers entries with this server's host); they share the memory the
+  // default row quota is derived from.
+  int servers_on_host = 1;
 };
 
 // The row quota of a sparse table whose config sets no max_rows_per_server:
-// half of `memory_bytes`, shared evenly by the server's `sparse_tables`,
-// over what one row costs (`row_floats` floats plus kRowOverheadBytes of
-// key, index and counters). At least 1. So a runaway or hostile client
-// creating keys without end gets a clear FailedPrecondition long before
-// the machine runs out of memory.
+// half of `memory_bytes`, shared evenly by the `servers_on_host` servers of
+// the machine and each server's `sparse_tables`, over what one row costs
+// (`row_floats` floats plus kRowOverheadBytes of key, index and counters).
+// At least 1. So a runaway or hostile client creating keys without end gets
+// a clear FailedPrecondition long before the machine runs out of memory,
+// however many servers it runs.
 inline constexpr uint64_t kRowOverheadBytes = 64;
-uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, size_t sparse_tables, size_t row_floats);
+uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, int servers_on_host, size_t sparse_tables,
+                                 size_t row_floats);
 
 // The numbered requests of one client a server applied (PsServer::Claim).
 struct AppliedRequests {
@@ -158,8 +165,9 @@ class PsServer {
 
   // Stops taking requests, lets those being handled finish (up to
   // shutdown_grace), saves a base checkpoint to job.server.save_dir when
-  // `save` and that is set, and closes the transport. Idempotent. Returns
-  // the save's status.
+  // `save` (the job finished) and that is set, and closes the transport;
+  // then, when `save` and the save succeeded, removes the recovery files
+  // (unless server.keep_recovery). Idempotent. Returns the save's status.
   Status Shutdown(bool save);
 
   // One line for the server's log, about the time since the previous call:
@@ -198,6 +206,9 @@ class PsServer {
   void Forget(uint64_t client, uint64_t acked_below);
   // kBatch: fsyncs the log (from the watchdog tick).
   void SyncLog();
+  // Removes <recovery_dir>/s<rank>/ once the job finished. REQUIRES: log_mu_
+  // held and the log closed.
+  void RemoveRecoveryFiles();
   void RegisterHandlers();
 
   // One handler per command.
@@ -242,6 +253,8 @@ class PsServer {
   std::unique_ptr<FileSystem> owned_fs_;
   FileSystem* fs_ = nullptr;
   std::unique_ptr<ThreadPool> table_pool_;
+  // The disk tier's databases (tables with storage.kind ssd), one per path.
+  std::unique_ptr<RowDbSet> row_dbs_;
   std::map<uint32_t, std::unique_ptr<SparseTable>> sparse_;
   std::map<uint32_t, std::unique_ptr<DenseTable>> dense_;
   std::unique_ptr<Checkpointer> checkpointer_;

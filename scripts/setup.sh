@@ -12,14 +12,15 @@ packages=(
   libgtest-dev libgmock-dev
   libopenblas-dev
   libyaml-cpp-dev
-  libcpp-httplib-dev libssl-dev
+  libcpp-httplib-dev libmicrohttpd-dev libssl-dev
   libabsl-dev libdivide-dev
+  librocksdb-dev
   zlib1g-dev
   libzip-dev libpcre2-dev nlohmann-json3-dev
   python3-numpy python3-protobuf
   fortunes
   dataset-fashion-mnist
-  procps iproute2
+  procps iproute2 nftables
   prometheus-cpp-dev
 )
 

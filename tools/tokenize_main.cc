@@ -24,7 +24,8 @@ DEFINE_string(vocab_dir, "",
 DEFINE_string(output_prefix, "", "Output path prefix, e.g. data/books (required).");
 DEFINE_string(output_format, "bin",
               "bin (llm.c shards <prefix>_000000.bin...), fleetx (<prefix>_ids.npy + "
-              "<prefix>_idx.npz) or both.");
+              "<prefix>_idx.npz), both, or megatron (Megatron's indexed dataset "
+              "<prefix>_<json_key>_document.bin + .idx).");
 DEFINE_int64(shard_tokens, 100000000, "Tokens per .bin shard.");
 DEFINE_bool(shuffle_documents, false,
             "Shuffle documents (fixed seed) so a split by position holds out every file's.");
@@ -33,15 +34,16 @@ int main(int argc, char** argv) {
   const fleet::ProgramHelp help{
       "tokenize --input=FILES --output_prefix=PREFIX [--tokenizer=gpt2|byte] [flags]",
       "Turns text files into GPT token files: llm.c .bin shards and/or FleetX *_ids.npy + "
-      "*_idx.npz.",
+      "*_idx.npz, or Megatron's indexed dataset (.bin + .idx).",
       {{"Input",
         {fleet::GflagsHelpFlag("input", "FILES"), fleet::GflagsHelpFlag("text_format", "FORMAT"),
          fleet::GflagsHelpFlag("json_key", "KEY"), fleet::GflagsHelpFlag("shuffle_documents")}},
        {"Tokenizer",
-        {fleet::GflagsHelpFlag("tokenizer", "gpt2|byte"), fleet::GflagsHelpFlag("vocab_dir", "DIR")}},
+        {fleet::GflagsHelpFlag("tokenizer", "gpt2|byte"),
+         fleet::GflagsHelpFlag("vocab_dir", "DIR")}},
        {"Output",
         {fleet::GflagsHelpFlag("output_prefix", "PREFIX"),
-         fleet::GflagsHelpFlag("output_format", "bin|fleetx|both"),
+         fleet::GflagsHelpFlag("output_format", "bin|fleetx|both|megatron"),
          fleet::GflagsHelpFlag("shard_tokens", "N")}}}};
   if (std::optional<int> done = fleet::ParseFlagsOrHelp(help, &argc, &argv, std::cout)) {
     return *done;

@@ -1,8 +1,8 @@
-// Backend: the kernels the MLP and CTR-DNN towers need (GEMM, bias with a
-// fused activation, tanh, softmax-CE, sigmoid-BCE, concatenation, the
-// optimizer updates) plus memory, behind one interface with a CPU and a CUDA
-// implementation (both fuse ReLU with the bias). Layers and models hold a Backend* and never know which one
-// they drive; buffers they pass are in the backend's memory (device()).
+// Backend: the kernels the MLP and CTR towers need (GEMM, bias with a
+// fused activation, tanh, softmax-CE, sigmoid-BCE, concatenation, the CTR
+// interactions, the optimizer updates) plus memory, behind one interface with a CPU and a CUDA
+// implementation (both fuse ReLU with the bias). Layers and models hold a Backend* and never know
+// which one they drive; buffers they pass are in the backend's memory (device()).
 //
 // Shapes and semantics of every kernel are those of the same-named function
 // in trainer/kernels/cpu_kernels.h (CpuBackend: kernels/cpu_backend.h; the
@@ -79,6 +79,20 @@ class Backend {
                              std::span<const int> widths, int B) = 0;
   virtual void ConcatBackward(std::span<float* const> dins, const float* dout,
                               std::span<const int> widths, int B) = 0;
+  // CTR interactions (kernels::FieldSum*, Fm*, Cross*: field layout and
+  // shapes there): the wide part's and FM's sums over fields, DCN's cross.
+  virtual void FieldSumForward(float* out, const float* x, int B, int F, int W, int row_stride,
+                               int field_stride, int offset, float beta) = 0;
+  virtual void FieldSumBackward(float* dx, const float* dout, int B, int F, int W, int row_stride,
+                                int field_stride, int offset) = 0;
+  virtual void FmForward(float* out, const float* x, int B, int F, int D, int row_stride,
+                         int field_stride, int offset, float beta) = 0;
+  virtual void FmBackward(float* dx, const float* x, const float* dout, int B, int F, int D,
+                          int row_stride, int field_stride, int offset) = 0;
+  virtual void CrossForward(float* y, const float* x0, const float* u, const float* xl,
+                            size_t n) = 0;
+  virtual void CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,
+                             const float* dy, size_t n) = 0;
   virtual void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) = 0;
   virtual void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
                           const kernels::AdamHyper& h, int64_t t) = 0;

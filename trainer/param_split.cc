@@ -30,7 +30,7 @@ Status GatherWholeParams(const ParamSplit& split, const float* local, Backend* b
     if (split.group == nullptr && r != split.rank) continue;
     const float* part = gathered.data() + (split.group ? size_t(r) * largest : 0);
     for (const ArenaSegment& s : split.segments[r]) {
-      if (s.replicated && r != 0) continue;  // rank 0's copy is as good as any
+      if (s.replicated) continue;  // the owner's copy is as good as any
       std::copy(part + s.local, part + s.local + s.size, whole->begin() + s.whole);
     }
   }

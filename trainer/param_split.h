@@ -3,11 +3,12 @@
 // checkpoints are written in).
 //
 // Each rank's arena is cut into segments, in its own order, each a run of
-// floats that is also contiguous in the whole table. A segment is either
-// this rank's share of a split tensor, or a replicated tensor every rank of
-// the group holds identically (LayerNorms, position embeddings, the biases
-// of row-parallel layers). Rank r's segments cover its arena exactly; the
-// split segments of all ranks and the replicated ones of any single rank
+// floats that is also contiguous in the whole table. Every range of the
+// whole table is owned by exactly one rank's segment; other ranks may hold
+// copies of it (the tensors every tensor-parallel rank holds identically:
+// LayerNorms, position embeddings, the biases of row-parallel layers; a
+// last pipeline stage's copy of the tied wte), marked `replicated`. Rank
+// r's segments cover its arena exactly; the owned segments of all ranks
 // cover the whole table exactly.
 //
 // Thread safety: a value, fixed after construction; the functions below are
@@ -28,7 +29,7 @@ struct ArenaSegment {
   size_t local = 0;  // offset in the rank's arena
   size_t whole = 0;  // offset in the whole table
   size_t size = 0;   // floats
-  bool replicated = false;
+  bool replicated = false;  // a copy another rank owns: not saved, not counted twice
 };
 
 struct ParamSplit {

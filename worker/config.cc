@@ -5,6 +5,7 @@
 #include <string_view>
 #include <utility>
 
+#include "data/ctr_reader.h"
 #include "worker/task.h"
 
 namespace fleet::worker {
@@ -39,6 +40,7 @@ Status ParseModel(ConfigSection& s, WorkerModelConfig* m) {
   FLEET_RETURN_IF_ERROR(s.Int("dense_table", &m->dense_table, 0, INT32_MAX));
   FLEET_RETURN_IF_ERROR(Widths(s, "hidden", 1, &m->hidden));
   FLEET_RETURN_IF_ERROR(Widths(s, "sizes", 2, &m->sizes));
+  FLEET_RETURN_IF_ERROR(s.Int("cross_layers", &m->cross_layers, 1, kMaxCrossLayers));
   // Any integer: a negative seed is taken modulo 2^64.
   int64_t seed = static_cast<int64_t>(m->seed);
   FLEET_RETURN_IF_ERROR(s.Int("seed", &seed));
@@ -52,7 +54,7 @@ Status ParseData(ConfigSection& s, WorkerDataConfig* d) {
                           {"test_images", &d->test_images}, {"test_labels", &d->test_labels}}) {
     FLEET_RETURN_IF_ERROR(s.String(key, out));
   }
-  return Status::OK();
+  return s.Int("field_buckets", &d->field_buckets, 0, data::kMaxFieldBuckets);
 }
 
 Status ParseTrain(ConfigSection& s, WorkerTrainConfig* t) {

@@ -6,20 +6,34 @@
 // This block is where the workers' keys are documented.
 //
 //   model:
-//     kind: ctr_dnn          # the model: ctr_dnn | mlp (worker/task.h lists them:
-//                            # WorkerTaskTypes). Required.
-//     sparse_table: 0        # ctr_dnn: id of the sparse table holding the
+//     kind: deepfm           # the model (worker/task.h lists them: WorkerTaskTypes).
+//                            # Required. The CTR models (trainer/models/ctr_model.h):
+//                            #   dnn (also ctr_dnn)  pooled embeddings into an MLP
+//                            #   wide_deep  + a linear part over the sparse features
+//                            #   deepfm     + first-order weights and FM's pairwise term
+//                            #   dcn        + DCN-v2 cross layers beside the MLP
+//                            # and mlp (an MLP classifier over IDX images).
+//     sparse_table: 0        # CTR models: id of the sparse table holding the
 //                            # embeddings; the embedding width is what a pull
 //                            # returns: the table's `dim` (accessor: plain) or
 //                            # ctr.embed_dim + dim (accessor: ctr, which also
-//                            # gets a show and a click per key). Default 0.
+//                            # gets a show and a click per key). wide_deep and
+//                            # deepfm read each field's first float as its
+//                            # first-order weight and deepfm the rest as its
+//                            # FM embedding: with accessor ctr, embed_dim 1
+//                            # (embed_w is the weight, embedx the embedding).
+//                            # Default 0.
 //     dense_table: 1         # id of the dense table holding every dense
 //                            # parameter of the model: its `dim` must equal
 //                            # the model's parameter count (the error says
 //                            # the exact number). Default: the model's
 //                            # (WorkerTaskType::default_dense_table): 1 for
 //                            # ctr_dnn, 0 for mlp.
-//     hidden: [400, 400, 400]  # ctr_dnn: FC widths (ReLU after each).
+//     hidden: [400, 400, 400]  # CTR models: FC widths (ReLU after each).
+//     cross_layers: 3        # dcn: cross layers (each a [in, in] matrix over the
+//                            # whole input row), 1..16. Default 3; more learn
+//                            # higher-order feature crosses at in^2 parameters
+//                            # each. Other kinds ignore it.
 //     sizes: [784, 128, 128, 10]  # mlp: layer widths, input first.
 //                            # hidden and sizes: each width 1..65536, at most
 //                            # 64 layers, at most 2^30 weights between them.
@@ -27,11 +41,19 @@
 //                            # writes it to the dense table unless the servers
 //                            # loaded a checkpoint, i.e. server.load_dir is set).
 //   data:
-//     train: data/ctr/train  # ctr_dnn: file spec (files, dirs, globs; see
+//     train: data/ctr/train  # CTR models: file spec (files, dirs, globs; see
 //                            # comm/file_io.h ExpandFileSpec). Required.
-//     test: data/ctr/test    # ctr_dnn: held-out files. Optional (no held-out metric).
-//     oracle: ""             # ctr_dnn: oracle.txt of gen_ctr_data; its AUC is
+//     test: data/ctr/test    # CTR models: held-out files. Optional (no held-out metric).
+//     oracle: ""             # CTR models: oracle.txt of gen_ctr_data; its AUC is
 //                            # printed beside the held-out AUC. Optional.
+//     field_buckets: 0       # CTR models: how categorical values become keys
+//                            # (data/ctr_reader.h). 0 (default): every field
+//                            # hashed into one key space, as PaddleRec does; each
+//                            # distinct value gets its own row. N > 0: a table of
+//                            # N + 1 rows per field (DLRM's per-field tables),
+//                            # values hashed into N buckets, missing values the
+//                            # last: the table's size is bounded by 26 (N + 1)
+//                            # rows whatever the data. At most 2^40 - 1.
 //     train_images / train_labels / test_images / test_labels: mlp IDX files
 //                            # (gzip or not). train_* required, test_* optional.
 //   train:
@@ -82,6 +104,7 @@ inline constexpr int64_t kMaxLayerWeights = int64_t{1} << 30;
 inline constexpr int kMaxBatchSize = 1 << 20;
 inline constexpr int kMaxEpochs = 1'000'000;
 inline constexpr int kMaxBlasThreads = 256;
+inline constexpr int kMaxCrossLayers = 16;
 
 struct WorkerModelConfig {
   std::string kind;  // a WorkerTaskType::kind
@@ -89,11 +112,13 @@ struct WorkerModelConfig {
   uint32_t dense_table = 1;
   std::vector<int> hidden = {400, 400, 400};
   std::vector<int> sizes = {784, 128, 128, 10};
+  int cross_layers = 3;
   uint64_t seed = 1;
 };
 
 struct WorkerDataConfig {
-  std::string train, test, oracle;                   // ctr_dnn
+  std::string train, test, oracle;                   // CTR models
+  uint64_t field_buckets = 0;                        // CTR models
   std::string train_images, train_labels;            // mlp
   std::string test_images, test_labels;              // mlp
 };

@@ -2,9 +2,24 @@
 
 namespace fleet::worker {
 
+namespace {
+
+// Every model.kind a type trains: its own, then its more_kinds.
+std::vector<std::string> KindsOf(const WorkerTaskType& type) {
+  std::vector<std::string> kinds = {type.kind};
+  if (type.more_kinds != nullptr) {
+    for (std::string& k : type.more_kinds()) kinds.push_back(std::move(k));
+  }
+  return kinds;
+}
+
+}  // namespace
+
 const WorkerTaskType* FindWorkerTaskType(std::string_view kind) {
   for (const WorkerTaskType* type : WorkerTaskTypes()) {
-    if (kind == type->kind) return type;
+    for (const std::string& k : KindsOf(*type)) {
+      if (kind == k) return type;
+    }
   }
   return nullptr;
 }
@@ -12,8 +27,10 @@ const WorkerTaskType* FindWorkerTaskType(std::string_view kind) {
 std::string WorkerTaskKinds() {
   std::string kinds;
   for (const WorkerTaskType* type : WorkerTaskTypes()) {
-    if (!kinds.empty()) kinds += ", ";
-    kinds += type->kind;
+    for (const std::string& k : KindsOf(*type)) {
+      if (!kinds.empty()) kinds += ", ";
+      kinds += k;
+    }
   }
   return kinds;
 }

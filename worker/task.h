@@ -124,6 +124,9 @@ struct WorkerTaskOptions {
 struct WorkerTaskType {
   // model.kind, e.g. "ctr_dnn".
   const char* kind;
+  // Further model.kind names this type trains, or null (the CTR models
+  // share one task: dnn, wide_deep, deepfm, dcn).
+  std::vector<std::string> (*more_kinds)() = nullptr;
   // model.dense_table when the config does not set it.
   uint32_t default_dense_table;
   // Checks the parts of a parsed config this model requires (e.g. its data
@@ -145,7 +148,7 @@ std::span<const WorkerTaskType* const> WorkerTaskTypes();
 // The type named `kind`, or nullptr.
 const WorkerTaskType* FindWorkerTaskType(std::string_view kind);
 
-// The model names, comma separated ("ctr_dnn, mlp"), for error messages.
+// The model names, comma separated ("ctr_dnn, dnn, ..., mlp"), for error messages.
 std::string WorkerTaskKinds();
 
 // Builds the task of config.model.kind (see WorkerTaskType::create).

@@ -18,6 +18,8 @@ std::string_view DatasetKindName(DatasetKind k) {
       return "TextDataset";
     case DatasetKind::kPromptResponse:
       return "PromptResponseDataset";
+    case DatasetKind::kMegatron:
+      return "MegatronGPTDataset";
   }
   return "unknown";
 }
@@ -29,14 +31,6 @@ Status OffOnly(ConfigSection& s, std::string_view key, std::string_view why) {
   bool on = false;
   FLEET_RETURN_IF_ERROR(s.Bool(key, &on));
   if (on) return s.Error(key, "must be false: " + std::string(why));
-  return Status::OK();
-}
-
-// A FleetX degree FleetPS lacks: accepted only as 1 (or empty).
-Status OneOnly(ConfigSection& s, std::string_view key, std::string_view why) {
-  int64_t v = 1;
-  FLEET_RETURN_IF_ERROR(s.Int(key, &v));
-  if (v != 1) return s.Error(key, absl::StrCat("must be 1: ", std::string(why), "; got ", v));
   return Status::OK();
 }
 
@@ -71,18 +65,32 @@ Status ParseMixPrecision(ConfigSection s, MixPrecisionConfig* m) {
   FLEET_RETURN_IF_ERROR(s.Choice("dtype", &dtype, {"float32", "float16", "bfloat16"}));
   FLEET_RETURN_IF_ERROR(s.Choice("level", &level, {"O1", "O2"}));
   FLEET_RETURN_IF_ERROR(s.Double("scale_loss", &m->scale_loss, 1e-30, 1e30));
+  FLEET_RETURN_IF_ERROR(s.Bool("use_dynamic_loss_scaling", &m->dynamic_loss_scaling));
+  FLEET_RETURN_IF_ERROR(s.Int("incr_every_n_steps", &m->incr_every_n_steps, 1));
+  FLEET_RETURN_IF_ERROR(s.Int("decr_every_n_nan_or_inf", &m->decr_every_n_nan_or_inf, 1));
+  FLEET_RETURN_IF_ERROR(s.Double("min_loss_scale", &m->min_loss_scale, 1e-30, 1e30));
+  if (m->min_loss_scale > m->scale_loss) {
+    return s.Error("min_loss_scale",
+                   absl::StrCat(m->min_loss_scale, " is above scale_loss ", m->scale_loss));
+  }
   s.Accept("custom_black_list");
   s.Accept("custom_white_list");
-  if (pure_fp16 && enable && dtype != "" && dtype != "float16") {
-    return s.Error("use_pure_fp16", absl::StrCat("asks for float16 while enable/dtype ask for ",
-                                                 dtype, "; set only one"));
-  }
-  if (pure_fp16) {
-    m->precision = Precision::kFp16;
-  } else if (enable) {
-    m->precision = dtype == "float16"   ? Precision::kFp16
-                   : dtype == "float32" ? Precision::kFp32
-                                        : Precision::kBf16;
+  const Precision asked = !enable              ? Precision::kFp32
+                          : dtype == "float16" ? Precision::kFp16
+                          : dtype == "float32" ? Precision::kFp32
+                                               : Precision::kBf16;
+  if (s.Has("use_pure_fp16")) {
+    // FleetX's older key decides; the newer ones may agree with it.
+    const Precision pure = pure_fp16 ? Precision::kFp16 : Precision::kFp32;
+    if (enable && asked != pure) {
+      return s.Error("use_pure_fp16",
+                     absl::StrCat(pure_fp16 ? "true asks for float16" : "false asks for float32",
+                                  " while enable/dtype ask for ",
+                                  dtype.empty() ? "bfloat16" : dtype, "; set only one"));
+    }
+    m->precision = pure;
+  } else {
+    m->precision = asked;
   }
   return s.Finish();
 }
@@ -97,6 +105,7 @@ Status ParseEngine(ConfigSection s, EngineConfig* e, std::optional<int64_t>* acc
   FLEET_RETURN_IF_ERROR(s.Int("eval_iters", &e->eval_iters, 0));
   FLEET_RETURN_IF_ERROR(s.OptionalInt("test_iters", test_iters, 0));
   FLEET_RETURN_IF_ERROR(s.Bool("dry_run", &e->dry_run));
+  FLEET_RETURN_IF_ERROR(s.Bool("wall_clock_breakdown", &e->wall_clock_breakdown));
   std::string mode = "pretrain";
   FLEET_RETURN_IF_ERROR(s.Choice("mode", &mode, {"pretrain", "finetune"}));
   e->mode = mode == "finetune" ? EngineMode::kFinetune : EngineMode::kPretrain;
@@ -120,14 +129,12 @@ Status ParseEngine(ConfigSection s, EngineConfig* e, std::optional<int64_t>* acc
   return s.Finish();
 }
 
-// Dropout: FleetPS's GPT has none, so only 0 is accepted.
-Status NoDropout(ConfigSection& s, std::string_view key) {
+// A dropout probability: in [0, 1) (1 would drop everything).
+Status DropoutProb(ConfigSection& s, std::string_view key, float* out) {
   double p = 0;
   FLEET_RETURN_IF_ERROR(s.Double(key, &p, 0, 1));
-  if (p != 0) {
-    return s.Error(key, absl::StrCat("must be 0: FleetPS's GPT has no dropout (as GPT-2 ",
-                                     "pretraining at scale and llm.c); got ", p));
-  }
+  if (p >= 1) return s.Error(key, absl::StrCat("must be below 1 (1 drops every element); got ", p));
+  *out = static_cast<float>(p);
   return Status::OK();
 }
 
@@ -165,7 +172,7 @@ Status ParseLora(ConfigSection s, const GptConfig& model, GptLoraConfig* lora) {
   return s.Finish();
 }
 
-Status ParseModel(ConfigSection s, GptConfig* m) {
+Status ParseModel(ConfigSection s, GptConfig* m, std::optional<int64_t>* vocab_unit) {
   s.Accept("module");
   std::string name = "GPT";
   FLEET_RETURN_IF_ERROR(s.Choice("name", &name, {"GPT"}));
@@ -174,8 +181,9 @@ Status ParseModel(ConfigSection s, GptConfig* m) {
   FLEET_RETURN_IF_ERROR(s.Int("num_layers", &m->num_layers, 1, 1 << 16));
   FLEET_RETURN_IF_ERROR(s.Int("num_attention_heads", &m->num_attention_heads, 1, 1 << 16));
   FLEET_RETURN_IF_ERROR(s.Int("ffn_hidden_size", &m->ffn_hidden_size, 0, 1 << 22));
-  FLEET_RETURN_IF_ERROR(NoDropout(s, "hidden_dropout_prob"));
-  FLEET_RETURN_IF_ERROR(NoDropout(s, "attention_probs_dropout_prob"));
+  FLEET_RETURN_IF_ERROR(DropoutProb(s, "hidden_dropout_prob", &m->hidden_dropout_prob));
+  FLEET_RETURN_IF_ERROR(
+      DropoutProb(s, "attention_probs_dropout_prob", &m->attention_probs_dropout_prob));
   FLEET_RETURN_IF_ERROR(s.Int("max_position_embeddings", &m->max_position_embeddings, 1, 1 << 22));
   int64_t type_vocab_size = 16;
   FLEET_RETURN_IF_ERROR(s.Int("type_vocab_size", &type_vocab_size, 0));
@@ -187,9 +195,15 @@ Status ParseModel(ConfigSection s, GptConfig* m) {
   FLEET_RETURN_IF_ERROR(s.Choice("recompute_granularity", &granularity, {"full"}));
   FLEET_RETURN_IF_ERROR(EmptyOnly(s, "recompute_layers", "FleetPS recomputes every block"));
   FLEET_RETURN_IF_ERROR(EmptyOnly(s, "no_recompute_layers", "FleetPS recomputes every block"));
-  bool fused = false;
-  FLEET_RETURN_IF_ERROR(s.Bool("fused_linear", &fused));
-  FLEET_RETURN_IF_ERROR(s.Bool("fuse_attn_qkv", &fused));
+  FLEET_RETURN_IF_ERROR(s.OptionalInt("vocab_size_divisible_unit", vocab_unit, 1, 1 << 20));
+  // Kernel choices of FleetX that compute the same function here: fused
+  // GEMMs, the scores' scaling by the layer count (q / (L sqrt(hs)), then
+  // x L: the same scores), flash attention and the fused causal softmax.
+  bool same_math = false;
+  for (std::string_view key : {"fused_linear", "fuse_attn_qkv", "scale_qk_by_layer_num",
+                               "use_flash_attn", "fused_softmax_with_triangular"}) {
+    FLEET_RETURN_IF_ERROR(s.Bool(key, &same_math));
+  }
   FLEET_RETURN_IF_ERROR(
       OffOnly(s, "sequence_parallel", "FleetPS has no tensor or sequence parallelism"));
   if (m->hidden_size % m->num_attention_heads != 0) {
@@ -210,12 +224,14 @@ Status ParseDataSplit(ConfigSection s, DataSplitConfig* d) {
   ConfigSection ds = s.Sub("dataset");
   DatasetConfig& c = d->dataset;
   std::string name = "GPTDataset";
-  FLEET_RETURN_IF_ERROR(ds.Choice(
-      "name", &name, {"GPTDataset", "TokenBinDataset", "TextDataset", "PromptResponseDataset"}));
-  c.kind = name == "GPTDataset"        ? DatasetKind::kFleetX
-           : name == "TokenBinDataset" ? DatasetKind::kTokenBin
-           : name == "TextDataset"     ? DatasetKind::kText
-                                       : DatasetKind::kPromptResponse;
+  FLEET_RETURN_IF_ERROR(ds.Choice("name", &name,
+                                  {"GPTDataset", "TokenBinDataset", "TextDataset",
+                                   "PromptResponseDataset", "MegatronGPTDataset"}));
+  c.kind = name == "GPTDataset"           ? DatasetKind::kFleetX
+           : name == "TokenBinDataset"    ? DatasetKind::kTokenBin
+           : name == "TextDataset"        ? DatasetKind::kText
+           : name == "MegatronGPTDataset" ? DatasetKind::kMegatron
+                                          : DatasetKind::kPromptResponse;
   FLEET_RETURN_IF_ERROR(ds.String("input_dir", &c.input_dir));
   FLEET_RETURN_IF_ERROR(ds.String("input_files", &c.input_files));
   if (!c.input_dir.empty() && !c.input_files.empty()) {
@@ -232,6 +248,15 @@ Status ParseDataSplit(ConfigSection s, DataSplitConfig* d) {
   FLEET_RETURN_IF_ERROR(ds.Int("max_seq_len", &c.max_seq_len, 1, 1 << 22));
   FLEET_RETURN_IF_ERROR(ds.Choice("tokenizer", &c.tokenizer, {"gpt2", "byte"}));
   FLEET_RETURN_IF_ERROR(ds.String("vocab_dir", &c.vocab_dir));
+  FLEET_RETURN_IF_ERROR(ds.String("vocab_file", &c.vocab_file));
+  FLEET_RETURN_IF_ERROR(ds.String("merge_file", &c.merge_file));
+  if (c.vocab_file.empty() != c.merge_file.empty()) {
+    return ds.Error(c.vocab_file.empty() ? "vocab_file" : "merge_file",
+                    "missing: vocab_file and merge_file go together");
+  }
+  if (!c.vocab_file.empty() && !c.vocab_dir.empty()) {
+    return ds.Error("vocab_file", "give vocab_dir or vocab_file + merge_file, not both");
+  }
   FLEET_RETURN_IF_ERROR(
       ds.Choice("text_format", &c.text_format, {"file", "line", "blank_line", "percent", "jsonl"}));
   FLEET_RETURN_IF_ERROR(ds.String("cache_dir", &c.cache_dir));
@@ -267,7 +292,8 @@ Status ParseData(ConfigSection s, DataConfig* d) {
   return s.Finish();
 }
 
-Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedule) {
+Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedule,
+                      bool* use_increments) {
   std::string name = "AdamW";
   FLEET_RETURN_IF_ERROR(s.Choice("name", &name, {"AdamW", "FusedAdamW"}));
   FLEET_RETURN_IF_ERROR(s.Float("weight_decay", &o->weight_decay, 0, 1e3));
@@ -279,7 +305,16 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
 
   ConfigSection lr = s.Sub("lr");
   std::string lr_name = "CosineAnnealingWithWarmupDecay";
-  FLEET_RETURN_IF_ERROR(lr.Choice("name", &lr_name, {"CosineAnnealingWithWarmupDecay"}));
+  FLEET_RETURN_IF_ERROR(
+      lr.Choice("name", &lr_name,
+                {"CosineAnnealingWithWarmupDecay", "LinearAnnealingWithWarmupDecay",
+                 "ConstantWithWarmup", "WarmupLR", "WarmupDecayLR"}));
+  const bool deepspeed = lr_name == "WarmupLR" || lr_name == "WarmupDecayLR";
+  schedule->decay = lr_name == "CosineAnnealingWithWarmupDecay"   ? LrDecay::kCosine
+                    : lr_name == "LinearAnnealingWithWarmupDecay" ? LrDecay::kLinear
+                    : lr_name == "WarmupDecayLR"                  ? LrDecay::kLinear
+                                                                  : LrDecay::kConstant;
+  FLEET_RETURN_IF_ERROR(lr.Bool("use_increments", use_increments));
   schedule->max_lr = 5e-5f;  // FleetX's base, the default documented above
   FLEET_RETURN_IF_ERROR(lr.Float("max_lr", &schedule->max_lr, 1e-30, 100));
   FLEET_RETURN_IF_ERROR(lr.Float("min_lr", &schedule->min_lr, 0, 100));
@@ -287,9 +322,34 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
   double warmup_rate = 0.01;
   FLEET_RETURN_IF_ERROR(lr.Double("warmup_rate", &warmup_rate, 0, 1));
   schedule->warmup_steps = std::llround(warmup_rate * static_cast<double>(schedule->decay_steps));
+  std::optional<int64_t> warmup_steps;
+  FLEET_RETURN_IF_ERROR(lr.OptionalInt("warmup_steps", &warmup_steps, 0));
+  if (warmup_steps) {
+    if (*warmup_steps > schedule->decay_steps) {
+      return lr.Error("warmup_steps",
+                      absl::StrCat(*warmup_steps, " is above decay_steps ", schedule->decay_steps));
+    }
+    schedule->warmup_steps = *warmup_steps;
+  }
+  FLEET_RETURN_IF_ERROR(lr.Float("warmup_min_lr", &schedule->warmup_min_lr, 0, 100));
+  std::string warmup_type = deepspeed ? "log" : "linear";
+  FLEET_RETURN_IF_ERROR(lr.Choice("warmup_type", &warmup_type, {"linear", "log"}));
+  if (!deepspeed && (lr.Has("warmup_min_lr") || lr.Has("warmup_type"))) {
+    return lr.Error(lr.Has("warmup_type") ? "warmup_type" : "warmup_min_lr",
+                    "is DeepSpeed's; it takes name WarmupLR or WarmupDecayLR");
+  }
+  if (deepspeed) {
+    schedule->warmup = warmup_type == "log" ? LrWarmup::kLog : LrWarmup::kLinearMin;
+    // DeepSpeed's WarmupDecayLR decays to where its warmup started.
+    schedule->min_lr = std::min(schedule->warmup_min_lr, schedule->max_lr);
+  }
   if (schedule->min_lr > schedule->max_lr) {
     return lr.Error("min_lr",
                     absl::StrCat(schedule->min_lr, " is above max_lr ", schedule->max_lr));
+  }
+  if (schedule->warmup_min_lr > schedule->max_lr) {
+    return lr.Error("warmup_min_lr",
+                    absl::StrCat(schedule->warmup_min_lr, " is above max_lr ", schedule->max_lr));
   }
   FLEET_RETURN_IF_ERROR(lr.Finish());
 
@@ -308,7 +368,10 @@ Status ParseOptimizer(ConfigSection s, AdamWConfig* o, LrScheduleConfig* schedul
 Status ParseDistributed(ConfigSection s, DistributedConfig* d, std::optional<int64_t>* dp) {
   FLEET_RETURN_IF_ERROR(s.OptionalInt("dp_degree", dp, 1));
   FLEET_RETURN_IF_ERROR(s.Int("mp_degree", &d->mp_degree, 1));
-  FLEET_RETURN_IF_ERROR(OneOnly(s, "pp_degree", "FleetPS has no pipeline parallelism"));
+  FLEET_RETURN_IF_ERROR(s.Int("reduce_bucket_size", &d->reduce_bucket_size, 0, int64_t{1} << 40));
+  FLEET_RETURN_IF_ERROR(s.Int("pp_degree", &d->pp_degree, 1));
+  FLEET_RETURN_IF_ERROR(
+      OffOnly(s, "fuse_sequence_parallel_allreduce", "FleetPS has no sequence parallelism"));
   ConfigSection sh = s.Sub("sharding");
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_degree", &d->sharding_degree, 1));
   FLEET_RETURN_IF_ERROR(sh.Int("sharding_stage", &d->sharding_stage, 1, 3));
@@ -359,7 +422,7 @@ bool FromOverride(const ConfigDocument& doc, std::string_view key) {
 // its local batch): what one message lists instead of one error at a time.
 std::string OverridesFor(int64_t world_size, const DistributedConfig& d, const Batch& b,
                          int64_t written_global, bool accumulate_given) {
-  const int64_t dp = world_size / (d.sharding_degree * d.mp_degree);
+  const int64_t dp = world_size / (d.sharding_degree * d.mp_degree * d.pp_degree);
   const int64_t data_world = dp * d.sharding_degree;
   std::string out = absl::StrCat("-o Distributed.dp_degree=", dp);
   if (written_global % data_world == 0 && (written_global / data_world) % b.micro == 0) {
@@ -381,12 +444,11 @@ std::string OverridesFor(int64_t world_size, const DistributedConfig& d, const B
 Status Resolve(const ConfigDocument& doc, int64_t world_size, std::optional<int64_t> dp,
                const Batch& b, std::optional<int64_t> accumulate, GptJobConfig* c) {
   DistributedConfig& d = c->distributed;
-  // Ranks of one data replica's model: sharding x mp.
-  const int64_t inner = d.sharding_degree * d.mp_degree;
-  const std::string inner_text =
-      d.mp_degree > 1
-          ? absl::StrCat("sharding_degree ", d.sharding_degree, " x mp_degree ", d.mp_degree)
-          : absl::StrCat("sharding_degree ", d.sharding_degree);
+  // Ranks of one data replica: pp x sharding x mp.
+  const int64_t inner = d.pp_degree * d.sharding_degree * d.mp_degree;
+  std::string inner_text = absl::StrCat("sharding_degree ", d.sharding_degree);
+  if (d.pp_degree > 1) inner_text = absl::StrCat("pp_degree ", d.pp_degree, " x ", inner_text);
+  if (d.mp_degree > 1) absl::StrAppend(&inner_text, " x mp_degree ", d.mp_degree);
   if (world_size == 0) world_size = dp.value_or(1) * inner;
   // The data-parallel degree the batch sizes were written for.
   int64_t written_dp = dp.value_or(world_size / inner);
@@ -470,6 +532,48 @@ Status Resolve(const ConfigDocument& doc, int64_t world_size, std::optional<int6
   return Status::OK();
 }
 
+// Model.vocab_size_divisible_unit (FleetX's vocab_size_with_padding): the
+// vocabulary rounded up to a multiple of unit x mp_degree.
+void PadVocabulary(int64_t unit, GptJobConfig* c) {
+  const int64_t multiple = unit * c->distributed.mp_degree;
+  const int64_t padded = (c->model.vocab_size + multiple - 1) / multiple * multiple;
+  if (padded == c->model.vocab_size) return;
+  c->notes.push_back(absl::StrCat("Model.vocab_size: ", c->model.vocab_size, " padded to ", padded,
+                                  " (a multiple of vocab_size_divisible_unit ", unit,
+                                  " x mp_degree ", c->distributed.mp_degree, ", as FleetX does)"));
+  c->model.vocab_size = static_cast<int>(padded);
+}
+
+// Pipeline parallelism's limits (collective/gpt_pipeline.h).
+Status CheckPipeline(const ConfigDocument& doc, const GptJobConfig& c) {
+  const DistributedConfig& d = c.distributed;
+  if (d.pp_degree == 1) return Status::OK();
+  if (c.model.num_layers % d.pp_degree != 0) {
+    return doc.Error("Distributed.pp_degree",
+                     absl::StrCat(d.pp_degree, " does not divide Model.num_layers ",
+                                  c.model.num_layers, " (each stage runs as many blocks)"));
+  }
+  if (d.sharding_degree > 1 && d.sharding_stage > 1) {
+    return doc.Error("Distributed.sharding.sharding_stage",
+                     absl::StrCat(d.sharding_stage,
+                                  " with pp_degree > 1: a stage's gradients accumulate over the "
+                                  "step's micro-batches, so only the optimizer states (stage 1) "
+                                  "are sharded; set sharding_stage 1"));
+  }
+  if (d.sharding_offload) {
+    return doc.Error("Distributed.sharding.sharding_offload",
+                     "true with pp_degree > 1: a stage holds only its own layers' state; set it "
+                     "false");
+  }
+  if (c.model.lora.enabled()) {
+    return doc.Error("Distributed.pp_degree",
+                     absl::StrCat(d.pp_degree,
+                                  " with Model.lora: LoRA trains with data "
+                                  "parallelism only; set pp_degree 1"));
+  }
+  return Status::OK();
+}
+
 // Checks that need more than one section.
 Status CheckAcross(const ConfigDocument& doc, const GptJobConfig& c) {
   const bool finetune = c.engine.mode == EngineMode::kFinetune;
@@ -507,6 +611,7 @@ Status CheckAcross(const ConfigDocument& doc, const GptJobConfig& c) {
                        "stay on the device; set it false");
     }
   }
+  FLEET_RETURN_IF_ERROR(CheckPipeline(doc, c));
   const struct {
     const char* name;
     const DataSplitConfig* split;
@@ -546,9 +651,11 @@ Result<GptJobConfig> ParseGptJobConfig(ConfigDocument document, int64_t world_si
   FLEET_RETURN_IF_ERROR(ParseGlobal(top.Sub("Global"), &c.global, &batch));
   c.model.seed = static_cast<uint64_t>(c.global.seed);
   FLEET_RETURN_IF_ERROR(ParseEngine(top.Sub("Engine"), &c.engine, &accumulate, &test_iters));
-  FLEET_RETURN_IF_ERROR(ParseModel(top.Sub("Model"), &c.model));
+  std::optional<int64_t> vocab_unit;
+  bool use_increments = false;
+  FLEET_RETURN_IF_ERROR(ParseModel(top.Sub("Model"), &c.model, &vocab_unit));
   FLEET_RETURN_IF_ERROR(ParseData(top.Sub("Data"), &c.data));
-  FLEET_RETURN_IF_ERROR(ParseOptimizer(top.Sub("Optimizer"), &c.optimizer, &c.lr));
+  FLEET_RETURN_IF_ERROR(ParseOptimizer(top.Sub("Optimizer"), &c.optimizer, &c.lr, &use_increments));
   FLEET_RETURN_IF_ERROR(ParseDistributed(top.Sub("Distributed"), &c.distributed, &dp));
   FLEET_RETURN_IF_ERROR(ParseGeneration(top.Sub("Generation"), &c.generation));
   FLEET_RETURN_IF_ERROR(ParseProfiler(top.Sub("Profiler")));
@@ -556,6 +663,10 @@ Result<GptJobConfig> ParseGptJobConfig(ConfigDocument document, int64_t world_si
   FLEET_RETURN_IF_ERROR(top.Finish());
   c.engine.test_iters = test_iters.value_or(c.engine.eval_iters * 10);
   FLEET_RETURN_IF_ERROR(Resolve(doc, world_size, dp, batch, accumulate, &c));
+  if (vocab_unit) PadVocabulary(*vocab_unit, &c);
+  // FleetX's scheduler advances by the global batch a step with
+  // use_increments: its warmup and decay_steps count samples.
+  if (use_increments) c.lr.step_increment = c.global.global_batch_size;
   FLEET_RETURN_IF_ERROR(CheckAcross(doc, c));
   return c;
 }

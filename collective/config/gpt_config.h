@@ -62,19 +62,37 @@ struct GlobalConfig {
 
 struct MixPrecisionConfig {
   // The compute precision, from `Engine.mix_precision`:
-  //   use_pure_fp16: true  (FleetX) float16 with dynamic loss scaling
-  //   enable: true         (newer FleetX) with dtype: bfloat16 (the default
-  //                        here), float16 or float32
+  //   use_pure_fp16        (FleetX before March 2023) true: float16 with
+  //                        dynamic loss scaling and float32 master weights
+  //                        (FleetX's AMP level O2, "pure fp16"); false:
+  //                        float32. When given it decides; enable/dtype
+  //                        asking for something else is an error.
+  //   enable: true         (FleetX since) with dtype: float16 (FleetX's
+  //                        base), bfloat16 (the default when no dtype is
+  //                        given) or float32
   // Default float32 (neither set). `level` (O1 | O2) and the op lists are
-  // accepted for FleetX files; FleetPS has one mixed-precision scheme. Reduced precision keeps fp32
-  // master weights and roughly halves activation memory and doubles GEMM speed on GPUs with tensor
-  // cores; bfloat16 needs no loss scaling and is the one to pick on Ampere or newer. CPUs compute
-  // in float32 whatever is set.
+  // accepted for FleetX files; FleetPS has one mixed-precision scheme (O2's:
+  // float32 master weights in the optimizer, 16-bit GEMM and attention
+  // operands). Reduced precision roughly halves activation memory and
+  // doubles GEMM speed on GPUs with tensor cores; bfloat16 needs no loss
+  // scaling and is the one to pick on Ampere or newer. CPUs compute in
+  // float32 whatever is set.
   Precision precision = Precision::kFp32;
-  // `Engine.mix_precision.scale_loss`: default 32768, > 0. The first loss
-  // scale of float16's dynamic scaling (halved on overflow, doubled after a
-  // run of clean steps). Lower it if the first steps all overflow.
+  // float16's loss scaling, Paddle's GradScaler (what FleetX uses):
+  //   `scale_loss`: default 32768, > 0: the first scale. Lower it if the
+  //     first steps all overflow.
+  //   `use_dynamic_loss_scaling` (Paddle's): default true; false keeps
+  //     scale_loss fixed (overflowing steps are still skipped).
+  //   `incr_every_n_steps` (Paddle's): default 1000, >= 1: clean steps in a
+  //     row before the scale doubles.
+  //   `decr_every_n_nan_or_inf` (Paddle's): default 2, >= 1: overflowing
+  //     steps in a row before it halves (each such step is skipped).
+  //   `min_loss_scale` (FleetPS): default 1, > 0: the floor of the scale.
   double scale_loss = 32768.0;
+  bool dynamic_loss_scaling = true;
+  int64_t incr_every_n_steps = 1000;
+  int64_t decr_every_n_nan_or_inf = 2;
+  double min_loss_scale = 1.0;
 };
 
 struct SaveLoadConfig {
@@ -143,6 +161,11 @@ struct EngineConfig {
   int64_t test_iters = 100;
   MixPrecisionConfig mix_precision;
   SaveLoadConfig save_load;
+  // `Engine.wall_clock_breakdown` (FleetPS; DeepSpeed's key): default
+  // false. Rank 0 follows each [train] line with a [time] line: the
+  // window's milliseconds per step by layer kind and the rest (communication
+  // and the optimizer). For finding where a step's time goes.
+  bool wall_clock_breakdown = false;
   // `Engine.dry_run` (FleetPS): default false. Print the plan (parameters,
   // memory per rank under the sharding stage and precision, FLOPs per token)
   // and exit without allocating the model. Use it to size a big config.
@@ -172,9 +195,16 @@ struct EngineConfig {
 //     does not fit.
 //   `Model.recompute_granularity`: full (the default; the whole block) only;
 //     FleetX's full_attn and core_attn are refused.
-//   `Model.hidden_dropout_prob`, `Model.attention_probs_dropout_prob`: 0 only.
-//     FleetPS's GPT has no dropout (GPT-2 pretraining at scale and llm.c
-//     train without it); FleetX's configs say 0.1 and must say 0 here.
+//   `Model.hidden_dropout_prob`: default 0, in [0, 1). Dropout on the
+//     embeddings and on the attention's and the MLP's outputs before each
+//     joins the residual stream (FleetX's places; FleetX's configs say 0.1).
+//     `Model.attention_probs_dropout_prob`: default 0, in [0, 1). Dropout
+//     on the attention probabilities. Both regularise (GPT-2 pretraining at
+//     scale and llm.c use 0) and cost a mask draw per element (counter-based:
+//     a step's masks are a function of Global.seed, the step and the sample,
+//     so a resumed or recomputed step draws the same ones); evaluation never
+//     drops. On GPUs attention dropout runs the float-tile attention kernels
+//     (the tensor-core ones have no dropout).
 //   `Model.lora` (FleetPS): default absent (every parameter trains). LoRA
 //     fine-tuning (trainer/models/gpt_lora.h): the weights are frozen (no
 //     gradients, no optimizer state) and low-rank adapters beside the
@@ -197,10 +227,11 @@ struct EngineConfig {
 // (empty only: every block is recomputed).
 
 enum class DatasetKind {
-  kFleetX,    // GPTDataset: FleetX's *_ids.npy + *_idx.npz
-  kTokenBin,  // TokenBinDataset: llm.c .bin token shards
-  kText,      // TextDataset: text files, tokenized once into cache_dir
+  kFleetX,          // GPTDataset: FleetX's *_ids.npy + *_idx.npz
+  kTokenBin,        // TokenBinDataset: llm.c .bin token shards
+  kText,            // TextDataset: text files, tokenized once into cache_dir
   kPromptResponse,  // PromptResponseDataset: JSONL prompt/response pairs (finetune)
+  kMegatron,        // MegatronGPTDataset: Megatron's PREFIX.bin + PREFIX.idx
 };
 std::string_view DatasetKindName(DatasetKind k);
 
@@ -210,8 +241,12 @@ struct DatasetConfig {
   // (FleetPS: text, tokenized into cache_dir at start) or
   // PromptResponseDataset (FleetPS, Engine.mode finetune only: JSONL files,
   // one {"prompt": ..., "response": ...} object a line, each pair one
-  // sequence padded to max_seq_len, data/prompt_response.h). Default
-  // GPTDataset.
+  // sequence padded to max_seq_len, data/prompt_response.h) or
+  // MegatronGPTDataset (FleetPS: Megatron-LM's indexed dataset PREFIX.bin +
+  // PREFIX.idx, sampled as Megatron's GPT dataset samples it: documents
+  // shuffled over as many epochs as the run's samples need, from
+  // Global.seed; the training loop then reads its samples in order, as
+  // Megatron's sampler does; data/megatron_data.h). Default GPTDataset.
   DatasetKind kind = DatasetKind::kFleetX;
   // `Data.<Split>.dataset.input_dir` (FleetX): a directory holding the
   // data files. `input_files` (FleetPS): a file list instead, as
@@ -243,6 +278,11 @@ struct DatasetConfig {
   // encoder.json and vocab.bpe (data/gpt2_tokenizer.h). Set it to
   // use another copy of the two files.
   std::string vocab_dir;
+  // `Data.<Split>.dataset.vocab_file`, `merge_file` (FleetPS; Megatron's
+  // --vocab-file / --merge-file): gpt2's encoder.json and vocab.bpe named
+  // one by one (any names); both or neither, and not with vocab_dir.
+  std::string vocab_file;
+  std::string merge_file;
   // `Data.<Split>.dataset.text_format` (FleetPS, TextDataset): how a text
   // file splits into documents (an end-of-text token goes between them):
   // file (each file is one document; default), line, blank_line
@@ -289,13 +329,25 @@ struct DataConfig {
 //   `Optimizer.grad_clip.clip_norm` (name ClipGradByGlobalNorm): default
 //     1.0, >= 0; gradients are scaled down when their global L2 norm
 //     exceeds it; 0 turns clipping off. Guards against loss spikes.
-//   `Optimizer.lr` (name CosineAnnealingWithWarmupDecay, the only one):
-//     linear warmup to max_lr over warmup_rate x decay_steps steps (rounded
-//     to whole steps), cosine decay to min_lr at decay_steps, min_lr after.
+//   `Optimizer.lr`: linear warmup to max_lr over warmup_rate x decay_steps
+//     steps (rounded to whole steps), then by `name`:
+//       CosineAnnealingWithWarmupDecay (FleetX's; the default) cosine decay
+//         to min_lr at decay_steps, min_lr after;
+//       LinearAnnealingWithWarmupDecay (FleetPS; Megatron's linear
+//         --lr-decay-style) linear decay to min_lr at decay_steps;
+//       ConstantWithWarmup (FleetPS; Megatron's constant) max_lr after warmup;
+//       WarmupLR, WarmupDecayLR (DeepSpeed's schedulers): warmup from
+//         warmup_min_lr by warmup_type (log, DeepSpeed's default, or
+//         linear), then max_lr (WarmupLR) or a linear decay back to
+//         warmup_min_lr at decay_steps (WarmupDecayLR).
 //     `max_lr`: default 5e-5, > 0; `min_lr`: default 1e-5, in [0, max_lr];
 //     `decay_steps`: default 360000, >= 1, usually about Engine.max_steps;
-//     `warmup_rate`: default 0.01, in [0, 1]. Larger models and batches
-//     want a lower max_lr and a longer warmup.
+//     `warmup_rate`: default 0.01, in [0, 1]; `warmup_steps` (FleetPS):
+//     the warmup in steps instead, <= decay_steps; `warmup_min_lr`,
+//     `warmup_type`: DeepSpeed's, only with its two names. Larger models and
+//     batches want a lower max_lr and a longer warmup.
+//     `use_increments` (FleetX): default false. True counts decay_steps and
+//     the warmup in samples (FleetX's scheduler steps by the global batch).
 // Accepted FleetX key: tensor_fusion (parameters always live in one buffer).
 
 struct DistributedConfig {
@@ -328,10 +380,27 @@ struct DistributedConfig {
   // gpt_tensor_parallel.h) and reads the same data. Must divide the heads
   // and the MLP width. Raise it when the model does not fit a rank even
   // with ZeRO; it costs activation all-reduces every block (best within a
-  // node). Ranks = dp_degree x sharding_degree x mp_degree.
+  // node). Ranks = dp_degree x pp_degree x sharding_degree x mp_degree.
   int64_t mp_degree = 1;
-  // Accepted FleetX keys: pp_degree (1 only: no pipeline parallelism),
-  // sharding.reduce_overlap and sharding.broadcast_overlap (communication
+  // `Distributed.pp_degree`: default 1. Pipeline parallelism's degree
+  // (collective/gpt_pipeline.h): the blocks are cut into pp_degree stages
+  // of num_layers / pp_degree consecutive blocks (the first stage also holds
+  // the embeddings, the last the head), each on its own ranks, and a step's
+  // Engine.accumulate_steps micro-batches flow through them in Megatron's
+  // 1F1B schedule. Must divide Model.num_layers; combines with mp_degree,
+  // dp_degree and sharding stage 1 (not stages 2-3, offload or LoRA). A
+  // stage holds 1 / pp_degree of the layers' parameters and state and the
+  // activations of up to pp_degree micro-batches; each stage idles for
+  // (pp_degree - 1) / (accumulate_steps + pp_degree - 1) of a step (the
+  // bubble), so give it several micro-batches per stage.
+  int64_t pp_degree = 1;
+  // `Distributed.reduce_bucket_size` (FleetPS; DeepSpeed's, in elements):
+  // default 0, FleetPS's 1 MiB buckets. Gradients reduce (and, sharded,
+  // all-gather) in buckets of about this many floats as backward finishes
+  // them: larger ones start later and take fewer calls. Stage 3's buckets
+  // are the model's units whatever it says.
+  int64_t reduce_bucket_size = 0;
+  // Accepted FleetX keys: sharding.reduce_overlap and sharding.broadcast_overlap (communication
   // is always overlapped where the loop can).
 };
 

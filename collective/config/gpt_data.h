@@ -9,6 +9,13 @@
 //                            TokenBinDataset  input_dir: every *.bin in it,
 //                                             sorted; input_files: the listed
 //                                             shards (files, dirs, globs)
+//                            MegatronGPTDataset  input_files: the PREFIX of
+//                                             Megatron's PREFIX.bin + PREFIX.idx
+//                                             (either file may be named);
+//                                             input_dir: its one *.idx;
+//                                             sampled by Megatron's indices
+//                                             (data/megatron_data.h) for
+//                                             MegatronSamplesFor samples
 //                            TextDataset      input_files/input_dir: the text
 //                                             files; neither: the default corpus
 //                                             (DefaultCorpusFiles, split at "%"
@@ -52,6 +59,11 @@ Result<std::unique_ptr<GptDataset>> OpenConfiguredDataset(
 // for PromptResponseDataset. Errors: those of either, with the section's key.
 Result<std::unique_ptr<GptSamples>> OpenConfiguredSamples(
     const trainer::config::GptJobConfig& config, DataPart part);
+
+// The samples Megatron builds its indices for (its train_val_test_num_samples):
+// train Engine.max_steps x global batch; eval (max_steps / eval_freq + 1) x
+// eval_iters x global batch; test test_iters x global batch (at least 1).
+int64_t MegatronSamplesFor(const trainer::config::GptJobConfig& config, DataPart part);
 
 // The tokenizer named by a dataset section (Data.<Split>.dataset.tokenizer,
 // vocab_dir).

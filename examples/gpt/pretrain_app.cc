@@ -19,6 +19,7 @@
 #include "collective/gpt_pretrain.h"
 #include "collective/rank_setup.h"
 #include "collective/config/gpt_config.h"
+#include "collective/config/megatron_args.h"
 #include "trainer/models/gpt_plan.h"
 #include "data/tensorboard/event_writer.h"
 #include "trainer/kernels/backend_factory.h"
@@ -51,11 +52,17 @@ int Fail(std::ostream& err, const ClusterSpec& spec, const Status& st, int code)
 
 ProgramHelp PretrainHelp() {
   ProgramHelp help{
-      "gpt_pretrain -c CONFIG [-o Section.key=value ...] [flags]",
-      "GPT pretraining from a FleetX-style YAML config (configs/gpt/; see examples/gpt/README.md).\n"
+      "gpt_pretrain -c CONFIG [-o Section.key=value ...] [flags]\n"
+      "       gpt_pretrain --num-layers L --hidden-size H ... [--deepspeed --deepspeed_config "
+      "ds.json] [flags]",
+      "GPT pretraining from a FleetX-style YAML config (configs/gpt/; see "
+      "examples/gpt/README.md),\n"
+      "or from Megatron-LM's pretrain_gpt2.py flags and DeepSpeed's JSON "
+      "(collective/config/megatron_args.h).\n"
       "Several ranks: fleetrun --nproc_per_node=N build/bin/gpt_pretrain -c CONFIG ...",
       {{"Config",
-        {{"-c", "FILE", "the job's YAML config (configs/gpt/*.yaml; _base_ files are merged in)", ""},
+        {{"-c", "FILE", "the job's YAML config (configs/gpt/*.yaml; _base_ files are merged in)",
+          ""},
          {"-o", "Section.key=value",
           "override one key of the config (repeatable), e.g. -o Engine.max_steps=20", ""},
          GflagsHelpFlag("dry_run")}},
@@ -72,8 +79,20 @@ ProgramHelp PretrainHelp() {
 int GptPretrainMain(const std::string& program, std::vector<std::string> args, std::ostream& out,
                     std::ostream& err) {
   ClusterSpec spec;
-  Result<ConfigArgs> config_args = ParseConfigArgs(args);
+  // Megatron's flags (a seed's script) instead of -c FILE: the program's own
+  // flags are what is left of them.
+  const bool megatron = trainer::config::IsMegatronCommandLine(args);
+  Result<std::vector<std::string>> own = std::vector<std::string>(args);
+  if (megatron) own = trainer::config::NonMegatronArgs(args);
+  if (!own.ok()) return Fail(err, spec, own.status(), kExitUsage);
+  Result<ConfigArgs> config_args = ParseConfigArgs(*own);
   if (!config_args.ok()) return Fail(err, spec, config_args.status(), kExitUsage);
+  if (megatron && (!config_args->config.empty() || !config_args->overrides.empty())) {
+    return Fail(err, spec,
+                Status::InvalidArgument("Megatron's flags describe the whole job: give them or "
+                                        "-c FILE [-o ...], not both"),
+                kExitUsage);
+  }
   // gflags takes what is not -c / -o.
   std::vector<char*> argv = {const_cast<char*>(program.c_str())};
   for (std::string& a : config_args->rest) argv.push_back(a.data());
@@ -87,8 +106,9 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   }
   google::InitGoogleLogging(program.c_str());
   FLAGS_logtostderr = true;
-  if (config_args->config.empty()) {
-    return Fail(err, spec, Status::InvalidArgument("no config: give -c FILE"), kExitUsage);
+  if (config_args->config.empty() && !megatron) {
+    return Fail(err, spec, Status::InvalidArgument("no config: give -c FILE (or Megatron's flags)"),
+                kExitUsage);
   }
 
   Result<std::unique_ptr<ProcessContext>> context =
@@ -98,20 +118,39 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
   const EnvLookup& env = (*context)->env();
   if (FLAGS_dry_run) config_args->overrides.push_back("Engine.dry_run=true");
 
-  // A dry run sizes the config as written (e.g. 6.7B on 16 ranks) on
-  // whatever machine it runs; training takes the job's world.
-  Result<trainer::config::GptJobConfig> dry = trainer::config::LoadGptJobConfig(
-      config_args->config, config_args->overrides, /*world_size=*/0);
-  if (!dry.ok()) return Fail(err, spec, dry.status(), kExitUsage);
-  if (dry->engine.dry_run) {
-    Result<trainer::GptPlan> plan = trainer::collective::PlanGptJob(*dry, env);
+  Result<trainer::config::GptJobConfig> config = Status::Internal("unset");
+  if (megatron) {
+    // Megatron's layout comes from the job: its ranks and devices.
+    const std::optional<std::string> assigned = (*context)->assigned_device();
+    trainer::config::MegatronTarget target;
+    target.world_size = spec.world_size;
+    target.gpu = assigned ? assigned->starts_with("cuda") : trainer::CudaDeviceCount() > 0;
+    Result<trainer::config::MegatronCommand> command =
+        trainer::config::ParseMegatronCommandLine(args, target);
+    if (!command.ok()) return Fail(err, spec, command.status(), kExitUsage);
+    if (spec.rank == 0) {
+      for (const std::string& note : command->notes) out << "gpt_pretrain: " << note << std::endl;
+    }
+    config = std::move(command->config);
+    if (FLAGS_dry_run) config->engine.dry_run = true;
+  } else {
+    // A dry run sizes the config as written (e.g. 6.7B on 16 ranks) on
+    // whatever machine it runs; training takes the job's world.
+    Result<trainer::config::GptJobConfig> dry = trainer::config::LoadGptJobConfig(
+        config_args->config, config_args->overrides, /*world_size=*/0);
+    if (!dry.ok()) return Fail(err, spec, dry.status(), kExitUsage);
+    config = dry->engine.dry_run
+                 ? std::move(dry)
+                 : trainer::config::LoadGptJobConfig(config_args->config, config_args->overrides,
+                                                     spec.world_size);
+  }
+  if (!config.ok()) return Fail(err, spec, config.status(), kExitUsage);
+  if (config->engine.dry_run) {
+    Result<trainer::GptPlan> plan = trainer::collective::PlanGptJob(*config, env);
     if (!plan.ok()) return Fail(err, spec, plan.status(), kExitUsage);
     if (spec.rank == 0) out << plan->ToString() << std::endl;
     return 0;
   }
-  Result<trainer::config::GptJobConfig> config = trainer::config::LoadGptJobConfig(
-      config_args->config, config_args->overrides, spec.world_size);
-  if (!config.ok()) return Fail(err, spec, config.status(), kExitUsage);
   if (spec.rank == 0) {
     for (const std::string& note : config->notes) out << "gpt_pretrain: " << note << std::endl;
   }

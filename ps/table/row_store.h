@@ -124,30 +124,27 @@ class SlotAllocator {
 };
 
 // The row quota of one table on one server (max_rows_per_server), shared
-// by the table's local shards. Without a quota (0) nothing is counted.
-// Thread-safe.
+// by the table's local shards; it also counts the rows stored (a disk tier
+// reads that to know when to write rows down). Without a quota (0) every
+// row is taken. Thread-safe.
 class RowQuota {
  public:
   explicit RowQuota(uint64_t max_rows) : max_(max_rows) {}
 
   uint64_t max() const { return max_; }
+  uint64_t rows() const { return rows_.load(std::memory_order_relaxed); }
   // Reserves one row; false when the quota is full.
   bool Take() {
-    if (max_ == 0) return true;
-    if (rows_.fetch_add(1, std::memory_order_relaxed) >= max_) {
+    if (rows_.fetch_add(1, std::memory_order_relaxed) >= max_ && max_ != 0) {
       rows_.fetch_sub(1, std::memory_order_relaxed);
       return false;
     }
     return true;
   }
   // Counts a row even above the quota (a checkpoint being loaded).
-  void Force() {
-    if (max_ != 0) rows_.fetch_add(1, std::memory_order_relaxed);
-  }
+  void Force() { rows_.fetch_add(1, std::memory_order_relaxed); }
   // Returns a row taken or forced.
-  void Give() {
-    if (max_ != 0) rows_.fetch_sub(1, std::memory_order_relaxed);
-  }
+  void Give() { rows_.fetch_sub(1, std::memory_order_relaxed); }
 
  private:
   const uint64_t max_;

@@ -9,23 +9,17 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include <glog/logging.h>
-#include "comm/byte_io.h"
 #include "ps/table/float_rows.h"
 #include "ps/table/row_store.h"
+#include "ps/table/shard_file.h"
 
 namespace fleet::ps {
 namespace {
 
-// Shard file layout (little-endian), version 1:
-//   char[8] "FPSSHARD", u32 version, u32 table_id, u32 shard, u32 mode (0 base, 1 delta),
-//   u32 row_floats, u32 ext_floats, u64 num_rows, u64 num_deleted,
-//   num_rows x { u64 key, u8 has_ext, f32[row_floats], f32[ext_floats] if has_ext } in key order,
-//   num_deleted x u64 key, ascending.
-// Integrity (crc32, size) is recorded in the manifest, not here.
-constexpr std::string_view kShardMagic = "FPSSHARD";
-constexpr uint32_t kShardFormatVersion = 1;
-
 constexpr uint8_t kDirty = 1;
+// A lower tier holds a copy of the row (InsertAbsentRows); with kDirty
+// clear the copy is current.
+constexpr uint8_t kHasCopy = 2;
 // Keys looked up together so their cache misses overlap (LocalShard::ForEachSlot).
 constexpr size_t kLookupBatch = 32;
 constexpr uint32_t kNoExt = UINT32_MAX;
@@ -239,25 +233,10 @@ class LocalShard {
       std::sort(deleted[p].begin(), deleted[p].end());
       ShardImage& im = images[p];
       im.shard = first_ + p * stride_;
-      im.info = ShardFileInfo{chosen[p].size(), deleted[p].size()};
-      ByteWriter w(&im.image);
-      w.PutBytes(kShardMagic);
-      w.Put<uint32_t>(kShardFormatVersion);
-      w.Put<uint32_t>(table_id_);
-      w.Put<uint32_t>(im.shard);
-      w.Put<uint32_t>(mode == SaveMode::kBase ? 0 : 1);
-      w.Put<uint32_t>(static_cast<uint32_t>(row_floats_));
-      w.Put<uint32_t>(static_cast<uint32_t>(ext_floats_));
-      w.Put<uint64_t>(chosen[p].size());
-      w.Put<uint64_t>(deleted[p].size());
-      for (uint32_t slot : chosen[p]) {
-        const bool has_ext = ext_floats_ > 0 && *ext_of_.at(slot) != kNoExt;
-        w.Put<uint64_t>(rows_.key(slot));
-        w.Put<uint8_t>(has_ext ? 1 : 0);
-        w.PutFloats(Row(slot));
-        if (has_ext) w.PutFloats(Ext(slot));
-      }
-      for (uint64_t k : deleted[p]) w.Put<uint64_t>(k);
+      ShardFileWriter w(&im.image, Shape(im.shard), mode);
+      for (uint32_t slot : chosen[p]) w.AddRow(rows_.key(slot), Row(slot), Ext(slot));
+      for (uint64_t k : deleted[p]) w.AddDeleted(k);
+      im.info = w.Finish();
     }
 
     // Clear the change marks now; AbortSave puts them back.
@@ -291,62 +270,91 @@ class LocalShard {
   }
 
   // Applies the shard file image of global shard `shard` (held here).
-  Status Apply(uint32_t shard_id, std::string_view image, std::string_view file) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    ByteReader r(image);
-    auto bad = [&](const std::string& what) {
-      return Status::Corruption(absl::StrCat(what, " at byte ", r.position()), file);
-    };
-    std::string_view magic;
-    uint32_t version, table_id, shard, mode, row_floats, ext_floats;
-    uint64_t num_rows, num_deleted;
-    if (!r.GetBytes(kShardMagic.size(), &magic) || magic != kShardMagic) return bad("not a shard file (bad magic)");
-    if (!r.Get(&version) || !r.Get(&table_id) || !r.Get(&shard) || !r.Get(&mode) || !r.Get(&row_floats) ||
-        !r.Get(&ext_floats) || !r.Get(&num_rows) || !r.Get(&num_deleted))
-      return bad("truncated shard header");
-    if (version != kShardFormatVersion) return bad(absl::StrCat("unsupported shard format version ", version));
-    if (table_id != table_id_) return bad(absl::StrCat("shard file of table ", table_id, ", expected ", table_id_));
-    if (shard != shard_id) return bad(absl::StrCat("shard file of shard ", shard, ", expected ", shard_id));
-    if (mode > 1) return bad(absl::StrCat("bad save mode ", mode));
-    if (row_floats != row_floats_ || ext_floats != ext_floats_)
-      return bad(absl::StrCat("row width ", row_floats, "+", ext_floats, ", table has ", row_floats_, "+",
-                              ext_floats_));
-    for (uint64_t n = 0; n < num_rows; ++n) {
-      uint64_t key;
-      uint8_t has_ext;
-      if (!r.Get(&key) || !r.Get(&has_ext)) return bad(absl::StrCat("truncated row ", n));
-      if (ShardOfKey(key, shard_num_) != shard_id) return bad(absl::StrCat("key ", key, " does not belong to this shard"));
-      if (has_ext > 1 || (has_ext && ext_floats_ == 0)) return bad(absl::StrCat("bad extension flag of row ", n));
+  Status Apply(uint32_t shard_id, std::string_view image, std::string_view file)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto on_row = [&](uint64_t key, std::span<const float> row,
+                      std::span<const float> ext) -> Status {
       std::optional<uint32_t> slot = Find(KeyProbe(key));
       if (!slot) {
         // A checkpoint is loaded whole even above the row quota (lowered
         // since it was saved): only new keys are refused afterwards.
         slot = Insert(key, /*init=*/false);
-        if (!slot) return bad(absl::StrCat("row ", n, " exceeds the slot space of a local shard"));
+        if (!slot) return Status::Corruption("exceeds the slot space of a local shard");
         quota_->Force();
       }
       *flags_.at(*slot) = 0;
-      if (!r.GetFloats({rows_.row(*slot), row_floats_}))
-        return bad(absl::StrCat("truncated row ", n));
-      if (has_ext) {
+      std::copy(row.begin(), row.end(), rows_.row(*slot));
+      if (!ext.empty()) {
         if (*ext_of_.at(*slot) == kNoExt && !AttachExt(*slot))
-          return bad(absl::StrCat("row ", n, " exceeds the extension slot space of a local shard"));
-        if (!r.GetFloats(Ext(*slot))) return bad(absl::StrCat("truncated row ", n));
+          return Status::Corruption("exceeds the extension slot space of a local shard");
+        std::copy(ext.begin(), ext.end(), Ext(*slot).begin());
       } else if (ext_floats_ > 0 && *ext_of_.at(*slot) != kNoExt) {
         ext_slots_.Free(*ext_of_.at(*slot));
         *ext_of_.at(*slot) = kNoExt;
       }
-    }
-    for (uint64_t n = 0; n < num_deleted; ++n) {
-      uint64_t key;
-      if (!r.Get(&key)) return bad(absl::StrCat("truncated deleted key ", n));
-      // Checked like rows: this local shard also holds other global shards.
-      if (ShardOfKey(key, shard_num_) != shard_id)
-        return bad(absl::StrCat("deleted key ", key, " does not belong to this shard"));
+      return Status::OK();
+    };
+    auto on_deleted = [&](uint64_t key) {
       if (std::optional<uint32_t> slot = Find(KeyProbe(key))) Remove(*slot, /*record=*/false);
-    }
-    if (r.remaining() != 0) return bad(absl::StrCat(r.remaining(), " trailing bytes"));
-    return Status::OK();
+      return Status::OK();
+    };
+    return ReadShardFile(image, file, Shape(shard_id), on_row, on_deleted);
   }
+
+  // ---- Tier hooks (SparseTable's protected methods) ----
+
+  void FindAbsent(std::span<const uint64_t> keys, const uint64_t* hashes,
+                  std::span<const uint32_t> which, std::vector<uint32_t>* absent) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (uint32_t i : which) {
+      if (!Find(KeyProbe(keys[i], hashes[i], false))) absent->push_back(i);
+    }
+  }
+
+  // False when the slot space is used up.
+  bool InsertAbsent(const SparseTable::RowRef& r, bool* inserted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    *inserted = false;
+    if (Find(KeyProbe(r.key))) return true;
+    std::optional<uint32_t> slot = Insert(r.key, /*init=*/false);
+    if (!slot) return false;
+    quota_->Force();
+    *flags_.at(*slot) = (r.has_copy ? kHasCopy : 0) | (r.changed ? kDirty : 0);
+    std::copy(r.row.begin(), r.row.end(), rows_.row(*slot));
+    if (!r.ext.empty()) {
+      if (!AttachExt(*slot)) {
+        Remove(*slot, /*record=*/false);
+        return false;
+      }
+      std::copy(r.ext.begin(), r.ext.end(), Ext(*slot).begin());
+    }
+    *inserted = true;
+    return true;
+  }
+
+  uint64_t Extract(const SparseTable::RowPick& pick, const SparseTable::RowTake& take)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    std::vector<uint32_t> chosen;
+    for (uint32_t slot : index_) {
+      if (pick(Row(slot))) chosen.push_back(slot);
+    }
+    for (uint32_t slot : chosen) {
+      take(Ref(slot));
+      Remove(slot, /*record=*/false);
+    }
+    return chosen.size();
+  }
+
+  void Visit(const SparseTable::RowTake& fn) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    for (uint32_t slot : index_) fn(Ref(slot));
+  }
+
+  SparseTable::RowRef Ref(uint32_t slot) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    const uint8_t f = *flags_.at(slot);
+    return {rows_.key(slot), Row(slot), Ext(slot), (f & kHasCopy) != 0, (f & kDirty) != 0};
+  }
+
+  void ForgetPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { pending_ = {}; }
 
  private:
   // PushGrad for accessors with a plain_push_rule(): rows are handed to the
@@ -377,6 +385,14 @@ class LocalShard {
 
   // Index into this shard's list of global shards.
   uint32_t Position(uint32_t global_shard) const { return (global_shard - first_) / stride_; }
+
+  ShardFileShape Shape(uint32_t global_shard) const {
+    return {.table_id = table_id_,
+            .shard = global_shard,
+            .shard_num = shard_num_,
+            .row_floats = static_cast<uint32_t>(row_floats_),
+            .ext_floats = static_cast<uint32_t>(ext_floats_)};
+  }
 
   std::span<float> Row(uint32_t slot) const { return {rows_.row(slot), row_floats_}; }
   std::span<float> Ext(uint32_t slot) const {
@@ -544,8 +560,7 @@ class LocalShard {
   std::vector<uint64_t> saved_deleted_;
 };
 
-Result<std::unique_ptr<SparseTable>> SparseTable::Create(const TableConfig& config, ShardRange owned,
-                                                         ThreadPool* pool) {
+Status SparseTable::CheckCreate(const TableConfig& config, ShardRange owned) {
   FLEET_RETURN_IF_ERROR(ValidateTableConfig(config));
   if (config.kind != TableKind::kSparse)
     return Status::InvalidArgument("SparseTable needs a sparse table config", absl::StrCat("table ", config.id));
@@ -553,6 +568,12 @@ Result<std::unique_ptr<SparseTable>> SparseTable::Create(const TableConfig& conf
     return Status::InvalidArgument("owned shard range must be non-empty and within shard_num",
                                    absl::StrCat("table ", config.id, " [", owned.begin, ", ", owned.end,
                                                 ") of ", config.shard_num));
+  return Status::OK();
+}
+
+Result<std::unique_ptr<SparseTable>> SparseTable::Create(const TableConfig& config, ShardRange owned,
+                                                         ThreadPool* pool) {
+  FLEET_RETURN_IF_ERROR(CheckCreate(config, owned));
   return std::unique_ptr<SparseTable>(
       new SparseTable(config, owned, pool, std::shared_ptr<const Accessor>(MakeAccessor(config))));
 }
@@ -790,7 +811,7 @@ bool SparseTable::DebugRow(uint64_t key, std::vector<float>* row, std::vector<fl
   return sh.Lookup(key, row, ext);
 }
 
-std::vector<ShardImage> SparseTable::SerializeLocalShard(size_t local, SaveMode mode) {
+Result<std::vector<ShardImage>> SparseTable::SerializeLocalShard(size_t local, SaveMode mode) {
   absl::ReaderMutexLock l(&shards_mu_);
   CHECK_LT(local, shards_.size());
   LocalShard& sh = *shards_[local];
@@ -827,6 +848,68 @@ void SparseTable::SwapRows(SparseTable& staging) {
   absl::MutexLock sl(&staging.shards_mu_);
   shards_.swap(staging.shards_);
   quota_.swap(staging.quota_);  // each table keeps the counter its shards use
+}
+
+uint64_t SparseTable::MemoryRows() const {
+  absl::ReaderMutexLock l(&shards_mu_);
+  return quota_->rows();
+}
+
+Status SparseTable::FindAbsent(std::span<const uint64_t> keys, size_t values_size, size_t width,
+                               std::vector<uint32_t>* absent) {
+  absl::Mutex absent_mu;  // groups may run on the pool's threads
+  return ForEachShardOfKeys(
+      keys, values_size, width,
+      [&](LocalShard& sh, const uint64_t* hashes, std::span<const uint32_t> which)
+          ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            std::vector<uint32_t> found;
+            sh.FindAbsent(keys, hashes, which, &found);
+            if (found.empty()) return;
+            absl::MutexLock l(&absent_mu);
+            absent->insert(absent->end(), found.begin(), found.end());
+          });
+}
+
+Status SparseTable::InsertAbsentRows(std::span<const RowRef> rows,
+                                     std::vector<uint8_t>* inserted) {
+  inserted->assign(rows.size(), 0);
+  absl::ReaderMutexLock l(&shards_mu_);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    LocalShard& sh = shard(sharder_(rows[i].key));
+    absl::MutexLock sl(&sh.mu);
+    bool stored = false;
+    if (!sh.InsertAbsent(rows[i], &stored)) {
+      return Status::FailedPrecondition(
+          absl::StrCat("key ", rows[i].key, " could not be brought back into memory: a local "
+                       "shard's 2^32 - 1 slot ids are used up"),
+          absl::StrCat("table ", config_.id));
+    }
+    (*inserted)[i] = stored ? 1 : 0;
+  }
+  return Status::OK();
+}
+
+uint64_t SparseTable::ExtractRows(size_t local, const RowPick& pick, const RowTake& take) {
+  absl::ReaderMutexLock l(&shards_mu_);
+  CHECK_LT(local, shards_.size());
+  LocalShard& sh = *shards_[local];
+  absl::MutexLock sl(&sh.mu);
+  return sh.Extract(pick, take);
+}
+
+void SparseTable::ForEachRowIn(size_t local, const RowTake& fn) const {
+  absl::ReaderMutexLock l(&shards_mu_);
+  CHECK_LT(local, shards_.size());
+  LocalShard& sh = *shards_[local];
+  absl::MutexLock sl(&sh.mu);
+  sh.Visit(fn);
+}
+
+void SparseTable::ForgetAdmissionCounts() {
+  ForEachShard([](LocalShard& sh) {
+    absl::MutexLock l(&sh.mu);
+    sh.ForgetPending();
+  });
 }
 
 }  // namespace fleet::ps

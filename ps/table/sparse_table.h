@@ -27,6 +27,13 @@
 // different shards run in parallel; on one shard they serialise. Methods
 // block only on shard locks (held for the duration of one request's keys of
 // that shard) and never wait for I/O.
+//
+// Tiers: this class keeps every row in memory. SsdSparseTable
+// (ssd_sparse_table.h, `storage.kind: ssd`) derives from it, uses it as its
+// memory tier and overrides the virtual methods below to reach the rows it
+// keeps on disk; it reads and moves memory rows through the protected
+// methods at the end. Servers and checkpoints use either through this
+// interface (CreateSparseTable makes the one a config names).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +50,7 @@
 #include "ps/table/accessor.h"
 #include "ps/table/partition.h"
 #include "ps/table/save_state.h"
+#include "ps/table/shard_file.h"
 #include "ps/table/table_config.h"
 
 namespace fleet::ps {
@@ -56,12 +64,11 @@ struct SparseTableStats {
   uint64_t pending_keys = 0;    // keys seen but not admitted yet
   uint64_t dropped_pushes = 0;  // pushes to keys not admitted (since creation)
   uint64_t bytes = 0;           // memory held by rows, indexes and counters
-};
-
-// Row counts of one shard file written by SerializeLocalShard.
-struct ShardFileInfo {
-  uint64_t rows = 0;
-  uint64_t deleted = 0;
+  // Disk tier (SsdSparseTable; 0 for memory tables). `rows` and `ext_rows`
+  // above count the rows on disk too; `bytes` is memory only.
+  uint64_t disk_rows = 0;       // rows on disk
+  uint64_t disk_bytes = 0;      // the disk tier's files and write buffers (an estimate)
+  uint64_t disk_rows_read = 0;  // rows brought up from disk by requests, since creation
 };
 
 // The file image of one global shard.
@@ -73,14 +80,16 @@ struct ShardImage {
 
 class SparseTable {
  public:
-  // Builds an empty table holding global shards `owned`. `pool` runs
-  // per-shard work; nullptr runs everything on the calling thread. The pool
-  // is not owned and must outlive the table.
+  // Builds an empty table holding global shards `owned`, every row in
+  // memory whatever config.storage says (CreateSparseTable in
+  // ssd_sparse_table.h honours it). `pool` runs per-shard work; nullptr
+  // runs everything on the calling thread. The pool is not owned and must
+  // outlive the table.
   // Errors: InvalidArgument for a config that fails ValidateTableConfig, a
   // dense config, or a range outside [0, shard_num) or empty.
   static Result<std::unique_ptr<SparseTable>> Create(const TableConfig& config, ShardRange owned,
                                                      ThreadPool* pool);
-  ~SparseTable();
+  virtual ~SparseTable();
   SparseTable(const SparseTable&) = delete;
   SparseTable& operator=(const SparseTable&) = delete;
 
@@ -91,6 +100,9 @@ class SparseTable {
   // Floats per key of a pull response, and of a gradient or delta.
   size_t pull_dim() const { return accessor_->pull_dim(); }
   size_t push_dim() const { return accessor_->push_dim(); }
+  // False when requests may wait for disk reads (a disk tier): servers then
+  // run them on their pool, never on the I/O thread.
+  virtual bool serves_from_memory() const { return true; }
 
   // Writes pull_dim() floats per key to values (key i at i * pull_dim()).
   // Missing keys are created with the initializer when admitted; a key not
@@ -101,7 +113,7 @@ class SparseTable {
   // refused a row (config.max_rows_per_server reached, or a local shard's
   // slot space used up): values is complete (refused keys get their
   // initial value) and the other keys were served.
-  Status Pull(std::span<const uint64_t> keys, std::span<float> values);
+  virtual Status Pull(std::span<const uint64_t> keys, std::span<float> values);
 
   // Applies one gradient of push_dim() floats per key with the optimizer.
   // shows/clicks: empty, or one count per key (CTR accessor; empty means
@@ -111,30 +123,30 @@ class SparseTable {
   // Errors: InvalidArgument for size mismatches or keys not held here; the
   // table is then unchanged. FailedPrecondition as Pull: the gradients of
   // the refused keys were dropped, the others applied.
-  Status PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
-                  std::span<const float> shows = {}, std::span<const float> clicks = {});
+  virtual Status PushGrad(std::span<const uint64_t> keys, std::span<const float> grads,
+                          std::span<const float> shows = {}, std::span<const float> clicks = {});
 
   // value += delta (geo mode), push_dim() floats per key, with the
   // shows/clicks the delta's steps saw (empty: show 0, click 0 each; the
   // CTR accessor counts them as PushGrad does); missing keys as in PushGrad.
   // Errors as PushGrad.
-  Status PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas,
-                   std::span<const float> shows = {}, std::span<const float> clicks = {});
+  virtual Status PushDelta(std::span<const uint64_t> keys, std::span<const float> deltas,
+                           std::span<const float> shows = {}, std::span<const float> clicks = {});
 
   // Ends a training pass: the accessor ages every row (CTR: decays
   // show/click, counts an unseen pass).
-  void EndPass();
+  virtual void EndPass();
 
   // Deletes the rows the accessor marks for deletion and forgets admission
   // counts of keys not admitted. Returns the number of rows deleted.
-  uint64_t Shrink();
+  virtual uint64_t Shrink();
 
-  SparseTableStats Stats() const;
+  virtual SparseTableStats Stats() const;
 
   // Copies a stored row (row_floats) and its extension (empty if none);
   // false when the key is not stored. For tests and tools; does not admit.
   // REQUIRES: key's shard is held here.
-  bool DebugRow(uint64_t key, std::vector<float>* row, std::vector<float>* ext) const;
+  virtual bool DebugRow(uint64_t key, std::vector<float>* row, std::vector<float>* ext) const;
 
   // ---- Checkpoint hooks (used by Checkpointer; see checkpoint.h) ----
 
@@ -147,33 +159,84 @@ class SparseTable {
   // last save (kDelta), and clears those change marks. The marks come back
   // with AbortSave and are dropped with CommitSave. Holds that part's lock
   // (not the others') while it copies. REQUIRES: local < local_shard_count().
-  std::vector<ShardImage> SerializeLocalShard(size_t local, SaveMode mode);
-  void CommitSave();
-  void AbortSave();
+  // Errors: none for memory tables; a disk tier's read errors (IOError,
+  // Corruption), after which the caller aborts the save.
+  virtual Result<std::vector<ShardImage>> SerializeLocalShard(size_t local, SaveMode mode);
+  virtual void CommitSave();
+  virtual void AbortSave();
 
   // Applies one shard file image (base or delta) to this table, which must
   // be a staging table that nobody else uses yet. Rows of shards not held
   // are an error: callers pass only files of held shards.
   // Errors: Corruption naming `file` when the image is malformed, has the
   // wrong table, shard or row widths, or holds a key of another shard.
-  Status ApplyShardFile(uint32_t shard, std::string_view image, std::string_view file);
+  virtual Status ApplyShardFile(uint32_t shard, std::string_view image, std::string_view file);
 
   // An empty table with this one's config, owned range, pool and accessor:
   // the staging area a load fills before SwapRows.
-  std::unique_ptr<SparseTable> NewEmptyLike() const;
+  virtual std::unique_ptr<SparseTable> NewEmptyLike() const;
 
   // Replaces this table's rows with staging's; staging gets the old rows.
   // Change marks of the new rows are clear: the table now equals the
   // checkpoint it was loaded from. Blocks until in-flight requests finish.
   // REQUIRES: staging came from this->NewEmptyLike().
-  void SwapRows(SparseTable& staging);
+  virtual void SwapRows(SparseTable& staging);
 
   SaveState& save_state() { return save_state_; }
 
- private:
+ protected:
+  // `accessor` is shared with the tables NewEmptyLike makes.
   SparseTable(const TableConfig& config, ShardRange owned, ThreadPool* pool,
               std::shared_ptr<const Accessor> accessor);
 
+  // The errors of Create, for subclasses' own.
+  static Status CheckCreate(const TableConfig& config, ShardRange owned);
+  const Accessor& accessor() const { return *accessor_; }
+  const std::shared_ptr<const Accessor>& shared_accessor() const { return accessor_; }
+  ThreadPool* pool() const { return pool_; }
+
+  // ---- For a tier below memory (SsdSparseTable). Thread-safe; each holds
+  // the locks of the local shards it visits, one at a time. ----
+
+  // Rows stored in memory now.
+  uint64_t MemoryRows() const;
+  // Appends to *absent the request indices of the keys not stored in memory.
+  // Errors as Pull for `values_size` floats of `width` per key (nothing
+  // appended then).
+  Status FindAbsent(std::span<const uint64_t> keys, size_t values_size, size_t width,
+                    std::vector<uint32_t>* absent);
+  // A row as a lower tier hands it up, and as ExtractRows and ForEachRowIn
+  // show it. ext: empty when it has no extension.
+  struct RowRef {
+    uint64_t key;
+    std::span<const float> row;  // row_floats()
+    std::span<const float> ext;  // ext_floats() or empty
+    // The lower tier still holds a copy (the row came from there), and
+    // whether the row changed since it came (a push or an EndPass).
+    bool has_copy = false;
+    bool changed = true;
+  };
+  // Stores rows whose keys are not in memory (keys already there keep their
+  // row; duplicates in `rows` too), with their has_copy and changed marks.
+  // Counted like loaded rows: above the row quota too. Sets inserted[i] to
+  // whether rows[i] was stored.
+  // Errors: FailedPrecondition when a local shard's slot space is used up
+  // (the rows before it were stored). REQUIRES: every key's shard held.
+  Status InsertAbsentRows(std::span<const RowRef> rows, std::vector<uint8_t>* inserted);
+  // Removes from local shard `local` every row for which pick(row) is true,
+  // handing it to take() first, under that shard's lock. Not recorded as
+  // deleted for delta checkpoints. Returns the rows removed.
+  using RowPick = std::function<bool(std::span<const float> row)>;
+  using RowTake = std::function<void(const RowRef& row)>;
+  uint64_t ExtractRows(size_t local, const RowPick& pick, const RowTake& take);
+  // Calls fn on every row of local shard `local`, under its lock.
+  void ForEachRowIn(size_t local, const RowTake& fn) const;
+  // Forgets the sighting counts of keys not admitted yet (what Shrink does
+  // besides deleting rows).
+  void ForgetAdmissionCounts();
+
+ private:
+  friend class LocalShard;  // fills and reads the tier types above
   struct RoutedKeys;
   // FailedPrecondition describing `refused` keys of one `op` (OK for 0).
   Status RefusedKeys(uint64_t refused, const char* op) const;

@@ -19,6 +19,8 @@ constexpr std::pair<const char*, ClipMode> kClipModes[] = {
 constexpr std::pair<const char*, InitializerKind> kInits[] = {{"zeros", InitializerKind::kZeros},
                                                              {"uniform", InitializerKind::kUniform},
                                                              {"gaussian", InitializerKind::kGaussian}};
+constexpr std::pair<const char*, StorageKind> kStorageKinds[] = {{"memory", StorageKind::kMemory},
+                                                                 {"ssd", StorageKind::kSsd}};
 
 template <typename E, size_t N>
 const char* NameOf(const std::pair<const char*, E> (&names)[N], E value) {
@@ -78,6 +80,15 @@ Result<TableConfig> ParseTableConfig(ConfigSection& r) {
   FLEET_RETURN_IF_ERROR(r.Int("max_rows_per_server", &c.max_rows_per_server));
   FLEET_RETURN_IF_ERROR(r.Section(
       "admission", [&](ConfigSection& o) { return o.Int("min_count", &c.admission_min_count); }));
+  FLEET_RETURN_IF_ERROR(r.Section("storage", [&](ConfigSection& o) {
+    StorageConfig& p = c.storage;
+    FLEET_RETURN_IF_ERROR(o.Enum("kind", kStorageKinds, &p.kind));
+    FLEET_RETURN_IF_ERROR(o.String("path", &p.path));
+    FLEET_RETURN_IF_ERROR(o.Int("cache_rows", &p.cache_rows));
+    FLEET_RETURN_IF_ERROR(o.Int("evict_unseen_passes", &p.evict_unseen_passes));
+    FLEET_RETURN_IF_ERROR(o.Int("block_cache_mb", &p.block_cache_mb));
+    return o.Int("write_buffer_mb", &p.write_buffer_mb);
+  }));
   FLEET_RETURN_IF_ERROR(r.Finish());
   FLEET_RETURN_IF_ERROR(CheckTableConfig(
       c, [&](std::string_view key, std::string_view what) { return r.Error(key, what); }));
@@ -128,6 +139,25 @@ Status CheckTableConfig(const TableConfig& c, const BadKey& Bad) {
     return Bad("ctr.show_click_decay", "must be in (0, 1]");
   if (t.delete_after_unseen_passes < 1) return Bad("ctr.delete_after_unseen_passes", "must be >= 1");
   if (c.admission_min_count < 1) return Bad("admission.min_count", "must be >= 1");
+  const StorageConfig& st = c.storage;
+  if (st.kind == StorageKind::kSsd) {
+    if (c.kind != TableKind::kSparse) return Bad("storage.kind", "ssd is for sparse tables only");
+    if (c.accessor != AccessorKind::kCtr)
+      return Bad("storage.kind",
+                 "ssd needs accessor: ctr (its show/click statistics choose the rows kept in "
+                 "memory; a plain table has none)");
+    if (st.path.empty()) return Bad("storage.path", "required with storage.kind ssd");
+    if (c.max_rows_per_server != 0)
+      return Bad("max_rows_per_server",
+                 "not supported with storage.kind ssd (storage.cache_rows bounds the rows in "
+                 "memory; the disk tier has no row quota): leave it 0");
+  }
+  if (st.cache_rows < 1) return Bad("storage.cache_rows", "must be >= 1");
+  if (st.evict_unseen_passes < 1) return Bad("storage.evict_unseen_passes", "must be >= 1");
+  if (st.block_cache_mb < 1 || st.block_cache_mb > (1u << 20))
+    return Bad("storage.block_cache_mb", "must be in [1, 1048576]");
+  if (st.write_buffer_mb < 1 || st.write_buffer_mb > (1u << 16))
+    return Bad("storage.write_buffer_mb", "must be in [1, 65536]");
   return Status::OK();
 }
 
@@ -175,6 +205,15 @@ std::string TableConfigToYaml(const TableConfig& c) {
   e << YAML::Key << "max_rows_per_server" << YAML::Value << c.max_rows_per_server;
   e << YAML::Key << "admission" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "min_count" << YAML::Value << c.admission_min_count;
+  e << YAML::EndMap;
+  const StorageConfig& st = c.storage;
+  e << YAML::Key << "storage" << YAML::Value << YAML::BeginMap;
+  e << YAML::Key << "kind" << YAML::Value << NameOf(kStorageKinds, st.kind);
+  e << YAML::Key << "path" << YAML::Value << st.path;
+  e << YAML::Key << "cache_rows" << YAML::Value << st.cache_rows;
+  e << YAML::Key << "evict_unseen_passes" << YAML::Value << st.evict_unseen_passes;
+  e << YAML::Key << "block_cache_mb" << YAML::Value << st.block_cache_mb;
+  e << YAML::Key << "write_buffer_mb" << YAML::Value << st.write_buffer_mb;
   e << YAML::EndMap;
   e << YAML::EndMap;
   return e.c_str();

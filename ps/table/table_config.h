@@ -26,6 +26,7 @@ enum class AccessorKind { kPlain, kCtr };
 enum class OptimizerKind { kSgd, kAdagrad, kAdam };
 enum class ClipMode { kNone, kValue, kNorm };
 enum class InitializerKind { kZeros, kUniform, kGaussian };
+enum class StorageKind { kMemory, kSsd };
 
 struct OptimizerConfig {
   // `optimizer.rule`: sgd | adagrad | adam. Default sgd.
@@ -109,6 +110,53 @@ struct CtrAccessorConfig {
   float delete_threshold = 0.0f;
 };
 
+// Where a sparse table's rows live (`storage:`). Memory keeps every row in
+// RAM (SparseTable). Ssd keeps the hot rows in RAM and the rest in a RocksDB
+// database on local disk (SsdSparseTable, ps/table/ssd_sparse_table.h): a
+// table can then be many times larger than the server's memory. Pulls and
+// pushes work on every row wherever it is; a row on disk is read back into
+// memory by the first request that needs it. Checkpoints (save, load, any
+// server count) and push-log recovery are the same as for a memory table.
+//
+// Which rows stay in memory is decided by the CTR accessor's statistics, the
+// ones its shrink uses: rows not pushed for more passes, then rows of lower
+// show/click score, go down first. Ssd therefore needs `accessor: ctr`.
+struct StorageConfig {
+  // `storage.kind`: memory | ssd. Default memory.
+  StorageKind kind = StorageKind::kMemory;
+  // `storage.path` (ssd, required): a directory on local disk. Server r
+  // keeps its database in `<path>/s<r>` (one database per server and path,
+  // shared by every table naming the path: each table in column families
+  // of its own, keyed by global shard then key). That folder is scratch: a
+  // server starting (or restarting) empties it, since checkpoints and the
+  // push log are what survive a crash. A folder FleetPS did not create
+  // there is refused rather than emptied. Every server of a job on one
+  // machine may name the same path.
+  std::string path;
+  // `storage.cache_rows` (ssd): default 1000000, >= 1. The most rows one
+  // server keeps in memory for this table. Once a request leaves more than
+  // this, the coldest rows are written to disk until cache_rows * 9 / 10
+  // remain (batched, so the ranking is paid once per tenth of the cache).
+  // The memory this bounds is about cache_rows * (Stats().bytes / rows);
+  // set it from the memory the server may use, and above the rows one
+  // pass of the hot keys touches, or they go back and forth to disk.
+  uint64_t cache_rows = 1000000;
+  // `storage.evict_unseen_passes` (ssd): default 1, >= 1. At the end of a
+  // pass (EndPass) rows not pushed for this many passes go to disk whatever
+  // the cache's room: 1 keeps only the rows the last pass trained.
+  uint32_t evict_unseen_passes = 1;
+  // `storage.block_cache_mb` (ssd): default 8, >= 1. RocksDB's cache of
+  // disk blocks for this server's database (shared by its tables; the
+  // largest value among them wins). Larger makes misses cheaper when the
+  // page cache is small; it counts against the server's memory.
+  uint32_t block_cache_mb = 8;
+  // `storage.write_buffer_mb` (ssd): default 8, >= 1. Size of one RocksDB
+  // memtable of this table (up to two are held at once): rows written down
+  // are buffered this much before they reach a file. Also counted against
+  // the server's memory.
+  uint32_t write_buffer_mb = 8;
+};
+
 // Bounds of the size keys below, checked by ValidateTableConfig.
 inline constexpr uint64_t kMaxSparseDim = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxDenseDim = uint64_t{1} << 30;
@@ -169,6 +217,10 @@ struct TableConfig {
   OptimizerConfig optimizer;
   InitializerConfig initializer;
   CtrAccessorConfig ctr;
+  // `storage` (sparse): see StorageConfig. With kind ssd, max_rows_per_server
+  // must stay 0 (storage.cache_rows bounds memory; the disk has no row
+  // quota) and a server derives no default for it.
+  StorageConfig storage;
 };
 
 // Parses one table entry (a section of a job document, "tables.0") and
@@ -191,8 +243,9 @@ std::string TableConfigToYaml(const TableConfig& config);
 
 // OK when a checkpoint saved with `saved` can be loaded into a table built
 // with `current`: same kind, dim, accessor (and embed_dim), optimizer rule
-// and shard_num. Learning rate, decay, clipping, initializer and admission
-// may change between runs. Errors: InvalidArgument naming the field and both
+// and shard_num. Learning rate, decay, clipping, initializer, admission and
+// storage may change between runs (a memory table's checkpoint loads into
+// an ssd table and back). Errors: InvalidArgument naming the field and both
 // values.
 Status CheckCheckpointCompatible(const TableConfig& saved, const TableConfig& current);
 

@@ -8,8 +8,12 @@
 //   * start order: hosts that start before the KV store's host wait for it;
 //   * Gloo addresses: the same collective command on every host of --ips,
 //     and the join command the --nnodes master prints, work across hosts;
-//   * failing together: a host killed, cut off the network, or refused for
-//     its secret fails every host within 10 s, each naming it;
+//   * failing together: a host killed, cut off the network (link down, or
+//     every packet dropped by nftables), frozen, or refused for its secret
+//     fails every host within 10 s, each naming it, the KV store's host
+//     included; a short cut under --max_restart fails the job after the
+//     rejoin wait, never hangs it;
+//   * --master/--nnodes as the same command on every node;
 //   * rejoining: under --max_restart a host's fleetrun started again takes
 //     its place back; without it, it is refused;
 //   * heter workers on another host reach the one-host AUC;
@@ -128,7 +132,7 @@ class ClusterTest : public ::testing::Test {
     std::vector<std::string> args = {"--config=" + src_ + "/configs/ctr_dnn.yaml",
                                      "--job_id=" + job_id_,
                                      "--log_dir=log",
-                                     "--grace_period=1",
+                                     "--grace_period=" + grace_period_,
                                      "--rendezvous_timeout=" + rendezvous_timeout_};
     const fs::path data = dir_ / "data";
     for (const std::string& o :
@@ -202,6 +206,7 @@ class ClusterTest : public ::testing::Test {
   std::string servers_ = "198.18.0.1:7000,198.18.0.2:7000";
   std::string workers_ = "198.18.0.2,198.18.0.3";
   std::string rendezvous_timeout_ = "30";
+  std::string grace_period_ = "1";
   std::deque<FleetJob> jobs_;
 };
 
@@ -375,6 +380,121 @@ TEST_F(ClusterTest, HostCutOffFailsEveryHost) {
   EXPECT_EQ(b.exit_code, 1) << b.Output();
   EXPECT_NE(b.Output().find("lost the KV store at 198.18.0.1:36001"), std::string::npos)
       << b.Output();
+}
+
+// The KV store's host dies (kill -9 of A's fleetrun, which serves it): B
+// and C fail within 10 s naming A as the store's host, not only through
+// their workers' "kv store ... failed".
+TEST_F(ClusterTest, KilledStoreHostFailsEveryHostNamingIt) {
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  kill(a.fleetrun, SIGKILL);
+  const double took = SecondsUntilAllEnded({&b, &c}, Clock::now(), seconds(20));
+  std::printf("B and C ended %.1f s after kill -9 of the store host's fleetrun\n", took);
+  EXPECT_LE(took, 10.0);
+  for (FleetJob* j : {&b, &c}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    const std::string out = j->Output();
+    EXPECT_TRUE(out.find("host 198.18.0.1 (the KV store's) stopped") != std::string::npos ||
+                out.find("lost the KV store at 198.18.0.1:36001") != std::string::npos)
+        << out;
+  }
+}
+
+// The store's host cut off silently (its packets dropped, nothing reset,
+// link up): B and C fail within 10 s naming the store's loss, and A, whose
+// peers went silent, within 10 s too. (Each watch round once waited out
+// four 2 s requests: 20.7-23.8 s.)
+TEST_F(ClusterTest, SilentlyCutStoreHostFailsEveryHostWithinTenSeconds) {
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  ASSERT_EQ(cluster_->SilentCut(kA), "");
+  const double took = SecondsUntilAllEnded({&a, &b, &c}, Clock::now(), seconds(30));
+  std::printf("A, B and C ended %.1f s after A was cut off silently\n", took);
+  EXPECT_LE(took, 10.0) << a.Output() << b.Output() << c.Output();
+  for (FleetJob* j : {&b, &c}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    const std::string out = j->Output();
+    EXPECT_TRUE(out.find("host 198.18.0.1 (the KV store's) stopped") != std::string::npos ||
+                out.find("lost the KV store at 198.18.0.1:36001") != std::string::npos)
+        << out;
+  }
+  EXPECT_EQ(a.exit_code, 1) << a.Output();
+  EXPECT_NE(a.Output().find("stopped: no heartbeat"), std::string::npos) << a.Output();
+}
+
+// A frozen host (SIGSTOP of C's fleetrun and processes) with fleetrun's
+// default grace (5 s): A and B see C's heartbeat stop after 5 s, and their
+// workers, blocked on C's in a sync step, honour SIGTERM at once instead
+// of being killed after the grace: every host ends within 10 s. (They
+// ended after 10.1-10.6 s.)
+TEST_F(ClusterTest, FrozenHostFailsEveryHostWithinTenSeconds) {
+  grace_period_ = "5";
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000"));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000"));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1000"));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  ASSERT_TRUE(c.WaitFor("started worker 1", seconds(10))) << c.Output();
+  kill(c.fleetrun, SIGSTOP);
+  for (const auto& [name, pid] : c.pids) kill(pid, SIGSTOP);
+  const double took = SecondsUntilAllEnded({&a, &b}, Clock::now(), seconds(20));
+  std::printf("A and B ended %.1f s after C froze\n", took);
+  EXPECT_LE(took, 10.0);
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat"),
+              std::string::npos)
+        << j->Output();
+  }
+  for (const auto& [name, pid] : c.pids) kill(pid, SIGKILL);
+  kill(c.fleetrun, SIGKILL);
+}
+
+// Under --max_restart, C cut off (silently) for 9 s and then reachable
+// again: C's fleetrun lost the store and stops; A and B wait for a
+// fleetrun started there again to rejoin, and without one fail once the
+// wait (--rendezvous_timeout, 10 s here) is over, naming C. (They waited
+// for good: C's "stopped" mark got through after the cut and they stopped
+// watching it.) A cut shorter than the peer timeout is ridden through.
+TEST_F(ClusterTest, AShortCutUnderMaxRestartFailsTheJobNeverHangsIt) {
+  rendezvous_timeout_ = "10";
+  FleetJob& a = Start(kA, PsCommand(kA, "secret", "1000", {"--max_restart=1"}));
+  FleetJob& b = Start(kB, PsCommand(kB, "secret", "1000", {"--max_restart=1"}));
+  FleetJob& c = Start(kC, PsCommand(kC, "secret", "1000", {"--max_restart=1"}));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  ASSERT_EQ(cluster_->SilentCut(kC), "");
+  const auto cut = Clock::now();
+  std::this_thread::sleep_for(seconds(9));
+  ASSERT_EQ(cluster_->Heal(kC), "");
+  const double took = SecondsUntilAllEnded({&a, &b, &c}, cut, seconds(40));
+  std::printf("A, B and C ended %.1f s after C was cut off for 9 s\n", took);
+  // C's silence (5 s), then the rejoin wait (10 s).
+  EXPECT_LE(took, 20.0) << a.Output() << b.Output() << c.Output();
+  for (FleetJob* j : {&a, &b}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped"), std::string::npos)
+        << j->Output();
+    EXPECT_NE(j->Output().find("no fleetrun rejoined for it within 10.0 s"), std::string::npos)
+        << j->Output();
+  }
+  EXPECT_NE(c.exit_code, 0) << c.Output();
+}
+
+// --master/--nnodes as the same command on every node: the node owning
+// the master address hosts the store there, the other joins through it.
+TEST_F(ClusterTest, SameMasterCommandOnEveryNode) {
+  const std::vector<std::string> command =
+      CollectiveCommand({"--master=198.18.0.1:36001", "--nnodes=2"}, Mnist());
+  FleetJob& b = Start(kB, command);  // before the master: it waits for it
+  FleetJob& a = Start(kA, command);
+  EXPECT_EQ(a.WaitForExit(seconds(60)), 0) << a.Output() << b.Output();
+  EXPECT_EQ(b.WaitForExit(seconds(60)), 0) << b.Output();
+  EXPECT_NE(a.Output().find("KV store serving on 198.18.0.1:36001"), std::string::npos)
+      << a.Output();
 }
 
 // A slower link: every host's sending capped at 40 Mbit/s (tc tbf; this

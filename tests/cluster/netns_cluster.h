@@ -138,6 +138,29 @@ class NetnsCluster {
     return Run("ip -n " + Namespace(host) + " link set eth0 down").value_or("");
   }
 
+  // Drops every packet between `host` and the others (nftables rules on its
+  // eth0, in its namespace; its own loopback traffic flows): its link stays
+  // up and nothing is reset, so its peers' connections and requests hang
+  // until their own timeouts (a switch or firewall failing silently).
+  // Heal() lifts it. "" on success, else nft's complaint (nftables missing:
+  // scripts/setup.sh installs it).
+  std::string SilentCut(int host) const {
+    const std::string nft = "ip netns exec " + Namespace(host) + " nft ";
+    for (const std::string& step :
+         {nft + "add table inet fleet_cut",
+          nft + "'add chain inet fleet_cut in { type filter hook input priority 0; }'",
+          nft + "'add chain inet fleet_cut out { type filter hook output priority 0; }'",
+          nft + "add rule inet fleet_cut in iifname eth0 drop",
+          nft + "add rule inet fleet_cut out oifname eth0 drop"}) {
+      if (auto failed = Run(step)) return "`" + step + "` failed: " + *failed;
+    }
+    return "";
+  }
+  std::string Heal(int host) const {
+    return Run("ip netns exec " + Namespace(host) + " nft delete table inet fleet_cut")
+        .value_or("");
+  }
+
   // Gives `host` a second address on its eth0 (same /24) and makes it the
   // one the kernel picks as the source of connections to the other hosts:
   // a machine with two addresses that the job knows by the first. "" on

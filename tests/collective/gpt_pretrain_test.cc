@@ -162,7 +162,7 @@ TEST(GptPretrainTest, TrainLineIsFleetXsLine) {
   w.global_batch = 16;
   w.learning_rate = 1e-3f;
   w.reader_seconds = 0.5;
-  w.world_size = 2;
+  w.data_world_size = 2;
   EXPECT_EQ(GptTrainLine(w, 128),
             "[train] epoch: 0, batch: 9, loss: 5.250000000, avg_batch_cost: 0.20000 sec, speed: "
             "5.00 step/s, ips_total: 10240 tokens/s, ips: 5120 tokens/s, learning rate: 1.00000e-03, avg_reader_cost: 0.05000 sec");

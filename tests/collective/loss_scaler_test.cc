@@ -121,6 +121,29 @@ TEST(DynamicLossScaler, DoublesAfterNCleanStepsAndAnOverflowRestartsTheCount) {
   }
 }
 
+// Paddle's decr_every_n_nan_or_inf / DeepSpeed's hysteresis: the scale
+// shrinks at the second overflow in a row, a clean step restarts the count;
+// a static scale (DeepSpeed's loss_scale > 0) never moves but still skips.
+TEST(DynamicLossScaler, HysteresisAndStaticScales) {
+  LossScalerConfig config;
+  config.init_scale = 64.0;
+  config.incr_every_n_steps = 2;
+  config.decr_every_n_overflows = 2;
+  DynamicLossScaler scaler = MakeScaler(config);
+  const std::vector<std::pair<double, float>> script = {{INFINITY, 64}, {1.0, 64}, {INFINITY, 64},
+                                                        {NAN, 32},      {1.0, 32}, {1.0, 64}};
+  for (size_t i = 0; i < script.size(); ++i) {
+    const LossScaleDecision d = scaler.Update(script[i].first);
+    EXPECT_EQ(d.apply, std::isfinite(script[i].first)) << "step " << i;
+    EXPECT_EQ(scaler.scale(), script[i].second) << "step " << i;
+  }
+  config.dynamic = false;
+  DynamicLossScaler fixed = MakeScaler(config);
+  for (double sum : {double{INFINITY}, double{INFINITY}, 1.0, 1.0, 1.0}) fixed.Update(sum);
+  EXPECT_FALSE(fixed.Update(INFINITY).apply);
+  EXPECT_EQ(fixed.scale(), 64.0f);
+}
+
 TEST(DynamicLossScaler, StaysWithinItsBounds) {
   LossScalerConfig config;
   config.init_scale = 4.0;
@@ -149,6 +172,8 @@ TEST(DynamicLossScaler, RejectsBadConfigsAndRestoresNamingTheProblem) {
                                                "init_scale"));
   EXPECT_TRUE(testing::IsInvalidArgumentNaming(bad([](auto& c) { c.incr_every_n_steps = 0; }),
                                                "incr_every_n_steps"));
+  EXPECT_TRUE(testing::IsInvalidArgumentNaming(bad([](auto& c) { c.decr_every_n_overflows = 0; }),
+                                               "decr_every_n_overflows"));
   EXPECT_TRUE(testing::IsInvalidArgumentNaming(bad([](auto& c) { c.incr_ratio = 1.0; }),
                                                "incr_ratio"));
   EXPECT_TRUE(testing::IsInvalidArgumentNaming(bad([](auto& c) { c.decr_ratio = 1.0; }),

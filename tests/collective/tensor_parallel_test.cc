@@ -2,7 +2,8 @@
 // the whole model in one process: the shards start as the whole model's
 // rows and columns, one forward and backward gives the same loss and the
 // same gradients (gathered into the whole layout), with and without
-// recompute, and degrees that do not split the model are refused. Ranks are
+// recompute and dropout (each rank draws the whole model's masks for its
+// heads), and degrees that do not split the model are refused. Ranks are
 // threads over one in-process KV store (shared memory and Gloo groups).
 //
 // Tolerance: the split changes only the order of float32 sums (the
@@ -29,8 +30,10 @@ namespace {
 using std::chrono::milliseconds;
 
 // 4 heads (2 per rank), an uneven vocabulary split (129 + 128 rows).
-GptConfig SmallConfig(bool recompute) {
+GptConfig SmallConfig(bool recompute, float dropout = 0.0f) {
   GptConfig c;
+  c.hidden_dropout_prob = dropout;
+  c.attention_probs_dropout_prob = dropout;
   c.vocab_size = 257;
   c.hidden_size = 64;
   c.num_layers = 2;
@@ -80,7 +83,9 @@ StepResult TrainStepOf(const GptConfig& config, Collective* group) {
   testing::ThrowIfError(eval.status(), "eval forward");
   out.eval_loss = *eval;
   m.arena().ZeroGrad();
-  auto loss = m.Forward(tokens, targets, kB, kT);
+  const std::vector<uint32_t> streams = {17, 18};
+  auto loss = m.Forward(tokens, targets, kB, kT,
+                        {.dropout_seed = GptDropoutStepSeed(3, 1), .dropout_streams = streams});
   testing::ThrowIfError(loss.status(), "forward");
   out.loss = *loss;
   m.Backward();
@@ -114,9 +119,11 @@ void ExpectGradsClose(const std::vector<float>& got, const std::vector<float>& w
 class TensorParallelModelTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TensorParallelModelTest, TwoRanksGiveTheWholeModelsLossAndGradients) {
-  for (bool recompute : {false, true}) {
-    const GptConfig config = SmallConfig(recompute);
-    const std::string what = GetParam() + (recompute ? ", recompute" : "");
+  for (auto [recompute, dropout] :
+       {std::pair{false, 0.0f}, {true, 0.0f}, {false, 0.1f}, {true, 0.1f}}) {
+    const GptConfig config = SmallConfig(recompute, dropout);
+    const std::string what =
+        GetParam() + (recompute ? ", recompute" : "") + (dropout > 0 ? ", dropout" : "");
     const StepResult whole = TrainStepOf(config, nullptr);
     std::vector<StepResult> ranks(2);
     testing::RunRanksOver(GetParam(), 2, milliseconds(30000), [&](int rank, Collective& group) {
@@ -167,12 +174,13 @@ TEST(TensorParallelSplitTest, NextTokenLogitsNeedTheWholeVocabulary) {
 }
 
 // The split's bookkeeping: every rank's segments cover its arena, and the
-// split segments of all ranks plus one rank's replicated ones cover the
-// whole table once.
+// owned segments of all ranks cover the whole table once; with pipeline
+// stages too (the last stage's wte copy is not its own).
 TEST(GptParamSplitTest, SegmentsCoverTheWholeTableOnce) {
   const GptConfig config = SmallConfig(false);
-  for (int degree : {1, 2, 4}) {
-    const ParamSplit split = GptParamSplit(config, degree, 0);
+  for (auto [mp, pp] : {std::pair{1, 1}, {2, 1}, {4, 1}, {1, 2}, {2, 2}}) {
+    const ParamSplit split = GptModelSplit(config, mp, pp, 0);
+    const int degree = mp * pp;
     ASSERT_EQ(split.whole_size, size_t(GptParamCount(config)));
     std::vector<int> covered(split.whole_size, 0);
     for (int r = 0; r < degree; ++r) {
@@ -180,7 +188,7 @@ TEST(GptParamSplitTest, SegmentsCoverTheWholeTableOnce) {
       for (const ArenaSegment& s : split.segments[r]) {
         EXPECT_EQ(s.local, local) << "degree " << degree << ", rank " << r;
         local += s.size;
-        if (s.replicated && r != 0) continue;
+        if (s.replicated) continue;
         for (size_t i = 0; i < s.size; ++i) ++covered[s.whole + i];
       }
       EXPECT_EQ(local, split.local_size[r]);

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <numeric>
+#include <span>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -131,6 +134,64 @@ TEST(TrainLoopTest, WindowSecondsSkipEvaluationOnly) {
   ASSERT_EQ(windows.size(), 1u);
   EXPECT_GE(windows[0].seconds, 0.1) << "lost the steps before the evaluation";
   EXPECT_LT(windows[0].seconds, 0.1 + 0.25) << "counted the 300 ms evaluations";
+}
+
+// A task that records what the loop hands it, over an MLP task.
+class RecordingTask final : public CollectiveTask {
+ public:
+  explicit RecordingTask(CollectiveTask* inner) : inner_(inner) {}
+  std::string name() const override { return inner_->name(); }
+  ParamArena& arena() override { return inner_->arena(); }
+  int64_t num_train_samples() const override { return inner_->num_train_samples(); }
+  void BeginStep(int64_t step) override { steps.push_back(step); }
+  Status LoadBatch(std::span<const int64_t> ids) override {
+    loaded.insert(loaded.end(), ids.begin(), ids.end());
+    return inner_->LoadBatch(ids);
+  }
+  Result<float> ForwardBackward(const GradReadyFn& ready, float scale) override {
+    return inner_->ForwardBackward(ready, scale);
+  }
+  Result<std::vector<float>> EvalSums(int rank, int world) override {
+    return inner_->EvalSums(rank, world);
+  }
+  double EvalMetric(std::span<const float> sums) const override { return inner_->EvalMetric(sums); }
+  std::string eval_metric_name() const override { return inner_->eval_metric_name(); }
+
+  std::vector<int64_t> steps, loaded;
+
+ private:
+  CollectiveTask* const inner_;
+};
+
+// Without shuffling (a dataset that shuffles itself, Megatron's) the loop
+// reads samples in id order, tells the task each step before its batches,
+// and a checkpoint of that order is refused by a shuffled run.
+TEST(TrainLoopTest, UnshuffledOrderIsIdOrderAndIsPartOfTheCheckpoint) {
+  trainer::kernels::SetBlasThreads(1);
+  const data::MnistData data = SyntheticMnist(1000, 100);
+  TrainLoopOptions options = LoggingOptions(3, 0);
+  options.shuffle = false;
+  options.micro_batches = 2;
+  options.checkpoint_dir = ::testing::TempDir() + "/train_loop_unshuffled";
+  std::filesystem::remove_all(options.checkpoint_dir);
+  CpuBackend backend;
+  auto mlp = MlpClassifierTask::Create({}, data.train, data.test, &backend);
+  ASSERT_TRUE(mlp.ok()) << mlp.status().ToString();
+  RecordingTask task(mlp->get());
+  auto report = RunTrainLoop(options, task, nullptr, nullptr);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  std::vector<int64_t> in_order(96);
+  std::iota(in_order.begin(), in_order.end(), 0);
+  EXPECT_EQ(task.loaded, in_order);
+  EXPECT_EQ(task.steps, (std::vector<int64_t>{0, 1, 2}));
+  options.shuffle = true;
+  options.max_steps = 4;
+  auto shuffled = RunTrainLoop(options, task, nullptr, nullptr);
+  EXPECT_EQ(shuffled.status().code(), StatusCode::kFailedPrecondition)
+      << shuffled.status().ToString();
+  EXPECT_NE(shuffled.status().message().find("shuffled=0"), std::string::npos)
+      << shuffled.status().ToString();
+  std::filesystem::remove_all(options.checkpoint_dir);
 }
 
 // The training gather reads the IDX bytes (in huge-page memory) when every

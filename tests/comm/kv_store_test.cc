@@ -11,6 +11,8 @@
 
 #include "tests/child_process.h"
 #include "tests/comm/collective_test_util.h"
+#include "tests/raw_connection.h"
+#include "tests/tcp_relay.h"
 
 namespace fleet {
 namespace {
@@ -229,6 +231,48 @@ TEST(KvStoreTest, RequestsComeFromTheSourceAddressGiven) {
   }
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(refused, (std::vector<std::string>{"127.0.0.1", "127.0.0.2"}));
+}
+
+// A request whose connection is reset (a server failing under load) is
+// tried again and succeeds; a delete or add retried after its answer was
+// lost is done once (the server answers the retry from memory).
+TEST(KvStoreTest, TransientFailuresAreRetriedAndChangesAreMadeOnce) {
+  LocalKvServer kv;
+  const std::string job = UniqueJob();
+  {
+    fleet::testing::TcpRelay relay(kv.server().port(), /*resets=*/2);
+    KvStoreClient client(relay.endpoint(), job);
+    ASSERT_TRUE(client.Set("k", "v").ok());
+    EXPECT_EQ(relay.accepted(), 3) << "two resets, then served";
+    EXPECT_EQ(*kv.Client(job)->Get("k"), "v");
+  }
+  // The same add twice by id (a retry after a lost answer): one change,
+  // the same answer.
+  for (int i = 0; i < 2; ++i) {
+    fleet::testing::RawConnection raw(kv.server().port());
+    ASSERT_TRUE(raw.Send("POST /add/" + job + "/n?id=0123abcd HTTP/1.1\r\nHost: x\r\n" +
+                         "Content-Length: 5\r\nConnection: close\r\n\r\n" + "12345"));
+    const std::string reply = raw.ReadAll();
+    EXPECT_EQ(reply.substr(reply.size() - 5), "12345") << reply;
+  }
+  EXPECT_EQ(*kv.Client(job)->Get("n"), "12345");
+  EXPECT_EQ(*kv.Client(job)->Add("n", 1), 12346) << "a new id is a new change";
+}
+
+// A request that keeps failing in transit fails once its budget is spent,
+// naming the attempts and the time, never sooner.
+TEST(KvStoreTest, PersistentFailuresFailAfterTheBudgetNamingTheAttempts) {
+  LocalKvServer kv;
+  fleet::testing::TcpRelay relay(kv.server().port(), /*resets=*/1000);
+  KvStoreClient client(relay.endpoint(), UniqueJob(),
+                       KvStoreClientOptions{.request_timeout = milliseconds(600)});
+  const auto start = Clock::now();
+  Status st = client.Set("k", "v");
+  EXPECT_TRUE(st.IsUnavailable()) << st.ToString();
+  EXPECT_GE(Since(start).count(), 400);
+  EXPECT_LT(Since(start).count(), 1500);
+  EXPECT_NE(st.message().find("attempts over"), std::string::npos) << st.message();
+  EXPECT_GE(relay.accepted(), 3);
 }
 
 }  // namespace

@@ -176,6 +176,46 @@ TEST(CtrReaderTest, SkipsAndCountsMalformedLinesAcrossFormats) {
   }
 }
 
+// Missing fields and a wrong field count, read into one key space and into
+// a table per field: the same samples, keys in each field's own range in
+// the second, missing values on each field's last row.
+TEST(CtrReaderTest, MissingFieldsIntoOneTableOrATablePerField) {
+  TempDir dir;
+  std::vector<std::string> sparse = Fields(CriteoLine(7));
+  sparse[14] = "";  // C1 missing
+  sparse[39] = "";  // C26 missing
+  sparse[1] = "";   // I1 missing
+  std::vector<std::string> short_line = Fields(CriteoLine(8));
+  short_line.pop_back();  // 39 fields
+  testing::WritePlain(dir.File("a.txt"), JoinLines({CriteoLine(5), Join(sparse), Join(short_line),
+                                                    "0" + std::string(kCriteoFields - 1, '\t')}));
+  for (uint64_t buckets : {uint64_t{0}, uint64_t{1000}}) {
+    SCOPED_TRACE(buckets == 0 ? "one key space" : "a table per field");
+    CtrReaderOptions o;
+    o.batch_size = 10;
+    o.field_buckets = buckets;
+    auto reader = CtrReader::Open({dir.File("a.txt")}, o);
+    ASSERT_TRUE(reader.ok());
+    CtrBatch b;
+    ASSERT_EQ((*reader)->Next(&b).value(), 3u);  // the short line is skipped
+    EXPECT_EQ((*reader)->stats().malformed, 1);
+    EXPECT_EQ(b.dense[1 * kCriteoDense + 0], 0.0f);  // a missing integer is 0
+    for (int slot = 0; slot < kCriteoSlots; ++slot) {
+      const uint64_t missing = buckets == 0 ? CriteoMissingKey(slot) : FieldTableKey(slot, buckets);
+      EXPECT_EQ(b.slots[slot].keys[2], missing) << "all missing, slot " << slot;
+      EXPECT_EQ(b.slots[slot].keys[1] == missing, slot == 0 || slot == 25) << "slot " << slot;
+      if (buckets == 0) continue;
+      for (uint64_t key : b.slots[slot].keys) {
+        EXPECT_GE(key, FieldTableKey(slot, 0));
+        EXPECT_LE(key, FieldTableKey(slot, buckets));
+      }
+    }
+  }
+  CtrReaderOptions too_many;
+  too_many.field_buckets = kMaxFieldBuckets + 1;
+  EXPECT_FALSE(CtrReader::Open({dir.File("a.txt")}, too_many).ok());
+}
+
 TEST(CtrReaderTest, RewindStartsANewEpochAndStatsAccumulate) {
   TempDir dir;
   testing::WritePlain(dir.File("a.txt"), JoinLines({CriteoLine(1), "bad", CriteoLine(2)}));

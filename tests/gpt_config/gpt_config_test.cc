@@ -5,8 +5,11 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "collective/config/gpt_data.h"
+#include "data/megatron_data.h"
 #include "tests/data/test_util.h"
 
 namespace fleet::trainer::config {
@@ -56,8 +59,13 @@ TEST(GptConfigTest, ShippedConfigsResolveAsFleetXDoes) {
   EXPECT_EQ(c13->distributed.dp_degree, 8);
   EXPECT_EQ(c13->global.global_batch_size, 64);
   EXPECT_EQ(c13->global.local_batch_size, 8);
-  EXPECT_EQ(c13->model.ffn_hidden_size, 8192);
+  EXPECT_EQ(c13->model.ffn(), 8192);
   EXPECT_TRUE(c13->model.use_recompute);
+  // FleetX's way of shrinking it: the global batch is derived.
+  auto c13_small = LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"),
+                                    {"Global.local_batch_size=2", "Global.micro_batch_size=2"}, 8);
+  ASSERT_TRUE(c13_small.ok()) << c13_small.status().ToString();
+  EXPECT_EQ(c13_small->global.global_batch_size, 16);
 
   auto c67 = LoadGptJobConfig(Config("pretrain_gpt_6.7B_sharding16.yaml"), {});
   ASSERT_TRUE(c67.ok()) << c67.status().ToString();
@@ -128,8 +136,13 @@ TEST(GptConfigTest, BadKeysAndValuesNameTheKeyAndTheirFile) {
       {{"Model.num_layers=0"}, "Model.num_layers: must be in [1, 65536], got 0"},
       {{"Model.hidden_size=1000"}, "1000 is not a multiple of num_attention_heads 16"},
       {{"Model.hidden_dropout_prob=1.5"}, "Model.hidden_dropout_prob: must be in [0"},
-      {{"Model.attention_probs_dropout_prob=0.1"},
-       "Model.attention_probs_dropout_prob: must be 0: FleetPS's GPT has no dropout"},
+      {{"Model.attention_probs_dropout_prob=1"},
+       "Model.attention_probs_dropout_prob: must be below 1 (1 drops every element)"},
+      {{"Engine.mix_precision.decr_every_n_nan_or_inf=0"},
+       "Engine.mix_precision.decr_every_n_nan_or_inf: must be >= 1"},
+      {{"Engine.mix_precision.min_loss_scale=65536"}, "65536 is above scale_loss 32768"},
+      {{"Optimizer.lr.use_increments=maybe"}, "Optimizer.lr.use_increments"},
+      {{"Model.vocab_size_divisible_unit=0"}, "Model.vocab_size_divisible_unit: must be in [1"},
       {{"Global.device=tpu"}, "Global.device: must be one of cpu, gpu"},
       {{"Global.micro_batch_size=3"}, "Global.micro_batch_size: 3 does not divide local_batch"},
       {{"Global.global_batch_size=100"},
@@ -148,14 +161,14 @@ TEST(GptConfigTest, BadKeysAndValuesNameTheKeyAndTheirFile) {
       {{"Data.Train.dataset.input_files=a.bin"}, "give input_dir or input_files, not both"},
       {{"Data.Train.dataset.split=[0, 0, 0]"}, "the weights must not all be 0"},
       {{"Data.Train.dataset.split=[1, 2, 3, 4]"}, "must have 1..3 entries"},
-      {{"Model.vocab_size=1000"}, "1000 is below the 50257 ids of the gpt2 tokenizer"},
+      {{"Model.vocab_size=1000"}, "1024 is below the 50257 ids of the gpt2 tokenizer"},
       {{"Data=null"}, "Data.Train: missing"},
       {{"Engine.save_load.save_steps=0"}, "must be >= 1, or -1"},
       {{"Generation.max_dec_len=1", "Generation.min_dec_len=5"}, "is below min_dec_len 5"},
       {{"Profiler.enable=True"}, "Profiler.enable: must be false"},
       {{"Data.Eval.sampler.drop_last=False"}, "Data.Eval.sampler.drop_last: must be true"},
-      {{"Engine.mix_precision.use_pure_fp16=True", "Engine.mix_precision.enable=True"},
-       "asks for float16 while enable/dtype ask for bfloat16"},
+      {{"Engine.mix_precision.use_pure_fp16=True", "Engine.mix_precision.dtype=bfloat16"},
+       "true asks for float16 while enable/dtype ask for bfloat16"},
   };
   for (const auto& c : cases) {
     Status st = LoadError(file, c.overrides);
@@ -247,16 +260,48 @@ TEST(GptConfigTest, WorldSizeMustFitTheDegrees) {
   Status st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {}, 16);
   EXPECT_THAT(st.message(), HasSubstr("Distributed.dp_degree: 8 x sharding_degree 1 = 8 ranks, "
                                       "but the job has 16; to run on 16 ranks give "
-                                      "-o Distributed.dp_degree=16 -o Global.global_batch_size=128"));
+                                      "-o Distributed.dp_degree=16 (or leave dp_degree empty"));
   EXPECT_THAT(st.message(), HasSubstr("pretrain_gpt_1.3B_dp8.yaml"));
   st = LoadError("pretrain_gpt_6.7B_sharding16.yaml", {}, 24);
   EXPECT_THAT(st.message(), HasSubstr("16 does not divide the job's 24 ranks"));
-  // dp 8 x global 64 with a derived dp of 4: the global batch no longer fits.
-  st = LoadError("pretrain_gpt_1.3B_dp8.yaml", {"Distributed.dp_degree=null"}, 4);
+  // A global batch written with dp 8 and a derived dp of 4 no longer fits.
+  st = LoadError("pretrain_gpt_1.3B_dp8.yaml",
+                 {"Distributed.dp_degree=null", "Global.global_batch_size=64"}, 4);
   EXPECT_THAT(st.message(), HasSubstr("64 must equal local_batch_size 8 x dp_degree 4"));
-  EXPECT_TRUE(LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"),
-                               {"Distributed.dp_degree=null", "Global.local_batch_size=null"}, 4)
-                  .ok());
+  // With the global batch derived (FleetX's file), a derived dp just works.
+  auto derived =
+      LoadGptJobConfig(Config("pretrain_gpt_1.3B_dp8.yaml"), {"Distributed.dp_degree=null"}, 4);
+  ASSERT_TRUE(derived.ok()) << derived.status().ToString();
+  EXPECT_EQ(derived->global.global_batch_size, 32);
+}
+
+// Distributed.pp_degree: its stages are ranks of each replica (the data
+// world stays dp x sharding), with sharding stage 1 at most, no offload, no
+// LoRA, and a degree dividing the layers.
+TEST(GptConfigTest, PipelineStagesAreRanksOfEachReplica) {
+  auto c = LoadGptJobConfig(Config("pretrain_gpt_tiny.yaml"),
+                            {"Distributed.pp_degree=2", "Distributed.mp_degree=2"}, 8);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->distributed.pp_degree, 2);
+  EXPECT_EQ(c->distributed.dp_degree, 2);
+  EXPECT_EQ(c->data_world_size(), 2);
+  EXPECT_EQ(c->global.local_batch_size, 8);
+  EXPECT_EQ(c->engine.accumulate_steps, 1);
+  Status st = LoadError("pretrain_gpt_tiny.yaml", {"Distributed.pp_degree=3"});
+  EXPECT_THAT(st.message(),
+              HasSubstr("Distributed.pp_degree: 3 does not divide Model.num_layers 4"));
+  st = LoadError("pretrain_gpt_tiny.yaml", {"Distributed.pp_degree=2"}, 3);
+  EXPECT_THAT(st.message(),
+              HasSubstr("pp_degree 2 x sharding_degree 1 does not divide the job's 3"));
+  st = LoadError("pretrain_gpt_tiny.yaml",
+                 {"Distributed.pp_degree=2", "Distributed.sharding.sharding_degree=2",
+                  "Distributed.sharding.sharding_stage=2"});
+  EXPECT_THAT(st.message(), HasSubstr("Distributed.sharding.sharding_stage: 2 with pp_degree > 1"));
+  st = LoadError("pretrain_gpt_tiny.yaml",
+                 {"Distributed.pp_degree=2", "Distributed.sharding.sharding_offload=True"});
+  EXPECT_THAT(st.message(), HasSubstr("sharding_offload: true with pp_degree > 1"));
+  st = LoadError("finetune_gpt_tiny_lora.yaml", {"Distributed.pp_degree=2"});
+  EXPECT_THAT(st.message(), HasSubstr("Distributed.pp_degree: 2 with Model.lora"));
 }
 
 TEST(GptConfigTest, ADp8FileOnFewerRanksKeepsItsGlobalBatchByAccumulation) {
@@ -304,99 +349,142 @@ TEST(GptConfigTest, WhatTheCommandLineSaysIsNeverAdjusted) {
                         "-o Engine.accumulate_steps=null"));
 }
 
-TEST(GptConfigTest, FleetXFilesLoadAsWritten) {
-  // FleetX's own key set (pretrain_gpt_base.yaml + 345M single card),
-  // including the keys that name Python objects and Paddle features.
+std::string FleetXFile(const std::string& name) {
+  return data::testing::SourcePath("tests/gpt_config/fleetx/" + name);
+}
+
+// FleetX's four files as FleetX ships them (tests/gpt_config/fleetx/,
+// verbatim): each loads on the ranks it is written for, with FleetX's
+// dropout, float16 and derived batches; and FleetPS's copies in configs/gpt
+// resolve to the same model, batches, precision, schedule and degrees.
+TEST(GptConfigTest, FleetXFilesLoadAsFleetXShipsThem) {
+  struct Case {
+    std::string file;
+    int64_t world;
+    int64_t global_batch;
+  };
+  for (const Case& c :
+       {Case{"pretrain_gpt_345M_single_card.yaml", 1, 8}, Case{"pretrain_gpt_1.3B_dp8.yaml", 8, 64},
+        Case{"pretrain_gpt_6.7B_sharding16.yaml", 16, 128}}) {
+    SCOPED_TRACE(c.file);
+    auto fleetx = LoadGptJobConfig(FleetXFile(c.file), {}, c.world);
+    ASSERT_TRUE(fleetx.ok()) << fleetx.status().ToString();
+    EXPECT_EQ(fleetx->model.hidden_dropout_prob, 0.1f);
+    EXPECT_EQ(fleetx->model.attention_probs_dropout_prob, 0.1f);
+    EXPECT_EQ(fleetx->engine.mix_precision.precision, Precision::kFp16);
+    EXPECT_EQ(fleetx->engine.mix_precision.scale_loss, 32768.0);
+    EXPECT_EQ(fleetx->engine.mix_precision.decr_every_n_nan_or_inf, 2);  // Paddle's GradScaler
+    EXPECT_EQ(fleetx->global.global_batch_size, c.global_batch);
+    EXPECT_EQ(fleetx->model.vocab_size, 50304);  // a multiple of 128 already
+    EXPECT_EQ(fleetx->data.train.dataset.split, (std::vector<double>{969, 30, 1}));
+    // use_increments: the schedule advances by the global batch.
+    EXPECT_EQ(fleetx->lr.step_increment, c.global_batch);
+    EXPECT_EQ(fleetx->lr.decay_steps, 360000);
+    EXPECT_EQ(fleetx->lr.warmup_steps, 3600);
+
+    auto ours = LoadGptJobConfig(Config(c.file), {}, c.world);
+    ASSERT_TRUE(ours.ok()) << ours.status().ToString();
+    const GptConfig& a = ours->model;
+    const GptConfig& b = fleetx->model;
+    EXPECT_EQ(std::tie(a.vocab_size, a.hidden_size, a.num_layers, a.num_attention_heads,
+                       a.max_position_embeddings, a.use_recompute, a.hidden_dropout_prob,
+                       a.attention_probs_dropout_prob, a.initializer_range, a.seed),
+              std::tie(b.vocab_size, b.hidden_size, b.num_layers, b.num_attention_heads,
+                       b.max_position_embeddings, b.use_recompute, b.hidden_dropout_prob,
+                       b.attention_probs_dropout_prob, b.initializer_range, b.seed));
+    EXPECT_EQ(a.ffn(), b.ffn());
+    EXPECT_EQ(ours->engine.mix_precision.precision, fleetx->engine.mix_precision.precision);
+    EXPECT_EQ(std::tie(ours->global.global_batch_size, ours->global.local_batch_size,
+                       ours->global.micro_batch_size, ours->engine.accumulate_steps),
+              std::tie(fleetx->global.global_batch_size, fleetx->global.local_batch_size,
+                       fleetx->global.micro_batch_size, fleetx->engine.accumulate_steps));
+    EXPECT_EQ(std::tie(ours->lr.max_lr, ours->lr.min_lr, ours->lr.warmup_steps,
+                       ours->lr.decay_steps, ours->lr.step_increment),
+              std::tie(fleetx->lr.max_lr, fleetx->lr.min_lr, fleetx->lr.warmup_steps,
+                       fleetx->lr.decay_steps, fleetx->lr.step_increment));
+    EXPECT_EQ(std::tie(ours->distributed.dp_degree, ours->distributed.sharding_degree,
+                       ours->distributed.sharding_stage, ours->distributed.mp_degree),
+              std::tie(fleetx->distributed.dp_degree, fleetx->distributed.sharding_degree,
+                       fleetx->distributed.sharding_stage, fleetx->distributed.mp_degree));
+    EXPECT_EQ(ours->data.train.dataset.split, fleetx->data.train.dataset.split);
+    EXPECT_EQ(ours->engine.logging_freq, fleetx->engine.logging_freq);
+  }
+  // FleetX's way of shrinking the dp8 config for a smaller machine.
+  auto small = LoadGptJobConfig(FleetXFile("pretrain_gpt_1.3B_dp8.yaml"),
+                                {"Global.local_batch_size=2", "Global.micro_batch_size=2"}, 8);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_EQ(small->global.global_batch_size, 16);
+  EXPECT_EQ(small->lr.step_increment, 16);
+  // Tensor parallel: FleetX pads the vocabulary to 128 x mp_degree.
+  auto mp8 = LoadGptJobConfig(FleetXFile("pretrain_gpt_345M_single_card.yaml"),
+                              {"Distributed.mp_degree=8", "Model.num_attention_heads=16"}, 8);
+  ASSERT_TRUE(mp8.ok()) << mp8.status().ToString();
+  EXPECT_EQ(mp8->model.vocab_size, 51200);
+  ASSERT_EQ(mp8->notes.size(), 1u);
+  EXPECT_THAT(mp8->notes[0], HasSubstr("50304 padded to 51200"));
+}
+
+// use_pure_fp16 (FleetX before 2023): it decides, as in FleetX; enable /
+// dtype asking for another precision is refused, naming both.
+TEST(GptConfigTest, UsePureFp16MeansWhatItMeansInFleetX) {
+  const std::string file = FleetXFile("pretrain_gpt_345M_single_card.yaml");
+  auto pure = LoadGptJobConfig(
+      file, {"Engine.mix_precision.use_pure_fp16=True", "Engine.mix_precision.enable=null",
+             "Engine.mix_precision.dtype=null"});
+  ASSERT_TRUE(pure.ok()) << pure.status().ToString();
+  EXPECT_EQ(pure->engine.mix_precision.precision, Precision::kFp16);
+  auto off = LoadGptJobConfig(
+      file, {"Engine.mix_precision.use_pure_fp16=False", "Engine.mix_precision.enable=null"});
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_EQ(off->engine.mix_precision.precision, Precision::kFp32);
+  auto both = LoadGptJobConfig(file, {"Engine.mix_precision.use_pure_fp16=False"});
+  EXPECT_THAT(both.status().message(),
+              HasSubstr("Engine.mix_precision.use_pure_fp16: false asks for float32 while "
+                        "enable/dtype ask for float16; set only one"));
+}
+
+// Data.*.dataset.name MegatronGPTDataset: input_files names the prefix (or
+// either file), input_dir its one index; Megatron's sample counts follow the
+// run (max_steps x global batch for Train).
+TEST(GptConfigTest, MegatronDatasetsAreNamedByPrefix) {
   TempDir dir;
-  WritePlain(dir.File("pretrain_gpt_base.yaml"), R"(Global:
-  device: gpu
-  seed: 1024
-  global_batch_size:
-  local_batch_size: 1
-  micro_batch_size: 1
-Engine:
-  max_steps: 500000
-  num_train_epochs: 1
-  accumulate_steps:
-  logging_freq: 1
-  eval_freq: 500
-  eval_iters: 10
-  test_iters:
-  mix_precision:
-    use_pure_fp16: False
-    scale_loss: 32768.0
-    custom_black_list: ["reduce_sum", "c_softmax_with_cross_entropy", "elementwise_div"]
-    custom_white_list: ["lookup_table", "lookup_table_v2"]
-  save_load:
-    save_steps: 1000
-    save_epoch: 1
-    output_dir: ./output
-    ckpt_dir:
-Model:
-  module: "GPTModule"
-  name: "GPT"
-  fused_linear: False
-  fuse_attn_qkv: True
-  sequence_parallel: False
-Data:
-  Train:
-    dataset: {name: GPTDataset, input_dir: ./data/, split: [949, 50, 1], max_seq_len: 1024}
-    sampler: {name: GPTBatchSampler, shuffle: False, drop_last: True}
-    loader: {num_workers: 1, return_list: False, collate_fn: gpt_collate_fn}
-  Eval:
-    dataset: {name: GPTDataset, input_dir: ./data/, split: [949, 50, 1], max_seq_len: 1024}
-    sampler: {name: GPTBatchSampler, shuffle: False, drop_last: True}
-    loader: {num_workers: 1, return_list: False, collate_fn: gpt_collate_fn}
-Optimizer:
-  name: FusedAdamW
-  weight_decay: 0.01
-  beta1: 0.9
-  beta2: 0.999
-  epsilon: 1.0e-8
-  lr: {name: CosineAnnealingWithWarmupDecay, decay_steps: 360000, warmup_rate: 0.01,
-       max_lr: 5.0e-5, min_lr: 1.0e-5}
-  grad_clip: {name: "ClipGradByGlobalNorm", clip_norm: 1.0}
-  tensor_fusion: False
-Profiler:
-  enable: False
-  scheduler: [1, 5]
-  profiler_log: profiler_log
-  detailed: False
-)");
-  WritePlain(dir.File("pretrain_gpt_345M_single_card.yaml"), R"(_base_: ./pretrain_gpt_base.yaml
-Global: {global_batch_size: , local_batch_size: 8, micro_batch_size: 8}
-Model:
-  vocab_size: 50304
-  hidden_size: 1024
-  num_layers: 24
-  num_attention_heads: 16
-  ffn_hidden_size: 4096
-  hidden_dropout_prob: 0.1
-  attention_probs_dropout_prob: 0.1
-  max_position_embeddings: 1024
-  type_vocab_size: 16
-  initializer_range: 0.02
-  use_recompute: False
-  recompute_granularity:
-  recompute_layers:
-Distributed:
-  dp_degree: 1
-  mp_degree: 1
-  pp_degree: 1
-  sharding: {sharding_degree: 1, sharding_stage: 1, sharding_offload: False}
-)");
-  // Everything loads but FleetX's dropout, which FleetPS's GPT lacks: the
-  // error says so and names the file.
-  auto refused = LoadGptJobConfig(dir.File("pretrain_gpt_345M_single_card.yaml"), {});
-  EXPECT_THAT(refused.status().message(), HasSubstr("Model.hidden_dropout_prob: must be 0"));
-  EXPECT_THAT(refused.status().message(), HasSubstr("pretrain_gpt_345M_single_card.yaml"));
-  auto c =
-      LoadGptJobConfig(dir.File("pretrain_gpt_345M_single_card.yaml"),
-                       {"Model.hidden_dropout_prob=0", "Model.attention_probs_dropout_prob=0"});
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->model.num_layers, 24);
-  EXPECT_EQ(c->lr.decay_steps, 360000);
-  EXPECT_EQ(c->lr.warmup_steps, 3600);
+  std::vector<int32_t> tokens(3000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i % 250);
+  const std::vector<int64_t> lens(30, 100);
+  ASSERT_TRUE(data::WriteMegatronIndexed(dir.File("db_text_document"), tokens, lens, 257).ok());
+  auto samples_of = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> o = {"Global.device=cpu",
+                                  "Model.vocab_size=257",
+                                  "Model.vocab_size_divisible_unit=1",
+                                  "Model.max_position_embeddings=64",
+                                  "Data.Train.dataset.name=MegatronGPTDataset",
+                                  "Data.Train.dataset.max_seq_len=32",
+                                  "Data.Train.dataset.tokenizer=byte",
+                                  "Data.Train.dataset.input_dir=null",
+                                  "Data.Eval=null",
+                                  "Engine.max_steps=10"};
+    o.insert(o.end(), extra.begin(), extra.end());
+    auto c = LoadGptJobConfig(Config("pretrain_gpt_345M_single_card.yaml"), o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return data::OpenConfiguredSamples(*c, data::DataPart::kTrain);
+  };
+  for (const std::string name : {"db_text_document", "db_text_document.idx"}) {
+    auto s = samples_of({"Data.Train.dataset.input_files=" + dir.File(name)});
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_GE((*s)->num_samples(), 10 * 8);  // max_steps x global batch
+    EXPECT_EQ((*s)->seq_len(), 32);
+  }
+  auto from_dir = samples_of(
+      {"Data.Train.dataset.input_dir=" + dir.path(), "Data.Train.dataset.input_files=null"});
+  ASSERT_TRUE(from_dir.ok()) << from_dir.status().ToString();
+  EXPECT_THAT(samples_of({"Data.Train.dataset.input_files=a,b"}).status().message(),
+              HasSubstr("names several prefixes"));
+  ASSERT_TRUE(data::WriteMegatronIndexed(dir.File("other"), tokens, lens, 257).ok());
+  EXPECT_THAT(samples_of({"Data.Train.dataset.input_dir=" + dir.path(),
+                          "Data.Train.dataset.input_files=null"})
+                  .status()
+                  .message(),
+              HasSubstr("holds 2 Megatron indexes"));
 }
 
 }  // namespace

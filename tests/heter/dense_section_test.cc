@@ -97,15 +97,15 @@ TEST(DenseSectionTest, AMissingDeviceIsUnavailable) {
 }
 
 // On the CPU the section is the CPU worker's own tower: a micro-batch's
-// results are those of CtrDnn itself, the dense gradient scaled.
+// results are those of CtrModel itself, the dense gradient scaled.
 TEST(DenseSectionTest, CpuRunIsTheTowerItself) {
   auto section = DenseSection::Create(Job(), trainer::Device{}, nullptr);
   ASSERT_TRUE(section.ok()) << section.status().ToString();
   trainer::CpuBackend backend;
-  trainer::CtrDnnConfig c;
+  trainer::CtrModelConfig c;
   c.embedding_dim = 4;
   c.hidden = {32, 16};
-  auto tower = trainer::CtrDnn::Create(c, &backend);
+  auto tower = trainer::CtrModel::Create(c, &backend);
   ASSERT_TRUE(tower.ok());
   std::vector<float> params = (*tower)->arena().ParamsToHost();
   std::copy(params.begin(), params.end(), (*section)->host_params().begin());

@@ -6,6 +6,10 @@
 
 #include <cmath>
 
+#include "trainer/models/ctr_model.h"
+#include "worker/config.h"
+#include "worker/tasks/ctr_tower.h"
+
 namespace fleet::heter {
 namespace {
 
@@ -42,6 +46,24 @@ ps::JobConfig HeterYaml(const std::string& dir, const std::string& mode, int bat
   return std::move(parsed).value();
 }
 
+// `job` run CPU-only and with heter workers on the same cluster shape:
+// every worker's report of both (checked complete), and the heter job (for
+// its workers' counters).
+struct CpuAndHeter {
+  std::vector<PsWorkerReport> cpu, heter;
+  std::unique_ptr<HeterJob> heter_job;
+};
+CpuAndHeter RunCpuAndHeter(const ps::JobConfig& job, int servers, int workers, int heters) {
+  CpuAndHeter r;
+  InProcessJob cpu(job, servers, workers);
+  r.heter_job = std::make_unique<HeterJob>(job, servers, workers, heters);
+  r.cpu = Reports(cpu.Run());
+  r.heter = Reports(r.heter_job->Run());
+  EXPECT_EQ(r.cpu.size(), static_cast<size_t>(workers));
+  EXPECT_EQ(r.heter.size(), static_cast<size_t>(workers));
+  return r;
+}
+
 // Every step's training loss of `got` within `rel` (relative) of `want`'s.
 void ExpectSameLosses(const PsWorkerReport& want, const PsWorkerReport& got, double rel) {
   ASSERT_EQ(got.train_losses.size(), want.train_losses.size());
@@ -60,19 +82,47 @@ TEST(HeterJobTest, SyncDepthOneMatchesTheCpuOnlyRunStepByStep) {
   const std::string dir = FreshDir("heter_equivalence");
   MakeCtrData(dir, 1000);  // 2000 lines: 32 steps of 2 x 32 per epoch
   const ps::JobConfig job = HeterYaml(dir, "sync", 32, 2, /*depth=*/1, /*micro_batches=*/1);
-  InProcessJob cpu(job, 2, 2);
-  HeterJob heter(job, 2, 2, 2);
-  const auto want = Reports(cpu.Run());
-  const auto got = Reports(heter.Run());
-  ASSERT_EQ(want.size(), 2u);
-  ASSERT_EQ(got.size(), 2u);
-  ASSERT_GT(want[0].train_losses.size(), 60u);
-  ExpectSameLosses(want[0], got[0], 1e-4);
-  EXPECT_NEAR(got[0].heldout_metric, want[0].heldout_metric, 1e-4);
+  const CpuAndHeter r = RunCpuAndHeter(job, 2, 2, 2);
+  ASSERT_EQ(r.heter.size(), 2u);
+  ASSERT_GT(r.cpu[0].train_losses.size(), 60u);
+  ExpectSameLosses(r.cpu[0], r.heter[0], 1e-4);
+  EXPECT_NEAR(r.heter[0].heldout_metric, r.cpu[0].heldout_metric, 1e-4);
   // The dense side did the dense work: every micro-batch went to a heter worker.
-  EXPECT_EQ(heter.heter(0).micro_batches() + heter.heter(1).micro_batches(), 2 * 2 * 32);
-  EXPECT_GT(got[0].heter_idle_fraction, 0.0);
+  EXPECT_EQ(r.heter_job->heter(0).micro_batches() + r.heter_job->heter(1).micro_batches(),
+            2 * 2 * 32);
+  EXPECT_GT(r.heter[0].heter_idle_fraction, 0.0);
 }
+
+// The other CTR models' dense parts run on heter workers too: the same
+// step-by-step losses as the CPU-only run (wide and FM read each field's
+// float 0 as its first-order weight, floats 1..3 as its embedding).
+class HeterCtrModelTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HeterCtrModelTest, SyncMatchesTheCpuOnlyRunStepByStep) {
+  const std::string dir = FreshDir("heter_" + GetParam());
+  MakeCtrData(dir, 500);
+  ps::JobConfig job = HeterYaml(dir, "sync", 32, 1, /*depth=*/1, /*micro_batches=*/1);
+  CHECK(ps::ApplyOverride(job.root, "model.kind=" + GetParam()).ok());
+  CHECK(ps::ApplyOverride(job.root, "model.cross_layers=1").ok());
+  auto config = worker::ParseWorkerConfig(job.root);
+  ASSERT_TRUE(config.ok());
+  auto model = worker::CtrTowerConfig(*config, job);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  size_t params = 0;
+  for (const trainer::ParamSpec& p : trainer::CtrModelParamTable(*model))
+    params += static_cast<size_t>(p.shape.numel());
+  CHECK(ps::ApplyOverride(job.root, "tables.1.dim=" + std::to_string(params)).ok());
+  auto parsed = ps::ParseJobConfig(job.root);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  const CpuAndHeter r = RunCpuAndHeter(*parsed, 1, 1, 1);
+  ASSERT_EQ(r.heter.size(), 1u);
+  ASSERT_GT(r.cpu[0].train_losses.size(), 20u);
+  ExpectSameLosses(r.cpu[0], r.heter[0], 1e-4);
+  EXPECT_EQ(r.heter_job->heter(0).micro_batches(), 32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, HeterCtrModelTest, ::testing::Values("wide_deep", "deepfm", "dcn"),
+                         [](const auto& info) { return info.param; });
 
 // Sync mode with each step cut into 3 micro-batches sends them all whatever
 // the depth (each reply waits for the whole step: at depth 1 the job would
@@ -83,14 +133,11 @@ TEST(HeterJobTest, SyncSendsAStepsMicroBatchesTogetherAndMatchesTheCpuOnlyRun) {
   const std::string dir = FreshDir("heter_sync_micro");
   MakeCtrData(dir, 1000);
   const ps::JobConfig job = HeterYaml(dir, "sync", 32, 1, /*depth=*/1, /*micro_batches=*/3);
-  InProcessJob cpu(job, 1, 2);
-  HeterJob heter(job, 1, 2, 2);
-  const auto want = Reports(cpu.Run());
-  const auto got = Reports(heter.Run());
-  ASSERT_EQ(want.size(), 2u);
-  ASSERT_EQ(got.size(), 2u);
-  ExpectSameLosses(want[0], got[0], 1e-3);
-  EXPECT_EQ(heter.heter(0).micro_batches() + heter.heter(1).micro_batches(), 2 * 32 * 3);
+  const CpuAndHeter r = RunCpuAndHeter(job, 1, 2, 2);
+  ASSERT_EQ(r.heter.size(), 2u);
+  ExpectSameLosses(r.cpu[0], r.heter[0], 1e-3);
+  EXPECT_EQ(r.heter_job->heter(0).micro_batches() + r.heter_job->heter(1).micro_batches(),
+            2 * 32 * 3);
 }
 
 // A heter worker given a config without a dense section to run refuses to

@@ -149,6 +149,22 @@ TEST_F(PlanTest, InvalidCommandLinesNameTheirFlag) {
   EXPECT_EQ(RejectedFlag({"--ips=10.0.0.2,10.0.0.3", "--nnodes=3", "prog"}), "--nnodes");
 }
 
+// --master is the same on every node: the node owning the address hosts
+// the store there, the others only reach it (it once hosted nowhere, so
+// the same command on every node never started).
+TEST_F(PlanTest, TheNodeOwningTheMasterAddressHostsTheStore) {
+  auto master = Resolve({"--master=10.0.0.2:36001", "--nnodes=2", "prog"});
+  ASSERT_TRUE(master.ok()) << master.status().ToString();
+  EXPECT_TRUE(master->host_kv);
+  EXPECT_EQ(master->kv_listen, "10.0.0.2:36001");
+  EXPECT_EQ(master->collective.node_host, "10.0.0.2");
+  auto other = Resolve({"--master=10.0.0.1:36001", "--nnodes=2", "prog"});
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_FALSE(other->host_kv);
+  EXPECT_EQ(other->kv_endpoint, "10.0.0.1:36001");
+  EXPECT_EQ(other->collective.node_host, "10.0.0.2");
+}
+
 // Each maximum is accepted, one more is refused before anything starts
 // (--server_num=100000 used to fork until the machine ran out of memory).
 TEST_F(PlanTest, CountsAboveTheDocumentedMaximaAreRefused) {
@@ -245,6 +261,34 @@ TEST_F(PlanTest, CollectiveDevicesAndRanks) {
   EXPECT_EQ(EnvOf(p, "NCCL_SOCKET_IFNAME"), "(absent)");  // a CPU rank
   EXPECT_EQ(p.log_path, "log/workerlog.5");
   EXPECT_FALSE(p.tee);
+}
+
+// torch.distributed.launch's / torchrun's command line, names with '-' or
+// '_': one node serves the store on --master_port; node 0 of several is the
+// master on --master_addr; another node joins it there.
+TEST_F(PlanTest, TorchrunFlagsMeanFleetrunsOwn) {
+  machine_.gpu_count = 0;
+  auto one = Resolve({"--nproc-per-node", "2", "--nnodes", "1", "--node_rank", "0",
+                      "--master_addr", "127.0.0.1", "--master_port", "29512", "prog", "--x"});
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->collective.devices, (std::vector<std::string>(2, "cpu")));
+  EXPECT_TRUE(one->host_kv);
+  EXPECT_EQ(one->kv_listen, "127.0.0.1:29512");
+  EXPECT_EQ(one->collective.program_args, (std::vector<std::string>{"--x"}));
+  auto master = Resolve({"--nproc_per_node=2", "--nnodes=2", "--node_rank=0",
+                         "--master_addr=10.0.0.2", "prog"});
+  ASSERT_TRUE(master.ok()) << master.status().ToString();
+  EXPECT_TRUE(master->host_kv);
+  EXPECT_EQ(master->kv_endpoint, "10.0.0.2:29500");  // torchrun's default port
+  auto other = Resolve({"--nproc_per_node=2", "--nnodes=2", "--node_rank=1",
+                        "--master_addr=10.0.0.1", "--master_port=6000", "prog"});
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_FALSE(other->host_kv);
+  EXPECT_EQ(other->kv_endpoint, "10.0.0.1:6000");
+  EXPECT_EQ(RejectedFlag({"--nnodes=2", "--node_rank=1", "prog"}), "--master_addr");
+  EXPECT_EQ(RejectedFlag({"--master=10.0.0.1:5", "--master_port=6", "prog"}), "--master");
+  EXPECT_EQ(RejectedFlag({"--master_port=70000", "prog"}), "--master_port");
+  EXPECT_EQ(RejectedFlag({"--node_rank=-1", "prog"}), "--node_rank");
 }
 
 TEST_F(PlanTest, SlurmGivesNodeRankAndMaster) {

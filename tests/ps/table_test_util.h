@@ -24,7 +24,9 @@ inline TableConfig ConfigFromYaml(const std::string& yaml) {
 inline std::string DumpRows(SparseTable& t) {
   std::vector<ShardImage> images;
   for (size_t l = 0; l < t.local_shard_count(); ++l) {
-    for (ShardImage& im : t.SerializeLocalShard(l, SaveMode::kBase)) images.push_back(std::move(im));
+    Result<std::vector<ShardImage>> local = t.SerializeLocalShard(l, SaveMode::kBase);
+    CHECK(local.ok()) << local.status().ToString();
+    for (ShardImage& im : *local) images.push_back(std::move(im));
   }
   t.CommitSave();
   std::sort(images.begin(), images.end(), [](const ShardImage& a, const ShardImage& b) { return a.shard < b.shard; });

@@ -56,7 +56,7 @@ TEST_P(AdamWGolden, SixStepsThroughWarmupDecayAndClipping) {
   std::vector<float> init = get("init.w");
   init.insert(init.end(), get("init.b").begin(), get("init.b").end());
   ASSERT_TRUE(arena->ParamsFromHost(init).ok());
-  CosineLrSchedule schedule(lc);
+  LrSchedule schedule(lc);
   AdamW adamw(&*arena, kernels.get(), ac, 0.0f);
   for (int t = 1; t <= 6; ++t) {
     const std::string step = "step" + std::to_string(t) + ".";
@@ -78,8 +78,8 @@ TEST_P(AdamWGolden, SixStepsThroughWarmupDecayAndClipping) {
 INSTANTIATE_TEST_SUITE_P(Twins, AdamWGolden, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Cpu" : "Reference"; });
 
-TEST(CosineLrSchedule, WarmupCosineFloor) {
-  const CosineLrSchedule s(
+TEST(LrSchedule, WarmupCosineFloor) {
+  const LrSchedule s(
       LrScheduleConfig{.max_lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 10, .decay_steps = 110});
   EXPECT_FLOAT_EQ(s.At(0), 1e-4f);  // 1/10 of the peak: the first step is not wasted
   EXPECT_FLOAT_EQ(s.At(4), 5e-4f);
@@ -89,11 +89,41 @@ TEST(CosineLrSchedule, WarmupCosineFloor) {
   EXPECT_FLOAT_EQ(s.At(35), 1e-4f + 9e-4f * 0.5f * (1.0f + std::cos(M_PI / 4)));
   EXPECT_FLOAT_EQ(s.At(110), 1e-4f);
   EXPECT_FLOAT_EQ(s.At(1000000), 1e-4f);
-  const CosineLrSchedule no_warmup(
+  const LrSchedule no_warmup(
       LrScheduleConfig{.max_lr = 2e-3f, .min_lr = 0.0f, .warmup_steps = 0, .decay_steps = 4});
   EXPECT_FLOAT_EQ(no_warmup.At(0), 2e-3f);
   EXPECT_FLOAT_EQ(no_warmup.At(2), 1e-3f);
   EXPECT_FLOAT_EQ(no_warmup.At(4), 0.0f);
+}
+
+// Megatron's --lr-decay-style linear and constant; DeepSpeed's WarmupLR
+// (log warmup from warmup_min_lr, then constant) and WarmupDecayLR (linear
+// warmup from warmup_min_lr, linear decay); FleetX's use_increments (the
+// schedule counts samples: 8 a step here).
+TEST(LrSchedule, OtherShapes) {
+  const LrScheduleConfig base{
+      .max_lr = 1e-3f, .min_lr = 0.0f, .warmup_steps = 10, .decay_steps = 110};
+  LrScheduleConfig c = base;
+  c.decay = LrDecay::kLinear;
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(60), 5e-4f);
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(85), 2.5e-4f);
+  c.decay = LrDecay::kConstant;
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(500), 1e-3f);
+  c.warmup = LrWarmup::kLog;
+  c.warmup_min_lr = 1e-4f;
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(0), 1e-4f);  // log(1) = 0: DeepSpeed's first step
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(4), 1e-4f + 9e-4f * std::log(5.0) / std::log(10.0));
+  c.warmup = LrWarmup::kLinearMin;
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(5), 1e-4f + 9e-4f * 0.5f);
+  c = base;
+  c.step_increment = 8;
+  c.warmup_steps = 80;
+  c.decay_steps = 880;
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(0), 1e-4f);  // samples 8 of 80 warmed up
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(60), 5e-4f);
+  EXPECT_FLOAT_EQ(LrSchedule(c).At(110), 0.0f);
+  c.step_increment = 0;
+  EXPECT_FALSE(c.Validate().ok());
 }
 
 TEST(ClipFactor, PaddleGlobalNorm) {

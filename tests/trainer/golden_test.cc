@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "trainer/backend.h"
-#include "trainer/models/ctr_dnn.h"
+#include "trainer/models/ctr_model.h"
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 #include "tests/trainer/test_util.h"
@@ -93,19 +93,19 @@ TEST_P(GoldenTest, Mlp) {
   }
 }
 
-TEST_P(GoldenTest, CtrDnn) {
+TEST_P(GoldenTest, CtrModel) {
   const Golden g = testing::ReadGolden(testing::GoldenDir() + "/ctr_dnn.golden");
   ASSERT_FALSE(g.empty());
   const auto& c = GoldenData(g, "config");
   ASSERT_GE(c.size(), 4u);
-  CtrDnnConfig config;
+  CtrModelConfig config;
   config.num_slots = static_cast<int>(c[0]);
   config.embedding_dim = static_cast<int>(c[1]);
   config.num_dense = static_cast<int>(c[2]);
   config.hidden.assign(c.begin() + 3, c.end());
-  auto model = CtrDnn::Create(config, backend_.get());
+  auto model = CtrModel::Create(config, backend_.get());
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  CtrDnn& dnn = **model;
+  CtrModel& dnn = **model;
   LoadGoldenParams(g, &dnn.arena());
 
   const int S = config.num_slots, D = config.embedding_dim;

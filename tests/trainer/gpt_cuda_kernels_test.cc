@@ -305,47 +305,92 @@ TEST_P(GptCudaKernels, Matmul) {
   }
 }
 
+// Without and with attention dropout (the tile kernels, whatever the
+// precision: the tensor-core kernels have none); the masks are the CPU
+// twin's exactly (one generator), so the outputs compare as without.
 TEST_P(GptCudaKernels, AttentionIsFlashAndMatchesCpu) {
+  const std::vector<int32_t> stream_ids = {31, 32, 33, 34};
+  const auto* host_streams = reinterpret_cast<const uint32_t*>(stream_ids.data());
+  const auto* device_streams = reinterpret_cast<const uint32_t*>(dev_->PutInts(stream_ids));
   for (const KernelShape& s : kShapes) {
-    const std::string at = s.Name() + " ";
-    const int B = s.B, T = s.T, C = s.C, NH = s.NH;
-    // Only row statistics between forward and backward, never T x T.
-    ASSERT_EQ(gpu().AttentionSavedFloats(B, T, NH), size_t(B) * NH * T) << at;
-    ASSERT_EQ(gpu().AttentionScratchFloats(B, T, NH), size_t(B) * NH * T) << at;
+    for (float p : {0.0f, 0.1f}) {
+      const std::string at = s.Name() + (p > 0 ? " dropout " : " ");
+      const int B = s.B, T = s.T, C = s.C, NH = s.NH;
+      ASSERT_LE(B, static_cast<int>(stream_ids.size()));
+      DropoutSpec cpu_dropout{
+          .p = p, .seed = 5, .site = 1, .streams = host_streams, .head_offset = 1};
+      DropoutSpec gpu_dropout = cpu_dropout;
+      gpu_dropout.streams = device_streams;
+      // Only row statistics between forward and backward, never T x T.
+      ASSERT_EQ(gpu().AttentionSavedFloats(B, T, NH), size_t(B) * NH * T) << at;
+      ASSERT_EQ(gpu().AttentionScratchFloats(B, T, NH), size_t(B) * NH * T) << at;
 
-    const auto qkv = RandomVector(size_t(B) * T * 3 * C, 22, -1.5f, 1.5f);
-    std::vector<float> out(size_t(B) * T * C), saved(cpu_.AttentionSavedFloats(B, T, NH));
-    cpu_.AttentionForward(out.data(), saved.data(), qkv.data(), B, T, C, NH);
-    const float* d_qkv = dev_->Put(qkv);
-    float* d_out = dev_->Zeros(out.size());
-    float* d_saved = dev_->Zeros(gpu().AttentionSavedFloats(B, T, NH));
-    gpu().AttentionForward(d_out, d_saved, d_qkv, B, T, C, NH);
-    EXPECT_TRUE(Close(at + "out", dev_->Get(d_out, out.size()), out, precision(), true));
+      const auto qkv = RandomVector(size_t(B) * T * 3 * C, 22, -1.5f, 1.5f);
+      std::vector<float> out(size_t(B) * T * C), saved(cpu_.AttentionSavedFloats(B, T, NH));
+      std::vector<float> scratch(cpu_.AttentionScratchFloats(B, T, NH));
+      cpu_.AttentionForward(out.data(), saved.data(), scratch.data(), qkv.data(), B, T, C, NH,
+                            cpu_dropout);
+      const float* d_qkv = dev_->Put(qkv);
+      float* d_out = dev_->Zeros(out.size());
+      float* d_saved = dev_->Zeros(gpu().AttentionSavedFloats(B, T, NH));
+      float* d_scratch = dev_->Zeros(gpu().AttentionScratchFloats(B, T, NH));
+      gpu().AttentionForward(d_out, d_saved, d_scratch, d_qkv, B, T, C, NH, gpu_dropout);
+      EXPECT_TRUE(Close(at + "out", dev_->Get(d_out, out.size()), out, precision(), true));
 
-    const auto dout = RandomVector(out.size(), 23);
-    auto dqkv = RandomVector(qkv.size(), 24);  // added into
-    const auto dqkv0 = dqkv;
-    std::vector<float> scratch(cpu_.AttentionScratchFloats(B, T, NH));
-    cpu_.AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
-                           saved.data(), B, T, C, NH);
-    const float* d_dout = dev_->Put(dout);
-    float* d_dqkv = dev_->Put(dqkv0);
-    float* d_scratch = dev_->Zeros(gpu().AttentionScratchFloats(B, T, NH));
-    gpu().AttentionBackward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, C, NH);
-    const auto got = dev_->Get(d_dqkv, dqkv.size());
-    // Compare the gradient alone (the added-into base would hide errors).
-    std::vector<float> got_grad(got.size()), want_grad(got.size());
-    for (size_t i = 0; i < got.size(); ++i) {
-      got_grad[i] = got[i] - dqkv0[i];
-      want_grad[i] = dqkv[i] - dqkv0[i];
+      const auto dout = RandomVector(out.size(), 23);
+      auto dqkv = RandomVector(qkv.size(), 24);  // added into
+      const auto dqkv0 = dqkv;
+      cpu_.AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
+                             saved.data(), B, T, C, NH, cpu_dropout);
+      const float* d_dout = dev_->Put(dout);
+      float* d_dqkv = dev_->Put(dqkv0);
+      gpu().AttentionBackward(d_dqkv, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, C, NH,
+                              gpu_dropout);
+      const auto got = dev_->Get(d_dqkv, dqkv.size());
+      // Compare the gradient alone (the added-into base would hide errors).
+      std::vector<float> got_grad(got.size()), want_grad(got.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        got_grad[i] = got[i] - dqkv0[i];
+        want_grad[i] = dqkv[i] - dqkv0[i];
+      }
+      // (An overwriting backward would fail here: the start is subtracted.)
+      EXPECT_TRUE(Close(at + "dqkv", got_grad, want_grad, precision(), true));
+
+      // Deterministic: again from the same start, the same bits.
+      float* d_again = dev_->Put(dqkv0);
+      gpu().AttentionBackward(d_again, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, C, NH,
+                              gpu_dropout);
+      EXPECT_EQ(dev_->Get(d_again, got.size()), got)
+          << at << "attention backward not deterministic";
     }
-    // (An overwriting backward would fail here: the start is subtracted.)
-    EXPECT_TRUE(Close(at + "dqkv", got_grad, want_grad, precision(), true));
+  }
+}
 
-    // Deterministic: again from the same start, the same bits.
-    float* d_again = dev_->Put(dqkv0);
-    gpu().AttentionBackward(d_again, d_scratch, d_dout, d_qkv, d_out, d_saved, B, T, C, NH);
-    EXPECT_EQ(dev_->Get(d_again, got.size()), got) << at << "attention backward not deterministic";
+// The element-wise dropout: the CPU twin's mask and values.
+TEST_P(GptCudaKernels, DropoutMatchesCpu) {
+  const std::vector<int32_t> stream_ids = {3, 1 << 30, 12};
+  const int B = 3;
+  for (size_t n : {size_t{1}, size_t{4099}}) {
+    DropoutSpec d{.p = 0.1f,
+                  .seed = 77,
+                  .site = 3,
+                  .streams = reinterpret_cast<const uint32_t*>(stream_ids.data())};
+    DropoutSpec gd = d;
+    gd.streams = reinterpret_cast<const uint32_t*>(dev_->PutInts(stream_ids));
+    const auto inp = RandomVector(B * n, 30), residual = RandomVector(B * n, 31);
+    std::vector<float> want(B * n);
+    cpu_.DropoutForward(want.data(), inp.data(), residual.data(), B, n, d);
+    float* d_out = dev_->Zeros(want.size());
+    gpu().DropoutForward(d_out, dev_->Put(inp), dev_->Put(residual), B, n, gd);
+    const std::string at = "n" + std::to_string(n) + " ";
+    EXPECT_TRUE(Close(at + "forward", dev_->Get(d_out, want.size()), want, precision(), false));
+    cpu_.DropoutBackward(want.data(), inp.data(), B, n, d);
+    float* d_grad = dev_->Put(inp);
+    gpu().DropoutBackward(d_grad, d_grad, B, n, gd);
+    const auto got = dev_->Get(d_grad, want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i] == 0.0f, want[i] == 0.0f) << at << "mask differs at " << i;
+    }
   }
 }
 
@@ -396,11 +441,13 @@ void GptCudaKernels::CheckTensorCoreAttention(const KernelShape& s, const std::s
   const int B = s.B, T = s.T, C = s.C, NH = s.NH;
   const auto qkv = RandomVector(size_t(B) * T * 3 * C, 50, -1.5f, 1.5f);
   std::vector<float> out(size_t(B) * T * C), saved(cpu_.AttentionSavedFloats(B, T, NH));
-  cpu_.AttentionForward(out.data(), saved.data(), qkv.data(), B, T, C, NH);
+  std::vector<float> scratch(cpu_.AttentionScratchFloats(B, T, NH));
+  cpu_.AttentionForward(out.data(), saved.data(), scratch.data(), qkv.data(), B, T, C, NH, {});
   const float* d_qkv = dev_->Put(qkv);
   float* d_out = dev_->Zeros(out.size());
   float* d_lse = dev_->Zeros(gpu().AttentionSavedFloats(B, T, NH));
-  gpu().AttentionForward(d_out, d_lse, d_qkv, B, T, C, NH);
+  float* d_scratch = dev_->Zeros(gpu().AttentionScratchFloats(B, T, NH));
+  gpu().AttentionForward(d_out, d_lse, d_scratch, d_qkv, B, T, C, NH, {});
   EXPECT_TRUE(Close(at + "out", dev_->Get(d_out, out.size()), out, precision(), true));
   // The log-sum-exps from the CPU twin's probabilities: lse = s_tt - log p_tt
   // on the diagonal (score of a query with itself).
@@ -423,12 +470,10 @@ void GptCudaKernels::CheckTensorCoreAttention(const KernelShape& s, const std::s
   const auto dout = RandomVector(out.size(), 51);
   auto dqkv = RandomVector(qkv.size(), 52);
   const auto dqkv0 = dqkv;
-  std::vector<float> scratch(cpu_.AttentionScratchFloats(B, T, NH));
   cpu_.AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), out.data(),
-                         saved.data(), B, T, C, NH);
+                         saved.data(), B, T, C, NH, {});
   float* d_dqkv = dev_->Put(dqkv0);
-  float* d_scratch = dev_->Zeros(gpu().AttentionScratchFloats(B, T, NH));
-  gpu().AttentionBackward(d_dqkv, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH);
+  gpu().AttentionBackward(d_dqkv, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH, {});
   const auto got = dev_->Get(d_dqkv, dqkv.size());
   // q, k and v gradients separately (their scales differ), the added-into
   // start subtracted.
@@ -444,7 +489,8 @@ void GptCudaKernels::CheckTensorCoreAttention(const KernelShape& s, const std::s
     EXPECT_TRUE(Close(at + "d" + "qkv"[part], got_grad, want_grad, precision(), true));
   }
   float* d_again = dev_->Put(dqkv0);
-  gpu().AttentionBackward(d_again, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH);
+  gpu().AttentionBackward(d_again, d_scratch, dev_->Put(dout), d_qkv, d_out, d_lse, B, T, C, NH,
+                          {});
   EXPECT_EQ(dev_->Get(d_again, got.size()), got) << at << "attention backward not deterministic";
 }
 
@@ -647,8 +693,10 @@ Batch MakeBatch(int B, int T, int V, uint32_t seed) {
   return b;
 }
 
-GptConfig ModelConfig(bool recompute) {
+GptConfig ModelConfig(bool recompute, float dropout = 0.0f) {
   GptConfig c;
+  c.hidden_dropout_prob = dropout;
+  c.attention_probs_dropout_prob = dropout;
   c.vocab_size = 67;
   c.max_position_embeddings = 80;
   c.hidden_size = 64;
@@ -659,15 +707,30 @@ GptConfig ModelConfig(bool recompute) {
   return c;
 }
 
-class GptCudaModel : public ::testing::TestWithParam<Precision> {};
+class GptCudaModel : public ::testing::TestWithParam<Precision> {
+ protected:
+  // One step of ModelConfig(false, dropout) on CUDA against the CPU twin.
+  void CheckStep(float dropout);
+};
 
+// Without and with dropout (FleetX's 0.1 everywhere: the same masks on both
+// twins, so the comparison is as tight).
 TEST_P(GptCudaModel, StepMatchesCpu) {
   if (CudaDeviceCount() == 0) GTEST_SKIP() << kNoGpu;
+  for (float dropout : {0.0f, 0.1f}) {
+    SCOPED_TRACE(dropout > 0 ? "with dropout" : "without dropout");
+    CheckStep(dropout);
+  }
+}
+
+void GptCudaModel::CheckStep(float dropout) {
   const Precision precision = GetParam();
   const bool fp32 = precision == Precision::kFp32;
   const int B = 2, T = 70;  // three attention tiles, the last partial
-  const GptConfig config = ModelConfig(false);
+  const GptConfig config = ModelConfig(false, dropout);
   const Batch batch = MakeBatch(B, T, config.vocab_size, 3);
+  const std::vector<uint32_t> streams = {100, 101};
+  const GptForwardOptions train{.dropout_seed = 42, .dropout_streams = streams};
 
   CpuBackend cpu_backend;
   CpuGptKernels cpu_kernels(nullptr);
@@ -683,7 +746,7 @@ TEST_P(GptCudaModel, StepMatchesCpu) {
   std::vector<float> grads[2];
   for (int i = 0; i < 2; ++i) {
     models[i]->arena().ZeroGrad();
-    auto l = models[i]->Forward(batch.tokens, batch.targets, B, T);
+    auto l = models[i]->Forward(batch.tokens, batch.targets, B, T, train);
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     loss[i] = *l;
     models[i]->Backward();
@@ -710,10 +773,10 @@ TEST_P(GptCudaModel, StepMatchesCpu) {
 
   // Recompute on CUDA: bit-identical gradients (the twin is deterministic).
   auto recompute =
-      GptModel::Create(ModelConfig(true), compute->backend.get(), compute->kernels.get());
+      GptModel::Create(ModelConfig(true, dropout), compute->backend.get(), compute->kernels.get());
   ASSERT_TRUE(recompute.ok());
   (*recompute)->arena().ZeroGrad();
-  auto lr = (*recompute)->Forward(batch.tokens, batch.targets, B, T);
+  auto lr = (*recompute)->Forward(batch.tokens, batch.targets, B, T, train);
   ASSERT_TRUE(lr.ok());
   EXPECT_EQ(*lr, loss[1]);
   (*recompute)->Backward();

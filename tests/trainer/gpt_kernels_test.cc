@@ -7,6 +7,11 @@
 //  3. Twin against oracle: the CPU twin against the float reference on
 //     shapes that exercise its blocking (odd sizes, several attention row
 //     blocks, few rows, more workers than cores), and its determinism.
+// And dropout's generator (philox.h): Random123's known answers, the keep
+// rate, and the same mask on both twins.
+#include <gtest/gtest.h>
+
+#include <array>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -14,11 +19,10 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "tests/trainer/test_util.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_ref_kernels.h"
+#include "trainer/kernels/philox.h"
 
 namespace fleet::trainer {
 namespace {
@@ -121,20 +125,32 @@ TEST(GptKernelGradcheck, Matmul) {
   ExpectGradient("dbias", &b, f, db);
 }
 
+// Without dropout, and with the attention probabilities dropped out (half
+// of them, heads offset as a tensor-parallel rank's): the mask is fixed for
+// the key, so the function stays differentiable.
 TEST(GptKernelGradcheck, Attention) {
   const int B = 2, T = 4, C = 6, NH = 2;
-  auto qkv = RandomDoubles(B * T * 3 * C, 13);
-  const auto r = RandomDoubles(B * T * C, 14);
-  std::vector<double> out(B * T * C), saved(B * NH * T * T), scratch(B * NH * T * T),
-      dqkv(B * T * 3 * C);
-  auto f = [&] {
-    ref::AttentionForward(out.data(), saved.data(), qkv.data(), B, T, C, NH);
-    return Dot(out, r);
-  };
-  f();
-  ref::AttentionBackward(dqkv.data(), scratch.data(), r.data(), qkv.data(), saved.data(), B, T, C,
-                         NH);
-  ExpectGradient("dqkv", &qkv, f, dqkv);
+  const uint32_t streams[B] = {7, 70000};
+  DropoutSpec dropped;
+  dropped.p = 0.5f;
+  dropped.seed = 99;
+  dropped.site = 4;
+  dropped.streams = streams;
+  dropped.head_offset = 2;
+  for (const DropoutSpec& dropout : {DropoutSpec{}, dropped}) {
+    auto qkv = RandomDoubles(B * T * 3 * C, 13);
+    const auto r = RandomDoubles(B * T * C, 14);
+    std::vector<double> out(B * T * C), saved(B * NH * T * T), scratch(B * NH * T * T),
+        dqkv(B * T * 3 * C);
+    auto f = [&] {
+      ref::AttentionForward(out.data(), saved.data(), qkv.data(), B, T, C, NH, dropout);
+      return Dot(out, r);
+    };
+    f();
+    ref::AttentionBackward(dqkv.data(), scratch.data(), r.data(), qkv.data(), saved.data(), B, T, C,
+                           NH, dropout);
+    ExpectGradient(dropout.enabled() ? "dqkv (dropout)" : "dqkv", &qkv, f, dqkv);
+  }
 }
 
 TEST(GptKernelGradcheck, Gelu) {
@@ -282,10 +298,11 @@ TEST_P(GptKernelGolden, Attention) {
   GptKernels* k = twin_.kernels.get();
   std::vector<float> out(B * T * C), saved(k->AttentionSavedFloats(B, T, NH)),
       scratch(k->AttentionScratchFloats(B, T, NH)), dqkv(B * T * 3 * C);
-  k->AttentionForward(out.data(), saved.data(), G("attn.qkv").data(), B, T, C, NH);
+  k->AttentionForward(out.data(), saved.data(), scratch.data(), G("attn.qkv").data(), B, T, C, NH,
+                      {});
   Expect("attn.out", out);
   k->AttentionBackward(dqkv.data(), scratch.data(), G("attn.dout").data(), G("attn.qkv").data(),
-                       out.data(), saved.data(), B, T, C, NH);
+                       out.data(), saved.data(), B, T, C, NH, {});
   Expect("attn.dqkv", dqkv);
 }
 
@@ -420,26 +437,40 @@ TEST_P(GptCpuVsReference, Matmul) {
 }
 
 TEST_P(GptCpuVsReference, Attention) {
-  // T = 1; one row block; several (with a partial last block); one head.
+  // T = 1; one row block; several (with a partial last block); one head;
+  // each without and with dropout of the probabilities.
+  const std::vector<uint32_t> streams = {11, 4000000000u};
   for (auto [B, T, C, NH] :
        {std::array{1, 1, 8, 2}, {2, 64, 16, 2}, {2, 130, 32, 4}, {1, 65, 16, 1}}) {
-    const auto qkv = RandomVector(B * T * 3 * C, 50, -2.0f, 2.0f),
-               dout = RandomVector(B * T * C, 51);
-    std::vector<float> ya(B * T * C), yb(B * T * C);
-    std::vector<float> sa(cpu()->AttentionSavedFloats(B, T, NH)),
-        sb(ref_.AttentionSavedFloats(B, T, NH));
-    cpu()->AttentionForward(ya.data(), sa.data(), qkv.data(), B, T, C, NH);
-    ref_.AttentionForward(yb.data(), sb.data(), qkv.data(), B, T, C, NH);
-    const std::string shape = " B" + std::to_string(B) + " T" + std::to_string(T);
-    EXPECT_TRUE(AllClose("out" + shape, ya, yb, kAbs, kRel));
-    std::vector<float> da(B * T * 3 * C, 0.5f), db = da;
-    std::vector<float> scratch_a(cpu()->AttentionScratchFloats(B, T, NH), NAN),
-        scratch_b(ref_.AttentionScratchFloats(B, T, NH));
-    cpu()->AttentionBackward(da.data(), scratch_a.data(), dout.data(), qkv.data(), ya.data(),
-                             sa.data(), B, T, C, NH);
-    ref_.AttentionBackward(db.data(), scratch_b.data(), dout.data(), qkv.data(), yb.data(),
-                           sb.data(), B, T, C, NH);
-    EXPECT_TRUE(AllClose("dqkv" + shape, da, db, kAbs, kRel));
+    for (float p : {0.0f, 0.1f}) {
+      DropoutSpec dropout;
+      dropout.p = p;
+      dropout.seed = 0x1234567890ULL;
+      dropout.site = 5;
+      dropout.streams = streams.data();
+      dropout.head_offset = 3;
+      const auto qkv = RandomVector(B * T * 3 * C, 50, -2.0f, 2.0f),
+                 dout = RandomVector(B * T * C, 51);
+      std::vector<float> ya(B * T * C), yb(B * T * C);
+      std::vector<float> sa(cpu()->AttentionSavedFloats(B, T, NH)),
+          sb(ref_.AttentionSavedFloats(B, T, NH));
+      std::vector<float> scratch_a(cpu()->AttentionScratchFloats(B, T, NH), NAN),
+          scratch_b(ref_.AttentionScratchFloats(B, T, NH));
+      cpu()->AttentionForward(ya.data(), sa.data(), scratch_a.data(), qkv.data(), B, T, C, NH,
+                              dropout);
+      ref_.AttentionForward(yb.data(), sb.data(), scratch_b.data(), qkv.data(), B, T, C, NH,
+                            dropout);
+      const std::string shape =
+          " B" + std::to_string(B) + " T" + std::to_string(T) + " p" + std::to_string(p);
+      EXPECT_TRUE(AllClose("out" + shape, ya, yb, kAbs, kRel));
+      std::vector<float> da(B * T * 3 * C, 0.5f), db = da;
+      std::fill(scratch_a.begin(), scratch_a.end(), NAN);
+      cpu()->AttentionBackward(da.data(), scratch_a.data(), dout.data(), qkv.data(), ya.data(),
+                               sa.data(), B, T, C, NH, dropout);
+      ref_.AttentionBackward(db.data(), scratch_b.data(), dout.data(), qkv.data(), yb.data(),
+                             sb.data(), B, T, C, NH, dropout);
+      EXPECT_TRUE(AllClose("dqkv" + shape, da, db, kAbs, kRel));
+    }
   }
 }
 
@@ -464,7 +495,8 @@ TEST_P(GptCpuVsReference, AttentionDecode) {
     const int C = c.C, B = c.B;
     const auto qkv = RandomVector(size_t(B) * T * 3 * C, 52, -2.0f, 2.0f);
     std::vector<float> want(size_t(B) * T * C), saved(ref_.AttentionSavedFloats(B, T, c.NH));
-    ref_.AttentionForward(want.data(), saved.data(), qkv.data(), B, T, C, c.NH);
+    std::vector<float> scratch(ref_.AttentionScratchFloats(B, T, c.NH));
+    ref_.AttentionForward(want.data(), saved.data(), scratch.data(), qkv.data(), B, T, C, c.NH, {});
     std::vector<float> got_twin[2];
     GptKernels* twins[2] = {&ref_, cpu()};
     for (int w = 0; w < 2; ++w) {
@@ -655,9 +687,9 @@ TEST_P(GptCpuVsReference, DeterministicBits) {
     std::vector<float> y(N * C), saved(cpu()->AttentionSavedFloats(B, T, NH)),
         scratch(cpu()->AttentionScratchFloats(B, T, NH)), dqkv(N * 3 * C), dw(3 * C * C), db(3 * C),
         dx(N * C), mean(N), rstd(N), ln(N * C), lnw(C), lnb(C);
-    cpu()->AttentionForward(y.data(), saved.data(), qkv.data(), B, T, C, NH);
+    cpu()->AttentionForward(y.data(), saved.data(), scratch.data(), qkv.data(), B, T, C, NH, {});
     cpu()->AttentionBackward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), y.data(),
-                             saved.data(), B, T, C, NH);
+                             saved.data(), B, T, C, NH, {});
     cpu()->MatmulBackward(dx.data(), dw.data(), db.data(), dqkv.data(), y.data(), w.data(), N, C,
                           3 * C);
     cpu()->LayerNormForward(ln.data(), mean.data(), rstd.data(), dx.data(), w.data(), w.data() + C,
@@ -672,7 +704,90 @@ TEST_P(GptCpuVsReference, DeterministicBits) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(run(), first) << "run " << i;
 }
 
+// Dropout: out = residual + mask * inp / (1 - p), with residual and in
+// place; the backward overwrites with the same mask. The zero pattern must
+// be the oracle's exactly (one generator), the values within rounding.
+TEST_P(GptCpuVsReference, Dropout) {
+  const std::vector<uint32_t> streams = {3, 9, 0xfffffffeu};
+  for (auto [B, n] : {std::pair{1, size_t{1}}, {3, size_t{37}}, {2, size_t{70001}}}) {
+    DropoutSpec d;
+    d.p = 0.3f;
+    d.seed = 42;
+    d.site = 2;
+    d.streams = streams.data();
+    const auto inp = RandomVector(B * n, 60), residual = RandomVector(B * n, 61);
+    std::vector<float> a(B * n), b(B * n);
+    cpu()->DropoutForward(a.data(), inp.data(), residual.data(), B, n, d);
+    ref_.DropoutForward(b.data(), inp.data(), residual.data(), B, n, d);
+    const std::string shape = " B" + std::to_string(B) + " n" + std::to_string(n);
+    EXPECT_TRUE(AllClose("out" + shape, a, b, 1e-7, 1e-6));
+    // In place, no residual: dropped elements are exactly 0.
+    std::vector<float> x = inp;
+    cpu()->DropoutForward(x.data(), x.data(), nullptr, B, n, d);
+    ref_.DropoutForward(b.data(), inp.data(), nullptr, B, n, d);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(x[i] == 0.0f, b[i] == 0.0f) << "mask differs at " << i << shape;
+    }
+    EXPECT_TRUE(AllClose("in place" + shape, x, b, 1e-7, 1e-6));
+    std::vector<float> g = inp;
+    cpu()->DropoutBackward(g.data(), g.data(), B, n, d);
+    EXPECT_TRUE(AllClose("backward" + shape, g, x, 0, 0)) << "forward and backward masks differ";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Pools, GptCpuVsReference, ::testing::Values(0, 1, 3), TwinName);
+
+// Random123's known-answer vectors for philox4x32-10.
+TEST(GptDropout, PhiloxMatchesRandom123) {
+  struct Case {
+    std::array<uint32_t, 4> counter;
+    std::array<uint32_t, 2> key;
+    std::array<uint32_t, 4> want;
+  };
+  const Case cases[] = {
+      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+       {0xffffffff, 0xffffffff},
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+       {0xa4093822, 0x299f31d0},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  for (const Case& c : cases) {
+    const philox::Bits4 got = philox::Philox4x32(c.counter[0], c.counter[1], c.counter[2],
+                                                 c.counter[3], c.key[0], c.key[1]);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(got.v[i], c.want[i]) << "word " << i;
+  }
+}
+
+// The fraction kept is 1 - p (within 5 standard deviations over 2^20
+// elements), for every site and stream alike; distinct streams, sites and
+// seeds draw different masks.
+TEST(GptDropout, KeepsOneMinusPAndKeysEveryInput) {
+  const size_t n = size_t{1} << 20;
+  for (float p : {0.1f, 0.5f, 0.9f}) {
+    const uint32_t threshold = philox::DropoutThreshold(p);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) kept += philox::DropoutKeep(7, 3, 11, 0, i, threshold);
+    const double sd = std::sqrt(n * p * (1.0 - p));
+    EXPECT_NEAR(static_cast<double>(kept), n * (1.0 - p), 5 * sd) << "p " << p;
+  }
+  const uint32_t threshold = philox::DropoutThreshold(0.5f);
+  auto mask = [&](uint64_t seed, uint32_t site, uint32_t stream, uint32_t lane) {
+    std::vector<bool> m(256);
+    for (size_t i = 0; i < m.size(); ++i) {
+      m[i] = philox::DropoutKeep(seed, site, stream, lane, i, threshold);
+    }
+    return m;
+  };
+  const auto base = mask(1, 2, 3, 4);
+  EXPECT_NE(base, mask(2, 2, 3, 4));
+  EXPECT_NE(base, mask(1, 5, 3, 4));
+  EXPECT_NE(base, mask(1, 2, 6, 4));
+  EXPECT_NE(base, mask(1, 2, 3, 7));
+  EXPECT_EQ(base, mask(1, 2, 3, 4));
+  EXPECT_EQ(philox::DropoutThreshold(0.0f), 0u);
+}
 
 }  // namespace
 }  // namespace fleet::trainer

@@ -2,21 +2,23 @@
 // then three AdamW steps with warmup, cosine decay and clipping) on every
 // twin, with and without recompute; recompute's bit-identical gradients and
 // smaller activations; gradient accumulation; generation logits; the
-// initialisation; and the errors a user can cause.
+// initialisation; pipeline stages chained by hand; and the errors a user
+// can cause.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/models/adamw.h"
 #include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_ref_kernels.h"
+#include "trainer/models/adamw.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_plan.h"
 
@@ -112,7 +114,7 @@ TEST_P(GptModelGolden, ThreeAdamWSteps) {
                       .decay_steps = static_cast<int64_t>(h[8])};
   ASSERT_TRUE(ac.Validate().ok());
   ASSERT_TRUE(lc.Validate().ok());
-  CosineLrSchedule schedule(lc);
+  LrSchedule schedule(lc);
   AdamW adamw(&model.arena(), model.kernels(), ac, schedule.At(0));
   for (int t = 1; t <= 3; ++t) {
     const std::string step = "adamw.step" + std::to_string(t) + ".";
@@ -170,11 +172,18 @@ Batch MakeBatch(int B, int T, int V, uint32_t seed) {
   return b;
 }
 
+// Sequences [first, first + count) of `batch` (sequences of T tokens).
+Batch Rows(const Batch& batch, int first, int count, int T) {
+  const size_t begin = size_t(first) * T, end = size_t(first + count) * T;
+  return Batch{{batch.tokens.begin() + begin, batch.tokens.begin() + end},
+               {batch.targets.begin() + begin, batch.targets.begin() + end}};
+}
+
 // Loss and gradients of one forward + backward of `batch`.
-std::pair<float, std::vector<float>> LossAndGrads(GptModel* model, const Batch& batch, int B,
-                                                  int T) {
+std::pair<float, std::vector<float>> LossAndGrads(GptModel* model, const Batch& batch, int B, int T,
+                                                  const GptForwardOptions& options = {}) {
   model->arena().ZeroGrad();
-  auto loss = model->Forward(batch.tokens, batch.targets, B, T);
+  auto loss = model->Forward(batch.tokens, batch.targets, B, T, options);
   EXPECT_TRUE(loss.ok()) << loss.status().ToString();
   model->Backward();
   return {loss.ok() ? *loss : NAN, model->arena().GradsToHost()};
@@ -230,11 +239,7 @@ TEST(GptModel, GradientAccumulationMatchesOneBatch) {
   model.arena().ZeroGrad();
   double loss_sum = 0.0;
   for (int part = 0; part < 2; ++part) {
-    Batch micro;
-    micro.tokens.assign(whole.tokens.begin() + part * 2 * T,
-                        whole.tokens.begin() + (part + 1) * 2 * T);
-    micro.targets.assign(whole.targets.begin() + part * 2 * T,
-                         whole.targets.begin() + (part + 1) * 2 * T);
+    const Batch micro = Rows(whole, part * 2, 2, T);
     auto l = model.Forward(micro.tokens, micro.targets, 2, T, {.grad_scale = 0.5f});
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     loss_sum += *l;
@@ -433,6 +438,226 @@ TEST(GptModel, RejectsBadInputsAndKeepsItsState) {
   EXPECT_EQ(model.arena().GradsToHost(), grads);
 }
 
+// ---- dropout ----------------------------------------------------------------------------
+
+GptConfig DropoutConfig() {
+  GptConfig c = SmallConfig();
+  c.hidden_dropout_prob = 0.1f;
+  c.attention_probs_dropout_prob = 0.1f;
+  return c;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A step's masks are a function of (seed, step, sample): the same pass twice
+// and a recomputed pass give the same bits; another step or another sample
+// gives another loss; evaluation never drops.
+TEST(GptModel, DropoutIsReproducibleAndRecomputedExactly) {
+  GptConfig config = DropoutConfig();
+  const int B = 2, T = 70;
+  const Batch batch = MakeBatch(B, T, config.vocab_size, 11);
+  const std::vector<uint32_t> streams = {5, 6};
+  GptForwardOptions step3{.dropout_seed = GptDropoutStepSeed(1, 3), .dropout_streams = streams};
+  auto plain = MakeRig(config, 1);
+  const auto [loss_a, grads_a] = LossAndGrads(plain->model.get(), batch, B, T, step3);
+  const auto [loss_again, grads_again] = LossAndGrads(plain->model.get(), batch, B, T, step3);
+  EXPECT_EQ(loss_a, loss_again);
+  EXPECT_TRUE(SameBits(grads_a, grads_again));
+  config.use_recompute = true;
+  auto recompute = MakeRig(config, 1);
+  const auto [loss_b, grads_b] = LossAndGrads(recompute->model.get(), batch, B, T, step3);
+  EXPECT_EQ(loss_a, loss_b);
+  EXPECT_TRUE(SameBits(grads_a, grads_b)) << "recompute drew other masks";
+
+  GptForwardOptions step4 = step3;
+  step4.dropout_seed = GptDropoutStepSeed(1, 4);
+  EXPECT_NE(LossAndGrads(plain->model.get(), batch, B, T, step4).first, loss_a);
+  const std::vector<uint32_t> other = {5, 7};
+  GptForwardOptions other_sample = step3;
+  other_sample.dropout_streams = other;
+  EXPECT_NE(LossAndGrads(plain->model.get(), batch, B, T, other_sample).first, loss_a);
+
+  // Evaluation: the model without dropout's loss exactly.
+  auto no_dropout = MakeRig(SmallConfig(), 1);
+  auto eval_a = plain->model->Forward(batch.tokens, batch.targets, B, T, {.for_backward = false});
+  auto eval_b =
+      no_dropout->model->Forward(batch.tokens, batch.targets, B, T, {.for_backward = false});
+  ASSERT_TRUE(eval_a.ok() && eval_b.ok());
+  EXPECT_EQ(*eval_a, *eval_b);
+  // A training pass without streams is refused.
+  EXPECT_TRUE(
+      IsInvalidArgumentNaming(plain->model->Forward(batch.tokens, batch.targets, B, T).status(),
+                              "Model.hidden_dropout_prob"));
+}
+
+// A sample's mask does not depend on which micro-batch carries it: two
+// micro-batches give the whole batch's gradient (what makes data, tensor
+// and pipeline parallel runs with dropout equal one process's).
+TEST(GptModel, DropoutMasksFollowTheSampleAcrossMicroBatches) {
+  const GptConfig config = DropoutConfig();
+  const int T = 16;
+  const Batch whole = MakeBatch(4, T, config.vocab_size, 12);
+  const std::vector<uint32_t> streams = {40, 41, 42, 43};
+  const uint64_t seed = GptDropoutStepSeed(9, 0);
+  auto rig = MakeRig(config, 1);
+  GptModel& model = *rig->model;
+  const auto [loss, grads] =
+      LossAndGrads(&model, whole, 4, T, {.dropout_seed = seed, .dropout_streams = streams});
+  model.arena().ZeroGrad();
+  double loss_sum = 0.0;
+  for (int part = 0; part < 2; ++part) {
+    const Batch micro = Rows(whole, part * 2, 2, T);
+    auto l = model.Forward(micro.tokens, micro.targets, 2, T,
+                           {.grad_scale = 0.5f,
+                            .dropout_seed = seed,
+                            .dropout_streams = std::span(streams).subspan(part * 2, 2)});
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    loss_sum += *l;
+    model.Backward();
+  }
+  EXPECT_NEAR(loss_sum / 2, loss, 1e-5);
+  EXPECT_TRUE(AllClose("accumulated grads", model.arena().GradsToHost(), grads, 1e-6, 1e-4));
+}
+
+// The CPU twin and the oracle draw the same masks.
+TEST(GptModel, DropoutCpuTwinMatchesReferenceTwin) {
+  const GptConfig config = DropoutConfig();
+  const int B = 2, T = 67;
+  const Batch batch = MakeBatch(B, T, config.vocab_size, 13);
+  const std::vector<uint32_t> streams = {1, 2};
+  const GptForwardOptions options{.dropout_seed = 77, .dropout_streams = streams};
+  auto cpu = MakeRig(config, 3);
+  auto ref = MakeRig(config, -1);
+  const auto [la, ga] = LossAndGrads(cpu->model.get(), batch, B, T, options);
+  const auto [lb, gb] = LossAndGrads(ref->model.get(), batch, B, T, options);
+  EXPECT_NEAR(la, lb, 1e-5);
+  EXPECT_TRUE(AllClose("grads", ga, gb, 1e-6, 1e-3));
+}
+
+// ---- pipeline stages ------------------------------------------------------------------------
+
+// The three one-block stages of SmallConfig, chained by hand as
+// collective/gpt_pipeline.h chains them over links: two micro-batches in
+// flight (both forwards, then both backwards, each stage keeping two
+// activation slots), with dropout. Every stage starts from the whole
+// model's values (the head's wte copy from wte); the mean loss is the
+// whole model's and each stage's gradients are the whole model's at the
+// same places, wte's being the sum of the first stage's and the head's copy.
+TEST(GptModel, ChainedStagesMatchTheWholeModel) {
+  const GptConfig config = DropoutConfig();
+  const int B = 4, T = 16, micro = 2, P = 3;
+  const Batch batch = MakeBatch(B, T, config.vocab_size, 21);
+  const std::vector<uint32_t> streams = {3, 4, 5, 6};
+  const GptForwardOptions whole_options{.dropout_seed = 99, .dropout_streams = streams};
+  auto whole = MakeRig(config, 1);
+  const auto [whole_loss, whole_grads] =
+      LossAndGrads(whole->model.get(), batch, B, T, whole_options);
+  const std::vector<float> whole_params = whole->model->arena().ParamsToHost();
+
+  CpuBackend backend;
+  CpuGptKernels kernels(nullptr);
+  std::vector<std::unique_ptr<GptModel>> stages;
+  for (int s = 0; s < P; ++s) {
+    auto stage = GptPipelineStage(config, P, s);
+    ASSERT_TRUE(stage.ok()) << stage.status().ToString();
+    auto model = GptModel::Create(config, &backend, &kernels, nullptr, &*stage);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    (*model)->set_activation_slots(2);
+    (*model)->PrepareActivations(micro, T);
+    const std::vector<float> params = (*model)->arena().ParamsToHost();
+    size_t local = 0;
+    ForEachStageTensor(config, *stage,
+                       [&](GptTensor, int, int64_t rows, int64_t cols, size_t, size_t at) {
+                         const size_t n = size_t(rows) * (cols ? cols : 1);
+                         EXPECT_TRUE(std::equal(params.begin() + local, params.begin() + local + n,
+                                                whole_params.begin() + at))
+                             << "stage " << s << " tensor at " << at;
+                         local += n;
+                       });
+    EXPECT_EQ(local, params.size());
+    stages.push_back(std::move(*model));
+  }
+  const size_t ids = size_t(micro) * T, floats = ids * config.hidden_size;
+  double loss = 0.0;
+  for (int mb = 0; mb < 2; ++mb) {
+    for (int s = 0; s < P; ++s) {
+      if (s > 0) {
+        std::copy_n(stages[s - 1]->StageOutput(mb), floats, stages[s]->StageInput(mb));
+      }
+      const GptForwardOptions options{
+          .grad_scale = 0.5f,
+          .slot = mb,
+          .dropout_seed = 99,
+          .dropout_streams = std::span(streams).subspan(mb * micro, micro)};
+      auto l =
+          stages[s]->Forward(std::span(batch.tokens).subspan(mb * ids, ids),
+                             std::span(batch.targets).subspan(mb * ids, ids), micro, T, options);
+      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      if (s == P - 1) loss += *l / 2;
+    }
+  }
+  for (int mb = 0; mb < 2; ++mb) {
+    for (int s = P - 1; s >= 0; --s) {
+      if (s < P - 1) std::copy_n(stages[s + 1]->InputGrad(), floats, stages[s]->OutputGrad());
+      stages[s]->Backward({}, mb);
+    }
+  }
+  EXPECT_NEAR(loss, whole_loss, 1e-5);
+  std::vector<float> got(whole_grads.size(), 0.0f);
+  for (int s = 0; s < P; ++s) {
+    const std::vector<float> grads = stages[s]->arena().GradsToHost();
+    size_t local = 0;
+    ForEachStageTensor(config, stages[s]->stage(),
+                       [&](GptTensor, int, int64_t rows, int64_t cols, size_t, size_t at) {
+                         const size_t n = size_t(rows) * (cols ? cols : 1);
+                         for (size_t i = 0; i < n; ++i) got[at + i] += grads[local + i];
+                         local += n;
+                       });
+  }
+  EXPECT_TRUE(AllClose("stage grads", got, whole_grads, 1e-6, 1e-4));
+  EXPECT_GE(stages[0]->wte_index(), 0);
+  EXPECT_EQ(stages[1]->wte_index(), -1);
+  EXPECT_GE(stages[2]->wte_index(), 0);
+  // A stage cannot give next-token logits, and LoRA is not split in stages.
+  EXPECT_FALSE(stages[0]->LastLogits(std::span(batch.tokens).subspan(0, T), 1, T).ok());
+  EXPECT_TRUE(
+      IsInvalidArgumentNaming(GptPipelineStage(config, 2, 0).status(), "Distributed.pp_degree"));
+}
+
+// The dry-run plan of each stage is what the stage's model allocates: its
+// parameters, and the activations of its micro-batches in flight (1F1B:
+// min(P - s, m) of them, each stage keeping that many slots).
+TEST(GptModel, PlanOfEachStageIsWhatItsModelAllocates) {
+  const GptConfig config = SmallConfig();
+  const int P = 3, m = 2, B = 2, T = 24;
+  CpuBackend backend;
+  CpuGptKernels kernels(nullptr);
+  auto plan =
+      PlanGpt(config, {.micro_batch_size = B, .seq_len = T, .accumulate_steps = m, .pp_degree = P},
+              &kernels);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_EQ(plan->stages.size(), size_t{P});
+  EXPECT_DOUBLE_EQ(plan->bubble_fraction, 2.0 / 4.0);
+  for (int s = 0; s < P; ++s) {
+    const GptPlan::Stage& planned = plan->stages[s];
+    EXPECT_EQ(planned.in_flight, std::min(P - s, m));
+    auto stage = GptPipelineStage(config, P, s);
+    ASSERT_TRUE(stage.ok());
+    auto model = GptModel::Create(config, &backend, &kernels, nullptr, &*stage);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    (*model)->set_activation_slots(planned.in_flight);
+    (*model)->PrepareActivations(B, T);
+    EXPECT_EQ(planned.rank_params, static_cast<int64_t>((*model)->arena().size())) << "stage " << s;
+    EXPECT_EQ(planned.activation_bytes, static_cast<int64_t>((*model)->activation_bytes()))
+        << "stage " << s;
+  }
+  // The plan is the stage holding the most: the first (two in flight).
+  EXPECT_EQ(plan->planned_stage, 0);
+  EXPECT_NE(plan->ToString().find("pipeline bubble: 50.0%"), std::string::npos) << plan->ToString();
+}
+
 TEST(GptModel, RejectsBadConfigsNamingTheKey) {
   CpuBackend backend;
   RefGptKernels kernels;
@@ -454,6 +679,12 @@ TEST(GptModel, RejectsBadConfigsNamingTheKey) {
   c = SmallConfig();
   c.initializer_range = 0.0f;
   expect_key(c, "Model.initializer_range");
+  c = SmallConfig();
+  c.hidden_dropout_prob = 1.0f;
+  expect_key(c, "Model.hidden_dropout_prob");
+  c = SmallConfig();
+  c.attention_probs_dropout_prob = -0.1f;
+  expect_key(c, "Model.attention_probs_dropout_prob");
 }
 
 }  // namespace

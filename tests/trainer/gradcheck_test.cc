@@ -279,5 +279,123 @@ TEST(GradCheck, Concat) {
   }
 }
 
+// The CTR interactions over rows of F fields of P floats plus 2 other
+// features: each field's float 0 is a first-order weight, floats 1.. its
+// embedding. Both sums add into an output that holds something already.
+struct CtrRows {
+  static constexpr int B = 3, F = 4, P = 3, kOther = 2, kRow = F * P + kOther;
+  FieldLayout layout{F, P, kRow};
+};
+
+TEST(GradCheck, FieldSum) {
+  CpuBackend backend;
+  CtrRows c;
+  for (const auto& [offset, width] : {std::pair{0, 1}, std::pair{1, 2}}) {
+    FieldSum layer(&backend, c.layout, offset, width);
+    auto x = RandomVector(c.B * c.kRow, 30 + offset);
+    const auto r = RandomVector(c.B * width, 31);
+    const auto base = RandomVector(c.B * width, 32);
+    std::vector<float> out;
+    Tensor xt(x.data(), Shape{c.B, c.kRow});
+    const auto objective = [&] {
+      out = base;
+      Tensor ot(out.data(), Shape{c.B, width});
+      layer.Forward(xt, &ot, /*beta=*/1.0f);
+      return Dot(ot, r);
+    };
+    objective();
+    // beta 1 keeps what was there: the sum is out - base.
+    std::vector<float> alone(c.B * width);
+    Tensor at(alone.data(), Shape{c.B, width});
+    layer.Forward(xt, &at, /*beta=*/0.0f);
+    for (size_t i = 0; i < alone.size(); ++i) EXPECT_FLOAT_EQ(out[i] - base[i], alone[i]);
+    auto dx = Prefilled(x.size());
+    Tensor dxt(dx.data(), Shape{c.B, c.kRow});
+    std::vector<float> rr = r;
+    layer.Backward(Tensor(rr.data(), Shape{c.B, width}), &dxt);
+    EXPECT_TRUE(CheckGrad("field sum dx", x.data(), x.size(), dx, objective));
+  }
+}
+
+TEST(GradCheck, FmInteraction) {
+  CpuBackend backend;
+  CtrRows c;
+  FmInteraction layer(&backend, c.layout, /*offset=*/1, /*dim=*/c.P - 1);
+  auto x = RandomVector(c.B * c.kRow, 40);
+  const auto r = RandomVector(c.B, 41);
+  const auto base = RandomVector(c.B, 42);
+  std::vector<float> out;
+  Tensor xt(x.data(), Shape{c.B, c.kRow});
+  const auto objective = [&] {
+    out = base;
+    Tensor ot(out.data(), Shape{c.B});
+    layer.Forward(xt, &ot, /*beta=*/1.0f);
+    return Dot(ot, r);
+  };
+  objective();
+  // The pairwise sum it stands for, directly.
+  for (int b = 0; b < c.B; ++b) {
+    double pairs = 0;
+    for (int f = 0; f < c.F; ++f)
+      for (int g = f + 1; g < c.F; ++g)
+        for (int d = 1; d < c.P; ++d)
+          pairs += double{x[b * c.kRow + f * c.P + d]} * x[b * c.kRow + g * c.P + d];
+    EXPECT_NEAR(out[b] - base[b], pairs, 1e-5) << "sample " << b;
+  }
+  auto dx = Prefilled(x.size());
+  Tensor dxt(dx.data(), Shape{c.B, c.kRow});
+  std::vector<float> rr = r;
+  layer.Backward(Tensor(rr.data(), Shape{c.B}), &dxt);
+  EXPECT_TRUE(CheckGrad("fm dx", x.data(), x.size(), dx, objective));
+  // Floats outside the embeddings get nothing.
+  for (int b = 0; b < c.B; ++b) {
+    for (int f = 0; f < c.F; ++f) EXPECT_EQ(dx[b * c.kRow + f * c.P], kPrefill);
+    EXPECT_EQ(dx[b * c.kRow + c.F * c.P], kPrefill);
+  }
+}
+
+// A cross layer fed x0 and another xl, and the first layer (xl = x0, both
+// gradients into one buffer).
+TEST(GradCheck, CrossLayer) {
+  CpuBackend backend;
+  const int B = 3, in = 5;
+  ParamTable table;
+  AddLinearParams(&table, "cross1", in, in);
+  auto arena = ParamArena::Create(table, &backend);
+  ASSERT_TRUE(arena.ok());
+  ASSERT_TRUE(arena->ParamsFromHost(RandomVector(arena->size(), 50)).ok());
+  CrossLayer layer(*arena, "cross1");
+  for (bool first : {false, true}) {
+    SCOPED_TRACE(first ? "first layer" : "later layer");
+    auto x0 = RandomVector(B * in, 51);
+    auto xl = first ? x0 : RandomVector(B * in, 52);
+    const auto r = RandomVector(B * in, 53);
+    std::vector<float> y(B * in);
+    Tensor yt(y.data(), Shape{B, in});
+    const auto objective = [&] {
+      if (first) xl = x0;
+      layer.Forward(Tensor(x0.data(), Shape{B, in}), Tensor(xl.data(), Shape{B, in}), &yt);
+      return Dot(yt, r);
+    };
+    objective();
+    backend.Fill(arena->grads().data(), arena->size(), kPrefill);
+    auto dx0 = Prefilled(x0.size());
+    auto dxl = Prefilled(xl.size());
+    Tensor dx0t(dx0.data(), Shape{B, in}), dxlt(dxl.data(), Shape{B, in});
+    std::vector<float> rr = r;
+    layer.Backward(Tensor(rr.data(), Shape{B, in}), &dx0t, first ? &dx0t : &dxlt);
+    EXPECT_TRUE(CheckGrad("cross dx0", x0.data(), x0.size(), dx0, objective));
+    if (!first) {
+      EXPECT_TRUE(CheckGrad("cross dxl", xl.data(), xl.size(), dxl, objective));
+    }
+    const Tensor w = arena->param("cross1.weight"), b = arena->param("cross1.bias");
+    const Tensor dw = arena->grad("cross1.weight"), db = arena->grad("cross1.bias");
+    EXPECT_TRUE(
+        CheckGrad("cross dW", w.data(), w.numel(), {dw.data(), size_t(dw.numel())}, objective));
+    EXPECT_TRUE(
+        CheckGrad("cross db", b.data(), b.numel(), {db.data(), size_t(db.numel())}, objective));
+  }
+}
+
 }  // namespace
 }  // namespace fleet::trainer

@@ -15,7 +15,7 @@
 
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
-#include "trainer/models/ctr_dnn.h"
+#include "trainer/models/ctr_model.h"
 #include "trainer/models/mlp.h"
 #include "trainer/optimizer.h"
 #include "tests/trainer/test_util.h"
@@ -324,10 +324,10 @@ TEST(MlpTest, LearnsASeparableProblem) {
 
 TEST(CtrDnnTest, DefaultShapeAndInputChecks) {
   CpuBackend backend;
-  CtrDnnConfig config;  // 26 slots x 9 + 13 dense, 400-400-400-1
-  auto model = CtrDnn::Create(config, &backend);
+  CtrModelConfig config;  // 26 slots x 9 + 13 dense, 400-400-400-1
+  auto model = CtrModel::Create(config, &backend);
   ASSERT_TRUE(model.ok());
-  CtrDnn& dnn = **model;
+  CtrModel& dnn = **model;
   EXPECT_EQ(dnn.input_width(), 26 * 9 + 13);
   EXPECT_EQ(dnn.arena().size(), size_t{247} * 400 + 400 + 2 * (400 * 400 + 400) + 400 + 1);
   const int B = 4;
@@ -349,7 +349,7 @@ TEST(CtrDnnTest, DefaultShapeAndInputChecks) {
   EXPECT_TRUE(dnn.Forward(std::span<const float>(pooled).first(pooled.size() - 1), dense, labels)
                   .status().IsInvalidArgument());
   config.embedding_dim = 0;
-  EXPECT_TRUE(CtrDnn::Create(config, &backend).status().IsInvalidArgument());
+  EXPECT_TRUE(CtrModel::Create(config, &backend).status().IsInvalidArgument());
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "tests/test_paths.h"
 #include "tests/worker/worker_test_util.h"
 #include "worker/config.h"
+#include "worker/tasks/ctr_tower.h"
 
 namespace fleet::worker {
 namespace {
@@ -33,8 +34,12 @@ TEST(WorkerTaskRegistryTest, ListsEveryModelOnceWithItsFunctions) {
     EXPECT_EQ(FindWorkerTaskType(type->kind), type);
   }
   EXPECT_EQ(kinds, (std::set<std::string>{"ctr_dnn", "mlp"}));
-  EXPECT_EQ(FindWorkerTaskType("wide_deep"), nullptr);
-  EXPECT_EQ(WorkerTaskKinds(), "ctr_dnn, mlp");
+  // The CTR models share the ctr_dnn task.
+  for (const char* ctr : {"dnn", "wide_deep", "deepfm", "dcn"}) {
+    EXPECT_EQ(FindWorkerTaskType(ctr), FindWorkerTaskType("ctr_dnn")) << ctr;
+  }
+  EXPECT_EQ(FindWorkerTaskType("xdeepfm"), nullptr);
+  EXPECT_EQ(WorkerTaskKinds(), "ctr_dnn, dnn, wide_deep, deepfm, dcn, mlp");
 }
 
 TEST(WorkerTaskRegistryTest, HugeSizesAreRefusedNamingTheKeyBeforeAnyAllocation) {
@@ -60,11 +65,12 @@ TEST(WorkerTaskRegistryTest, HugeSizesAreRefusedNamingTheKeyBeforeAnyAllocation)
 }
 
 TEST(WorkerTaskRegistryTest, UnknownKindIsRefusedNamingTheKnownOnes) {
-  auto c = Parse("model: {kind: wide_deep}\ndata: {train: x}\n");
+  auto c = Parse("model: {kind: xdeepfm}\ndata: {train: x}\n");
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(c.status().IsInvalidArgument()) << c.status().ToString();
   EXPECT_NE(c.status().ToString().find("model.kind"), std::string::npos) << c.status().ToString();
-  EXPECT_NE(c.status().message().find("must be one of ctr_dnn, mlp, got 'wide_deep'"),
+  EXPECT_NE(c.status().message().find(
+                "must be one of ctr_dnn, dnn, wide_deep, deepfm, dcn, mlp, got 'xdeepfm'"),
             std::string::npos)
       << c.status().ToString();
 }
@@ -96,6 +102,47 @@ TEST(WorkerTaskRegistryTest, EachModelAppliesItsOwnConfigRulesAndDefaults) {
       Parse("model: {kind: mlp}\ndata: {train_images: a, train_labels: b, test_images: c}\n");
   ASSERT_FALSE(mlp_half.ok());
   EXPECT_NE(mlp_half.status().message().find("give both or neither"), std::string::npos);
+}
+
+// model.kind picks the CTR model's parts; cross_layers is checked.
+TEST(WorkerTaskRegistryTest, CtrKindsChooseTheirParts) {
+  const std::string tables =
+      "tables:\n"
+      "  - {id: 0, kind: sparse, dim: 8, accessor: ctr, ctr: {embed_dim: 1}}\n"
+      "  - {id: 1, kind: dense, dim: 10}\n";
+  auto tower = [&](const std::string& model) {
+    const YAML::Node root = YAML::Load(tables + "model: " + model + "\ndata: {train: x}\n");
+    Result<ps::JobConfig> job = ps::ParseJobConfig(root);
+    CHECK(job.ok()) << job.status().ToString();
+    Result<WorkerConfig> config = ParseWorkerConfig(root);
+    CHECK(config.ok()) << config.status().ToString();
+    return CtrTowerConfig(*config, *job);
+  };
+  auto deepfm = tower("{kind: deepfm, hidden: [8]}");
+  ASSERT_TRUE(deepfm.ok()) << deepfm.status().ToString();
+  EXPECT_TRUE(deepfm->wide && deepfm->fm);
+  EXPECT_EQ(deepfm->cross_layers, 0);
+  EXPECT_EQ(deepfm->embedding_dim, 9);  // embed_w + embedx
+  EXPECT_EQ(deepfm->hidden, std::vector<int>{8});
+  auto dcn = tower("{kind: dcn}");
+  ASSERT_TRUE(dcn.ok());
+  EXPECT_EQ(dcn->cross_layers, 3);  // the default
+  EXPECT_FALSE(dcn->wide || dcn->fm);
+  auto dnn = tower("{kind: ctr_dnn, cross_layers: 5}");
+  ASSERT_TRUE(dnn.ok());
+  EXPECT_EQ(dnn->cross_layers, 0);  // not a dcn: ignored
+  EXPECT_EQ(tower("{kind: dcn, cross_layers: 2}")->cross_layers, 2);
+  for (const char* bad : {"0", "17"}) {
+    auto c =
+        Parse(std::string("model: {kind: dcn, cross_layers: ") + bad + "}\ndata: {train: x}\n");
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().ToString().find("model.cross_layers"), std::string::npos);
+  }
+  WorkerConfig mlp;
+  mlp.model.kind = "mlp";
+  auto not_ctr = CtrTowerConfig(mlp, ps::JobConfig{});
+  ASSERT_FALSE(not_ctr.ok());
+  EXPECT_NE(not_ctr.status().message().find("'mlp' is not a CTR model"), std::string::npos);
 }
 
 // LoadPsJobConfig (fleetrun's check of the whole job file) reads a `_base_`
@@ -142,11 +189,12 @@ TEST(WorkerTaskRegistryTest, LoadPsJobConfigNamesTheBaseFileOrOverrideOfABadKey)
 
 TEST(WorkerTaskRegistryTest, CreateWorkerTaskRefusesAKindNoModelHas) {
   WorkerConfig config;
-  config.model.kind = "wide_deep";
+  config.model.kind = "xdeepfm";
   auto task = CreateWorkerTask(config, ps::JobConfig{}, {});
   ASSERT_FALSE(task.ok());
   EXPECT_TRUE(task.status().IsInvalidArgument());
-  EXPECT_NE(task.status().message().find("ctr_dnn, mlp"), std::string::npos);
+  EXPECT_NE(task.status().message().find("ctr_dnn, dnn, wide_deep, deepfm, dcn, mlp"),
+            std::string::npos);
 }
 
 // A long data load is not silent: the loader reports what it has read.

@@ -103,6 +103,30 @@ void CpuBackend::ConcatBackward(std::span<float* const> dins, const float* dout,
                                 std::span<const int> widths, int B) {
   kernels::ConcatBackward(dins, dout, widths, B);
 }
+void CpuBackend::FieldSumForward(float* out, const float* x, int B, int F, int W, int row_stride,
+                                 int field_stride, int offset, float beta) {
+  kernels::FieldSumForward(out, x, B, F, W, row_stride, field_stride, offset, beta);
+}
+void CpuBackend::FieldSumBackward(float* dx, const float* dout, int B, int F, int W, int row_stride,
+                                  int field_stride, int offset) {
+  kernels::FieldSumBackward(dx, dout, B, F, W, row_stride, field_stride, offset);
+}
+void CpuBackend::FmForward(float* out, const float* x, int B, int F, int D, int row_stride,
+                           int field_stride, int offset, float beta) {
+  kernels::FmForward(out, x, B, F, D, row_stride, field_stride, offset, beta);
+}
+void CpuBackend::FmBackward(float* dx, const float* x, const float* dout, int B, int F, int D,
+                            int row_stride, int field_stride, int offset) {
+  kernels::FmBackward(dx, x, dout, B, F, D, row_stride, field_stride, offset);
+}
+void CpuBackend::CrossForward(float* y, const float* x0, const float* u, const float* xl,
+                              size_t n) {
+  kernels::CrossForward(y, x0, u, xl, n);
+}
+void CpuBackend::CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,
+                               const float* dy, size_t n) {
+  kernels::CrossBackward(dx0, du, dxl, x0, u, dy, n);
+}
 void CpuBackend::SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) {
   kernels::SgdUpdate(p, g, n, lr, weight_decay, pool_);
 }

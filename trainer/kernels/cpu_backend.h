@@ -68,6 +68,17 @@ class CpuBackend final : public Backend {
                      int B) override;
   void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<const int> widths,
                       int B) override;
+  void FieldSumForward(float* out, const float* x, int B, int F, int W, int row_stride,
+                       int field_stride, int offset, float beta) override;
+  void FieldSumBackward(float* dx, const float* dout, int B, int F, int W, int row_stride,
+                        int field_stride, int offset) override;
+  void FmForward(float* out, const float* x, int B, int F, int D, int row_stride, int field_stride,
+                 int offset, float beta) override;
+  void FmBackward(float* dx, const float* x, const float* dout, int B, int F, int D, int row_stride,
+                  int field_stride, int offset) override;
+  void CrossForward(float* y, const float* x0, const float* u, const float* xl, size_t n) override;
+  void CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,
+                     const float* dy, size_t n) override;
   void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) override;
   void AdamUpdate(float* p, float* m, float* v, const float* g, size_t n,
                   const kernels::AdamHyper& h, int64_t t) override;

@@ -383,6 +383,79 @@ void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<c
   }
 }
 
+// ---- CTR interactions -----------------------------------------------------
+
+void FieldSumForward(float* out, const float* x, int B, int F, int W, int row_stride,
+                     int field_stride, int offset, float beta) {
+  for (int b = 0; b < B; ++b) {
+    const float* row = x + int64_t{b} * row_stride + offset;
+    for (int w = 0; w < W; ++w) {
+      float sum = 0.0f;
+      for (int f = 0; f < F; ++f) sum += row[int64_t{f} * field_stride + w];
+      float& o = out[int64_t{b} * W + w];
+      o = beta == 0.0f ? sum : beta * o + sum;
+    }
+  }
+}
+
+void FieldSumBackward(float* dx, const float* dout, int B, int F, int W, int row_stride,
+                      int field_stride, int offset) {
+  for (int b = 0; b < B; ++b) {
+    float* row = dx + int64_t{b} * row_stride + offset;
+    for (int f = 0; f < F; ++f) {
+      for (int w = 0; w < W; ++w) row[int64_t{f} * field_stride + w] += dout[int64_t{b} * W + w];
+    }
+  }
+}
+
+void FmForward(float* out, const float* x, int B, int F, int D, int row_stride, int field_stride,
+               int offset, float beta) {
+  for (int b = 0; b < B; ++b) {
+    const float* row = x + int64_t{b} * row_stride + offset;
+    double term = 0.0;
+    for (int d = 0; d < D; ++d) {
+      double sum = 0.0, squares = 0.0;
+      for (int f = 0; f < F; ++f) {
+        const double v = row[int64_t{f} * field_stride + d];
+        sum += v;
+        squares += v * v;
+      }
+      term += sum * sum - squares;
+    }
+    const float fm = static_cast<float>(0.5 * term);
+    out[b] = beta == 0.0f ? fm : beta * out[b] + fm;
+  }
+}
+
+void FmBackward(float* dx, const float* x, const float* dout, int B, int F, int D, int row_stride,
+                int field_stride, int offset) {
+  for (int b = 0; b < B; ++b) {
+    const float* row = x + int64_t{b} * row_stride + offset;
+    float* drow = dx + int64_t{b} * row_stride + offset;
+    for (int d = 0; d < D; ++d) {
+      double sum = 0.0;
+      for (int f = 0; f < F; ++f) sum += row[int64_t{f} * field_stride + d];
+      for (int f = 0; f < F; ++f) {
+        const int64_t at = int64_t{f} * field_stride + d;
+        drow[at] += static_cast<float>(dout[b] * (sum - row[at]));
+      }
+    }
+  }
+}
+
+void CrossForward(float* y, const float* x0, const float* u, const float* xl, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] = x0[i] * u[i] + xl[i];
+}
+
+void CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,
+                   const float* dy, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    dx0[i] += dy[i] * u[i];
+    du[i] = dy[i] * x0[i];
+    dxl[i] += dy[i];
+  }
+}
+
 // ---- input conversion -----------------------------------------------------
 
 FLEET_VECTOR_CLONES

@@ -149,6 +149,36 @@ void ConcatForward(float* out, std::span<const float* const> ins, std::span<cons
 void ConcatBackward(std::span<float* const> dins, const float* dout, std::span<const int> widths,
                     int B);
 
+// ---- CTR interactions (Wide&Deep, DeepFM, DCN) -------------------------------
+// A batch row of x holds F fields of field_stride floats each, starting at
+// column `offset` of the row's field, rows `row_stride` floats apart:
+//   field f of sample b, element j = x[b * row_stride + f * field_stride + offset + j].
+// (A CTR model's input row is [field 0 | field 1 | ... | dense features].)
+//
+// Sum over fields: out[b, w] = beta * out[b, w] + sum_f x(b, f, w), w < W.
+//   out: [B, W]; beta 0 overwrites, 1 adds (into a logit, say).
+void FieldSumForward(float* out, const float* x, int B, int F, int W, int row_stride,
+                     int field_stride, int offset, float beta);
+// dx(b, f, w) += dout[b, w].   dout: [B, W]
+void FieldSumBackward(float* dx, const float* dout, int B, int F, int W, int row_stride,
+                      int field_stride, int offset);
+// Factorisation machine's second-order term over the fields' D-wide vectors
+// v_f = x(b, f, 0..D-1):
+//   out[b] = beta * out[b] + 1/2 sum_d [(sum_f v_fd)^2 - sum_f v_fd^2]
+// (= sum_{f < g} <v_f, v_g>), the sums taken in double.   out: [B]
+void FmForward(float* out, const float* x, int B, int F, int D, int row_stride, int field_stride,
+               int offset, float beta);
+// dx(b, f, d) += dout[b] * (sum_g v_gd - v_fd).   dout: [B]
+void FmBackward(float* dx, const float* x, const float* dout, int B, int F, int D, int row_stride,
+                int field_stride, int offset);
+// DCN-v2's cross combination: y = x0 * u + xl (u = W xl + b, the layer's
+// linear map).   y, x0, u, xl: [n]
+void CrossForward(float* y, const float* x0, const float* u, const float* xl, size_t n);
+// dx0 += dy * u; du = dy * x0 (WRITTEN: the linear map's output gradient);
+// dxl += dy.   all: [n]
+void CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,
+                   const float* dy, size_t n);
+
 // ---- input conversion --------------------------------------------------------
 // out[i] = float(in[i]) * scale: 8-bit samples (image pixels) to the model's
 // floats, with the same rounding as the scalar expression.   out, in: [n]

@@ -9,6 +9,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include "trainer/kernels/ctr_cuda_kernels.h"
 #include "trainer/kernels/cuda_check.h"
 #include "trainer/kernels/cuda_kernels.h"
 
@@ -143,6 +144,33 @@ class CudaBackend final : public Backend {
                                    int B, int C, float scale) override {
     FLEET_CUDA_CHECK(
         cuda::SoftmaxCrossEntropyBackward(dlogits, probs, labels, B, C, scale, stream_));
+  }
+  void FieldSumForward(float* out, const float* x, int B, int F, int W, int row_stride,
+                       int field_stride, int offset, float beta) override {
+    FLEET_CUDA_CHECK(
+        cuda::FieldSumForward(out, x, B, F, W, row_stride, field_stride, offset, beta, stream_));
+  }
+  void FieldSumBackward(float* dx, const float* dout, int B, int F, int W, int row_stride,
+                        int field_stride, int offset) override {
+    FLEET_CUDA_CHECK(
+        cuda::FieldSumBackward(dx, dout, B, F, W, row_stride, field_stride, offset, stream_));
+  }
+  void FmForward(float* out, const float* x, int B, int F, int D, int row_stride, int field_stride,
+                 int offset, float beta) override {
+    FLEET_CUDA_CHECK(
+        cuda::FmForward(out, x, B, F, D, row_stride, field_stride, offset, beta, stream_));
+  }
+  void FmBackward(float* dx, const float* x, const float* dout, int B, int F, int D, int row_stride,
+                  int field_stride, int offset) override {
+    FLEET_CUDA_CHECK(
+        cuda::FmBackward(dx, x, dout, B, F, D, row_stride, field_stride, offset, stream_));
+  }
+  void CrossForward(float* y, const float* x0, const float* u, const float* xl, size_t n) override {
+    FLEET_CUDA_CHECK(cuda::CrossForward(y, x0, u, xl, n, stream_));
+  }
+  void CrossBackward(float* dx0, float* du, float* dxl, const float* x0, const float* u,
+                     const float* dy, size_t n) override {
+    FLEET_CUDA_CHECK(cuda::CrossBackward(dx0, du, dxl, x0, u, dy, n, stream_));
   }
   void SgdUpdate(float* p, const float* g, size_t n, float lr, float weight_decay) override {
     FLEET_CUDA_CHECK(cuda::SgdUpdate(p, g, n, lr, weight_decay, stream_));

@@ -1,15 +1,16 @@
 #include "trainer/kernels/gpt_cpu_kernels.h"
 
-#include <algorithm>
-#include <limits>
-#include <array>
-#include <cmath>
-#include <cstring>
-
 #include <cblas.h>
 #include <glog/logging.h>
 
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/kernels/philox.h"
 #include "trainer/kernels/vector_clones.h"
 
 // The element-wise loops below are written so that GCC vectorises them
@@ -264,6 +265,25 @@ FLEET_VECTOR_CLONES void AdamWRange(float* p, const float* g, float* m, float* v
   }
 }
 
+// out[i] = (residual ? residual[i] : 0) + (kept(index0 + i) ? in[i] * scale : 0)
+// for i < n, element index0 + i of the dropout stream (stream, lane); the
+// mask's bits are drawn four elements at a time. out may alias in or
+// residual.
+void DropoutRange(float* out, const float* in, const float* residual, size_t n, uint64_t index0,
+                  const DropoutSpec& d, uint32_t stream, uint32_t lane) {
+  const uint32_t threshold = philox::DropoutThreshold(d.p);
+  const float scale = d.scale();
+  philox::Bits4 bits{};
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t index = index0 + i;
+    if (i == 0 || (index & 3) == 0) {
+      bits = philox::DropoutGroupBits(d.seed, d.site, stream, lane, index >> 2);
+    }
+    const float kept = bits.v[index & 3] >= threshold ? in[i] * scale : 0.0f;
+    out[i] = residual != nullptr ? residual[i] + kept : kept;
+  }
+}
+
 }  // namespace
 
 // ---- CpuGptKernels --------------------------------------------------------------------
@@ -394,13 +414,17 @@ size_t CpuGptKernels::AttentionScratchFloats(int B, int T, int NH) const {
   return size_t(AttentionTasks(B, NH)) * std::min(T, kAttentionRowBlock) * T;
 }
 
-void CpuGptKernels::AttentionForward(float* out, float* saved, const float* qkv, int B, int T,
-                                     int C, int NH) {
+void CpuGptKernels::AttentionForward(float* out, float* saved, float* scratch, const float* qkv,
+                                     int B, int T, int C, int NH, const DropoutSpec& dropout) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int tasks = AttentionTasks(B, NH);
   const Blocks pairs = Split(int64_t{B} * NH, tasks, 1, 1);
+  const int64_t block_floats = int64_t{std::min(T, kAttentionRowBlock)} * T;
   For(pairs.count, [&](size_t task) {
+    // With dropout: the row block's dropped probabilities [rows, i1] (the
+    // saved ones stay whole for backward).
+    float* dropped = scratch + static_cast<int64_t>(task) * block_floats;
     for (int64_t bh = pairs.begin(task); bh < pairs.end(task); ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
       const float* q = qkv + b * T * 3 * C + h * hs;
@@ -414,8 +438,20 @@ void CpuGptKernels::AttentionForward(float* out, float* saved, const float* qkv,
         Sgemm(false, true, rows, i1, hs, scale, q + int64_t{i0} * 3 * C, 3 * C, k, 3 * C, 0.0f,
               att + int64_t{i0} * T, T);
         for (int i = i0; i < i1; ++i) CausalSoftmaxRow(att + int64_t{i} * T, i + 1, i1);
-        Sgemm(false, false, rows, hs, i1, 1.0f, att + int64_t{i0} * T, T, v, 3 * C, 0.0f,
-              o + int64_t{i0} * C, C);
+        const float* weights = att + int64_t{i0} * T;
+        int ld = T;
+        if (dropout.enabled()) {
+          for (int i = i0; i < i1; ++i) {
+            float* row = dropped + int64_t{i - i0} * i1;
+            DropoutRange(row, att + int64_t{i} * T, nullptr, i + 1, uint64_t(i) * T, dropout,
+                         dropout.streams[b], static_cast<uint32_t>(dropout.head_offset + h));
+            std::fill(row + i + 1, row + i1, 0.0f);
+          }
+          weights = dropped;
+          ld = i1;
+        }
+        Sgemm(false, false, rows, hs, i1, 1.0f, weights, ld, v, 3 * C, 0.0f, o + int64_t{i0} * C,
+              C);
       }
     }
   });
@@ -423,7 +459,7 @@ void CpuGptKernels::AttentionForward(float* out, float* saved, const float* qkv,
 
 void CpuGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* dout,
                                       const float* qkv, const float* /*out*/, const float* saved,
-                                      int B, int T, int C, int NH) {
+                                      int B, int T, int C, int NH, const DropoutSpec& dropout) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const int tasks = AttentionTasks(B, NH);
@@ -433,6 +469,8 @@ void CpuGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* 
     float* dp = scratch + static_cast<int64_t>(task) * block_floats;  // [rows, i1]
     for (int64_t bh = pairs.begin(task); bh < pairs.end(task); ++bh) {
       const int64_t b = bh / NH, h = bh % NH;
+      const uint32_t stream = dropout.enabled() ? dropout.streams[b] : 0;
+      const uint32_t lane = static_cast<uint32_t>(dropout.head_offset + h);
       const float* q = qkv + b * T * 3 * C + h * hs;
       const float* k = q + C;
       const float* v = q + 2 * C;
@@ -444,9 +482,27 @@ void CpuGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* 
       for (int i0 = 0; i0 < T; i0 += kAttentionRowBlock) {
         const int i1 = std::min(T, i0 + kAttentionRowBlock), rows = i1 - i0;
         const float* p = att + int64_t{i0} * T;
-        // dP = dO V^T;  dV += P^T dO.
-        Sgemm(false, true, rows, i1, hs, 1.0f, dO + int64_t{i0} * C, C, v, 3 * C, 0.0f, dp, i1);
-        Sgemm(true, false, i1, hs, rows, 1.0f, p, T, dO + int64_t{i0} * C, C, 1.0f, dv, 3 * C);
+        if (dropout.enabled()) {
+          // dV += P'^T dO with P' the dropped probabilities (built in dp
+          // first), then dP = mask * (dO V^T): the softmax's backward takes
+          // the gradient of the probabilities before dropout.
+          for (int i = i0; i < i1; ++i) {
+            float* row = dp + int64_t{i - i0} * i1;
+            DropoutRange(row, p + int64_t{i - i0} * T, nullptr, i + 1, uint64_t(i) * T, dropout,
+                         stream, lane);
+            std::fill(row + i + 1, row + i1, 0.0f);
+          }
+          Sgemm(true, false, i1, hs, rows, 1.0f, dp, i1, dO + int64_t{i0} * C, C, 1.0f, dv, 3 * C);
+          Sgemm(false, true, rows, i1, hs, 1.0f, dO + int64_t{i0} * C, C, v, 3 * C, 0.0f, dp, i1);
+          for (int i = i0; i < i1; ++i) {
+            float* row = dp + int64_t{i - i0} * i1;
+            DropoutRange(row, row, nullptr, i + 1, uint64_t(i) * T, dropout, stream, lane);
+          }
+        } else {
+          // dP = dO V^T;  dV += P^T dO.
+          Sgemm(false, true, rows, i1, hs, 1.0f, dO + int64_t{i0} * C, C, v, 3 * C, 0.0f, dp, i1);
+          Sgemm(true, false, i1, hs, rows, 1.0f, p, T, dO + int64_t{i0} * C, C, 1.0f, dv, 3 * C);
+        }
         // dS = scale * P (dP - rowsum(P dP)), zero above the diagonal.
         for (int i = i0; i < i1; ++i) {
           SoftmaxBackwardRow(dp + int64_t{i - i0} * i1, p + int64_t{i - i0} * T, i + 1, i1, scale);
@@ -507,6 +563,25 @@ void CpuGptKernels::GeluBackward(float* dinp, const float* inp, const float* dou
     const int64_t b0 = blocks.begin(blk);
     GeluBackwardRange(dinp + b0, inp + b0, dout + b0, blocks.end(blk) - b0);
   });
+}
+
+void CpuGptKernels::DropoutForward(float* out, const float* inp, const float* residual, int B,
+                                   size_t n, const DropoutSpec& dropout) {
+  // Blocks of each sequence's elements, aligned to the mask's groups of 4.
+  const Blocks blocks =
+      Split(static_cast<int64_t>(n), workers_, kMinElements, kBlocksPerWorker, 16);
+  For(size_t(B) * blocks.count, [&](size_t task) {
+    const size_t b = task / blocks.count, blk = task % blocks.count;
+    const int64_t i0 = blocks.begin(blk);
+    const size_t at = b * n + i0;
+    DropoutRange(out + at, inp + at, residual ? residual + at : nullptr, blocks.end(blk) - i0,
+                 uint64_t(i0), dropout, dropout.streams[b], 0);
+  });
+}
+
+void CpuGptKernels::DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                                    const DropoutSpec& dropout) {
+  DropoutForward(dinp, dout, nullptr, B, n, dropout);
 }
 
 void CpuGptKernels::CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N,

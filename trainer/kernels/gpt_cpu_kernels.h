@@ -61,15 +61,21 @@ class CpuGptKernels final : public GptKernels {
   // row block is written). Scratch: one [kAttentionRowBlock, T] block per
   // attention task.
   size_t AttentionSavedFloats(int B, int T, int NH) const override;
-  void AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
-                        int NH) override;
+  // With dropout, forward drops the probabilities of each row block into
+  // its task's scratch block (saved keeps them whole for backward).
+  void AttentionForward(float* out, float* saved, float* scratch, const float* qkv, int B, int T,
+                        int C, int NH, const DropoutSpec& dropout) override;
   size_t AttentionScratchFloats(int B, int T, int NH) const override;
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* out, const float* saved, int B, int T, int C,
-                         int NH) override;
+                         const float* out, const float* saved, int B, int T, int C, int NH,
+                         const DropoutSpec& dropout) override;
   void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
                               const float* qkv, int B, int T, int past, int maxT, int C,
                               int NH) override;
+  void DropoutForward(float* out, const float* inp, const float* residual, int B, size_t n,
+                      const DropoutSpec& dropout) override;
+  void DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                       const DropoutSpec& dropout) override;
   void GeluForward(float* out, const float* inp, size_t n) override;
   void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) override;
   void CrossEntropyForward(float* losses, float* logits, const int32_t* targets, int N, int V,

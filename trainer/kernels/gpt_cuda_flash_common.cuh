@@ -11,22 +11,15 @@
 
 #include <cstddef>
 
-#include "trainer/kernels/gpt_cuda_ops.h"  // TileType
+#include "trainer/kernels/gpt_cuda_attention_tiles.h"  // ForwardParams
+#include "trainer/kernels/gpt_cuda_ops.h"              // TileType
 
 namespace fleet::trainer::cuda::gpt {
 
 // The kernels' arguments: those of TensorCoreAttentionForward and
 // TensorCoreAttentionBackward (gpt_cuda_flash_tc.h), and scale = 1 / sqrt(hs).
-struct ForwardArgs {
-  float* out;
-  float* lse;
-  const float* q;
-  const float* k;
-  const float* v;
-  size_t q_batch, kv_batch, q_ld, kv_ld;
-  int Tq, past, C, NH;
-  float scale;
-};
+// The forward's are the float tiles' (gpt_cuda_attention_tiles.h).
+using ForwardArgs = ForwardParams;
 
 struct BackwardArgs {
   float* dqkv;

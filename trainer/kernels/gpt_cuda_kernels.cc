@@ -2,17 +2,18 @@
 // on the backend's stream. Compiled only when FLEET_CUDA is ON.
 #include "trainer/kernels/gpt_cuda_kernels.h"
 
+#include <cublasLt.h>
+#include <glog/logging.h>
+
 #include <array>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
 
-#include <cublasLt.h>
-#include <glog/logging.h>
-
 #include "trainer/kernels/cuda_backend.h"
 #include "trainer/kernels/cuda_check.h"
+#include "trainer/kernels/gpt_cuda_dropout_args.h"
 #include "trainer/kernels/gpt_cuda_flash_tc.h"
 #include "trainer/kernels/gpt_cuda_ops.h"
 
@@ -430,23 +431,39 @@ size_t CudaGptKernels::AttentionScratchFloats(int B, int T, int NH) const {
   return size_t(B) * NH * T;
 }
 
-void CudaGptKernels::AttentionForward(float* out, float* saved, const float* qkv, int B, int T,
-                                      int C, int NH) {
+void CudaGptKernels::AttentionForward(float* out, float* saved, float* /*scratch*/,
+                                      const float* qkv, int B, int T, int C, int NH,
+                                      const DropoutSpec& dropout) {
   CheckHeadSize(C, NH);
   Enter();
-  FLEET_CUDA_CHECK(ops::AttentionForward(out, saved, qkv, B, T, C, NH, TileTypeOf(precision_),
-                                         PathOf(tensor_core_attention_, attention_kernel_),
-                                         stream_));
+  FLEET_CUDA_CHECK(ops::AttentionForward(
+      out, saved, qkv, B, T, C, NH, ops::DropoutArgsOf(dropout), TileTypeOf(precision_),
+      PathOf(tensor_core_attention_, attention_kernel_), stream_));
 }
 
 void CudaGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* dout,
                                        const float* qkv, const float* out, const float* saved,
-                                       int B, int T, int C, int NH) {
+                                       int B, int T, int C, int NH, const DropoutSpec& dropout) {
   CheckHeadSize(C, NH);
   Enter();
   FLEET_CUDA_CHECK(ops::AttentionBackward(
-      dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, TileTypeOf(precision_),
-      PathOf(tensor_core_attention_, attention_kernel_), stream_));
+      dqkv, scratch, dout, qkv, out, saved, B, T, C, NH, ops::DropoutArgsOf(dropout),
+      TileTypeOf(precision_), PathOf(tensor_core_attention_, attention_kernel_), stream_));
+}
+
+void CudaGptKernels::DropoutForward(float* out, const float* inp, const float* residual, int B,
+                                    size_t n, const DropoutSpec& dropout) {
+  CHECK(dropout.enabled()) << "DropoutForward needs p > 0";
+  Enter();
+  FLEET_CUDA_CHECK(
+      ops::DropoutForward(out, inp, residual, B, n, ops::DropoutArgsOf(dropout), stream_));
+}
+
+void CudaGptKernels::DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                                     const DropoutSpec& dropout) {
+  CHECK(dropout.enabled()) << "DropoutBackward needs p > 0";
+  Enter();
+  FLEET_CUDA_CHECK(ops::DropoutBackward(dinp, dout, B, n, ops::DropoutArgsOf(dropout), stream_));
 }
 
 void CudaGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,

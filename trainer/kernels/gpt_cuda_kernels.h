@@ -141,12 +141,18 @@ class CudaGptKernels final : public GptKernels {
   // Saved: the row log-sum-exps [B, NH, T]. Scratch: [B, NH, T].
   // REQUIRES (CHECK): C / NH <= cuda::gpt::kMaxHeadSize (256).
   size_t AttentionSavedFloats(int B, int T, int NH) const override;
-  void AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
-                        int NH) override;
+  // Attention dropout runs on the tile kernels whatever set_attention_kernel
+  // says (the tensor-core kernels have none).
+  void AttentionForward(float* out, float* saved, float* scratch, const float* qkv, int B, int T,
+                        int C, int NH, const DropoutSpec& dropout) override;
   size_t AttentionScratchFloats(int B, int T, int NH) const override;
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* out, const float* saved, int B, int T, int C,
-                         int NH) override;
+                         const float* out, const float* saved, int B, int T, int C, int NH,
+                         const DropoutSpec& dropout) override;
+  void DropoutForward(float* out, const float* inp, const float* residual, int B, size_t n,
+                      const DropoutSpec& dropout) override;
+  void DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                       const DropoutSpec& dropout) override;
   // Flash attention of the new queries over the caches (the forward kernel
   // reading keys and values from the caches); `scratch` is not used.
   void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,

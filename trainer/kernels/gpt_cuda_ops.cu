@@ -6,19 +6,10 @@
 // thread or block, which sums its rows in order: deterministic without
 // atomics. Warp sums use xor shuffles, which give every lane the same bits.
 //
-// Attention is flash attention (Dao et al. 2022, FlashAttention-2's loop
-// order): a block takes a tile of 32 queries (forward, dQ) or 32 keys (dK,
-// dV), stages the other side's tiles of q, k, v and dout in shared memory
-// (converted to the tile type: float, bf16 or fp16) and keeps an online
-// softmax in registers; only the row log-sum-exps go to global memory. dQ
-// and dK/dV are separate kernels that each recompute the probabilities, so
-// every gradient element has one writer (no atomics, deterministic).
-#include "trainer/kernels/cuda_emulatable.h"
-#include "trainer/kernels/gpt_cuda_ops.h"
-
-#include "trainer/kernels/gpt_cuda_flash_mma.h"
-#include "trainer/kernels/gpt_cuda_flash_tc.h"
-
+// Attention is flash attention: the tile kernels of
+// gpt_cuda_attention_tiles.cu, or the tensor-core kernels of
+// gpt_cuda_flash_tc.cu and gpt_cuda_flash_mma.cu where they apply; this file
+// picks (DispatchTile). Dropout's kernels are gpt_cuda_dropout.cu.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -26,46 +17,17 @@
 #include <climits>
 #include <cmath>
 
+#include "trainer/kernels/cuda_emulatable.h"
+#include "trainer/kernels/gpt_cuda_attention_tiles.h"
+#include "trainer/kernels/gpt_cuda_device.cuh"
+#include "trainer/kernels/gpt_cuda_flash_mma.h"
+#include "trainer/kernels/gpt_cuda_flash_tc.h"
+#include "trainer/kernels/gpt_cuda_ops.h"
+
 namespace fleet::trainer::cuda::gpt {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarpsPerBlock = kThreads / 32;
-constexpr unsigned kFullMask = 0xffffffffu;
-
-// Grid of a grid-stride loop over n elements.
-unsigned GridFor(size_t n) {
-  const size_t blocks = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(std::min<size_t>(std::max<size_t>(blocks, 1), 65535));
-}
-
-__device__ __forceinline__ size_t GlobalThread() {
-  return size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ __forceinline__ size_t GridThreads() { return size_t(gridDim.x) * blockDim.x; }
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-__device__ __forceinline__ double WarpSum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
-}
-
-// Tile element conversions.
-__device__ __forceinline__ void StoreTile(float& dst, float x) { dst = x; }
-__device__ __forceinline__ void StoreTile(__nv_bfloat16& dst, float x) {
-  dst = __float2bfloat16(x);
-}
-__device__ __forceinline__ void StoreTile(__half& dst, float x) { dst = __float2half(x); }
-__device__ __forceinline__ float LoadTile(float x) { return x; }
-__device__ __forceinline__ float LoadTile(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float LoadTile(__half x) { return __half2float(x); }
+using namespace dev;  // NOLINT: the kernels' shared device helpers
 
 // ---- embedding --------------------------------------------------------------------
 
@@ -273,123 +235,7 @@ __global__ void RoundRowsKernel(TT* dst, const float* src, size_t rows, size_t c
   }
 }
 
-// ---- attention ------------------------------------------------------------------------
-
-constexpr int kTile = kAttentionTile;
-constexpr int kAttnWarps = 8;
-constexpr int kAttnThreads = kAttnWarps * 32;
-constexpr int kRowsPerWarp = kTile / kAttnWarps;  // warp w takes tile rows w, w + 8, ...
-static_assert(kTile == 32, "one lane per key or query of a tile");
-
-// dst [kTile, hs + 1] (padded: lane r reading row r's element d hits bank
-// (r (hs + 1) + d) % 32, all different) gets rows [row0, row0 + kTile) of
-// src (row stride ld_src; rows at or past T are zero, so that a masked
-// probability 0 never meets uninitialised shared memory).
-template <typename TT>
-__device__ void LoadRows(TT* dst, const float* src, int row0, int T, int hs, size_t ld_src) {
-  const int ld = hs + 1;
-  for (int idx = threadIdx.x; idx < kTile * hs; idx += blockDim.x) {
-    const int r = idx / hs, d = idx % hs;
-    const int t = row0 + r;
-    StoreTile(dst[r * ld + d], t < T ? src[size_t(t) * ld_src + d] : 0.0f);
-  }
-}
-
-template <typename TT>
-__device__ __forceinline__ float RowDot(const TT* a, const TT* b, int hs) {
-  float acc = 0.0f;
-  for (int d = 0; d < hs; ++d) acc += LoadTile(a[d]) * LoadTile(b[d]);
-  return acc;
-}
-
-// Where a forward attention reads and writes. Queries: Tq rows per
-// sequence at positions past .. past + Tq - 1, row stride q_ld, sequences
-// q_batch apart; keys and values: rows 0 .. past + Tq - 1, stride kv_ld,
-// sequences kv_batch apart (in qkv itself for training, in the KV caches for
-// decoding). out: [B, Tq, C]; lse: [B, NH, Tq] or null.
-struct ForwardParams {
-  float* out;
-  float* lse;
-  const float* q;
-  const float* k;
-  const float* v;
-  size_t q_batch, kv_batch;
-  size_t q_ld, kv_ld;
-  int Tq, past, C, NH;
-  float scale;
-};
-
-// Grid (B NH, ceil(Tq / kTile)); block kAttnThreads; dynamic shared memory
-// 3 tiles (q, k, v). Lane j of the warp on query row i scores key k0 + j.
-template <typename TT, int DPL>
-__global__ void __launch_bounds__(kAttnThreads) AttentionForwardKernel(ForwardParams a) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int hs = a.C / a.NH, ld = hs + 1;
-  TT* sQ = reinterpret_cast<TT*>(smem);
-  TT* sK = sQ + kTile * ld;
-  TT* sV = sK + kTile * ld;
-  const int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH;
-  const int q0 = blockIdx.y * kTile;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int Tk = a.past + a.Tq;  // keys in the sequence
-  const float* qb = a.q + size_t(b) * a.q_batch + size_t(h) * hs;
-  const float* kb = a.k + size_t(b) * a.kv_batch + size_t(h) * hs;
-  const float* vb = a.v + size_t(b) * a.kv_batch + size_t(h) * hs;
-
-  LoadRows(sQ, qb, q0, a.Tq, hs, a.q_ld);
-  float m[kRowsPerWarp], l[kRowsPerWarp], o[kRowsPerWarp][DPL];
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    m[rr] = -INFINITY;
-    l[rr] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) o[rr][e] = 0.0f;
-  }
-  // The key of the tile's last query; keys past it are masked for all rows.
-  const int last = a.past + min(q0 + kTile, a.Tq) - 1;
-  for (int k0 = 0; k0 <= last; k0 += kTile) {
-    __syncthreads();  // the previous k, v tiles are consumed
-    LoadRows(sK, kb, k0, Tk, hs, a.kv_ld);
-    LoadRows(sV, vb, k0, Tk, hs, a.kv_ld);
-    __syncthreads();
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int r = warp + rr * kAttnWarps, i = q0 + r;
-      const int jmax = min(kTile, a.past + i - k0 + 1);  // keys k0 .. past + i of this tile
-      if (i >= a.Tq || jmax <= 0) continue;               // uniform over the warp
-      float sc = -INFINITY;
-      if (lane < jmax) sc = RowDot(sQ + r * ld, sK + lane * ld, hs) * a.scale;
-      const float m_new = fmaxf(m[rr], WarpMax(sc));  // finite: lane 0 is a key
-      const float p = lane < jmax ? expf(sc - m_new) : 0.0f;
-      const float corr = expf(m[rr] - m_new);  // 0 on the first tile
-      l[rr] = l[rr] * corr + WarpSum(p);
-#pragma unroll
-      for (int e = 0; e < DPL; ++e) o[rr][e] *= corr;
-      for (int j = 0; j < jmax; ++j) {
-        const float pj = __shfl_sync(kFullMask, p, j);
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          const int d = lane + 32 * e;
-          if (d < hs) o[rr][e] += pj * LoadTile(sV[j * ld + d]);
-        }
-      }
-      m[rr] = m_new;
-    }
-  }
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int i = q0 + warp + rr * kAttnWarps;
-    if (i >= a.Tq) continue;
-    const float inv = 1.0f / l[rr];
-    float* dst = a.out + (size_t(b) * a.Tq + i) * a.C + size_t(h) * hs;
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) {
-      const int d = lane + 32 * e;
-      if (d < hs) dst[d] = o[rr][e] * inv;
-    }
-    if (a.lse != nullptr && lane == 0) a.lse[size_t(bh) * a.Tq + i] = m[rr] + logf(l[rr]);
-  }
-}
+// ---- attention (the tile kernels are gpt_cuda_attention_tiles.cu) ---------------------
 
 // k_cache[b, past + t, :] = qkv[b, t, C:2C], v_cache likewise from 2C:3C;
 // n = B T C elements.
@@ -404,260 +250,6 @@ __global__ void AppendKvKernel(float* k_cache, float* v_cache, const float* qkv,
   }
 }
 
-// dots[b, h, t] = dout[b, t, h] . out[b, t, h] (over the head's hs columns);
-// one warp per (b, t, h).
-__global__ void AttentionRowDotKernel(float* dots, const float* dout, const float* out, int B,
-                                      int T, int C, int NH) {
-  const size_t row = size_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  if (row >= size_t(B) * T * NH) return;
-  const int hs = C / NH;
-  const int h = static_cast<int>(row % NH);
-  const size_t bt = row / NH;  // b T + t
-  const float* a = dout + bt * C + size_t(h) * hs;
-  const float* o = out + bt * C + size_t(h) * hs;
-  float acc = 0.0f;
-  for (int d = lane; d < hs; d += 32) acc += a[d] * o[d];
-  acc = WarpSum(acc);
-  if (lane == 0) {
-    const size_t b = bt / T, t = bt % T;
-    dots[(b * NH + h) * T + t] = acc;
-  }
-}
-
-// dK, dV of a tile of kTile keys: grid (B NH, ceil(T / kTile)). Walks the
-// query tiles from the key tile on; lane i of the warp on key j takes query
-// q0 + i. Dynamic shared memory: lse and dots of the query tile (2 kTile
-// floats), then 4 tiles (k, v, q, dout).
-template <typename TT, int DPL>
-__global__ void __launch_bounds__(kAttnThreads)
-    AttentionBackwardKvKernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                              const float* dots, int T, int C, int NH, float scale) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int hs = C / NH, ld = hs + 1;
-  float* sL = reinterpret_cast<float*>(smem);
-  float* sD = sL + kTile;
-  TT* sK = reinterpret_cast<TT*>(sD + kTile);
-  TT* sV = sK + kTile * ld;
-  TT* sQ = sV + kTile * ld;
-  TT* sO = sQ + kTile * ld;  // dout
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int k0 = blockIdx.y * kTile;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t C3 = size_t(3) * C;
-  const float* base = qkv + size_t(b) * T * C3 + size_t(h) * hs;
-  const float* dbase = dout + size_t(b) * T * C + size_t(h) * hs;
-
-  LoadRows(sK, base + C, k0, T, hs, C3);
-  LoadRows(sV, base + 2 * C, k0, T, hs, C3);
-  float dk[kRowsPerWarp][DPL], dv[kRowsPerWarp][DPL];
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) dk[rr][e] = dv[rr][e] = 0.0f;
-  }
-  for (int q0 = k0; q0 < T; q0 += kTile) {  // earlier queries do not see these keys
-    __syncthreads();  // the previous q, dout tiles are consumed
-    LoadRows(sQ, base, q0, T, hs, C3);
-    LoadRows(sO, dbase, q0, T, hs, size_t(C));
-    if (threadIdx.x < kTile) {
-      const int i = q0 + threadIdx.x;
-      sL[threadIdx.x] = i < T ? lse[size_t(bh) * T + i] : 0.0f;
-      sD[threadIdx.x] = i < T ? dots[size_t(bh) * T + i] : 0.0f;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int kr = warp + rr * kAttnWarps, j = k0 + kr;
-      if (j >= T) continue;  // uniform over the warp
-      const int i = q0 + lane;
-      const bool valid = i < T && i >= j;
-      const float sc = RowDot(sQ + lane * ld, sK + kr * ld, hs) * scale;
-      const float dp = RowDot(sO + lane * ld, sV + kr * ld, hs);
-      const float p = valid ? expf(sc - sL[lane]) : 0.0f;
-      const float ds = valid ? p * (dp - sD[lane]) * scale : 0.0f;
-      for (int ii = 0; ii < kTile; ++ii) {
-        const float pi = __shfl_sync(kFullMask, p, ii);
-        const float dsi = __shfl_sync(kFullMask, ds, ii);
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          const int d = lane + 32 * e;
-          if (d < hs) {
-            dv[rr][e] += pi * LoadTile(sO[ii * ld + d]);
-            dk[rr][e] += dsi * LoadTile(sQ[ii * ld + d]);
-          }
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int j = k0 + warp + rr * kAttnWarps;
-    if (j >= T) continue;
-    float* dst = dqkv + (size_t(b) * T + j) * C3 + size_t(h) * hs;
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) {
-      const int d = lane + 32 * e;
-      if (d < hs) {
-        dst[C + d] += dk[rr][e];
-        dst[2 * C + d] += dv[rr][e];
-      }
-    }
-  }
-}
-
-// dQ of a tile of kTile queries: grid (B NH, ceil(T / kTile)). Walks the key
-// tiles up to the diagonal; lane j of the warp on query i takes key k0 + j.
-// Dynamic shared memory: 4 tiles (q, dout, k, v).
-template <typename TT, int DPL>
-__global__ void __launch_bounds__(kAttnThreads)
-    AttentionBackwardQKernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                             const float* dots, int T, int C, int NH, float scale) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  const int hs = C / NH, ld = hs + 1;
-  TT* sQ = reinterpret_cast<TT*>(smem);
-  TT* sO = sQ + kTile * ld;  // dout
-  TT* sK = sO + kTile * ld;
-  TT* sV = sK + kTile * ld;
-  const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-  const int q0 = blockIdx.y * kTile;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const size_t C3 = size_t(3) * C;
-  const float* base = qkv + size_t(b) * T * C3 + size_t(h) * hs;
-
-  LoadRows(sQ, base, q0, T, hs, C3);
-  LoadRows(sO, dout + size_t(b) * T * C + size_t(h) * hs, q0, T, hs, size_t(C));
-  float L[kRowsPerWarp], D[kRowsPerWarp], dq[kRowsPerWarp][DPL];
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int i = q0 + warp + rr * kAttnWarps;
-    L[rr] = i < T ? lse[size_t(bh) * T + i] : 0.0f;
-    D[rr] = i < T ? dots[size_t(bh) * T + i] : 0.0f;
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) dq[rr][e] = 0.0f;
-  }
-  const int last = min(q0 + kTile, T) - 1;
-  for (int k0 = 0; k0 <= last; k0 += kTile) {
-    __syncthreads();  // the previous k, v tiles are consumed (and q, dout loaded)
-    LoadRows(sK, base + C, k0, T, hs, C3);
-    LoadRows(sV, base + 2 * C, k0, T, hs, C3);
-    __syncthreads();
-#pragma unroll
-    for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-      const int r = warp + rr * kAttnWarps, i = q0 + r;
-      const int jmax = min(kTile, i - k0 + 1);
-      if (i >= T || jmax <= 0) continue;  // uniform over the warp
-      float ds = 0.0f;
-      if (lane < jmax) {
-        const float sc = RowDot(sQ + r * ld, sK + lane * ld, hs) * scale;
-        const float dp = RowDot(sO + r * ld, sV + lane * ld, hs);
-        ds = expf(sc - L[rr]) * (dp - D[rr]) * scale;
-      }
-      for (int j = 0; j < jmax; ++j) {
-        const float dsj = __shfl_sync(kFullMask, ds, j);
-#pragma unroll
-        for (int e = 0; e < DPL; ++e) {
-          const int d = lane + 32 * e;
-          if (d < hs) dq[rr][e] += dsj * LoadTile(sK[j * ld + d]);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int i = q0 + warp + rr * kAttnWarps;
-    if (i >= T) continue;
-    float* dst = dqkv + (size_t(b) * T + i) * C3 + size_t(h) * hs;
-#pragma unroll
-    for (int e = 0; e < DPL; ++e) {
-      const int d = lane + 32 * e;
-      if (d < hs) dst[d] += dq[rr][e];
-    }
-  }
-}
-
-// What one attention call works on. Forward: out, aux = lse, qkv, and for
-// decoding k_cache / v_cache (else null: keys and values are in qkv), past,
-// maxT. Backward: out = dqkv, aux = scratch (the row dots), dout, fout = the
-// forward's out, lse.
-struct AttentionArgs {
-  float* out;
-  float* aux;
-  const float* dout;
-  const float* qkv;
-  const float* fout;
-  const float* lse;
-  const float* k_cache;
-  const float* v_cache;
-  int B, T, C, NH;
-  int past, maxT;
-};
-
-// Where a forward call reads: q, k, v in qkv, or k, v in the caches when
-// decoding.
-ForwardParams ForwardLayout(const AttentionArgs& a) {
-  const size_t C3 = size_t(3) * a.C;
-  const float scale = 1.0f / sqrtf(static_cast<float>(a.C / a.NH));
-  ForwardParams p{a.out, a.aux, a.qkv, a.qkv + a.C, a.qkv + 2 * a.C, a.T * C3, a.T * C3,
-                  C3,    C3,    a.T,   a.past,      a.C,             a.NH,     scale};
-  if (a.k_cache != nullptr) {
-    p.k = a.k_cache;
-    p.v = a.v_cache;
-    p.kv_batch = size_t(a.maxT) * a.C;
-    p.kv_ld = size_t(a.C);
-  }
-  return p;
-}
-
-// scratch (a.aux) = the rows' dout . out, which both backward paths need.
-cudaError_t LaunchRowDots(const AttentionArgs& a, cudaStream_t s) {
-  const size_t rows = size_t(a.B) * a.T * a.NH;
-  const unsigned dot_blocks = static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  AttentionRowDotKernel<<<dot_blocks, kThreads, 0, s>>>(a.aux, a.dout, a.fout, a.B, a.T, a.C,
-                                                         a.NH);
-  return cudaGetLastError();
-}
-
-template <typename TT, int DPL>
-cudaError_t LaunchAttention(bool backward, const AttentionArgs& a, cudaStream_t s) {
-  const int hs = a.C / a.NH;
-  const float scale = 1.0f / sqrtf(static_cast<float>(hs));
-  const dim3 grid(static_cast<unsigned>(a.B * a.NH), static_cast<unsigned>((a.T + kTile - 1) / kTile));
-  const size_t tile_bytes = size_t(kTile) * (hs + 1) * sizeof(TT);
-  cudaError_t e;
-  if (!backward) {
-    const ForwardParams p = ForwardLayout(a);
-    const size_t bytes = 3 * tile_bytes;
-    if ((e = AllowDynamicShared(AttentionForwardKernel<TT, DPL>, bytes)) != cudaSuccess) return e;
-    AttentionForwardKernel<TT, DPL><<<grid, kAttnThreads, bytes, s>>>(p);
-    return cudaGetLastError();
-  }
-  if ((e = LaunchRowDots(a, s)) != cudaSuccess) return e;
-  const size_t kv_bytes = 2 * kTile * sizeof(float) + 4 * tile_bytes;
-  if ((e = AllowDynamicShared(AttentionBackwardKvKernel<TT, DPL>, kv_bytes)) != cudaSuccess) {
-    return e;
-  }
-  AttentionBackwardKvKernel<TT, DPL><<<grid, kAttnThreads, kv_bytes, s>>>(
-      a.out, a.dout, a.qkv, a.lse, a.aux, a.T, a.C, a.NH, scale);
-  if ((e = cudaGetLastError()) != cudaSuccess) return e;
-  const size_t q_bytes = 4 * tile_bytes;
-  if ((e = AllowDynamicShared(AttentionBackwardQKernel<TT, DPL>, q_bytes)) != cudaSuccess) return e;
-  AttentionBackwardQKernel<TT, DPL><<<grid, kAttnThreads, q_bytes, s>>>(
-      a.out, a.dout, a.qkv, a.lse, a.aux, a.T, a.C, a.NH, scale);
-  return cudaGetLastError();
-}
-
-// Output dimensions per lane: the smallest power of two with 32 DPL >= hs.
-template <typename TT>
-cudaError_t DispatchHeadSize(bool backward, const AttentionArgs& a, cudaStream_t s) {
-  const int hs = a.C / a.NH;
-  if (hs <= 32) return LaunchAttention<TT, 1>(backward, a, s);
-  if (hs <= 64) return LaunchAttention<TT, 2>(backward, a, s);
-  if (hs <= 128) return LaunchAttention<TT, 4>(backward, a, s);
-  if (hs <= kMaxHeadSize) return LaunchAttention<TT, 8>(backward, a, s);
-  return cudaErrorInvalidValue;
-}
-
 // The tensor-core kernels (gpt_cuda_flash_tc.cu, gpt_cuda_flash_mma.cu)
 // where they apply; both take the same arguments.
 cudaError_t LaunchTensorCore(bool backward, const AttentionArgs& a, TileType tile, bool mma,
@@ -668,7 +260,7 @@ cudaError_t LaunchTensorCore(bool backward, const AttentionArgs& a, TileType til
     return forward(p.out, p.lse, p.q, p.k, p.v, p.q_batch, p.kv_batch, p.q_ld, p.kv_ld, a.B, p.Tq,
                    p.past, p.C, p.NH, tile, s);
   }
-  const cudaError_t e = LaunchRowDots(a, s);
+  const cudaError_t e = AttentionRowDots(a, s);
   if (e != cudaSuccess) return e;
   const auto backward_fn = mma ? MmaAttentionBackward : TensorCoreAttentionBackward;
   return backward_fn(a.out, a.dout, a.qkv, a.lse, a.aux, a.B, a.T, a.C, a.NH, tile, s);
@@ -678,18 +270,12 @@ cudaError_t DispatchTile(bool backward, const AttentionArgs& a, TileType tile, A
                          cudaStream_t s) {
   if (a.B <= 0 || a.T <= 0 || a.C <= 0 || a.NH <= 0) return cudaGetLastError();
   if (a.C % a.NH != 0) return cudaErrorInvalidValue;
-  if (path != AttentionPath::kTiles && TensorCoreAttentionSupports(tile, a.C / a.NH)) {
+  // The tensor-core kernels have no dropout: attention dropout runs on the tiles.
+  if (path != AttentionPath::kTiles && a.dropout.p == 0.0f &&
+      TensorCoreAttentionSupports(tile, a.C / a.NH)) {
     return LaunchTensorCore(backward, a, tile, path == AttentionPath::kMma, s);
   }
-  switch (tile) {
-    case TileType::kBf16:
-      return DispatchHeadSize<__nv_bfloat16>(backward, a, s);
-    case TileType::kFp16:
-      return DispatchHeadSize<__half>(backward, a, s);
-    case TileType::kFloat:
-      break;
-  }
-  return DispatchHeadSize<float>(backward, a, s);
+  return TileAttention(backward, a, tile, s);
 }
 
 // ---- GELU, cross-entropy, optimizer ---------------------------------------------------
@@ -955,9 +541,10 @@ cudaError_t BiasBackward(float* dbias, float* partials, const float* dout, int r
 }
 
 cudaError_t AttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             TileType tile, AttentionPath path, cudaStream_t s) {
+                             const DropoutArgs& dropout, TileType tile, AttentionPath path,
+                             cudaStream_t s) {
   const AttentionArgs a{out, lse, nullptr, qkv, nullptr, nullptr, nullptr, nullptr,
-                       B,   T,   C,       NH,  0,       T};
+                        B,   T,   C,       NH,  0,       T,       dropout};
   return DispatchTile(false, a, tile, path, s);
 }
 
@@ -969,15 +556,17 @@ cudaError_t AttentionDecodeForward(float* out, float* k_cache, float* v_cache, c
   AppendKvKernel<<<GridFor(n), kThreads, 0, s>>>(k_cache, v_cache, qkv, T, past, maxT, C, n);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  const AttentionArgs a{out, nullptr, nullptr, qkv, nullptr, nullptr, k_cache, v_cache,
-                        B,   T,       C,       NH,  past,    maxT};
+  const AttentionArgs a{out, nullptr, nullptr, qkv, nullptr, nullptr, k_cache,      v_cache,
+                        B,   T,       C,       NH,  past,    maxT,    DropoutArgs{}};
   return DispatchTile(false, a, tile, path, s);
 }
 
 cudaError_t AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int C, int NH,
-                              TileType tile, AttentionPath path, cudaStream_t s) {
-  const AttentionArgs a{dqkv, scratch, dout, qkv, out, lse, nullptr, nullptr, B, T, C, NH, 0, T};
+                              const DropoutArgs& dropout, TileType tile, AttentionPath path,
+                              cudaStream_t s) {
+  const AttentionArgs a{dqkv, scratch, dout, qkv, out, lse, nullptr, nullptr,
+                        B,    T,       C,    NH,  0,   T,   dropout};
   return DispatchTile(true, a, tile, path, s);
 }
 

@@ -20,6 +20,16 @@ namespace fleet::trainer::cuda::gpt {
 // (arithmetic stays float32): float32, bfloat16 or float16.
 enum class TileType { kFloat, kBf16, kFp16 };
 
+// Dropout (GptKernels' DropoutSpec, as the .cu files take it): p 0 is off;
+// streams is device memory [B].
+struct DropoutArgs {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  uint32_t site = 0;
+  const uint32_t* streams = nullptr;
+  int head_offset = 0;
+};
+
 // Attention tiles are kAttentionTile queries by kAttentionTile keys; one
 // lane of a warp per key (or query), so the tile is a warp wide.
 inline constexpr int kAttentionTile = 32;
@@ -72,20 +82,24 @@ cudaError_t RoundRows(void* dst, const float* src, size_t rows, size_t cols, siz
 // tensor-core kernels of gpt_cuda_flash_tc.cu, kMma those of
 // gpt_cuda_flash_mma.cu (not yet run on a GPU; see its header), both only
 // when the caller checked TensorCoreAttentionAvailable()
-// (gpt_cuda_flash_tc.h). kTiles, and every other case, runs the tile
-// kernels here (float arithmetic over tiles of the tile type).
+// (gpt_cuda_flash_tc.h). kTiles, every other case and attention dropout
+// (the tensor-core kernels have none) run the tile kernels
+// (gpt_cuda_attention_tiles.h: float arithmetic over tiles of the tile type).
 enum class AttentionPath { kTiles, kWmma, kMma };
 //
 // Flash attention forward: out and the row log-sum-exps lse [B, NH, T] of
-// the scaled scores. qkv: [B, T, 3C], out: [B, T, C].
+// the scaled scores (before dropout). qkv: [B, T, 3C], out: [B, T, C].
 // REQUIRES: C % NH == 0, C / NH <= kMaxHeadSize.
 cudaError_t AttentionForward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                             TileType tile, AttentionPath path, cudaStream_t s);
-// Flash attention backward: dqkv += gradient. scratch: [B, NH, T] (the row
-// dot products dout . out), overwritten. dout, out: [B, T, C].
+                             const DropoutArgs& dropout, TileType tile, AttentionPath path,
+                             cudaStream_t s);
+// Flash attention backward: dqkv += gradient (`dropout` the forward's).
+// scratch: [B, NH, T] (the row dot products dout . out), overwritten. dout,
+// out: [B, T, C].
 cudaError_t AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                               const float* out, const float* lse, int B, int T, int C, int NH,
-                              TileType tile, AttentionPath path, cudaStream_t s);
+                              const DropoutArgs& dropout, TileType tile, AttentionPath path,
+                              cudaStream_t s);
 
 // Appends the new keys and values to the caches, then flash attention of
 // the T new queries (positions past .. past + T - 1) over cached rows
@@ -94,6 +108,16 @@ cudaError_t AttentionBackward(float* dqkv, float* scratch, const float* dout, co
 cudaError_t AttentionDecodeForward(float* out, float* k_cache, float* v_cache, const float* qkv,
                                    int B, int T, int past, int maxT, int C, int NH, TileType tile,
                                    AttentionPath path, cudaStream_t s);
+
+// Dropout (GptKernels::DropoutForward / DropoutBackward, gpt_cuda_dropout.cu):
+// out[b, i] = (residual ? residual[b, i] : 0) + kept(b, i) inp[b, i] / (1 - p),
+// and dinp[b, i] = kept(b, i) dout[b, i] / (1 - p) (overwrites; may be dout).
+// One thread per group of 4 elements (one Philox draw). REQUIRES: p > 0.
+//   out, inp, residual, dinp, dout: [B, n], streams: [B]
+cudaError_t DropoutForward(float* out, const float* inp, const float* residual, int B, size_t n,
+                           const DropoutArgs& dropout, cudaStream_t s);
+cudaError_t DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                            const DropoutArgs& dropout, cudaStream_t s);
 
 // GELU (tanh): out = gelu(inp); dinp = dout * gelu'(inp) (overwrites; may be dout).
 cudaError_t GeluForward(float* out, const float* inp, size_t n, cudaStream_t s);

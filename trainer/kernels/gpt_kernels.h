@@ -19,8 +19,8 @@
 // * Backward kernels ADD into their gradient outputs (parameter gradients and
 //   input gradients alike), which the caller zeroed before the step; so
 //   gradient accumulation over micro-batches and tensors used twice (the tied
-//   token embedding) need nothing special. The one exception, GeluBackward,
-//   overwrites (so that it can run in place), and says so.
+//   token embedding) need nothing special. The exceptions, GeluBackward and
+//   DropoutBackward, overwrite (so that they can run in place), and say so.
 // * Outputs never alias inputs unless a kernel says they may.
 // * Token and target ids are validated by the caller (GptModel) first:
 //   kernels REQUIRE ids in range and never check them.
@@ -82,6 +82,27 @@ struct AdamWStep {
 // LayerNorm's epsilon (GPT-2's and PyTorch's 1e-5).
 inline constexpr float kLayerNormEps = 1e-5f;
 
+// One dropout of the model (Srivastava et al. 2014) in FleetX's and
+// PyTorch's "upscale in train" form: an element is kept with probability
+// 1 - p and scaled by 1 / (1 - p), or dropped (0). Which elements are kept
+// comes from the counter-based generator of philox.h: element e of sequence
+// b is kept when philox::DropoutKeep(seed, site, streams[b], lane, e,
+// DropoutThreshold(p)), where the lane is 0, or the global head index for
+// attention. The mask is thus a function of the step (seed), the site and
+// the sample alone: forward, backward and a recompute draw the same one
+// without storing it, every twin draws the same bits, and a sample's mask
+// does not depend on which rank, micro-batch or tensor-parallel part
+// computes it.
+struct DropoutSpec {
+  float p = 0.0f;                     // in [0, 1); 0: off
+  uint64_t seed = 0;                  // the step's key
+  uint32_t site = 0;                  // which dropout of the model
+  const uint32_t* streams = nullptr;  // [B] on device(): each sequence's stream (its sample)
+  int head_offset = 0;                // attention: the global head index of the call's head 0
+  bool enabled() const { return p > 0.0f; }
+  float scale() const { return 1.0f / (1.0f - p); }  // a kept element's factor
+};
+
 class GptKernels {
  public:
   virtual ~GptKernels() = default;
@@ -130,20 +151,26 @@ class GptKernels {
   // ---- causal multi-head self-attention ------------------------------------------
   // qkv[b, t, :] = [q | k | v], each C wide, head h at columns [h hs, (h+1) hs).
   // out[b, t, h hs + d] = sum_{s <= t} softmax_s(q_t . k_s / sqrt(hs)) v_s[d].
-  // `saved` holds what backward needs (its layout is the twin's own).
-  //   out: [B, T, C], saved: [AttentionSavedFloats(B, T, NH)], qkv: [B, T, 3C]
+  // With `dropout` enabled the probabilities are dropped out before they
+  // weigh the values (FleetX's attention_probs_dropout_prob): element
+  // t T + s of head h of sequence b (query t, key s <= t) has lane
+  // dropout.head_offset + h. `saved` holds what backward needs (its layout
+  // is the twin's own); `scratch` may be used (contents undefined after).
+  //   out: [B, T, C], saved: [AttentionSavedFloats(B, T, NH)],
+  //   scratch: [AttentionScratchFloats(B, T, NH)], qkv: [B, T, 3C]
   // REQUIRES: C % NH == 0.
   virtual size_t AttentionSavedFloats(int B, int T, int NH) const = 0;
-  virtual void AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
-                                int NH) = 0;
-  // dqkv += d(out)/d(qkv)^T dout. `scratch` is overwritten (contents
-  // undefined after); `saved` and `out` are the forward's and stay unchanged.
+  virtual void AttentionForward(float* out, float* saved, float* scratch, const float* qkv, int B,
+                                int T, int C, int NH, const DropoutSpec& dropout) = 0;
+  // dqkv += d(out)/d(qkv)^T dout, `dropout` the forward's. `scratch` is
+  // overwritten (contents undefined after); `saved` and `out` are the
+  // forward's and stay unchanged.
   //   dqkv, qkv: [B, T, 3C], scratch: [AttentionScratchFloats(B, T, NH)],
   //   dout, out: [B, T, C], saved: [AttentionSavedFloats(B, T, NH)]
   virtual size_t AttentionScratchFloats(int B, int T, int NH) const = 0;
   virtual void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                                 const float* out, const float* saved, int B, int T, int C,
-                                 int NH) = 0;
+                                 const float* out, const float* saved, int B, int T, int C, int NH,
+                                 const DropoutSpec& dropout) = 0;
 
   // ---- attention of new positions over a KV cache (generation) ---------------------
   // The T new positions of each sequence sit at positions [past, past + T);
@@ -168,6 +195,19 @@ class GptKernels {
   // dinp = dout * gelu'(inp). OVERWRITES dinp (unlike other backward kernels);
   // dinp may be dout (in place).   dinp, inp, dout: [n]
   virtual void GeluBackward(float* dinp, const float* inp, const float* dout, size_t n) = 0;
+
+  // ---- dropout (see DropoutSpec) --------------------------------------------------
+  // out[b, i] = (residual ? residual[b, i] : 0) + (kept(b, i) ? inp[b, i] / (1 - p) : 0)
+  // for the n elements i of each sequence b (the element index of the mask).
+  // out may alias inp or residual.
+  //   out, inp, residual: [B, n]. REQUIRES: dropout.enabled().
+  virtual void DropoutForward(float* out, const float* inp, const float* residual, int B, size_t n,
+                              const DropoutSpec& dropout) = 0;
+  // dinp[b, i] = kept(b, i) ? dout[b, i] / (1 - p) : 0, the forward's mask.
+  // OVERWRITES dinp (like GeluBackward), which may be dout (in place).
+  //   dinp, dout: [B, n]. REQUIRES: dropout.enabled().
+  virtual void DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                               const DropoutSpec& dropout) = 0;
 
   // ---- fused softmax + cross-entropy ----------------------------------------------
   // Per row i with targets[i] >= 0:

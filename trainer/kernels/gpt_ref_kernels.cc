@@ -4,6 +4,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "trainer/kernels/philox.h"
+
 namespace fleet::trainer::kernels::gpt_ref {
 
 namespace {
@@ -12,6 +14,35 @@ constexpr double kGeluScale = 0.7978845608028654;  // sqrt(2 / pi)
 constexpr double kGeluCubic = 0.044715;
 
 }  // namespace
+
+double DropoutFactor(const DropoutSpec& d, int b, int lane, uint64_t index) {
+  if (!d.enabled()) return 1.0;
+  const bool kept = philox::DropoutKeep(d.seed, d.site, d.streams[b], static_cast<uint32_t>(lane),
+                                        index, philox::DropoutThreshold(d.p));
+  return kept ? 1.0 / (1.0 - double{d.p}) : 0.0;
+}
+
+template <typename F>
+void DropoutForward(F* out, const F* inp, const F* residual, int B, size_t n,
+                    const DropoutSpec& dropout) {
+  for (int b = 0; b < B; ++b) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = size_t(b) * n + i;
+      const double r = residual != nullptr ? double{residual[at]} : 0.0;
+      out[at] = static_cast<F>(r + DropoutFactor(dropout, b, 0, i) * inp[at]);
+    }
+  }
+}
+
+template <typename F>
+void DropoutBackward(F* dinp, const F* dout, int B, size_t n, const DropoutSpec& dropout) {
+  for (int b = 0; b < B; ++b) {
+    for (size_t i = 0; i < n; ++i) {
+      const size_t at = size_t(b) * n + i;
+      dinp[at] = static_cast<F>(DropoutFactor(dropout, b, 0, i) * dout[at]);
+    }
+  }
+}
 
 template <typename F>
 void EncoderForward(F* out, const int32_t* tokens, const F* wte, const F* wpe, int B, int T,
@@ -131,7 +162,8 @@ void MatmulBackward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, 
 }
 
 template <typename F>
-void AttentionForward(F* out, F* saved, const F* qkv, int B, int T, int C, int NH) {
+void AttentionForward(F* out, F* saved, const F* qkv, int B, int T, int C, int NH,
+                      const DropoutSpec& dropout) {
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   for (int b = 0; b < B; ++b) {
@@ -155,8 +187,11 @@ void AttentionForward(F* out, F* saved, const F* qkv, int B, int T, int C, int N
         F* o = out + (int64_t{b} * T + t) * C + h * hs;
         for (int d = 0; d < hs; ++d) {
           double acc = 0.0;
-          for (int s = 0; s <= t; ++s)
-            acc += double{p[s]} * qkv[(int64_t{b} * T + s) * 3 * C + 2 * C + h * hs + d];
+          for (int s = 0; s <= t; ++s) {
+            const double kept =
+                DropoutFactor(dropout, b, dropout.head_offset + h, uint64_t(t) * T + s);
+            acc += double{p[s]} * kept * qkv[(int64_t{b} * T + s) * 3 * C + 2 * C + h * hs + d];
+          }
           o[d] = static_cast<F>(acc);
         }
       }
@@ -166,7 +201,7 @@ void AttentionForward(F* out, F* saved, const F* qkv, int B, int T, int C, int N
 
 template <typename F>
 void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* saved, int B,
-                       int T, int C, int NH) {
+                       int T, int C, int NH, const DropoutSpec& dropout) {
   const int hs = C / NH;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hs));
   for (int b = 0; b < B; ++b) {
@@ -176,15 +211,18 @@ void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F
         const F* p = saved + row * T;
         F* dp = scratch + row * T;
         const F* dO = dout + (int64_t{b} * T + t) * C + h * hs;
-        // dp[s] = dO . v_s;  dv_s += p[s] dO.
+        // With the mask's factors k[s] (0 or 1 / (1 - p); 1 without dropout):
+        // dp[s] = k[s] dO . v_s;  dv_s += p[s] k[s] dO.
         for (int s = 0; s <= t; ++s) {
           const int64_t vs = (int64_t{b} * T + s) * 3 * C + 2 * C + h * hs;
+          const double kept =
+              DropoutFactor(dropout, b, dropout.head_offset + h, uint64_t(t) * T + s);
           double dot = 0.0;
           for (int d = 0; d < hs; ++d) {
             dot += double{dO[d]} * qkv[vs + d];
-            dqkv[vs + d] += static_cast<F>(double{p[s]} * dO[d]);
+            dqkv[vs + d] += static_cast<F>(double{p[s]} * kept * dO[d]);
           }
-          dp[s] = static_cast<F>(dot);
+          dp[s] = static_cast<F>(kept * dot);
         }
         // Softmax backward, then through q . k * scale.
         double pdp = 0.0;
@@ -344,8 +382,11 @@ void AdamWUpdate(float* p, const float* g, float* m, float* v, size_t n, const A
                                      int, int);                                                    \
   template void MatmulForward<F>(F*, const F*, const F*, const F*, int, int, int, bool);           \
   template void MatmulBackward<F>(F*, F*, F*, const F*, const F*, const F*, int, int, int);        \
-  template void AttentionForward<F>(F*, F*, const F*, int, int, int, int);                         \
-  template void AttentionBackward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int);    \
+  template void AttentionForward<F>(F*, F*, const F*, int, int, int, int, const DropoutSpec&);     \
+  template void AttentionBackward<F>(F*, F*, const F*, const F*, const F*, int, int, int, int,     \
+                                     const DropoutSpec&);                                          \
+  template void DropoutForward<F>(F*, const F*, const F*, int, size_t, const DropoutSpec&);        \
+  template void DropoutBackward<F>(F*, const F*, int, size_t, const DropoutSpec&);                 \
   template void GeluForward<F>(F*, const F*, size_t);                                              \
   template void GeluBackward<F>(F*, const F*, const F*, size_t);                                   \
   template void CrossEntropyForward<F>(F*, F*, const int32_t*, int, int, F, bool);
@@ -388,17 +429,25 @@ void RefGptKernels::MatmulBackward(float* dinp, float* dweight, float* dbias, co
 size_t RefGptKernels::AttentionSavedFloats(int B, int T, int NH) const {
   return size_t(B) * NH * T * T;
 }
-void RefGptKernels::AttentionForward(float* out, float* saved, const float* qkv, int B, int T,
-                                     int C, int NH) {
-  ref::AttentionForward(out, saved, qkv, B, T, C, NH);
+void RefGptKernels::AttentionForward(float* out, float* saved, float* /*scratch*/, const float* qkv,
+                                     int B, int T, int C, int NH, const DropoutSpec& dropout) {
+  ref::AttentionForward(out, saved, qkv, B, T, C, NH, dropout);
 }
 size_t RefGptKernels::AttentionScratchFloats(int B, int T, int NH) const {
   return size_t(B) * NH * T * T;
 }
 void RefGptKernels::AttentionBackward(float* dqkv, float* scratch, const float* dout,
                                       const float* qkv, const float* /*out*/, const float* saved,
-                                      int B, int T, int C, int NH) {
-  ref::AttentionBackward(dqkv, scratch, dout, qkv, saved, B, T, C, NH);
+                                      int B, int T, int C, int NH, const DropoutSpec& dropout) {
+  ref::AttentionBackward(dqkv, scratch, dout, qkv, saved, B, T, C, NH, dropout);
+}
+void RefGptKernels::DropoutForward(float* out, const float* inp, const float* residual, int B,
+                                   size_t n, const DropoutSpec& dropout) {
+  ref::DropoutForward(out, inp, residual, B, n, dropout);
+}
+void RefGptKernels::DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                                    const DropoutSpec& dropout) {
+  ref::DropoutBackward(dinp, dout, B, n, dropout);
 }
 void RefGptKernels::AttentionDecodeForward(float* out, float* k_cache, float* v_cache,
                                            float* scratch, const float* qkv, int B, int T, int past,

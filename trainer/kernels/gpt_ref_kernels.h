@@ -33,13 +33,23 @@ void MatmulForward(F* out, const F* inp, const F* weight, const F* bias, int N, 
 template <typename F>
 void MatmulBackward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight,
                     int N, int IC, int OC);
-// saved: [B, NH, T, T] probabilities.
+// saved: [B, NH, T, T] probabilities (before dropout).
 template <typename F>
-void AttentionForward(F* out, F* saved, const F* qkv, int B, int T, int C, int NH);
+void AttentionForward(F* out, F* saved, const F* qkv, int B, int T, int C, int NH,
+                      const DropoutSpec& dropout);
 // scratch: [B, NH, T, T].
 template <typename F>
 void AttentionBackward(F* dqkv, F* scratch, const F* dout, const F* qkv, const F* saved, int B,
-                       int T, int C, int NH);
+                       int T, int C, int NH, const DropoutSpec& dropout);
+// The dropout mask's factor of element `index` of sequence b in `lane`: 0
+// (dropped) or 1 / (1 - p), computed in double; 1 when dropout is off.
+// dropout.streams is host memory.
+double DropoutFactor(const DropoutSpec& dropout, int b, int lane, uint64_t index);
+template <typename F>
+void DropoutForward(F* out, const F* inp, const F* residual, int B, size_t n,
+                    const DropoutSpec& dropout);
+template <typename F>
+void DropoutBackward(F* dinp, const F* dout, int B, size_t n, const DropoutSpec& dropout);
 template <typename F>
 void GeluForward(F* out, const F* inp, size_t n);
 template <typename F>
@@ -85,12 +95,16 @@ class RefGptKernels final : public GptKernels {
   void MatmulBackward(float* dinp, float* dweight, float* dbias, const float* dout,
                       const float* inp, const float* weight, int N, int IC, int OC) override;
   size_t AttentionSavedFloats(int B, int T, int NH) const override;
-  void AttentionForward(float* out, float* saved, const float* qkv, int B, int T, int C,
-                        int NH) override;
+  void AttentionForward(float* out, float* saved, float* scratch, const float* qkv, int B, int T,
+                        int C, int NH, const DropoutSpec& dropout) override;
   size_t AttentionScratchFloats(int B, int T, int NH) const override;
   void AttentionBackward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                         const float* out, const float* saved, int B, int T, int C,
-                         int NH) override;
+                         const float* out, const float* saved, int B, int T, int C, int NH,
+                         const DropoutSpec& dropout) override;
+  void DropoutForward(float* out, const float* inp, const float* residual, int B, size_t n,
+                      const DropoutSpec& dropout) override;
+  void DropoutBackward(float* dinp, const float* dout, int B, size_t n,
+                       const DropoutSpec& dropout) override;
   void AttentionDecodeForward(float* out, float* k_cache, float* v_cache, float* scratch,
                               const float* qkv, int B, int T, int past, int maxT, int C,
                               int NH) override;

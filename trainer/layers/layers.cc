@@ -246,4 +246,66 @@ void Concat::Backward(const Tensor& dout, std::span<Tensor* const> dins) {
   backend_->ConcatBackward(grad_ptrs_, dout.data(), widths_, Rows(dout));
 }
 
+// ---- CTR interactions ---------------------------------------------------------
+
+void FieldSum::Forward(const Tensor& x, Tensor* out, float beta) {
+  const int B = Rows(x);
+  CHECK_EQ(Cols(x), layout_.row_stride);
+  CHECK_EQ(out->numel(), int64_t{B} * width_);
+  backend_->FieldSumForward(out->data(), x.data(), B, layout_.fields, width_, layout_.row_stride,
+                            layout_.field_stride, offset_, beta);
+}
+
+void FieldSum::Backward(const Tensor& dout, Tensor* dx) {
+  const int B = Rows(*dx);
+  CHECK_EQ(Cols(*dx), layout_.row_stride);
+  CHECK_EQ(dout.numel(), int64_t{B} * width_);
+  backend_->FieldSumBackward(dx->data(), dout.data(), B, layout_.fields, width_, layout_.row_stride,
+                             layout_.field_stride, offset_);
+}
+
+void FmInteraction::Forward(const Tensor& x, Tensor* out, float beta) {
+  const int B = Rows(x);
+  CHECK_EQ(Cols(x), layout_.row_stride);
+  CHECK_EQ(out->numel(), B);
+  x_ = x;
+  backend_->FmForward(out->data(), x.data(), B, layout_.fields, dim_, layout_.row_stride,
+                      layout_.field_stride, offset_, beta);
+}
+
+void FmInteraction::Backward(const Tensor& dout, Tensor* dx) {
+  const int B = Rows(x_);
+  CHECK_EQ(dout.numel(), B);
+  CHECK_EQ(dx->numel(), x_.numel());
+  backend_->FmBackward(dx->data(), x_.data(), dout.data(), B, layout_.fields, dim_,
+                       layout_.row_stride, layout_.field_stride, offset_);
+}
+
+CrossLayer::CrossLayer(const ParamArena& arena, std::string_view prefix)
+    : backend_(arena.backend()), linear_(arena, prefix) {
+  CHECK_EQ(linear_.in_features(), linear_.out_features()) << prefix << " must be square";
+}
+
+void CrossLayer::Forward(const Tensor& x0, const Tensor& xl, Tensor* y) {
+  const int B = Rows(xl), in = features();
+  CHECK_EQ(x0.numel(), int64_t{B} * in);
+  CHECK_EQ(y->numel(), int64_t{B} * in);
+  x0_ = x0;
+  xl_ = xl;
+  GrowScratch(backend_, &u_, int64_t{B} * in);
+  Tensor u(u_.data(), Shape{B, in}, u_.device());
+  linear_.Forward(xl, &u);
+  backend_->CrossForward(y->data(), x0.data(), u.data(), xl.data(), size_t(B) * in);
+}
+
+void CrossLayer::Backward(const Tensor& dy, Tensor* dx0, Tensor* dxl) {
+  const int B = Rows(xl_), in = features();
+  CHECK_EQ(dy.numel(), int64_t{B} * in);
+  GrowScratch(backend_, &du_, int64_t{B} * in);
+  Tensor du(du_.data(), Shape{B, in}, du_.device());
+  backend_->CrossBackward(dx0->data(), du.data(), dxl->data(), x0_.data(), u_.data(), dy.data(),
+                          size_t(B) * in);
+  linear_.Backward(du, dxl, GradMode::kAdd);
+}
+
 }  // namespace fleet::trainer

@@ -8,10 +8,10 @@
 //   them before the step (ParamArena::ZeroGrad and its own activation grads).
 // * Batch rows are the first dim; shapes are in each method's comment.
 //
-// Linear, Tanh, SoftmaxCrossEntropy, SigmoidBce and Concat run on any
-// Backend (CPU or CUDA; Linear's fused ReLU needs a backend with a fused
-// kernel, which both have); Relu, Sigmoid and EmbeddingBag are CPU only (host
-// buffers; optional ThreadPool for the element-wise work).
+// Linear, Tanh, SoftmaxCrossEntropy, SigmoidBce, Concat and the CTR
+// interactions (FieldSum, FmInteraction, CrossLayer) run on any Backend (CPU or CUDA; Linear's
+// fused ReLU needs a backend with a fused kernel, which both have); Relu, Sigmoid and EmbeddingBag
+// are CPU only (host buffers; optional ThreadPool for the element-wise work).
 //
 // Thread safety: a layer object is used by one thread at a time.
 #pragma once
@@ -187,6 +187,76 @@ class Concat {
   std::vector<int> widths_;
   std::vector<const float*> in_ptrs_;  // reused: no allocation per call once warm
   std::vector<float*> grad_ptrs_;
+};
+
+// ---- CTR interactions ----------------------------------------------------------
+// A CTR model's input row: `fields` fields of `field_stride` floats (what a
+// PS pull returns per key, pooled per field), then other features; rows
+// `row_stride` floats apart (kernels::FieldSumForward's layout).
+struct FieldLayout {
+  int fields = 0;
+  int field_stride = 0;
+  int row_stride = 0;
+};
+
+// The sum over fields of `width` floats at `offset` of each field, on any
+// backend. The wide (first-order) part of Wide&Deep and DeepFM is width 1
+// at offset 0: each field's first-order weight, summed into the logit.
+class FieldSum {
+ public:
+  FieldSum(Backend* backend, FieldLayout layout, int offset, int width)
+      : backend_(backend), layout_(layout), offset_(offset), width_(width) {}
+  // x: [B, row_stride]; out: [B, width] = beta * out + the sum (beta 0
+  // overwrites, 1 adds). Keeps nothing.
+  void Forward(const Tensor& x, Tensor* out, float beta);
+  // dx [B, row_stride] += dout [B, width], into every summed position.
+  void Backward(const Tensor& dout, Tensor* dx);
+
+ private:
+  Backend* const backend_;
+  const FieldLayout layout_;
+  const int offset_, width_;
+};
+
+// The factorisation machine's second-order term over each field's `dim`
+// floats at `offset` (DeepFM's FM part), on any backend:
+//   out[b] = beta * out[b] + sum_{f < g} <v_f, v_g>.
+class FmInteraction {
+ public:
+  FmInteraction(Backend* backend, FieldLayout layout, int offset, int dim)
+      : backend_(backend), layout_(layout), offset_(offset), dim_(dim) {}
+  // x: [B, row_stride]; out: [B] (or [B, 1]). Keeps a view of x.
+  void Forward(const Tensor& x, Tensor* out, float beta);
+  // dx [B, row_stride] += d out / d x for dout [B].
+  void Backward(const Tensor& dout, Tensor* dx);
+
+ private:
+  Backend* const backend_;
+  const FieldLayout layout_;
+  const int offset_, dim_;
+  Tensor x_;
+};
+
+// One DCN-v2 cross layer (full rank): y = x0 * (W xl + b) + xl, with
+// W "<prefix>.weight" [in, in] and b "<prefix>.bias" [in], on any backend.
+class CrossLayer {
+ public:
+  // Views the parameters in `arena` (which must outlive the layer).
+  CrossLayer(const ParamArena& arena, std::string_view prefix);
+  int features() const { return linear_.in_features(); }
+
+  // x0, xl, y: [B, in]. Keeps views of x0 and xl.
+  void Forward(const Tensor& x0, const Tensor& xl, Tensor* y);
+  // dy: [B, in]. dW, db += their gradients; dx0 += dy * (W xl + b);
+  // dxl += dy + (dy * x0) W. dx0 and dxl may be the same tensor (the first
+  // layer, whose xl is x0).
+  void Backward(const Tensor& dy, Tensor* dx0, Tensor* dxl);
+
+ private:
+  Backend* const backend_;
+  Linear linear_;  // W xl + b
+  Tensor x0_, xl_;
+  Tensor u_, du_;  // [capacity] W xl + b and its gradient; grow, never shrink
 };
 
 }  // namespace fleet::trainer

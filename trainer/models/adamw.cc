@@ -65,6 +65,16 @@ Status LrScheduleConfig::Validate() const {
     return Status::InvalidArgument("must be >= 1, got " + std::to_string(decay_steps),
                                    "Optimizer.lr.decay_steps");
   }
+  FLEET_RETURN_IF_ERROR(CheckFinite(warmup_min_lr, "Optimizer.lr.warmup_min_lr"));
+  if (warmup_min_lr < 0.0f || warmup_min_lr > max_lr) {
+    return Status::InvalidArgument("must be in [0, max_lr = " + std::to_string(max_lr) + "], got " +
+                                       std::to_string(warmup_min_lr),
+                                   "Optimizer.lr.warmup_min_lr");
+  }
+  if (step_increment < 1) {
+    return Status::InvalidArgument("must be >= 1, got " + std::to_string(step_increment),
+                                   "Optimizer.lr.use_increments");
+  }
   if (warmup_steps < 0 || warmup_steps > decay_steps) {
     return Status::InvalidArgument(
         "warmup steps must be in [0, decay_steps = " + std::to_string(decay_steps) + "], got " +
@@ -74,20 +84,33 @@ Status LrScheduleConfig::Validate() const {
   return Status::OK();
 }
 
-CosineLrSchedule::CosineLrSchedule(const LrScheduleConfig& config) : config_(config) {
+LrSchedule::LrSchedule(const LrScheduleConfig& config) : config_(config) {
   CHECK(config.Validate().ok()) << config.Validate().ToString();
 }
 
-float CosineLrSchedule::At(int64_t step) const {
+float LrSchedule::At(int64_t step) const {
   const LrScheduleConfig& c = config_;
-  if (step < c.warmup_steps) {
-    return static_cast<float>(double{c.max_lr} * static_cast<double>(step + 1) /
-                              static_cast<double>(c.warmup_steps));
+  const int64_t u = step * c.step_increment;
+  if (u < c.warmup_steps) {
+    const double w = static_cast<double>(c.warmup_steps);
+    switch (c.warmup) {
+      case LrWarmup::kLinear:
+        return static_cast<float>(double{c.max_lr} * static_cast<double>(u + c.step_increment) / w);
+      case LrWarmup::kLinearMin:
+        return static_cast<float>(c.warmup_min_lr + (double{c.max_lr} - c.warmup_min_lr) *
+                                                        static_cast<double>(u) / w);
+      case LrWarmup::kLog:
+        return static_cast<float>(c.warmup_min_lr + (double{c.max_lr} - c.warmup_min_lr) *
+                                                        std::log(static_cast<double>(u) + 1.0) /
+                                                        std::log(std::max(w, 2.0)));
+    }
   }
-  if (step >= c.decay_steps) return c.min_lr;
-  const double ratio = static_cast<double>(step - c.warmup_steps) /
-                       static_cast<double>(c.decay_steps - c.warmup_steps);
-  const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
+  if (c.decay == LrDecay::kConstant) return c.max_lr;
+  if (u >= c.decay_steps) return c.min_lr;
+  const double ratio =
+      static_cast<double>(u - c.warmup_steps) / static_cast<double>(c.decay_steps - c.warmup_steps);
+  const double coeff =
+      c.decay == LrDecay::kLinear ? 1.0 - ratio : 0.5 * (1.0 + std::cos(std::numbers::pi * ratio));
   return static_cast<float>(c.min_lr + coeff * (double{c.max_lr} - c.min_lr));
 }
 

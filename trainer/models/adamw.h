@@ -54,35 +54,56 @@ struct AdamWConfig {
   Status Validate() const;
 };
 
-// Optimizer.lr: linear warmup to max_lr, cosine decay to min_lr at
-// decay_steps, min_lr after.
+// Optimizer.lr: warmup to max_lr, then a decay to min_lr at decay_steps,
+// min_lr after. FleetX's CosineAnnealingWithWarmupDecay by default;
+// Megatron's --lr-decay-style and DeepSpeed's WarmupLR / WarmupDecayLR
+// (collective/config/megatron_args.h) choose the other shapes.
+enum class LrDecay {
+  kCosine,    // min_lr + (max_lr - min_lr) (1 + cos(pi r)) / 2
+  kLinear,    // min_lr + (max_lr - min_lr) (1 - r)
+  kConstant,  // max_lr
+};
+enum class LrWarmup {
+  kLinear,     // max_lr (u + 1) / warmup: FleetPS's (no step at lr 0)
+  kLinearMin,  // warmup_min_lr + (max_lr - warmup_min_lr) u / warmup: DeepSpeed's "linear"
+  kLog,  // warmup_min_lr + (max_lr - warmup_min_lr) log(u + 1) / log(warmup): DeepSpeed's "log"
+};
 struct LrScheduleConfig {
   // Optimizer.lr.max_lr: the peak learning rate. Optimizer.lr.min_lr: the
   // floor after decay (FleetX's 345M config: 1e-4 and 1e-5).
   float max_lr = 1e-4f;
   float min_lr = 1e-5f;
-  // Warmup steps (FleetX gives Optimizer.lr.warmup_rate; steps = rate *
-  // decay_steps) and the step at which the decay reaches min_lr.
+  // Warmup units (FleetX gives Optimizer.lr.warmup_rate; units = rate *
+  // decay_steps) and the unit at which the decay reaches min_lr.
   int64_t warmup_steps = 0;
   int64_t decay_steps = 360000;
+  LrDecay decay = LrDecay::kCosine;
+  LrWarmup warmup = LrWarmup::kLinear;
+  // Where kLinearMin and kLog warmups start (DeepSpeed's warmup_min_lr).
+  float warmup_min_lr = 0.0f;
+  // Units the schedule advances per optimizer step: 1 (steps), or the
+  // global batch for FleetX's Optimizer.lr.use_increments (warmup and
+  // decay_steps then count samples).
+  int64_t step_increment = 1;
 
   // InvalidArgument naming the key unless 0 <= min_lr <= max_lr, max_lr > 0,
-  // 0 <= warmup_steps <= decay_steps, decay_steps >= 1.
+  // 0 <= warmup_min_lr <= max_lr, 0 <= warmup_steps <= decay_steps,
+  // decay_steps >= 1, step_increment >= 1.
   Status Validate() const;
 };
 
-class CosineLrSchedule {
+class LrSchedule {
  public:
   // REQUIRES: config.Validate().ok().
-  explicit CosineLrSchedule(const LrScheduleConfig& config);
+  explicit LrSchedule(const LrScheduleConfig& config);
   // The learning rate of the optimizer step taken after `step` steps (0 for
-  // the first step):
-  //   step < warmup_steps:   max_lr * (step + 1) / warmup_steps
-  //   step >= decay_steps:   min_lr
-  //   otherwise:             min_lr + (max_lr - min_lr) * (1 + cos(pi * r)) / 2,
-  //                          r = (step - warmup_steps) / (decay_steps - warmup_steps)
+  // the first step), at unit u = step * step_increment:
+  //   u < warmup_steps:   the warmup (LrWarmup)
+  //   u >= decay_steps:   min_lr (max_lr for kConstant)
+  //   otherwise:          the decay (LrDecay) at r = (u - warmup_steps) /
+  //                       (decay_steps - warmup_steps)
   // (FleetX's CosineAnnealingWithWarmupDecay starts warmup at lr 0 for the
-  // first step; this one starts at max_lr / warmup_steps, so no step is
+  // first step; kLinear starts at max_lr / warmup_steps, so no step is
   // wasted; afterwards they agree.)
   float At(int64_t step) const;
 
@@ -136,7 +157,7 @@ class AdamWRule {
 
 // The unsharded AdamW over a whole arena. Step() clips by the global norm
 // (when clip_norm > 0), then updates every parameter; the learning rate is
-// set before each step (set_learning_rate, from a CosineLrSchedule).
+// set before each step (set_learning_rate, from a LrSchedule).
 class AdamW final : public Optimizer {
  public:
   // `arena` and `kernels` are not owned and must outlive this (kernels on

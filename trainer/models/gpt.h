@@ -7,8 +7,16 @@
 //   ln_f -> logits = ln_f(x) wte^T   (output projection tied to wte, no bias)
 //   loss = mean over positions with a target of cross_entropy(logits, target)
 //
-// No dropout (GPT-2 pretraining at scale and llm.c train without it; the
-// config side rejects a non-zero dropout). Parameters: every tensor of
+// Dropout (GptConfig::hidden_dropout_prob, attention_probs_dropout_prob;
+// FleetX's places, "upscale in train"): on the embeddings' sum, on the
+// attention probabilities, and on the attention's and the MLP's output
+// projections before they are added to the residual stream. Only in a
+// training Forward (for_backward) and its Backward; the mask of each site
+// comes from the counter-based generator of the kernels (DropoutSpec in
+// gpt_kernels.h) keyed by the step's seed (GptForwardOptions::dropout_seed),
+// the site (GptDropoutSite) and each sequence's stream (its sample's id), so
+// Backward and a recompute draw the same mask again and a sample's mask is
+// the same on any rank, micro-batch or tensor-parallel part. Parameters: every tensor of
 // GptParamTable in one arena, initialised as GPT-2 does: weights N(0, 0.02),
 // the two residual projections N(0, 0.02 / sqrt(2 L)), biases 0, LayerNorm
 // weight 1 and bias 0.
@@ -119,6 +127,10 @@ struct GptConfig {
   // Model.use_recompute: trade ~1/3 more compute for activation memory of one
   // block instead of L (see above). Turn on when activations do not fit.
   bool use_recompute = false;
+  // Model.hidden_dropout_prob, Model.attention_probs_dropout_prob: dropout
+  // probabilities in [0, 1) (see above); 0 is off.
+  float hidden_dropout_prob = 0.0f;
+  float attention_probs_dropout_prob = 0.0f;
   // Seed of the initialisation; same seed, same parameters on every machine.
   uint64_t seed = 1234;
   // Model.lora: LoRA adapters over frozen weights (rank 0: none).
@@ -126,9 +138,11 @@ struct GptConfig {
 
   int ffn() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
   int head_size() const { return hidden_size / num_attention_heads; }
+  bool dropout() const { return hidden_dropout_prob > 0.0f || attention_probs_dropout_prob > 0.0f; }
   // InvalidArgument naming the key (Model.<key>) for a non-positive size,
-  // heads not dividing hidden_size, initializer_range <= 0, or LoRA with a
-  // negative rank, alpha <= 0 or no target.
+  // heads not dividing hidden_size, initializer_range <= 0, a dropout
+  // probability outside [0, 1), or LoRA with a negative rank, alpha <= 0 or
+  // no target.
   Status Validate() const;
 };
 
@@ -193,6 +207,49 @@ void ForEachGptTensor(const GptConfig& c, Fn&& fn) {
 // "wte", "h.3.attn.qkv.weight", "ln_f.bias", ...
 std::string GptTensorName(GptTensor tensor, int layer);
 ParamTable GptParamTable(const GptConfig& config);
+
+// The part of the model one pipeline stage computes (Megatron's pipeline
+// parallelism, collective/gpt_pipeline.h): blocks [first_layer, end_layer);
+// the first stage also the embeddings (wte, wpe), the last ln_f and the
+// output head, for which it keeps its own copy of the tied wte (the two
+// copies stay equal: their gradients are summed between the two stages).
+// The whole model is one stage holding everything, wte once.
+struct GptStage {
+  int first_layer = 0;
+  int end_layer = 0;
+  bool embedding = true;  // the first stage: wte, wpe
+  bool head = true;       // the last stage: ln_f, the head (and wte, if not the first too)
+  int layers() const { return end_layer - first_layer; }
+  // The head's own copy of wte (a last stage that is not also the first).
+  bool wte_copy() const { return head && !embedding; }
+  bool operator==(const GptStage&) const = default;
+};
+GptStage GptWholeStage(const GptConfig& config);
+// Stage `index` of `degree` (Distributed.pp_degree): L / degree consecutive
+// blocks each. InvalidArgument naming Distributed.pp_degree unless degree
+// divides Model.num_layers.
+Result<GptStage> GptPipelineStage(const GptConfig& config, int degree, int index);
+
+// Calls fn(GptTensor, layer, rows, cols, whole_index, whole_offset) for the
+// tensors of `stage` in its arena's order (ForEachGptTensor's, the head's
+// wte copy last): whole_index and whole_offset place each in the whole
+// table (GptParamTable; the copy is wte's, 0 and 0).
+template <typename Fn>
+void ForEachStageTensor(const GptConfig& c, const GptStage& stage, Fn&& fn) {
+  size_t index = 0, offset = 0;
+  ForEachGptTensor(c, [&](GptTensor t, int layer, int64_t rows, int64_t cols) {
+    const bool held = layer >= 0 ? layer >= stage.first_layer && layer < stage.end_layer
+                      : t == GptTensor::kWte || t == GptTensor::kWpe ? stage.embedding
+                                                                     : stage.head;
+    if (held) fn(t, layer, rows, cols, index, offset);
+    ++index;
+    offset += static_cast<size_t>(rows * (cols ? cols : 1));
+  });
+  if (stage.wte_copy())
+    fn(GptTensor::kWte, -1, int64_t{c.vocab_size}, int64_t{c.hidden_size}, 0, 0);
+}
+// The arena table of a stage's model.
+ParamTable GptParamTable(const GptConfig& config, const GptStage& stage);
 // Number of parameters (the tied wte counted once). Allocates nothing.
 // GPT-2 small (V 50257, maxT 1024, C 768, L 12): 124,439,808.
 int64_t GptParamCount(const GptConfig& config);
@@ -216,6 +273,8 @@ int64_t GptParamCount(const GptConfig& config);
 //     att_scratch [AttentionScratchFloats(B, T, NH)],
 //     lora_scratch [2 N r] (LoRA rank r: x A^T and its gradient, which
 //       forward uses too; recomputed in backward rather than kept)
+//     drop_scratch [N, C] (hidden dropout only: a projection's output before
+//       its dropout, in forward; the gradient through the dropout, in backward)
 // With tensor parallelism over M ranks, the layout of one rank: 3C, the
 // attention's C (att, atty), F and V become 3C/M, C/M, F/M and ceil(V/M),
 // and attention's buffers are the twin's for NH/M heads.
@@ -246,15 +305,19 @@ enum class GptAct {
   kDBufF,
   kAttScratch,
   kLoraScratch,
+  kDropScratch,
   kCount,
 };
 
+// A pipeline stage's layout (`stage`, default the whole model) holds its
+// blocks (residual [layers + 1, N, C]) and, on the last stage only, the
+// head's buffers (lnf ... losses).
 class GptActivationLayout {
  public:
   // att_saved / att_scratch: the twin's AttentionSavedFloats(B, T, NH / M)
   // and AttentionScratchFloats(B, T, NH / M); mp_degree M (see above).
   GptActivationLayout(const GptConfig& config, int B, int T, bool recompute, size_t att_saved,
-                      size_t att_scratch, int mp_degree = 1);
+                      size_t att_scratch, int mp_degree = 1, const GptStage* stage = nullptr);
   GptActivationLayout() = default;
 
   static std::string_view Name(GptAct a);
@@ -285,6 +348,7 @@ enum class GptLayerKind {
   kMatmul,
   kAttention,
   kGelu,
+  kDropout,
   kClassifier,
   kMemory,
   kCount,
@@ -303,14 +367,31 @@ struct GptProfile {
 
 // ---- the model -----------------------------------------------------------------------
 
+// The dropout sites of the model: its key's `site` is
+// GptDropoutSiteIndex(layer, site) (the embeddings' is 0).
+enum class GptDropoutSite { kAttentionProbs, kAttentionOutput, kMlpOutput };
+uint32_t GptDropoutSiteIndex(int layer, GptDropoutSite site);
+inline constexpr uint32_t kGptEmbeddingDropoutSite = 0;
+// The key of step `step`'s dropout masks in a run seeded `seed`.
+uint64_t GptDropoutStepSeed(uint64_t seed, int64_t step);
+
 struct GptForwardOptions {
   // Compute the logits' gradient in place (the fused cross-entropy) so that
   // Backward can follow. False for evaluation: Backward may then not be
-  // called, and the pass costs no gradient work.
+  // called, and the pass costs no gradient work (and no dropout).
   bool for_backward = true;
   // Backward produces the gradient of grad_scale * loss. 1/k for k
   // micro-batches of gradient accumulation; the loss scale of fp16 training.
   float grad_scale = 1.0f;
+  // Which of set_activation_slots()'s activation sets the pass uses (its
+  // Backward then names it too): a pipeline stage keeps the activations of
+  // several micro-batches between their forward and backward.
+  int slot = 0;
+  // Dropout of a training pass, when the config has any: the step's key
+  // (GptDropoutStepSeed) and each sequence's stream ([B]: its sample's id,
+  // the same on every rank that computes it).
+  uint64_t dropout_seed = 0;
+  std::span<const uint32_t> dropout_streams = {};
 };
 
 class GptModel {
@@ -322,10 +403,13 @@ class GptModel {
   // otherwise). Parameters are initialised from config.seed (a tensor-parallel
   // shard with the values of the whole model's rows and columns it holds).
   // `tensor_parallel` (not owned, outlives the model; null: the whole model
-  // on this rank) splits the model over its group.
+  // on this rank) splits the model over its group. `stage` (null: the whole
+  // model) makes this a pipeline stage's model (GptStage; the tensor split
+  // must be of the same stage); InvalidArgument for a stage with LoRA.
   static Result<std::unique_ptr<GptModel>> Create(const GptConfig& config, Backend* backend,
                                                   GptKernels* kernels,
-                                                  GptTensorParallel* tensor_parallel = nullptr);
+                                                  GptTensorParallel* tensor_parallel = nullptr,
+                                                  const GptStage* stage = nullptr);
 
   ~GptModel();
 
@@ -350,17 +434,43 @@ class GptModel {
   // tokens, targets: host int32 [B, T]; T <= max_position_embeddings; tokens
   // in [0, vocab_size); targets in [0, vocab_size), or -1 for a position
   // without a target (e.g. padding). Returns the mean loss over positions
-  // with a target. InvalidArgument (nothing changed) for B or T out of range,
-  // a size mismatch, an id out of range (naming its position and value) or
-  // no position with a target. Activation buffers grow to the largest B and
+  // with a target (0 on a pipeline stage without the head, where targets
+  // may be all -1). InvalidArgument (nothing changed) for B or T out of range,
+  // a size mismatch, an id out of range (naming its position and value), no
+  // position with a target, or a training pass of a model with dropout
+  // without B dropout streams. Activation buffers grow to the largest B and
   // T seen and are kept.
   Result<float> Forward(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
                         int T, const GptForwardOptions& options = {});
   // Adds d(grad_scale * loss)/d(params) into arena().grads(). Calls
   // on_grads_ready(first, end) as table tensors [first, end) become final,
-  // last tensors first. REQUIRES: a Forward with for_backward since the last
-  // Backward (CHECK).
-  void Backward(const GradReadyFn& on_grads_ready = {});
+  // last tensors first. REQUIRES: a Forward with for_backward of `slot`
+  // since its last Backward (CHECK).
+  void Backward(const GradReadyFn& on_grads_ready = {}, int slot = 0);
+
+  // ---- pipeline stages ----
+  const GptStage& stage() const { return stage_; }
+  // Keeps the activations of `slots` passes at once (Forward's
+  // options.slot); frees the current buffers. >= 1; default 1.
+  void set_activation_slots(int slots);
+  int activation_slots() const { return slots_; }
+  // Sizes the activations for B x T now (Forward would): the buffers below
+  // exist from then on.
+  void PrepareActivations(int B, int T) { EnsureActivations(B, T); }
+  // [B, T, C] on the device. A stage without the embeddings reads its input
+  // (the previous stage's output) from StageInput(slot), which the caller
+  // fills before Forward; a stage without the head leaves its output in
+  // StageOutput(slot). Backward of a stage without the head starts from the
+  // gradient of its output, which the caller puts in OutputGrad() (shared by
+  // the slots); after Backward of a stage without the embeddings,
+  // InputGrad() holds the gradient of its input (until the next Backward).
+  float* StageInput(int slot);
+  float* StageOutput(int slot);
+  float* OutputGrad();
+  float* InputGrad();
+  // The tensor index of wte in arena(): the embeddings', or the head's copy
+  // (GptStage::wte_copy); -1 when the stage holds neither.
+  int wte_index() const { return wte_index_; }
 
   // Logits at position T - 1 of each sequence (the next-token scores
   // generation samples from), host [B, V]. Same errors as Forward for
@@ -368,8 +478,11 @@ class GptModel {
   // first).
   Result<std::vector<float>> LastLogits(std::span<const int32_t> tokens, int B, int T);
 
-  // Bytes of activation buffers allocated now (0 before the first Forward).
-  size_t activation_bytes() const { return layout_.total_floats() * sizeof(float); }
+  // Bytes of activation buffers allocated now (0 before the first Forward):
+  // the kept buffers once per slot, the backward ones once.
+  size_t activation_bytes() const {
+    return (layout_.saved_floats() * slots_ + layout_.backward_floats()) * sizeof(float);
+  }
   const GptActivationLayout& layout() const { return layout_; }
 
   // Accumulates kernel times into `profile` (not owned; null = off).
@@ -395,7 +508,7 @@ class GptModel {
   };
 
   GptModel(const GptConfig& config, Backend* backend, GptKernels* kernels, ParamArena arena,
-           GptTensorParallel* tp, std::unique_ptr<GptLoraAdapters> lora);
+           GptTensorParallel* tp, std::unique_ptr<GptLoraAdapters> lora, const GptStage& stage);
   // The targeted matmul's LoRA term: out [N, OC] += its adapter of inp
   // [N, IC] (nothing when the target is not adapted).
   void LoraForward(int layer, LoraTarget target, const float* inp, float* out, int N);
@@ -406,10 +519,14 @@ class GptModel {
   // Checks shapes and ids (targets may be empty); changes nothing.
   Status ValidateInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B,
                         int T) const;
-  // Sizes the activations for B x T and copies the ids to the device.
-  void LoadInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B, int T);
+  // Sizes the activations for B x T and copies the ids (and the dropout
+  // streams, may be empty) to the device.
+  void LoadInputs(std::span<const int32_t> tokens, std::span<const int32_t> targets, int B, int T,
+                  std::span<const uint32_t> streams);
   void EnsureActivations(int B, int T);
   float* Act(GptAct a, int copy = 0) const;
+  // The slot's ids: int32 tokens [cap], targets [cap], uint32 streams [cap_b_].
+  int32_t* SlotIds(int slot) const;
   BlockTensors Block(float* base, int layer) const;
   BlockActs BlockBuffers(int layer) const;
   // Runs block `layer` on x [N, C] into its buffers and writes its output
@@ -417,10 +534,20 @@ class GptModel {
   // the activations).
   void BlockForward(int layer, const float* x, float* y);
   void BlockBackward(int layer, const float* x, float* dres);
-  // out [N, C] = the row-parallel projection of inp [N, IC] plus bias plus
-  // `residual`, over the tensor-parallel group (one rank: the plain matmul).
-  void RowParallelForward(float* out, const float* residual, const float* inp, const float* weight,
-                          const float* bias, int N, int IC);
+  // out [N, C] = `residual` plus the dropout of the row-parallel projection
+  // of inp [N, IC] plus bias (and LoRA's term for `target`), over the
+  // tensor-parallel group (one rank: the plain matmul).
+  void ProjectionForward(int layer, LoraTarget target, GptDropoutSite site, float* out,
+                         const float* residual, const float* inp, const float* weight,
+                         const float* bias, int IC);
+  // Its backward from the residual stream's gradient dres [N, C]: the
+  // weight, bias and LoRA gradients and dinp [N, IC] += the input's.
+  void ProjectionBackward(int layer, LoraTarget target, GptDropoutSite site, const float* dres,
+                          const float* inp, const float* weight, float* dweight, float* dbias,
+                          float* dinp, int IC);
+  // The dropout of a site in the current pass (p 0: off).
+  DropoutSpec Dropout(uint32_t site, float p, int head_offset = 0) const;
+  bool hidden_dropout() const { return dropout_on_ && config_.hidden_dropout_prob > 0.0f; }
   // The tensor-parallel sum of an input gradient before a LayerNorm's backward.
   void AllReduceInputGrad(float* dinp, size_t n);
   // losses [N] (and the logits' gradient in place) of the logits [N, V_rank].
@@ -437,7 +564,10 @@ class GptModel {
   void ForwardTrunk(bool then_backward);
   TensorRange EmbeddingUnit() const { return {0, 2}; }
   TensorRange BlockUnit(int layer) const;
+  // ln_f (with the head's wte copy after it on a last stage).
   TensorRange LnfUnit() const;
+  // Local index of layer's residual stream (its input) in this stage.
+  int Local(int layer) const { return layer - stage_.first_layer; }
   void Acquire(TensorRange unit, TensorRange next) {
     if (hooks_ != nullptr) hooks_->Acquire(unit, next);
   }
@@ -454,16 +584,32 @@ class GptModel {
   GptTensorParallel* const tp_;  // null: not split
   ParamArena arena_;
   const std::unique_ptr<GptLoraAdapters> lora_;  // null: no LoRA
-  std::vector<size_t> block_offset_;  // arena offset of each block's first tensor
-  size_t lnf_offset_ = 0;
+  const GptStage stage_;
+  std::vector<size_t> block_offset_;  // arena offset of each of the stage's blocks' first tensor
+  size_t first_block_tensor_ = 0;     // arena index of the stage's first block tensor
+  size_t lnf_offset_ = 0;             // the head stage's
+  int wte_index_ = -1;
 
-  // Activations, sized for the largest B and T seen (cap_b_, cap_t_).
+  // Activations, sized for the largest B and T seen (cap_b_, cap_t_): the
+  // kept buffers per slot, then the backward ones once.
   int cap_b_ = 0, cap_t_ = 0;
+  int slots_ = 1;
   GptActivationLayout layout_;
   std::shared_ptr<float> acts_;
-  std::shared_ptr<void> ids_;  // int32 tokens [cap], targets [cap]
-  int B_ = 0, T_ = 0;          // shape of the last Forward
-  bool backward_ready_ = false;
+  // Per slot: int32 tokens [cap], targets [cap]; uint32 streams [cap_b_].
+  std::shared_ptr<void> ids_;
+  int B_ = 0, T_ = 0;  // shape of the last Forward
+  // What each slot's Forward left for its Backward.
+  struct SlotState {
+    bool backward_ready = false;
+    bool dropout_on = false;  // the pass's dropout and its key
+    uint64_t dropout_seed = 0;
+  };
+  std::vector<SlotState> slot_state_ = std::vector<SlotState>(1);
+  int slot_ = 0;  // the slot the running pass uses
+  // The running pass's dropout (its slot's).
+  bool dropout_on_ = false;
+  uint64_t dropout_seed_ = 0;
 
   GptProfile* profile_ = nullptr;
   ParamUseHooks* hooks_ = nullptr;

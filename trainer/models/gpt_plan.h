@@ -57,6 +57,18 @@
 // attention twin (B x NH x T row statistics, no scratch), what a GPU run
 // keeps.
 //
+// Pipeline parallelism (pp_degree P, collective/gpt_pipeline.h): each
+// stage is planned alone, N above being what one rank of the stage holds
+// (its blocks; the first stage also wte and wpe, the last ln_f and its copy
+// of wte), with the activations of the micro-batches in flight under 1F1B,
+// min(P - s, k) for stage s of k micro-batches: the kept buffers once per
+// micro-batch in flight, the backward ones once. The plan is the stage
+// holding the most; `stages` lists every stage. Per step a stage sends
+// k B T C c bytes of activations up and as many of gradients down (none
+// past the ends), and the first and last stage all-reduce wte's gradient
+// between them. Each stage idles for (P - 1) / (k + P - 1) of the step (the
+// bubble: the pipeline's fill and drain).
+//
 // LoRA (config.lora): the base weights are frozen and held once, in the
 // compute precision (c N), beside the adapters (c n); only the adapters'
 // n parameters have gradients and optimizer states, so the two rows above
@@ -81,6 +93,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comm/status.h"
 #include "trainer/kernel_types.h"
@@ -109,6 +122,8 @@ struct GptPlanOptions {
   bool offload = false;
   int accumulate_steps = 1;
   int ranks_per_node = 1;
+  // Distributed.pp_degree: pipeline stages (must divide Model.num_layers).
+  int pp_degree = 1;
   // Ranks on CPUs (Global.device: cpu): what stage 2 can release differs.
   bool cpu = false;
 };
@@ -133,12 +148,15 @@ struct GptPlan {
   int64_t sharding_comm_bytes = 0;
   int64_t dp_comm_bytes = 0;
   int64_t mp_comm_bytes = 0;
+  int64_t pp_comm_bytes = 0;  // to the neighbouring stages, and wte's gradient sum
   // The options planned for (for ToString).
   GptPlanOptions options;
   // Activations of one micro-batch with the config's use_recompute, split
   // into those kept from forward to backward and backward-only buffers; and
   // the totals with recompute off and on, for comparison.
+  // With pipeline stages, of every micro-batch in flight on the stage.
   int64_t activation_bytes = 0;
+  int activations_in_flight = 1;
   int64_t activation_forward_bytes = 0;
   int64_t activation_backward_bytes = 0;
   int64_t activation_bytes_no_recompute = 0;
@@ -149,6 +167,18 @@ struct GptPlan {
   int64_t model_state_bytes() const {
     return param_bytes + grad_bytes + optimizer_bytes + comm_buffer_bytes;
   }
+  // Pipeline parallelism (pp_degree > 1; empty otherwise): every stage's
+  // blocks, micro-batches in flight, parameters per rank, activation and
+  // total bytes per rank, bytes sent per step; the stage planned above; the
+  // bubble fraction.
+  struct Stage {
+    int first_layer = 0, end_layer = 0;
+    int in_flight = 1;
+    int64_t rank_params = 0, activation_bytes = 0, total_bytes = 0, comm_bytes = 0;
+  };
+  std::vector<Stage> stages;
+  int planned_stage = 0;
+  double bubble_fraction = 0;
   // Model FLOPs per trained token and its two terms; recompute's extra.
   double flops_per_token = 0;
   double matmul_flops_per_token = 0;
@@ -161,8 +191,9 @@ struct GptPlan {
 
 // InvalidArgument naming the key for a bad config (GptConfig::Validate), a
 // micro batch < 1, seq_len outside [0, max_position_embeddings], degree < 1
-// stage outside {0, 1, 2, 3}, an mp_degree that does not divide the heads, or
-// LoRA with mp_degree > 1, stage 3 or offload. `kernels` (may be
+// stage outside {0, 1, 2, 3}, an mp_degree that does not divide the heads, a
+// pp_degree that does not divide the layers, or LoRA with mp_degree or
+// pp_degree > 1, stage 3 or offload. `kernels` (may be
 // null, not kept) supplies the attention memory of the twin that will run.
 Result<GptPlan> PlanGpt(const GptConfig& config, const GptPlanOptions& options,
                         const GptKernels* kernels = nullptr);

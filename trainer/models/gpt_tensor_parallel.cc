@@ -15,9 +15,12 @@ std::pair<int, int> VocabRange(int V, int M, int r) {
   return {begin, std::min(V, begin + per) - begin};
 }
 
-// Walks the table once for rank r of M: the shard's table and its segments.
-void BuildShard(const GptConfig& c, int M, int r, ParamTable* table,
-                std::vector<ArenaSegment>* segments, size_t* local_size, size_t* whole_size) {
+// Walks a stage's tensors once for rank r of M: the shard's table and its
+// segments. A tensor every rank of the tensor-parallel group holds whole is
+// owned by rank 0 (the others' copies are marked replicated), and the
+// head's wte copy by the first stage.
+void BuildShard(const GptConfig& c, int M, int r, const GptStage& stage, ParamTable* table,
+                std::vector<ArenaSegment>* segments, size_t* local_size) {
   const size_t C = c.hidden_size, F = c.ffn();
   const size_t Cl = C / M, Fl = F / M;
   const auto [v_begin, v_rows] = VocabRange(c.vocab_size, M, r);
@@ -26,67 +29,81 @@ void BuildShard(const GptConfig& c, int M, int r, ParamTable* table,
     segments->push_back({local, whole + whole_offset, size, replicated});
     local += size;
   };
-  ForEachGptTensor(c, [&](GptTensor t, int layer, int64_t rows, int64_t cols) {
-    const size_t numel = static_cast<size_t>(rows * (cols ? cols : 1));
-    Shape shape = cols ? Shape{rows, cols} : Shape{rows};
-    switch (t) {
-      case GptTensor::kWte:
-        shape = Shape{v_rows, int64_t(C)};
-        add(size_t(v_begin) * C, size_t(v_rows) * C, false);
-        break;
-      case GptTensor::kQkvW:
-      case GptTensor::kQkvB: {
-        // q, k and v of this rank's heads: three runs of rows.
-        const size_t width = t == GptTensor::kQkvW ? C : 1;
-        shape = t == GptTensor::kQkvW ? Shape{int64_t(3 * Cl), int64_t(C)} : Shape{int64_t(3 * Cl)};
-        for (size_t part = 0; part < 3; ++part) add((part * C + r * Cl) * width, Cl * width, false);
-        break;
-      }
-      case GptTensor::kProjW:
-      case GptTensor::kFcProjW: {
-        // Row parallel: this rank's input columns, a run per output row.
-        const size_t in = t == GptTensor::kProjW ? C : F, in_local = in / M;
-        shape = Shape{int64_t(C), int64_t(in_local)};
-        for (size_t row = 0; row < C; ++row) add(row * in + r * in_local, in_local, false);
-        break;
-      }
-      case GptTensor::kFcW:
-      case GptTensor::kFcB: {
-        const size_t width = t == GptTensor::kFcW ? C : 1;
-        shape = t == GptTensor::kFcW ? Shape{int64_t(Fl), int64_t(C)} : Shape{int64_t(Fl)};
-        add(r * Fl * width, Fl * width, false);
-        break;
-      }
-      default:
-        add(0, numel, true);
-        break;
-    }
-    table->push_back({GptTensorName(t, layer), shape});
-    whole += numel;
-  });
+  auto copy_of_wte = [&](GptTensor t, int layer) {
+    return t == GptTensor::kWte && layer < 0 && stage.wte_copy() && !table->empty();
+  };
+  ForEachStageTensor(
+      c, stage,
+      [&](GptTensor t, int layer, int64_t rows, int64_t cols, size_t, size_t whole_offset) {
+        const size_t numel = static_cast<size_t>(rows * (cols ? cols : 1));
+        Shape shape = cols ? Shape{rows, cols} : Shape{rows};
+        whole = whole_offset;
+        switch (t) {
+          case GptTensor::kWte:
+            shape = Shape{v_rows, int64_t(C)};
+            add(size_t(v_begin) * C, size_t(v_rows) * C, copy_of_wte(t, layer));
+            break;
+          case GptTensor::kQkvW:
+          case GptTensor::kQkvB: {
+            // q, k and v of this rank's heads: three runs of rows.
+            const size_t width = t == GptTensor::kQkvW ? C : 1;
+            shape =
+                t == GptTensor::kQkvW ? Shape{int64_t(3 * Cl), int64_t(C)} : Shape{int64_t(3 * Cl)};
+            for (size_t part = 0; part < 3; ++part)
+              add((part * C + r * Cl) * width, Cl * width, false);
+            break;
+          }
+          case GptTensor::kProjW:
+          case GptTensor::kFcProjW: {
+            // Row parallel: this rank's input columns, a run per output row.
+            const size_t in = t == GptTensor::kProjW ? C : F, in_local = in / M;
+            shape = Shape{int64_t(C), int64_t(in_local)};
+            for (size_t row = 0; row < C; ++row) add(row * in + r * in_local, in_local, false);
+            break;
+          }
+          case GptTensor::kFcW:
+          case GptTensor::kFcB: {
+            const size_t width = t == GptTensor::kFcW ? C : 1;
+            shape = t == GptTensor::kFcW ? Shape{int64_t(Fl), int64_t(C)} : Shape{int64_t(Fl)};
+            add(r * Fl * width, Fl * width, false);
+            break;
+          }
+          default:
+            add(0, numel, r != 0);
+            break;
+        }
+        table->push_back({GptTensorName(t, layer), shape});
+      });
   *local_size = local;
-  *whole_size = whole;
 }
 
 }  // namespace
 
 ParamSplit GptParamSplit(const GptConfig& config, int degree, int rank) {
+  return GptModelSplit(config, degree, 1, rank);
+}
+
+ParamSplit GptModelSplit(const GptConfig& config, int mp_degree, int pp_degree, int rank) {
   ParamSplit split;
   split.rank = rank;
-  split.degree = degree;
+  split.degree = mp_degree * pp_degree;
   split.whole_table = GptParamTable(config);
-  split.segments.resize(degree);
-  split.local_size.resize(degree);
-  for (int r = 0; r < degree; ++r) {
+  split.whole_size = static_cast<size_t>(GptParamCount(config));
+  split.segments.resize(split.degree);
+  split.local_size.resize(split.degree);
+  for (int r = 0; r < split.degree; ++r) {
+    Result<GptStage> stage = GptPipelineStage(config, pp_degree, r / mp_degree);
+    CHECK(stage.ok()) << stage.status().ToString();
     ParamTable table;
-    BuildShard(config, degree, r, &table, &split.segments[r], &split.local_size[r],
-               &split.whole_size);
+    BuildShard(config, mp_degree, r % mp_degree, *stage, &table, &split.segments[r],
+               &split.local_size[r]);
   }
   return split;
 }
 
 Result<std::unique_ptr<GptTensorParallel>> GptTensorParallel::Create(const GptConfig& config,
-                                                                     Collective* group) {
+                                                                     Collective* group,
+                                                                     const GptStage* stage) {
   FLEET_RETURN_IF_ERROR(config.Validate());
   const int M = group ? group->size() : 1;
   const int per = (config.vocab_size + M - 1) / M;
@@ -98,16 +115,29 @@ Result<std::unique_ptr<GptTensorParallel>> GptTensorParallel::Create(const GptCo
             ") and leave every rank vocabulary rows (" + std::to_string(config.vocab_size) + ")",
         "Distributed.mp_degree=" + std::to_string(M));
   }
-  return std::unique_ptr<GptTensorParallel>(new GptTensorParallel(config, group));
+  return std::unique_ptr<GptTensorParallel>(
+      new GptTensorParallel(config, group, stage ? *stage : GptWholeStage(config)));
 }
 
-GptTensorParallel::GptTensorParallel(const GptConfig& config, Collective* group)
+GptTensorParallel::GptTensorParallel(const GptConfig& config, Collective* group,
+                                     const GptStage& stage)
     : config_(config),
       group_(group),
       degree_(group ? group->size() : 1),
-      rank_(group ? group->rank() : 0) {
+      rank_(group ? group->rank() : 0),
+      stage_(stage) {
   std::tie(vocab_begin_, vocab_rows_) = VocabRange(config.vocab_size, degree_, rank_);
-  split_ = GptParamSplit(config, degree_, rank_);
+  // This stage's shards only: the segments of the group's ranks.
+  split_.rank = rank_;
+  split_.degree = degree_;
+  split_.whole_table = GptParamTable(config);
+  split_.whole_size = static_cast<size_t>(GptParamCount(config));
+  split_.segments.resize(degree_);
+  split_.local_size.resize(degree_);
+  for (int r = 0; r < degree_; ++r) {
+    ParamTable table;
+    BuildShard(config, degree_, r, stage_, &table, &split_.segments[r], &split_.local_size[r]);
+  }
   split_.group = group;
 }
 
@@ -118,8 +148,8 @@ int GptTensorParallel::ffn() const { return config_.ffn() / degree_; }
 ParamTable GptTensorParallel::ShardTable() const {
   ParamTable table;
   std::vector<ArenaSegment> segments;
-  size_t local = 0, whole = 0;
-  BuildShard(config_, degree_, rank_, &table, &segments, &local, &whole);
+  size_t local = 0;
+  BuildShard(config_, degree_, rank_, stage_, &table, &segments, &local);
   return table;
 }
 

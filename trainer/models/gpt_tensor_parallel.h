@@ -56,8 +56,11 @@ class GptTensorParallel {
   // model-parallel group: its size is the degree M, its rank this rank's
   // index. InvalidArgument naming Distributed.mp_degree when M does not
   // divide the heads or the MLP width, or exceeds the vocabulary.
+  // `stage` (null: the whole model): the pipeline stage whose tensors the
+  // ranks split (GptStage).
   static Result<std::unique_ptr<GptTensorParallel>> Create(const GptConfig& config,
-                                                           Collective* group);
+                                                           Collective* group,
+                                                           const GptStage* stage = nullptr);
 
   int degree() const { return degree_; }
   int rank() const { return rank_; }
@@ -69,7 +72,9 @@ class GptTensorParallel {
   int ffn() const;              // F / M
   int vocab_begin() const { return vocab_begin_; }
   int vocab_rows() const { return vocab_rows_; }
+  // This stage's split over the group (the whole model's without stages).
   const ParamSplit& split() const { return split_; }
+  const GptStage& stage() const { return stage_; }
   ParamTable ShardTable() const;
 
   // In place over the group, device memory (no-ops after a failure).
@@ -78,12 +83,13 @@ class GptTensorParallel {
   const Status& status() const { return status_; }
 
  private:
-  GptTensorParallel(const GptConfig& config, Collective* group);
+  GptTensorParallel(const GptConfig& config, Collective* group, const GptStage& stage);
   void AllReduce(float* data, size_t n, ReduceOp op);
 
   const GptConfig config_;
   Collective* const group_;
   const int degree_, rank_;
+  const GptStage stage_;
   int vocab_begin_ = 0, vocab_rows_ = 0;
   ParamSplit split_;
   Status status_;
@@ -93,5 +99,15 @@ class GptTensorParallel {
 // ShardTable and the segments of its ParamSplit), for planning. REQUIRES:
 // a degree Create accepts.
 ParamSplit GptParamSplit(const GptConfig& config, int degree, int rank);
+
+// The parts of a model split over pipeline stages and, within each, over
+// tensor-parallel ranks: part r = stage r / mp_degree, tensor-parallel rank
+// r mod mp_degree (the rank in the model group of pp x mp ranks). Each
+// tensor of the whole table is owned by exactly one part (its other copies,
+// the tensor-parallel ranks' replicated tensors and the last stage's wte,
+// are marked replicated): what checkpoints gather and the clipping norm
+// counts. `group` is left null for the caller to set. REQUIRES: degrees
+// GptPipelineStage and Create accept.
+ParamSplit GptModelSplit(const GptConfig& config, int mp_degree, int pp_degree, int rank);
 
 }  // namespace fleet::trainer

@@ -6,11 +6,11 @@
 
 namespace fleet::worker {
 
-extern const WorkerTaskType kCtrDnnTaskType;  // worker/tasks/ctr_dnn_task.cc
+extern const WorkerTaskType kCtrTaskType;     // worker/tasks/ctr_task.cc: every CTR model
 extern const WorkerTaskType kMlpTaskType;     // worker/tasks/mlp_task.cc
 
 namespace {
-constexpr const WorkerTaskType* kTypes[] = {&kCtrDnnTaskType, &kMlpTaskType};
+constexpr const WorkerTaskType* kTypes[] = {&kCtrTaskType, &kMlpTaskType};
 }  // namespace
 
 std::span<const WorkerTaskType* const> WorkerTaskTypes() { return kTypes; }

@@ -1,8 +1,10 @@
-// The ctr_dnn task: 26 sparse slots looked up in one PS sparse table and
-// sum-pooled per slot, 13 dense features, CtrDnn's FC tower, sigmoid BCE.
-// Metric: AUC (bucketed, 2^16 buckets, all-reducible). The sparse table may
-// use the plain accessor (rows of `dim`) or the CTR accessor (rows of
-// embed_dim + dim; the task then pushes a show and a click per key).
+// The CTR task: every CTR model (model.kind dnn / ctr_dnn, wide_deep,
+// deepfm, dcn; trainer/models/ctr_model.h). 26 sparse slots looked up in one
+// PS sparse table and sum-pooled per slot, 13 dense features, the model's
+// parts over them, sigmoid BCE. Metric: AUC (bucketed, 2^16 buckets,
+// all-reducible). The sparse table may use the plain accessor (rows of
+// `dim`) or the CTR accessor (rows of embed_dim + dim; the task then pushes
+// a show and a click per key).
 //
 // With heter workers (UseHeterWorkers) the task keeps the sparse part of
 // each step (read, pull, pool; unpool, push) and sends the dense part of
@@ -15,21 +17,21 @@
 #include <string>
 
 #include "absl/strings/str_format.h"
-#include "ps/table/accessor.h"
-#include "data/ctr_reader.h"
 #include "comm/file_io.h"
+#include "data/ctr_reader.h"
 #include "data/metrics.h"
-#include "trainer/models/ctr_dnn.h"
-#include "worker/task.h"
-#include "worker/tasks/ctr_dnn.h"
+#include "ps/table/accessor.h"
 #include "trainer/kernels/cpu_backend.h"
+#include "trainer/models/ctr_model.h"
+#include "worker/task.h"
+#include "worker/tasks/ctr_tower.h"
 
 namespace fleet::worker {
 namespace {
 
 using trainer::CpuBackend;
-using trainer::CtrDnn;
-using trainer::CtrDnnConfig;
+using trainer::CtrModel;
+using trainer::CtrModelConfig;
 using trainer::EmbeddingBag;
 using trainer::Shape;
 using trainer::Tensor;
@@ -39,10 +41,12 @@ constexpr int kAucBuckets = data::BucketedAuc::kDefaultBuckets;
 // Reads this worker's shard of `spec` into batches of batch_size; `what`
 // ("data.train") names it in progress lines.
 Status LoadBatches(const std::string& what, const std::string& spec, const WorkerTaskOptions& o,
-                   int batch_size, std::vector<data::CtrBatch>* out, int64_t* malformed) {
+                   int batch_size, uint64_t field_buckets, std::vector<data::CtrBatch>* out,
+                   int64_t* malformed) {
   FLEET_ASSIGN_OR_RETURN(std::vector<std::string> files, data::ExpandFileSpec(spec));
   data::CtrReaderOptions ro;
   ro.batch_size = batch_size;
+  ro.field_buckets = field_buckets;
   ro.rank = o.rank;
   ro.world_size = o.world_size;
   FLEET_ASSIGN_OR_RETURN(std::unique_ptr<data::CtrReader> reader,
@@ -144,13 +148,12 @@ class SparsePart {
   std::vector<float> rows_;
 };
 
-class CtrDnnTask final : public WorkerTask {
+class CtrTask final : public WorkerTask {
  public:
   // `backend` runs `model` and must be the one it was created with.
-  CtrDnnTask(const WorkerConfig& config, const ps::JobConfig& job,
-             std::unique_ptr<CpuBackend> backend, std::unique_ptr<CtrDnn> model,
-             std::vector<data::CtrBatch> train, std::vector<data::CtrBatch> test, int64_t malformed,
-             int rank, int world_size)
+  CtrTask(const WorkerConfig& config, const ps::JobConfig& job, std::unique_ptr<CpuBackend> backend,
+          std::unique_ptr<CtrModel> model, std::vector<data::CtrBatch> train,
+          std::vector<data::CtrBatch> test, int64_t malformed, int rank, int world_size)
       : config_(config),
         sync_(job.distributed.mode == ps::SyncMode::kSync),
         counts_(job.table(config.model.sparse_table)->accessor == ps::AccessorKind::kCtr),
@@ -291,9 +294,7 @@ class CtrDnnTask final : public WorkerTask {
     return v;
   }
 
-  std::span<float> ParamSpan() {
-    return {model_->arena().params().data(), model_->arena().size()};
-  }
+  std::span<float> ParamSpan() { return {model_->arena().params().data(), model_->arena().size()}; }
 
   // The whole batch's sparse part into pooled_.
   template <typename PullFn>
@@ -428,9 +429,9 @@ class CtrDnnTask final : public WorkerTask {
   const bool counts_;  // the sparse table keeps show/click counts (CTR accessor)
   const int rank_, world_size_;
   std::unique_ptr<CpuBackend> backend_;  // declared before model_, which uses it
-  std::unique_ptr<CtrDnn> model_;
-  const std::vector<float> initial_;     // the model's initialisation (model.seed)
-  const int dim_;                        // embedding width = the sparse table's pull dim
+  std::unique_ptr<CtrModel> model_;
+  const std::vector<float> initial_;                // the model's initialisation (model.seed)
+  const int dim_;                                   // embedding width = the sparse table's pull dim
   const std::vector<data::CtrBatch> train_, test_;  // this worker's shards
   const int64_t malformed_;
 
@@ -450,61 +451,81 @@ class CtrDnnTask final : public WorkerTask {
   data::BucketedAuc train_auc_;
 };
 
-Status CheckCtrDnnConfig(const WorkerConfig& config) {
+Status CheckCtrConfig(const WorkerConfig& config) {
   if (config.data.train.empty()) {
-    return Status::InvalidArgument("required for model.kind ctr_dnn", "data.train");
+    return Status::InvalidArgument("required for model.kind " + config.model.kind, "data.train");
   }
   return Status::OK();
 }
 
-Result<std::unique_ptr<WorkerTask>> CreateCtrDnnTask(const WorkerConfig& config,
-                                                     const ps::JobConfig& job,
-                                                     const WorkerTaskOptions& options) {
-  FLEET_ASSIGN_OR_RETURN(CtrDnnConfig mc, CtrDnnTowerConfig(config, job));
+std::vector<std::string> CtrKinds() {
+  std::vector<std::string> kinds;
+  for (const trainer::CtrModelKind& k : trainer::CtrModelKinds()) kinds.push_back(k.name);
+  return kinds;
+}
+
+Result<std::unique_ptr<WorkerTask>> CreateCtrTask(const WorkerConfig& config,
+                                                  const ps::JobConfig& job,
+                                                  const WorkerTaskOptions& options) {
+  FLEET_ASSIGN_OR_RETURN(CtrModelConfig mc, CtrTowerConfig(config, job));
   // Element-wise kernels on the calling thread: several workers share the
   // cores, and BLAS has its own threads (train.blas_threads).
   auto backend = std::make_unique<CpuBackend>();
-  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<CtrDnn> model, CtrDnn::Create(mc, backend.get()));
+  Result<std::unique_ptr<CtrModel>> model = CtrModel::Create(mc, backend.get());
+  if (!model.ok()) return model.status().WithContext("model.kind " + config.model.kind);
   std::vector<data::CtrBatch> train, test;
   int64_t malformed = 0;
-  FLEET_RETURN_IF_ERROR(
-      LoadBatches("data.train", config.data.train, options, config.train.batch_size, &train,
-                  &malformed)
-          .WithContext("data.train"));
+  FLEET_RETURN_IF_ERROR(LoadBatches("data.train", config.data.train, options,
+                                    config.train.batch_size, config.data.field_buckets, &train,
+                                    &malformed)
+                            .WithContext("data.train"));
   if (!config.data.test.empty()) {
-    FLEET_RETURN_IF_ERROR(
-        LoadBatches("data.test", config.data.test, options, config.train.batch_size, &test,
-                    &malformed)
-            .WithContext("data.test"));
+    FLEET_RETURN_IF_ERROR(LoadBatches("data.test", config.data.test, options,
+                                      config.train.batch_size, config.data.field_buckets, &test,
+                                      &malformed)
+                              .WithContext("data.test"));
   }
-  return std::unique_ptr<WorkerTask>(std::make_unique<CtrDnnTask>(
-      config, job, std::move(backend), std::move(model), std::move(train), std::move(test),
+  return std::unique_ptr<WorkerTask>(std::make_unique<CtrTask>(
+      config, job, std::move(backend), std::move(model).value(), std::move(train), std::move(test),
       malformed, options.rank, options.world_size));
 }
 
 }  // namespace
 
-Result<CtrDnnConfig> CtrDnnTowerConfig(const WorkerConfig& config, const ps::JobConfig& job) {
+Result<CtrModelConfig> CtrTowerConfig(const WorkerConfig& config, const ps::JobConfig& job) {
+  // ctr_dnn is dnn's first name.
+  const std::string kind = config.model.kind == "ctr_dnn" ? "dnn" : config.model.kind;
+  const trainer::CtrModelKind* parts = trainer::FindCtrModelKind(kind);
+  if (parts == nullptr) {
+    std::string names = "ctr_dnn";
+    for (const std::string& k : CtrKinds()) names += ", " + k;
+    return Status::InvalidArgument("'" + config.model.kind + "' is not a CTR model (" + names + ")",
+                                   "model.kind");
+  }
   const ps::TableConfig* sparse = job.table(config.model.sparse_table);
   if (sparse == nullptr || sparse->kind != ps::TableKind::kSparse) {
     return Status::InvalidArgument(
-        "ctr_dnn needs a sparse table; no such table",
+        "model.kind " + config.model.kind + " needs a sparse table; no such table",
         "model.sparse_table=" + std::to_string(config.model.sparse_table));
   }
-  CtrDnnConfig mc;
+  CtrModelConfig mc;
   mc.num_slots = data::kCriteoSlots;
   mc.num_dense = data::kCriteoDense;
   // What a pull returns per key: `dim` (plain), embed_w then embedx (ctr).
   mc.embedding_dim = static_cast<int>(ps::MakeAccessor(*sparse)->pull_dim());
-  mc.hidden = config.model.hidden;
+  mc.wide = parts->wide;
+  mc.fm = parts->fm;
+  mc.cross_layers = parts->cross ? config.model.cross_layers : 0;
+  mc.hidden = parts->deep ? config.model.hidden : std::vector<int>{};
   mc.seed = config.model.seed;
   return mc;
 }
 
 // Listed in worker/tasks/registry.cc.
-extern const WorkerTaskType kCtrDnnTaskType = {.kind = "ctr_dnn",
-                                               .default_dense_table = 1,
-                                               .check_config = CheckCtrDnnConfig,
-                                               .create = CreateCtrDnnTask};
+extern const WorkerTaskType kCtrTaskType = {.kind = "ctr_dnn",
+                                            .more_kinds = CtrKinds,
+                                            .default_dense_table = 1,
+                                            .check_config = CheckCtrConfig,
+                                            .create = CreateCtrTask};
 
 }  // namespace fleet::worker
