@@ -296,7 +296,7 @@ struct Van::Impl {
   // Opens or closes the gate (see gate_fd). False when epoll_ctl fails.
   bool SetDealerGate(bool open) {
     epoll_event e{};
-    e.events = open ? EPOLLIN : 0;
+    e.events = open ? static_cast<uint32_t>(EPOLLIN) : 0u;
     e.data.fd = dealer_epfd;
     return ::epoll_ctl(gate_fd, EPOLL_CTL_MOD, dealer_epfd, &e) == 0;
   }
