@@ -4,10 +4,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "collective/config/gpt_config.h"
+#include "comm/program_flags.h"
 #include "comm/program_help.h"
 #include "comm/yaml_config.h"
-#include "examples/gpt/program_flags.h"
-#include "collective/config/gpt_config.h"
 #include "trainer/models/gpt_hf.h"
 #include "trainer/models/gpt_lora_files.h"
 

@@ -2,9 +2,9 @@
 #include <string>
 #include <vector>
 
-#include "examples/gpt/serve_app.h"
+#include "serve/gpt_serve_app.h"
 
 int main(int argc, char** argv) {
-  return fleet::examples::gpt::GptServeMain(std::vector<std::string>(argv + 1, argv + argc),
-                                            std::cout, std::cerr);
+  return fleet::serve::GptServeMain(std::vector<std::string>(argv + 1, argv + argc), std::cout,
+                                    std::cerr);
 }

@@ -1,4 +1,4 @@
-// The GPT programs' own flags, after ParseConfigArgs (comm/yaml_config.h)
+// The config-driven programs' own flags, after ParseConfigArgs (comm/yaml_config.h)
 // has taken -c and -o: "--name=value" or "--name value" for the names the
 // program knows, and -h / --help / --helpshort. One reader for gpt_generate,
 // gpt_serve and gpt_convert, so they accept and refuse the same shapes.
@@ -12,7 +12,7 @@
 
 #include "comm/status.h"
 
-namespace fleet::examples::gpt {
+namespace fleet {
 
 struct ProgramFlags {
   bool help = false;
@@ -48,4 +48,4 @@ inline Result<ProgramFlags> ParseProgramFlags(const std::vector<std::string>& ar
   return out;
 }
 
-}  // namespace fleet::examples::gpt
+}  // namespace fleet
