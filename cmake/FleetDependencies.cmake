@@ -11,6 +11,10 @@ find_package(absl REQUIRED)
 find_package(Gloo REQUIRED)
 find_package(cppzmq REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+# libmicrohttpd-dev: the HTTP server (comm/http_server.h): one event thread
+# for every connection, per-connection buffer caps, bodies read only once a
+# request is admitted. cpp-httplib stays for clients.
+pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 find_package(ZLIB REQUIRED)
 # libzip-dev: reads and writes FleetX's *_idx.npz (NumPy zip) files.
 pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)

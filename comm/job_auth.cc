@@ -28,7 +28,7 @@ constexpr size_t kSha256Bytes = 32;
 constexpr std::string_view kSalt = "fleetps job secret v1";
 // A secret file larger than this is not a secret file.
 constexpr size_t kMaxSecretFileBytes = 4096;
-constexpr std::string_view kSignatureVersion = "v1";
+constexpr std::string_view kSignatureVersion = "v2";
 
 // (Debian's absl has its own string_view, so the helpers below are std.)
 std::string Hex(std::string_view bytes) {
@@ -82,15 +82,23 @@ CurveKeyPair CurvePairFrom(const std::string& secret_key) {
   return CurveKeyPair{z85_public, z85_secret};
 }
 
-std::string SignedText(std::string_view method, std::string_view target, std::string_view body,
-                       int64_t unix_ms, std::string_view nonce) {
+std::string Sha256Hex(std::string_view data) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  // Only fails on allocation failure inside OpenSSL.
+  CHECK_EQ(EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr), 1);
+  return Hex(std::string_view(reinterpret_cast<const char*>(digest), len));
+}
+
+std::string SignedText(std::string_view method, std::string_view target,
+                       std::string_view body_sha256, int64_t unix_ms, std::string_view nonce) {
   // Length-prefixed fields: no two requests give the same text.
   std::string text(kSignatureVersion);
   for (std::string_view field : {method, target}) {
     text.append("\n").append(std::to_string(field.size())).append(":").append(field);
   }
   text.append("\n").append(std::to_string(unix_ms)).append("\n").append(nonce);
-  text.append("\n").append(std::to_string(body.size())).append(":").append(body);
+  text.append("\n").append(body_sha256);
   return text;
 }
 
@@ -207,65 +215,83 @@ std::string KvRequestSigner::Sign(std::string_view method, std::string_view targ
 std::string KvRequestSigner::SignAt(std::string_view method, std::string_view target,
                                     std::string_view body, int64_t unix_ms,
                                     std::string_view nonce) const {
-  const std::string mac =
-      HmacSha256(auth_->kv_key(), SignedText(method, target, body, unix_ms, nonce));
+  const std::string digest = Sha256Hex(body);
+  const std::string mac = HmacSha256(
+      auth_->kv_key(), SignedText(method, target, digest, unix_ms, nonce));
   std::string header(kSignatureVersion);
   header.append(" ").append(std::to_string(unix_ms)).append(" ").append(nonce);
-  return header.append(" ").append(Hex(mac));
+  return header.append(" ").append(digest).append(" ").append(Hex(mac));
 }
 
 namespace {
 
-// The fields of a credential header: version, unix ms, nonce, signature.
+// The fields of a credential header: version, unix ms, nonce, body digest,
+// signature.
 struct HeaderParts {
   int64_t unix_ms = 0;
   std::string_view nonce;
+  std::string_view body_sha256;
   std::string_view mac;
 };
 
-Status ParseHeader(std::string_view header, int64_t now_unix_ms, std::chrono::milliseconds window,
-                   HeaderParts* out) {
+Status ParseHeader(std::string_view header, HeaderParts* out) {
   const std::vector<std::string_view> parts = SplitSpaces(header);
   int64_t unix_ms = 0;
   auto parse = [&unix_ms](std::string_view t) {
     auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), unix_ms);
     return !t.empty() && ec == std::errc() && end == t.data() + t.size();
   };
-  if (parts.size() != 4 || parts[0] != kSignatureVersion || !parse(parts[1]) ||
-      parts[2].size() != 32 || parts[3].size() != 2 * kSha256Bytes) {
+  if (parts.size() != 5 || parts[0] != kSignatureVersion || !parse(parts[1]) ||
+      parts[2].size() != 32 || parts[3].size() != 2 * kSha256Bytes ||
+      parts[4].size() != 2 * kSha256Bytes) {
     return Status::InvalidArgument("malformed credential");
   }
-  if (unix_ms < now_unix_ms - window.count() || unix_ms > now_unix_ms + window.count()) {
-    return Status::InvalidArgument(
-        absl::StrCat("credential timestamp is ", (now_unix_ms - unix_ms) / 1000,
-                     " s from this clock (allowed: ", window.count() / 1000,
-                     " s); are the machines' clocks in sync?"));
-  }
-  *out = {unix_ms, parts[2], parts[3]};
+  *out = {unix_ms, parts[2], parts[3], parts[4]};
   return Status::OK();
 }
 
 }  // namespace
 
-Status KvRequestSigner::CheckHeader(std::string_view header, int64_t now_unix_ms,
-                                    std::chrono::milliseconds window) {
+Result<std::string> KvRequestSigner::VerifyHead(std::string_view header, std::string_view method,
+                                                std::string_view target, int64_t now_unix_ms,
+                                                std::chrono::milliseconds window) const {
   HeaderParts parts;
-  return ParseHeader(header, now_unix_ms, window, &parts);
+  FLEET_RETURN_IF_ERROR(ParseHeader(header, &parts));
+  if (parts.unix_ms < now_unix_ms - window.count() ||
+      parts.unix_ms > now_unix_ms + window.count()) {
+    // Positive: the request's clock is ahead of this one.
+    const int64_t ahead_s = (parts.unix_ms - now_unix_ms) / 1000;
+    return Status::InvalidArgument(absl::StrCat(
+        "credential timestamp is ", ahead_s >= 0 ? absl::StrCat(ahead_s, " s ahead of")
+                                                 : absl::StrCat(-ahead_s, " s behind"),
+        " this machine's clock (allowed: ", window.count() / 1000,
+        " s); are the machines' clocks in sync?"));
+  }
+  const std::string expected = Hex(HmacSha256(
+      auth_->kv_key(), SignedText(method, target, parts.body_sha256, parts.unix_ms, parts.nonce)));
+  if (CRYPTO_memcmp(expected.data(), parts.mac.data(), expected.size()) != 0) {
+    return Status::InvalidArgument("bad signature (not this job's secret)");
+  }
+  return std::string(parts.nonce);
+}
+
+bool KvRequestSigner::BodyMatches(std::string_view header, std::string_view body) {
+  HeaderParts parts;
+  if (!ParseHeader(header, &parts).ok()) return false;
+  const std::string digest = Sha256Hex(body);
+  return CRYPTO_memcmp(digest.data(), parts.body_sha256.data(), digest.size()) == 0;
 }
 
 Status KvRequestSigner::Verify(std::string_view header, std::string_view method,
                                std::string_view target, std::string_view body,
                                int64_t now_unix_ms, std::chrono::milliseconds window,
                                std::string* nonce) const {
-  HeaderParts parts;
-  FLEET_RETURN_IF_ERROR(ParseHeader(header, now_unix_ms, window, &parts));
-  const int64_t unix_ms = parts.unix_ms;
-  const std::string expected =
-      Hex(HmacSha256(auth_->kv_key(), SignedText(method, target, body, unix_ms, parts.nonce)));
-  if (CRYPTO_memcmp(expected.data(), parts.mac.data(), expected.size()) != 0) {
-    return Status::InvalidArgument("bad signature (not this job's secret)");
+  FLEET_ASSIGN_OR_RETURN(std::string verified,
+                         VerifyHead(header, method, target, now_unix_ms, window));
+  if (!BodyMatches(header, body)) {
+    return Status::InvalidArgument("body differs from the one signed");
   }
-  *nonce = std::string(parts.nonce);
+  *nonce = std::move(verified);
   return Status::OK();
 }
 

@@ -89,12 +89,16 @@ std::string HkdfSha256(std::string_view ikm, std::string_view salt, std::string_
                        size_t length);
 
 // The credential on a KV store request: the header
-//   X-Fleet-Auth: v1 <unix ms> <nonce, 32 hex> <HMAC-SHA256, 64 hex>
+//   X-Fleet-Auth: v2 <unix ms> <nonce, 32 hex> <SHA-256 of the body, 64 hex>
+//                 <HMAC-SHA256, 64 hex>
 // where the HMAC, keyed with JobAuth::kv_key(), covers the method, the
 // request target (path and query as sent), the timestamp, the nonce and the
-// body. The server accepts a timestamp within `window` of its own clock and
-// each nonce once (a replay inside the window is refused), so a captured
-// request cannot be played again. Thread-safe.
+// body's length and digest. So a server authenticates a request on its
+// headers alone, before reading a byte of its body (a stranger's body is
+// never read), and then checks the body against the digest. The server
+// accepts a timestamp within `window` of its own clock and each nonce once
+// (a replay inside the window is refused), so a captured request cannot be
+// played again. Thread-safe.
 class KvRequestSigner {
  public:
   static constexpr char kHeader[] = "X-Fleet-Auth";
@@ -107,17 +111,20 @@ class KvRequestSigner {
   std::string SignAt(std::string_view method, std::string_view target, std::string_view body,
                      int64_t unix_ms, std::string_view nonce) const;
 
-  // Checks a header value against the request. OK, or InvalidArgument with
-  // the reason (malformed, stale timestamp, bad signature). Nonce reuse is
-  // the caller's check (it keeps the nonces it saw); `nonce` is set on OK.
+  // Checks a header value against the request's method and target: format,
+  // timestamp and HMAC. OK (with the nonce, whose reuse is the caller's
+  // check) means the request comes from a holder of the job's secret, whose
+  // body must still pass BodyMatches; else InvalidArgument with the reason
+  // (malformed, stale timestamp with the clock difference, bad signature).
+  Result<std::string> VerifyHead(std::string_view header, std::string_view method,
+                                 std::string_view target, int64_t now_unix_ms,
+                                 std::chrono::milliseconds window) const;
+  // Whether `body` is the one a header that passed VerifyHead declared.
+  static bool BodyMatches(std::string_view header, std::string_view body);
+  // VerifyHead and BodyMatches together; `nonce` is set on OK.
   Status Verify(std::string_view header, std::string_view method, std::string_view target,
                 std::string_view body, int64_t now_unix_ms, std::chrono::milliseconds window,
                 std::string* nonce) const;
-  // The checks of Verify that need no body (format and timestamp), so a
-  // server can refuse a stranger on the headers, before reading any body.
-  // OK does not authenticate anything; Verify still must pass.
-  static Status CheckHeader(std::string_view header, int64_t now_unix_ms,
-                            std::chrono::milliseconds window);
 
  private:
   std::shared_ptr<const JobAuth> auth_;

@@ -7,17 +7,26 @@
 //   PUT    /kv/<job>/<key>                      set
 //   GET    /kv/<job>/<key>                      get; 404 when absent
 //   GET    /kv/<job>/<key>?wait_ms=N            long poll: waits up to N ms for the key
-//   DELETE /kv/<job>/<key>                      delete; 404 when absent
+//   DELETE /kv/<job>/<key>[?id=I]               delete; 404 when absent
 //   GET    /list/<job>?prefix=P                 keys with prefix P, one per line
-//   POST   /add/<job>/<key>   body: delta       atomic add, returns the new value
+//   POST   /add/<job>/<key>[?id=I] body: delta  atomic add, returns the new value
 //   GET    /health                              "ok"
+//   GET    /metrics                             options.metrics' text
+// A delete or add with an id is done once: the server answers a request
+// repeating a recent id (a client's retry after a lost answer) with the
+// first answer.
+//
+// The server is comm/http_server.h's: one event thread for every
+// connection (a long poll holds no thread), headers capped, strangers'
+// connections bounded and cut when they dawdle.
 //
 // Authentication: a server given the job's credentials (options.auth)
 // answers every request (/health included) that lacks a valid X-Fleet-Auth
 // header (comm/job_auth.h, KvRequestSigner) with 401 when it has none and
 // 403 when it is wrong, stale (outside auth_window of the server's clock)
-// or replayed, before looking at anything else; a client given them signs
-// every request. Bodies travel in the clear: nothing secret is ever stored.
+// or replayed, on the headers alone: a stranger's body is never read. A
+// client given them signs every request. Bodies travel in the clear:
+// nothing secret is ever stored.
 #pragma once
 
 #include <chrono>
@@ -81,7 +90,8 @@ class KvStoreServer {
 };
 
 struct KvStoreClientOptions {
-  // Per-request budget for set/get/delete/list (connect + transfer).
+  // Per-request budget for set/get/delete/list/add (connect + transfer, all
+  // retries included).
   std::chrono::milliseconds request_timeout{std::chrono::seconds(10)};
   // The job's credentials: every request is signed with them. Null: requests
   // go unsigned, which a server with auth answers with 401 (reported as
@@ -93,9 +103,13 @@ struct KvStoreClientOptions {
   std::string source_address = {};
 };
 
-// Talks to a KvStoreServer. Thread-safe: each call uses its own connection.
-// Every call blocks at most its timeout and returns Unavailable (server not
-// reachable, naming the endpoint) or Timeout (naming the keys) instead of
+// Talks to a KvStoreServer. Thread-safe: calls share a pool of keep-alive
+// connections, each call using one at a time. A call that fails in transit
+// (a reset, a timeout: a loaded or briefly unreachable server) is tried
+// again with backoff until its budget (request_timeout) is spent; a refused
+// connection (nothing listens: the store is gone) fails at once. Every call
+// blocks at most its budget and returns Unavailable (naming the endpoint,
+// the attempts and the time) or Timeout (naming the keys) instead of
 // hanging; FailedPrecondition when the server refuses the credential (401:
 // none given, 403: not this job's).
 class KvStoreClient {

@@ -6,6 +6,7 @@
 
 #include <glog/logging.h>
 
+#include "comm/http_server.h"
 #include "launch/launcher.h"
 #include "launch/supervisor.h"
 
@@ -13,6 +14,9 @@ int main(int argc, char** argv) {
   using namespace fleet::launch;
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
+  // The KV store holds a descriptor per connection: a job's processes,
+  // and whatever strangers reach its port.
+  fleet::RaiseOpenFileLimit();
   auto signals = SignalPipe::Install();
   if (!signals.ok()) {
     std::fprintf(stderr, "fleetrun: %s\n", signals.status().ToString().c_str());

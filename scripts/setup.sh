@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
   libopenblas-dev
   libyaml-cpp-dev
-  libcpp-httplib-dev libssl-dev
+  libcpp-httplib-dev libmicrohttpd-dev libssl-dev
   libabsl-dev libdivide-dev
   zlib1g-dev
   libzip-dev libpcre2-dev nlohmann-json3-dev

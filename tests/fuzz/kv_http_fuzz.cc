@@ -1,8 +1,8 @@
 // The KV store's HTTP handlers (comm/kv_store.h) as any process reaching
 // the port could call them: the input's bytes are written raw to an
-// in-process KvStoreServer (port 0) over TCP, so cpp-httplib's request
-// parser, the routes and every handler (get, long poll, put, delete, list,
-// add, health) and the auth check see them. Input: u8 flags (bit 0: the
+// in-process KvStoreServer (port 0) over TCP, so libmicrohttpd's request
+// parser (comm/http_server.h), the routes and every handler (get, long
+// poll, put, delete, list, add, health) and the auth check see them. Input: u8 flags (bit 0: the
 // server with job credentials, which checks X-Fleet-Auth), then the raw
 // request. The same bytes also go to KvRequestSigner::Verify as a header.
 // The server must answer or close, and keep serving: after each input a
