@@ -1,8 +1,8 @@
 // What the serving engine and an HTTP server hand each other, in plain
 // values: a request in (method, path, headers, body), an answer out (a
 // whole response, or a head and then chunks), given once from any thread.
-// The engine (serve/openai_service.h) never sees the HTTP library; binding
-// it to one is a small adapter (serve/http_binding.h).
+// The engine (serve/openai_service.h) never sees the HTTP server; binding
+// it to one is a small adapter (serve/http_binding.h, comm/http_server.h's).
 //
 // Thread safety: ApiRequest and ApiResponse are plain values; a Responder
 // and its ResponseStream are called from any thread (implementations
@@ -69,10 +69,8 @@ class Responder {
   virtual ~Responder() = default;
   virtual void Send(ApiResponse response) = 0;
   // Starts a chunked answer with `head`'s status, type and headers (its
-  // body ignored). `heartbeat` is what a transport that learns of a
-  // departed client only by writing to it may write after a quiet spell
-  // (an SSE comment); a transport that sees disconnections ignores it.
-  virtual std::shared_ptr<ResponseStream> Stream(ApiResponse head, std::string heartbeat) = 0;
+  // body ignored) and returns the stream to write it through.
+  virtual std::shared_ptr<ResponseStream> Stream(ApiResponse head) = 0;
   // False once the client is gone or the server stops.
   virtual bool open() const = 0;
 };

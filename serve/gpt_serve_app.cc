@@ -10,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "collective/config/gpt_data.h"
+#include "comm/http_server.h"
 #include "comm/job_auth.h"
 #include "comm/program_flags.h"
 #include "comm/program_help.h"
@@ -27,24 +28,17 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Start(
   FLEET_ASSIGN_OR_RETURN(server->service_,
                          OpenAiService::Create(model, tokenizer, std::move(chat),
                                                std::move(adapters), options.service));
-  const SchedulerOptions& s = options.service.scheduler;
   FLEET_ASSIGN_OR_RETURN(server->http_,
                          HttpBinding::Start(server->service_.get(),
-                                            {.host = options.host,
-                                             .port = options.port,
-                                             // Each running or queued sequence's request holds a
-                                             // thread while it waits, plus the probes and refusals.
-                                             .threads = s.max_batch + s.max_queue + 8,
-                                             .answer_timeout = options.service.request_timeout,
-                                             .max_body_bytes = options.service.max_body_bytes}));
+                                            {.host = options.host, .port = options.port}));
   return server;
 }
 
 CompletionServer::~CompletionServer() { Stop(); }
 
 void CompletionServer::Stop() {
-  // The service first: it answers every waiting request, so the HTTP
-  // threads are free when the binding joins them.
+  // The service first: it answers every waiting request before the server
+  // closes the connections.
   if (service_) service_->Stop();
   if (http_) http_->Stop();
 }
@@ -194,6 +188,8 @@ int GptServeMain(const std::vector<std::string>& args, std::ostream& out, std::o
     out << FormatProgramHelp(ServeHelp());
     return 0;
   }
+  // One descriptor a connection (comm/http_server.h).
+  RaiseOpenFileLimit();
   // Before any thread exists (see StopSignalWatcher).
   std::mutex mu;
   std::condition_variable stop_cv;

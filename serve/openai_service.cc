@@ -113,8 +113,9 @@ class OpenAiService::Generation : public std::enable_shared_from_this<Generation
     if (request_.stream) {
       stream_ = responder_->Stream({.status = 200,
                                     .content_type = "text/event-stream",
-                                    .headers = {{"Cache-Control", "no-cache"}}},
-                                   std::string(kKeepAliveEvent));
+                                    .headers = {{"Cache-Control", "no-cache"}}});
+      last_write_ = Clock::now().time_since_epoch().count();
+      streaming_ = true;
     }
     service_->workers_->Submit([self = shared_from_this()] { self->Drain(); });
     return Status::OK();
@@ -124,6 +125,18 @@ class OpenAiService::Generation : public std::enable_shared_from_this<Generation
   void Notify() {
     if (pending_.fetch_add(1) > 0) return;
     service_->workers_->Submit([self = shared_from_this()] { self->Drain(); });
+  }
+
+  // A streamed answer silent for `quiet` gets a keep-alive comment (on a
+  // worker, in order with its chunks): an HTTP server learns that a client
+  // left only when a write to it fails, and a queued request writes nothing
+  // else.
+  void KeepAlive(Clock::duration quiet) {
+    if (!streaming_) return;
+    const Clock::time_point last(Clock::duration(last_write_.load()));
+    if (Clock::now() - last < quiet) return;
+    keep_alive_due_ = true;
+    Notify();
   }
 
  private:
@@ -184,6 +197,9 @@ class OpenAiService::Generation : public std::enable_shared_from_this<Generation
 
   void DrainOnce() {
     if (done_) return;
+    if (keep_alive_due_.exchange(false) && !Write(std::string(kKeepAliveEvent))) {
+      return ClientGone();
+    }
     std::vector<RequestChannel::ChoiceUpdate> updates = channel_->Take();
     for (size_t c = 0; c < choices_.size(); ++c) {
       Choice& ch = choices_[c];
@@ -270,7 +286,10 @@ class OpenAiService::Generation : public std::enable_shared_from_this<Generation
     return Write(ChunkEvent(info_, out, /*opening=*/false, request_.include_usage));
   }
 
-  bool Write(const std::string& event) { return stream_->Write(event); }
+  bool Write(const std::string& event) {
+    last_write_ = Clock::now().time_since_epoch().count();
+    return stream_->Write(event);
+  }
 
   void Complete() {
     done_ = true;
@@ -328,6 +347,9 @@ class OpenAiService::Generation : public std::enable_shared_from_this<Generation
   const Clock::time_point arrival_;
 
   std::atomic<int> pending_{1};  // notifications not drained yet (and Start's)
+  std::atomic<bool> keep_alive_due_{false};
+  std::atomic<bool> streaming_{false};  // stream_ is set (the ticker may look)
+  std::atomic<Clock::rep> last_write_{0};  // steady clock ticks of the last write
 
   // Set by Start, before any Drain.
   std::shared_ptr<RequestChannel> channel_;
@@ -399,12 +421,27 @@ OpenAiService::OpenAiService(trainer::GptModel* model, const data::Tokenizer* to
                                                     : model->config().max_position_embeddings,
                .vocab_size = tokenizer->vocab_size()}),
       created_(UnixSeconds()),
-      workers_(std::make_unique<ThreadPool>(options.worker_threads)) {}
+      workers_(std::make_unique<ThreadPool>(options.worker_threads)),
+      ticker_([this] { KeepStreamsAlive(); }) {}
 
 OpenAiService::~OpenAiService() { Stop(); }
 
+void OpenAiService::KeepStreamsAlive() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopped_) {
+    // Wakes every kKeepAliveEvery, or at once on Stop.
+    ticker_cv_.wait_for(lock, kKeepAliveEvery);
+    for (auto& [id, generation] : in_flight_) generation->KeepAlive(kKeepAliveEvery);
+  }
+}
+
 void OpenAiService::Stop() {
-  if (stopped_.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_.exchange(true)) return;
+  }
+  ticker_cv_.notify_all();
+  if (ticker_.joinable()) ticker_.join();
   // The scheduler fails every sequence; the generations answer 503 on the
   // workers (which run until the service is destroyed).
   if (scheduler_) scheduler_->Shutdown();

@@ -26,13 +26,17 @@
 // request_timeout; 500 a failure of the model. Errors have OpenAI's shape
 // {"error": {message, type, param, code}}. A streamed request whose client
 // went away is cancelled (its slots freed within a token or two) and
-// counted as 499. Every answer but the probes' 200s is counted in
+// counted as 499: a stream silent for 250 ms gets a keep-alive comment
+// (": keep-alive", which clients skip), because a server learns that a
+// client left only when a write fails. A non-streamed request whose client
+// left runs to its end. Every answer but the probes' 200s is counted in
 // fleet_serve_requests_total.
 //
-// Threads: Handle never blocks. Parsing, tokenizing, and turning generated
-// tokens into text and JSON run on the service's `worker_threads`, woken by
-// the scheduler when a request has news; the scheduler thread alone runs
-// the model. No thread waits per request.
+// Threads: Admit and Handle never block (an HTTP server's event thread may
+// call them). Parsing, tokenizing, and turning generated tokens into text
+// and JSON run on the service's `worker_threads`, woken by the scheduler
+// when a request has news; the scheduler thread alone runs the model; a
+// ticker thread sends the keep-alives. No thread waits per request.
 //
 // Thread-safe.
 #pragma once
@@ -45,6 +49,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/status.h"
@@ -137,6 +142,8 @@ class OpenAiService {
   void ReplyError(const std::shared_ptr<Responder>& responder, const Status& status,
                   std::string_view param = {}, std::string_view code = {});
   void Finished(uint64_t id);
+  // The ticker thread: keep-alive comments into quiet streams.
+  void KeepStreamsAlive();
 
   // Fixed after Create.
   trainer::GptModel* const model_;
@@ -156,8 +163,13 @@ class OpenAiService {
 
   // Requests in flight (each owned here until it answered).
   std::mutex mu_;
-  std::condition_variable idle_cv_;                            // in_flight_ became empty
+  std::condition_variable idle_cv_;    // in_flight_ became empty
+  std::condition_variable ticker_cv_;  // Stop wakes the ticker
   std::map<uint64_t, std::shared_ptr<Generation>> in_flight_;  // guarded by mu_
+
+  // How often the ticker looks for streams that wrote nothing since.
+  static constexpr std::chrono::milliseconds kKeepAliveEvery{250};
+  std::thread ticker_;  // last: starts after every member above exists
 };
 
 }  // namespace fleet::serve
