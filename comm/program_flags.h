@@ -5,11 +5,14 @@
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "comm/program_help.h"
 #include "comm/status.h"
 
 namespace fleet {
@@ -46,6 +49,25 @@ inline Result<ProgramFlags> ParseProgramFlags(const std::vector<std::string>& ar
     out.values.emplace_back(std::move(name), std::move(value));
   }
   return out;
+}
+
+// What such a program does first with its parsed flags (a Flags with a
+// `bool help`): refused, the reason on `err` as "<program>: ..." and exit
+// status 2; --help, FormatProgramHelp(help) on `out` and exit status 0;
+// otherwise nullopt: go on.
+template <typename Flags>
+std::optional<int> FlagsExitStatus(const Result<Flags>& flags, std::string_view program,
+                                   const ProgramHelp& help, std::ostream& out,
+                                   std::ostream& err) {
+  if (!flags.ok()) {
+    err << program << ": " << flags.status().ToString() << "\n";
+    return 2;
+  }
+  if (flags->help) {
+    out << FormatProgramHelp(help);
+    return 0;
+  }
+  return std::nullopt;
 }
 
 }  // namespace fleet

@@ -180,14 +180,7 @@ Result<std::vector<std::unique_ptr<trainer::GptLoraAdapters>>> LoadAdapters(
 
 int GptServeMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Result<Flags> flags = ParseFlags(args);
-  if (!flags.ok()) {
-    err << "gpt_serve: " << flags.status().ToString() << "\n";
-    return 2;
-  }
-  if (flags->help) {
-    out << FormatProgramHelp(ServeHelp());
-    return 0;
-  }
+  if (std::optional<int> code = FlagsExitStatus(flags, "gpt_serve", ServeHelp(), out, err)) return *code;
   // One descriptor a connection (comm/http_server.h).
   RaiseOpenFileLimit();
   // Before any thread exists (see StopSignalWatcher).

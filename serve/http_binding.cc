@@ -8,20 +8,6 @@
 namespace fleet::serve {
 namespace {
 
-ApiRequest ToApi(const HttpRequest& req) {
-  return {.method = req.method,
-          .path = req.path,
-          .headers = req.headers,
-          .content_length = req.content_length};
-}
-
-HttpResponse ToHttp(ApiResponse r) {
-  return {.status = r.status,
-          .content_type = std::move(r.content_type),
-          .body = std::move(r.body),
-          .headers = std::move(r.headers)};
-}
-
 class StreamAdapter final : public ResponseStream {
  public:
   explicit StreamAdapter(std::shared_ptr<HttpStream> stream) : stream_(std::move(stream)) {}
@@ -38,16 +24,16 @@ class StreamAdapter final : public ResponseStream {
 class ReplyResponder final : public Responder {
  public:
   explicit ReplyResponder(HttpReply reply) : reply_(std::move(reply)) {}
-  void Send(ApiResponse response) override {
+  void Send(HttpResponse response) override {
     std::lock_guard<std::mutex> lock(mu_);
     CHECK(reply_.has_value()) << "answered twice";
-    reply_->Send(ToHttp(std::move(response)));
+    reply_->Send(std::move(response));
     reply_.reset();
   }
-  std::shared_ptr<ResponseStream> Stream(ApiResponse head) override {
+  std::shared_ptr<ResponseStream> Stream(HttpResponse head) override {
     std::lock_guard<std::mutex> lock(mu_);
     CHECK(reply_.has_value()) << "answered twice";
-    stream_ = reply_->Stream(ToHttp(std::move(head)));
+    stream_ = reply_->Stream(std::move(head));
     reply_.reset();
     return std::make_shared<StreamAdapter>(stream_);
   }
@@ -59,8 +45,8 @@ class ReplyResponder final : public Responder {
 
  private:
   mutable std::mutex mu_;
-  std::optional<HttpReply> reply_;       // guarded by mu_; empty once answered
-  std::shared_ptr<HttpStream> stream_;   // guarded by mu_
+  std::optional<HttpReply> reply_;      // guarded by mu_; empty once answered
+  std::shared_ptr<HttpStream> stream_;  // guarded by mu_
 };
 
 }  // namespace
@@ -71,16 +57,9 @@ Result<std::unique_ptr<HttpBinding>> HttpBinding::Start(OpenAiService* service,
   HttpServerOptions o;
   o.listen = options.host + ":" + std::to_string(options.port);
   o.name = "gpt_serve";
-  o.admit = [service](const HttpRequest& req) {
-    ApiAdmission a = service->Admit(ToApi(req));
-    HttpAdmission out{.max_body_bytes = a.max_body_bytes, .trusted = a.trusted};
-    if (a.refusal) out.refusal = ToHttp(std::move(*a.refusal));
-    return out;
-  };
+  o.admit = [service](const HttpRequest& req) { return service->Admit(req); };
   o.handle = [service](HttpRequest req, HttpReply reply) {
-    ApiRequest request = ToApi(req);
-    request.body = std::move(req.body);
-    service->Handle(std::move(request), std::make_shared<ReplyResponder>(std::move(reply)));
+    service->Handle(std::move(req), std::make_shared<ReplyResponder>(std::move(reply)));
   };
   auto http = std::make_unique<HttpServer>(std::move(o));
   FLEET_RETURN_IF_ERROR(http->Start());

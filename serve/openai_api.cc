@@ -1,6 +1,7 @@
 #include "serve/openai_api.h"
 
 #include <algorithm>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -112,6 +113,22 @@ class CommonFields {
     }
     if (key == "logit_bias") return LogitBias(v, &s.logit_bias);
     *known = false;
+    return Status::OK();
+  }
+
+  // Reads every field of `body` (a JSON object) into *r: the common ones
+  // here, the endpoint's own through `own` (which refuses the unknown);
+  // a field given null is as if absent.
+  Status ReadAll(std::string_view body, Endpoint endpoint, GenerationRequest* r,
+                 const std::function<Status(const std::string&, const json&)>& own) {
+    FLEET_ASSIGN_OR_RETURN(json j, ParseObject(body));
+    r->endpoint = endpoint;
+    for (const auto& [key, value] : j.items()) {
+      if (value.is_null()) continue;
+      bool known = false;
+      FLEET_RETURN_IF_ERROR(Read(key, value, r, &known));
+      if (!known) FLEET_RETURN_IF_ERROR(own(key, value));
+    }
     return Status::OK();
   }
 
@@ -368,38 +385,34 @@ json ChoiceJson(const ResponseInfo& info, const ChoiceOutput& c, bool chunk, boo
 Result<GenerationRequest> ParseCompletionRequest(std::string_view body,
                                                  const data::Tokenizer& tokenizer,
                                                  const ApiLimits& limits) {
-  FLEET_ASSIGN_OR_RETURN(json j, ParseObject(body));
   GenerationRequest r;
-  r.endpoint = Endpoint::kCompletions;
   CommonFields common(limits);
   bool has_prompt = false;
   std::optional<int64_t> best_of;
-  for (const auto& [key, value] : j.items()) {
-    if (value.is_null()) continue;
-    bool known = false;
-    FLEET_RETURN_IF_ERROR(common.Read(key, value, &r, &known));
-    if (known) continue;
-    if (key == "prompt") {
-      has_prompt = true;
-      FLEET_RETURN_IF_ERROR(Prompts(value, tokenizer, limits, &r.prompts));
-    } else if (key == "echo") {
-      FLEET_RETURN_IF_ERROR(Boolean(key, value, &r.echo));
-    } else if (key == "logprobs") {
-      int64_t top = 0;
-      FLEET_RETURN_IF_ERROR(Integer(key, value, 0, kMaxTopLogprobs, &top));
-      r.sampling.top_logprobs = static_cast<int>(top);
-    } else if (key == "suffix") {
-      if (value != "") return Bad("suffix is not served (insertion needs a model trained for it)");
-    } else if (key == "best_of") {
-      best_of.emplace();
-      FLEET_RETURN_IF_ERROR(Integer(key, value, 1, kMaxN, &*best_of));
-    } else {
-      return Bad("unknown field \"" + key +
-                 "\" (known: prompt, model, max_tokens, temperature, top_p, top_k, n, stream, "
-                 "stream_options, stop, echo, logprobs, presence_penalty, frequency_penalty, "
-                 "logit_bias, seed, user, suffix, best_of)");
-    }
-  }
+  FLEET_RETURN_IF_ERROR(common.ReadAll(
+      body, Endpoint::kCompletions, &r, [&](const std::string& key, const json& value) -> Status {
+        if (key == "prompt") {
+          has_prompt = true;
+          return Prompts(value, tokenizer, limits, &r.prompts);
+        }
+        if (key == "echo") return Boolean(key, value, &r.echo);
+        if (key == "logprobs") {
+          int64_t top = 0;
+          FLEET_RETURN_IF_ERROR(Integer(key, value, 0, kMaxTopLogprobs, &top));
+          r.sampling.top_logprobs = static_cast<int>(top);
+          return Status::OK();
+        }
+        if (key == "suffix") {
+          if (value != "")
+            return Bad("suffix is not served (insertion needs a model trained for it)");
+          return Status::OK();
+        }
+        if (key == "best_of") return Integer(key, value, 1, kMaxN, &best_of.emplace());
+        return Bad("unknown field \"" + key +
+                   "\" (known: prompt, model, max_tokens, temperature, top_p, top_k, n, stream, "
+                   "stream_options, stop, echo, logprobs, presence_penalty, frequency_penalty, "
+                   "logit_bias, seed, user, suffix, best_of)");
+      }));
   if (!has_prompt) return Bad("prompt is required");
   if (best_of && *best_of != r.n) {
     return Bad("best_of must equal n (" + std::to_string(r.n) +
@@ -412,53 +425,60 @@ Result<GenerationRequest> ParseCompletionRequest(std::string_view body,
 
 Result<GenerationRequest> ParseChatRequest(std::string_view body, const data::Tokenizer& tokenizer,
                                            const ChatTemplate& chat, const ApiLimits& limits) {
-  FLEET_ASSIGN_OR_RETURN(json j, ParseObject(body));
   GenerationRequest r;
-  r.endpoint = Endpoint::kChat;
   CommonFields common(limits);
   std::vector<ChatMessage> messages;
   bool logprobs = false, has_top = false, has_messages = false;
-  for (const auto& [key, value] : j.items()) {
-    if (value.is_null()) continue;
-    bool known = false;
-    FLEET_RETURN_IF_ERROR(common.Read(key, value, &r, &known));
-    if (known) continue;
-    if (key == "messages") {
-      has_messages = true;
-      FLEET_RETURN_IF_ERROR(Messages(value, &messages));
-    } else if (key == "logprobs") {
-      FLEET_RETURN_IF_ERROR(Boolean(key, value, &logprobs));
-    } else if (key == "top_logprobs") {
-      has_top = true;
-      int64_t top = 0;
-      FLEET_RETURN_IF_ERROR(Integer(key, value, 0, kMaxTopLogprobs, &top));
-      r.sampling.top_logprobs = static_cast<int>(top);
-    } else if (key == "response_format") {
-      if (!value.is_object() || value.value("type", "") != "text") {
-        return Bad("response_format: only {\"type\": \"text\"} is served, got " + value.dump());
-      }
-    } else if (key == "tools" || key == "functions") {
-      if (!value.is_array() || !value.empty()) return Bad(key + ": this server calls no tools");
-    } else if (key == "tool_choice" || key == "function_call") {
-      if (value != "none" && value != "auto") return Bad(key + ": this server calls no tools");
-    } else if (key == "parallel_tool_calls") {
-      bool unused = false;
-      FLEET_RETURN_IF_ERROR(Boolean(key, value, &unused));
-    } else if (key == "store") {
-      if (value != false) return Bad("store: this server keeps no completions");
-    } else if (key == "metadata") {
-      if (!value.is_object()) return Bad("metadata must be an object");
-    } else if (key == "service_tier") {
-      std::string unused;
-      FLEET_RETURN_IF_ERROR(TextOf(key, value, &unused));
-    } else {
-      return Bad("unknown field \"" + key +
-                 "\" (known: messages, model, max_tokens, max_completion_tokens, temperature, "
-                 "top_p, top_k, n, stream, stream_options, stop, logprobs, top_logprobs, "
-                 "presence_penalty, frequency_penalty, logit_bias, seed, user, response_format, "
-                 "tools, tool_choice, parallel_tool_calls, store, metadata, service_tier)");
-    }
-  }
+  FLEET_RETURN_IF_ERROR(common.ReadAll(
+      body, Endpoint::kChat, &r, [&](const std::string& key, const json& value) -> Status {
+        if (key == "messages") {
+          has_messages = true;
+          return Messages(value, &messages);
+        }
+        if (key == "logprobs") return Boolean(key, value, &logprobs);
+        if (key == "top_logprobs") {
+          has_top = true;
+          int64_t top = 0;
+          FLEET_RETURN_IF_ERROR(Integer(key, value, 0, kMaxTopLogprobs, &top));
+          r.sampling.top_logprobs = static_cast<int>(top);
+          return Status::OK();
+        }
+        if (key == "response_format") {
+          if (!value.is_object() || value.value("type", "") != "text") {
+            return Bad("response_format: only {\"type\": \"text\"} is served, got " + value.dump());
+          }
+          return Status::OK();
+        }
+        if (key == "tools" || key == "functions") {
+          if (!value.is_array() || !value.empty()) return Bad(key + ": this server calls no tools");
+          return Status::OK();
+        }
+        if (key == "tool_choice" || key == "function_call") {
+          if (value != "none" && value != "auto") return Bad(key + ": this server calls no tools");
+          return Status::OK();
+        }
+        if (key == "parallel_tool_calls") {
+          bool unused = false;
+          return Boolean(key, value, &unused);
+        }
+        if (key == "store") {
+          if (value != false) return Bad("store: this server keeps no completions");
+          return Status::OK();
+        }
+        if (key == "metadata") {
+          if (!value.is_object()) return Bad("metadata must be an object");
+          return Status::OK();
+        }
+        if (key == "service_tier") {
+          std::string unused;
+          return TextOf(key, value, &unused);
+        }
+        return Bad("unknown field \"" + key +
+                   "\" (known: messages, model, max_tokens, max_completion_tokens, temperature, "
+                   "top_p, top_k, n, stream, stream_options, stop, logprobs, top_logprobs, "
+                   "presence_penalty, frequency_penalty, logit_bias, seed, user, response_format, "
+                   "tools, tool_choice, parallel_tool_calls, store, metadata, service_tier)");
+      }));
   if (!has_messages) return Bad("messages is required");
   if (has_top && !logprobs) return Bad("top_logprobs needs logprobs: true");
   if (logprobs && !has_top) r.sampling.top_logprobs = 0;

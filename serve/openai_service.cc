@@ -348,7 +348,7 @@ class OpenAiService::Generation : public std::enable_shared_from_this<Generation
 
   std::atomic<int> pending_{1};  // notifications not drained yet (and Start's)
   std::atomic<bool> keep_alive_due_{false};
-  std::atomic<bool> streaming_{false};  // stream_ is set (the ticker may look)
+  std::atomic<bool> streaming_{false};     // stream_ is set (the ticker may look)
   std::atomic<Clock::rep> last_write_{0};  // steady clock ticks of the last write
 
   // Set by Start, before any Drain.
@@ -459,12 +459,13 @@ std::vector<std::string> OpenAiService::model_ids() const {
   return ids;
 }
 
-ApiAdmission OpenAiService::Admit(const ApiRequest& head) {
-  ApiAdmission admission;
+HttpAdmission OpenAiService::Admit(const HttpRequest& head) {
+  HttpAdmission admission;
   admission.max_body_bytes = options_.max_body_bytes;
   const auto refuse = [&](int status, std::string body) {
     metrics_.RequestDone(status);
-    admission.refusal = ApiResponse{.status = status, .body = std::move(body)};
+    admission.refusal =
+        HttpResponse{.status = status, .content_type = "application/json", .body = std::move(body)};
     return admission;
   };
   if (!options_.api_keys.empty() && head.path != "/health") {
@@ -509,7 +510,7 @@ void OpenAiService::Finished(uint64_t id) {
   if (in_flight_.empty()) idle_cv_.notify_all();
 }
 
-void OpenAiService::Handle(ApiRequest request, std::shared_ptr<Responder> responder) {
+void OpenAiService::Handle(HttpRequest request, std::shared_ptr<Responder> responder) {
   if (stopped_) {
     return ReplyError(responder, Status::Unavailable("the server is shutting down"));
   }
@@ -526,11 +527,12 @@ void OpenAiService::Handle(ApiRequest request, std::shared_ptr<Responder> respon
   Route(std::move(request), responder);
 }
 
-void OpenAiService::Route(ApiRequest request, const std::shared_ptr<Responder>& responder) {
+void OpenAiService::Route(HttpRequest request, const std::shared_ptr<Responder>& responder) {
   // The probes' answers are not counted (a scrape every few seconds would
   // drown the requests' counts).
   if (request.method == "GET" && request.path == "/health") {
-    responder->Send({.body = nlohmann::json({{"status", "ok"},
+    responder->Send({.content_type = "application/json",
+                     .body = nlohmann::json({{"status", "ok"},
                                              {"model", options_.model_name},
                                              {"models", model_ids()},
                                              {"context", model_->config().max_position_embeddings},
@@ -561,7 +563,7 @@ void OpenAiService::Route(ApiRequest request, const std::shared_ptr<Responder>& 
              "", "unknown_url");
 }
 
-void OpenAiService::Generate(Endpoint endpoint, const ApiRequest& request,
+void OpenAiService::Generate(Endpoint endpoint, const HttpRequest& request,
                              const std::shared_ptr<Responder>& responder,
                              Clock::time_point arrival) {
   Result<GenerationRequest> parsed =

@@ -1,5 +1,5 @@
 // OpenAiService: gpt_serve's HTTP API over a CompletionScheduler, in terms
-// of plain requests and responders (serve/exchange.h), so any HTTP server
+// of plain requests and responders (serve/responder.h), so any HTTP server
 // can carry it (serve/http_binding.h binds cpp-httplib).
 //
 // Routes:
@@ -56,9 +56,9 @@
 #include "comm/thread_pool.h"
 #include "data/tokenizer.h"
 #include "serve/chat_template.h"
-#include "serve/exchange.h"
 #include "serve/metrics.h"
 #include "serve/openai_api.h"
+#include "serve/responder.h"
 #include "serve/scheduler.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_lora.h"
@@ -110,10 +110,10 @@ class OpenAiService {
   // Decides on a request's headers (its body not read yet): a refusal (401
   // without a valid key, 413 for a body over max_body_bytes, both counted),
   // or the body budget. Never blocks.
-  ApiAdmission Admit(const ApiRequest& head);
+  HttpAdmission Admit(const HttpRequest& head);
   // Answers `request` through `responder`, now or later from the service's
   // threads. Never blocks. REQUIRES: Admit did not refuse it.
-  void Handle(ApiRequest request, std::shared_ptr<Responder> responder);
+  void Handle(HttpRequest request, std::shared_ptr<Responder> responder);
   // Counts an answer the transport gave itself (e.g. its own 413 or 400).
   void CountResponse(int http_status) { metrics_.RequestDone(http_status); }
 
@@ -132,9 +132,9 @@ class OpenAiService {
 
   OpenAiService(trainer::GptModel* model, const data::Tokenizer* tokenizer, ChatTemplate chat,
                 std::vector<ServedAdapter> adapters, const ServiceOptions& options);
-  void Route(ApiRequest request, const std::shared_ptr<Responder>& responder);
+  void Route(HttpRequest request, const std::shared_ptr<Responder>& responder);
   // Parses, resolves the model and submits a generation (a worker thread).
-  void Generate(Endpoint endpoint, const ApiRequest& request,
+  void Generate(Endpoint endpoint, const HttpRequest& request,
                 const std::shared_ptr<Responder>& responder,
                 std::chrono::steady_clock::time_point arrival);
   void Reply(const std::shared_ptr<Responder>& responder, int status, std::string body,
@@ -163,8 +163,8 @@ class OpenAiService {
 
   // Requests in flight (each owned here until it answered).
   std::mutex mu_;
-  std::condition_variable idle_cv_;    // in_flight_ became empty
-  std::condition_variable ticker_cv_;  // Stop wakes the ticker
+  std::condition_variable idle_cv_;                            // in_flight_ became empty
+  std::condition_variable ticker_cv_;                          // Stop wakes the ticker
   std::map<uint64_t, std::shared_ptr<Generation>> in_flight_;  // guarded by mu_
 
   // How often the ticker looks for streams that wrote nothing since.

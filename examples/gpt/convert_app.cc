@@ -96,14 +96,7 @@ std::string ShapeLine(const trainer::GptConfig& c) {
 
 int GptConvertMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Result<Flags> flags = ParseFlags(args);
-  if (!flags.ok()) {
-    err << "gpt_convert: " << flags.status().ToString() << "\n";
-    return 2;
-  }
-  if (flags->help) {
-    out << FormatProgramHelp(ConvertHelp());
-    return 0;
-  }
+  if (std::optional<int> code = FlagsExitStatus(flags, "gpt_convert", ConvertHelp(), out, err)) return *code;
   Result<trainer::SafetensorsDtype> dtype = trainer::ParseFloatDtype(flags->dtype);
   if (!dtype.ok()) {
     err << "gpt_convert: --dtype: " << dtype.status().ToString() << "\n";

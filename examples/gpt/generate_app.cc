@@ -153,14 +153,7 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
 
 int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Result<Flags> flags = ParseFlags(args);
-  if (!flags.ok()) {
-    err << "gpt_generate: " << flags.status().ToString() << "\n";
-    return 2;
-  }
-  if (flags->help) {
-    out << FormatProgramHelp(GenerateHelp());
-    return 0;
-  }
+  if (std::optional<int> code = FlagsExitStatus(flags, "gpt_generate", GenerateHelp(), out, err)) return *code;
   Result<GptJobConfig> config = trainer::config::LoadGptJobConfig(flags->config, flags->overrides);
   if (!config.ok()) {
     err << "gpt_generate: " << config.status().ToString() << "\n";
