@@ -73,14 +73,14 @@ inline constexpr size_t kMaxStopBytes = 256;
 
 struct GenerationRequest {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string model;  // as asked; empty when not given
+  std::string model = {};  // as asked; empty when not given
   // Token ids of each prompt, 1..context of them.
-  std::vector<std::vector<int32_t>> prompts;
-  int n = 1;                      // choices per prompt
-  int64_t max_tokens = 16;        // per choice; 0 only with echo
-  SamplingParams sampling;        // seed: see has_seed
-  bool has_seed = false;          // else the server draws one
-  std::vector<std::string> stop;  // the request's, and the chat template's
+  std::vector<std::vector<int32_t>> prompts = {};
+  int n = 1;                           // choices per prompt
+  int64_t max_tokens = 16;             // per choice; 0 only with echo
+  SamplingParams sampling = {};        // seed: see has_seed
+  bool has_seed = false;               // else the server draws one
+  std::vector<std::string> stop = {};  // the request's, and the chat template's
   bool stream = false;
   bool include_usage = false;
   bool echo = false;  // completions: the prompt's text before the completion
@@ -101,9 +101,9 @@ Result<GenerationRequest> ParseChatRequest(std::string_view body, const data::To
 // What every body and chunk of one response carries.
 struct ResponseInfo {
   Endpoint endpoint = Endpoint::kCompletions;
-  std::string id;       // "cmpl-<n>" / "chatcmpl-<n>"
+  std::string id = {};  // "cmpl-<n>" / "chatcmpl-<n>"
   int64_t created = 0;  // unix seconds
-  std::string model;
+  std::string model = {};
 };
 
 struct Usage {
@@ -113,22 +113,22 @@ struct Usage {
 
 // One token as log-probabilities name it.
 struct LogprobToken {
-  std::string bytes;  // the token's bytes
+  std::string bytes = {};  // the token's bytes
   float logprob = 0;
 };
 struct LogprobEntry {
-  LogprobToken chosen;
+  LogprobToken chosen = {};
   bool has_logprob = true;  // false: the echoed prompt's first token (null)
-  std::vector<LogprobToken> top;
+  std::vector<LogprobToken> top = {};
   int64_t text_offset = 0;  // completions: where its text starts in `text`
 };
 
 struct ChoiceOutput {
   int index = 0;
-  std::string text;
-  std::vector<LogprobEntry> logprobs;
+  std::string text = {};
+  std::vector<LogprobEntry> logprobs = {};
   bool has_logprobs = false;  // else "logprobs": null
-  std::optional<FinishReason> finish;
+  std::optional<FinishReason> finish = {};
 };
 
 // The non-streamed body.

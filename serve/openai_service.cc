@@ -63,6 +63,18 @@ bool SameKey(std::string_view a, std::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
+// comm/http_server.h's HttpResponse (designated initializers would leave
+// members without initializers out, which GCC's -Wextra reports).
+HttpResponse Response(int status, std::string content_type, std::string body,
+                      std::vector<std::pair<std::string, std::string>> headers = {}) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = std::move(content_type);
+  r.body = std::move(body);
+  r.headers = std::move(headers);
+  return r;
+}
+
 constexpr std::string_view kEndpoints =
     "POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics";
 
@@ -111,9 +123,8 @@ class OpenAiService::Generation : public std::enable_shared_from_this<Generation
     // count, so no Drain runs before the stream is open.
     FLEET_RETURN_IF_ERROR(service_->scheduler_->Submit(std::move(sequences), channel_));
     if (request_.stream) {
-      stream_ = responder_->Stream({.status = 200,
-                                    .content_type = "text/event-stream",
-                                    .headers = {{"Cache-Control", "no-cache"}}});
+      stream_ = responder_->Stream(
+          Response(200, "text/event-stream", "", {{"Cache-Control", "no-cache"}}));
       last_write_ = Clock::now().time_since_epoch().count();
       streaming_ = true;
     }
@@ -464,8 +475,7 @@ HttpAdmission OpenAiService::Admit(const HttpRequest& head) {
   admission.max_body_bytes = options_.max_body_bytes;
   const auto refuse = [&](int status, std::string body) {
     metrics_.RequestDone(status);
-    admission.refusal =
-        HttpResponse{.status = status, .content_type = "application/json", .body = std::move(body)};
+    admission.refusal = Response(status, "application/json", std::move(body));
     return admission;
   };
   if (!options_.api_keys.empty() && head.path != "/health") {
@@ -494,8 +504,7 @@ HttpAdmission OpenAiService::Admit(const HttpRequest& head) {
 void OpenAiService::Reply(const std::shared_ptr<Responder>& responder, int status, std::string body,
                           std::string content_type) {
   metrics_.RequestDone(status);
-  responder->Send(
-      {.status = status, .content_type = std::move(content_type), .body = std::move(body)});
+  responder->Send(Response(status, std::move(content_type), std::move(body)));
 }
 
 void OpenAiService::ReplyError(const std::shared_ptr<Responder>& responder, const Status& status,
@@ -531,17 +540,17 @@ void OpenAiService::Route(HttpRequest request, const std::shared_ptr<Responder>&
   // The probes' answers are not counted (a scrape every few seconds would
   // drown the requests' counts).
   if (request.method == "GET" && request.path == "/health") {
-    responder->Send({.content_type = "application/json",
-                     .body = nlohmann::json({{"status", "ok"},
+    responder->Send(Response(200, "application/json",
+                             nlohmann::json({{"status", "ok"},
                                              {"model", options_.model_name},
                                              {"models", model_ids()},
                                              {"context", model_->config().max_position_embeddings},
                                              {"max_batch", options_.scheduler.max_batch}})
-                                 .dump()});
+                                 .dump()));
     return;
   }
   if (request.method == "GET" && request.path == "/metrics") {
-    responder->Send({.content_type = "text/plain; version=0.0.4", .body = metrics_.Text()});
+    responder->Send(Response(200, "text/plain; version=0.0.4", metrics_.Text()));
     return;
   }
   if (request.method == "GET" && request.path == "/v1/models") {

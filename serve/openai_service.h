@@ -157,7 +157,6 @@ class OpenAiService {
   // Own their synchronisation.
   ServeMetrics metrics_;
   std::unique_ptr<CompletionScheduler> scheduler_;
-  std::unique_ptr<ThreadPool> workers_;
   std::atomic<uint64_t> next_id_{1};
   std::atomic<bool> stopped_{false};
 
@@ -169,6 +168,9 @@ class OpenAiService {
 
   // How often the ticker looks for streams that wrote nothing since.
   static constexpr std::chrono::milliseconds kKeepAliveEvery{250};
+  // Destroyed before everything above (declared after it): a task still
+  // queued when the service goes away may touch any of it.
+  std::unique_ptr<ThreadPool> workers_;
   std::thread ticker_;  // last: starts after every member above exists
 };
 

@@ -43,7 +43,7 @@ struct SamplingParams {
   double presence_penalty = 0.0;   // [-2, 2]
   double frequency_penalty = 0.0;  // [-2, 2]
   // (token, bias in [-100, 100]), each token once.
-  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<std::pair<int32_t, float>> logit_bias = {};
   // -1: no log-probabilities; 0..kMaxTopLogprobs: the chosen token's and
   // this many most likely alternatives at each position.
   int top_logprobs = -1;
@@ -56,7 +56,7 @@ inline constexpr int kMaxTopLogprobs = 20;
 struct TokenLogprob {
   int32_t token = 0;
   float logprob = 0.0f;
-  std::vector<std::pair<int32_t, float>> top;  // most likely first
+  std::vector<std::pair<int32_t, float>> top = {};  // most likely first
 };
 
 // log-softmax(logits[0, vocab_limit)) at `token`, and the `top` most likely

@@ -56,10 +56,10 @@ std::string_view FinishReasonName(FinishReason reason);  // "length", "stop"
 
 // One sequence to generate: a choice of a request.
 struct SequenceRequest {
-  std::vector<int32_t> prompt;  // token ids, checked against the context
+  std::vector<int32_t> prompt = {};  // token ids, checked against the context
   // New tokens at most; 0: none (the prompt alone, for its log-probabilities).
   int64_t max_tokens = 16;
-  SamplingParams sampling;
+  SamplingParams sampling = {};
   // The LoRA adapters it runs with (not owned, outlive the scheduler); null:
   // the base model.
   trainer::GptLoraAdapters* adapters = nullptr;

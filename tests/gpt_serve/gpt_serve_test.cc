@@ -233,7 +233,9 @@ TEST(GptServe, LogprobsAreTheModelsLogSoftmax) {
       best = std::max(best, logprob.get<double>());
     }
     // Greedy: the completion's tokens are the most likely ones.
-    if (i >= 3) EXPECT_DOUBLE_EQ(chosen, best) << i;
+    if (i >= 3) {
+      EXPECT_DOUBLE_EQ(chosen, best) << i;
+    }
     EXPECT_GE(lp["text_offset"][i].get<int>(), lp["text_offset"][i - 1].get<int>());
   }
   // The prompt alone (max_tokens 0 with echo): its log-probabilities.
@@ -410,10 +412,10 @@ TEST(GptServe, BadRequestsAre400sAndTheServerKeepsServing) {
   EXPECT_EQ(refused.rfind("HTTP/1.1 413", 0), 0u) << refused;
   EXPECT_NE(refused.find("Connection: close"), std::string::npos) << refused;
   const std::string metrics = s.Metrics();
-  for (const std::string line : {"fleet_serve_requests_total{code=\"400\"} " +
-                                     std::to_string(cases.size() + chat_cases.size()),
-                                 std::string("fleet_serve_requests_total{code=\"404\"} 1"),
-                                 std::string("fleet_serve_requests_total{code=\"413\"} 1")}) {
+  for (const std::string& line : {"fleet_serve_requests_total{code=\"400\"} " +
+                                      std::to_string(cases.size() + chat_cases.size()),
+                                  std::string("fleet_serve_requests_total{code=\"404\"} 1"),
+                                  std::string("fleet_serve_requests_total{code=\"413\"} 1")}) {
     EXPECT_NE(metrics.find(line), std::string::npos) << line << " in\n" << metrics;
   }
 }
