@@ -15,20 +15,23 @@
 //             default sampling) or with temperature 0 (greedy).
 //   figures   per mode and N in --clients: completion tokens/s over the wall
 //             time, requests, p50/p99 (min, max) of a request's latency, and
-//             the speedup over 1 client. Target: --clients' largest >= 4x one
-//             client's tokens/s in both modes (one decode step serves every
+//             the speedup over 1 client; --rounds rounds alternate every
+//             case, so a change of the machine's load falls on all alike. Target: --clients'
+//             largest >= 4x one client's tokens/s in both modes (one decode step serves every
 //             running stream, and the rows are sampled in parallel at the
 //             cost of what they keep).
-//   reference the decoder alone: tokens/s of StepSlots at batch 1 and at the
-//             largest N (the ceiling batching approaches), and the cost of
-//             drawing one token from a 50,257-logit row, default and greedy.
+//   reference the decoder alone (the same weights on a compute of its own,
+//             in the same rounds): tokens/s of prefill and StepSlots at batch 1
+//             and at the largest N (the ceiling batching approaches), and
+//             the cost of drawing one token from a 50,257-logit row, default
+//             and greedy.
 //
 // Before timing it checks that concurrent copies of a seeded request get
 // the text it gets alone, in both modes. Exit status: 0; 1 when that check or
 // the target fails; 2 bad flags or no GPT-2 vocabulary (scripts/setup.sh
 // fetches it).
 //
-//   serve_bench [--clients=1,8] [--seconds=6] [--max_tokens=32]
+//   serve_bench [--clients=1,8] [--seconds=12] [--rounds=3] [--max_tokens=32]
 //               [--prompt_tokens=32] [--hidden=512] [--layers=4] [--threads=1]
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -54,7 +57,8 @@
 #include "trainer/models/gpt_decoder.h"
 
 DEFINE_string(clients, "1,8", "Concurrent streamed clients per case, comma-separated.");
-DEFINE_double(seconds, 6.0, "Seconds of requests per case.");
+DEFINE_double(seconds, 12.0, "Seconds of requests per case, over all rounds.");
+DEFINE_int32(rounds, 3, "Rounds, each running every case for seconds / rounds in turn.");
 DEFINE_int32(max_tokens, 32, "max_tokens of every request.");
 DEFINE_int32(prompt_tokens, 32, "Prompt length in tokens.");
 DEFINE_int32(hidden, 512, "Model width (heads of 64).");
@@ -76,11 +80,13 @@ struct Mode {
   json fields;  // added to every request
 };
 
+// One mode and client count, summed over the rounds.
 struct Case {
   int clients = 0;
-  double tokens_per_s = 0;
-  size_t requests = 0;
-  Summary latency;  // microseconds
+  int64_t tokens = 0;
+  double seconds = 0;
+  std::vector<double> latencies = {};  // microseconds, one per request
+  double tokens_per_s() const { return seconds > 0 ? static_cast<double>(tokens) / seconds : 0; }
 };
 
 std::vector<int32_t> Prompt(int client) {
@@ -143,48 +149,43 @@ bool CheckBatchedEqualsAlone(int port, const Mode& mode, int copies) {
   return ok;
 }
 
-Case RunClients(int port, const Mode& mode, int clients) {
+// `c->clients` clients send requests back to back for `seconds`; their
+// tokens, time and latencies are added to *c.
+void RunClients(int port, const Mode& mode, double seconds, Case* c) {
+  const int clients = c->clients;
   std::vector<std::vector<double>> latencies(clients);
   std::vector<int64_t> tokens(clients, 0);
   const auto start = Clock::now();
-  const auto end = start + std::chrono::duration<double>(FLAGS_seconds);
+  const auto end = start + std::chrono::duration<double>(seconds);
   std::vector<std::thread> threads;
-  for (int c = 0; c < clients; ++c) {
-    threads.emplace_back([&, c] {
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] {
       auto client = Connect(port);
-      const json request = Request(mode, c);
+      const json request = Request(mode, i);
       while (Clock::now() < end) {
         const auto t0 = Clock::now();
-        tokens[c] += Complete(client.get(), request).second;
-        latencies[c].push_back(
+        tokens[i] += Complete(client.get(), request).second;
+        latencies[i].push_back(
             std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
       }
     });
   }
   for (std::thread& t : threads) t.join();
-  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-  Case out;
-  out.clients = clients;
-  std::vector<double> all;
-  int64_t total = 0;
-  for (int c = 0; c < clients; ++c) {
-    all.insert(all.end(), latencies[c].begin(), latencies[c].end());
-    total += tokens[c];
+  c->seconds += std::chrono::duration<double>(Clock::now() - start).count();
+  for (int i = 0; i < clients; ++i) {
+    c->latencies.insert(c->latencies.end(), latencies[i].begin(), latencies[i].end());
+    c->tokens += tokens[i];
   }
-  out.requests = all.size();
-  out.tokens_per_s = static_cast<double>(total) / wall;
-  out.latency = Summarize(all);
-  return out;
 }
 
-// Tokens/s of the decoder stepping `batch` slots directly (each slot
-// prefilled with a prompt of its own), for about `seconds`.
-double DecoderTokensPerSecond(trainer::GptModel* model, int batch, double seconds) {
+// The decoder stepping `c->clients` slots directly (each slot prefilled
+// with a prompt of its own) for about `seconds`; tokens and time added to *c.
+void StepDecoder(trainer::GptModel* model, double seconds, Case* c) {
+  const int batch = c->clients;
   auto decoder = std::move(trainer::GptDecoder::Create(model, {.batch = batch}).value());
   std::vector<int> slots(batch);
   std::vector<int32_t> tokens(batch, 464);
   const int steps = FLAGS_max_tokens;
-  int64_t done = 0;
   const auto start = Clock::now();
   while (std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
     for (int b = 0; b < batch; ++b) {
@@ -192,9 +193,9 @@ double DecoderTokensPerSecond(trainer::GptModel* model, int batch, double second
       CHECK(decoder->PrefillSlot(b, Prompt(b)).ok());
     }
     for (int s = 0; s < steps; ++s) CHECK(decoder->StepSlots(slots, tokens).ok());
-    done += int64_t(batch) * steps;
+    c->tokens += int64_t(batch) * steps;
   }
-  return static_cast<double>(done) / std::chrono::duration<double>(Clock::now() - start).count();
+  c->seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 // One draw from a row of the model's vocabulary: p50 microseconds.
@@ -208,11 +209,12 @@ double SamplingMicros(const serve::SamplingParams& params, const std::vector<flo
 void PrintCases(const Mode& mode, const std::vector<Case>& cases) {
   std::printf("\n%s sampling\n%8s %10s %9s %12s %12s %12s %12s %9s\n", mode.name, "clients",
               "tokens/s", "requests", "p50 ms", "p99 ms", "min ms", "max ms", "vs 1");
-  const double one = cases.front().clients == 1 ? cases.front().tokens_per_s : 0;
+  const double one = cases.front().clients == 1 ? cases.front().tokens_per_s() : 0;
   for (const Case& c : cases) {
-    std::printf("%8d %10.1f %9zu %12.1f %12.1f %12.1f %12.1f %8.1fx\n", c.clients, c.tokens_per_s,
-                c.requests, c.latency.p50 / 1e3, c.latency.p99 / 1e3, c.latency.min / 1e3,
-                c.latency.max / 1e3, one > 0 ? c.tokens_per_s / one : 0.0);
+    const Summary latency = Summarize(c.latencies);
+    std::printf("%8d %10.1f %9zu %12.1f %12.1f %12.1f %12.1f %8.1fx\n", c.clients, c.tokens_per_s(),
+                c.latencies.size(), latency.p50 / 1e3, latency.p99 / 1e3, latency.min / 1e3,
+                latency.max / 1e3, one > 0 ? c.tokens_per_s() / one : 0.0);
   }
 }
 
@@ -229,6 +231,10 @@ int Main() {
     clients.push_back(n);
   }
   std::sort(clients.begin(), clients.end());
+  if (FLAGS_rounds < 1 || !(FLAGS_seconds > 0)) {
+    std::fprintf(stderr, "serve_bench: --rounds must be >= 1 and --seconds > 0\n");
+    return 2;
+  }
   if (FLAGS_prompt_tokens + FLAGS_max_tokens > FLAGS_context) {
     std::fprintf(stderr, "serve_bench: --prompt_tokens + --max_tokens exceed --context\n");
     return 2;
@@ -266,14 +272,18 @@ int Main() {
       config.max_position_embeddings, config.vocab_size, params.size() / 1e6, FLAGS_device.c_str(),
       FLAGS_threads, FLAGS_max_batch, FLAGS_prompt_tokens, FLAGS_max_tokens);
 
-  // The references first (before the server's scheduler owns the model).
+  // The reference: the same weights on a compute of their own (the
+  // server's scheduler owns its model), stepped directly between the
+  // server's cases.
+  auto reference_compute =
+      trainer::CreateGptCompute(FLAGS_device, trainer::Precision::kFp32, FLAGS_threads);
+  CHECK(reference_compute.ok()) << reference_compute.status().ToString();
+  auto reference = std::move(trainer::GptModel::Create(config, reference_compute->backend.get(),
+                                                       reference_compute->kernels.get())
+                                 .value());
+  CHECK(reference->arena().ParamsFromHost(params).ok());
   const int widest = std::min(clients.back(), FLAGS_max_batch);
-  const double ref1 = DecoderTokensPerSecond(model.get(), 1, FLAGS_seconds / 2);
-  const double refn = DecoderTokensPerSecond(model.get(), widest, FLAGS_seconds / 2);
-  std::printf(
-      "reference: decoder alone, decode steps only: %.1f tokens/s at batch 1, %.1f at batch %d "
-      "(%.1fx)\n",
-      ref1, refn, widest, refn / ref1);
+  std::vector<Case> decoder_alone = {{.clients = 1}, {.clients = widest}};
   std::vector<float> row(config.vocab_size);
   for (float& x : row) x = 3.0f * u(rng) / 0.1f;
   std::printf("reference: one draw from %d logits: %.1f us default sampling, %.1f us greedy\n",
@@ -294,15 +304,32 @@ int Main() {
   const std::vector<Mode> modes = {{"default", json::object()}, {"greedy", {{"temperature", 0}}}};
   bool ok = true;
   for (const Mode& mode : modes) ok &= CheckBatchedEqualsAlone(port, mode, widest);
-  for (const Mode& mode : modes) {
-    std::vector<Case> cases;
-    for (int n : clients) cases.push_back(RunClients(port, mode, n));
-    PrintCases(mode, cases);
-    if (cases.front().clients == 1 && cases.size() > 1) {
-      const double ratio = cases.back().tokens_per_s / cases.front().tokens_per_s;
+  // Rounds alternate every mode and client count, so that a change of the
+  // machine's load during the run falls on all of them alike.
+  std::vector<std::vector<Case>> cases(modes.size());
+  for (auto& per_mode : cases) {
+    for (int n : clients) per_mode.push_back({.clients = n});
+  }
+  const double slice = FLAGS_seconds / FLAGS_rounds;
+  for (int round = 0; round < FLAGS_rounds; ++round) {
+    for (Case& c : decoder_alone) StepDecoder(reference.get(), slice, &c);
+    for (size_t m = 0; m < modes.size(); ++m) {
+      for (Case& c : cases[m]) RunClients(port, modes[m], slice, &c);
+    }
+  }
+  std::printf(
+      "\nreference: the decoder alone, prefill and decode steps, no sampling: %.1f tokens/s at "
+      "batch 1, %.1f at batch %d (%.1fx)\n",
+      decoder_alone[0].tokens_per_s(), decoder_alone[1].tokens_per_s(), widest,
+      decoder_alone[1].tokens_per_s() / decoder_alone[0].tokens_per_s());
+  for (size_t m = 0; m < modes.size(); ++m) {
+    PrintCases(modes[m], cases[m]);
+    const Case &first = cases[m].front(), &last = cases[m].back();
+    if (first.clients == 1 && cases[m].size() > 1) {
+      const double ratio = last.tokens_per_s() / first.tokens_per_s();
       const bool met = ratio >= 4.0;
-      std::printf("target (%s): %d streams >= 4x one stream's tokens/s: %.1fx, %s\n", mode.name,
-                  cases.back().clients, ratio, met ? "met" : "NOT met");
+      std::printf("target (%s): %d streams >= 4x one stream's tokens/s: %.1fx, %s\n", modes[m].name,
+                  last.clients, ratio, met ? "met" : "NOT met");
       ok &= met;
     }
   }
