@@ -16,6 +16,13 @@ namespace fleet {
 namespace {
 
 Status PosixError(const std::string& what, const std::string& path, int err) {
+  // O_NOFOLLOW's refusal of a link: say why in words.
+  if (err == ELOOP) {
+    return Status::IOError(what + " refused: it is a symbolic link, and FleetPS follows no link "
+                                  "where it opens a file or uses a folder (name the real "
+                                  "folder, or remove a link someone planted)",
+                           path);
+  }
   std::string msg = what + " failed: " + std::strerror(err);
   if (err == ENOENT) return Status::NotFound(msg, path);
   return Status::IOError(msg, path);
@@ -57,7 +64,7 @@ class PosixWritableFile final : public WritableFile {
 }  // namespace
 
 Result<std::unique_ptr<WritableFile>> PosixFileSystem::NewWritableFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) return PosixError("open for write", path, errno);
   return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, fd));
 }
@@ -73,7 +80,7 @@ Status PosixFileSystem::Remove(const std::string& path) {
 }
 
 Result<std::string> PosixFileSystem::ReadFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return PosixError("open for read", path, errno);
   std::string out;
   char buf[1 << 16];
@@ -93,8 +100,14 @@ Result<std::string> PosixFileSystem::ReadFile(const std::string& path) {
 }
 
 Result<std::vector<std::string>> PosixFileSystem::ListDir(const std::string& dir) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return PosixError("opendir", dir, errno);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return PosixError("open dir", dir, errno);
+  DIR* d = ::fdopendir(fd);
+  if (d == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return PosixError("opendir", dir, err);
+  }
   std::vector<std::string> names;
   while (const dirent* e = ::readdir(d)) {
     const std::string_view name = e->d_name;
@@ -127,14 +140,17 @@ Status PosixFileSystem::CreateDir(const std::string& dir) {
     const std::string part = dir.substr(0, pos);
     if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) return PosixError("mkdir", part, errno);
   }
+  // The folder itself must be one (its parents are the caller's to name): a
+  // link planted where FleetPS makes a folder is refused, not followed.
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return PosixError("stat", dir, errno);
+  if (::lstat(dir.c_str(), &st) != 0) return PosixError("stat", dir, errno);
+  if (S_ISLNK(st.st_mode)) return PosixError("use as a folder", dir, ELOOP);
   if (!S_ISDIR(st.st_mode)) return Status::IOError("exists and is not a directory", dir);
   return Status::OK();
 }
 
 Status PosixFileSystem::SyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return PosixError("open dir", dir, errno);
   const int rc = ::fsync(fd);
   const int err = errno;

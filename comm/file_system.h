@@ -15,6 +15,13 @@
 //   WriteFileAtomically         the same for bytes already in memory.
 //   CheckWritableDir            start-up check of a save directory.
 //
+// Links: PosixFileSystem follows no symbolic link in place of a file it
+// opens (O_NOFOLLOW) or a folder it uses (CreateDir, ListDir, SyncDir: the
+// folder itself): a link planted there (at <log_dir>/recovery, at a
+// checkpoint's file) is refused with an error saying so, never written
+// through. A folder a user names must be a real folder too; the path to it
+// may pass through links.
+//
 // Thread safety: FileSystem implementations are thread-safe (shard files are
 // written from several pool threads at once). A WritableFile or an
 // AtomicFileWriter is used by one thread at a time.

@@ -3,8 +3,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstring>
 #include <new>
 #include <string>
@@ -85,12 +86,10 @@ struct ShmCollective::Header {
   RankState ranks[kMaxRanks];
 };
 
-size_t ShmCollective::HeaderBytes() {
-  return (sizeof(Header) + kPage - 1) / kPage * kPage;
-}
+size_t ShmCollective::HeaderBytes() { return (sizeof(Header) + kPage - 1) / kPage * kPage; }
 
 Result<std::unique_ptr<ShmCollective>> ShmCollective::Create(KvStoreClient& kv,
-                                                            const ShmCollectiveOptions& options) {
+                                                             const ShmCollectiveOptions& options) {
   if (options.size < 1 || options.size > kMaxRanks || options.rank < 0 ||
       options.rank >= options.size) {
     return Status::InvalidArgument(
@@ -98,9 +97,9 @@ Result<std::unique_ptr<ShmCollective>> ShmCollective::Create(KvStoreClient& kv,
         absl::StrCat("rank ", options.rank, ", size ", options.size));
   }
   if (options.timeout.count() <= 0 || options.spin.count() < 0) {
-    return Status::InvalidArgument("shm collective: timeout must be positive and spin >= 0",
-                                   absl::StrCat(options.timeout.count(), " ms, spin ",
-                                                options.spin.count(), " us"));
+    return Status::InvalidArgument(
+        "shm collective: timeout must be positive and spin >= 0",
+        absl::StrCat(options.timeout.count(), " ms, spin ", options.spin.count(), " us"));
   }
   if (options.group.empty() || options.generation < 0) {
     return Status::InvalidArgument("shm collective: need a group name and a generation >= 0",
@@ -138,9 +137,10 @@ Result<std::unique_ptr<ShmCollective>> ShmCollective::Create(KvStoreClient& kv,
   } else {
     Result<std::string> published = kv.WaitGet(key, options.timeout);
     if (!published.ok()) {
-      return published.status().WithContext(
-          absl::StrCat("shm rendezvous of ", RankText(options), ": rank 0 never published the "
-                       "segment's name within ", options.timeout.count(), " ms"));
+      return published.status().WithContext(absl::StrCat("shm rendezvous of ", RankText(options),
+                                                         ": rank 0 never published the "
+                                                         "segment's name within ",
+                                                         options.timeout.count(), " ms"));
     }
     name = *published;
     fd = shm_open(name.c_str(), O_RDWR, 0);
@@ -175,9 +175,9 @@ Result<std::unique_ptr<ShmCollective>> ShmCollective::Create(KvStoreClient& kv,
   } else if (header->magic != kMagic || header->size != options.size ||
              header->slot_bytes != options.slot_bytes) {
     munmap(base, bytes);
-    return Status::InvalidArgument("shm collective: segment " + name + " is not this group's",
-                                   absl::StrCat("size ", header->size, ", slot_bytes ",
-                                                header->slot_bytes));
+    return Status::InvalidArgument(
+        "shm collective: segment " + name + " is not this group's",
+        absl::StrCat("size ", header->size, ", slot_bytes ", header->slot_bytes));
   }
   header->ranks[options.rank].pid.store(getpid());
   // The last rank to map the segment removes its name: nobody needs it any
@@ -210,6 +210,31 @@ int RemoveShmSegmentsOf(int creator) {
   closedir(dir);
   int removed = 0;
   for (const std::string& n : names) removed += shm_unlink(("/" + n).c_str()) == 0;
+  return removed;
+}
+
+int RemoveOrphanedShmSegments() {
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return 0;
+  std::vector<std::string> orphans;
+  while (const dirent* e = readdir(dir)) {
+    const std::string_view name = e->d_name;
+    if (!name.starts_with("fleet-")) continue;
+    const std::string_view rest = name.substr(6);
+    int creator = 0;
+    const auto [end, ec] = std::from_chars(rest.data(), rest.data() + rest.size(), creator);
+    if (ec != std::errc() || end == rest.data() || *end != '-' || creator <= 0) continue;
+    struct stat st;
+    if (fstatat(dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != geteuid()) {
+      continue;
+    }
+    // Alive (or another user's pid we may not signal): not ours to judge.
+    if (kill(creator, 0) == 0 || errno != ESRCH) continue;
+    orphans.emplace_back(name);
+  }
+  closedir(dir);
+  int removed = 0;
+  for (const std::string& n : orphans) removed += shm_unlink(("/" + n).c_str()) == 0;
   return removed;
 }
 
@@ -291,9 +316,8 @@ Status ShmCollective::Meet(const char* op) {
       }
     }
     if (dead >= 0) {
-      failed = Status::Unavailable(absl::StrCat("shm ", op, " of ", RankText(options_),
-                                                ": rank ", rank_name(dead),
-                                                " exited before arriving"));
+      failed = Status::Unavailable(absl::StrCat("shm ", op, " of ", RankText(options_), ": rank ",
+                                                rank_name(dead), " exited before arriving"));
       break;
     }
     if (now >= deadline) {
@@ -303,9 +327,9 @@ Status ShmCollective::Meet(const char* op) {
           missing.push_back(rank_name(r));
         }
       }
-      failed = Status::Timeout(absl::StrCat(
-          "shm ", op, " of ", RankText(options_), ": ranks ", absl::StrJoin(missing, ", "),
-          " did not arrive within ", options_.timeout.count(), " ms"));
+      failed = Status::Timeout(absl::StrCat("shm ", op, " of ", RankText(options_), ": ranks ",
+                                            absl::StrJoin(missing, ", "), " did not arrive within ",
+                                            options_.timeout.count(), " ms"));
       break;
     }
     FutexWait(&h.wake, seen, std::min<Clock::duration>(deadline - now, kLivenessPeriod));

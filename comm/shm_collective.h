@@ -77,6 +77,12 @@ struct ShmCollectiveOptions {
 // a segment keep their mapping. Returns how many names it removed.
 int RemoveShmSegmentsOf(int creator);
 
+// Removes every segment in /dev/shm named "/fleet-<pid>-*" that this user
+// owns and whose creator <pid> is no longer alive: what a rank killed
+// during the rendezvous left when its launcher was killed too (kill -9 of
+// fleetrun). fleetrun calls it when it starts. Returns how many it removed.
+int RemoveOrphanedShmSegments();
+
 class ShmCollective final : public Collective {
  public:
   // Creates (rank 0) or maps (the others) the segment, then waits until

@@ -152,6 +152,13 @@ void SetCurveClient(zmq::socket_t& s, const JobAuth& auth) {
   s.set(zmq::sockopt::curve_secretkey, auth.curve_client().secret_key);
 }
 
+// Messages queued per peer on the bound socket before ZeroMQ stops reading
+// from that peer (see Bind).
+constexpr int kRouterReceiveHighWater = 65536;
+// Messages the I/O thread takes from one socket before it looks at the
+// others (and at Stop) again.
+constexpr int kMaxMessagesPerPass = 1024;
+
 void SetCommonOptions(zmq::socket_t& s, const VanOptions& o) {
   s.set(zmq::sockopt::linger, 0);
   // Flow control is the application's (request windows); a ZeroMQ high-water
@@ -161,6 +168,7 @@ void SetCommonOptions(zmq::socket_t& s, const VanOptions& o) {
   s.set(zmq::sockopt::heartbeat_ivl, static_cast<int>(o.heartbeat_interval.count()));
   s.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(o.heartbeat_timeout.count()));
   s.set(zmq::sockopt::heartbeat_ttl, static_cast<int>(o.heartbeat_timeout.count()));
+  s.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
 }
 
 }  // namespace
@@ -276,6 +284,10 @@ struct Van::Impl {
   // strangers make sessions that never authenticate; past
   // kMaxUnauthenticatedSessions those are dropped.
   static constexpr size_t kMaxUnauthenticatedSessions = 4096;
+  // Greetings a connection gets answered: a job's node greets once per
+  // (re)connection, so more is a flood, dropped before any key is derived.
+  static constexpr int kMaxGreetingsPerConnection = 4;
+  absl::flat_hash_map<std::string, int> greetings_by_peer;  // I/O thread only
   std::mutex sessions_mu;
   absl::flat_hash_map<std::string, std::shared_ptr<ServerSession>> sessions;  // guarded
   size_t unauthenticated_sessions = 0;  // guarded by sessions_mu
@@ -387,6 +399,10 @@ Result<std::string> Van::Bind(const std::string& endpoint) {
   if (impl_->router) return Status::FailedPrecondition("van already bound", endpoint);
   auto router = std::make_unique<LockedSocket>(impl_->context, zmq::socket_type::router);
   SetCommonOptions(router->socket, impl_->options);
+  // Per peer: a sender past this many queued messages waits (TCP
+  // backpressure; a router drops nothing it receives), so a flood is not
+  // buffered without end. Far above any job's window of requests.
+  router->socket.set(zmq::sockopt::rcvhwm, kRouterReceiveHighWater);
   router->socket.set(zmq::sockopt::router_mandatory, 1);
   if (const JobAuth* auth = impl_->options.encrypt ? impl_->options.auth.get() : nullptr) {
     if (!impl_->zap) {
@@ -447,6 +463,15 @@ LockedSocket* Van::Impl::SocketFor(const Route& to) {
 }
 
 Status Van::Send(const Route& to, Message message) {
+  for (const Bytes& frame : message.frames) {
+    if (static_cast<int64_t>(frame.size()) > impl_->options.max_message_bytes) {
+      return Status::InvalidArgument(
+          absl::StrCat("a frame of ", frame.size(), " bytes is over the job's message limit of ",
+                       impl_->options.max_message_bytes,
+                       " bytes (raise Distributed.max_message_bytes, or send less at once)"),
+          absl::StrCat("command ", message.header.command()));
+    }
+  }
   LockedSocket* target = impl_->SocketFor(to);
   if (target == nullptr) {
     {
@@ -692,7 +717,11 @@ bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
                              size_t header_index) {
   const std::string_view first = parts[header_index].to_string_view();
   if (!from->outgoing() && first == van_auth::kHello) {
-    if (parts.size() != header_index + 2 || parts.back().size() != van_auth::kIdBytes) {
+    // Only the I/O thread receives on the router (see the eviction below).
+    if (greetings_by_peer.size() > kMaxUnauthenticatedSessions) greetings_by_peer.clear();
+    if (++greetings_by_peer[from->routing_id] > kMaxGreetingsPerConnection) {
+      Refuse("greeting flood");
+    } else if (parts.size() != header_index + 2 || parts.back().size() != van_auth::kIdBytes) {
       Refuse("malformed greeting");
     } else {
       OnHello(from->routing_id, parts.back().to_string_view());
@@ -869,6 +898,13 @@ void Van::Impl::Loop() {
   HandleMonitors(/*all=*/true);
   auto spin_until = std::chrono::steady_clock::time_point::min();
   auto next_tick = std::chrono::steady_clock::now() + options.tick;
+  bool backlog = false;  // a socket still had messages after the last pass
+  // A socket with more waiting than one pass takes (a flood) is left for
+  // the next pass, so the others, the tick and Stop() get their turn.
+  int taken = 0;
+  const std::function<bool()> keep_going = [this, &taken] {
+    return ++taken < kMaxMessagesPerPass && running.load(std::memory_order_relaxed);
+  };
   while (running.load(std::memory_order_relaxed)) {
     // While a waiting caller receives on the outgoing connections itself
     // (ReceiveWhile), this thread does not sleep on them: two threads woken
@@ -887,13 +923,13 @@ void Van::Impl::Loop() {
     // which nothing signals and no tick is due skips the pass below: the
     // last pass left every socket drained, and a sender that consumes an
     // edge since then wakes this thread (SendOn).
-    const bool spinning = std::chrono::steady_clock::now() < spin_until;
+    const bool spinning = backlog || std::chrono::steady_clock::now() < spin_until;
     const int ready = PollFds(poll_fds, spinning ? std::chrono::milliseconds(0) : options.tick);
     if (ready < 0) {
       PLOG(ERROR) << "van poll failed";
       break;
     }
-    if (spinning && ready == 0 && std::chrono::steady_clock::now() < next_tick) {
+    if (spinning && !backlog && ready == 0 && std::chrono::steady_clock::now() < next_tick) {
       YieldWhileSpinning();
       continue;
     }
@@ -904,11 +940,14 @@ void Van::Impl::Loop() {
     // ZMQ_FD is edge-like and may have been consumed by a sender, so every
     // socket is checked on every pass, not only those whose fd fired.
     int delivered = 0;
+    backlog = false;
     for (size_t i = 0; i < polled_sockets.size(); ++i) {
       // The router, when there is one, is first; dealers follow in id order.
       const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
       if (connection >= 0 && caller_receiving.load()) continue;
-      delivered += ReceiveReady(*polled_sockets[i], connection);
+      taken = 0;
+      delivered += ReceiveReady(*polled_sockets[i], connection, &keep_going);
+      backlog |= taken >= kMaxMessagesPerPass;
     }
     // A pass woken by nothing (the tick) reads every monitor as well, a
     // safety net that costs two system calls each every few milliseconds.

@@ -93,6 +93,12 @@ struct VanOptions {
   // the port is served; for trusted networks only (Distributed.auth: off).
   std::shared_ptr<const JobAuth> auth;
   bool encrypt = false;
+  // The largest frame of a message this Van accepts or sends. A peer that
+  // announces a larger one is disconnected by ZeroMQ (ZMQ_MAXMSGSIZE) before
+  // its bytes are buffered, which bounds what a stranger's connection costs
+  // before the greeting; Send() refuses a larger frame (InvalidArgument).
+  // PS programs give Distributed.max_message_bytes (ps::MessageLimit).
+  int64_t max_message_bytes = int64_t{1} << 30;
 };
 
 // Called on the Van's I/O thread, or for outgoing connections on a thread

@@ -67,8 +67,7 @@ Result<std::unique_ptr<HeterWorker>> HeterWorker::Create(HeterWorkerOptions opti
   ro.name = co.name;
   ro.handler_threads = 1;  // the handlers only queue
   ro.default_timeout = o.job.distributed.timeout;
-  ro.van.busy_poll = o.job.distributed.busy_poll;
-  ro.van.auth = o.auth;
+  ro.van = ps::JobVanOptions(o.job, o.auth);
   FLEET_ASSIGN_OR_RETURN(h->rpc_, RpcNode::Create(ro));
   RpcHandlerOptions on_io;
   on_io.run_on_io_thread = true;

@@ -16,6 +16,7 @@
 #include <set>
 
 #include "comm/cluster.h"
+#include "comm/file_system.h"
 #include "comm/kv_store.h"
 #include "comm/progress_report.h"
 #include "comm/shm_collective.h"
@@ -275,10 +276,10 @@ int Launcher::RunJob() {
                  job_.collective.node_rank, job_.collective.nnodes, job_.kv_endpoint.c_str(),
                  job_.host_kv ? (" (hosted here, listening on " + job_.kv_listen + ")").c_str() : " (on node 0)");
   }
-  std::error_code ec;
-  std::filesystem::create_directories(job_.log_dir, ec);
-  if (ec) {
-    std::fprintf(io_.err, "fleetrun: --log_dir: cannot create '%s': %s\n", job_.log_dir.c_str(), ec.message().c_str());
+  // A link in place of the folder is refused, as everywhere FleetPS writes.
+  if (Status made = DefaultFileSystem()->CreateDir(job_.log_dir); !made.ok()) {
+    std::fprintf(io_.err, "fleetrun: --log_dir: cannot create '%s': %s\n", job_.log_dir.c_str(),
+                 made.message().c_str());
     return kExitBadFlags;
   }
   auto lock = LogDirLock::Acquire(job_.log_dir, job_.job_id);
@@ -1057,6 +1058,12 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
       std::fprintf(io.out, "fleetrun: --max_restart without server.recovery_dir: servers keep their push log and "
                            "recovery checkpoints in %s\n", recovery->c_str());
     }
+  }
+  // Segments a rank left when it and its fleetrun were killed (kill -9
+  // during the rendezvous): nothing else would ever remove them.
+  if (const int orphans = RemoveOrphanedShmSegments(); orphans > 0) {
+    std::fprintf(io.out, "fleetrun: removed %d shared-memory segment(s) of dead processes from /dev/shm\n",
+                 orphans);
   }
   Launcher launcher(args, std::move(*options), std::move(*job), wake_fd, io);
   const int rc = launcher.Run();

@@ -1,11 +1,16 @@
 #include "launch/metrics.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
 #include <chrono>
+
+#include <glog/logging.h>
 
 #include "absl/strings/str_format.h"
 
@@ -36,7 +41,16 @@ JobMetrics::JobMetrics(const std::string& jsonl_path)
       up_(Family(*registry_, "fleet_process_up", "1 while the process runs, 0 once it exited")),
       exit_code_(Family(*registry_, "fleet_process_exit_code",
                         "Exit code of the process (128+N: killed by signal N)")) {
-  if (!jsonl_path.empty()) jsonl_ = std::fopen(jsonl_path.c_str(), "a");
+  if (!jsonl_path.empty()) {
+    // Never through a link planted in the log folder.
+    const int fd = ::open(jsonl_path.c_str(),
+                          O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd >= 0) jsonl_ = ::fdopen(fd, "a");
+    if (jsonl_ == nullptr) {
+      PLOG(WARNING) << "fleetrun: not writing " << jsonl_path;
+      if (fd >= 0) ::close(fd);
+    }
+  }
 }
 
 JobMetrics::~JobMetrics() {

@@ -132,6 +132,20 @@ void PeerWatch::Loop() {
   }
 }
 
+void PeerWatch::StoreFailed(const Status& error) {
+  // Without the store this host can judge no peer, and each further
+  // request would wait out its own timeout (a store cut off silently
+  // answers nothing), so the round ends here. The store is lost once it has
+  // not answered for peer_timeout.
+  const auto silent = Clock::now() - last_store_answer_;
+  if (silent < options_.peer_timeout) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failure_ || ended_) return;
+  failure_ = "lost the KV store at " + kv_->endpoint() + " for " + Seconds(silent) + " (" +
+             error.message() +
+             "): the fleetrun serving it stopped, or its host or the network failed";
+}
+
 void PeerWatch::Round() {
   const auto now = Clock::now();
   std::string mine;
@@ -151,21 +165,16 @@ void PeerWatch::Round() {
   std::optional<std::string> why;
   const Status beat = SetSelf(mine);
   beat_lock.unlock();
-  if (beat.ok()) {
-    store_lost_since_.reset();
-  } else if (!store_lost_since_) {
-    store_lost_since_ = now;
-  } else if (now - *store_lost_since_ >= options_.peer_timeout) {
-    why = "lost the KV store at " + kv_->endpoint() + " for " + Seconds(now - *store_lost_since_) +
-          " (" + beat.message() +
-          "): the fleetrun serving it stopped, or its host or the network failed";
-  }
+  if (!beat.ok()) return StoreFailed(beat);
+  last_store_answer_ = Clock::now();
   Result<std::string> marker = kv_->Get(kFailedKey);
+  if (!marker.ok() && !marker.status().IsNotFound()) return StoreFailed(marker.status());
   if (marker.ok()) why = "job failed: " + *marker;
   bool from_peer = false;  // a peer died or was refused: tell the others
   std::vector<std::string> notes;
   for (const PeerWatchOptions::Peer& peer : options_.peers) {
     Result<std::string> value = kv_->Get("hosts/" + peer.id);
+    if (!value.ok() && !value.status().IsNotFound()) return StoreFailed(value.status());
     std::optional<std::string> refused;
     if (options_.refused && !peer.address.empty()) refused = options_.refused(peer.address);
     std::lock_guard<std::mutex> lock(mu_);
@@ -177,23 +186,28 @@ void PeerWatch::Round() {
       }
       seen = Seen{*value, now, true, Ended(*value)};
     }
-    // Without the store, this host cannot judge its peers: the store's
-    // loss is the news (above).
-    if (why || !beat.ok()) continue;
+    if (why) continue;
     const std::string name = seen.joined ? Description(seen.value) : peer.name;
+    // A peer that marked itself stopped without a failure marker (it lost
+    // the store in a network cut, say, and its mark got through later) is
+    // gone as surely as a silent one, and known at once.
+    const bool stopped = seen.joined && seen.value.starts_with("stopped|");
     const auto silent = now - seen.changed;
-    if (seen.joined && !seen.ended && silent >= options_.peer_timeout) {
+    const auto gone_after = stopped ? Clock::duration::zero() : Clock::duration(options_.peer_timeout);
+    if (seen.joined && (!seen.ended || stopped) && silent >= gone_after) {
+      const std::string how = stopped ? " stopped without the job finishing"
+                                      : " stopped: no heartbeat for " + Seconds(silent);
       const bool may_rejoin = options_.rejoin_timeout.count() > 0;
-      if (may_rejoin && silent < options_.peer_timeout + options_.rejoin_timeout) {
+      if (may_rejoin && silent < gone_after + options_.rejoin_timeout) {
         if (!seen.awaiting_rejoin) {
           seen.awaiting_rejoin = true;
-          notes.push_back(name + " stopped: no heartbeat for " + Seconds(silent) +
-                          "; waiting up to " + Seconds(options_.rejoin_timeout) +
+          notes.push_back(name + how + "; waiting up to " + Seconds(options_.rejoin_timeout) +
                           " for a fleetrun started there again to rejoin (--max_restart)");
         }
       } else {
-        why = name + " stopped: no heartbeat for " + Seconds(silent) +
-              " (its fleetrun was killed, or the host or the network failed" +
+        why = name + how +
+              (stopped ? std::string(" (its fleetrun failed or was stopped")
+                       : std::string(" (its fleetrun was killed, or the host or the network failed")) +
               (may_rejoin ? "; no fleetrun rejoined for it within " +
                                 Seconds(options_.rejoin_timeout) + ")"
                           : ")");

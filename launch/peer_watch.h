@@ -123,8 +123,11 @@ class PeerWatch {
   uint64_t beat_ = 0;
   std::map<std::string, Seen> seen_;  // by peer id
   std::chrono::steady_clock::time_point last_round_ = started_;
-  // Watch thread only: since when this host's heartbeats fail.
-  std::optional<std::chrono::steady_clock::time_point> store_lost_since_;
+  // A request of the round failed: fails the watch once the store has not
+  // answered for peer_timeout. Watch thread only.
+  void StoreFailed(const Status& error);
+  // Watch thread only: when the store last answered a request.
+  std::chrono::steady_clock::time_point last_store_answer_ = started_;
   std::thread thread_;
 };
 

@@ -179,7 +179,9 @@ class PsClient::Resender {
 PsClient::PsClient(PsClientOptions options, JobConfig job)
     : options_(std::move(options)), job_(std::move(job)), client_id_(RandomClientId()) {}
 
-PsClient::~PsClient() {
+PsClient::~PsClient() { Abort(); }
+
+void PsClient::Abort() {
   // Queued resends fail first; then stopping the node fails the calls in
   // flight, whose OnAttemptDone finds the resender stopped and completes them.
   if (resender_) resender_->Stop();
@@ -223,9 +225,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, cons
   rpc.name = client->options_.name;
   rpc.handler_threads = 1;  // a client serves nothing
   rpc.default_timeout = job.distributed.timeout;
-  rpc.van.busy_poll = job.distributed.busy_poll;
-  rpc.van.auth = client->options_.auth;
-  rpc.van.encrypt = client->options_.encrypt;
+  rpc.van = JobVanOptions(job, client->options_.auth, client->options_.encrypt);
   FLEET_ASSIGN_OR_RETURN(client->rpc_, RpcNode::Create(rpc));
   for (const std::string& endpoint : client->options_.servers) {
     auto peer = client->rpc_->Connect(endpoint);

@@ -155,6 +155,11 @@ class PsClient {
   Result<std::vector<pb::PsStatsReply>> Stats();
   // Asks every server to stop (each saves first when its config says so).
   Status StopServers();
+  // Ends every call in flight now, and every later one at once, with
+  // Unavailable ("rpc node stopped"): for a process told to stop while a
+  // call waits on a peer that may never answer (a frozen server). No resend
+  // follows. Thread-safe, idempotent; the client is unusable afterwards.
+  void Abort();
 
   // Blocks for a future returned by this client's *Async calls, receiving
   // replies on this thread meanwhile (cheaper than future.get(): see

@@ -38,6 +38,29 @@ const TableConfig* JobConfig::table(uint32_t id) const {
   return nullptr;
 }
 
+VanOptions JobVanOptions(const JobConfig& job, std::shared_ptr<const JobAuth> auth,
+                         bool encrypt) {
+  VanOptions van;
+  van.busy_poll = job.distributed.busy_poll;
+  van.max_message_bytes = MessageLimit(job);
+  van.auth = std::move(auth);
+  van.encrypt = encrypt;
+  return van;
+}
+
+int64_t MessageLimit(const JobConfig& job) {
+  if (job.distributed.max_message_bytes != 0) return job.distributed.max_message_bytes;
+  int64_t limit = std::max(int64_t{64} << 20, 4 * job.distributed.max_request_bytes);
+  for (const TableConfig& t : job.tables) {
+    // A dense pull or push moves a server's range of the table in one frame;
+    // a request's header and keys ride in frames of their own.
+    if (t.kind == TableKind::kDense) {
+      limit = std::max(limit, static_cast<int64_t>(t.dim * sizeof(float)) + (int64_t{1} << 20));
+    }
+  }
+  return limit;
+}
+
 namespace {
 
 constexpr std::pair<const char*, SyncMode> kSyncModes[] = {
@@ -66,6 +89,12 @@ Status ParseDistributed(ConfigSection& s, DistributedConfig* out) {
   FLEET_RETURN_IF_ERROR(s.Int("max_merge", &out->max_merge, 1, kMaxMaxMerge));
   FLEET_RETURN_IF_ERROR(Duration(s, "timeout_ms", 1, kMaxTimeoutMs, &out->timeout));
   FLEET_RETURN_IF_ERROR(s.Int("max_request_bytes", &out->max_request_bytes, 0, kMaxRequestBytes));
+  FLEET_RETURN_IF_ERROR(s.Int("max_message_bytes", &out->max_message_bytes, 0, kMaxMessageBytes));
+  if (out->max_message_bytes != 0 && out->max_message_bytes < kMinMessageBytes) {
+    return s.Error("max_message_bytes", absl::StrCat("must be 0 (derived) or at least ",
+                                                     kMinMessageBytes, ", got ",
+                                                     out->max_message_bytes));
+  }
   FLEET_RETURN_IF_ERROR(Duration(s, "busy_poll_us", 0, kMaxBusyPollUs, &out->busy_poll));
   FLEET_RETURN_IF_ERROR(s.Bool("auth", &out->auth));
   FLEET_RETURN_IF_ERROR(
@@ -79,6 +108,9 @@ Status ParseServer(ConfigSection& s, ServerConfig* out) {
   FLEET_RETURN_IF_ERROR(s.String("load_dir", &out->load_dir));
   FLEET_RETURN_IF_ERROR(s.String("recovery_dir", &out->recovery_dir));
   FLEET_RETURN_IF_ERROR(s.Int("checkpoint_every", &out->checkpoint_every, 1, kMaxCheckpointEvery));
+  FLEET_RETURN_IF_ERROR(
+      s.Int("checkpoint_every_mib", &out->checkpoint_every_mib, 1, int64_t{1} << 20));
+  FLEET_RETURN_IF_ERROR(s.Bool("keep_recovery", &out->keep_recovery));
   FLEET_RETURN_IF_ERROR(s.Enum("push_log_sync", kLogSyncs, &out->push_log_sync));
   if (!out->recovery_dir.empty() &&
       (out->recovery_dir == out->save_dir || out->recovery_dir == out->load_dir)) {

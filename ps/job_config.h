@@ -20,6 +20,7 @@
 //     max_merge: 10         # async: batches merged per key before a send
 //     timeout_ms: 60000     # deadline of every PS request (<= 86400000, one day)
 //     max_request_bytes: 1048576  # larger requests to one server go in pieces
+//     max_message_bytes: 0  # the largest message frame accepted (0: derived)
 //     busy_poll_us: 0       # poll this long before sleeping (latency vs CPU; <= 1000000)
 //     auth: on              # authenticate the job's ZeroMQ traffic (on | off)
 //     server_restart_timeout_ms: 30000  # with server.recovery_dir: resend to a crashed server
@@ -50,6 +51,7 @@
 #include <vector>
 
 #include "comm/program_help.h"
+#include "comm/van.h"
 #include "comm/status.h"
 #include "comm/yaml_config.h"
 #include "ps/push_log.h"
@@ -69,6 +71,8 @@ inline constexpr int64_t kMaxMaxMerge = 1'000'000;
 inline constexpr int64_t kMaxTimeoutMs = 86'400'000;         // one day
 inline constexpr int64_t kMaxBusyPollUs = 1'000'000;
 inline constexpr int64_t kMaxRequestBytes = int64_t{1} << 30;  // 1 GiB
+inline constexpr int64_t kMinMessageBytes = int64_t{1} << 20;  // 1 MiB
+inline constexpr int64_t kMaxMessageBytes = int64_t{1} << 34;  // 16 GiB
 inline constexpr int64_t kMaxPipelineDepth = 1024;
 inline constexpr int64_t kMaxMicroBatches = 1024;
 inline constexpr int64_t kMaxServerThreads = 256;
@@ -129,6 +133,16 @@ struct DistributedConfig {
   // to back, so the server serves the first while the rest are in flight.
   // 0 never cuts. Sync-mode pushes are never cut.
   int64_t max_request_bytes = int64_t{1} << 20;
+  // `Distributed.max_message_bytes`: default 0 (derived, MessageLimit()),
+  // else 1 MiB..2^34. The largest frame of a message a process of the job
+  // accepts (ZeroMQ's ZMQ_MAXMSGSIZE) or sends: a peer announcing a larger
+  // one is disconnected before its bytes are buffered, so a stranger's
+  // connection costs a server at most this much before the greeting proves
+  // (or fails to prove) the job secret. Derived: the largest of 64 MiB, four
+  // times max_request_bytes and the largest dense table's floats. Raise it
+  // only for sync pushes or dense tables past that (a larger send fails
+  // naming this key).
+  int64_t max_message_bytes = 0;
   // `Distributed.busy_poll_us`: default 0, 0..1000000. Servers and workers
   // keep polling their sockets for this long after a message (a worker: while
   // it waits for a reply) instead of sleeping at once, which saves the
@@ -184,16 +198,29 @@ struct ServerConfig {
   // Use it on long jobs with --max_restart; must differ from save_dir and
   // load_dir. A server started afresh (not restarted) starts a new chain
   // over what is there. A clean stop leaves it alone (save_dir gets the
-  // final checkpoint as before). Recovery checkpoints do not disturb the
-  // job's own base/delta saves; after a restart the first save must be a
-  // base (the delta marks of before the crash are gone).
+  // final checkpoint as before) and, once the job finished (the final save
+  // succeeded), removes this server's recovery files unless keep_recovery.
+  // Recovery checkpoints do not disturb the job's own base/delta saves;
+  // after a restart the first save must be a base (the delta marks of
+  // before the crash are gone).
   std::string recovery_dir;
+  // `server.keep_recovery`: default false. Keep <recovery_dir>/s<rank>/ (the
+  // last recovery checkpoint and its push log) after the job finished, e.g.
+  // to inspect it; by default a finished job leaves nothing there. A job
+  // that failed or was stopped always keeps it (a restart needs it).
+  bool keep_recovery = false;
   // `server.checkpoint_every`: default 1000, 1..10^9. Logged updates between
   // two recovery checkpoints: a checkpoint writes every table (the update
   // that triggers it waits for that), and bounds the log a restart replays
   // and its disk use. Lower it for big updates or fast restarts; raise it
   // for big tables and small updates.
   int64_t checkpoint_every = 1000;
+  // `server.checkpoint_every_mib`: default 256, 1..2^20. A recovery
+  // checkpoint is also taken once the push log holds this many MiB, so
+  // big updates (a dense table's gradient) cannot grow the log (and a
+  // restart's replay) past it; each checkpoint starts a new log and removes
+  // the older ones.
+  int64_t checkpoint_every_mib = 256;
   // `server.push_log_sync`: default batch. When the push log reaches stable
   // storage. none: never fsynced; a process crash (kill -9) loses nothing
   // (the records are in the OS), a machine crash loses seconds of
@@ -214,6 +241,17 @@ struct JobConfig {
   // nullptr when no table has this id.
   const TableConfig* table(uint32_t id) const;
 };
+
+// The largest message frame the job's processes send or accept:
+// Distributed.max_message_bytes, or when 0 the largest of 64 MiB, four
+// times max_request_bytes and the largest dense table's floats.
+int64_t MessageLimit(const JobConfig& job);
+
+// The transport options every process of a PS job uses: Distributed's
+// busy_poll and message limit, with the job's credentials (null: auth off)
+// and CURVE encryption when asked.
+VanOptions JobVanOptions(const JobConfig& job, std::shared_ptr<const JobAuth> auth,
+                         bool encrypt = false);
 
 // One "Key.sub=value" override onto a YAML tree (comm/yaml_config.h).
 using ::fleet::ApplyOverride;

@@ -78,6 +78,7 @@ Status PushLog::Append(const PushRecordRef& rec) {
   // One write: a crash leaves at most this record torn, never an earlier one.
   FLEET_RETURN_IF_ERROR(file_->Append(buffer_));
   ++records_;
+  bytes_ += buffer_.size();
   if (sync_ == LogSync::kEvery) return file_->Sync();
   unsynced_ = true;
   return Status::OK();

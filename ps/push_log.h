@@ -106,6 +106,8 @@ class PushLog {
 
   const std::string& path() const { return path_; }
   uint64_t records() const { return records_; }
+  // Bytes of records appended (the header not counted).
+  uint64_t bytes() const { return bytes_; }
 
  private:
   PushLog(std::unique_ptr<WritableFile> file, std::string path, LogSync sync)
@@ -116,6 +118,7 @@ class PushLog {
   const LogSync sync_;
   std::string buffer_;  // reused encoding buffer
   uint64_t records_ = 0;
+  uint64_t bytes_ = 0;
   bool unsynced_ = false;
 };
 

@@ -83,6 +83,8 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
   server->checkpointer_ = std::make_unique<Checkpointer>(
       server->fs_, server->options_.rank, server->options_.num_servers, server->table_pool_.get());
   if (const std::string& dir = server->options_.job.server.recovery_dir; !dir.empty()) {
+    // The folder itself first: a link planted there is refused, not followed.
+    FLEET_RETURN_IF_ERROR(server->fs_->CreateDir(dir).WithContext("server.recovery_dir"));
     server->recovery_dir_ = absl::StrCat(dir, "/s", server->options_.rank);
     FLEET_RETURN_IF_ERROR(
         CheckWritableDir(server->fs_, server->recovery_dir_).WithContext("server.recovery_dir"));
@@ -103,9 +105,7 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
   rpc.name = absl::StrCat("server:", server->options_.rank);
   rpc.handler_threads = server->options_.handler_threads;
   rpc.default_timeout = server->options_.job.distributed.timeout;
-  rpc.van.busy_poll = server->options_.job.distributed.busy_poll;
-  rpc.van.auth = server->options_.auth;
-  rpc.van.encrypt = server->options_.encrypt;
+  rpc.van = JobVanOptions(server->options_.job, server->options_.auth, server->options_.encrypt);
   FLEET_ASSIGN_OR_RETURN(server->rpc_, RpcNode::Create(rpc));
   server->RegisterHandlers();
   return server;
@@ -113,9 +113,11 @@ Result<std::unique_ptr<PsServer>> PsServer::Create(PsServerOptions options) {
 
 PsServer::~PsServer() { (void)Shutdown(/*save=*/false); }
 
-uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, size_t sparse_tables, size_t row_floats) {
+uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, int servers_on_host, size_t sparse_tables,
+                                 size_t row_floats) {
   const uint64_t row_bytes = row_floats * sizeof(float) + kRowOverheadBytes;
-  return std::max<uint64_t>(1, memory_bytes / 2 / std::max<size_t>(1, sparse_tables) / row_bytes);
+  return std::max<uint64_t>(1, memory_bytes / 2 / std::max(1, servers_on_host) /
+                                   std::max<size_t>(1, sparse_tables) / row_bytes);
 }
 
 Status PsServer::BuildTables() {
@@ -131,10 +133,12 @@ Status PsServer::BuildTables() {
     const std::string which = absl::StrCat("table ", config.id);
     if (config.kind == TableKind::kSparse && config.max_rows_per_server == 0 && ValidateTableConfig(config).ok()) {
       const size_t row_floats = MakeAccessor(config)->row_floats();
-      config.max_rows_per_server = DefaultMaxRowsPerServer(memory, sparse_tables, row_floats);
+      config.max_rows_per_server =
+          DefaultMaxRowsPerServer(memory, options_.servers_on_host, sparse_tables, row_floats);
       LOG(INFO) << "server " << options_.rank << ": " << which << ": max_rows_per_server not set, "
                 << config.max_rows_per_server << " rows (half of " << (memory >> 20) << " MiB over "
-                << sparse_tables << " sparse tables, " << row_floats * sizeof(float) + kRowOverheadBytes
+                << options_.servers_on_host << " servers on this machine and " << sparse_tables
+                << " sparse tables, " << row_floats * sizeof(float) + kRowOverheadBytes
                 << " bytes a row)";
     }
     if (config.kind == TableKind::kSparse) {
@@ -674,13 +678,15 @@ Status PsServer::Shutdown(bool save) {
   }
   rpc_->Stop();
   if (!recovery_dir_.empty()) {
-    // The recovery checkpoint and log stay as they are: a consistent state
-    // a restart can continue from (save_dir got the final checkpoint).
+    // The recovery checkpoint and log are a consistent state a restart can
+    // continue from; once the job finished and its final save is done they
+    // are not needed any more.
     std::lock_guard<std::mutex> lock(log_mu_);
     if (log_ != nullptr) {
       if (Status s = log_->Close(); !s.ok()) LOG(WARNING) << "server " << options_.rank << ": " << s.ToString();
       log_.reset();
     }
+    if (save && saved.ok() && !options_.job.server.keep_recovery) RemoveRecoveryFiles();
   }
   return saved;
 }

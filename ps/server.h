@@ -116,16 +116,22 @@ struct PsServerOptions {
   // The memory a sparse table's default row quota is derived from (see
   // DefaultMaxRowsPerServer); 0: this machine's physical memory. For tests.
   uint64_t memory_bytes = 0;
+  // How many of the job's servers share this machine (ps_server counts the
+  // --servers entries with this server's host); they share the memory the
+  // default row quota is derived from.
+  int servers_on_host = 1;
 };
 
 // The row quota of a sparse table whose config sets no max_rows_per_server:
-// half of `memory_bytes`, shared evenly by the server's `sparse_tables`,
-// over what one row costs (`row_floats` floats plus kRowOverheadBytes of
-// key, index and counters). At least 1. So a runaway or hostile client
-// creating keys without end gets a clear FailedPrecondition long before
-// the machine runs out of memory.
+// half of `memory_bytes`, shared evenly by the `servers_on_host` servers of
+// the machine and each server's `sparse_tables`, over what one row costs
+// (`row_floats` floats plus kRowOverheadBytes of key, index and counters).
+// At least 1. So a runaway or hostile client creating keys without end gets
+// a clear FailedPrecondition long before the machine runs out of memory,
+// however many servers it runs.
 inline constexpr uint64_t kRowOverheadBytes = 64;
-uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, size_t sparse_tables, size_t row_floats);
+uint64_t DefaultMaxRowsPerServer(uint64_t memory_bytes, int servers_on_host, size_t sparse_tables,
+                                 size_t row_floats);
 
 // The numbered requests of one client a server applied (PsServer::Claim).
 struct AppliedRequests {
@@ -158,8 +164,9 @@ class PsServer {
 
   // Stops taking requests, lets those being handled finish (up to
   // shutdown_grace), saves a base checkpoint to job.server.save_dir when
-  // `save` and that is set, and closes the transport. Idempotent. Returns
-  // the save's status.
+  // `save` (the job finished) and that is set, and closes the transport;
+  // then, when `save` and the save succeeded, removes the recovery files
+  // (unless server.keep_recovery). Idempotent. Returns the save's status.
   Status Shutdown(bool save);
 
   // One line for the server's log, about the time since the previous call:
@@ -198,6 +205,9 @@ class PsServer {
   void Forget(uint64_t client, uint64_t acked_below);
   // kBatch: fsyncs the log (from the watchdog tick).
   void SyncLog();
+  // Removes <recovery_dir>/s<rank>/ once the job finished. REQUIRES: log_mu_
+  // held and the log closed.
+  void RemoveRecoveryFiles();
   void RegisterHandlers();
 
   // One handler per command.

@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -79,6 +80,11 @@ int PsServerMain(int argc, char** argv) {
   options.num_workers = FLAGS_num_workers > 0 ? FLAGS_num_workers
                                               : std::max<int>(1, spec.workers.size());
   options.endpoint = ctx.listen_endpoint();
+  // The job's servers on this machine share its memory (the row quota).
+  const std::string host = options.endpoint.substr(0, options.endpoint.rfind(':'));
+  options.servers_on_host = std::max<int>(
+      1, static_cast<int>(std::count_if(spec.servers.begin(), spec.servers.end(),
+                                        [&host](const Endpoint& e) { return e.host == host; })));
   options.job = std::move(process->job);
   options.auth = std::move(process->transport_auth);
   options.restarted = ctx.restarted();

@@ -254,7 +254,8 @@ Status PsServer::Logged(const PushRecordRef& rec, uint64_t* shrunk) {
   // Replay fails it the same way and does not claim it either.
   if (!applied.ok()) Unclaim(rec.client, rec.seq);
   if (IsSyncOp(rec.op)) next_step_[rec.table] = std::max(next_step_[rec.table], rec.step + 1);
-  if (++since_checkpoint_ >= options_.job.server.checkpoint_every) {
+  if (++since_checkpoint_ >= options_.job.server.checkpoint_every ||
+      log_->bytes() >= static_cast<uint64_t>(options_.job.server.checkpoint_every_mib) << 20) {
     // This update waits for the checkpoint; it bounds the replay and the log.
     if (Status s = RecoveryCheckpointLocked(); !s.ok()) {
       LOG(WARNING) << "server " << options_.rank << ": recovery checkpoint failed (retried after "
@@ -394,6 +395,27 @@ Status PsServer::RecoveryCheckpointLocked() {
     }
   }
   return Status::OK();
+}
+
+void PsServer::RemoveRecoveryFiles() {
+  auto names = fs_->ListDir(recovery_dir_);
+  if (!names.ok()) {
+    LOG(WARNING) << "server " << options_.rank << ": " << names.status().ToString();
+    return;
+  }
+  uint64_t removed = 0;
+  for (const std::string& name : *names) {
+    if (Status s = fs_->Remove(InDir(recovery_dir_, name)); s.ok()) {
+      ++removed;
+    } else {
+      LOG(WARNING) << "server " << options_.rank << ": " << s.ToString();
+    }
+  }
+  if (::rmdir(recovery_dir_.c_str()) != 0) {
+    PLOG(WARNING) << "server " << options_.rank << ": rmdir " << recovery_dir_;
+  }
+  LOG(INFO) << "server " << options_.rank << ": the job finished; removed its " << removed
+            << " recovery files in " << recovery_dir_ << " (server.keep_recovery keeps them)";
 }
 
 void PsServer::SyncLog() {

@@ -3,8 +3,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -234,6 +237,56 @@ Status CheckTables(const WorkerConfig& config, const ps::JobConfig& job, const W
                                  std::to_string(config.model.dense_table));
 }
 
+// A worker told to stop (SIGTERM, Ctrl-C) ends after its current step; one
+// whose step waits on a peer that never answers (a frozen server or heter
+// worker) would hold the process until the request's deadline, past
+// fleetrun's grace. So once `stop` has been set for kStopGrace, `abort`
+// fails the calls to the peers and the step ends with their error.
+class StopWatch {
+ public:
+  static constexpr std::chrono::milliseconds kStopGrace{1000};
+
+  StopWatch(const std::atomic<bool>* stop, std::function<void()> abort)
+      : stop_(stop), abort_(std::move(abort)) {
+    if (stop_ != nullptr) thread_ = std::thread([this] { Watch(); });
+  }
+  ~StopWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  StopWatch(const StopWatch&) = delete;
+  StopWatch& operator=(const StopWatch&) = delete;
+
+ private:
+  void Watch() {
+    std::optional<Clock::time_point> seen;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!done_) {
+      // The stop flag is set from a signal-watching thread: polled.
+      cv_.wait_for(lock, std::chrono::milliseconds(50));
+      if (done_) return;
+      if (!seen && stop_->load()) seen = Clock::now();
+      if (seen && Clock::now() - *seen >= kStopGrace) {
+        LOG(WARNING) << "asked to stop " << kStopGrace.count()
+                     << " ms ago and still waiting on a peer: failing the calls in flight";
+        abort_();
+        return;
+      }
+    }
+  }
+
+  const std::atomic<bool>* const stop_;
+  const std::function<void()> abort_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;  // guarded by mu_
+  std::thread thread_;
+};
+
 class WorkerRun {
  public:
   WorkerRun(const PsWorkerOptions& o, WorkerConfig config)
@@ -282,6 +335,8 @@ class WorkerRun {
   std::unique_ptr<WorkerTask> task_;
   std::unique_ptr<ps::PsClient> client_;
   std::unique_ptr<heter::HeterClient> heter_;  // with heter workers only
+  // heter_ for the StopWatch's thread (set once heter_ exists).
+  std::atomic<heter::HeterClient*> heter_to_abort_{nullptr};
   std::unique_ptr<Communicator> comm_;
   MetricsGroup group_;
   PsWorkerReport report_;
@@ -344,6 +399,11 @@ Result<PsWorkerReport> WorkerRun::Run() {
   co.num_workers = o_.num_workers;
   co.auth = o_.auth;
   FLEET_ASSIGN_OR_RETURN(client_, ps::PsClient::Create(co, o_.job));
+  // Destroyed (joined) before the clients, on every way out of Run().
+  StopWatch stop_watch(o_.stop, [this] {
+    client_->Abort();
+    if (heter::HeterClient* heter = heter_to_abort_.load()) heter->Abort();
+  });
 
   // 2. Metrics group; steps per epoch = the largest shard's batch count.
   FLEET_ASSIGN_OR_RETURN(group_, MetricsGroup::Join(o_));
@@ -626,9 +686,9 @@ Status WorkerRun::UseHeterWorkers() {
   ho.timeout = o_.job.distributed.timeout;
   ho.down_timeout = hc.down_timeout;
   ho.log_dir = o_.log_dir;
-  ho.van.busy_poll = o_.job.distributed.busy_poll;
-  ho.van.auth = o_.auth;
+  ho.van = ps::JobVanOptions(o_.job, o_.auth);
   FLEET_ASSIGN_OR_RETURN(heter_, heter::HeterClient::Create(std::move(ho)));
+  heter_to_abort_.store(heter_.get());
   task_->UseHeterWorkers(heter_.get(), hc);
   LOG(INFO) << name_ << ": dense part on " << o_.heter_workers.size() << " heter workers, "
             << hc.micro_batches << " micro-batches per batch, up to " << hc.pipeline_depth
@@ -769,6 +829,12 @@ int PsWorkerMain(int argc, char** argv) {
   LOG(INFO) << "ps_worker: " << spec.ToString();
 
   auto report = RunPsWorker(o);
+  if (!report.ok() && ctx.stop_requested().load()) {
+    // Told to stop while a step waited on a peer (StopWatch ended it).
+    LOG(WARNING) << "ps_worker " << o.rank << ": stopped on request during a step ("
+                 << report.status().ToString() << ")";
+    return 1;
+  }
   if (!report.ok()) {
     LOG(ERROR) << "ps_worker " << o.rank << ": " << report.status().ToString();
     // Refused input at start-up (a config, the data) is 2, as for flags;

@@ -29,7 +29,9 @@ int64_t Ms(std::chrono::steady_clock::duration d) {
 
 HeterClient::HeterClient(HeterClientOptions options) : options_(std::move(options)) {}
 
-HeterClient::~HeterClient() {
+HeterClient::~HeterClient() { Abort(); }
+
+void HeterClient::Abort() {
   // Fails what is still in flight; the callbacks only touch mu_ and slots.
   if (rpc_) rpc_->Stop();
 }

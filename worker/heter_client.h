@@ -76,6 +76,9 @@ class HeterClient {
   // timeouts.
   static Result<std::unique_ptr<HeterClient>> Create(HeterClientOptions options);
   ~HeterClient();  // fails the calls still in flight (their replies are dropped)
+  // Fails every call in flight now and every later one at once (a worker
+  // told to stop). Thread-safe, idempotent; unusable afterwards.
+  void Abort();
   HeterClient(const HeterClient&) = delete;
   HeterClient& operator=(const HeterClient&) = delete;
 

@@ -1,5 +1,6 @@
 #include "data/tensorboard/event_writer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
@@ -9,6 +10,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "comm/file_system.h"
 #include "data/tensorboard/event.pb.h"
 
 namespace fleet::tensorboard {
@@ -47,18 +49,21 @@ std::string TensorBoardDir(const std::string& flag_dir, const std::string& log_d
 uint32_t MaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 Result<std::unique_ptr<EventWriter>> EventWriter::Create(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Status::IOError("cannot create the TensorBoard directory: " + ec.message(), dir);
+  // Made like every folder FleetPS writes in: a link planted in its place
+  // is refused.
+  FLEET_RETURN_IF_ERROR(DefaultFileSystem()->CreateDir(dir).WithContext("TensorBoard directory"));
   char host[256] = "localhost";
   ::gethostname(host, sizeof(host) - 1);
   const std::string path = (std::filesystem::path(dir) / absl::StrCat("events.out.tfevents.",
                                                                       static_cast<int64_t>(Now()),
                                                                       ".", host, ".", ::getpid()))
                                .string();
-  std::FILE* file = std::fopen(path.c_str(), "wb");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+  std::FILE* file = fd >= 0 ? ::fdopen(fd, "wb") : nullptr;
   if (file == nullptr) {
-    return Status::IOError(absl::StrCat("cannot create: ", std::strerror(errno)), path);
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    return Status::IOError(absl::StrCat("cannot create: ", std::strerror(err)), path);
   }
   std::unique_ptr<EventWriter> writer(new EventWriter(path, file));
   Event event;

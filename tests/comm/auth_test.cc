@@ -27,6 +27,7 @@
 #include "comm/kv_store.h"
 #include "comm/rpc.h"
 #include "comm/van_auth.h"
+#include "tests/child_process.h"
 #include "tests/raw_connection.h"
 
 namespace fleet {
@@ -448,6 +449,55 @@ TEST_F(MessageAuthTest, ReplayedOrReorderedTooFarMessageIsRefused) {
   peer.Send(peer.Signed(4, 36, 3));
   EXPECT_TRUE(peer.Receive(1500ms).empty());
   EXPECT_EQ(served_.load(), 2);
+}
+
+// A greeting flood: strangers send hundreds of thousands of greetings as
+// fast as ZeroMQ takes them. A job's client is still served meanwhile, and
+// the server stops at once afterwards: past a few greetings a connection's
+// are dropped unanswered (no key derived), the I/O thread takes at most a
+// batch from one socket before it looks at the others and at Stop(), and
+// ZeroMQ queues at most 65536 messages of one peer. (A server flooded so
+// once ignored SIGTERM: its I/O thread answered the whole backlog first.)
+TEST_F(MessageAuthTest, AGreetingFloodNeitherStarvesClientsNorDelaysStop) {
+  // The strangers run in a process of their own (killed at the end): a
+  // ZeroMQ socket closed while the server holds it back may abort there.
+  const std::string endpoint = endpoint_;
+  fleet::testing::Child flood = fleet::testing::Child::Fork([endpoint] {
+    std::vector<std::thread> flooders;
+    for (int f = 0; f < 3; ++f) {
+      flooders.emplace_back([endpoint] {
+        zmq::context_t ctx(1);
+        zmq::socket_t dealer(ctx, zmq::socket_type::dealer);
+        dealer.set(zmq::sockopt::sndhwm, 0);
+        dealer.connect("tcp://" + endpoint);
+        const std::string id(van_auth::kIdBytes, 'f');
+        while (true) {
+          dealer.send(zmq::buffer(van_auth::kHello), zmq::send_flags::sndmore);
+          dealer.send(zmq::buffer(id), zmq::send_flags::none);
+        }
+      });
+    }
+    for (auto& t : flooders) t.join();
+    return 0;
+  });
+  std::this_thread::sleep_for(1500ms);
+  auto client = RpcNode::Create(Options("client", Auth(kSecret))).value();
+  const auto asked = std::chrono::steady_clock::now();
+  auto reply = client->CallSync(client->Connect(endpoint_).value(), EchoRequest(4));
+  const auto served_in = std::chrono::steady_clock::now() - asked;
+  std::this_thread::sleep_for(500ms);
+  const auto stop = std::chrono::steady_clock::now();
+  server_->Stop();
+  const auto stopped_in = std::chrono::steady_clock::now() - stop;
+  flood.Kill(SIGKILL);
+  EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_LT(served_in, 2s);
+  EXPECT_LT(stopped_in, 1s);
+  std::printf("beside a greeting flood a client was served in %lld ms; Stop() took %lld ms\n",
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(served_in).count()),
+              static_cast<long long>(
+                  std::chrono::duration_cast<std::chrono::milliseconds>(stopped_in).count()));
 }
 
 TEST_F(MessageAuthTest, RecordedSessionIsRefusedByAnotherServerOrGreeting) {

@@ -1,11 +1,5 @@
 #include "comm/kv_store.h"
 
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <set>
@@ -18,6 +12,7 @@
 #include "tests/child_process.h"
 #include "tests/comm/collective_test_util.h"
 #include "tests/raw_connection.h"
+#include "tests/tcp_relay.h"
 
 namespace fleet {
 namespace {
@@ -238,89 +233,6 @@ TEST(KvStoreTest, RequestsComeFromTheSourceAddressGiven) {
   EXPECT_EQ(refused, (std::vector<std::string>{"127.0.0.1", "127.0.0.2"}));
 }
 
-// A TCP relay to `target_port` on loopback that resets the first
-// `resets` connections once they have sent something (a server failing
-// under load), and relays the rest both ways.
-class FlakyRelay {
- public:
-  FlakyRelay(int target_port, int resets) : target_port_(target_port), resets_(resets) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    EXPECT_EQ(::listen(listen_fd_, 16), 0);
-    socklen_t len = sizeof(addr);
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { Serve(); });
-  }
-  ~FlakyRelay() {
-    stop_.store(true);
-    thread_.join();
-    ::close(listen_fd_);
-  }
-  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port_); }
-  int accepted() const { return accepted_.load(); }
-
- private:
-  static int Connect(int port) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    return fd;
-  }
-  void Serve() {
-    std::vector<std::pair<int, int>> pairs;  // client, server
-    while (!stop_.load()) {
-      std::vector<pollfd> fds = {{listen_fd_, POLLIN, 0}};
-      for (auto [c, t] : pairs) {
-        fds.push_back({c, POLLIN, 0});
-        fds.push_back({t, POLLIN, 0});
-      }
-      ::poll(fds.data(), fds.size(), 20);
-      if (fds[0].revents & POLLIN) {
-        const int client = ::accept(listen_fd_, nullptr, nullptr);
-        if (accepted_.fetch_add(1) < resets_) {
-          char buf[256];
-          [[maybe_unused]] ssize_t n = ::recv(client, buf, sizeof(buf), 0);
-          linger reset{1, 0};  // close with RST
-          ::setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
-          ::close(client);
-        } else {
-          pairs.emplace_back(client, Connect(target_port_));
-        }
-      }
-      for (size_t i = 0; i < pairs.size(); ++i) {
-        for (int side = 0; side < 2; ++side) {
-          if (!(fds[1 + 2 * i + side].revents & (POLLIN | POLLHUP))) continue;
-          const int from = side == 0 ? pairs[i].first : pairs[i].second;
-          const int to = side == 0 ? pairs[i].second : pairs[i].first;
-          char buf[4096];
-          const ssize_t n = ::recv(from, buf, sizeof(buf), 0);
-          if (n > 0) ::send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
-          if (n == 0) ::shutdown(to, SHUT_WR);
-        }
-      }
-    }
-    for (auto [c, t] : pairs) {
-      ::close(c);
-      ::close(t);
-    }
-  }
-
-  const int target_port_;
-  const int resets_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> accepted_{0};
-  std::thread thread_;
-};
-
 // A request whose connection is reset (a server failing under load) is
 // tried again and succeeds; a delete or add retried after its answer was
 // lost is done once (the server answers the retry from memory).
@@ -328,7 +240,7 @@ TEST(KvStoreTest, TransientFailuresAreRetriedAndChangesAreMadeOnce) {
   LocalKvServer kv;
   const std::string job = UniqueJob();
   {
-    FlakyRelay relay(kv.server().port(), /*resets=*/2);
+    fleet::testing::TcpRelay relay(kv.server().port(), /*resets=*/2);
     KvStoreClient client(relay.endpoint(), job);
     ASSERT_TRUE(client.Set("k", "v").ok());
     EXPECT_EQ(relay.accepted(), 3) << "two resets, then served";
@@ -351,7 +263,7 @@ TEST(KvStoreTest, TransientFailuresAreRetriedAndChangesAreMadeOnce) {
 // naming the attempts and the time, never sooner.
 TEST(KvStoreTest, PersistentFailuresFailAfterTheBudgetNamingTheAttempts) {
   LocalKvServer kv;
-  FlakyRelay relay(kv.server().port(), /*resets=*/1000);
+  fleet::testing::TcpRelay relay(kv.server().port(), /*resets=*/1000);
   KvStoreClient client(relay.endpoint(), UniqueJob(),
                        KvStoreClientOptions{.request_timeout = milliseconds(600)});
   const auto start = Clock::now();

@@ -17,6 +17,7 @@
 #include <zmq.hpp>
 
 #include "tests/child_process.h"
+#include "tests/raw_connection.h"
 
 namespace fleet {
 namespace {
@@ -635,6 +636,62 @@ TEST_F(RpcTest, BadFramesGetErrorRepliesAndServerKeepsServing) {
   // And a normal client too.
   auto client = Client();
   EXPECT_TRUE(client->Call(client->Connect(endpoint).value(), FloatRequest(kEcho, 8, 1)).get().ok());
+}
+
+// Resident memory of this process, in MiB.
+double ResidentMiB() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
+}
+
+// A stranger that speaks ZeroMQ's wire protocol (ZMTP 3.0, NULL mechanism)
+// by hand announces a 2 GiB frame and streams bytes into it. The server's
+// ZeroMQ drops the connection on the announcement (ZMQ_MAXMSGSIZE) instead
+// of buffering what follows: the stranger gets only the kernel's socket
+// buffers in, and the server does not grow. (Without the limit it read
+// every byte into a 2 GiB buffer: +256 MiB here.) A frame over the limit is
+// refused on the sending side too.
+TEST_F(RpcTest, FramesOverTheMessageLimitAreNeitherBufferedNorSent) {
+  RpcNodeOptions options = FastOptions("s");
+  options.van.max_message_bytes = 8 << 20;
+  std::string endpoint;
+  auto server = StartServer(options, &endpoint);
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  const double before = ResidentMiB();
+  fleet::testing::RawConnection stranger(port);
+  ASSERT_TRUE(stranger.connected());
+  std::string greeting(64, '\0');
+  greeting[0] = '\xff';
+  greeting[9] = '\x7f';
+  greeting[10] = 3;  // ZMTP 3.0
+  greeting.replace(12, 4, "NULL");
+  const std::string ready_body = std::string("\x05READY") + "\x0bSocket-Type" +
+                                 std::string("\0\0\0\x06", 4) + "DEALER";
+  std::string ready = "\x04";  // a short command frame
+  ready.push_back(static_cast<char>(ready_body.size()));
+  ready += ready_body;
+  std::string frame_head = "\x02";  // a long message frame, the last part
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    frame_head.push_back(static_cast<char>((uint64_t{1} << 31) >> shift & 0xff));
+  }
+  ASSERT_TRUE(stranger.Send(greeting + ready + frame_head));
+  const std::string chunk(1 << 20, 'S');
+  int sent_mib = 0;
+  while (sent_mib < 256 && stranger.Send(chunk)) ++sent_mib;
+  EXPECT_LT(sent_mib, 64) << "the server kept reading the announced frame";
+  EXPECT_LT(ResidentMiB() - before, 32.0);
+
+  RpcNodeOptions small = FastOptions("small-client");
+  small.van.max_message_bytes = 1 << 20;
+  auto client = RpcNode::Create(small).value();
+  auto big = client->CallSync(client->Connect(endpoint).value(), FloatRequest(kEcho, 1 << 19, 1));
+  EXPECT_TRUE(big.status().IsInvalidArgument()) << big.status().ToString();
+  EXPECT_NE(big.status().message().find("Distributed.max_message_bytes"), std::string::npos);
+  // The server goes on serving.
+  auto ok = Client();
+  EXPECT_TRUE(ok->Call(ok->Connect(endpoint).value(), FloatRequest(kEcho, 8, 1)).get().ok());
 }
 
 // A server in a child process, so that freezing and killing it is real.

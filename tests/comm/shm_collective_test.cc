@@ -1,5 +1,7 @@
 #include "comm/shm_collective.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,6 +142,26 @@ TEST(ShmCollectiveTest, APeerThatExitedIsUnavailableNamingItsPid) {
   EXPECT_NE(st.message().find("rank 1 (pid " + std::to_string(child) + ") exited"), std::string::npos)
       << st.ToString();
   EXPECT_LT(took, milliseconds(2000));
+}
+
+// A segment whose creator is dead (a rank killed in the rendezvous with its
+// launcher) is removed by the next launcher's sweep; a live creator's is
+// left alone.
+TEST(ShmCollectiveTest, OrphanedSegmentsOfDeadCreatorsAreRemoved) {
+  fleet::testing::Child dead = fleet::testing::Child::Fork([] { return 0; });
+  const int dead_pid = dead.pid();
+  ASSERT_FALSE(dead.Wait(std::chrono::seconds(10)).timed_out);
+  const std::string orphan = "/fleet-" + std::to_string(dead_pid) + "-orphantest";
+  const std::string live = "/fleet-" + std::to_string(::getpid()) + "-livetest";
+  for (const std::string& name : {orphan, live}) {
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    ASSERT_GE(fd, 0) << name;
+    ::close(fd);
+  }
+  EXPECT_GE(RemoveOrphanedShmSegments(), 1);
+  EXPECT_FALSE(std::filesystem::exists("/dev/shm" + orphan));
+  EXPECT_TRUE(std::filesystem::exists("/dev/shm" + live));
+  shm_unlink(live.c_str());
 }
 
 TEST(ShmCollectiveTest, BadArgumentsAreInvalidArgument) {

@@ -610,6 +610,35 @@ TEST_F(FleetrunTest, LogFilePlantedAsASymlinkIsNotFollowed) {
   EXPECT_TRUE(RecordedPids(fx).empty());
 }
 
+// Links planted where fleetrun writes in its log folder: at metrics.jsonl
+// (JSON was appended to the target) and at recovery, where --max_restart
+// puts the servers' push logs (337 MB went into the target). Neither is
+// followed: the recovery link refuses the job at once (exit 2, naming it),
+// the metrics link is skipped with a warning and the job runs.
+TEST_F(FleetrunTest, LinksPlantedInTheLogFolderAreNotFollowed) {
+  fs::path fx = FixtureDir("fx");
+  fs::create_directories(log_);
+  const fs::path target_file = tmp_ / "precious";
+  const fs::path target_dir = FixtureDir("precious_dir");
+  std::ofstream(target_file) << "keep me\n";
+  fs::create_symlink(target_file, log_ / "metrics.jsonl");
+  fs::create_directory_symlink(target_dir, log_ / "recovery");
+  std::vector<std::string> args = PsArgs(1, 1);
+  args.push_back("--max_restart=1");
+  RunResult refused = Run(args, {"FIXTURE_DIR=" + fx.string()});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("symbolic link"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("recovery"), std::string::npos) << refused.err;
+  EXPECT_TRUE(fs::is_empty(target_dir));
+  EXPECT_TRUE(RecordedPids(fx).empty());
+
+  fs::remove(log_ / "recovery");
+  RunResult ran = Run(PsArgs(1, 1), {"FIXTURE_DIR=" + fx.string()});
+  EXPECT_EQ(ran.exit_code, 0) << ran.err;
+  EXPECT_EQ(ReadFile(target_file), "keep me\n");
+  EXPECT_TRUE(fs::is_empty(target_dir));
+}
+
 // Rank 1 dies after rank 0 created and published its shared-memory segment
 // but before mapping it; rank 0, still in the rendezvous, is stopped by
 // fleetrun and cannot remove the segment: fleetrun removes it.

@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/tcp_relay.h"
+
 namespace fleet::launch {
 namespace {
 
@@ -142,6 +144,76 @@ TEST_F(PeerWatchTest, LosingTheStoreIsNamed) {
   server_->Stop();
   const std::string why = FailureOf(*a);
   EXPECT_NE(why.find("lost the KV store at " + endpoint), std::string::npos) << why;
+}
+
+// A store that goes silent (a cut that drops packets: every request waits
+// out its timeout) is named within the bar of 10 s, with fleetrun's own
+// timings (beats every 1 s, requests of 2 s, peers dead after 5 s) and two
+// peers: a round stops at its first failed request. (It took 20.7-23.8 s
+// when every round waited out each of its requests.)
+TEST_F(PeerWatchTest, ASilentlyCutStoreIsNamedWithinTenSeconds) {
+  fleet::testing::TcpRelay relay(server_->port());
+  KvStoreClient through(relay.endpoint(), "job",
+                        KvStoreClientOptions{.request_timeout = milliseconds(2000)});
+  PeerWatchOptions o;
+  o.self_id = "1";
+  o.self_name = "host 1";
+  o.peers = {{"2", "host 2", ""}, {"3", "host 3", ""}};
+  o.peer_timeout = milliseconds(5000);
+  auto watch = std::make_unique<PeerWatch>(&through, o);
+  for (const std::string id : {"2", "3"}) ASSERT_TRUE(kv_->Set("hosts/" + id, "1|host " + id).ok());
+  AwaitJoined("1");
+  const auto cut = std::chrono::steady_clock::now();
+  relay.set_silent(true);
+  // Peers 2 and 3 keep beating in the store meanwhile; only host 1 is cut.
+  std::optional<std::string> why;
+  for (int beat = 2; !(why = watch->failure()) &&
+                     std::chrono::steady_clock::now() - cut < std::chrono::seconds(30);
+       ++beat) {
+    for (const std::string id : {"2", "3"}) (void)kv_->Set("hosts/" + id, std::to_string(beat) + "|host " + id);
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("lost the KV store at " + relay.endpoint()), std::string::npos) << *why;
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_GE(seconds, 5.0) << "before the peer timeout";
+  std::printf("a silently cut store was named after %.1f s\n", seconds);
+  watch.reset();
+}
+
+// A peer that marks itself stopped without a failure marker (it lost the
+// store in a short network cut and its last write got through after it):
+// the job fails at once naming it; under --max_restart a fleetrun started
+// there again may rejoin first, else the job fails after the wait. (The
+// others used to stop watching it and hang.)
+TEST_F(PeerWatchTest, APeerThatStoppedWithoutAMarkerFailsOrIsAwaited) {
+  for (const bool rejoin : {false, true}) {
+    SCOPED_TRACE(rejoin);
+    ASSERT_TRUE(kv_->Set("hosts/2", "1|host 2").ok());
+    PeerWatchOptions o;
+    if (rejoin) o.rejoin_timeout = milliseconds(800);
+    auto a = Watch("1", {"2"}, o);
+    AwaitJoined("1");
+    std::this_thread::sleep_for(milliseconds(100));  // a has seen 2 beat
+    const auto stopped = std::chrono::steady_clock::now();
+    ASSERT_TRUE(kv_->Set("hosts/2", "stopped|host 2 (worker 1)").ok());
+    const std::string why = FailureOf(*a);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+    EXPECT_NE(why.find("host 2 (worker 1) stopped without the job finishing"), std::string::npos)
+        << why;
+    if (rejoin) {
+      EXPECT_NE(why.find("no fleetrun rejoined for it within 0.8 s"), std::string::npos) << why;
+      EXPECT_GE(seconds, 0.75);
+    } else {
+      EXPECT_LT(seconds, 0.9) << "not at once";
+    }
+    a.reset();
+    ASSERT_TRUE(kv_->Delete("hosts/1").ok());
+    ASSERT_TRUE(kv_->Delete("job/failed").ok());
+  }
 }
 
 // Under fleetrun --max_restart: a peer that stops beating is waited for up

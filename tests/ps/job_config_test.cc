@@ -28,6 +28,34 @@ TEST(JobConfigTest, MaxRequestBytesDefaultsToOneMebibyteAndIsChecked) {
   EXPECT_THAT(negative.status().ToString(), HasSubstr("must be in [0, "));
 }
 
+// The message limit is derived from the job (64 MiB at least, four
+// requests, the largest dense table) unless set, and a set value is checked.
+TEST(JobConfigTest, MessageLimitIsDerivedFromTheJobOrSetAndChecked) {
+  auto plain = ParseJobConfig(YAML::Load("Distributed: {mode: async}"));
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->distributed.max_message_bytes, 0);
+  EXPECT_EQ(MessageLimit(*plain), int64_t{64} << 20);
+  EXPECT_EQ(JobVanOptions(*plain, nullptr).max_message_bytes, int64_t{64} << 20);
+
+  auto big = ParseJobConfig(YAML::Load(
+      "Distributed: {max_request_bytes: 33554432}\n"
+      "tables: [{id: 0, kind: dense, dim: 100000000}]"));
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_EQ(MessageLimit(*big), int64_t{400000000} + (1 << 20));
+  big->tables.clear();
+  EXPECT_EQ(MessageLimit(*big), int64_t{128} << 20);
+
+  auto set = ParseJobConfig(YAML::Load("Distributed: {max_message_bytes: 2097152}"));
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  EXPECT_EQ(MessageLimit(*set), 2 << 20);
+  for (const char* bad : {"Distributed: {max_message_bytes: 1000}",
+                          "Distributed: {max_message_bytes: 100000000000}"}) {
+    auto refused = ParseJobConfig(YAML::Load(bad));
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.status().ToString(), HasSubstr("Distributed.max_message_bytes"));
+  }
+}
+
 // The sections of configs/ctr_dnn.yaml, each present: all of them are
 // known, and a typo of any section or key is refused naming it.
 constexpr char kFullJob[] =

@@ -267,15 +267,17 @@ TEST(PsHostileInputTest, RowQuotaRefusesNewKeysWithAClearErrorAndKeepsServing) {
 }
 
 // Without max_rows_per_server a table still has a quota: half of the
-// machine's memory over the sparse tables, by the row's size. With 1 MiB of
-// "memory" and sgd rows of 4 floats (16 + 64 bytes), 6553 rows fit; one
-// client creating keys without end is refused beyond them (it made 1M rows
-// in 0.5 s with no quota at all).
-TEST(PsHostileInputTest, DefaultRowQuotaFollowsMemoryAndRowSize) {
-  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{1} << 20, 1, 4), 6553u);
-  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{1} << 20, 2, 4), 3276u);
+// machine's memory over the servers sharing the machine and the sparse
+// tables, by the row's size. With 1 MiB of "memory" and sgd rows of 4
+// floats (16 + 64 bytes), 6553 rows fit; one client creating keys without
+// end is refused beyond them (it made 1M rows in 0.5 s with no quota at
+// all). Three servers on one machine take half of it together, not 1.5x.
+TEST(PsHostileInputTest, DefaultRowQuotaFollowsMemoryServersAndRowSize) {
+  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{1} << 20, 1, 1, 4), 6553u);
+  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{1} << 20, 1, 2, 4), 3276u);
+  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{1} << 20, 3, 1, 4), 2184u);
   // 64 GiB, adam rows of dim 8 (8 + 2 * 8 + 4 floats): 32 GiB / 176 B.
-  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{64} << 30, 1, 28), (uint64_t{32} << 30) / 176);
+  EXPECT_EQ(DefaultMaxRowsPerServer(uint64_t{64} << 30, 1, 1, 28), (uint64_t{32} << 30) / 176);
   PsCluster cluster(Job("async"), 1, 1, [](PsServerOptions& o) { o.memory_bytes = uint64_t{1} << 20; });
   PsClient& c = cluster.client(0);
   std::vector<uint64_t> keys(10000);

@@ -253,7 +253,11 @@ TEST(PsRecoveryTest, ConfigKeysAreCheckedAndDefaulted) {
   ASSERT_TRUE(defaults.ok());
   EXPECT_TRUE(defaults->server.recovery_dir.empty());
   EXPECT_EQ(defaults->server.checkpoint_every, 1000);
+  EXPECT_EQ(defaults->server.checkpoint_every_mib, 256);
+  EXPECT_FALSE(defaults->server.keep_recovery);
   EXPECT_EQ(defaults->server.push_log_sync, LogSync::kBatch);
+  auto mib = parse("{checkpoint_every_mib: 0}");
+  EXPECT_NE(mib.status().ToString().find("server.checkpoint_every_mib"), std::string::npos);
   auto every = parse("{recovery_dir: /r, push_log_sync: every, checkpoint_every: 7}");
   ASSERT_TRUE(every.ok());
   EXPECT_EQ(every->server.push_log_sync, LogSync::kEvery);
@@ -265,6 +269,74 @@ TEST(PsRecoveryTest, ConfigKeysAreCheckedAndDefaulted) {
   EXPECT_NE(zero.status().ToString().find("checkpoint_every"), std::string::npos);
   auto same = parse("{recovery_dir: /d, save_dir: /d}");
   EXPECT_NE(same.status().ToString().find("server.recovery_dir"), std::string::npos);
+}
+
+// A finished job (the final save succeeded) leaves no recovery files unless
+// server.keep_recovery; a job stopped without finishing keeps them for a
+// restart.
+TEST(PsRecoveryTest, AFinishedJobRemovesItsRecoveryFilesUnlessKept) {
+  struct Case {
+    bool finished;
+    bool keep;
+    bool files_left;
+  };
+  for (const Case c : {Case{true, false, false}, Case{true, true, true}, Case{false, false, true}}) {
+    const std::string dir = TempDir("finished");
+    JobConfig job = Job(dir, 5);
+    job.server.keep_recovery = c.keep;
+    PsCluster cluster(job, 2, 2);
+    InitDense(cluster);
+    RunSteps(cluster, 0, 4);
+    for (int s = 0; s < 2; ++s) ASSERT_TRUE(cluster.server(s).Shutdown(c.finished).ok());
+    for (int s = 0; s < 2; ++s) {
+      const std::string mine = dir + "/s" + std::to_string(s);
+      EXPECT_EQ(fs::exists(mine), c.files_left)
+          << "finished " << c.finished << " keep " << c.keep << ": " << mine;
+    }
+  }
+}
+
+// Big updates fill the push log fast: past checkpoint_every_mib a recovery
+// checkpoint starts a new log (and removes the old one), however few
+// updates it holds.
+TEST(PsRecoveryTest, ThePushLogIsBoundedByItsSizeToo) {
+  const std::string dir = TempDir("bounded");
+  JobConfig job = MakeJob(
+      "Distributed: {mode: async, timeout_ms: 10000}\n"
+      "server: {recovery_dir: '" + dir + "', checkpoint_every: 1000000, checkpoint_every_mib: 1}\n"
+      "tables: [{id: 0, kind: dense, dim: 65536, optimizer: {rule: sgd, learning_rate: 0.1}}]\n");
+  PsCluster cluster(job, 1, 1);
+  std::vector<float> grad(65536, 0.5f);  // 256 KiB a push
+  uint64_t largest = 0;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(cluster.client(0).PushDenseGrad(0, grad).ok());
+    for (const std::string& log : FilesIn(dir + "/s0", "pushlog-")) {
+      largest = std::max<uint64_t>(largest, fs::file_size(log));
+    }
+  }
+  const std::vector<std::string> logs = FilesIn(dir + "/s0", "pushlog-");
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_EQ(logs[0].find("pushlog-g000000.log"), std::string::npos) << "never rotated";
+  EXPECT_LE(largest, (1u << 20) + (300u << 10));  // the bound plus the record that crossed it
+}
+
+// A link planted where the recovery folder (or a server's part of it) goes
+// is refused at start, never written through.
+TEST(PsRecoveryTest, APlantedLinkForTheRecoveryFolderIsRefused) {
+  const std::string base = TempDir("planted");
+  const std::string elsewhere = base + "/elsewhere";
+  fs::create_directories(elsewhere);
+  for (const std::string& link : {base + "/recovery", base + "/recovery2/s0"}) {
+    fs::create_directories(fs::path(link).parent_path());
+    fs::create_directory_symlink(elsewhere, link);
+    PsServerOptions o;
+    o.job = Job(link.ends_with("/s0") ? base + "/recovery2" : link, 5);
+    auto server = PsServer::Create(o);
+    ASSERT_FALSE(server.ok()) << link;
+    EXPECT_NE(server.status().message().find("symbolic link"), std::string::npos)
+        << server.status().ToString();
+    EXPECT_TRUE(fs::is_empty(elsewhere)) << "written through " << link;
+  }
 }
 
 // ---- Resends after a lost server (PsClient, Distributed.server_restart_timeout_ms) ----

@@ -10,9 +10,10 @@
 #include <mutex>
 #include <vector>
 
-#include "ps/ps.pb.h"
 #include "comm/rpc.h"
+#include "ps/ps.pb.h"
 #include "tests/ps/ps_cluster.h"
+#include "tests/worker/worker_test_util.h"
 
 namespace fleet::ps {
 namespace {
@@ -71,6 +72,60 @@ TEST(SilentServerTest, ASyncPushNamesTheSilentServerNotTheWorkerItHolds) {
   client.value().reset();
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_EQ(held.size(), 1u);
+  held.clear();
+}
+
+// A worker told to stop (SIGTERM) while its step waits on a server that
+// never answers (frozen, or on a host that froze) ends within a second or
+// two, although the request's deadline is a minute away: fleetrun's grace
+// (5 s) would otherwise run out and SIGKILL it, so that a cluster whose
+// host froze failed only after 10 s.
+TEST(SilentServerTest, AWorkerToldToStopDoesNotWaitOutTheDeadline) {
+  const std::string dir = worker::testing::FreshDir("stop_while_waiting");
+  worker::testing::MakeCtrData(dir, 2000);
+  auto ctr = worker::testing::LoadCtrJob(dir);
+  ASSERT_TRUE(ctr.ok()) << ctr.status().ToString();
+  ctr->job.distributed.timeout = std::chrono::seconds(60);
+  // A server that takes every request and answers none.
+  RpcNodeOptions ro;
+  ro.name = "silent server";
+  auto silent = RpcNode::Create(ro);
+  ASSERT_TRUE(silent.ok()) << silent.status().ToString();
+  std::mutex mu;
+  std::vector<Responder> held;
+  for (int command = 0; command < 64; ++command) {
+    silent.value()->Register(static_cast<uint32_t>(command), [&](Message, Responder r) {
+      std::lock_guard<std::mutex> lock(mu);
+      held.push_back(std::move(r));
+    });
+  }
+  auto endpoint = silent.value()->Listen("127.0.0.1:0");
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status().ToString();
+  std::atomic<bool> stop{false};
+  worker::PsWorkerOptions o;
+  o.servers = {endpoint.value()};
+  o.job = ctr->job;
+  o.stop = &stop;
+  Result<worker::PsWorkerReport> report = Status::Internal("not run");
+  std::thread run([&] { report = worker::RunPsWorker(o); });
+  // Wait until the worker's first request is held, then ask it to stop.
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (Clock::now() < deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!held.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const auto asked = Clock::now();
+  stop.store(true);
+  run.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - asked).count();
+  EXPECT_FALSE(report.ok());
+  EXPECT_LT(seconds, 3.0) << report.status().ToString();
+  EXPECT_GE(seconds, 0.9) << "the grace for the current step";
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_FALSE(held.empty());
   held.clear();
 }
 
