@@ -73,7 +73,7 @@ ProgramHelp ServeHelp() {
           "none: no key needed"},
          {"--port", "P", "port to listen on (0: a free one, printed)", "8000"},
          {"--max_batch", "N", "sequences decoded together (KV cache slots)", "16"},
-         {"--max_queue", "N", "requests waiting for a slot before 503", "64"},
+         {"--max_queue", "N", "sequences (prompts x n) waiting for a slot before 503", "64"},
          {"--max_tokens", "N", "largest max_tokens of a request (0: the context)", "0"},
          {"--request_timeout_s", "S", "a request not done by then gets 504", "600"}}}},
       ""};
