@@ -57,8 +57,7 @@ inline Result<ProgramFlags> ParseProgramFlags(const std::vector<std::string>& ar
 // otherwise nullopt: go on.
 template <typename Flags>
 std::optional<int> FlagsExitStatus(const Result<Flags>& flags, std::string_view program,
-                                   const ProgramHelp& help, std::ostream& out,
-                                   std::ostream& err) {
+                                   const ProgramHelp& help, std::ostream& out, std::ostream& err) {
   if (!flags.ok()) {
     err << program << ": " << flags.status().ToString() << "\n";
     return 2;

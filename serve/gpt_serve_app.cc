@@ -28,9 +28,9 @@ Result<std::unique_ptr<CompletionServer>> CompletionServer::Start(
   FLEET_ASSIGN_OR_RETURN(server->service_,
                          OpenAiService::Create(model, tokenizer, std::move(chat),
                                                std::move(adapters), options.service));
-  FLEET_ASSIGN_OR_RETURN(server->http_,
-                         HttpBinding::Start(server->service_.get(),
-                                            {.host = options.host, .port = options.port}));
+  FLEET_ASSIGN_OR_RETURN(
+      server->http_,
+      HttpBinding::Start(server->service_.get(), {.host = options.host, .port = options.port}));
   return server;
 }
 
@@ -180,7 +180,8 @@ Result<std::vector<std::unique_ptr<trainer::GptLoraAdapters>>> LoadAdapters(
 
 int GptServeMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Result<Flags> flags = ParseFlags(args);
-  if (std::optional<int> code = FlagsExitStatus(flags, "gpt_serve", ServeHelp(), out, err)) return *code;
+  const std::optional<int> early = FlagsExitStatus(flags, "gpt_serve", ServeHelp(), out, err);
+  if (early) return *early;
   // One descriptor a connection (comm/http_server.h).
   RaiseOpenFileLimit();
   // Before any thread exists (see StopSignalWatcher).

@@ -96,7 +96,8 @@ std::string ShapeLine(const trainer::GptConfig& c) {
 
 int GptConvertMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Result<Flags> flags = ParseFlags(args);
-  if (std::optional<int> code = FlagsExitStatus(flags, "gpt_convert", ConvertHelp(), out, err)) return *code;
+  const std::optional<int> early = FlagsExitStatus(flags, "gpt_convert", ConvertHelp(), out, err);
+  if (early) return *early;
   Result<trainer::SafetensorsDtype> dtype = trainer::ParseFloatDtype(flags->dtype);
   if (!dtype.ok()) {
     err << "gpt_convert: --dtype: " << dtype.status().ToString() << "\n";

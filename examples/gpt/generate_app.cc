@@ -153,7 +153,8 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
 
 int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Result<Flags> flags = ParseFlags(args);
-  if (std::optional<int> code = FlagsExitStatus(flags, "gpt_generate", GenerateHelp(), out, err)) return *code;
+  const std::optional<int> early = FlagsExitStatus(flags, "gpt_generate", GenerateHelp(), out, err);
+  if (early) return *early;
   Result<GptJobConfig> config = trainer::config::LoadGptJobConfig(flags->config, flags->overrides);
   if (!config.ok()) {
     err << "gpt_generate: " << config.status().ToString() << "\n";

@@ -34,9 +34,8 @@ TEST(GptServeOpenAiSdk, TheOfficialNodeClientGetsWhatItExpects) {
   options.service.api_keys = {"sdk-test-key-0123456789"};
   Server s(options, "cpu", base, {{"shout", adapter}});
   const std::string command =
-      "OPENAI_SDK_DIR='" + sdk + "' GPT_SERVE_URL='http://127.0.0.1:" +
-      std::to_string(s.port()) + "/v1' GPT_SERVE_KEY='sdk-test-key-0123456789' " +
-      "GPT_SERVE_ADAPTER=shout node '" +
+      "OPENAI_SDK_DIR='" + sdk + "' GPT_SERVE_URL='http://127.0.0.1:" + std::to_string(s.port()) +
+      "/v1' GPT_SERVE_KEY='sdk-test-key-0123456789' " + "GPT_SERVE_ADAPTER=shout node '" +
       data::testing::SourcePath("tests/gpt_serve/openai_sdk_check.mjs") + "'";
   const ::fleet::testing::CommandResult r =
       ::fleet::testing::RunCommand(command, std::chrono::seconds(120));

@@ -64,7 +64,8 @@ TEST(ChoiceText, StopStringsAcrossTokensAreCutAndLeftOut) {
   // The earliest of several; one at the very start; a near miss is shown.
   EXPECT_EQ(Feed("abcXYdefXY", 1, {"def", "XY"}).first, "abc");
   EXPECT_EQ(Feed("stop now", 2, {"stop"}).first, "");
-  EXPECT_EQ(Feed("<|im_en|> shown", 1, {"<|im_end|>"}), std::make_pair(std::string("<|im_en|> shown"), false));
+  EXPECT_EQ(Feed("<|im_en|> shown", 1, {"<|im_end|>"}),
+            std::make_pair(std::string("<|im_en|> shown"), false));
 }
 
 TEST(ChoiceText, PiecesJoinedAreTheWholeTextHoweverTheTokensCome) {
@@ -121,10 +122,11 @@ TEST(ChatTemplate, Cpm9gFromTheShippedConfig) {
   ASSERT_TRUE(doc.ok()) << doc.status().ToString();
   auto chat = ChatTemplate::Load(*doc);
   ASSERT_TRUE(chat.ok()) << chat.status().ToString();
-  EXPECT_EQ(chat->Render({{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"},
-                          {"user", "Bye"}})
-                .value(),
-            "Be brief.<用户>Hi<AI>Hello<用户>Bye<AI>");
+  EXPECT_EQ(
+      chat->Render(
+              {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello"}, {"user", "Bye"}})
+          .value(),
+      "Be brief.<用户>Hi<AI>Hello<用户>Bye<AI>");
   EXPECT_EQ(chat->stop(), "<用户>");
   // Overrides (YAML: quoted, or {content} reads as a map) and refusals
   // name the key.
@@ -166,7 +168,8 @@ TEST(SequenceSampler, BiasAndPenaltiesMoveTheLogitsTheyName) {
   // Ids at or beyond the vocabulary limit are never drawn.
   auto limited = std::move(SequenceSampler::Create({.temperature = 0}, 3).value());
   EXPECT_LT(limited->Next(row, nullptr).value(), 3);
-  EXPECT_TRUE(SequenceSampler::Create({.logit_bias = {{20, 1.0f}}}, 20).status().IsInvalidArgument());
+  EXPECT_TRUE(
+      SequenceSampler::Create({.logit_bias = {{20, 1.0f}}}, 20).status().IsInvalidArgument());
   EXPECT_TRUE(SequenceSampler::Create({.presence_penalty = 2.5}, 20).status().IsInvalidArgument());
 }
 
@@ -196,7 +199,9 @@ TEST(SequenceSampler, LogprobsAreALogSoftmaxOfTheRawLogits) {
   }
 }
 
-ApiLimits Limits() { return {.context = 64, .max_tokens = 64, .vocab_size = 257, .max_choices = 8}; }
+ApiLimits Limits() {
+  return {.context = 64, .max_tokens = 64, .vocab_size = 257, .max_choices = 8};
+}
 
 TEST(OpenAiApi, PromptsInEveryFormAndTheDefaults) {
   data::ByteTokenizer tokenizer;
@@ -228,12 +233,14 @@ TEST(OpenAiApi, PromptsInEveryFormAndTheDefaults) {
 
 TEST(OpenAiApi, ChatBecomesTheTemplatesPromptWithItsStop) {
   data::ByteTokenizer tokenizer;
-  auto r = ParseChatRequest(
-      json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stop", {"x"}},
-           {"logprobs", true}, {"max_completion_tokens", 5}, {"tool_choice", "none"},
-           {"response_format", {{"type", "text"}}}}
-          .dump(),
-      tokenizer, ChatTemplate(), Limits());
+  auto r = ParseChatRequest(json{{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                                 {"stop", {"x"}},
+                                 {"logprobs", true},
+                                 {"max_completion_tokens", 5},
+                                 {"tool_choice", "none"},
+                                 {"response_format", {{"type", "text"}}}}
+                                .dump(),
+                            tokenizer, ChatTemplate(), Limits());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->prompts[0], Bytes("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"));
   EXPECT_EQ(r->stop, (std::vector<std::string>{"x", "<|im_end|>"}));
@@ -246,15 +253,16 @@ TEST(OpenAiApi, ChatBecomesTheTemplatesPromptWithItsStop) {
 }
 
 TEST(OpenAiApi, BodiesAndChunksHaveOpenAisFields) {
-  const ResponseInfo completion{.endpoint = Endpoint::kCompletions, .id = "cmpl-1", .created = 5,
-                                .model = "m"};
-  ChoiceOutput choice{.index = 0, .text = "hi", .has_logprobs = true, .finish = FinishReason::kStop};
+  const ResponseInfo completion{
+      .endpoint = Endpoint::kCompletions, .id = "cmpl-1", .created = 5, .model = "m"};
+  ChoiceOutput choice{
+      .index = 0, .text = "hi", .has_logprobs = true, .finish = FinishReason::kStop};
   choice.logprobs.push_back({.chosen = {"h", -0.5f}, .top = {{"h", -0.5f}, {"\xE2", -1.0f}}});
   choice.logprobs.push_back({.chosen = {"i", -0.25f}, .top = {}, .text_offset = 1});
   const json body = json::parse(ResponseBody(completion, {choice}, {3, 2}));
   EXPECT_EQ(body["object"], "text_completion");
-  EXPECT_EQ(body["usage"], json({{"prompt_tokens", 3}, {"completion_tokens", 2},
-                                 {"total_tokens", 5}}));
+  EXPECT_EQ(body["usage"],
+            json({{"prompt_tokens", 3}, {"completion_tokens", 2}, {"total_tokens", 5}}));
   const json& lp = body["choices"][0]["logprobs"];
   EXPECT_EQ(lp["tokens"], json({"h", "i"}));
   EXPECT_EQ(lp["token_logprobs"], json({-0.5, -0.25}));
@@ -262,11 +270,11 @@ TEST(OpenAiApi, BodiesAndChunksHaveOpenAisFields) {
   EXPECT_EQ(lp["text_offset"], json({0, 1}));
   EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
 
-  const ResponseInfo chat{.endpoint = Endpoint::kChat, .id = "chatcmpl-1", .created = 5,
-                          .model = "m"};
+  const ResponseInfo chat{
+      .endpoint = Endpoint::kChat, .id = "chatcmpl-1", .created = 5, .model = "m"};
   const json message = json::parse(ResponseBody(chat, {choice}, {3, 2}))["choices"][0];
-  EXPECT_EQ(message["message"], json({{"role", "assistant"}, {"content", "hi"},
-                                      {"refusal", nullptr}}));
+  EXPECT_EQ(message["message"],
+            json({{"role", "assistant"}, {"content", "hi"}, {"refusal", nullptr}}));
   EXPECT_EQ(message["logprobs"]["content"][0]["bytes"], json({104}));
   const std::string first = ChunkEvent(chat, {.index = 1}, /*opening=*/true, true);
   ASSERT_EQ(first.rfind("data: ", 0), 0u);
@@ -278,8 +286,10 @@ TEST(OpenAiApi, BodiesAndChunksHaveOpenAisFields) {
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"]["total_tokens"], 5);
   const json error = json::parse(ErrorBody("no", "invalid_request_error", "model", "x"));
-  EXPECT_EQ(error["error"], json({{"message", "no"}, {"type", "invalid_request_error"},
-                                  {"param", "model"}, {"code", "x"}}));
+  EXPECT_EQ(error["error"], json({{"message", "no"},
+                                  {"type", "invalid_request_error"},
+                                  {"param", "model"},
+                                  {"code", "x"}}));
 }
 
 }  // namespace

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "tests/trainer/test_util.h"
-#include "trainer/kernels/sampling_kernels.h"
 #include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/sampling_kernels.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_decoder.h"
 
