@@ -15,18 +15,23 @@
 //     problem, an unknown model a 404, a missing or wrong API key a 401, a
 //     large body a 413, all counted in /metrics; a full queue is a 503;
 //   * a streamed request whose client goes away is cancelled (499);
+//   * 500 slow connections and an endless header line neither delay a
+//     client past a second nor grow the server by 64 MiB;
 //   * the gpt_serve program serves a checkpoint with an adapter and an API
 //     key file, and stops on SIGTERM;
 //   * on CUDA (skipped without a GPU) the text equals the CPU server's.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -418,6 +423,81 @@ TEST(GptServe, BadRequestsAre400sAndTheServerKeepsServing) {
                                   std::string("fleet_serve_requests_total{code=\"413\"} 1")}) {
     EXPECT_NE(metrics.find(line), std::string::npos) << line << " in\n" << metrics;
   }
+}
+
+// This process's resident memory, KiB (0 when /proc cannot tell).
+int64_t ResidentKib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("VmRSS:")) return std::stoll(line.substr(6));
+  }
+  return 0;
+}
+
+// Strangers against gpt_serve's port (no API key needed to connect): 500
+// connections that send the start of a request and then a byte a second
+// (slowloris), and one endless header line (300 MiB offered). A
+// well-behaved client is served within a second all the while, the header
+// line gets 431, and the server grows by less than 64 MiB. On cpp-httplib
+// the slowloris held all of gpt_serve's threads (a client's request timed
+// out after 20 s, the next took 7-18 s) and the header line grew it by
+// ~500 MiB.
+TEST(GptServe, StrangersNeitherStallTheServerNorGrowIt) {
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &files);
+  Server s;
+  const json request = {{"prompt", "abc"}, {"max_tokens", 4}, {"temperature", 0}};
+  const std::string expected = Text(s.Post(request));
+  const int64_t before = ResidentKib();
+  std::vector<std::unique_ptr<::fleet::testing::RawConnection>> slow;
+  for (int i = 0; i < 500; ++i) {
+    slow.push_back(std::make_unique<::fleet::testing::RawConnection>(s.port()));
+    slow.back()->Send("POST /v1/completions HTTP/1.1\r\n");
+  }
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    for (int tick = 0; !done.load(); ++tick) {
+      if (tick % 100 == 0) {
+        for (auto& c : slow) c->Send("X");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a byte a second each
+    }
+  });
+  double slowest = 0;
+  auto served = [&](const char* when) {
+    const auto start = std::chrono::steady_clock::now();
+    const Reply r = s.Post(request);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    slowest = std::max(slowest, took);
+    EXPECT_EQ(r.status, 200) << when << ": " << r.raw;
+    if (r.status == 200) EXPECT_EQ(Text(r), expected) << when;
+    EXPECT_LT(took, 1.0) << when;
+  };
+  for (int i = 0; i < 5; ++i) {
+    served("beside the slow connections");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  int64_t peak = ResidentKib();
+  std::string header_reply;
+  {
+    ::fleet::testing::RawConnection endless(s.port());
+    endless.Send("POST /v1/completions HTTP/1.1\r\nX-Endless: ");
+    const std::string chunk(1 << 20, 'A');
+    for (int mib = 0; mib < 300 && endless.Send(chunk); ++mib) peak = std::max(peak, ResidentKib());
+    header_reply = endless.ReadAll();
+  }
+  for (int i = 0; i < 3; ++i) served("after the endless header line");
+  peak = std::max(peak, ResidentKib());
+  done.store(true);
+  trickle.join();
+  EXPECT_EQ(header_reply.rfind("HTTP/1.1 431", 0), 0u) << header_reply.substr(0, 200);
+  ASSERT_GT(before, 0);
+  EXPECT_LT(peak - before, 64 * 1024) << "grew by " << (peak - before) / 1024 << " MiB";
+  std::printf("beside 500 slow connections: slowest request %.3f s; RSS %+lld KiB at the peak\n",
+              slowest, static_cast<long long>(peak - before));
 }
 
 TEST(GptServe, ApiKeysGuardEveryRouteButHealth) {
