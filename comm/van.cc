@@ -282,6 +282,20 @@ struct Van::Impl {
   // and which thread it is.
   std::atomic<bool> caller_receiving{false};
   std::atomic<std::thread::id> receiving_thread{};
+  // Polled by the receiving caller beside the outgoing connections, whose
+  // ZMQ_FDs it sleeps on: whoever takes a socket's signal, or the message
+  // the caller waits for, while it receives writes this eventfd
+  // (WakeReceivingCaller). The I/O thread: it checks caller_receiving
+  // before a socket, not before each message, so it may be delivering the
+  // awaited reply when the caller starts receiving (the caller finds the
+  // socket empty and would sleep until its tick). Another thread: its send
+  // may take the signal of a reply (see SendOn). Fixed after Create.
+  int caller_wake_fd = -1;
+  // Set with every write of caller_wake_fd. A caller that leaves
+  // ReceiveWhile with it set wakes the I/O thread: the signal may have come
+  // after its last look at the sockets, and the I/O thread skipped them
+  // while the caller received.
+  std::atomic<bool> caller_signalled{false};
   // The outgoing connections' ZMQ_FDs are registered (level-triggered) in
   // dealer_epfd, which sits in gate_fd, which the I/O thread polls. A
   // caller that receives (ReceiveWhile) closes the gate with one
@@ -344,11 +358,20 @@ struct Van::Impl {
   // bringing the awaited message.
   static void YieldWhileSpinning() { sched_yield(); }
 
-  void Wake() {
+  // eventfd writes of 8 bytes cannot be partial; EAGAIN means the counter
+  // is saturated, i.e. a wake-up is already pending.
+  static void Signal(int eventfd) {
     const uint64_t one = 1;
-    // eventfd writes of 8 bytes cannot be partial; EAGAIN means the counter
-    // is saturated, i.e. a wake-up is already pending.
-    [[maybe_unused]] ssize_t n = ::write(wake_fd, &one, sizeof(one));
+    [[maybe_unused]] ssize_t n = ::write(eventfd, &one, sizeof(one));
+  }
+  static void ClearSignal(int eventfd) {
+    uint64_t count;
+    [[maybe_unused]] ssize_t n = ::read(eventfd, &count, sizeof(count));
+  }
+  void Wake() { Signal(wake_fd); }
+  void WakeReceivingCaller() {
+    caller_signalled.store(true);
+    Signal(caller_wake_fd);
   }
 
   LockedSocket* SocketFor(const Route& to);
@@ -390,8 +413,12 @@ Result<std::unique_ptr<Van>> Van::Create(VanOptions options, VanReceiver* receiv
   }
   auto impl = std::make_unique<Impl>(options, receiver);
   impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (impl->wake_fd < 0) {
-    return Status::IOError("eventfd failed", std::strerror(errno));
+  impl->caller_wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->wake_fd < 0 || impl->caller_wake_fd < 0) {
+    const Status failed = Status::IOError("eventfd failed", std::strerror(errno));
+    for (int fd : {impl->wake_fd, impl->caller_wake_fd})
+      if (fd >= 0) ::close(fd);
+    return failed;
   }
   impl->dealer_epfd = ::epoll_create1(EPOLL_CLOEXEC);
   impl->gate_fd = ::epoll_create1(EPOLL_CLOEXEC);
@@ -401,7 +428,7 @@ Result<std::unique_ptr<Van>> Van::Create(VanOptions options, VanReceiver* receiv
   if (impl->dealer_epfd < 0 || impl->gate_fd < 0 ||
       ::epoll_ctl(impl->gate_fd, EPOLL_CTL_ADD, impl->dealer_epfd, &gate) != 0) {
     const Status failed = Status::IOError("epoll set-up failed", std::strerror(errno));
-    for (int fd : {impl->wake_fd, impl->dealer_epfd, impl->gate_fd})
+    for (int fd : {impl->wake_fd, impl->caller_wake_fd, impl->dealer_epfd, impl->gate_fd})
       if (fd >= 0) ::close(fd);
     return failed;
   }
@@ -415,6 +442,7 @@ Van::Van(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Van::~Van() {
   Stop();
   ::close(impl_->wake_fd);
+  ::close(impl_->caller_wake_fd);
   ::close(impl_->gate_fd);
   ::close(impl_->dealer_epfd);
 }
@@ -562,7 +590,7 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message)
         {to.routing_id, std::move(header), std::move(message), std::move(trailer)});
     return Status::OK();
   }
-  bool wake_io = false;
+  bool waiting = false;
   {
     std::lock_guard<std::mutex> lock(target.mu);
     if (target.closed) return Status::FailedPrecondition("van stopped");
@@ -587,17 +615,22 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message)
                    << e.what();
       return Status::Unavailable(absl::StrCat("send failed: ", e.what()));
     }
-    // Sending may have consumed the edge on the socket's ZMQ_FD that tells
-    // the I/O thread a reply is waiting; if one is, wake it explicitly. Not
-    // needed (and a ZeroMQ call saved) when the sender checks this socket
-    // again before it sleeps: the I/O thread itself (a reply from a handler
-    // run inline), or the caller receiving on the outgoing sockets.
-    const std::thread::id self = std::this_thread::get_id();
+    // Sending may have consumed the signal on the socket's ZMQ_FD that
+    // tells the thread watching it a message is waiting (ZeroMQ processes a
+    // socket's commands now and then on send). Only the receiving caller
+    // checks its sockets again before it sleeps (the I/O thread's replies
+    // are deferred, and a pass that sent some is followed by another); any
+    // other send that leaves a message waiting wakes the watchers.
     const bool sender_rechecks =
-        self == io_thread_id.load() || (to.outgoing() && receiving_thread.load() == self);
-    wake_io = !sender_rechecks && target.Readable();
+        to.outgoing() && receiving_thread.load() == std::this_thread::get_id();
+    waiting = !sender_rechecks && target.Readable();
   }
-  if (wake_io) Wake();
+  if (waiting) {
+    // The I/O thread leaves the outgoing connections to a receiving caller;
+    // it is woken too, for a caller that was just leaving.
+    if (to.outgoing() && caller_receiving.load()) WakeReceivingCaller();
+    Wake();
+  }
   return Status::OK();
 }
 
@@ -859,6 +892,9 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
                        const std::function<bool()>& keep_waiting,
                        std::chrono::steady_clock::time_point deadline) {
   if (impl_->caller_receiving.exchange(true)) return false;
+  // Pairs with the fence after the I/O thread's deliveries (see
+  // caller_wake_fd).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   impl_->receiving_thread.store(std::this_thread::get_id());
   // Closed before anything is sent: the replies this thread takes must not
   // wake the I/O thread too.
@@ -875,6 +911,17 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
   }
   std::vector<pollfd> items;
   for (auto& [socket, connection] : dealers) items.push_back({socket->fd, POLLIN, 0});
+  items.push_back({impl_->caller_wake_fd, POLLIN, 0});  // last
+  // After a poll: false on a poll error; consumes the I/O thread's wake-up.
+  auto polled = [&](int ready) {
+    if (ready > 0 && (items.back().revents & POLLIN)) {
+      // Before the sockets are checked again: a signal that comes later is
+      // seen later.
+      impl_->caller_signalled.store(false);
+      Impl::ClearSignal(impl_->caller_wake_fd);
+    }
+    return ready >= 0;
+  };
   auto spin_until = std::chrono::steady_clock::now() + impl_->options.busy_poll;
   while (!dealers.empty() && keep_waiting()) {
     int delivered = 0;
@@ -895,14 +942,14 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
              (now = std::chrono::steady_clock::now()) < spin_end) {
         Impl::YieldWhileSpinning();
       }
-      if (ready < 0) break;
+      if (!polled(ready)) break;
       continue;
     }
     // Short slices: the call may also complete elsewhere (the I/O thread's
     // deadline tick, a lost connection), which does not wake this poll.
     const auto slice = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
                                 impl_->options.tick);
-    if (Impl::PollFds(items, std::max(slice, std::chrono::milliseconds(1))) < 0) break;
+    if (!polled(Impl::PollFds(items, std::max(slice, std::chrono::milliseconds(1))))) break;
   }
   // The sockets are drained (two system calls each inside ZeroMQ): each is
   // then left empty with its ZMQ_FD armed, so the next reply's arrival makes
@@ -910,13 +957,21 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
   // socket whose last receive found a message is not armed: ZeroMQ signals
   // only a reader that found it empty, and the next reply would wait for
   // the I/O thread's tick.)
-  for (auto& [socket, connection] : dealers) impl_->ReceiveReady(*socket, connection);
+  // Until a round delivers nothing: a delivery may send on a socket drained
+  // before it.
+  for (int delivered = 1; delivered > 0;) {
+    delivered = 0;
+    for (auto& [socket, connection] : dealers)
+      delivered += impl_->ReceiveReady(*socket, connection);
+  }
   impl_->receiving_thread.store(std::thread::id());
   // Cleared before the gate opens: the I/O thread skips the outgoing
   // connections while a caller receives, and a readable gate it skipped
   // would keep waking it.
   impl_->caller_receiving.store(false);
-  if (!gated || !impl_->SetDealerGate(true)) impl_->Wake();
+  const bool gate_open = gated && impl_->SetDealerGate(true);
+  const bool signalled = impl_->caller_signalled.exchange(false);
+  if (!gate_open || signalled) impl_->Wake();
   return true;
 }
 
@@ -988,10 +1043,7 @@ void Van::Impl::Loop() {
       YieldWhileSpinning();
       continue;
     }
-    if (poll_fds[0].revents & POLLIN) {
-      uint64_t count;
-      [[maybe_unused]] ssize_t n = ::read(wake_fd, &count, sizeof(count));
-    }
+    if (poll_fds[0].revents & POLLIN) ClearSignal(wake_fd);
     // ZMQ_FD is edge-like and may have been consumed by a sender, so every
     // socket is checked on every pass, not only those whose fd fired. The
     // replies deferred during a pass are sent after it; sending may take
@@ -1007,8 +1059,16 @@ void Van::Impl::Loop() {
         const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
         if (connection >= 0 && caller_receiving.load()) continue;
         taken = 0;
-        delivered += ReceiveReady(*polled_sockets[i], connection, &keep_going);
+        const int got = ReceiveReady(*polled_sockets[i], connection, &keep_going);
+        delivered += got;
         backlog |= taken >= kMaxMessagesPerPass;
+        if (connection >= 0 && got > 0) {
+          // Pairs with the fence in ReceiveWhile: either this thread sees
+          // the caller receiving, or the caller's keep_waiting() sees what
+          // was just delivered (see caller_wake_fd).
+          std::atomic_thread_fence(std::memory_order_seq_cst);
+          if (caller_receiving.load()) WakeReceivingCaller();
+        }
       }
       deferring_replies = false;
       // A backlog is taken up by the next turn anyway (its poll does not

@@ -9,7 +9,9 @@
 // The I/O thread is woken only when it has to take part: a message for it
 // (ZeroMQ signals the socket's descriptor, which it watches), a send that
 // may have taken that signal from it, Stop. Replies its inline handlers make
-// during one receive pass go out together at the end of the pass.
+// during one receive pass go out together at the end of the pass. A thread
+// receiving in ReceiveWhile is woken the same ways, and by the I/O thread
+// when that delivers a reply the thread may be waiting for.
 //
 // A message on the wire is one ZeroMQ multipart message:
 //   [routing id (ROUTER side only)] [pb::Header] [frame 0] ... [frame n-1]
@@ -161,7 +163,13 @@ class Van {
   // Runs `start` (if any; typically it sends the requests), then receives
   // and delivers messages of all outgoing connections (calling the Receiver
   // on this thread) while keep_waiting() is true and `deadline` has not
-  // passed. Neither the requests this thread sends meanwhile nor the
+  // passed. keep_waiting() is checked again whenever a message of those
+  // connections was delivered, on this thread or another (the I/O thread
+  // may be delivering one as the wait begins); an outcome that comes
+  // otherwise (a deadline, a lost connection) is seen within
+  // VanOptions::tick. keep_waiting() must read what the Receiver wrote
+  // with acquire ordering or stronger (a future, a mutex, an atomic).
+  // Neither the requests this thread sends meanwhile nor the
   // replies it takes wake the I/O thread (it stops watching the outgoing
   // connections meanwhile, without being woken for it). On return every
   // message already there is delivered too (on this thread), so the I/O
