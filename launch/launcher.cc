@@ -1025,8 +1025,8 @@ Result<MachineInfo> GatherMachineInfo() {
     m.interface_of[i.address] = i.interface;
   }
   if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME")) m.nccl_socket_ifname = ifname;
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  m.gpu_count = VisibleGpuCount(visible ? std::optional<std::string>(visible) : std::nullopt, CountGpus());
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) m.cuda_visible_devices = visible;
+  m.gpu_count = VisibleGpuCount(m.cuda_visible_devices, CountGpus());
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n > 0) m.self_dir = std::filesystem::path(std::string(buf, n)).parent_path().string();

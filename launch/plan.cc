@@ -250,6 +250,14 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
   c.program_args = o.program_args;
   FLEET_ASSIGN_OR_RETURN(c.program_path, FindProgram(o.program, m.path_env));
   FLEET_ASSIGN_OR_RETURN(c.devices, ResolveDevices(o, m));
+  if (m.cuda_visible_devices && !m.cuda_visible_devices->empty() && m.gpu_count == 0 &&
+      !o.Given("gpus")) {
+    job.notes.push_back("note: CUDA_VISIBLE_DEVICES=" + *m.cuda_visible_devices +
+                        " is set but this machine has no GPU (no /dev/nvidia<N>): " +
+                        std::to_string(c.devices.size()) + " CPU process" +
+                        (c.devices.size() == 1 ? "" : "es") +
+                        (o.Given("nproc_per_node") ? "" : " (--nproc_per_node=N for more)"));
+  }
   if (o.Given("nnodes") && (o.nnodes < 1 || o.nnodes > kMaxNodes)) {
     return Bad("--nnodes", std::to_string(o.nnodes) + " is not in 1.." + std::to_string(kMaxNodes));
   }
@@ -396,6 +404,17 @@ Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
     FLEET_RETURN_IF_ERROR(ResolveCollective(o, m, job));
   }
   return job;
+}
+
+bool IsProcessContractVariable(std::string_view name) {
+  static constexpr std::string_view kContract[] = {
+      "FLEET_ROLE",        "FLEET_RANK",        "FLEET_WORLD_SIZE",     "FLEET_LOCAL_RANK",
+      "FLEET_NNODES",      "FLEET_NODE_RANK",   "FLEET_NPROC_PER_NODE", "FLEET_DEVICE",
+      "FLEET_HOST",        "FLEET_SERVERS",     "FLEET_WORKERS",        "FLEET_HETER_WORKERS",
+      "FLEET_ENDPOINT",    "FLEET_KV_ENDPOINT", "FLEET_JOB_ID",         "FLEET_LOG_DIR",
+      "FLEET_CONFIG",      "FLEET_AUTH",        "FLEET_OVERRIDES",      "FLEET_RESTART",
+      "FLEET_RESTART_GENERATION", "FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE"};
+  return std::find(std::begin(kContract), std::end(kContract), name) != std::end(kContract);
 }
 
 ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart) {

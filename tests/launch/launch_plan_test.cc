@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comm/cluster.h"
 #include "launch/compat_env.h"
 #include "launch/net.h"
 #include "launch/options.h"
@@ -304,6 +305,34 @@ TEST_F(PlanTest, SlurmGivesNodeRankAndMaster) {
   EXPECT_EQ(job->collective.node_rank_source, NodeRankSource::kKnown);
   EXPECT_FALSE(job->host_kv);
   EXPECT_EQ(job->kv_endpoint, "10.0.0.1:36001");
+}
+
+// CUDA_VISIBLE_DEVICES on a machine without GPU: one line says the processes
+// run on the CPU, and how to get more than one.
+TEST_F(PlanTest, CudaVisibleDevicesWithoutGpuIsNoted) {
+  machine_.gpu_count = 0;
+  machine_.cuda_visible_devices = "0,1";
+  auto job = Resolve({"prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->notes.size(), 1u);
+  EXPECT_EQ(job->notes[0],
+            "note: CUDA_VISIBLE_DEVICES=0,1 is set but this machine has no GPU (no /dev/nvidia<N>): 1 "
+            "CPU process (--nproc_per_node=N for more)");
+  machine_.cuda_visible_devices.reset();
+  auto quiet = Resolve({"prog"});
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_TRUE(quiet->notes.empty());
+}
+
+// fleetrun passes its environment through to every process, except the
+// FLEET_* variables of the process contract, which it sets itself.
+TEST(Plan, OnlyTheProcessContractsVariablesAreFleetruns) {
+  for (const char* own : {"FLEET_RANK", "FLEET_KV_ENDPOINT", "FLEET_JOB_SECRET", "FLEET_OVERRIDES"}) {
+    EXPECT_TRUE(IsProcessContractVariable(own)) << own;
+  }
+  for (const char* users : {"FLEET_GPT2_VOCAB_DIR", "FLEET_CTR_DATA", "OMP_NUM_THREADS", "PATH"}) {
+    EXPECT_FALSE(IsProcessContractVariable(users)) << users;
+  }
 }
 
 TEST(Net, SlurmFirstHostAndGpuCount) {
