@@ -201,9 +201,15 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
     progress.Step(step);
     return Status::OK();
   };
+  // Rank 0's curves (loss, tokens/s, eval loss) as figures of its progress
+  // reports, for fleetrun's job page and metrics.
+  tensorboard::ScalarFunction figures(
+      [&progress](std::string_view tag, int64_t, double value) { progress.Figure(tag, value); });
+  options.figures = &figures;
   Result<trainer::collective::TrainReport> report = trainer::collective::RunGptPretrain(
       *config, collective->get(), options, spec.rank == 0 ? &out : nullptr);
   if (!report.ok()) return Fail(err, spec, report.status(), kExitFailed);
+  progress.Finish(report->end_step);
   if (spec.rank == 0) {
     constexpr double kMiB = 1024.0 * 1024.0;
     out << absl::StrFormat(

@@ -235,10 +235,16 @@ int MnistMain(int argc, char** argv) {
         tensorboard::EventWriter::Create(tb_dir);
     if (!created.ok()) return Fail(spec, created.status(), kExitFailed);
     events = std::move(created).value();
-    options->scalars = events.get();
   }
+  // Rank 0's curves (loss, accuracy, samples/s) go to TensorBoard and, as
+  // figures of its progress reports, to fleetrun's job page and metrics.
+  tensorboard::ScalarFunction figures(
+      [&progress](std::string_view tag, int64_t, double value) { progress.Figure(tag, value); });
+  tensorboard::ScalarTee curves({events.get(), &figures});
+  options->scalars = &curves;
   Result<MnistReport> report =
       TrainMnist(*options, *data, collective->get(), backend->get(), &std::cout);
+  if (report.ok()) progress.Finish(report->end_step);
   // The loop's InvalidArguments are about what was given (too few samples for
   // one global batch, a checkpoint of another layout): exit 2, like bad data.
   if (!report.ok()) {

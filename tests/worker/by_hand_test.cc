@@ -200,7 +200,8 @@ TEST_F(ByHandTest, ASecondServerWithATakenRankIsRefusedNamingTheHolder) {
 }
 
 // fleetrun serves the progress processes report as Prometheus text on
-// /metrics, to the job's credential only.
+// /metrics: on loopback to any user of the machine (read-only), while the
+// store's keys stay the job's.
 TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
   Result<std::shared_ptr<const JobAuth>> auth = JobAuth::FromFile(secret_);
   ASSERT_TRUE(auth.ok()) << auth.status().ToString();
@@ -210,7 +211,7 @@ TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
           .count();
   ASSERT_TRUE(
       job.Set(ProgressKey("worker", 1), FormatProgressValue({40, 100, 2560.0, now_ms})).ok());
-  const std::regex step(R"(fleet_process_step\{rank="1",role="worker"\} 40\n)");
+  const std::regex step(R"(fleet_process_steps_total\{rank="1",role="worker"\} 40\n)");
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (std::chrono::steady_clock::now() < deadline && !std::regex_search(text, step)) {
@@ -227,15 +228,17 @@ TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
   EXPECT_NE(text.find(R"(fleet_process_total_steps{rank="1",role="worker"} 100)"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("fleet_process_last_heartbeat_seconds{rank=\"1\",role=\"worker\"} " +
+  EXPECT_NE(text.find("fleet_process_last_report_timestamp_seconds{rank=\"1\",role=\"worker\"} " +
                       std::to_string(now_ms / 1000)),
             std::string::npos)
       << text;
-  // Without the job's credential: refused, like every route of the store.
+  // Without the job's credential: /metrics reads (the store is on loopback),
+  // the job's keys do not.
   KvStoreClient stranger(kv_, "default", {});
-  EXPECT_FALSE(stranger.Metrics().ok());
+  EXPECT_TRUE(stranger.Metrics().ok());
+  EXPECT_FALSE(stranger.Get(ProgressKey("worker", 1)).ok());
   const std::string jsonl = ReadAll(dir_ / "log" / "metrics.jsonl");
-  EXPECT_NE(jsonl.find(R"("role": "worker", "rank": 1, "step": 40, "total_steps": 100)"),
+  EXPECT_NE(jsonl.find(R"("job": "default", "role": "worker", "rank": 1, "step": 40, "total_steps": 100)"),
             std::string::npos)
       << jsonl;
 }
