@@ -235,6 +235,7 @@ ProgramHelp HeterHelp() {
                    {{"This heter worker",
                      {GflagsHelpFlag("endpoint", "ip:port"), GflagsHelpFlag("device", "cpu|cuda:K")}},
                     ps::JobConfigHelpGroup()}};
+  help.override_flag = "override";
   for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
   return help;
 }

@@ -320,10 +320,16 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     if (c.nnodes > 1 && o.Given("http_port") && o.http_port == 0) return Bad("--http_port", "0 (a free port) cannot be used under Slurm: the other nodes must know it");
     if (m.slurm_master_ip.empty()) return Bad("--nnodes", "cannot resolve the first host of SLURM_NODELIST '" + m.slurm_nodelist + "'");
     job.host_kv = node_rank == 0;
-    // Node 0 listens on every interface: the name other nodes resolve may
-    // differ from what this node's resolver says (127.0.1.1 in /etc/hosts).
-    job.kv_listen = "0.0.0.0:" + port(c.nnodes == 1);
-    job.kv_endpoint = (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(c.nnodes == 1);
+    if (c.nnodes == 1) {
+      // One node: the whole job is on loopback, as without Slurm.
+      job.kv_listen = "127.0.0.1:" + port(true);
+      job.kv_endpoint = job.kv_listen;
+    } else {
+      // Node 0 listens on every interface: the name other nodes resolve may
+      // differ from what this node's resolver says (127.0.1.1 in /etc/hosts).
+      job.kv_listen = "0.0.0.0:" + port(false);
+      job.kv_endpoint = (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(false);
+    }
     c.from_slurm = true;
     c.node_host = c.nnodes == 1 ? "127.0.0.1" : host;
     if (c.node_host.empty()) return Bad("--host", "this machine has no non-loopback IPv4 address; pass --host");

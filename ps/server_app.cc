@@ -44,6 +44,7 @@ ProgramHelp ServerHelp() {
                      {GflagsHelpFlag("endpoint", "ip:port"), GflagsHelpFlag("num_workers", "N"),
                       GflagsHelpFlag("status_every_s", "S")}},
                     JobConfigHelpGroup()}};
+  help.override_flag = "override";
   for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
   return help;
 }

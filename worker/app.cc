@@ -796,6 +796,7 @@ ProgramHelp WorkerHelp() {
                    {ps::JobConfigHelpGroup(), {"Progress",
                      {GflagsHelpFlag("progress_every_s", "S"),
                       GflagsHelpFlag("tensorboard_dir", "DIR")}}}};
+  help.override_flag = "override";
   for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
   return help;
 }

@@ -40,12 +40,12 @@ namespace fleet::examples::gpt {
 namespace {
 
 constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 int Fail(std::ostream& err, const ClusterSpec& spec, const Status& st, int code) {
   const std::string text =
       absl::StrCat("gpt_pretrain rank ", spec.rank, " of ", spec.world_size, ": ", st.ToString());
-  LOG(ERROR) << text;
+  // Once, on `err` (under fleetrun the process's log): a glog line too
+  // would print it twice.
   err << text << std::endl;
   return code;
 }

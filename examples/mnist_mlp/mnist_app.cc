@@ -79,7 +79,6 @@ namespace {
 
 // Exit codes (see mnist_app.h).
 constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 Result<MnistOptions> OptionsFromFlags() {
   if (FLAGS_bucket_kb <= 0) return Status::InvalidArgument("--bucket_kb must be > 0");
@@ -129,7 +128,8 @@ data::MnistFiles FilesFromFlags() {
 int Fail(const ClusterSpec& spec, const Status& st, int code) {
   const std::string text =
       absl::StrCat("mnist_mlp rank ", spec.rank, " of ", spec.world_size, ": ", st.ToString());
-  LOG(ERROR) << text;
+  // Once, on stderr (under fleetrun the process's log): a glog line too
+  // would print it twice.
   std::cerr << text << std::endl;
   return code;
 }

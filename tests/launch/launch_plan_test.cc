@@ -335,6 +335,21 @@ TEST(Plan, OnlyTheProcessContractsVariablesAreFleetruns) {
   }
 }
 
+// A single-node Slurm job is on one machine: its store listens on loopback
+// (and port 0 is allowed), as without Slurm.
+TEST_F(PlanTest, SlurmSingleNodeBindsTheStoreToLoopback) {
+  machine_.slurm_procid = "0";
+  machine_.slurm_nodeid = "0";
+  machine_.slurm_nnodes = "1";
+  machine_.slurm_nodelist = "gpu07";
+  machine_.slurm_master_ip = "10.0.0.1";
+  auto job = Resolve({"--http_port=0", "prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(job->host_kv);
+  EXPECT_EQ(job->kv_listen, "127.0.0.1:0");
+  EXPECT_EQ(job->kv_endpoint, "127.0.0.1:0");
+}
+
 TEST(Net, SlurmFirstHostAndGpuCount) {
   EXPECT_EQ(*FirstSlurmHost("gpu[03-05,9],cpu1"), "gpu03");
   EXPECT_EQ(*FirstSlurmHost("node7,node8"), "node7");
