@@ -96,7 +96,7 @@ def main():
             print(f"page shows {rows}; {len(curves)} curves, longest "
                   f"{max(len(c.split()) for c in curves)} points")
             if screenshot:
-                shot = chromium(["--window-size=1300,900", f"--screenshot={screenshot}", url],
+                shot = chromium(["--window-size=1100,760", f"--screenshot={screenshot}", url],
                                 BROWSER_TIMEOUT_S)
                 if shot.returncode != 0:
                     fail(f"chromium --screenshot: {shot.stderr[-2000:]}")
