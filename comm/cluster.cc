@@ -196,20 +196,25 @@ std::string ClusterSpec::ToString() const {
   return absl::StrCat(std::string(RoleName(role)), " ", rank, "/", world_size, " job=", job_id,
                       " device=", device, " kv=", kv_endpoint ? kv_endpoint->ToString() : "none",
                       " servers=", JoinEndpoints(servers), " workers=", JoinEndpoints(workers),
-                      " heter_workers=", JoinEndpoints(heter_workers),
-                      " auth=", !auth ? "off" : credentials ? "on" : "on (no secret)",
+                      " heter_workers=", JoinEndpoints(heter_workers), " auth=",
+                      !auth         ? "off"
+                      : credentials ? "on"
+                                    : "on (no secret)",
                       launcher_env.empty() ? "" : absl::StrCat(" (from ", launcher_env, ")"));
 }
 
 namespace {
 
 // The variables a LauncherEnv is read from, in the order the summary shows them.
-constexpr const char* kTorchVariables[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                           "MASTER_ADDR", "MASTER_PORT"};
-constexpr const char* kPaddleVariables[] = {
-    "TRAINING_ROLE",      "PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_TRAINER_ENDPOINTS",
-    "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ID",           "POD_IP",
-    "PADDLE_PORT"};
+constexpr const char* kTorchVariables[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+constexpr const char* kPaddleVariables[] = {"TRAINING_ROLE",
+                                            "PADDLE_PSERVERS_IP_PORT_LIST",
+                                            "PADDLE_TRAINER_ENDPOINTS",
+                                            "PADDLE_TRAINERS_NUM",
+                                            "PADDLE_TRAINER_ID",
+                                            "POD_IP",
+                                            "PADDLE_PORT"};
 
 Result<int> LauncherCount(const EnvLookup& env, const char* var, const char* launcher) {
   return ParseCount(Setting{env(var).value_or(""), absl::StrCat(var, " (", launcher, "'s)"), true});
@@ -237,9 +242,8 @@ Status ReadTorchEnv(const EnvLookup& env, LauncherEnv& out) {
   }
   bool one_host = false;
   if (addr) {
-    FLEET_ASSIGN_OR_RETURN(Endpoint master,
-                           ParseEndpoint(absl::StrCat(*addr, ":", *port),
-                                         "MASTER_ADDR:MASTER_PORT (torchrun's)"));
+    FLEET_ASSIGN_OR_RETURN(Endpoint master, ParseEndpoint(absl::StrCat(*addr, ":", *port),
+                                                          "MASTER_ADDR:MASTER_PORT (torchrun's)"));
     set("FLEET_KV_ENDPOINT", master.ToString(), "MASTER_ADDR:MASTER_PORT");
     out.host_kv_store = master.ToString();
     one_host = master.host.starts_with("127.") || master.host == "localhost";
@@ -263,10 +267,11 @@ Status ReadTorchEnv(const EnvLookup& env, LauncherEnv& out) {
 Status ReadPaddleEnv(Role role, const EnvLookup& env, LauncherEnv& out) {
   if (std::optional<std::string> training_role = env("TRAINING_ROLE")) {
     const std::string& t = *training_role;
-    const std::optional<Role> said = t == "PSERVER"         ? std::optional<Role>(Role::kServer)
-                                     : t == "TRAINER"       ? std::optional<Role>(Role::kWorker)
-                                     : t == "HETER_TRAINER" ? std::optional<Role>(Role::kHeterWorker)
-                                                            : std::nullopt;
+    const std::optional<Role> said = t == "PSERVER"   ? std::optional<Role>(Role::kServer)
+                                     : t == "TRAINER" ? std::optional<Role>(Role::kWorker)
+                                     : t == "HETER_TRAINER"
+                                         ? std::optional<Role>(Role::kHeterWorker)
+                                         : std::nullopt;
     if (!said) {
       return Status::InvalidArgument(
           "bad TRAINING_ROLE (Paddle's): want PSERVER, TRAINER or HETER_TRAINER",
@@ -312,10 +317,9 @@ Result<LauncherEnv> ReadLauncherEnv(Role role, const EnvLookup& env) {
   // its own variables say where they are.
   if (env("FLEET_ROLE") || env("FLEET_KV_ENDPOINT")) return out;
   const bool torch = role == Role::kCollective;
-  const auto& names = torch ? std::vector<const char*>(std::begin(kTorchVariables),
-                                                       std::end(kTorchVariables))
-                            : std::vector<const char*>(std::begin(kPaddleVariables),
-                                                       std::end(kPaddleVariables));
+  const auto& names =
+      torch ? std::vector<const char*>(std::begin(kTorchVariables), std::end(kTorchVariables))
+            : std::vector<const char*>(std::begin(kPaddleVariables), std::end(kPaddleVariables));
   for (const char* name : names) {
     if (std::optional<std::string> value = env(name)) {
       absl::StrAppend(&out.summary, out.summary.empty() ? "" : " ", name, "=", *value);
@@ -329,8 +333,8 @@ Result<LauncherEnv> ReadLauncherEnv(Role role, const EnvLookup& env) {
 }
 
 EnvLookup WithLauncherEnv(EnvLookup env, LauncherEnv launcher) {
-  return [env = std::move(env),
-          values = std::move(launcher.values)](const std::string& name) -> std::optional<std::string> {
+  return [env = std::move(env), values = std::move(launcher.values)](
+             const std::string& name) -> std::optional<std::string> {
     if (std::optional<std::string> value = env(name)) return value;
     if (auto it = values.find(name); it != values.end()) return it->second.first;
     return std::nullopt;
@@ -348,13 +352,13 @@ int CountGpus(const std::string& dev_dir) {
     std::string_view name = ent->d_name;
     if (!name.starts_with("nvidia") || name.size() == 6) continue;
     std::string_view digits = name.substr(6);
-    if (std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    if (std::all_of(digits.begin(), digits.end(),
+                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
       ++count;
     }
   }
   return count;
 }
-
 
 EnvLookup ProcessEnv() {
   return [](const std::string& name) -> std::optional<std::string> {
@@ -387,10 +391,13 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env, const Launc
   }
   FLEET_ASSIGN_OR_RETURN(spec.role, ParseRole(role.text, role.source));
 
-  FLEET_ASSIGN_OR_RETURN(spec.servers, EndpointsFrom(Lookup("servers", "FLEET_SERVERS", env, launcher)));
-  FLEET_ASSIGN_OR_RETURN(spec.workers, WorkerEndpointsFrom(Lookup("workers", "FLEET_WORKERS", env, launcher)));
-  FLEET_ASSIGN_OR_RETURN(spec.heter_workers,
-                         EndpointsFrom(Lookup("heter_workers", "FLEET_HETER_WORKERS", env, launcher)));
+  FLEET_ASSIGN_OR_RETURN(spec.servers,
+                         EndpointsFrom(Lookup("servers", "FLEET_SERVERS", env, launcher)));
+  FLEET_ASSIGN_OR_RETURN(spec.workers,
+                         WorkerEndpointsFrom(Lookup("workers", "FLEET_WORKERS", env, launcher)));
+  FLEET_ASSIGN_OR_RETURN(
+      spec.heter_workers,
+      EndpointsFrom(Lookup("heter_workers", "FLEET_HETER_WORKERS", env, launcher)));
 
   Setting rank = Lookup("rank", "FLEET_RANK", env, launcher);
   FLEET_ASSIGN_OR_RETURN(spec.rank, ParseCount(rank));

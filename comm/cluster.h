@@ -20,7 +20,8 @@
 //   --job_id         FLEET_JOB_ID          default  scopes KV keys; [A-Za-z0-9_.-]+
 //   --device         FLEET_DEVICE          cpu      cpu | cuda | cuda:N (gpu[:N] too)
 //   --log_dir (glog) FLEET_LOG_DIR         ""       where <role>log.<rank> goes; empty = stderr
-//   --auth           FLEET_AUTH            on       on | off: authenticate every message of the job's
+//   --auth           FLEET_AUTH            on       on | off: authenticate every message of the
+//   job's
 //                                                   traffic (comm/job_auth.h); off only on a
 //                                                   trusted network
 //   --job_secret_file FLEET_JOB_SECRET_FILE ""      file holding the job secret, mode 600

@@ -1,11 +1,10 @@
 #include "comm/job_liveness.h"
 
+#include <glog/logging.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
-
-#include <glog/logging.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -88,9 +87,9 @@ JobLiveness::JobLiveness(const ClusterSpec& spec, JobLivenessOptions options)
       kv_(std::make_unique<KvStoreClient>(
           spec.kv_endpoint->ToString(), spec.job_id,
           KvStoreClientOptions{.request_timeout = options_.interval, .auth = spec.credentials})) {
-  for (const auto& [role, count] : {std::pair{Role::kServer, options_.servers},
-                                    std::pair{Role::kWorker, options_.workers},
-                                    std::pair{Role::kHeterWorker, options_.heter_workers}}) {
+  for (const auto& [role, count] :
+       {std::pair{Role::kServer, options_.servers}, std::pair{Role::kWorker, options_.workers},
+        std::pair{Role::kHeterWorker, options_.heter_workers}}) {
     for (int r = 0; r < count; ++r) {
       if (role == options_.role && r == options_.rank) continue;
       peers_[AliveKey(role, r)].name = absl::StrCat(std::string(RoleName(role)), " ", r);
@@ -159,7 +158,8 @@ bool JobLiveness::Dead(Peer& peer, const std::string& value, std::string* why) c
   if (beat.ok() && beat->host == host_) {
     const int pid = beat->pid;
     if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
-      *why = absl::StrCat(peer.name, where, " stopped: its process is gone (it was killed or "
+      *why = absl::StrCat(peer.name, where,
+                          " stopped: its process is gone (it was killed or "
                           "it crashed; its log says which)");
       return true;
     }

@@ -106,11 +106,11 @@ class JobLiveness {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                  // guarded by mu_
-  bool done_ = false;                  // guarded by mu_
-  bool workers_done_ = false;          // guarded by mu_
+  bool stop_ = false;                   // guarded by mu_
+  bool done_ = false;                   // guarded by mu_
+  bool workers_done_ = false;           // guarded by mu_
   std::optional<std::string> failure_;  // guarded by mu_
-  int64_t beat_ = 0;                   // the watch thread's alone
+  int64_t beat_ = 0;                    // the watch thread's alone
   std::thread thread_;
 };
 

@@ -200,9 +200,10 @@ std::optional<int> ParseFlagsOrHelp(ProgramHelp help, int* argc, char*** argv, s
     gflags::CommandLineFlagInfo info;
     if (!gflags::GetCommandLineFlagInfo(std::string(name).c_str(), &info)) {
       // --noflag: a bool flag set false.
-      const bool negated = name.starts_with("no") && !value &&
-                           gflags::GetCommandLineFlagInfo(std::string(name.substr(2)).c_str(), &info) &&
-                           info.type == "bool";
+      const bool negated =
+          name.starts_with("no") && !value &&
+          gflags::GetCommandLineFlagInfo(std::string(name.substr(2)).c_str(), &info) &&
+          info.type == "bool";
       if (!negated) return usage_error(shown, "unknown flag");
       value = "false";
     } else if (!value && info.type == "bool") {

@@ -8,9 +8,9 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "comm/cluster.h"
 #include "comm/kv_store.h"
@@ -27,7 +27,8 @@ std::chrono::milliseconds ProgressIntervalFromFlag() {
 }
 
 std::string FormatProgressValue(const ProgressValue& v) {
-  std::string out = absl::StrFormat("%d %d %.3f %d", v.step, v.total_steps, v.samples_per_s, v.unix_ms);
+  std::string out =
+      absl::StrFormat("%d %d %.3f %d", v.step, v.total_steps, v.samples_per_s, v.unix_ms);
   for (const auto& [name, value] : v.figures) absl::StrAppendFormat(&out, " %s=%.6g", name, value);
   return out;
 }
@@ -36,8 +37,8 @@ Result<ProgressValue> ParseProgressValue(const std::string& text) {
   std::istringstream in(text);
   ProgressValue v;
   if (!(in >> v.step >> v.total_steps >> v.samples_per_s >> v.unix_ms)) {
-    return Status::InvalidArgument("progress is not 'step total samples_per_s unix_ms [name=value ...]'",
-                                   text);
+    return Status::InvalidArgument(
+        "progress is not 'step total samples_per_s unix_ms [name=value ...]'", text);
   }
   for (std::string pair; in >> pair;) {
     const size_t eq = pair.find('=');

@@ -13,9 +13,9 @@
 #include "comm/job_liveness.h"
 #include "comm/process_context.h"
 #include "comm/program_help.h"
-#include "trainer/kernels/cpu_kernels.h"
 #include "ps/job_config.h"
 #include "ps/ps_process.h"
+#include "trainer/kernels/cpu_kernels.h"
 #include "worker/config.h"
 
 DEFINE_string(endpoint, "",

@@ -81,10 +81,10 @@ class JobPage {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 
   mutable std::mutex mu_;
-  std::string status_ = "running";                  // guarded by mu_
-  std::vector<Process> processes_;                  // guarded by mu_
-  std::map<std::string, std::string> remote_;       // guarded by mu_; host -> JSON array
-  std::map<std::string, Series> series_;            // guarded by mu_; by process name
+  std::string status_ = "running";             // guarded by mu_
+  std::vector<Process> processes_;             // guarded by mu_
+  std::map<std::string, std::string> remote_;  // guarded by mu_; host -> JSON array
+  std::map<std::string, Series> series_;       // guarded by mu_; by process name
 };
 
 // The page itself: one HTML document with its style and script, which

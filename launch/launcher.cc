@@ -16,24 +16,23 @@
 #include <set>
 
 #include "absl/strings/str_split.h"
-
 #include "comm/cluster.h"
 #include "comm/file_system.h"
 #include "comm/job_liveness.h"
 #include "comm/kv_store.h"
 #include "comm/progress_report.h"
 #include "comm/shm_collective.h"
-#include "ps/ps.pb.h"
-#include "ps/server.h"
 #include "launch/compat_env.h"
 #include "launch/config_check.h"
-#include "launch/job_secret.h"
 #include "launch/job_page.h"
+#include "launch/job_secret.h"
 #include "launch/log_dir_lock.h"
 #include "launch/metrics.h"
 #include "launch/net.h"
 #include "launch/peer_watch.h"
 #include "launch/supervisor.h"
+#include "ps/ps.pb.h"
+#include "ps/server.h"
 
 namespace fleet::launch {
 namespace {
@@ -259,11 +258,13 @@ std::string Launcher::JobStatusLine(int rc) const {
   const std::optional<double> throughput = metrics_ ? metrics_->Throughput(role) : std::nullopt;
   char line[256];
   if (throughput) {
-    std::snprintf(line, sizeof(line), "; wall %.1f s; throughput %.0f samples/s (last reports, %ss summed)",
-                  wall, *throughput, role.c_str());
+    std::snprintf(line, sizeof(line),
+                  "; wall %.1f s; throughput %.0f samples/s (last reports, %ss summed)", wall,
+                  *throughput, role.c_str());
   } else {
-    std::snprintf(line, sizeof(line), "; wall %.1f s; throughput unknown (no %s reported its progress)",
-                  wall, role.c_str());
+    std::snprintf(line, sizeof(line),
+                  "; wall %.1f s; throughput unknown (no %s reported its progress)", wall,
+                  role.c_str());
   }
   return "fleetrun: job " + std::string(rc == kExitOk ? "done" : "failed") + ", exit " +
          std::to_string(rc) + "; " + std::to_string(sup_.size()) + " processes, " +
@@ -315,7 +316,8 @@ std::string Launcher::PageHostName() const {
     const std::set<std::string> mine = LocalJobAddresses();
     if (!mine.empty()) return *mine.begin();
   }
-  if (job_.mode == Mode::kCollective && job_.collective.nnodes > 1) return job_.collective.node_host;
+  if (job_.mode == Mode::kCollective && job_.collective.nnodes > 1)
+    return job_.collective.node_host;
   return "localhost";
 }
 
@@ -330,7 +332,7 @@ void Launcher::UpdatePageProcesses() {
     p.rank = spec.rank;
     p.pid = static_cast<int>(sup_.pid(i));
     const int status = sup_.last_status(i);
-    p.state = sup_.running(i) ? "running"
+    p.state = sup_.running(i)     ? "running"
               : WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status))
                                   : Supervisor::DescribeWaitStatus(status);
     p.restarts = sup_.restarts(i);
@@ -364,7 +366,8 @@ void Launcher::UpdatePageProcesses() {
   }
   if (page_) {
     page_->SetProcesses(std::move(processes));
-    if (job_.mode == Mode::kCollective ? job_.collective.nnodes <= 1 : job_.mode != Mode::kPsCluster) {
+    if (job_.mode == Mode::kCollective ? job_.collective.nnodes <= 1
+                                       : job_.mode != Mode::kPsCluster) {
       return;
     }
     Result<std::vector<std::string>> hosts = kv_->List("page/hosts/", kProgressPollBudget);
@@ -397,10 +400,11 @@ int Launcher::RunJob() {
     return kExitBadFlags;
   }
   log_lock_.emplace(std::move(lock).value());
-  const char* mode = job_.mode == Mode::kPsSimulation ? "parameter-server, simulation on this machine"
-                     : job_.mode == Mode::kPsCluster  ? "parameter-server, cluster"
-                     : job_.mode == Mode::kStoreOnly  ? "KV store only, for processes started by hand"
-                                                      : "collective";
+  const char* mode =
+      job_.mode == Mode::kPsSimulation ? "parameter-server, simulation on this machine"
+      : job_.mode == Mode::kPsCluster  ? "parameter-server, cluster"
+      : job_.mode == Mode::kStoreOnly  ? "KV store only, for processes started by hand"
+                                       : "collective";
   metrics_ = std::make_unique<JobMetrics>(job_.job_id, job_.log_dir + "/metrics.jsonl");
   const std::string listen_host = job_.kv_listen.substr(0, job_.kv_listen.rfind(':'));
   if (job_.host_kv) {
@@ -427,16 +431,18 @@ int Launcher::RunJob() {
     // Port 0: processes are told the port actually bound.
     job_.kv_endpoint = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':') + 1) + std::to_string(kv_server_->port());
   }
-  std::fprintf(io_.out, "fleetrun: configuration (flags given; the others have their defaults)\n%s",
-               FormatOptionsTable(opts_, {{"(mode)", mode},
-                                          {"(log files)", job_.log_dir},
-                                          {"(auth)", job_.auth_note}})
-                   .c_str());
+  std::fprintf(
+      io_.out, "fleetrun: configuration (flags given; the others have their defaults)\n%s",
+      FormatOptionsTable(
+          opts_, {{"(mode)", mode}, {"(log files)", job_.log_dir}, {"(auth)", job_.auth_note}})
+          .c_str());
   for (const std::string& note : job_.notes) std::fprintf(io_.out, "fleetrun: %s\n", note.c_str());
   if (job_.mode == Mode::kCollective && job_.collective.from_slurm) {
-    std::fprintf(io_.out, "fleetrun: Slurm detected (SLURM_* variables): node %d of %d, KV store %s%s\n",
-                 job_.collective.node_rank, job_.collective.nnodes, job_.kv_endpoint.c_str(),
-                 job_.host_kv ? (" (hosted here, listening on " + kv_server_->endpoint() + ")").c_str() : " (on node 0)");
+    std::fprintf(
+        io_.out, "fleetrun: Slurm detected (SLURM_* variables): node %d of %d, KV store %s%s\n",
+        job_.collective.node_rank, job_.collective.nnodes, job_.kv_endpoint.c_str(),
+        job_.host_kv ? (" (hosted here, listening on " + kv_server_->endpoint() + ")").c_str()
+                     : " (on node 0)");
   }
   if (job_.host_kv) {
     std::fprintf(io_.out, "fleetrun: KV store serving on %s (job %s)\n", job_.kv_endpoint.c_str(), job_.job_id.c_str());
@@ -444,11 +450,12 @@ int Launcher::RunJob() {
                                       ? job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'))
                                       : listen_host;
     const std::string base = "http://" + page_host + ":" + std::to_string(kv_server_->port());
-    std::fprintf(io_.out, "fleetrun: job page %s/job%s, Prometheus metrics %s/metrics%s\n", base.c_str(),
-                 job_.metrics_token.empty() ? "" : "#token=<--metrics_token_file's token>", base.c_str(),
-                 !job_.metrics_token.empty() ? " (bearer token: --metrics_token_file)"
-                 : IsLoopback(listen_host)   ? " (this machine's users only)"
-                                             : " (signed requests only: give --metrics_token_file)");
+    std::fprintf(
+        io_.out, "fleetrun: job page %s/job%s, Prometheus metrics %s/metrics%s\n", base.c_str(),
+        job_.metrics_token.empty() ? "" : "#token=<--metrics_token_file's token>", base.c_str(),
+        !job_.metrics_token.empty() ? " (bearer token: --metrics_token_file)"
+        : IsLoopback(listen_host)   ? " (this machine's users only)"
+                                    : " (signed requests only: give --metrics_token_file)");
   } else {
     std::fprintf(io_.out, "fleetrun: KV store at %s (job %s)\n", job_.kv_endpoint.c_str(), job_.job_id.c_str());
   }

@@ -1,18 +1,16 @@
 #include "launch/metrics.h"
 
 #include <fcntl.h>
-#include <unistd.h>
-
+#include <glog/logging.h>
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string_view>
-
-#include <glog/logging.h>
 
 #include "absl/strings/str_format.h"
 #include "ps/ps.pb.h"
@@ -57,7 +55,8 @@ JobMetrics::JobMetrics(std::string job_id, const std::string& jsonl_path)
                               "Samples per second at the process's last report")),
       heartbeat_(GaugeFamily(*registry_, "fleet_process_last_report_timestamp_seconds",
                              "Unix time of the process's last progress report")),
-      up_(GaugeFamily(*registry_, "fleet_process_up", "1 while the process runs, 0 once it exited")),
+      up_(GaugeFamily(*registry_, "fleet_process_up",
+                      "1 while the process runs, 0 once it exited")),
       exit_code_(GaugeFamily(*registry_, "fleet_process_exit_code",
                              "Exit code of the process (128+N: killed by signal N)")),
       restarts_(CounterFamily(*registry_, "fleet_process_restarts_total",
@@ -66,8 +65,9 @@ JobMetrics::JobMetrics(std::string job_id, const std::string& jsonl_path)
                                      "Requests a parameter server handled, by kind")),
       server_bytes_in_(CounterFamily(*registry_, "fleet_server_received_bytes_total",
                                      "Payload bytes a parameter server received, by request kind")),
-      server_bytes_out_(CounterFamily(*registry_, "fleet_server_sent_bytes_total",
-                                      "Payload bytes a parameter server answered, by request kind")),
+      server_bytes_out_(
+          CounterFamily(*registry_, "fleet_server_sent_bytes_total",
+                        "Payload bytes a parameter server answered, by request kind")),
       server_handling_(CounterFamily(
           *registry_, "fleet_server_request_handling_seconds_total",
           "Seconds a parameter server spent in its handlers, by request kind (divided by the "
@@ -147,8 +147,8 @@ void JobMetrics::Started(const std::string& role, int rank) {
   std::lock_guard<std::mutex> lock(mu_);
   Gauge(up_, role, rank).Set(1);
   WriteLine(absl::StrFormat(
-      R"({"unix_ms": %d, "job": "%s", "role": "%s", "rank": %d, "event": "started"})",
-      NowUnixMs(), job_id_, role, rank));
+      R"({"unix_ms": %d, "job": "%s", "role": "%s", "rank": %d, "event": "started"})", NowUnixMs(),
+      job_id_, role, rank));
 }
 
 void JobMetrics::Restarted(const std::string& role, int rank) {

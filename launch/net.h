@@ -31,7 +31,6 @@ struct InterfaceAddress {
 };
 Result<std::vector<InterfaceAddress>> LocalIPv4Interfaces();
 
-
 // First IPv4 address of `host` (getaddrinfo). NotFound naming the host.
 // Blocks for as long as the resolver does.
 Result<std::string> ResolveIPv4(const std::string& host);

@@ -84,8 +84,9 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
 // "name  value" lines for the options given (and PROGRAM with its
 // arguments), then `derived` (what fleetrun made of them: "(mode)", ...),
 // names padded to one column; the rest have their defaults.
-std::string FormatOptionsTable(const LaunchOptions& options,
-                               const std::vector<std::pair<std::string, std::string>>& derived = {});
+std::string FormatOptionsTable(
+    const LaunchOptions& options,
+    const std::vector<std::pair<std::string, std::string>>& derived = {});
 
 // Usage text: every option with its default and meaning, aligned.
 std::string FormatHelp();

@@ -328,7 +328,8 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
       // Node 0 listens on every interface: the name other nodes resolve may
       // differ from what this node's resolver says (127.0.1.1 in /etc/hosts).
       job.kv_listen = "0.0.0.0:" + port(false);
-      job.kv_endpoint = (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(false);
+      job.kv_endpoint =
+          (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(false);
     }
     c.from_slurm = true;
     c.node_host = c.nnodes == 1 ? "127.0.0.1" : host;
@@ -414,12 +415,14 @@ Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
 
 bool IsProcessContractVariable(std::string_view name) {
   static constexpr std::string_view kContract[] = {
-      "FLEET_ROLE",        "FLEET_RANK",        "FLEET_WORLD_SIZE",     "FLEET_LOCAL_RANK",
-      "FLEET_NNODES",      "FLEET_NODE_RANK",   "FLEET_NPROC_PER_NODE", "FLEET_DEVICE",
-      "FLEET_HOST",        "FLEET_SERVERS",     "FLEET_WORKERS",        "FLEET_HETER_WORKERS",
-      "FLEET_ENDPOINT",    "FLEET_KV_ENDPOINT", "FLEET_JOB_ID",         "FLEET_LOG_DIR",
-      "FLEET_CONFIG",      "FLEET_AUTH",        "FLEET_OVERRIDES",      "FLEET_RESTART",
-      "FLEET_RESTART_GENERATION", "FLEET_JOB_SECRET", "FLEET_JOB_SECRET_FILE"};
+      "FLEET_ROLE",           "FLEET_RANK",           "FLEET_WORLD_SIZE",
+      "FLEET_LOCAL_RANK",     "FLEET_NNODES",         "FLEET_NODE_RANK",
+      "FLEET_NPROC_PER_NODE", "FLEET_DEVICE",         "FLEET_HOST",
+      "FLEET_SERVERS",        "FLEET_WORKERS",        "FLEET_HETER_WORKERS",
+      "FLEET_ENDPOINT",       "FLEET_KV_ENDPOINT",    "FLEET_JOB_ID",
+      "FLEET_LOG_DIR",        "FLEET_CONFIG",         "FLEET_AUTH",
+      "FLEET_OVERRIDES",      "FLEET_RESTART",        "FLEET_RESTART_GENERATION",
+      "FLEET_JOB_SECRET",     "FLEET_JOB_SECRET_FILE"};
   return std::find(std::begin(kContract), std::end(kContract), name) != std::end(kContract);
 }
 

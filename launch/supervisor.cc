@@ -132,7 +132,8 @@ Status Supervisor::Spawn(Proc& p, bool append) {
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string_view entry = *e;
-    if (!IsProcessContractVariable(entry.substr(0, entry.find('=')))) env_strings.emplace_back(entry);
+    if (!IsProcessContractVariable(entry.substr(0, entry.find('='))))
+      env_strings.emplace_back(entry);
   }
   for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp, argv;

@@ -47,7 +47,6 @@ double ResidentBytes() {
   return pages * static_cast<double>(sysconf(_SC_PAGESIZE));
 }
 
-
 // A sender's gradient, delta, counts or dense values with a NaN or an Inf
 // would poison the table for good: refused, naming the table and the
 // first bad element. AllFinite is one branch-free pass (hot path).

@@ -1,5 +1,7 @@
 #include "worker/app.h"
 
+#include <gflags/gflags.h>
+#include <glog/logging.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,25 +18,22 @@
 #include <set>
 #include <sstream>
 
-#include <gflags/gflags.h>
-#include <glog/logging.h>
-
 #include "absl/strings/str_cat.h"
 #include "comm/cluster.h"
 #include "comm/collective.h"
+#include "comm/file_io.h"
+#include "comm/file_system.h"
 #include "comm/job_liveness.h"
 #include "comm/kv_store.h"
 #include "comm/process_context.h"
 #include "comm/program_help.h"
 #include "comm/progress_report.h"
+#include "data/ctr_generator.h"
+#include "data/tensorboard/event_writer.h"
 #include "ps/client.h"
 #include "ps/job_config.h"
 #include "ps/ps_process.h"
-#include "comm/file_system.h"
-#include "data/ctr_generator.h"
-#include "comm/file_io.h"
 #include "trainer/kernels/cpu_kernels.h"
-#include "data/tensorboard/event_writer.h"
 #include "worker/communicator.h"
 #include "worker/config.h"
 #include "worker/task.h"
@@ -126,7 +125,8 @@ class MetricsGroup {
     std::vector<float> out(v->size(), 0.0f);
     const auto deadline = Clock::now() + timeout_;
     for (int r = 0; r < size_; ++r) {
-      Result<std::string> got = r == rank_ ? Result<std::string>(mine) : WaitFor(r, prefix, deadline);
+      Result<std::string> got =
+          r == rank_ ? Result<std::string>(mine) : WaitFor(r, prefix, deadline);
       if (!got.ok()) {
         if (!got.status().IsTimeout()) return got.status().WithContext(what);
         return Status::Timeout("worker " + std::to_string(r) + " did not send its " + what +
@@ -193,9 +193,9 @@ class MetricsGroup {
   // `deadline` (Timeout) or a stop request (Unavailable).
   Result<std::string> WaitFor(int r, const std::string& prefix, Clock::time_point deadline) {
     while (true) {
-      const auto left = std::max(std::chrono::milliseconds(1),
-                                 std::chrono::duration_cast<std::chrono::milliseconds>(
-                                     deadline - Clock::now()));
+      const auto left =
+          std::max(std::chrono::milliseconds(1),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       Result<std::string> got = kv_->WaitGet(prefix + std::to_string(r), std::min(left, kStopPoll));
       if (got.ok() || !got.status().IsTimeout() || Clock::now() >= deadline) return got;
       if (stop_ != nullptr && stop_->load()) {
@@ -495,8 +495,9 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
 
   // 4. Training.
-  progress_ = std::make_unique<ProgressReporter>(WorkerProgress(
-      o_, name_, steps_per_epoch, steps_per_epoch * config_.train.epochs, config_.train.batch_size));
+  progress_ = std::make_unique<ProgressReporter>(
+      WorkerProgress(o_, name_, steps_per_epoch, steps_per_epoch * config_.train.epochs,
+                     config_.train.batch_size));
   double train_seconds = 0;
   double train_samples = 0;
   for (int epoch = 1 + static_cast<int>(resume / steps_per_epoch);
@@ -729,7 +730,7 @@ Status WorkerRun::Evaluate(int epoch) {
   const MetricSummary m = task_->Summarize(sums);
   report_.epochs.push_back({epoch, m.loss, m.metric});
   Curves(report_.steps,
-              {{"eval/loss", m.loss}, {std::string("eval/") + task_->metric_name(), m.metric}});
+         {{"eval/loss", m.loss}, {std::string("eval/") + task_->metric_name(), m.metric}});
   report_.heldout_metric = m.metric;
   std::ostringstream line;
   line << "epoch " << epoch << " held-out loss " << FormatMetric(m.loss) << " "

@@ -724,9 +724,8 @@ TEST(KvReadTokenTest, BearerTokenReadsMetricsAndThePageOnly) {
   EXPECT_EQ(raw.Get("/kv/job/key", bearer)->status, 401);
   EXPECT_EQ(raw.Put("/kv/job/key", bearer, "x", "application/octet-stream")->status, 401);
 
-  KvStoreServer open(KvStoreServerOptions{.auth = Auth(kSecret),
-                                          .metrics = [] { return std::string("m 1\n"); },
-                                          .read_open = true});
+  KvStoreServer open(KvStoreServerOptions{
+      .auth = Auth(kSecret), .metrics = [] { return std::string("m 1\n"); }, .read_open = true});
   ASSERT_TRUE(open.Start().ok());
   httplib::Client anyone("127.0.0.1", open.port());
   EXPECT_EQ(anyone.Get("/metrics")->status, 200);

@@ -1,12 +1,11 @@
 #include "comm/cluster.h"
 
 #include <gflags/gflags.h>
+#include <gtest/gtest.h>
 
 #include <map>
 #include <optional>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace fleet {
 namespace {
@@ -213,7 +212,8 @@ TEST_F(ClusterSpecTest, PaddlesVariablesPlaceAServerAndAWorker) {
       {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:6370,127.0.0.1:6371"},
       {"PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6380,127.0.0.1:6381"}};
   auto server_env = common;
-  server_env.insert({{"TRAINING_ROLE", "PSERVER"}, {"POD_IP", "127.0.0.1"}, {"PADDLE_PORT", "6371"}});
+  server_env.insert(
+      {{"TRAINING_ROLE", "PSERVER"}, {"POD_IP", "127.0.0.1"}, {"PADDLE_PORT", "6371"}});
   auto server = SpecUnderLauncher(Role::kServer, server_env);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   EXPECT_EQ(server->rank, 1);  // its POD_IP:PADDLE_PORT's place in the list

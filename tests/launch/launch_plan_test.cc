@@ -1,4 +1,5 @@
 // fleetrun's flag parser and plan builder, in-process: no process started.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -7,8 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-
-#include <gtest/gtest.h>
 
 #include "comm/cluster.h"
 #include "launch/compat_env.h"
@@ -315,9 +314,10 @@ TEST_F(PlanTest, CudaVisibleDevicesWithoutGpuIsNoted) {
   auto job = Resolve({"prog"});
   ASSERT_TRUE(job.ok()) << job.status().ToString();
   ASSERT_EQ(job->notes.size(), 1u);
-  EXPECT_EQ(job->notes[0],
-            "note: CUDA_VISIBLE_DEVICES=0,1 is set but this machine has no GPU (no /dev/nvidia<N>): 1 "
-            "CPU process (--nproc_per_node=N for more)");
+  EXPECT_EQ(
+      job->notes[0],
+      "note: CUDA_VISIBLE_DEVICES=0,1 is set but this machine has no GPU (no /dev/nvidia<N>): 1 "
+      "CPU process (--nproc_per_node=N for more)");
   machine_.cuda_visible_devices.reset();
   auto quiet = Resolve({"prog"});
   ASSERT_TRUE(quiet.ok());
@@ -327,7 +327,8 @@ TEST_F(PlanTest, CudaVisibleDevicesWithoutGpuIsNoted) {
 // fleetrun passes its environment through to every process, except the
 // FLEET_* variables of the process contract, which it sets itself.
 TEST(Plan, OnlyTheProcessContractsVariablesAreFleetruns) {
-  for (const char* own : {"FLEET_RANK", "FLEET_KV_ENDPOINT", "FLEET_JOB_SECRET", "FLEET_OVERRIDES"}) {
+  for (const char* own :
+       {"FLEET_RANK", "FLEET_KV_ENDPOINT", "FLEET_JOB_SECRET", "FLEET_OVERRIDES"}) {
     EXPECT_TRUE(IsProcessContractVariable(own)) << own;
   }
   for (const char* users : {"FLEET_GPT2_VOCAB_DIR", "FLEET_CTR_DATA", "OMP_NUM_THREADS", "PATH"}) {

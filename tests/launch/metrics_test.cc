@@ -3,14 +3,13 @@
 // metrics.jsonl's lines, each with the job id.
 #include "launch/metrics.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "ps/ps.pb.h"
 #include "tests/child_process.h"
@@ -70,13 +69,15 @@ TEST_F(JobMetricsTest, CountersFiguresAndServersInPrometheusNames) {
   EXPECT_THAT(text, Not(HasSubstr("_per_sec{")));
   EXPECT_THAT(text, HasSubstr("# TYPE fleet_server_requests_total counter"));
   EXPECT_THAT(text, HasSubstr(R"(fleet_server_requests_total{command="pull_sparse",rank="0"} 30)"));
-  EXPECT_THAT(text, HasSubstr(R"(fleet_server_sent_bytes_total{command="pull_sparse",rank="0"} 3000)"));
+  EXPECT_THAT(text,
+              HasSubstr(R"(fleet_server_sent_bytes_total{command="pull_sparse",rank="0"} 3000)"));
   EXPECT_THAT(text, HasSubstr(R"(fleet_server_table_rows{rank="0",table="0"} 500)"));
 
   // promtool (Debian's prometheus, scripts/setup.sh) lints the names.
   const fs::path file = dir_ / "metrics.txt";
   std::ofstream(file) << text;
-  const testing::CommandResult lint = testing::RunCommand("promtool check metrics < " + file.string());
+  const testing::CommandResult lint =
+      testing::RunCommand("promtool check metrics < " + file.string());
   EXPECT_EQ(lint.exit_code, 0) << lint.output << "\n" << text;
 }
 

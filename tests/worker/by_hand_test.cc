@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -238,9 +239,65 @@ TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
   EXPECT_TRUE(stranger.Metrics().ok());
   EXPECT_FALSE(stranger.Get(ProgressKey("worker", 1)).ok());
   const std::string jsonl = ReadAll(dir_ / "log" / "metrics.jsonl");
-  EXPECT_NE(jsonl.find(R"("job": "default", "role": "worker", "rank": 1, "step": 40, "total_steps": 100)"),
+  EXPECT_NE(jsonl.find(
+                R"("job": "default", "role": "worker", "rank": 1, "step": 40, "total_steps": 100)"),
             std::string::npos)
       << jsonl;
+}
+
+// By hand, a dead peer is noticed through the store within seconds: after
+// kill -9 of worker 1 mid-training, worker 0 and both servers say which
+// process died and exit 1 (without the watch they waited a minute, the
+// servers forever).
+TEST_F(ByHandTest, AKilledWorkerStopsEveryOtherProcessNamingIt) {
+  Child gen({BinPath("gen_ctr_data"), "--out_dir=" + (dir_ / "data").string(), "--train_files=2",
+             "--test_files=1", "--lines_per_file=4000"},
+            env_, (dir_ / "gen.log").string());
+  ASSERT_EQ(gen.Wait(milliseconds(60000)).code, 0) << ReadAll(dir_ / "gen.log");
+  const std::vector<int> ports = FreePorts(2);
+  const std::string servers =
+      "127.0.0.1:" + std::to_string(ports[0]) + ",127.0.0.1:" + std::to_string(ports[1]);
+  std::vector<std::unique_ptr<Child>> others;
+  for (int s = 0; s < 2; ++s) {
+    others.push_back(StartServer("127.0.0.1:" + std::to_string(ports[s]), servers, {},
+                                 "server" + std::to_string(s) + ".log"));
+  }
+  std::unique_ptr<Child> victim;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = {BinPath("ps_worker"), "--rank=" + std::to_string(r)};
+    for (const std::string& a : Common(servers)) args.push_back(a);
+    args.insert(args.end(), {"-o", "train.epochs=100"});
+    auto worker = std::make_unique<Child>(
+        args, env_, (dir_ / ("worker" + std::to_string(r) + ".log")).string());
+    if (r == 1) {
+      victim = std::move(worker);
+    } else {
+      others.push_back(std::move(worker));
+    }
+  }
+  ASSERT_FALSE(
+      WaitForLine(dir_ / "worker0.log", std::regex(R"((epoch 1 step))"), milliseconds(60000))
+          .empty())
+      << ReadAll(dir_ / "worker0.log");
+  const pid_t victim_pid = victim->pid();
+  kill(victim_pid, SIGKILL);
+  victim->Wait(milliseconds(10000));
+  const auto killed = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < others.size(); ++i) {
+    const std::string log =
+        (dir_ / (i < 2 ? "server" + std::to_string(i) + ".log" : "worker0.log")).string();
+    const Exit exit = others[i]->Wait(milliseconds(15000));
+    ASSERT_TRUE(exit.exited) << log << ":\n" << ReadAll(log);
+    EXPECT_EQ(exit.code, 1) << ReadAll(log);
+    EXPECT_NE(ReadAll(log).find("worker 1 (host "), std::string::npos) << ReadAll(log);
+    EXPECT_NE(
+        ReadAll(log).find("pid " + std::to_string(victim_pid) + ") stopped: its process is gone"),
+        std::string::npos)
+        << ReadAll(log);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::printf("every process stopped %.1f s after kill -9 of worker 1\n", seconds);
 }
 
 // Two workers without a store fail at once, before reading any data.
