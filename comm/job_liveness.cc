@@ -113,6 +113,12 @@ std::optional<std::string> JobLiveness::failure() const {
   return failure_;
 }
 
+std::optional<std::string> JobLiveness::WaitForFailure(std::chrono::milliseconds timeout) const {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout, [this] { return failure_.has_value() || stop_; });
+  return failure_;
+}
+
 bool JobLiveness::WorkersDone() const {
   std::lock_guard<std::mutex> lock(mu_);
   return workers_done_;
@@ -209,6 +215,7 @@ void JobLiveness::Round() {
       tell = options_.on_failure;
     }
   }
+  cv_.notify_all();
   if (tell) tell(*why);
 }
 

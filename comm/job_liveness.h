@@ -72,6 +72,10 @@ class JobLiveness {
   // Why the job cannot go on ("worker 1 (host h pid 42) stopped: its process
   // is gone"; "job failed: <what the failing process said>"), or nullopt.
   std::optional<std::string> failure() const;
+  // failure(), waiting up to `timeout` for one: a process whose own call
+  // failed (a peer's connection lost) asks whether the watch finds the
+  // cause before it says what went wrong.
+  std::optional<std::string> WaitForFailure(std::chrono::milliseconds timeout) const;
   // Whether every worker marked itself done (a server's cue to finish).
   bool WorkersDone() const;
   // Tells the others this process failed (`why`, e.g. its error), unless
@@ -105,7 +109,7 @@ class JobLiveness {
   std::map<std::string, Peer> peers_;  // by key; the watch thread's alone
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   bool stop_ = false;                   // guarded by mu_
   bool done_ = false;                   // guarded by mu_
   bool workers_done_ = false;           // guarded by mu_

@@ -857,7 +857,13 @@ int PsWorkerMain(int argc, char** argv) {
 
   auto report = RunPsWorker(o);
   if (*liveness != nullptr) {
-    if (std::optional<std::string> why = (*liveness)->failure()) {
+    // A call that failed (a server's connection lost) may be the echo of a
+    // peer's death the watch is about to find: its cause is the news.
+    const std::optional<std::string> why =
+        report.ok() || ctx.stop_requested().load()
+            ? (*liveness)->failure()
+            : (*liveness)->WaitForFailure(2 * JobLivenessOptions().interval);
+    if (why) {
       LOG(ERROR) << name << ": stopped: " << *why;
       return 1;
     }
