@@ -92,8 +92,8 @@ TEST(ProgramHelpText, HelpfullAddsTheLibraryFlags) {
 // One flag grammar: a mistyped flag is one line naming it and exit 2, in
 // every program that parses its flags with ParseFlagsOrHelp.
 TEST(ProgramFlags, UnknownFlagIsOneLineAndExit2) {
-  for (const char* program :
-       {"ps_server", "ps_worker", "heter_worker", "mnist_mlp", "tokenize", "gen_ctr_data"}) {
+  for (const char* program : {"ps_server", "ps_worker", "heter_worker", "mnist_mlp", "gpt_pretrain",
+                              "tokenize", "gen_ctr_data"}) {
     SCOPED_TRACE(program);
     const HelpRun run = RunHelp(program, "--no_such_flag");
     ASSERT_TRUE(run.exit.exited) << run.text;
