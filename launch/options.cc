@@ -96,7 +96,8 @@ const OptionSpec kOptions[] = {
     // Both modes.
     {"log_dir", &LaunchOptions::log_dir, "log",
      "process logs: serverlog.N, workerlog.N, heterlog.N (under <log_dir>/<job_id>/ when --job_id "
-     "is given)",
+     "is given); the machines of a job may share it (fleetrun's own files there are per machine); "
+     "no link is followed in it",
      kJobGroup},
     {"job_id", &LaunchOptions::job_id, "default",
      "scopes KV store keys and the log folder so jobs can share a machine", kJobGroup},
