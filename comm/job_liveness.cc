@@ -125,8 +125,17 @@ bool JobLiveness::WorkersDone() const {
 }
 
 void JobLiveness::MarkFailed(const std::string& why) {
-  // The first failure is the news: a later one is most likely its echo.
-  if (kv_->Get(kFailedKey).status().IsNotFound()) (void)kv_->Set(kFailedKey, why);
+  // The first failure of this run is the news: a later one is most likely
+  // its echo.
+  std::optional<std::string> stale;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stale = stale_failed_;
+  }
+  Result<std::string> now = kv_->Get(kFailedKey);
+  if (now.status().IsNotFound() || (now.ok() && stale && *now == *stale)) {
+    (void)kv_->Set(kFailedKey, why);
+  }
 }
 
 void JobLiveness::MarkDone() {
@@ -190,13 +199,27 @@ void JobLiveness::Round() {
     (void)kv_->Set(self_key_, AliveText(++beat_, host_));
   }
   std::optional<std::string> why;
-  if (Result<std::string> failed = kv_->Get(kFailedKey); failed.ok()) {
-    why = absl::StrCat("the job failed: ", *failed);
+  Result<std::string> failed = kv_->Get(kFailedKey);
+  if (failed.ok() || failed.status().IsNotFound()) {
+    const std::string text = failed.ok() ? *failed : "";
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stale_failed_) stale_failed_ = text;
+    if (failed.ok() && text != *stale_failed_) why = absl::StrCat("the job failed: ", text);
   }
   bool workers_done = options_.workers > 0;
   for (auto& [key, peer] : peers_) {
     if (!peer.done && !why) {
       Result<std::string> value = kv_->Get(key);
+      if (!peer.looked && (value.ok() || value.status().IsNotFound())) {
+        peer.looked = true;
+        peer.stale = value.ok() ? *value : "";
+      }
+      if (value.ok() && !peer.fresh) peer.fresh = peer.looked && *value != peer.stale;
+      if (!peer.fresh) {
+        // Not started yet: an earlier run's value, or none.
+        if (key.starts_with("alive/worker/")) workers_done = false;
+        continue;
+      }
       std::string dead;
       if (value.ok() && Dead(peer, *value, &dead)) why = dead;
       // Not beating yet (NotFound), or the store did not answer this time:

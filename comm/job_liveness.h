@@ -6,6 +6,9 @@
 //   * sets alive/<role>/<rank> to "<beat>|<host>|<pid>" (beat counts up);
 //   * reads every other process's key and job/failed.
 // A peer is watched from its first beat on (processes start in any order).
+// What the store held before this process's first look (a previous run's
+// beats, "done" marks or job/failed, when the store outlives a run) is not
+// news: a key counts once it changed.
 // It is dead when its pid is gone (same host: noticed within one interval)
 // or its beat has not changed for `peer_timeout` (another host, or a frozen
 // process). A process that fails sets job/failed to what happened
@@ -93,6 +96,12 @@ class JobLiveness {
     std::chrono::steady_clock::time_point changed{};
     bool seen = false;
     bool done = false;
+    // What its key held at this process's first look (an earlier run's
+    // beat or "done" in a store kept across runs; "" for none), and whether
+    // it has since held anything else (this run's peer).
+    bool looked = false;
+    std::string stale;
+    bool fresh = false;
   };
 
   JobLiveness(const ClusterSpec& spec, JobLivenessOptions options);
@@ -114,6 +123,9 @@ class JobLiveness {
   bool done_ = false;                   // guarded by mu_
   bool workers_done_ = false;           // guarded by mu_
   std::optional<std::string> failure_;  // guarded by mu_
+  // job/failed at the first round (an earlier run's, in a store kept across
+  // runs): not this run's news. Guarded by mu_; unset until the first round.
+  std::optional<std::string> stale_failed_;
   int64_t beat_ = 0;                    // the watch thread's alone
   std::thread thread_;
 };

@@ -300,6 +300,53 @@ TEST_F(ByHandTest, AKilledWorkerStopsEveryOtherProcessNamingIt) {
   std::printf("every process stopped %.1f s after kill -9 of worker 1\n", seconds);
 }
 
+// A store kept across runs (the same job id) holds the last run's beats,
+// "done" marks and failure: the next run is not fooled by them. Here a run
+// that failed (kill -9 of a worker), then one that completes.
+TEST_F(ByHandTest, AStoreKeptAcrossRunsServesTheNextRun) {
+  Child gen({BinPath("gen_ctr_data"), "--out_dir=" + (dir_ / "data").string(), "--train_files=2",
+             "--test_files=1", "--lines_per_file=2000"},
+            env_, (dir_ / "gen.log").string());
+  ASSERT_EQ(gen.Wait(milliseconds(60000)).code, 0) << ReadAll(dir_ / "gen.log");
+  for (const bool kill_worker_1 : {true, false}) {
+    SCOPED_TRACE(kill_worker_1 ? "run with kill -9" : "clean run");
+    const std::vector<int> ports = FreePorts(2);
+    const std::string servers =
+        "127.0.0.1:" + std::to_string(ports[0]) + ",127.0.0.1:" + std::to_string(ports[1]);
+    std::vector<std::unique_ptr<Child>> processes;
+    for (int s = 0; s < 2; ++s) {
+      processes.push_back(StartServer("127.0.0.1:" + std::to_string(ports[s]), servers, {},
+                                      "server" + std::to_string(s) + ".log"));
+    }
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> args = {BinPath("ps_worker"), "--rank=" + std::to_string(r)};
+      for (const std::string& a : Common(servers)) args.push_back(a);
+      args.insert(args.end(), {"-o", kill_worker_1 ? "train.epochs=100" : "train.epochs=1"});
+      processes.push_back(std::make_unique<Child>(
+          args, env_, (dir_ / ("worker" + std::to_string(r) + ".log")).string()));
+    }
+    if (kill_worker_1) {
+      ASSERT_FALSE(
+          WaitForLine(dir_ / "worker0.log", std::regex(R"((epoch 1 step))"), milliseconds(60000))
+              .empty())
+          << ReadAll(dir_ / "worker0.log");
+      kill(processes[3]->pid(), SIGKILL);
+    }
+    for (size_t i = 0; i < processes.size(); ++i) {
+      const std::string log = (dir_ / (i < 2 ? "server" + std::to_string(i) + ".log"
+                                             : "worker" + std::to_string(i - 2) + ".log"))
+                                  .string();
+      const Exit exit = processes[i]->Wait(milliseconds(30000));
+      ASSERT_FALSE(exit.timed_out) << ReadAll(log);
+      if (!kill_worker_1) EXPECT_EQ(exit.code, 0) << ReadAll(log);
+    }
+    if (!kill_worker_1) {
+      EXPECT_NE(ReadAll(dir_ / "worker0.log").find("summary: held-out auc"), std::string::npos)
+          << ReadAll(dir_ / "worker0.log");
+    }
+  }
+}
+
 // Two workers without a store fail at once, before reading any data.
 TEST_F(ByHandTest, SeveralWorkersWithoutAStoreAreToldBeforeLoadingData) {
   Child worker(
