@@ -199,36 +199,52 @@ void JobLiveness::Round() {
     (void)kv_->Set(self_key_, AliveText(++beat_, host_));
   }
   std::optional<std::string> why;
+  bool told_by_store = false;  // `why` is job/failed's, not this watch's finding
   Result<std::string> failed = kv_->Get(kFailedKey);
   if (failed.ok() || failed.status().IsNotFound()) {
     const std::string text = failed.ok() ? *failed : "";
     std::lock_guard<std::mutex> lock(mu_);
     if (!stale_failed_) stale_failed_ = text;
-    if (failed.ok() && text != *stale_failed_) why = absl::StrCat("the job failed: ", text);
+    if (failed.ok() && text != *stale_failed_) {
+      why = absl::StrCat("the job failed: ", text);
+      told_by_store = true;
+    }
   }
   bool workers_done = options_.workers > 0;
-  for (auto& [key, peer] : peers_) {
-    if (!peer.done && !why) {
-      Result<std::string> value = kv_->Get(key);
-      if (!peer.looked && (value.ok() || value.status().IsNotFound())) {
-        peer.looked = true;
-        peer.stale = value.ok() ? *value : "";
-      }
-      if (value.ok() && !peer.fresh) peer.fresh = peer.looked && *value != peer.stale;
-      if (!peer.fresh) {
-        // Not started yet: an earlier run's value, or none.
-        if (key.starts_with("alive/worker/")) workers_done = false;
-        continue;
-      }
-      std::string dead;
-      if (value.ok() && Dead(peer, *value, &dead)) why = dead;
-      // Not beating yet (NotFound), or the store did not answer this time:
-      // a beat seen before ages meanwhile.
-      if (!value.ok() && peer.seen && Dead(peer, peer.last, &dead)) why = dead;
+  // Looks at one peer's key: sets `why` when it died.
+  auto look = [&](const std::string& key, Peer& peer) {
+    Result<std::string> value = kv_->Get(key);
+    if (!peer.looked && (value.ok() || value.status().IsNotFound())) {
+      peer.looked = true;
+      peer.stale = value.ok() ? *value : "";
+      // A beat of a live process of this host is this run's, whenever
+      // this process first looked (a slow store may delay the first look
+      // past a peer's last beat before it dies).
+      const Result<AliveValue> beat =
+          value.ok() ? ParseAliveValue(*value) : Result<AliveValue>(value.status());
+      peer.fresh = beat.ok() && !beat->done && beat->host == host_ && beat->pid > 0 &&
+                   kill(beat->pid, 0) == 0;
     }
-    if (key.starts_with("alive/worker/") && !peer.done) workers_done = false;
+    if (value.ok() && !peer.fresh) peer.fresh = peer.looked && *value != peer.stale;
+    if (!peer.fresh) return;  // not started yet: an earlier run's value, or none
+    std::string dead;
+    if (value.ok() && Dead(peer, *value, &dead)) why = dead;
+    // Not beating yet (NotFound), or the store did not answer this time:
+    // a beat seen before ages meanwhile.
+    if (!value.ok() && peer.seen && Dead(peer, peer.last, &dead)) why = dead;
+  };
+  // The workers first: once every one is done, the servers and heter
+  // workers are ending too, and their exits are no failure.
+  for (auto& [key, peer] : peers_) {
+    if (!key.starts_with("alive/worker/")) continue;
+    if (!peer.done && !why) look(key, peer);
+    if (!peer.done) workers_done = false;
   }
   if (options_.role == Role::kWorker && !done) workers_done = false;
+  for (auto& [key, peer] : peers_) {
+    if (key.starts_with("alive/worker/") || workers_done) continue;
+    if (!peer.done && !why) look(key, peer);
+  }
   std::function<void(const std::string&)> tell;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -238,6 +254,9 @@ void JobLiveness::Round() {
       tell = options_.on_failure;
     }
   }
+  // A dead peer found here is the job's news: the others read it in
+  // job/failed before they might notice this process stop (its echo).
+  if (tell && !told_by_store) MarkFailed(*why);
   cv_.notify_all();
   if (tell) tell(*why);
 }

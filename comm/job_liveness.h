@@ -14,7 +14,9 @@
 // process). A process that fails sets job/failed to what happened
 // (MarkFailed) before it exits; one that finishes sets its key to "done"
 // (MarkDone) and is no longer watched. The first dead peer or job/failed
-// ends the watch: failure() says why, and on_failure is called once.
+// ends the watch: failure() says why, and on_failure is called once; a dead
+// peer found by the watch is also written to job/failed, so the others name
+// it rather than this process's exit, its echo.
 //
 // fleetrun's processes do not use it: fleetrun watches them itself
 // (launch/peer_watch.h for hosts). StartedByHand tells which is which.
