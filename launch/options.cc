@@ -35,7 +35,8 @@ const OptionSpec kOptions[] = {
     // Parameter-server mode.
     {"server_num", &LaunchOptions::server_num, "unset",
      "PS simulation on this machine: number of ps_server processes (port 0: each binds a free port); at most 1024", kPsGroup},
-    {"worker_num", &LaunchOptions::worker_num, "unset", "PS simulation: number of ps_worker processes; at most 1024", kPsGroup},
+    {"worker_num", &LaunchOptions::worker_num, "unset",
+     "PS simulation: number of workers (ps_worker, or PROGRAM when given); at most 1024", kPsGroup},
     {"heter_worker_num", &LaunchOptions::heter_worker_num, "0", "PS simulation: number of heter_worker processes; at most 1024", kPsGroup},
     {"servers", &LaunchOptions::servers, "unset",
      "PS cluster: every server as ip:port, comma-separated (at most 1024); this machine starts the ones whose ip is its own", kPsGroup},
@@ -295,6 +296,8 @@ std::string FormatHelp() {
                    "Starts a FleetPS job and stops it when a process fails.\n"
                    "  parameter-server mode: fleetrun --server_num=S --worker_num=W --config=job.yaml\n"
                    "                         fleetrun --servers=ip:port,.. --workers=ip,.. --config=job.yaml\n"
+                   "                         (either with PROGRAM [ARGS...]: the workers run it, e.g.\n"
+                   "                         python3 train.py over the fleetps module, instead of ps_worker)\n"
                    "  collective mode:       fleetrun [--gpus=0,1 | --nproc_per_node=N] PROGRAM [ARGS...]\n"
                    "See README.md (Running jobs) and launch/README.md.",
                    {},
