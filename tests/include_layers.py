@@ -3,7 +3,7 @@
 
 ARCHITECTURE.md's layout, bottom to top: comm/; ps/, trainer/ and data/;
 collective/ and worker/; the programs (heter/, serve/, launch/, tools/,
-examples/). A file may include its own folder and any floor below its own,
+examples/, and python/, the fleetps module). A file may include its own folder and any floor below its own,
 never a floor above or a neighbour on its own floor. Inside trainer/ the
 rooms stack the same way: the root (tensor, backend interface, arena, the
 types kernels share) below kernels/, then layers/, then models/. trainer/
@@ -21,7 +21,7 @@ FLOORS = {
     "comm": 0,
     "ps": 1, "trainer": 1, "data": 1,
     "collective": 2, "worker": 2,
-    "heter": 3, "serve": 3, "launch": 3, "tools": 3, "examples": 3,
+    "heter": 3, "serve": 3, "launch": 3, "tools": 3, "examples": 3, "python": 3,
 }
 # Rooms inside trainer/, bottom to top.
 TRAINER_ROOMS = {"": 0, "kernels": 1, "layers": 2, "models": 3}

@@ -1,0 +1,117 @@
+"""The worker program of fleetps_test's fleetrun jobs (tests/python/tables.yaml,
+sync mode, 2 workers):
+
+  fleetps_job.py roundtrip OUT_DIR REFERENCE_CLIENT
+      worker 1 becomes the C++ reference client (reference_client.cc);
+      worker 0 makes the same steps through fleetps and checks that both
+      read the same rows, that duplicate keys' gradients are summed, and the
+      dense table's update; it writes OUT_DIR/checked when all held.
+  fleetps_job.py killed
+      worker 1 kills itself with SIGKILL once both joined; worker 0 waits at
+      a barrier that never completes (fleetrun stops it).
+
+Exits 1 with the reason on stderr when a check fails.
+"""
+
+import os
+import signal
+import sys
+
+import numpy as np
+
+import fleetps
+
+SPARSE, DENSE = 0, 1
+SPARSE_LR, DENSE_LR = 0.5, 0.25  # tables.yaml
+
+
+def keys():
+    return np.array([1, 2, 3, 977, 123456789012345, (1 << 63) + 5, (1 << 64) - 1], np.uint64)
+
+
+def cpp_sparse_grads(rows, dim):
+    """reference_client.cc's SparseGrads."""
+    i = np.arange(1, rows + 1, dtype=np.float32)[:, None]
+    d = np.arange(1, dim + 1, dtype=np.float32)[None, :]
+    return np.float32(0.01) * i * d
+
+
+def cpp_dense_grads(dim):
+    return np.float32(0.5) - np.float32(0.1) * np.arange(dim, dtype=np.float32)
+
+
+def read_f32(out_dir, name, shape):
+    return np.fromfile(os.path.join(out_dir, name + ".f32"), np.float32).reshape(shape)
+
+
+def expect_equal(what, got, want, exact=False):
+    ok = np.array_equal(got, want) if exact else np.allclose(got, want, rtol=1e-6, atol=1e-6)
+    if not ok:
+        sys.exit(f"fleetps_job: {what} differ:\n got {got}\nwant {want}")
+
+
+def roundtrip(out_dir, reference_client):
+    if os.environ.get("FLEET_RANK") == "1":
+        os.execv(reference_client, [reference_client, out_dir])
+    job = fleetps.init()
+    k = keys()
+    dim = job.table(SPARSE)["pull_dim"]
+
+    initial = job.pull_sparse(SPARSE, k)
+    # The buffer protocol: a uint64 array is read in place, a Python list is
+    # converted, and out= is written in place.
+    again = np.empty_like(initial)
+    job.pull_sparse_async(SPARSE, k.tolist(), out=again).result()
+    expect_equal("pull_sparse and pull_sparse_async(out=) rows", again, initial, exact=True)
+    job.barrier("pulled_initial")
+    expect_equal("rows pulled by fleetps and by the C++ client",
+                 initial, read_f32(out_dir, "sparse_initial", initial.shape), exact=True)
+
+    # Worker 0 pushes keys 0, 3, 6 several times: their gradients add up.
+    picks = np.array([0, 3, 0, 6, 3, 0])
+    grads = np.arange(len(picks) * dim, dtype=np.float32).reshape(len(picks), dim) / 10
+    job.push_sparse(SPARSE, k[picks], grads, step=0)
+    job.barrier("pushed_sparse")
+    merged = np.zeros_like(initial)
+    np.add.at(merged, picks, grads)
+    want = initial - SPARSE_LR * (merged + cpp_sparse_grads(len(k), dim))
+    updated = job.pull_sparse(SPARSE, k)
+    expect_equal("rows after both workers' pushes (duplicates summed)", updated, want)
+    expect_equal("updated rows read by fleetps and by the C++ client",
+                 updated, read_f32(out_dir, "sparse_updated", updated.shape), exact=True)
+
+    dense_dim = job.table(DENSE)["dim"]
+    start = np.linspace(-1, 1, dense_dim, dtype=np.float32)
+    job.init_dense(DENSE, start)
+    job.barrier("dense_initialized")
+    mine = np.full(dense_dim, 2, np.float32)
+    job.push_dense_async(DENSE, mine, step=0).result()
+    job.barrier("pushed_dense")
+    dense = job.pull_dense(DENSE)
+    expect_equal("dense values", dense, start - DENSE_LR * (mine + cpp_dense_grads(dense_dim)))
+    job.barrier("written")
+    expect_equal("dense values read by fleetps and by the C++ client",
+                 dense, read_f32(out_dir, "dense_updated", dense.shape), exact=True)
+
+    stats = job.stats()
+    rows = sum(t["rows"] for server in stats for t in server["tables"] if t["table_id"] == SPARSE)
+    if len(stats) != job.num_servers or rows != len(k):
+        sys.exit(f"fleetps_job: stats() shows {rows} sparse rows on {len(stats)} servers: {stats}")
+    open(os.path.join(out_dir, "checked"), "w").close()
+
+
+def killed():
+    job = fleetps.init()
+    job.barrier("joined")
+    if job.rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    job.barrier("never", timeout_ms=60000)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["roundtrip"] and len(sys.argv) == 4:
+        roundtrip(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:] == ["killed"]:
+        killed()
+    else:
+        sys.exit(__doc__)
