@@ -70,7 +70,7 @@ Result<std::shared_ptr<ps::PsClient>> Job::client() const {
 Result<std::shared_ptr<CommunicatorHandle>> Job::NewCommunicator(
     worker::CommunicatorOptions options) {
   FLEET_ASSIGN_OR_RETURN(std::shared_ptr<ps::PsClient> client, this->client());
-  if (options.num_workers < 1) options.num_workers = spec().world_size;
+  options.num_workers = spec().world_size;
   if (options.timeout.count() == 0) options.timeout = config().distributed.timeout;
   options.max_merge = config().distributed.max_merge;
   options.k_steps = config().distributed.k_steps;

@@ -73,8 +73,9 @@ class Job {
   Result<std::shared_ptr<ps::PsClient>> client() const;
 
   // A communicator for the job's Distributed.mode over this job's client
-  // (worker::CreateCommunicator; options.num_workers defaults to the job's
-  // worker count, timeout/max_merge/k_steps to the job config's).
+  // (worker::CreateCommunicator). options.num_workers, max_merge and k_steps
+  // are set to the job's (its worker count and config); a timeout of 0 to
+  // the config's.
   // Errors: FailedPrecondition once closed; CreateCommunicator's.
   Result<std::shared_ptr<CommunicatorHandle>> NewCommunicator(worker::CommunicatorOptions options);
 
