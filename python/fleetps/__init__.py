@@ -6,6 +6,7 @@ pushed by key with NumPy arrays, in the job's sync, async or geo mode.
     rows = job.pull_sparse(0, keys)               # float32 [len(keys), pull_dim]
     job.push_sparse(0, keys, grads, step=0)
 
+fleetps.torch holds the PyTorch layer (Embedding, EmbeddingBag, DenseParameters).
 python/README.md has the whole API; every call is a thin layer over FleetPS's C++
 worker API (ps/client.h, worker/communicator.h).
 """

@@ -6,6 +6,11 @@ sync mode, 2 workers):
       worker 0 makes the same steps through fleetps and checks that both
       read the same rows, that duplicate keys' gradients are summed, and the
       dense table's update; it writes OUT_DIR/checked when all held.
+  fleetps_job.py torch OUT_DIR
+      both workers train one sync step of a fleetps.torch.EmbeddingBag on
+      their half of a batch; worker 0 checks the rows against a local
+      nn.EmbeddingBag trained on the whole batch, and that a second forward
+      reads them; it writes OUT_DIR/checked when all held.
   fleetps_job.py killed
       worker 1 kills itself with SIGKILL once both joined; worker 0 waits at
       a barrier that never completes (fleetrun stops it).
@@ -100,6 +105,42 @@ def roundtrip(out_dir, reference_client):
     open(os.path.join(out_dir, "checked"), "w").close()
 
 
+def torch_step(out_dir):
+    import torch
+    import fleetps.torch
+
+    job = fleetps.init()
+    # 8 bags of 3 ids over 6 keys (bag 2 holds key 2**63 twice); worker r
+    # trains bags r, r + 2, ...
+    key_values = keys()[[0, 1, 3, 4, 5, 6]]
+    bag_ids = np.array([[0, 1, 2], [2, 3, 3], [4, 4, 1], [5, 0, 3],
+                        [1, 1, 1], [3, 4, 5], [0, 2, 4], [5, 5, 0]])
+    target = torch.linspace(-1, 1, len(bag_ids))
+    mine = slice(job.rank, None, job.world_size)
+    emb = fleetps.torch.EmbeddingBag(job, SPARSE, mode="sum")
+    initial = job.pull_sparse(SPARSE, key_values)
+    job.barrier("pulled_initial")
+
+    def loss_of(pooled, target):
+        return ((pooled.sum(1) - target) ** 2).mean()
+
+    loss_of(emb(fleetps.torch.keys_tensor(key_values[bag_ids[mine]])), target[mine]).backward()
+    emb.flush()
+    job.barrier("pushed")
+    local = torch.nn.EmbeddingBag.from_pretrained(torch.from_numpy(initial), freeze=False,
+                                                  mode="sum")
+    loss_of(local(torch.from_numpy(bag_ids)), target).backward()
+    with torch.no_grad():
+        want = (local.weight - SPARSE_LR * local.weight.grad).numpy()
+    expect_equal("rows after a sync step of both workers' halves and the local model's step",
+                 job.pull_sparse(SPARSE, key_values), want)
+    with torch.no_grad():
+        pooled = emb(fleetps.torch.keys_tensor(key_values[bag_ids]))
+    expect_equal("a second forward's bags", pooled.numpy(), want[bag_ids].sum(1))
+    if job.rank == 0:
+        open(os.path.join(out_dir, "checked"), "w").close()
+
+
 def killed():
     job = fleetps.init()
     job.barrier("joined")
@@ -111,6 +152,8 @@ def killed():
 if __name__ == "__main__":
     if sys.argv[1:2] == ["roundtrip"] and len(sys.argv) == 4:
         roundtrip(sys.argv[2], sys.argv[3])
+    elif sys.argv[1:2] == ["torch"] and len(sys.argv) == 3:
+        torch_step(sys.argv[2])
     elif sys.argv[1:] == ["killed"]:
         killed()
     else:

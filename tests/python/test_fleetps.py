@@ -48,6 +48,17 @@ class FleetrunJobTest(unittest.TestCase):
                          f"\nworker 1:\n{worker_log(self.log_dir, 1)}")
         self.assertTrue(os.path.exists(os.path.join(self.out_dir, "checked")), run.stderr)
 
+    def test_torch_embedding_bag_trains_as_a_local_one(self):
+        try:
+            import torch  # noqa: F401
+        except ImportError as e:
+            self.skipTest(f"python3-torch is not installed ({e}; scripts/setup.sh installs it)")
+        run = fleetrun(self.log_dir, sys.executable, JOB, "torch", self.out_dir)
+        self.assertEqual(run.returncode, 0,
+                         f"{run.stderr}\nworker 0:\n{worker_log(self.log_dir, 0)}"
+                         f"\nworker 1:\n{worker_log(self.log_dir, 1)}")
+        self.assertTrue(os.path.exists(os.path.join(self.out_dir, "checked")), run.stderr)
+
     def test_a_killed_worker_fails_the_job(self):
         run = fleetrun(self.log_dir, sys.executable, JOB, "killed")
         self.assertNotEqual(run.returncode, 0, run.stderr)
