@@ -82,13 +82,13 @@ def roundtrip(out_dir, reference_client):
     want = initial - SPARSE_LR * (merged + cpp_sparse_grads(len(k), dim))
     updated = job.pull_sparse(SPARSE, k)
     expect_equal("rows after both workers' pushes (duplicates summed)", updated, want)
-    expect_equal("updated rows read by fleetps and by the C++ client",
-                 updated, read_f32(out_dir, "sparse_updated", updated.shape), exact=True)
 
     dense_dim = job.table(DENSE)["dim"]
     start = np.linspace(-1, 1, dense_dim, dtype=np.float32)
     job.init_dense(DENSE, start)
-    job.barrier("dense_initialized")
+    job.barrier("dense_initialized")  # also: the C++ client wrote its updated rows
+    expect_equal("updated rows read by fleetps and by the C++ client",
+                 updated, read_f32(out_dir, "sparse_updated", updated.shape), exact=True)
     mine = np.full(dense_dim, 2, np.float32)
     job.push_dense_async(DENSE, mine, step=0).result()
     job.barrier("pushed_dense")

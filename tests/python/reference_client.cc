@@ -67,7 +67,8 @@ Status Run(const std::string& out_dir) {
   FLEET_RETURN_IF_ERROR(c.PullSparse(kSparse, keys, rows));
   FLEET_RETURN_IF_ERROR(Write(out_dir, "sparse_updated", rows));
 
-  FLEET_RETURN_IF_ERROR(c.Barrier("dense_initialized"));  // worker 0 set the values
+  // Worker 0 set the dense values, and reads sparse_updated after this barrier.
+  FLEET_RETURN_IF_ERROR(c.Barrier("dense_initialized"));
   const size_t dim = job->config().table(kDense)->dim;
   FLEET_RETURN_IF_ERROR(c.PushDenseGrad(kDense, DenseGrads(dim), step0));
   FLEET_RETURN_IF_ERROR(c.Barrier("pushed_dense"));
