@@ -234,6 +234,11 @@ py::dict TableInfo(const Job& job, const ps::TableConfig& t) {
   d["push_dim"] = client->PushDim(t.id);
   d["optimizer"] = kRules[static_cast<int>(t.optimizer.rule)];
   d["learning_rate"] = t.optimizer.learning_rate;
+  d["initial_g2sum"] = t.optimizer.initial_g2sum;
+  d["beta1"] = t.optimizer.beta1;
+  d["beta2"] = t.optimizer.beta2;
+  d["epsilon"] = t.optimizer.epsilon;
+  d["l2_decay"] = t.optimizer.l2_decay;
   return d;
 }
 
@@ -318,7 +323,8 @@ is bounded by the job's Distributed.timeout_ms).)doc")
                              })
       .def(
           "table", [](const Job& j, uint32_t table) { return TableInfo(j, TableOf(j, table)); },
-          py::arg("table"), "The config of one table: id, kind, dim, pull_dim, push_dim, ...")
+          py::arg("table"),
+          "The config of one table: id, kind, dim, pull_dim, push_dim, optimizer and its settings.")
       // ---- sparse
       .def(
           "pull_sparse",

@@ -104,7 +104,8 @@ class _SparseTable:
         comm = self._communicator(batch_samples)
         self._wait_push()
         pre = self._prefetched
-        if pre is not None and pre[0] is ids:
+        if pre is not None and (pre[0] is ids or (pre[0].shape == ids.shape
+                                                  and torch.equal(pre[0], ids))):
             self._prefetched = None
             _, keys, inverse, counts, future = pre
             values = future.result()
@@ -150,8 +151,8 @@ class _SparseModule(nn.Module):
         return self._sparse.dim
 
     def prefetch(self, input):
-        """Starts pulling the rows of `input` (the next batch, passed to
-        forward as this same tensor object) while the current step runs.
+        """Starts pulling the rows of `input` (the next batch: forward uses
+        them when given an equal tensor) while the current step runs.
         True when started: async mode only; sync must read the step's update
         first, and geo reads its local copy."""
         return self._sparse.prefetch(input)
