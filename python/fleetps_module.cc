@@ -222,6 +222,16 @@ const ps::TableConfig& TableOf(const Job& job, uint32_t table) {
   return *t;
 }
 
+// What a pull writes: the rows of `keys`, or the whole dense table; the
+// caller's `out` when given (checked), else a new array.
+OutArray SparseRows(const ps::PsClient& client, uint32_t table, const KeyArray& keys,
+                    const py::object& out) {
+  return OutputArray(out, {keys.size(), static_cast<py::ssize_t>(client.PullDim(table))});
+}
+OutArray DenseValues(const Job& job, uint32_t table, const py::object& out) {
+  return OutputArray(out, {static_cast<py::ssize_t>(TableOf(job, table).dim)});
+}
+
 py::dict TableInfo(const Job& job, const ps::TableConfig& t) {
   static const char* kRules[] = {"sgd", "adagrad", "adam"};
   std::shared_ptr<ps::PsClient> client = ClientOf(job);
@@ -330,8 +340,7 @@ is bounded by the job's Distributed.timeout_ms).)doc")
           "pull_sparse",
           [](const Job& j, uint32_t table, const KeyArray& keys, const py::object& out) {
             std::shared_ptr<ps::PsClient> client = ClientOf(j);
-            OutArray values =
-                OutputArray(out, {keys.size(), static_cast<py::ssize_t>(client->PullDim(table))});
+            OutArray values = SparseRows(*client, table, keys, out);
             NoGil([&] { return client->PullSparse(table, Span(keys), Span(values)); });
             return values;
           },
@@ -341,8 +350,7 @@ is bounded by the job's Distributed.timeout_ms).)doc")
           "pull_sparse_async",
           [](const Job& j, uint32_t table, const KeyArray& keys, const py::object& out) {
             std::shared_ptr<ps::PsClient> client = ClientOf(j);
-            OutArray values =
-                OutputArray(out, {keys.size(), static_cast<py::ssize_t>(client->PullDim(table))});
+            OutArray values = SparseRows(*client, table, keys, out);
             std::future<Status> f = client->PullSparseAsync(table, Span(keys), Span(values));
             return std::make_unique<Future>(client, std::move(f), values);
           },
@@ -382,7 +390,7 @@ is bounded by the job's Distributed.timeout_ms).)doc")
           "pull_dense",
           [](const Job& j, uint32_t table, const py::object& out) {
             std::shared_ptr<ps::PsClient> client = ClientOf(j);
-            OutArray values = OutputArray(out, {static_cast<py::ssize_t>(TableOf(j, table).dim)});
+            OutArray values = DenseValues(j, table, out);
             NoGil([&] { return client->PullDense(table, Span(values)); });
             return values;
           },
@@ -391,7 +399,7 @@ is bounded by the job's Distributed.timeout_ms).)doc")
           "pull_dense_async",
           [](const Job& j, uint32_t table, const py::object& out) {
             std::shared_ptr<ps::PsClient> client = ClientOf(j);
-            OutArray values = OutputArray(out, {static_cast<py::ssize_t>(TableOf(j, table).dim)});
+            OutArray values = DenseValues(j, table, out);
             std::future<Status> f = client->PullDenseAsync(table, Span(values));
             return std::make_unique<Future>(client, std::move(f), values);
           },
