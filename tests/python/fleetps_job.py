@@ -5,7 +5,9 @@ sync mode, 2 workers):
       worker 1 becomes the C++ reference client (reference_client.cc);
       worker 0 makes the same steps through fleetps and checks that both
       read the same rows, that duplicate keys' gradients are summed, and the
-      dense table's update; it writes OUT_DIR/checked when all held.
+      dense table's update, then saves and loads a checkpoint under
+      OUT_DIR/ckpt (fleetrun -o server.save_dir=OUT_DIR/ckpt); it writes
+      OUT_DIR/checked when all held.
   fleetps_job.py torch OUT_DIR
       both workers train one sync step of a fleetps.torch.EmbeddingBag on
       their half of a batch; worker 0 checks the rows against a local
@@ -97,6 +99,21 @@ def roundtrip(out_dir, reference_client):
     job.barrier("written")
     expect_equal("dense values read by fleetps and by the C++ client",
                  dense, read_f32(out_dir, "dense_updated", dense.shape), exact=True)
+
+    # Checkpoints go only under the job's save dirs (fleetrun -o
+    # server.save_dir=OUT_DIR/ckpt); the refusal is FleetPS's, as an exception.
+    try:
+        job.save(os.path.join(out_dir, "elsewhere"))
+        sys.exit("fleetps_job: a save outside server.save_dir was not refused")
+    except fleetps.InvalidArgument as e:
+        if "save refused" not in str(e):
+            sys.exit(f"fleetps_job: the refused save says {e}")
+    checkpoint = os.path.join(out_dir, "ckpt", "after_step")
+    job.save(checkpoint)
+    job.init_dense(DENSE, np.zeros(dense_dim, np.float32))
+    job.load(checkpoint)
+    expect_equal("dense values loaded back", job.pull_dense(DENSE), dense, exact=True)
+    expect_equal("rows loaded back", job.pull_sparse(SPARSE, k), updated, exact=True)
 
     stats = job.stats()
     rows = sum(t["rows"] for server in stats for t in server["tables"] if t["table_id"] == SPARSE)

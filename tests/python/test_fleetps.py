@@ -18,10 +18,10 @@ CONFIG = os.path.join(HERE, "tables.yaml")
 JOB = os.path.join(HERE, "fleetps_job.py")
 
 
-def fleetrun(log_dir, *program, timeout=120):
+def fleetrun(log_dir, *program, flags=(), timeout=120):
     """Runs a 2-server 2-worker job whose workers run `program`."""
     cmd = [os.path.join(BIN_DIR, "fleetrun"), "--server_num=2", "--worker_num=2",
-           "--config=" + CONFIG, "--log_dir=" + log_dir, *program]
+           "--config=" + CONFIG, "--log_dir=" + log_dir, *flags, *program]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
@@ -42,7 +42,8 @@ class FleetrunJobTest(unittest.TestCase):
 
     def test_round_trips_match_the_cpp_client(self):
         reference = os.path.join(os.environ["FLEET_TEST_DIR"], "fleetps_reference_client")
-        run = fleetrun(self.log_dir, sys.executable, JOB, "roundtrip", self.out_dir, reference)
+        run = fleetrun(self.log_dir, sys.executable, JOB, "roundtrip", self.out_dir, reference,
+                       flags=["-o", "server.save_dir=" + os.path.join(self.out_dir, "ckpt")])
         self.assertEqual(run.returncode, 0,
                          f"{run.stderr}\nworker 0:\n{worker_log(self.log_dir, 0)}"
                          f"\nworker 1:\n{worker_log(self.log_dir, 1)}")
