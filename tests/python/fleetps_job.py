@@ -13,9 +13,10 @@ sync mode, 2 workers):
       their half of a batch; worker 0 checks the rows against a local
       nn.EmbeddingBag trained on the whole batch, and that a second forward
       reads them; it writes OUT_DIR/checked when all held.
-  fleetps_job.py killed
-      worker 1 kills itself with SIGKILL once both joined; worker 0 waits at
-      a barrier that never completes (fleetrun stops it).
+  fleetps_job.py killed OUT_DIR
+      worker 0 waits at a barrier that never completes (fleetrun stops it)
+      while a thread of its writes OUT_DIR/ran_during_barrier (the GIL is
+      released); worker 1 then kills itself with SIGKILL.
 
 Exits 1 with the reason on stderr when a check fails.
 """
@@ -23,6 +24,8 @@ Exits 1 with the reason on stderr when a check fails.
 import os
 import signal
 import sys
+import threading
+import time
 
 import numpy as np
 
@@ -158,11 +161,27 @@ def torch_step(out_dir):
         open(os.path.join(out_dir, "checked"), "w").close()
 
 
-def killed():
+def killed(out_dir):
     job = fleetps.init()
     job.barrier("joined")
+    ran = os.path.join(out_dir, "ran_during_barrier")
     if job.rank == 1:
+        # Dies once worker 0's thread ran while worker 0 waited in a barrier.
+        deadline = time.monotonic() + 30
+        while not os.path.exists(ran):
+            if time.monotonic() > deadline:
+                sys.exit("fleetps_job: no Python thread ran during a barrier (the GIL was held)")
+            time.sleep(0.01)
         os.kill(os.getpid(), signal.SIGKILL)
+    waiting = threading.Event()
+
+    def run_while_waiting():
+        waiting.wait()
+        time.sleep(0.2)  # the main thread is inside barrier() by now
+        open(ran, "w").close()
+
+    threading.Thread(target=run_while_waiting, daemon=True).start()
+    waiting.set()
     job.barrier("never", timeout_ms=60000)
 
 
@@ -171,7 +190,7 @@ if __name__ == "__main__":
         roundtrip(sys.argv[2], sys.argv[3])
     elif sys.argv[1:2] == ["torch"] and len(sys.argv) == 3:
         torch_step(sys.argv[2])
-    elif sys.argv[1:] == ["killed"]:
-        killed()
+    elif sys.argv[1:2] == ["killed"] and len(sys.argv) == 3:
+        killed(sys.argv[2])
     else:
         sys.exit(__doc__)

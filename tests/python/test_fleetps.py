@@ -60,9 +60,11 @@ class FleetrunJobTest(unittest.TestCase):
                          f"\nworker 1:\n{worker_log(self.log_dir, 1)}")
         self.assertTrue(os.path.exists(os.path.join(self.out_dir, "checked")), run.stderr)
 
-    def test_a_killed_worker_fails_the_job(self):
-        run = fleetrun(self.log_dir, sys.executable, JOB, "killed")
+    def test_a_killed_worker_fails_the_job_and_barrier_releases_the_gil(self):
+        run = fleetrun(self.log_dir, sys.executable, JOB, "killed", self.out_dir)
         self.assertNotEqual(run.returncode, 0, run.stderr)
+        self.assertTrue(os.path.exists(os.path.join(self.out_dir, "ran_during_barrier")),
+                        run.stderr)
         self.assertRegex(run.stderr, r"worker 1 \(pid \d+\) was killed by signal 9")
 
 
