@@ -53,7 +53,7 @@ class _SparseTable:
     def __init__(self, job, table, batch_size):
         info = job.table(table)
         if info["kind"] != "sparse":
-            raise fleetps.InvalidArgument(f"InvalidArgument: table {table} is {info['kind']}, "
+            raise fleetps.InvalidArgument(f"Invalid argument: table {table} is {info['kind']}, "
                                           "an embedding needs a sparse table")
         self.dim = info["pull_dim"]
         self._ctr = info["accessor"] == "ctr"
@@ -99,7 +99,7 @@ class _SparseTable:
         """Rows [unique keys, dim] (a leaf whose gradient is pushed) and the
         index of each id's row, shaped like ids."""
         if ids.dtype != torch.int64:
-            raise fleetps.InvalidArgument("InvalidArgument: keys must be an int64 tensor "
+            raise fleetps.InvalidArgument("Invalid argument: keys must be an int64 tensor "
                                           f"(uint64 bits; see keys_tensor), got {ids.dtype}")
         comm = self._communicator(batch_samples)
         self._wait_push()
@@ -214,7 +214,7 @@ class DenseParameters:
         info = job.table(table)
         if info["kind"] != "dense" or info["dim"] != count:
             raise fleetps.InvalidArgument(
-                f"InvalidArgument: table {table} ({info['kind']}, dim {info['dim']}) does not "
+                f"Invalid argument: table {table} ({info['kind']}, dim {info['dim']}) does not "
                 f"hold these {count} parameters: make it a dense table with dim {count}")
         self._job = job
         self._table = table

@@ -73,6 +73,24 @@ def roundtrip(out_dir, reference_client):
     again = np.empty_like(initial)
     job.pull_sparse_async(SPARSE, k.tolist(), out=again).result()
     expect_equal("pull_sparse and pull_sparse_async(out=) rows", again, initial, exact=True)
+    # Bad arguments raise the class of FleetPS's status code, with its message.
+    bad_calls = [
+        (lambda: job.pull_sparse(SPARSE, k, out=np.empty(initial.shape)), fleetps.InvalidArgument,
+         "float32"),
+        (lambda: job.pull_sparse(SPARSE, k, out=np.empty((1, dim), np.float32)),
+         fleetps.InvalidArgument, "wrong size"),
+        (lambda: job.push_sparse(SPARSE, k, np.zeros((len(k), dim + 1), np.float32), step=0),
+         fleetps.InvalidArgument, f"need {len(k) * dim} floats"),
+        (lambda: job.pull_dense(99), fleetps.NotFound, "no such table"),
+        (lambda: job.pull_sparse(99, k), fleetps.NotFound, "99"),
+    ]
+    for call, error, words in bad_calls:
+        try:
+            call()
+            sys.exit(f"fleetps_job: no {error.__name__} raised (want one saying {words!r})")
+        except error as e:
+            if words not in str(e):
+                sys.exit(f"fleetps_job: {error.__name__} says {e}, want {words!r} in it")
     job.barrier("pulled_initial")
     expect_equal("rows pulled by fleetps and by the C++ client",
                  initial, read_f32(out_dir, "sparse_initial", initial.shape), exact=True)
