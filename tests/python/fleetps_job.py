@@ -9,10 +9,11 @@ sync mode, 2 workers):
       OUT_DIR/ckpt (fleetrun -o server.save_dir=OUT_DIR/ckpt); it writes
       OUT_DIR/checked when all held.
   fleetps_job.py torch OUT_DIR
-      both workers train one sync step of a fleetps.torch.EmbeddingBag on
-      their half of a batch; worker 0 checks the rows against a local
-      nn.EmbeddingBag trained on the whole batch, and that a second forward
-      reads them; it writes OUT_DIR/checked when all held.
+      both workers train one step of a fleetps.torch.EmbeddingBag on their
+      half of a batch (sync, or async with -o Distributed.mode=async: then
+      prefetched); worker 0 checks the rows against a local nn.EmbeddingBag
+      trained on the whole batch, and that a second forward reads them; it
+      writes OUT_DIR/checked when all held.
   fleetps_job.py killed OUT_DIR
       worker 0 waits at a barrier that never completes (fleetrun stops it)
       while a thread of its writes OUT_DIR/ran_during_barrier (the GIL is
@@ -162,16 +163,29 @@ def torch_step(out_dir):
     def loss_of(pooled, target):
         return ((pooled.sum(1) - target) ** 2).mean()
 
-    loss_of(emb(fleetps.torch.keys_tensor(key_values[bag_ids[mine]])), target[mine]).backward()
+    my_bags = fleetps.torch.keys_tensor(key_values[bag_ids[mine]])
+    # Only async pulls ahead: sync must read the step's update first.
+    started = emb.prefetch(my_bags)
+    if started != (job.mode == "async"):
+        sys.exit(f"fleetps_job: prefetch in {job.mode} mode returned {started}")
+    loss = loss_of(emb(fleetps.torch.keys_tensor(key_values[bag_ids[mine]])), target[mine])
+    # Async: neither worker's gradient may see the other's update.
+    job.barrier("pulled_step")
+    loss.backward()
     emb.flush()
     job.barrier("pushed")
     local = torch.nn.EmbeddingBag.from_pretrained(torch.from_numpy(initial), freeze=False,
                                                   mode="sum")
     loss_of(local(torch.from_numpy(bag_ids)), target).backward()
+    # Sync: the servers sum gradients scaled to the global batch's mean, as the
+    # local step on the whole batch; async applies each worker's own mean.
+    steps = 1 if job.mode == "sync" else job.world_size
     with torch.no_grad():
-        want = (local.weight - SPARSE_LR * local.weight.grad).numpy()
-    expect_equal("rows after a sync step of both workers' halves and the local model's step",
+        want = (local.weight - SPARSE_LR * steps * local.weight.grad).numpy()
+    expect_equal(f"rows after a {job.mode} step of both workers' halves and the local model's step",
                  job.pull_sparse(SPARSE, key_values), want)
+    all_bags = fleetps.torch.keys_tensor(key_values[bag_ids])
+    emb.prefetch(all_bags)
     with torch.no_grad():
         pooled = emb(fleetps.torch.keys_tensor(key_values[bag_ids]))
     expect_equal("a second forward's bags", pooled.numpy(), want[bag_ids].sum(1))

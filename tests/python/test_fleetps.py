@@ -49,16 +49,21 @@ class FleetrunJobTest(unittest.TestCase):
                          f"\nworker 1:\n{worker_log(self.log_dir, 1)}")
         self.assertTrue(os.path.exists(os.path.join(self.out_dir, "checked")), run.stderr)
 
-    def test_torch_embedding_bag_trains_as_a_local_one(self):
+    def test_torch_embedding_bag_trains_as_a_local_one_sync_and_async(self):
         try:
             import torch  # noqa: F401
         except ImportError as e:
             self.skipTest(f"python3-torch is not installed ({e}; scripts/setup.sh installs it)")
-        run = fleetrun(self.log_dir, sys.executable, JOB, "torch", self.out_dir)
-        self.assertEqual(run.returncode, 0,
-                         f"{run.stderr}\nworker 0:\n{worker_log(self.log_dir, 0)}"
-                         f"\nworker 1:\n{worker_log(self.log_dir, 1)}")
-        self.assertTrue(os.path.exists(os.path.join(self.out_dir, "checked")), run.stderr)
+        for mode in ("sync", "async"):
+            with self.subTest(mode=mode):
+                log_dir, out_dir = self.log_dir + "_" + mode, os.path.join(self.out_dir, mode)
+                os.mkdir(out_dir)
+                run = fleetrun(log_dir, sys.executable, JOB, "torch", out_dir,
+                               flags=["-o", "Distributed.mode=" + mode])
+                self.assertEqual(run.returncode, 0,
+                                 f"{run.stderr}\nworker 0:\n{worker_log(log_dir, 0)}"
+                                 f"\nworker 1:\n{worker_log(log_dir, 1)}")
+                self.assertTrue(os.path.exists(os.path.join(out_dir, "checked")), run.stderr)
 
     def test_a_killed_worker_fails_the_job_and_barrier_releases_the_gil(self):
         run = fleetrun(self.log_dir, sys.executable, JOB, "killed", self.out_dir)
