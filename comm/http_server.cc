@@ -136,18 +136,14 @@ struct HttpExchange {
   bool stream_closed = false;               // guarded by mu
 
   // REQUIRES: mu held. Hands the connection back to the event thread if it
-  // is waiting for this exchange; the caller resumes it after unlocking.
-  MHD_Connection* TakeSuspended() {
-    if (!suspended) return nullptr;
+  // is waiting for this exchange. Under mu, so that Stop() (which takes mu
+  // of every exchange before it stops the daemon) never finds a resume half
+  // done; libmicrohttpd calls none of our callbacks under its own lock, so
+  // the two locks are always taken in this order.
+  void ResumeLocked() {
+    if (!suspended) return;
     suspended = false;
-    return connection;
-  }
-  // Resumes what TakeSuspended returned. Only the one who cleared
-  // `suspended` gets here, and a suspended connection stays alive until it
-  // is resumed, so this is safe unlocked.
-  void Resume(MHD_Connection* suspended_connection) const {
-    if (suspended_connection == nullptr) return;
-    MHD_resume_connection(suspended_connection);
+    MHD_resume_connection(connection);
     const uint64_t one = 1;
     // Should the write fail (never, for an eventfd), the loop still runs
     // within its tick.
@@ -158,26 +154,18 @@ struct HttpExchange {
 HttpStream::HttpStream(std::shared_ptr<HttpExchange> exchange) : exchange_(std::move(exchange)) {}
 
 bool HttpStream::Write(std::string_view chunk) {
-  MHD_Connection* resume = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(exchange_->mu);
-    if (exchange_->gone || exchange_->stream_closed) return false;
-    exchange_->pending.append(chunk);
-    resume = exchange_->TakeSuspended();
-  }
-  exchange_->Resume(resume);
+  std::lock_guard<std::mutex> lock(exchange_->mu);
+  if (exchange_->gone || exchange_->stream_closed) return false;
+  exchange_->pending.append(chunk);
+  exchange_->ResumeLocked();
   return true;
 }
 
 void HttpStream::Close() {
-  MHD_Connection* resume = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(exchange_->mu);
-    if (exchange_->stream_closed) return;
-    exchange_->stream_closed = true;
-    resume = exchange_->TakeSuspended();
-  }
-  exchange_->Resume(resume);
+  std::lock_guard<std::mutex> lock(exchange_->mu);
+  if (exchange_->stream_closed) return;
+  exchange_->stream_closed = true;
+  exchange_->ResumeLocked();
 }
 
 bool HttpStream::open() const {
@@ -207,22 +195,17 @@ HttpReply::~HttpReply() {
 
 void HttpReply::Send(HttpResponse response) {
   CHECK(exchange_ != nullptr) << "HttpReply::Send on a moved-from reply";
-  MHD_Connection* resume = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(exchange_->mu);
-    if (exchange_->answered_by_server) return;
-    CHECK(!exchange_->answered) << "HttpReply answered twice";
-    exchange_->answered = true;
-    if (exchange_->gone) return;
-    exchange_->response = std::move(response);
-    resume = exchange_->TakeSuspended();
-  }
-  exchange_->Resume(resume);
+  std::lock_guard<std::mutex> lock(exchange_->mu);
+  if (exchange_->answered_by_server) return;
+  CHECK(!exchange_->answered) << "HttpReply answered twice";
+  exchange_->answered = true;
+  if (exchange_->gone) return;
+  exchange_->response = std::move(response);
+  exchange_->ResumeLocked();
 }
 
 std::shared_ptr<HttpStream> HttpReply::Stream(HttpResponse head) {
   CHECK(exchange_ != nullptr) << "HttpReply::Stream on a moved-from reply";
-  MHD_Connection* resume = nullptr;
   {
     std::lock_guard<std::mutex> lock(exchange_->mu);
     CHECK(exchange_->answered_by_server || !exchange_->answered) << "HttpReply answered twice";
@@ -230,10 +213,9 @@ std::shared_ptr<HttpStream> HttpReply::Stream(HttpResponse head) {
     exchange_->streaming = true;
     if (!exchange_->gone && !exchange_->answered_by_server) {
       exchange_->stream_head = std::move(head);
-      resume = exchange_->TakeSuspended();
+      exchange_->ResumeLocked();
     }
   }
-  exchange_->Resume(resume);
   return std::make_shared<HttpStream>(exchange_);
 }
 
@@ -674,18 +656,14 @@ void HttpServer::Impl::Drain() {
   // every stream ends, then what was queued gets a short while to go out.
   const MHD_socket listen_fd = MHD_quiesce_daemon(daemon);
   for (Request* rq : live) {
-    MHD_Connection* resume = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(rq->exchange->mu);
-      if (!rq->exchange->answered) {
-        rq->exchange->answered = true;
-        rq->exchange->answered_by_server = true;
-        rq->exchange->response = Plain(503, absl::StrCat(options.name, " stopping"));
-      }
-      rq->exchange->stream_closed = true;
-      resume = rq->exchange->TakeSuspended();
+    std::lock_guard<std::mutex> lock(rq->exchange->mu);
+    if (!rq->exchange->answered) {
+      rq->exchange->answered = true;
+      rq->exchange->answered_by_server = true;
+      rq->exchange->response = Plain(503, absl::StrCat(options.name, " stopping"));
     }
-    rq->exchange->Resume(resume);
+    rq->exchange->stream_closed = true;
+    rq->exchange->ResumeLocked();
   }
   const auto deadline = Clock::now() + kDrainBudget;
   while (!live.empty() && Clock::now() < deadline) {
@@ -695,13 +673,9 @@ void HttpServer::Impl::Drain() {
   }
   // Whatever is still suspended must be resumed before the daemon stops.
   for (Request* rq : live) {
-    MHD_Connection* resume = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(rq->exchange->mu);
-      rq->exchange->gone = true;
-      resume = rq->exchange->TakeSuspended();
-    }
-    rq->exchange->Resume(resume);
+    std::lock_guard<std::mutex> lock(rq->exchange->mu);
+    rq->exchange->gone = true;
+    rq->exchange->ResumeLocked();
   }
   MHD_stop_daemon(daemon);
   daemon = nullptr;

@@ -1,5 +1,6 @@
 #include "comm/program_help.h"
 
+#include <dlfcn.h>
 #include <gflags/gflags.h>
 #include <glog/logging.h>
 
@@ -57,8 +58,21 @@ std::set<std::string> LibraryFlagDirs() {
   return dirs;
 }
 
+// The object file (the program or a shared library) holding `address`.
+const void* ObjectHolding(const void* address) {
+  Dl_info where{};
+  return dladdr(address, &where) != 0 ? where.dli_fbase : nullptr;
+}
+
+// A library flag is one from glog's or gflags' sources, or one that a shared
+// library defines (RocksDB's tools register dozens of flags when librocksdb is
+// loaded). The project's flags live in the program itself: its libraries are
+// static. glog's flags can sit in the program too (a copy relocation when the
+// program sets one), hence the directory test as well.
 bool IsLibraryFlag(const gflags::CommandLineFlagInfo& info, const std::set<std::string>& dirs) {
-  return dirs.contains(std::filesystem::path(info.filename).parent_path().string());
+  static const void* const program = ObjectHolding(reinterpret_cast<const void*>(&ObjectHolding));
+  return dirs.contains(std::filesystem::path(info.filename).parent_path().string()) ||
+         ObjectHolding(info.flag_ptr) != program;
 }
 
 bool BoolOption(const char* name) {
@@ -87,7 +101,7 @@ std::string LibraryFlagsText() {
   const std::set<std::string> library = LibraryFlagDirs();
   std::vector<gflags::CommandLineFlagInfo> all;
   gflags::GetAllFlags(&all);
-  std::string out = "\nLibrary flags (glog, gflags):\n";
+  std::string out = "\nLibrary flags (glog, gflags and the shared libraries loaded):\n";
   for (const gflags::CommandLineFlagInfo& info : all) {
     if (IsLibraryFlag(info, library)) out += gflags::DescribeOneFlag(info);
   }

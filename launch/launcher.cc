@@ -104,6 +104,9 @@ class Launcher {
   // Removes the shared-memory segments the job's processes left behind (a
   // collective rank 0 killed during its rendezvous cannot). Call after Run().
   void RemoveShmLeftovers();
+  // Says why this host will not start and, in a multi-host job, tells the
+  // other hosts (AnnounceRefusal); returns the exit code (2).
+  int Refuse(const std::string& why);
 
  private:
   int RunJob();
@@ -151,6 +154,10 @@ class Launcher {
   // store client's source address; "" on one machine, when it is loopback
   // or not known to be this machine's.
   std::string SourceAddress() const;
+  // This host's name for its own files in a log folder the job's hosts may
+  // share: its address in a multi-host job, "" for a job on one machine.
+  std::string HostTag() const;
+
   // This host failed (`what` names the process or the cause): tells the
   // other hosts at once, before the processes are stopped.
   void TellPeersFailed(const std::string& what);
@@ -286,17 +293,16 @@ int Launcher::RunJob() {
   }
   // A link in place of the folder is refused, as everywhere FleetPS writes.
   if (Status made = DefaultFileSystem()->CreateDir(job_.log_dir); !made.ok()) {
-    std::fprintf(io_.err, "fleetrun: --log_dir: cannot create '%s': %s\n", job_.log_dir.c_str(),
-                 made.message().c_str());
-    return kExitBadFlags;
+    return Refuse("--log_dir: cannot create '" + job_.log_dir + "': " + made.message());
   }
-  auto lock = LogDirLock::Acquire(job_.log_dir, job_.job_id);
-  if (!lock.ok()) {
-    std::fprintf(io_.err, "fleetrun: --log_dir: %s\n", lock.status().message().c_str());
-    return kExitBadFlags;
-  }
+  // The hosts of a job may share the folder (NFS): fleetrun's own files
+  // there are per host; the processes' logs have job-wide names.
+  const std::string host = HostTag();
+  auto lock = LogDirLock::Acquire(job_.log_dir, job_.job_id, host);
+  if (!lock.ok()) return Refuse("--log_dir: " + lock.status().message());
   log_lock_.emplace(std::move(lock).value());
-  metrics_ = std::make_unique<JobMetrics>(job_.log_dir + "/metrics.jsonl");
+  metrics_ = std::make_unique<JobMetrics>(job_.log_dir + "/metrics" +
+                                          (host.empty() ? "" : "." + host) + ".jsonl");
   if (job_.host_kv) {
     kv_server_ = std::make_unique<KvStoreServer>(
         KvStoreServerOptions{.listen = job_.kv_listen,
@@ -585,7 +591,14 @@ std::optional<int> Launcher::WaitForStore() {
   while (true) {
     // Any answer, "not found" included, shows the store serves this host.
     Result<std::string> probe = kv_->Get("store/probe");
-    if (probe.ok() || probe.status().IsNotFound()) return std::nullopt;
+    if (probe.ok() || probe.status().IsNotFound()) {
+      // A host that refused to start (or failed) before this one came.
+      if (Result<std::string> failed = kv_->Get("job/failed"); failed.ok()) {
+        std::fprintf(io_.err, "fleetrun: job failed: %s; not starting\n", failed->c_str());
+        return kExitJobFailed;
+      }
+      return std::nullopt;
+    }
     if (probe.status().code() == StatusCode::kFailedPrecondition) {
       std::fprintf(io_.err,
                    "fleetrun: the KV store at %s refused this host: %s; give every host the same "
@@ -726,6 +739,37 @@ std::set<std::string> Launcher::LocalJobAddresses() const {
     for (int r : *ranks) mine.insert((*list)[r].host);
   }
   return mine;
+}
+
+std::string Launcher::HostTag() const {
+  if (job_.mode == Mode::kPsCluster) {
+    std::set<std::string> hosts;
+    for (const auto* list : {&job_.servers, &job_.heter_workers, &job_.workers}) {
+      for (const Endpoint& e : *list) hosts.insert(e.host);
+    }
+    const std::set<std::string> mine = LocalJobAddresses();
+    return hosts.size() > 1 && !mine.empty() ? *mine.begin() : "";
+  }
+  if (job_.mode == Mode::kCollective && job_.collective.nnodes > 1)
+    return job_.collective.node_host;
+  return "";
+}
+
+int Launcher::Refuse(const std::string& why) {
+  std::fprintf(io_.err, "fleetrun: %s\n", why.c_str());
+  std::fflush(io_.err);
+  const std::string host = HostTag();
+  if (host.empty()) return kExitBadFlags;
+  std::fprintf(io_.err, "fleetrun: telling the job's other hosts through the KV store at %s\n",
+               job_.kv_endpoint.c_str());
+  AnnounceRefusal({.job_id = job_.job_id,
+                   .kv_endpoint = job_.kv_endpoint,
+                   .kv_listen = job_.kv_listen,
+                   .host_kv = job_.host_kv,
+                   .auth = job_.credentials,
+                   .source_address = SourceAddress(),
+                   .text = "host " + host + " refused to start: " + why});
+  return kExitBadFlags;
 }
 
 std::string Launcher::SourceAddress() const {
@@ -1072,14 +1116,11 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
   job->auth_note = std::string(SecretSourceName(*secret));
   // A PS job's config is checked before anything starts; a collective job's
   // belongs to its program, and --store_only runs no job.
+  Status config_checked;
   if (job->mode == Mode::kPsSimulation || job->mode == Mode::kPsCluster) {
     auto recovery = DefaultRecoveryDir(&*job, options->max_restart);
-    Status st = recovery.ok() ? CheckPsJobConfig(*job) : recovery.status();
-    if (!st.ok()) {
-      std::fprintf(io.err, "fleetrun: %s\n", st.message().c_str());
-      return kExitBadFlags;
-    }
-    if (!recovery->empty()) {
+    config_checked = recovery.ok() ? CheckPsJobConfig(*job) : recovery.status();
+    if (config_checked.ok() && !recovery->empty()) {
       std::fprintf(io.out, "fleetrun: --max_restart without server.recovery_dir: servers keep their push log and "
                            "recovery checkpoints in %s\n", recovery->c_str());
     }
@@ -1091,6 +1132,8 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
                  orphans);
   }
   Launcher launcher(args, std::move(*options), std::move(*job), wake_fd, io);
+  // A config this host refuses: the other hosts are told too.
+  if (!config_checked.ok()) return launcher.Refuse(config_checked.message());
   const int rc = launcher.Run();
   launcher.RemoveShmLeftovers();
   return rc;

@@ -1,46 +1,97 @@
 #include "launch/log_dir_lock.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 
 namespace fleet::launch {
+namespace {
 
-Result<LogDirLock> LogDirLock::Acquire(const std::string& dir, const std::string& job_id) {
-  const std::string path = dir + "/.fleetrun.lock";
+constexpr std::string_view kPrefix = ".fleetrun";
+constexpr std::string_view kSuffix = ".lock";
+
+// What a lock file says of its holder ("job J host H pid P"), one line.
+std::string Holder(int fd) {
+  char text[512] = {};
+  const ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+  std::string who = n > 0 ? std::string(text, static_cast<size_t>(n)) : "unknown";
+  while (!who.empty() && (who.back() == '\n' || who.back() == '\r')) who.pop_back();
+  return who;
+}
+
+// The job id in a holder line ("job <id> ..."; older fleetruns wrote
+// "pid <pid> job <id>").
+std::string JobOf(const std::string& holder) {
+  const size_t at = holder.find("job ");
+  if (at == std::string::npos) return "";
+  const size_t start = at + 4;
+  return holder.substr(start, holder.find(' ', start) - start);
+}
+
+Status IoError(const std::string& what, const std::string& path, int err) {
+  return Status::IOError(what + " (" + std::strerror(err) + ")", path);
+}
+
+}  // namespace
+
+Result<LogDirLock> LogDirLock::Acquire(const std::string& dir, const std::string& job_id,
+                                       const std::string& host) {
+  const std::string mine_name =
+      std::string(kPrefix) + (host.empty() ? "" : "." + host) + std::string(kSuffix);
+  const std::string path = dir + "/" + mine_name;
   // O_CLOEXEC: the job's processes must not keep the lock past fleetrun.
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0) {
-    return Status::IOError(
-        std::string("cannot open the log directory's lock file (") + std::strerror(errno) + ")",
-        path);
-  }
+  if (fd < 0) return IoError("cannot open the log directory's lock file", path, errno);
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    char holder[256] = {};
-    const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+    const std::string who = Holder(fd);
     close(fd);
-    if (err != EWOULDBLOCK) {
-      return Status::IOError(std::string("cannot lock (") + std::strerror(err) + ")", path);
-    }
-    std::string who = n > 0 ? std::string(holder, static_cast<size_t>(n)) : "unknown";
-    while (!who.empty() && who.back() == '\n') who.pop_back();
+    if (err != EWOULDBLOCK) return IoError("cannot lock", path, err);
     return Status::FailedPrecondition(
         "log directory " + dir + " is in use by another live job (fleetrun " + who +
         "); its log files would be overwritten: give this job another --log_dir or --job_id");
   }
-  const std::string me = "pid " + std::to_string(getpid()) + " job " + job_id + "\n";
+  const std::string me = "job " + job_id + " host " + (host.empty() ? "(one machine)" : host) +
+                         " pid " + std::to_string(getpid()) + "\n";
   if (ftruncate(fd, 0) != 0 ||
       pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
     const int err = errno;
     close(fd);
-    return Status::IOError(std::string("cannot write the lock file (") + std::strerror(err) + ")",
-                           path);
+    return IoError("cannot write the lock file", path, err);
   }
-  return LogDirLock(fd);
+  LogDirLock lock(fd);
+  // The other hosts' locks: one held by a live fleetrun of another job
+  // means its files are here too. A lock nobody holds is a dead job's.
+  DIR* entries = opendir(dir.c_str());
+  if (entries == nullptr) return IoError("cannot list the log directory", dir, errno);
+  Status other_job;
+  while (const dirent* e = readdir(entries)) {
+    const std::string_view name = e->d_name;
+    if (name == mine_name || !name.starts_with(kPrefix) || !name.ends_with(kSuffix)) continue;
+    const int other = openat(dirfd(entries), e->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (other < 0) continue;
+    if (flock(other, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK) {
+      const std::string who = Holder(other);
+      // A job on one machine shares its folder with no other host, so a
+      // live lock beside it is another job's, whatever its job id.
+      const bool one_machine = host.empty() || name == std::string(kPrefix) + std::string(kSuffix);
+      if (one_machine || JobOf(who) != job_id) {
+        other_job = Status::FailedPrecondition(
+            "log directory " + dir + " is in use by another live job (fleetrun " + who +
+            "); its log files would be overwritten: give this job another --log_dir or --job_id");
+      }
+    }
+    close(other);  // releases a shared lock taken on a dead job's file
+    if (!other_job.ok()) break;
+  }
+  closedir(entries);
+  if (!other_job.ok()) return other_job;
+  return lock;
 }
 
 LogDirLock::~LogDirLock() {

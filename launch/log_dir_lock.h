@@ -1,9 +1,16 @@
-// One job per log directory: fleetrun holds <log_dir>/.fleetrun.lock (an
-// flock) while it runs, so a second job on the machine that would write the
-// same serverlog.N / workerlog.N files (e.g. two jobs with the default
-// --log_dir and --job_id) is refused instead of truncating the first's logs.
-// The lock dies with the process, so a job killed by SIGKILL leaves no stale
-// lock behind.
+// One job per log directory, also when several hosts share it (a home or
+// project folder on NFS under Slurm: the same command on every host means
+// the same --log_dir). Each fleetrun holds an flock on its host's own lock
+// file in the folder, <log_dir>/.fleetrun.lock for a job on one machine and
+// <log_dir>/.fleetrun.<host>.lock for a host of a multi-host job (<host>:
+// its address in the job), holding "job <job id> host <host> pid <pid>".
+// So the hosts of one job share the folder, each writing its own files,
+// while a second job there (on any host: the locks of a shared file system
+// are the file server's) is refused naming the job and the host that holds
+// it, instead of overwriting its serverlog.N / workerlog.N. A lock dies
+// with its process, so a job killed by SIGKILL leaves none behind, and a
+// host is never told a pid of another host's (pid 1 in a container) is
+// alive.
 #pragma once
 
 #include <string>
@@ -14,12 +21,16 @@ namespace fleet::launch {
 
 class LogDirLock {
  public:
-  // Takes the lock of `dir` (which must exist) and writes "pid <getpid()>
-  // job <job_id>" into the lock file for whoever finds it taken.
-  // Errors: FailedPrecondition when a live process holds it, naming that
-  // job's fleetrun pid and job id; IOError when the lock file cannot be
-  // opened (also when it is a symbolic link: never followed).
-  static Result<LogDirLock> Acquire(const std::string& dir, const std::string& job_id);
+  // Takes `host`'s lock of `dir` (which must exist; `host` empty: a job on
+  // one machine) and writes who holds it. Errors: FailedPrecondition when
+  // another live fleetrun holds this host's lock, or any live fleetrun of
+  // another job holds a lock in `dir` (a job on one machine shares `dir`
+  // with no other fleetrun, whatever its job id), naming that job, its host
+  // and pid;
+  // IOError when a lock file cannot be opened (also when it is a symbolic
+  // link: never followed).
+  static Result<LogDirLock> Acquire(const std::string& dir, const std::string& job_id,
+                                    const std::string& host = "");
 
   LogDirLock(LogDirLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   LogDirLock& operator=(LogDirLock&&) = delete;

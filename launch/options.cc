@@ -34,67 +34,111 @@ constexpr std::string_view kByHandGroup = "Processes started by hand";
 const OptionSpec kOptions[] = {
     // Parameter-server mode.
     {"server_num", &LaunchOptions::server_num, "unset",
-     "PS simulation on this machine: number of ps_server processes (port 0: each binds a free port); at most 1024", kPsGroup},
+     "PS simulation on this machine: number of ps_server processes (port 0: each binds a free "
+     "port); at most 1024",
+     kPsGroup},
     {"worker_num", &LaunchOptions::worker_num, "unset",
      "PS simulation: number of workers (ps_worker, or PROGRAM when given); at most 1024", kPsGroup},
-    {"heter_worker_num", &LaunchOptions::heter_worker_num, "0", "PS simulation: number of heter_worker processes; at most 1024", kPsGroup},
+    {"heter_worker_num", &LaunchOptions::heter_worker_num, "0",
+     "PS simulation: number of heter_worker processes; at most 1024", kPsGroup},
     {"servers", &LaunchOptions::servers, "unset",
-     "PS cluster: every server as ip:port, comma-separated (at most 1024); this machine starts the ones whose ip is its own", kPsGroup},
+     "PS cluster: every server as ip:port, comma-separated (at most 1024); this machine starts the "
+     "ones whose ip is its own",
+     kPsGroup},
     {"workers", &LaunchOptions::workers, "unset",
-     "PS cluster: every worker as ip or ip:port (bare ip = port 0: the worker binds and publishes one if it needs it)", kPsGroup},
-    {"heter_workers", &LaunchOptions::heter_workers, "unset", "PS cluster: every heter worker as ip:port", kPsGroup},
-    {"config", &LaunchOptions::config, "unset", "job YAML passed to every process (required in PS mode)", kPsGroup},
+     "PS cluster: every worker as ip or ip:port (bare ip = port 0: the worker binds and publishes "
+     "one if it needs it)",
+     kPsGroup},
+    {"heter_workers", &LaunchOptions::heter_workers, "unset",
+     "PS cluster: every heter worker as ip:port", kPsGroup},
+    {"config", &LaunchOptions::config, "unset",
+     "job YAML passed to every process (required in PS mode)", kPsGroup},
     {"o", &LaunchOptions::overrides, "none",
-     "-o Key.sub=value: override one config key; repeatable; passed on as --override= and FLEET_OVERRIDES", kPsGroup},
+     "-o Key.sub=value: override one config key; repeatable; passed on as --override= and "
+     "FLEET_OVERRIDES",
+     kPsGroup},
     // Collective mode.
     {"gpus", &LaunchOptions::gpus, "all GPUs",
-     "collective: GPU ids, one process per id (FLEET_DEVICE=cuda:K); each id must exist", kCollectiveGroup},
+     "collective: GPU ids, one process per id (FLEET_DEVICE=cuda:K); each id must exist",
+     kCollectiveGroup},
     {"devices", &LaunchOptions::gpus, "all GPUs", "alias of --gpus", kCollectiveGroup},
     {"nproc_per_node", &LaunchOptions::nproc_per_node, "GPU count, or 1",
-     "collective: processes on this node (at most 1024); on a machine without GPU they are CPU processes "
-     "(shared memory on one node, Gloo across nodes)", kCollectiveGroup},
+     "collective: processes on this node (at most 1024); on a machine without GPU they are CPU "
+     "processes "
+     "(shared memory on one node, Gloo across nodes)",
+     kCollectiveGroup},
     {"ips", &LaunchOptions::ips, "unset",
-     "collective multi-node: every node's ip, comma-separated, same command on each; node rank = position; "
-     "the first node hosts the KV store on --http_port", kCollectiveGroup},
+     "collective multi-node: every node's ip, comma-separated, same command on each; node rank = "
+     "position; "
+     "the first node hosts the KV store on --http_port",
+     kCollectiveGroup},
     {"master", &LaunchOptions::master, "unset",
-     "collective multi-node: ip:port of the KV store, the same on every node; the node owning that address hosts it; node ranks are handed out there", kCollectiveGroup},
+     "collective multi-node: ip:port of the KV store, the same on every node; the node owning that "
+     "address hosts it; node ranks are handed out there",
+     kCollectiveGroup},
     {"nnodes", &LaunchOptions::nnodes, "1 (Slurm: SLURM_NNODES)",
-     "collective: number of nodes (at most 1024); >1 without --master makes this node the master and prints the command for the others", kCollectiveGroup},
+     "collective: number of nodes (at most 1024); >1 without --master makes this node the master "
+     "and prints the command for the others",
+     kCollectiveGroup},
     {"host", &LaunchOptions::host, "first non-loopback address",
-     "collective multi-node: the address this node announces when it hosts the store", kCollectiveGroup},
+     "collective multi-node: the address this node announces when it hosts the store",
+     kCollectiveGroup},
     {"node_rank", &LaunchOptions::node_rank, "0",
-     "torchrun's name: 0 makes this node the master (it hosts the store on --master_addr:--master_port); "
-     "others join it (their ranks are handed out in arrival order)", kCollectiveGroup},
+     "torchrun's name: 0 makes this node the master (it hosts the store on "
+     "--master_addr:--master_port); "
+     "others join it (their ranks are handed out in arrival order)",
+     kCollectiveGroup},
     {"master_addr", &LaunchOptions::master_addr, "unset",
-     "torchrun's name: the master node's address (with --node_rank 0: this node's --host)", kCollectiveGroup},
+     "torchrun's name: the master node's address (with --node_rank 0: this node's --host)",
+     kCollectiveGroup},
     {"master_port", &LaunchOptions::master_port, "29500",
      "torchrun's name: the store's port on the master (fleetrun's --http_port)", kCollectiveGroup},
     // Both modes.
     {"log_dir", &LaunchOptions::log_dir, "log",
-     "process logs: serverlog.N, workerlog.N, heterlog.N (under <log_dir>/<job_id>/ when --job_id is given)", kJobGroup},
-    {"job_id", &LaunchOptions::job_id, "default", "scopes KV store keys and the log folder so jobs can share a machine", kJobGroup},
+     "process logs: serverlog.N, workerlog.N, heterlog.N (under <log_dir>/<job_id>/ when --job_id "
+     "is given); the machines of a job may share it (fleetrun's own files there are per machine); "
+     "no link is followed in it",
+     kJobGroup},
+    {"job_id", &LaunchOptions::job_id, "default",
+     "scopes KV store keys and the log folder so jobs can share a machine", kJobGroup},
     {"http_port", &LaunchOptions::http_port, "a free port on one machine; 36001 across machines",
-     "port of the KV store fleetrun hosts; 0 = a free port (only when the whole job is on this machine)", kJobGroup},
-    {"bin_dir", &LaunchOptions::bin_dir, "fleetrun's folder", "where ps_server, ps_worker and heter_worker are", kJobGroup},
-    {"max_restart", &LaunchOptions::max_restart, "0", "restart a failed process up to this many times (at most 100) before failing the job; the restart gets FLEET_RESTART and FLEET_RESTART_GENERATION. Multi-host PS jobs: a machine whose fleetrun died may also rejoin this many times (the same command started there again within --rendezvous_timeout)", kProcessGroup},
+     "port of the KV store fleetrun hosts; 0 = a free port (only when the whole job is on this "
+     "machine)",
+     kJobGroup},
+    {"bin_dir", &LaunchOptions::bin_dir, "fleetrun's folder",
+     "where ps_server, ps_worker and heter_worker are", kJobGroup},
+    {"max_restart", &LaunchOptions::max_restart, "0",
+     "restart a failed process up to this many times (at most 100) before failing the job; the "
+     "restart gets FLEET_RESTART and FLEET_RESTART_GENERATION. Multi-host PS jobs: a machine whose "
+     "fleetrun died may also rejoin this many times (the same command started there again within "
+     "--rendezvous_timeout)",
+     kProcessGroup},
     {"grace_period", &LaunchOptions::grace_period_s, "5",
      "seconds between SIGTERM and SIGKILL when stopping processes (at most 86400)", kProcessGroup},
     {"rendezvous_timeout", &LaunchOptions::rendezvous_timeout_s, "120",
-     "seconds to wait for servers to publish endpoints and for other nodes to join (at most 86400)", kProcessGroup},
+     "seconds to wait for servers to publish endpoints and for other nodes to join (at most 86400)",
+     kProcessGroup},
     {"peer_timeout", &LaunchOptions::peer_timeout_s, "5",
-     "multi-host jobs: seconds without a heartbeat (through the KV store) after which a host counts as "
-     "dead and the job fails on every host (at most 86400)", kProcessGroup},
+     "multi-host jobs: seconds without a heartbeat (through the KV store) after which a host "
+     "counts as "
+     "dead and the job fails on every host (at most 86400)",
+     kProcessGroup},
     {"auth", &LaunchOptions::auth, "on",
-     "on: every ZeroMQ message authenticated (per-connection MACs; values travel in the clear), KV store "
-     "requests signed, keys from the job secret; off: plain, for trusted networks only (passed on as "
-     "FLEET_AUTH)", kSecurityGroup},
+     "on: every ZeroMQ message authenticated (per-connection MACs; values travel in the clear), KV "
+     "store "
+     "requests signed, keys from the job secret; off: plain, for trusted networks only (passed on "
+     "as "
+     "FLEET_AUTH)",
+     kSecurityGroup},
     {"job_secret_file", &LaunchOptions::job_secret_file, "unset",
      "file (mode 600) holding the job secret, needed on every machine of a multi-machine job (or "
-     "FLEET_JOB_SECRET); a job on one machine gets a fresh random one", kSecurityGroup},
+     "FLEET_JOB_SECRET); a job on one machine gets a fresh random one",
+     kSecurityGroup},
     {"store_only", &LaunchOptions::store_only, "off",
      "host only the KV store, on --host (default 127.0.0.1) and --http_port (default 36001), for "
      "ps_server/ps_worker started by hand with --kv_endpoint; needs --job_secret_file (or "
-     "--auth=off); runs until Ctrl-C or SIGTERM", kByHandGroup},
+     "--auth=off); runs until Ctrl-C or SIGTERM",
+     kByHandGroup},
 };
 
 const OptionSpec* FindOption(std::string_view name) {
@@ -256,7 +300,7 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
     } else if (arg.starts_with("-") && arg.size() > 1) {
       return Status::InvalidArgument(std::string(arg) + ": unknown flag (see fleetrun --help)");
     } else {
-      // First non-flag: the collective PROGRAM; the rest is its own.
+      // First non-flag: PROGRAM (collective, or a PS job's workers); the rest is its own.
       out.program = std::string(arg);
       out.program_args.assign(args.begin() + i + 1, args.end());
       break;

@@ -290,4 +290,28 @@ bool PeerWatch::Round() {
   return true;
 }
 
+void AnnounceRefusal(const RefusalNotice& notice) {
+  std::unique_ptr<KvStoreServer> store;
+  if (notice.host_kv) {
+    store = std::make_unique<KvStoreServer>(
+        KvStoreServerOptions{.listen = notice.kv_listen, .auth = notice.auth});
+    if (!store->Start().ok()) return;  // the port is taken: nobody can be told
+  }
+  KvStoreClient kv(notice.kv_endpoint, notice.job_id,
+                   KvStoreClientOptions{.request_timeout = milliseconds(1000),
+                                        .auth = notice.auth,
+                                        .source_address = notice.source_address});
+  const auto deadline = Clock::now() + notice.serve_for;
+  // A store that is not up yet (its host starts later) is tried again.
+  while (true) {
+    Result<std::string> marker = kv.Get(kFailedKey);
+    if (marker.ok()) break;  // another host's failure came first
+    if (marker.status().IsNotFound() && kv.Set(kFailedKey, notice.text).ok()) break;
+    if (Clock::now() >= deadline) return;
+    std::this_thread::sleep_for(milliseconds(200));
+  }
+  // The store's host keeps the store up while the others read the marker.
+  if (store != nullptr) std::this_thread::sleep_for(deadline - Clock::now());
+}
+
 }  // namespace fleet::launch

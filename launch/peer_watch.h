@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -148,5 +149,24 @@ class PeerWatch {
   std::chrono::steady_clock::time_point last_store_answer_ = started_;
   std::thread thread_;
 };
+
+// A host of a multi-host job that refuses to start (its log folder, its
+// config, ...) tells the others, so that they fail within seconds naming it
+// and the reason instead of waiting out --rendezvous_timeout: it writes the
+// job's failure marker (job/failed), serving the store itself for
+// `serve_for` first when it is the store's host (the others wait for that
+// store). Best effort, bounded by `serve_for`; a host that starts only
+// later finds no marker (the store lives in its host's fleetrun).
+struct RefusalNotice {
+  std::string job_id;
+  std::string kv_endpoint;  // where the store is (or will be)
+  std::string kv_listen;    // with host_kv: where this host serves it
+  bool host_kv = false;
+  std::shared_ptr<const JobAuth> auth = nullptr;
+  std::string source_address = {};
+  std::string text = {};  // "host 10.0.0.2 refused to start: <reason>"
+  std::chrono::milliseconds serve_for{6000};
+};
+void AnnounceRefusal(const RefusalNotice& notice);
 
 }  // namespace fleet::launch

@@ -33,6 +33,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -119,9 +120,9 @@ class ClusterTest : public ::testing::Test {
     std::vector<std::string> args = {bin_ + "/fleetrun",
                                      "--job_secret_file=" + (dir_ / secret).string(),
                                      "--servers=" + servers_, "--workers=" + workers_};
-    args.insert(args.end(), more.begin(), more.end());
     const std::vector<std::string> job = PsJobFlags(epochs);
     args.insert(args.end(), job.begin(), job.end());
+    args.insert(args.end(), more.begin(), more.end());  // last: its -o overrides win
     return args;
   }
 
@@ -130,8 +131,7 @@ class ClusterTest : public ::testing::Test {
   std::vector<std::string> PsJobFlags(const std::string& epochs,
                                       const std::string& batch_size = "64") const {
     std::vector<std::string> args = {"--config=" + src_ + "/configs/ctr_dnn.yaml",
-                                     "--job_id=" + job_id_,
-                                     "--log_dir=log",
+                                     "--job_id=" + job_id_, "--log_dir=" + log_dir_,
                                      "--grace_period=" + grace_period_,
                                      "--rendezvous_timeout=" + rendezvous_timeout_};
     const fs::path data = dir_ / "data";
@@ -163,7 +163,7 @@ class ClusterTest : public ::testing::Test {
                                              const std::vector<std::string>& program) const {
     std::vector<std::string> args = {
         bin_ + "/fleetrun",    "--job_secret_file=" + (dir_ / "secret").string(),
-        "--job_id=" + job_id_, "--log_dir=log",
+        "--job_id=" + job_id_, "--log_dir=" + log_dir_,
         "--grace_period=1",    "--rendezvous_timeout=30",
         "--nproc_per_node=1"};
     args.insert(args.end(), mode.begin(), mode.end());
@@ -207,6 +207,7 @@ class ClusterTest : public ::testing::Test {
   std::string workers_ = "198.18.0.2,198.18.0.3";
   std::string rendezvous_timeout_ = "30";
   std::string grace_period_ = "1";
+  std::string log_dir_ = "log";  // relative: each host's own working folder
   std::deque<FleetJob> jobs_;
 };
 
@@ -495,6 +496,103 @@ TEST_F(ClusterTest, SameMasterCommandOnEveryNode) {
   EXPECT_EQ(b.WaitForExit(seconds(60)), 0) << b.Output();
   EXPECT_NE(a.Output().find("KV store serving on 198.18.0.1:36001"), std::string::npos)
       << a.Output();
+}
+
+// `args` run in a PID namespace of their own (inside the host's network
+// namespace), as on a real machine or a container: fleetrun is pid 1 there,
+// and every host has a pid 1.
+std::vector<std::string> InOwnPidNamespace(std::vector<std::string> args) {
+  args.insert(args.begin(), {"/usr/bin/unshare", "--pid", "--kill-child", "--mount-proc"});
+  return args;
+}
+
+// Issue 47: the hosts of a job share one log folder (NFS under Slurm: the
+// same command on every host, the same --log_dir), each host in its own PID
+// namespace. The PS job and the --ips job run; every process's log is there
+// and intact, and fleetrun's own files are per host (its lock naming job,
+// host and pid; its metrics). (The second host was refused: the lock held
+// only "pid 1", which exists on every host.)
+TEST_F(ClusterTest, HostsSharingOneLogFolderEachWriteTheirOwnFiles) {
+  log_dir_ = (dir_ / ("shared_" + job_id_)).string();
+  std::vector<FleetJob*> ps;
+  for (int h : {kA, kB, kC}) ps.push_back(&Start(h, InOwnPidNamespace(PsCommand(h))));
+  for (FleetJob* j : ps) EXPECT_EQ(j->WaitForExit(seconds(90)), 0) << j->Output();
+  const fs::path folder = fs::path(log_dir_) / job_id_;
+  for (const std::string name : {"serverlog.0", "serverlog.1", "workerlog.0", "workerlog.1"}) {
+    const std::string log = ReadAll(folder / name);
+    EXPECT_NE(log.find(name.starts_with("server") ? "ps_server" : "summary:"), std::string::npos)
+        << name << ":\n"
+        << log;
+  }
+  for (const std::string host : {"198.18.0.1", "198.18.0.2", "198.18.0.3"}) {
+    const std::string lock = ReadAll(folder / (".fleetrun." + host + ".lock"));
+    EXPECT_EQ(lock, "job " + job_id_ + " host " + host + " pid 1\n");
+    EXPECT_NE(ReadAll(folder / ("metrics." + host + ".jsonl")).find("\"exit_code\""),
+              std::string::npos)
+        << host;
+  }
+
+  const std::vector<std::string> ips = CollectiveCommand({"--ips=198.18.0.1,198.18.0.2"}, Mnist());
+  job_id_ += "_ips";
+  std::vector<std::string> command = ips;
+  for (std::string& arg : command) {
+    if (arg.starts_with("--job_id=")) arg = "--job_id=" + job_id_;
+  }
+  FleetJob& a = Start(kA, InOwnPidNamespace(command));
+  FleetJob& b = Start(kB, InOwnPidNamespace(command));
+  EXPECT_EQ(a.WaitForExit(seconds(90)), 0) << a.Output() << b.Output();
+  EXPECT_EQ(b.WaitForExit(seconds(90)), 0) << b.Output();
+  const fs::path ips_folder = fs::path(log_dir_) / job_id_;
+  for (const std::string name : {"workerlog.0", "workerlog.1"}) {
+    EXPECT_NE(ReadAll(ips_folder / name).find("train_loss"), std::string::npos) << name;
+  }
+}
+
+// A second job given the folder a job's hosts share is refused, naming the
+// job and the host that holds it; and a host that refuses to start (here a
+// config value its command alone has wrong) fails the job's other hosts
+// within 10 s, naming it and the reason, instead of leaving them waiting
+// for the rendezvous (--rendezvous_timeout, 30 s here).
+TEST_F(ClusterTest, AnotherJobOnASharedFolderIsRefusedAndARefusingHostFailsTheOthers) {
+  log_dir_ = (dir_ / ("shared_" + job_id_)).string();
+  FleetJob& a = Start(kA, InOwnPidNamespace(PsCommand(kA, "secret", "1000")));
+  FleetJob& b = Start(kB, InOwnPidNamespace(PsCommand(kB, "secret", "1000")));
+  FleetJob& c = Start(kC, InOwnPidNamespace(PsCommand(kC, "secret", "1000")));
+  ASSERT_TRUE(b.WaitFor("epoch 1 step", seconds(60))) << b.Output() << a.Output() << c.Output();
+  std::vector<std::string> other = {
+      bin_ + "/fleetrun",    "--server_num=1",
+      "--worker_num=1",      "--config=" + src_ + "/configs/ctr_dnn.yaml",
+      "--job_id=" + job_id_, "--log_dir=" + log_dir_,
+      "--http_port=0"};
+  // The same job id, so the very same log files, by another job on host C.
+  FleetJob& intruder = Start(kC, InOwnPidNamespace(other));
+  EXPECT_EQ(intruder.WaitForExit(seconds(30)), 2) << intruder.Output();
+  // Any of the job's three hosts may be the one named (the folder's order).
+  EXPECT_TRUE(std::regex_search(
+      intruder.Output(), std::regex("is in use by another live job \\(fleetrun job " + job_id_ +
+                                    " host 198\\.18\\.0\\.[123] pid 1\\)")))
+      << intruder.Output();
+  for (FleetJob* j : {&a, &b, &c}) {
+    kill(j->fleetrun, SIGTERM);
+    j->WaitForExit(seconds(30));
+  }
+
+  job_id_ += "_refusal";
+  FleetJob& a2 = Start(kA, InOwnPidNamespace(PsCommand(kA, "secret", "1000")));
+  FleetJob& b2 = Start(kB, InOwnPidNamespace(PsCommand(kB, "secret", "1000")));
+  ASSERT_TRUE(b2.WaitFor("started worker 0", seconds(60))) << b2.Output() << a2.Output();
+  FleetJob& c2 =
+      Start(kC, InOwnPidNamespace(PsCommand(kC, "secret", "1000", {"-o", "train.batch_size=0"})));
+  EXPECT_EQ(c2.WaitForExit(seconds(30)), 2) << c2.Output();
+  const double took = SecondsUntilAllEnded({&a2, &b2}, Clock::now(), seconds(30));
+  std::printf("A and B ended %.1f s after C refused to start\n", took);
+  EXPECT_LE(took, 10.0);
+  for (FleetJob* j : {&a2, &b2}) {
+    EXPECT_EQ(j->exit_code, 1) << j->Output();
+    EXPECT_NE(j->Output().find("host 198.18.0.3 refused to start: "), std::string::npos)
+        << j->Output();
+    EXPECT_NE(j->Output().find("train.batch_size"), std::string::npos) << j->Output();
+  }
 }
 
 // A slower link: every host's sending capped at 40 Mbit/s (tc tbf; this

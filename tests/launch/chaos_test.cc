@@ -689,7 +689,8 @@ TEST_F(ChaosTest, SecondJobOnALiveJobsLogDirIsRefused) {
   const std::string said = second.Output();
   ASSERT_TRUE(rc.has_value());
   EXPECT_EQ(*rc, 2) << said;
-  EXPECT_NE(said.find("is in use by another live job (fleetrun pid " + std::to_string(first.fleetrun)),
+  EXPECT_NE(said.find("is in use by another live job (fleetrun job " + first.job_id +
+                      " host (one machine) pid " + std::to_string(first.fleetrun)),
             std::string::npos)
       << said;
   EXPECT_EQ(said.find("started"), std::string::npos) << said;

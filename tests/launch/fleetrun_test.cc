@@ -585,7 +585,9 @@ TEST_F(FleetrunTest, SecondJobOnALiveJobsLogDirIsRefused) {
   RunResult two = Run(PsArgs(1, 1), {"FIXTURE_DIR=" + fx2.string()});
   EXPECT_EQ(two.exit_code, 2) << two.err;
   EXPECT_EQ(two.err.rfind("fleetrun: --log_dir: ", 0), 0u) << two.err;
-  EXPECT_NE(two.err.find("pid " + std::to_string(one.pid) + " job "), std::string::npos) << two.err;
+  EXPECT_NE(two.err.find("job default host (one machine) pid " + std::to_string(one.pid)),
+            std::string::npos)
+      << two.err;
   EXPECT_TRUE(RecordedPids(fx2).empty());
   EXPECT_NE(ReadFile(worker_log).find("mode hang"), std::string::npos);
 

@@ -166,7 +166,7 @@ TEST_F(ByHandTest, TwoServersTwoWorkersTrainThroughTheStore) {
   EXPECT_TRUE(std::regex_search(
       server_log,
       std::regex(
-          R"(ps_server 0: requests/s \{[^}]*pull_sparse [0-9.]+[^}]*\}, in [0-9.]+ MiB/s, out [0-9.]+ MiB/s, table 0: \d+ rows [0-9.]+ MiB.*, rss \d+ MiB, push log off)")))
+          R"(ps_server 0: requests/s \{[^}]*pull_sparse [0-9.]+[^}]*\}, in [0-9.]+ MiB/s, out [0-9.]+ MiB/s, table 0: \d+ rows [0-9.]+ MiB.*, rss \d+ MiB \(peak \d+ MiB\), push log off)")))
       << server_log;
   for (Child* server : {server0.get(), server1.get()}) {
     kill(server->pid(), SIGTERM);
