@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "comm/progress_report.h"
 #include "python/job.h"
 
 namespace py = pybind11;
@@ -477,6 +478,20 @@ is bounded by the job's Distributed.timeout_ms).)doc")
           },
           "Asks every server to stop (a job started by hand; fleetrun stops its own).")
       .def(
+          "progress",
+          [](const Job& j, int64_t total_steps, int64_t steps_per_epoch, int64_t samples_per_step,
+             double every_s) {
+            ProgressReporterOptions o =
+                ProgressOptionsFor(j.spec(), "worker " + std::to_string(j.spec().rank), total_steps,
+                                   steps_per_epoch, samples_per_step);
+            o.interval = Millis(static_cast<int64_t>(std::max(0.0, every_s) * 1000));
+            return std::make_unique<ProgressReporter>(std::move(o));
+          },
+          py::arg("total_steps"), py::arg("steps_per_epoch"), py::arg("samples_per_step"),
+          py::arg("every_s") = 10.0,
+          "A Progress: call step(steps_done) after each step. Every every_s it logs ps_worker's "
+          "progress line and reports to fleetrun (its metrics and final throughput).")
+      .def(
           "communicator",
           [](Job& j, std::optional<uint32_t> sparse_table, std::optional<uint32_t> dense_table,
              int batch_size) {
@@ -528,6 +543,17 @@ PushArrays PushArgs(std::optional<KeyArray> keys, std::optional<FloatArray> grad
           std::move(grads),
           std::move(dense_grads),
           {std::move(shows), std::move(clicks)}};
+}
+
+void BindProgress(py::module_& m) {
+  py::class_<ProgressReporter>(m, "Progress", "A worker's progress as fleetrun shows it.")
+      .def(
+          "step",
+          [](ProgressReporter& p, int64_t steps_done) {
+            py::gil_scoped_release release;  // a report is one KV store request
+            p.Step(steps_done);
+          },
+          py::arg("steps_done"), "After a step: the number of the job's steps done so far.");
 }
 
 void BindCommunicator(py::module_& m) {
@@ -652,4 +678,5 @@ PYBIND11_MODULE(_fleetps, m) {
   MakeErrorClasses(m);
   BindJob(m);
   BindCommunicator(m);
+  BindProgress(m);
 }

@@ -152,6 +152,10 @@ def train_on_servers(job, args, train, hidden, dim):
     job.barrier("start")
     start = time.monotonic()
     slices = list(batches(len(mine), args.batch_size))
+    # Progress lines in the worker's log, and fleetrun's metrics and throughput.
+    progress = job.progress(total_steps=args.epochs * len(slices), steps_per_epoch=len(slices),
+                            samples_per_step=args.batch_size)
+    progress.step(0)
     for epoch in range(args.epochs):
         for i, s in enumerate(slices):
             loss = F.binary_cross_entropy_with_logits(model(ids_t[s], dense_t[s]), labels_t[s])
@@ -160,6 +164,7 @@ def train_on_servers(job, args, train, hidden, dim):
             # Async mode: the next batch's rows come while the MLP steps.
             model.embedding.prefetch(ids_t[slices[(i + 1) % len(slices)]].reshape(-1, 1))
             dense_params.step(args.batch_size)
+            progress.step(epoch * len(slices) + i + 1)
         print(f"worker {rank}: epoch {epoch} done, last loss {loss.item():.4f}", flush=True)
     model.embedding.flush()
     dense_params.flush()

@@ -25,12 +25,13 @@ from fleetps._fleetps import (  # noqa: F401  (re-exported)
     Job,
     NotFound,
     PendingPush,
+    Progress,
     Timeout,
     Unavailable,
 )
 
 __all__ = [
-    "init", "Job", "Communicator", "Future", "PendingPush", "Error", "InvalidArgument",
+    "init", "Job", "Communicator", "Future", "PendingPush", "Progress", "Error", "InvalidArgument",
     "NotFound", "Timeout", "Unavailable", "FailedPrecondition", "Corruption", "IOError",
 ]
 

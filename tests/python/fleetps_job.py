@@ -99,7 +99,13 @@ def roundtrip(out_dir, reference_client):
     # Worker 0 pushes keys 0, 3, 6 several times: their gradients add up.
     picks = np.array([0, 3, 0, 6, 3, 0])
     grads = np.arange(len(picks) * dim, dtype=np.float32).reshape(len(picks), dim) / 10
+    # The step's progress, reported to fleetrun as ps_worker reports it.
+    progress = job.progress(total_steps=1, steps_per_epoch=1, samples_per_step=len(picks),
+                            every_s=0.001)
+    progress.step(0)
     job.push_sparse(SPARSE, k[picks], grads, step=0)
+    time.sleep(0.002)
+    progress.step(1)
     job.barrier("pushed_sparse")
     merged = np.zeros_like(initial)
     np.add.at(merged, picks, grads)

@@ -48,6 +48,9 @@ class FleetrunJobTest(unittest.TestCase):
                          f"{run.stderr}\nworker 0:\n{worker_log(self.log_dir, 0)}"
                          f"\nworker 1:\n{worker_log(self.log_dir, 1)}")
         self.assertTrue(os.path.exists(os.path.join(self.out_dir, "checked")), run.stderr)
+        # Worker 0's progress reached fleetrun (the C++ worker reports none).
+        self.assertRegex(run.stdout + run.stderr, r"throughput [1-9]\d* samples/s")
+        self.assertIn("worker 0: step 1/1", worker_log(self.log_dir, 0))
 
     def test_torch_embedding_bag_trains_as_a_local_one_sync_and_async(self):
         try:
