@@ -241,8 +241,12 @@ class DenseParameters:
 
     def pull(self):
         """The table's values (geo: the local copy) into the parameters."""
-        comm = self._communicator(self._batch_size or 1)
-        comm.pull(dense_out=self._values)
+        if self._comm is None:
+            # Before the first push every mode reads the servers; the
+            # communicator is made then, with that batch's size (sync scale).
+            self._job.pull_dense(self._table, out=self._values)
+        else:
+            self._comm.pull(dense_out=self._values)
         with torch.no_grad():
             nn.utils.vector_to_parameters(torch.from_numpy(self._values), self._params)
 

@@ -11,9 +11,10 @@ sync mode, 2 workers):
   fleetps_job.py torch OUT_DIR
       both workers train one step of a fleetps.torch.EmbeddingBag on their
       half of a batch (sync, or async with -o Distributed.mode=async: then
-      prefetched); worker 0 checks the rows against a local nn.EmbeddingBag
-      trained on the whole batch, and that a second forward reads them; it
-      writes OUT_DIR/checked when all held.
+      prefetched), and of a linear layer in dense table 1
+      (fleetps.torch.DenseParameters); worker 0 checks the rows and the
+      layer against local ones trained on the whole batch, and that a
+      second forward reads the rows; it writes OUT_DIR/checked when all held.
   fleetps_job.py killed OUT_DIR
       worker 0 waits at a barrier that never completes (fleetrun stops it)
       while a thread of its writes OUT_DIR/ran_during_barrier (the GIL is
@@ -169,17 +170,30 @@ def torch_step(out_dir):
     def loss_of(pooled, target):
         return ((pooled.sum(1) - target) ** 2).mean()
 
+    # A 4 -> 2 linear layer (10 parameters: dense table 1) beside it.
+    torch.manual_seed(1)
+    linear = torch.nn.Linear(4, 2)
+    features = torch.linspace(-1, 1, len(bag_ids) * 4).reshape(len(bag_ids), 4)
+    start = [p.detach().clone() for p in linear.parameters()]
+    dense = fleetps.torch.DenseParameters(job, DENSE, linear.parameters())
+    dense.initialize()
+
     my_bags = fleetps.torch.keys_tensor(key_values[bag_ids[mine]])
     # Only async pulls ahead: sync must read the step's update first.
     started = emb.prefetch(my_bags)
     if started != (job.mode == "async"):
         sys.exit(f"fleetps_job: prefetch in {job.mode} mode returned {started}")
     loss = loss_of(emb(fleetps.torch.keys_tensor(key_values[bag_ids[mine]])), target[mine])
+    dense_loss = loss_of(linear(features[mine]), target[mine])
     # Async: neither worker's gradient may see the other's update.
     job.barrier("pulled_step")
     loss.backward()
+    dense_loss.backward()
+    dense.push(len(target[mine]))
     emb.flush()
+    dense.flush()
     job.barrier("pushed")
+    dense.pull()
     local = torch.nn.EmbeddingBag.from_pretrained(torch.from_numpy(initial), freeze=False,
                                                   mode="sum")
     loss_of(local(torch.from_numpy(bag_ids)), target).backward()
@@ -190,6 +204,16 @@ def torch_step(out_dir):
         want = (local.weight - SPARSE_LR * steps * local.weight.grad).numpy()
     expect_equal(f"rows after a {job.mode} step of both workers' halves and the local model's step",
                  job.pull_sparse(SPARSE, key_values), want)
+    local_linear = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        for p, v in zip(local_linear.parameters(), start):
+            p.copy_(v)
+    loss_of(local_linear(features), target).backward()
+    for name, p, local_p in zip(("weight", "bias"), linear.parameters(),
+                                local_linear.parameters()):
+        expect_equal(f"the linear layer's {name} after the {job.mode} step",
+                     p.detach().numpy(),
+                     (local_p - DENSE_LR * steps * local_p.grad).detach().numpy())
     all_bags = fleetps.torch.keys_tensor(key_values[bag_ids])
     emb.prefetch(all_bags)
     with torch.no_grad():
