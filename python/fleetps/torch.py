@@ -226,6 +226,8 @@ class DenseParameters:
         if self._comm is None:
             self._comm = self._job.communicator(
                 dense_table=self._table, batch_size=self._batch_size or max(batch_samples, 1))
+            # Geo's local copy starts from a pull (the parameters keep theirs).
+            self._comm.pull(dense_out=self._values)
         return self._comm
 
     def initialize(self, write=True):

@@ -11,7 +11,7 @@ sync mode, 2 workers):
   fleetps_job.py torch OUT_DIR
       both workers train one step of a fleetps.torch.EmbeddingBag on their
       half of a batch (sync, or async with -o Distributed.mode=async: then
-      prefetched), and of a linear layer in dense table 1
+      prefetched; geo: only checked to reach the servers), and of a linear layer in dense table 1
       (fleetps.torch.DenseParameters); worker 0 checks the rows and the
       layer against local ones trained on the whole batch, and that a
       second forward reads the rows; it writes OUT_DIR/checked when all held.
@@ -194,6 +194,16 @@ def torch_step(out_dir):
     dense.flush()
     job.barrier("pushed")
     dense.pull()
+    if job.mode == "geo":
+        # Local copies trained and their deltas exchanged (worker/'s tests
+        # hold the geo values): the step reached the servers.
+        rows, values = job.pull_sparse(SPARSE, key_values), job.pull_dense(DENSE)
+        if np.allclose(rows, initial) or np.allclose(values, np.concatenate(
+                [v.reshape(-1).numpy() for v in start])):
+            sys.exit("fleetps_job: a geo step did not reach the servers")
+        if job.rank == 0:
+            open(os.path.join(out_dir, "checked"), "w").close()
+        return
     local = torch.nn.EmbeddingBag.from_pretrained(torch.from_numpy(initial), freeze=False,
                                                   mode="sum")
     loss_of(local(torch.from_numpy(bag_ids)), target).backward()

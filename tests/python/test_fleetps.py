@@ -52,12 +52,12 @@ class FleetrunJobTest(unittest.TestCase):
         self.assertRegex(run.stdout + run.stderr, r"throughput [1-9]\d* samples/s")
         self.assertIn("worker 0: step 1/1", worker_log(self.log_dir, 0))
 
-    def test_torch_embedding_bag_trains_as_a_local_one_sync_and_async(self):
+    def test_torch_modules_train_as_local_ones_in_each_mode(self):
         try:
             import torch  # noqa: F401
         except ImportError as e:
             self.skipTest(f"python3-torch is not installed ({e}; scripts/setup.sh installs it)")
-        for mode in ("sync", "async"):
+        for mode in ("sync", "async", "geo"):
             with self.subTest(mode=mode):
                 log_dir, out_dir = self.log_dir + "_" + mode, os.path.join(self.out_dir, mode)
                 os.mkdir(out_dir)
