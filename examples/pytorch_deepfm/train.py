@@ -172,17 +172,17 @@ def train_on_servers(job, args, train, hidden, dim):
     return model, len(mine) * workers * args.epochs / (time.monotonic() - start)
 
 
-def train_locally(job, args, train, test_keys, hidden, dim):
-    """The reference: the same model with a local nn.EmbeddingBag, starting
-    from the servers' initial rows and the same MLP, trained with torch's
-    Adagrad and Adam set as the servers' tables on the same global batches."""
+def train_locally(job, args, train, vocab, initial_rows, hidden, dim):
+    """The reference: the same model with a local nn.EmbeddingBag over the
+    keys `vocab`, starting from the servers' initial rows and the same MLP,
+    trained with torch's Adagrad and Adam set as the servers' tables on the
+    same global batches."""
     labels, dense, keys = train
     global_batch = args.batch_size * job.world_size
     steps = len(labels) // global_batch
-    vocab = np.unique(np.concatenate([keys.reshape(-1), test_keys.reshape(-1)]))
     emb = nn.EmbeddingBag(len(vocab), 1 + dim, mode="sum", sparse=True)
     with torch.no_grad():
-        emb.weight.copy_(torch.from_numpy(job.pull_sparse(SPARSE_TABLE, vocab)))
+        emb.weight.copy_(torch.from_numpy(initial_rows))
     torch.manual_seed(args.seed)
     model = DeepFM(emb, dim, hidden)
     sparse_cfg, dense_cfg = job.table(SPARSE_TABLE), job.table(DENSE_TABLE)
@@ -223,11 +223,16 @@ def main():
     job = fleetps.init()
     dim = job.table(SPARSE_TABLE)["pull_dim"] - 1
     train = read_criteo(os.path.join(args.data, "train"))
+    if job.rank == 0:
+        test_labels, test_dense, test_keys = read_criteo(os.path.join(args.data, "test"))
+        test_dense = torch.from_numpy(test_dense)
+        # The reference's start: every key's row before any push (training
+        # waits for worker 0 at its first barrier).
+        vocab = np.unique(np.concatenate([train[2].reshape(-1), test_keys.reshape(-1)]))
+        initial_rows = None if args.no_reference else job.pull_sparse(SPARSE_TABLE, vocab)
     model, ps_rate = train_on_servers(job, args, train, hidden, dim)
     if job.rank != 0:
         return
-    test_labels, test_dense, test_keys = read_criteo(os.path.join(args.data, "test"))
-    test_dense = torch.from_numpy(test_dense)
     ps_auc = evaluate(model, fleetps.torch.keys_tensor(test_keys), test_dense, test_labels)
     oracle = float(dict(line.split() for line in open(os.path.join(args.data, "oracle.txt"))
                         if not line.startswith("#"))["oracle_auc"])
@@ -236,7 +241,7 @@ def main():
           f"{ps_rate:.0f} samples/s", flush=True)
     if args.no_reference:
         return
-    local, index, local_rate = train_locally(job, args, train, test_keys, hidden, dim)
+    local, index, local_rate = train_locally(job, args, train, vocab, initial_rows, hidden, dim)
     local_auc = evaluate(local, index(test_keys), test_dense, test_labels)
     print(f"local nn.EmbeddingBag reference: AUC {local_auc:.4f} "
           f"(fleetps - local {ps_auc - local_auc:+.4f}), {local_rate:.0f} samples/s", flush=True)
