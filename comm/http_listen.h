@@ -10,10 +10,6 @@
 
 #include "comm/status.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace fleet {
 
 struct ListeningSocket {
@@ -26,9 +22,5 @@ struct ListeningSocket {
 // be bound (in use, or not this host's), InvalidArgument when the host does
 // not resolve.
 Result<ListeningSocket> ListenTcp(const std::string& host, int port);
-
-// Binds `server` to host:port as above and returns the bound port, or -1.
-// The caller then runs server.listen_after_bind().
-int BindHttpServer(httplib::Server& server, const std::string& host, int port);
 
 }  // namespace fleet

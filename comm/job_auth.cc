@@ -144,8 +144,8 @@ Result<std::shared_ptr<const JobAuth>> JobAuth::FromFile(const std::string& path
   return auth;
 }
 
-Result<std::string> JobAuth::ReadSecretFile(const std::string& path) {
-  const std::string which = absl::StrCat("job secret file '", path, "'");
+Result<std::string> JobAuth::ReadSecretFile(const std::string& path, std::string_view what) {
+  const std::string which = absl::StrCat(std::string(what), " '", path, "'");
   // open + fstat: the file checked is the file read.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {

@@ -58,8 +58,10 @@ class JobAuth {
   // IOError when it cannot be read, and what FromSecret refuses.
   static Result<std::shared_ptr<const JobAuth>> FromFile(const std::string& path);
   // The checks of FromFile, returning the file's text (for fleetrun, which
-  // hands the secret on to its children).
-  static Result<std::string> ReadSecretFile(const std::string& path);
+  // hands the secret on to its children, and gpt_serve's API keys). `what`
+  // names the file in errors.
+  static Result<std::string> ReadSecretFile(const std::string& path,
+                                            std::string_view what = "job secret file");
 
   // A fresh random secret (32 bytes from the OS's CSPRNG, hex: 64
   // characters), what fleetrun makes for a job on one machine.

@@ -298,7 +298,7 @@ int Launcher::RunJob() {
   // The hosts of a job may share the folder (NFS): fleetrun's own files
   // there are per host; the processes' logs have job-wide names.
   const std::string host = HostTag();
-  auto lock = LogDirLock::Acquire(job_.log_dir, job_.job_id, host);
+  auto lock = LogDirLock::Acquire(job_.log_dir, job_.job_id, host, job_.kv_endpoint);
   if (!lock.ok()) return Refuse("--log_dir: " + lock.status().message());
   log_lock_.emplace(std::move(lock).value());
   metrics_ = std::make_unique<JobMetrics>(job_.log_dir + "/metrics" +

@@ -24,12 +24,12 @@ std::string Holder(int fd) {
   return who;
 }
 
-// The job id in a holder line ("job <id> ..."; older fleetruns wrote
-// "pid <pid> job <id>").
-std::string JobOf(const std::string& holder) {
-  const size_t at = holder.find("job ");
+// The word after `key` in a holder line ("job <id> host <h> store <s> pid
+// <p>"; older fleetruns wrote "pid <pid> job <id>"); empty when absent.
+std::string Field(const std::string& holder, std::string_view key) {
+  const size_t at = holder.find(std::string(key) + " ");
   if (at == std::string::npos) return "";
-  const size_t start = at + 4;
+  const size_t start = at + key.size() + 1;
   return holder.substr(start, holder.find(' ', start) - start);
 }
 
@@ -40,7 +40,7 @@ Status IoError(const std::string& what, const std::string& path, int err) {
 }  // namespace
 
 Result<LogDirLock> LogDirLock::Acquire(const std::string& dir, const std::string& job_id,
-                                       const std::string& host) {
+                                       const std::string& host, const std::string& store) {
   const std::string mine_name =
       std::string(kPrefix) + (host.empty() ? "" : "." + host) + std::string(kSuffix);
   const std::string path = dir + "/" + mine_name;
@@ -57,7 +57,8 @@ Result<LogDirLock> LogDirLock::Acquire(const std::string& dir, const std::string
         "); its log files would be overwritten: give this job another --log_dir or --job_id");
   }
   const std::string me = "job " + job_id + " host " + (host.empty() ? "(one machine)" : host) +
-                         " pid " + std::to_string(getpid()) + "\n";
+                         (host.empty() ? "" : " store " + store) + " pid " +
+                         std::to_string(getpid()) + "\n";
   if (ftruncate(fd, 0) != 0 ||
       pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
     const int err = errno;
@@ -80,7 +81,8 @@ Result<LogDirLock> LogDirLock::Acquire(const std::string& dir, const std::string
       // A job on one machine shares its folder with no other host, so a
       // live lock beside it is another job's, whatever its job id.
       const bool one_machine = host.empty() || name == std::string(kPrefix) + std::string(kSuffix);
-      if (one_machine || JobOf(who) != job_id) {
+      // The hosts of one job share its id and its KV store.
+      if (one_machine || Field(who, "job") != job_id || Field(who, "store") != store) {
         other_job = Status::FailedPrecondition(
             "log directory " + dir + " is in use by another live job (fleetrun " + who +
             "); its log files would be overwritten: give this job another --log_dir or --job_id");

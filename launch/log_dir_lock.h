@@ -3,7 +3,8 @@
 // the same --log_dir). Each fleetrun holds an flock on its host's own lock
 // file in the folder, <log_dir>/.fleetrun.lock for a job on one machine and
 // <log_dir>/.fleetrun.<host>.lock for a host of a multi-host job (<host>:
-// its address in the job), holding "job <job id> host <host> pid <pid>".
+// its address in the job), holding "job <job id> host <host> store <KV
+// store endpoint> pid <pid>" (the hosts of one job share its id and store).
 // So the hosts of one job share the folder, each writing its own files,
 // while a second job there (on any host: the locks of a shared file system
 // are the file server's) is refused naming the job and the host that holds
@@ -22,7 +23,8 @@ namespace fleet::launch {
 class LogDirLock {
  public:
   // Takes `host`'s lock of `dir` (which must exist; `host` empty: a job on
-  // one machine) and writes who holds it. Errors: FailedPrecondition when
+  // one machine) and writes who holds it; `store` is the job's KV store
+  // endpoint (multi-host jobs). Errors: FailedPrecondition when
   // another live fleetrun holds this host's lock, or any live fleetrun of
   // another job holds a lock in `dir` (a job on one machine shares `dir`
   // with no other fleetrun, whatever its job id), naming that job, its host
@@ -30,7 +32,7 @@ class LogDirLock {
   // IOError when a lock file cannot be opened (also when it is a symbolic
   // link: never followed).
   static Result<LogDirLock> Acquire(const std::string& dir, const std::string& job_id,
-                                    const std::string& host = "");
+                                    const std::string& host = "", const std::string& store = "");
 
   LogDirLock(LogDirLock&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
   LogDirLock& operator=(LogDirLock&&) = delete;

@@ -15,7 +15,8 @@ seconds="${1:-30}"
 shift || true
 root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$root/build-fuzz-clang"
-all=(message ps_request ps_checkpoint trainer_checkpoint kv_http ctr_reader idx_reader job_config gpt_config)
+all=(message ps_request ps_checkpoint trainer_checkpoint kv_http ctr_reader idx_reader job_config gpt_config
+  openai_request)
 targets=("$@")
 [ $# -eq 0 ] && targets=("${all[@]}")
 

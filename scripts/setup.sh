@@ -72,3 +72,29 @@ if ! bpe_ok; then
     exit 1
   fi
 fi
+
+# The official OpenAI Node SDK (npm openai, Apache-2.0, no dependencies),
+# pinned by version and checked by SHA-256, into .cache/openai-node (ignored
+# by git): the client tests/gpt_serve/openai_sdk_test.cc drives gpt_serve
+# with. It runs on Node.js (20 here; the npm step above brings Debian's when
+# npm was missing); without node that test skips. Only a missing or other
+# version is fetched again.
+sdk_dir="$(cd "$(dirname "$0")/.." && pwd)/.cache/openai-node"
+sdk_version=6.49.0
+sdk_sha256=e48de0f4c5dbecebdeb864233f5ea49be07cd3e0ff3bd3e1e6745dc5e168cced
+if command -v npm >/dev/null &&
+  [ "$(cat "$sdk_dir/VERSION" 2>/dev/null)" != "openai@$sdk_version $sdk_sha256" ]; then
+  echo "setup: fetching the OpenAI Node SDK (npm openai@$sdk_version) into $sdk_dir"
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent "openai@$sdk_version" >/dev/null 2>&1)
+  if ! (cd "$tmp" && echo "$sdk_sha256  openai-$sdk_version.tgz" | sha256sum --quiet -c - >/dev/null 2>&1); then
+    rm -rf "$tmp"
+    echo "setup: openai-$sdk_version.tgz from npm is missing or fails its SHA-256 check" >&2
+    exit 1
+  fi
+  rm -rf "$sdk_dir"
+  mkdir -p "$sdk_dir/node_modules/openai"
+  tar -xzf "$tmp/openai-$sdk_version.tgz" -C "$sdk_dir/node_modules/openai" --strip-components=1
+  echo "openai@$sdk_version $sdk_sha256" > "$sdk_dir/VERSION"
+  rm -rf "$tmp"
+fi

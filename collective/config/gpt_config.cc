@@ -388,7 +388,7 @@ Status ParseGeneration(ConfigSection s, GenerationConfig* g) {
       s.Choice("decode_strategy", &g->decode_strategy, {"sampling", "greedy_search"}));
   FLEET_RETURN_IF_ERROR(s.Int("top_k", &g->top_k, 0));
   FLEET_RETURN_IF_ERROR(s.Double("top_p", &g->top_p, 1e-9, 1));
-  FLEET_RETURN_IF_ERROR(s.Double("temperature", &g->temperature, 1e-6, 1e6));
+  FLEET_RETURN_IF_ERROR(s.Double("temperature", &g->temperature, 0, 1e6));
   FLEET_RETURN_IF_ERROR(s.Int("min_dec_len", &g->min_dec_len, 0));
   FLEET_RETURN_IF_ERROR(s.Int("max_dec_len", &g->max_dec_len, 1));
   FLEET_RETURN_IF_ERROR(s.Int("num_return_sequences", &g->num_return_sequences, 1));
@@ -660,6 +660,8 @@ Result<GptJobConfig> ParseGptJobConfig(ConfigDocument document, int64_t world_si
   FLEET_RETURN_IF_ERROR(ParseGeneration(top.Sub("Generation"), &c.generation));
   FLEET_RETURN_IF_ERROR(ParseProfiler(top.Sub("Profiler")));
   FLEET_RETURN_IF_ERROR(ParseFused(top.Sub("Fused")));
+  // gpt_serve's section (chat template), read and checked by serve/.
+  top.Accept("Serving");
   FLEET_RETURN_IF_ERROR(top.Finish());
   c.engine.test_iters = test_iters.value_or(c.engine.eval_iters * 10);
   FLEET_RETURN_IF_ERROR(Resolve(doc, world_size, dp, batch, accumulate, &c));

@@ -1,6 +1,7 @@
 // GptJobConfig: the GPT pretraining config (configs/gpt/*.yaml), in FleetX's
 // shape so a FleetX user recognises it: sections Global, Engine, Model, Data,
-// Optimizer, Distributed (and Generation for gpt_generate), a `_base_` file
+// Optimizer, Distributed (and Generation for gpt_generate; Serving, which
+// gpt_serve reads and checks itself: serve/chat_template.h), a `_base_` file
 // that others extend, `-c FILE` and repeatable `-o Section.key=value`
 // overrides (comm/yaml_config.h). FleetX's key names are kept where they
 // apply; keys FleetPS adds are marked "FleetPS".
@@ -13,8 +14,8 @@
 // FleetX keys that name Python objects or Paddle internals (Model.module,
 // Data.*.loader.collate_fn, mix_precision.custom_black_list, ...) are accepted
 // with any value so FleetX files load, and mean nothing here. FleetX features
-// FleetPS does not have (pipeline parallelism, sequence parallelism, the Paddle profiler) are accepted only with
-// their "off" value; anything else is refused with a message saying so.
+// FleetPS does not have (pipeline parallelism, sequence parallelism, the Paddle profiler) are
+// accepted only with their "off" value; anything else is refused with a message saying so.
 //
 // Thread safety: plain values.
 #pragma once
@@ -414,7 +415,8 @@ struct GenerationConfig {
   // `Generation.top_p`: default 0.75, in (0, 1] (1: no cut). Sample only
   // among the most likely tokens whose probabilities add up to p.
   double top_p = 0.75;
-  // `Generation.temperature`: default 1.0, > 0. Lower is more conservative.
+  // `Generation.temperature`: default 1.0, >= 0. Lower is more conservative;
+  // 0 is greedy (the most likely token), whatever decode_strategy says.
   double temperature = 1.0;
   // `Generation.min_dec_len`: default 1, >= 0; `max_dec_len`: default 200,
   // >= min_dec_len. Bounds on generated tokens (end-of-text is not

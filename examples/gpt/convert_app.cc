@@ -4,10 +4,10 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "collective/config/gpt_config.h"
+#include "comm/program_flags.h"
 #include "comm/program_help.h"
 #include "comm/yaml_config.h"
-#include "examples/gpt/program_flags.h"
-#include "collective/config/gpt_config.h"
 #include "trainer/models/gpt_hf.h"
 #include "trainer/models/gpt_lora_files.h"
 
@@ -96,14 +96,8 @@ std::string ShapeLine(const trainer::GptConfig& c) {
 
 int GptConvertMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Result<Flags> flags = ParseFlags(args);
-  if (!flags.ok()) {
-    err << "gpt_convert: " << flags.status().ToString() << "\n";
-    return 2;
-  }
-  if (flags->help) {
-    out << FormatProgramHelp(ConvertHelp());
-    return 0;
-  }
+  const std::optional<int> early = FlagsExitStatus(flags, "gpt_convert", ConvertHelp(), out, err);
+  if (early) return *early;
   Result<trainer::SafetensorsDtype> dtype = trainer::ParseFloatDtype(flags->dtype);
   if (!dtype.ok()) {
     err << "gpt_convert: --dtype: " << dtype.status().ToString() << "\n";

@@ -8,12 +8,11 @@
 #include <thread>
 
 #include "absl/strings/numbers.h"
+#include "collective/config/gpt_data.h"
+#include "comm/program_flags.h"
 #include "comm/program_help.h"
 #include "comm/yaml_config.h"
-#include "examples/gpt/program_flags.h"
-#include "trainer/backend.h"
 #include "trainer/checkpoint.h"
-#include "collective/config/gpt_data.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_decoder.h"
@@ -22,33 +21,6 @@
 namespace fleet::examples::gpt {
 
 using trainer::config::GptJobConfig;
-
-Result<InferenceCompute> CreateInferenceCompute(const GptJobConfig& config,
-                                                const std::string& device_flag, int threads,
-                                                const std::string& program, std::ostream& err) {
-  InferenceCompute out;
-  out.device = !device_flag.empty()                                    ? device_flag
-               : config.global.device == trainer::config::Device::kCpu ? "cpu"
-                                                                       : "cuda:0";
-  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  FLEET_ASSIGN_OR_RETURN(
-      out.compute,
-      trainer::CreateGptCompute(out.device, config.engine.mix_precision.precision, threads));
-  if (!out.compute.precision_note.empty()) {
-    err << program << ": " << out.compute.precision_note << "\n";
-  }
-  return out;
-}
-
-Result<std::unique_ptr<trainer::GptModel>> LoadGptModel(const GptJobConfig& config,
-                                                        const std::string& checkpoint_dir,
-                                                        trainer::GptCompute* compute) {
-  FLEET_ASSIGN_OR_RETURN(
-      std::unique_ptr<trainer::GptModel> model,
-      trainer::GptModel::Create(config.model, compute->backend.get(), compute->kernels.get()));
-  FLEET_RETURN_IF_ERROR(trainer::LoadPretrainedGpt(checkpoint_dir, config.model, &model->arena()));
-  return model;
-}
 
 Result<GeneratedText> GenerateText(const GptJobConfig& config, const std::string& checkpoint_dir,
                                    const std::string& prompt, uint64_t seed,
@@ -109,7 +81,7 @@ ProgramHelp GenerateHelp() {
          {"--top_k", "N", "sample among the N most likely tokens (0: all)", "Generation"},
          {"--top_p", "P", "sample among the most likely tokens whose probabilities add up to P",
           "Generation"},
-         {"--temperature", "T", "divides the logits before sampling", "Generation"},
+         {"--temperature", "T", "divides the logits before sampling (0: greedy)", "Generation"},
          {"--min_dec_len", "N", "no end-of-text before N new tokens", "Generation"},
          {"--max_dec_len", "N", "new tokens at most", "Generation"},
          {"--num_return_sequences", "N", "texts to print", "Generation"},
@@ -181,14 +153,8 @@ Result<Flags> ParseFlags(const std::vector<std::string>& args) {
 
 int GptGenerateMain(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   Result<Flags> flags = ParseFlags(args);
-  if (!flags.ok()) {
-    err << "gpt_generate: " << flags.status().ToString() << "\n";
-    return 2;
-  }
-  if (flags->help) {
-    out << FormatProgramHelp(GenerateHelp());
-    return 0;
-  }
+  const std::optional<int> early = FlagsExitStatus(flags, "gpt_generate", GenerateHelp(), out, err);
+  if (early) return *early;
   Result<GptJobConfig> config = trainer::config::LoadGptJobConfig(flags->config, flags->overrides);
   if (!config.ok()) {
     err << "gpt_generate: " << config.status().ToString() << "\n";

@@ -7,7 +7,7 @@
 // The config (-c FILE, -o Section.key=value, as gpt_pretrain takes it) gives
 // the model's shape (Model), the tokenizer (Data.Train.dataset.tokenizer),
 // the device (Global.device) and how to decode (Generation: decode_strategy,
-// top_k, top_p, temperature, min_dec_len, max_dec_len,
+// top_k, top_p, temperature (0: greedy), min_dec_len, max_dec_len,
 // num_return_sequences). The flags --decode_strategy, --top_k, --top_p,
 // --temperature, --min_dec_len, --max_dec_len and --num_return_sequences
 // are shorthands for -o Generation.<key>=<value> (applied after every -o).
@@ -35,8 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "comm/status.h"
 #include "collective/config/gpt_config.h"
+#include "comm/status.h"
+#include "serve/inference.h"
 #include "trainer/kernels/gpt_kernels_factory.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_hf.h"
@@ -53,28 +54,10 @@ struct GeneratedText {
   bool context_full = false;
 };
 
-// The compute an inference program (gpt_generate, gpt_serve) runs on: the
-// device its --device flag names ("" for the config's Global.device: "cpu"
-// or "cuda:0"), in the config's precision, on cpu with `threads` threads (0:
-// all cores, which sets OpenBLAS to one thread process-wide). A precision
-// note (e.g. bf16 asked for on cpu) goes to `err` prefixed with `program`.
-struct InferenceCompute {
-  std::string device;
-  trainer::GptCompute compute;
-};
-Result<InferenceCompute> CreateInferenceCompute(const trainer::config::GptJobConfig& config,
-                                                const std::string& device_flag, int threads,
-                                                const std::string& program, std::ostream& err);
-
-// Builds config.model on `compute` (CreateGptCompute's backend and twin, not
-// owned, must outlive the model) and loads the parameters of
-// <checkpoint_dir>/gpt.ckpt, or of a Hugging Face GPT-2 directory
-// (trainer::LoadPretrainedGpt). Errors: InvalidArgument for a bad Model
-// section; NotFound / Corruption / FailedPrecondition (another shape, naming
-// the tensor) from the checkpoint.
-Result<std::unique_ptr<trainer::GptModel>> LoadGptModel(const trainer::config::GptJobConfig& config,
-                                                        const std::string& checkpoint_dir,
-                                                        trainer::GptCompute* compute);
+// The compute and model loading gpt_serve shares (serve/inference.h).
+using serve::CreateInferenceCompute;
+using serve::InferenceCompute;
+using serve::LoadGptModel;
 
 // Builds config.model on `compute` (CreateGptCompute's backend and twin, not
 // owned), loads its parameters as LoadGptModel does, and generates

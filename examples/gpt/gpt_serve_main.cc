@@ -1,10 +1,14 @@
+#include <glog/logging.h>
+
 #include <iostream>
 #include <string>
 #include <vector>
 
-#include "examples/gpt/serve_app.h"
+#include "serve/gpt_serve_app.h"
 
 int main(int argc, char** argv) {
-  return fleet::examples::gpt::GptServeMain(std::vector<std::string>(argv + 1, argv + argc),
-                                            std::cout, std::cerr);
+  google::InitGoogleLogging(argv[0]);
+  FLAGS_logtostderr = true;
+  return fleet::serve::GptServeMain(std::vector<std::string>(argv + 1, argv + argc), std::cout,
+                                    std::cerr);
 }

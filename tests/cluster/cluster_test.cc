@@ -526,7 +526,7 @@ TEST_F(ClusterTest, HostsSharingOneLogFolderEachWriteTheirOwnFiles) {
   }
   for (const std::string host : {"198.18.0.1", "198.18.0.2", "198.18.0.3"}) {
     const std::string lock = ReadAll(folder / (".fleetrun." + host + ".lock"));
-    EXPECT_EQ(lock, "job " + job_id_ + " host " + host + " pid 1\n");
+    EXPECT_EQ(lock, "job " + job_id_ + " host " + host + " store 198.18.0.1:36001 pid 1\n");
     EXPECT_NE(ReadAll(folder / ("metrics." + host + ".jsonl")).find("\"exit_code\""),
               std::string::npos)
         << host;
@@ -569,8 +569,9 @@ TEST_F(ClusterTest, AnotherJobOnASharedFolderIsRefusedAndARefusingHostFailsTheOt
   EXPECT_EQ(intruder.WaitForExit(seconds(30)), 2) << intruder.Output();
   // Any of the job's three hosts may be the one named (the folder's order).
   EXPECT_TRUE(std::regex_search(
-      intruder.Output(), std::regex("is in use by another live job \\(fleetrun job " + job_id_ +
-                                    " host 198\\.18\\.0\\.[123] pid 1\\)")))
+      intruder.Output(),
+      std::regex("is in use by another live job \\(fleetrun job " + job_id_ +
+                 " host 198\\.18\\.0\\.[123] store 198\\.18\\.0\\.1:36001 pid 1\\)")))
       << intruder.Output();
   for (FleetJob* j : {&a, &b, &c}) {
     kill(j->fleetrun, SIGTERM);

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -126,6 +127,11 @@ TEST_F(GptGenerateTest, PrintsTextAndTheSameSeedPrintsTheSameText) {
   EXPECT_EQ(texts->texts[0].rfind("Hi", 0), 0u);
   EXPECT_EQ(GenerateText(*greedy, ckpt_.path(), "Hi", 99, &*compute)->texts, texts->texts);
 
+  // --temperature 0 is greedy, as OpenAI's API means it (it was refused).
+  const Output cold = Main(Args("Hi", "5", {"--temperature", "0"}));
+  ASSERT_EQ(cold.code, 0) << cold.err;
+  EXPECT_EQ(cold.out, Main(Args("Hi", "6", {"--decode_strategy", "greedy_search"})).out);
+
   EXPECT_EQ(Main({"--help"}).code, 0);
 }
 
@@ -135,6 +141,11 @@ TEST_F(GptGenerateTest, ErrorsAreOneLineAndAnExitStatus) {
   a[3] = empty.path();
   ExpectError(Main(a), 1, empty.path() + "/gpt.ckpt");
   EXPECT_NE(Main(a).err.find("does not exist"), std::string::npos);
+  // A LoRA run's output (adapters, no model) is named as such, with what to
+  // do: merge it, or serve it over its base.
+  std::ofstream(empty.path() + "/gpt_lora.json") << "{}";
+  ExpectError(Main(a), 1, "holds LoRA adapters");
+  EXPECT_NE(Main(a).err.find("gpt_convert --merge_lora"), std::string::npos) << Main(a).err;
 
   TempDir other;
   WriteCheckpoint(other.path(), {"Model.hidden_size=128"});

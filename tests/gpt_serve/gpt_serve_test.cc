@@ -1,168 +1,61 @@
-// gpt_serve (examples/gpt/serve_*.h) on a small random GPT with the byte
-// tokenizer, in-process on a free port through cpp-httplib's client:
+// gpt_serve (serve/) on a small random GPT with the byte tokenizer,
+// in-process on a free port through cpp-httplib's client:
 //   * a seeded request gives the same text streamed and not, again, and as
-//     GenerateTokens gives it (the sampling code gpt_generate uses);
+//     GenerateTokens gives it (the sampling code gpt_generate uses); n
+//     choices and a list of prompts each get their own;
 //   * concurrent requests (continuous batching, more than max_batch so some
 //     queue) each get what the request gets alone (greedy);
-//   * every bad request is a 400 with a JSON message naming the problem, and
-//     the server keeps serving; a full queue is a 503;
-//   * /health and /metrics;
+//   * chat completions are completions of the chat template's prompt, cut
+//     at its stop string; stop strings spanning tokens are cut and left out;
+//   * log-probabilities (echoed prompt's too) are the model's log-softmax;
+//     include_usage ends a stream with the usage;
+//   * LoRA adapters served by name share a batch with the base and each
+//     other, and each gives its merged checkpoint's greedy text;
+//   * every bad request is a 400 with OpenAI's error shape naming the
+//     problem, an unknown model a 404, a missing or wrong API key a 401, a
+//     large body a 413, all counted in /metrics; a full queue is a 503;
 //   * a streamed request whose client goes away is cancelled (499);
-//   * the gpt_serve program serves a checkpoint and stops on SIGTERM;
+//   * 500 slow connections and an endless header line neither delay a
+//     client past a second nor grow the server by 64 MiB;
+//   * the gpt_serve program serves a checkpoint with an adapter and an API
+//     key file, and stops on SIGTERM;
 //   * on CUDA (skipped without a GPU) the text equals the CPU server's.
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <future>
-#include <nlohmann/json.hpp>
-#include <random>
+#include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "examples/gpt/generate_app.h"
-#include "examples/gpt/serve_app.h"
+#include "serve/choice_text.h"
 #include "tests/child_process.h"
 #include "tests/data/test_util.h"
-#include "trainer/backend.h"
-#include "trainer/checkpoint.h"
-#include "trainer/kernels/gpt_cpu_kernels.h"
-#include "trainer/kernels/gpt_kernels_factory.h"
+#include "tests/gpt_serve/serve_fixture.h"
+#include "tests/raw_connection.h"
 #include "trainer/models/gpt_decoder.h"
+#include "trainer/models/gpt_lora_files.h"
 #include "trainer/models/gpt_sampling.h"
-#include "trainer/optimizer.h"
 
-namespace fleet::examples::gpt {
+namespace fleet::serve::testing {
 namespace {
 
 using nlohmann::json;
 
-trainer::GptConfig SmallConfig() {
-  trainer::GptConfig c;
-  c.vocab_size = 257;  // the byte tokenizer's
-  c.max_position_embeddings = 48;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.num_layers = 2;
-  return c;
-}
-
-// Parameters large enough that the logits spread over several units, so a
-// greedy choice is never a near tie that rounding could flip.
-std::vector<float> SmallParams(size_t n) {
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-0.4f, 0.4f);
-  std::vector<float> p(n);
-  for (float& x : p) x = u(rng);
-  return p;
-}
-
-// A model on `device` holding SmallParams.
-struct Model {
-  explicit Model(const std::string& device) {
-    Result<trainer::GptCompute> c = trainer::CreateGptCompute(device, trainer::Precision::kFp32, 1);
-    if (!c.ok()) {
-      status = c.status();
-      return;
-    }
-    compute = std::move(*c);
-    model = std::move(
-        trainer::GptModel::Create(SmallConfig(), compute.backend.get(), compute.kernels.get())
-            .value());
-    CHECK(model->arena().ParamsFromHost(SmallParams(model->arena().size())).ok());
-  }
-  Status status;
-  trainer::GptCompute compute;
-  std::unique_ptr<trainer::GptModel> model;
-};
-
-struct Reply {
-  int status = -1;
-  json body;
-  std::string raw;
-};
-
-class Server {
- public:
-  explicit Server(ServeOptions options = Default(), const std::string& device = "cpu")
-      : model_(device) {
-    if (!model_.status.ok()) return;
-    auto server = CompletionServer::Start(model_.model.get(), &tokenizer_, options);
-    CHECK(server.ok()) << server.status().ToString();
-    server_ = std::move(*server);
-  }
-  static ServeOptions Default() {
-    ServeOptions o;
-    o.scheduler.max_batch = 4;
-    o.scheduler.max_queue = 16;
-    o.request_timeout = std::chrono::seconds(60);
-    return o;
-  }
-  const Status& status() const { return model_.status; }
-  CompletionServer& server() { return *server_; }
-
-  std::unique_ptr<httplib::Client> Client() {
-    auto c = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
-    c->set_read_timeout(60, 0);
-    return c;
-  }
-  Reply Post(const std::string& body) {
-    auto r = Client()->Post("/v1/completions", body, "application/json");
-    if (!r) return {};
-    return {r->status, json::parse(r->body, nullptr, false), r->body};
-  }
-  Reply Post(const json& body) { return Post(body.dump()); }
-  std::string Get(const std::string& path) {
-    auto r = Client()->Get(path.c_str());
-    CHECK(r && r->status == 200) << path;
-    return r->body;
-  }
-
- private:
-  data::ByteTokenizer tokenizer_;
-  Model model_;
-  std::unique_ptr<CompletionServer> server_;
-};
-
-// The text of a streamed response: checks each event's shape, that only the
-// last chunk has a finish_reason (and usage), that [DONE] ends it.
-struct Streamed {
-  std::string text, finish_reason;
-  json usage;
-};
-Streamed ParseStream(const std::string& raw) {
-  Streamed s;
-  size_t pos = 0;
-  bool done = false;
-  while (pos < raw.size()) {
-    const size_t end = raw.find("\n\n", pos);
-    EXPECT_NE(end, std::string::npos) << raw;
-    if (end == std::string::npos) break;
-    const std::string event = raw.substr(pos, end - pos);
-    pos = end + 2;
-    if (event.rfind(": ", 0) == 0) continue;  // a comment (keep-alive)
-    EXPECT_EQ(event.rfind("data: ", 0), 0u) << event;
-    EXPECT_FALSE(done) << "an event after [DONE]: " << event;
-    if (event == "data: [DONE]") {
-      done = true;
-      continue;
-    }
-    EXPECT_TRUE(s.finish_reason.empty()) << "a chunk after the finish: " << event;
-    const json j = json::parse(event.substr(6));
-    EXPECT_EQ(j["object"], "text_completion");
-    s.text += j["choices"][0]["text"].get<std::string>();
-    if (!j["choices"][0]["finish_reason"].is_null()) {
-      s.finish_reason = j["choices"][0]["finish_reason"];
-      s.usage = j["usage"];
-    }
-  }
-  EXPECT_TRUE(done) << raw;
-  return s;
+std::string Text(const Reply& r, int choice = 0) {
+  const json& c = r.body["choices"][choice];
+  return c.contains("message") ? c["message"]["content"].get<std::string>()
+                               : c["text"].get<std::string>();
 }
 
 TEST(GptServe, SeededRequestIsReproducibleStreamedOrNot) {
@@ -174,23 +67,24 @@ TEST(GptServe, SeededRequestIsReproducibleStreamedOrNot) {
   const json& choice = plain.body["choices"][0];
   const std::string text = choice["text"];
   EXPECT_EQ(plain.body["object"], "text_completion");
+  EXPECT_EQ(plain.body["model"], "gpt");
+  EXPECT_TRUE(choice["logprobs"].is_null());
   EXPECT_EQ(plain.body["usage"]["prompt_tokens"], 9);
   const int64_t n = plain.body["usage"]["completion_tokens"];
   EXPECT_EQ(plain.body["usage"]["total_tokens"], 9 + n);
   EXPECT_EQ(choice["finish_reason"], n == 30 ? "length" : "stop");
 
-  EXPECT_EQ(s.Post(request).body["choices"][0]["text"], text);
+  EXPECT_EQ(Text(s.Post(request)), text);
   json streamed_request = request;
   streamed_request["stream"] = true;
   const Reply streamed = s.Post(streamed_request);
   ASSERT_EQ(streamed.status, 200);
   const Streamed st = ParseStream(streamed.raw);
-  EXPECT_EQ(st.text, text);
-  EXPECT_EQ(st.finish_reason, choice["finish_reason"]);
-  EXPECT_EQ(st.usage, plain.body["usage"]);
+  EXPECT_EQ(st.texts, std::vector<std::string>{text});
+  EXPECT_EQ(st.finish_reasons[0], choice["finish_reason"]);
   json other_seed = request;
   other_seed["seed"] = 8;
-  EXPECT_NE(s.Post(other_seed).body["choices"][0]["text"], text);
+  EXPECT_NE(Text(s.Post(other_seed)), text);
 
   // The same tokens as gpt_generate's sampling code, given the same seed.
   Model m("cpu");
@@ -205,10 +99,25 @@ TEST(GptServe, SeededRequestIsReproducibleStreamedOrNot) {
   ASSERT_TRUE(tokens.ok()) << tokens.status().ToString();
   EXPECT_EQ(text, ToValidUtf8(tokenizer.Decode(tokens->sequences[0]).value()));
 
-  // A token-id prompt is the same prompt.
+  // A token-id prompt is the same prompt; n choices and prompt lists: choice
+  // 0 of the first prompt is the request's own draw, the others differ.
   json ids = request;
   ids["prompt"] = tokenizer.Encode("Fortune: ");
-  EXPECT_EQ(s.Post(ids).body["choices"][0]["text"], text);
+  EXPECT_EQ(Text(s.Post(ids)), text);
+  json many = request;
+  many["prompt"] = {"Fortune: ", "Other: "};
+  many["n"] = 2;
+  const Reply four = s.Post(many);
+  ASSERT_EQ(four.status, 200) << four.raw;
+  ASSERT_EQ(four.body["choices"].size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(four.body["choices"][i]["index"], i);
+  EXPECT_EQ(Text(four, 0), text);
+  EXPECT_NE(Text(four, 1), text);
+  EXPECT_EQ(four.body["usage"]["prompt_tokens"], 9 + 7);
+  many["stream"] = true;
+  const Streamed four_streamed = ParseStream(s.Post(many).raw);
+  ASSERT_EQ(four_streamed.texts.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(four_streamed.texts[i], Text(four, i)) << i;
 }
 
 TEST(GptServe, ConcurrentRequestsEachGetWhatTheyGetAlone) {
@@ -221,8 +130,7 @@ TEST(GptServe, ConcurrentRequestsEachGetWhatTheyGetAlone) {
                         {"stream", i % 2 == 1}});
   }
   auto text_of = [](const Reply& r) {
-    return r.body.is_discarded() ? ParseStream(r.raw).text
-                                 : r.body["choices"][0]["text"].get<std::string>();
+    return r.body.is_discarded() ? ParseStream(r.raw).texts.at(0) : Text(r);
   };
   std::vector<std::string> alone;
   for (const json& r : requests) {
@@ -241,6 +149,185 @@ TEST(GptServe, ConcurrentRequestsEachGetWhatTheyGetAlone) {
   }
 }
 
+// The chat template's prompt completed: the same greedy text as a
+// completion of that prompt with the template's stop, in chat's shape.
+TEST(GptServe, ChatIsACompletionOfTheTemplatesPrompt) {
+  Server s;
+  const json messages = {{{"role", "system"}, {"content", "Be brief."}},
+                         {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}}}}};
+  const Reply chat =
+      s.Chat({{"model", "gpt"}, {"messages", messages}, {"max_tokens", 20}, {"temperature", 0}});
+  ASSERT_EQ(chat.status, 200) << chat.raw;
+  EXPECT_EQ(chat.body["object"], "chat.completion");
+  EXPECT_EQ(chat.body["id"].get<std::string>().rfind("chatcmpl-", 0), 0u);
+  const json& choice = chat.body["choices"][0];
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  const std::string prompt =
+      "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  const Reply plain =
+      s.Post({{"prompt", prompt}, {"max_tokens", 20}, {"temperature", 0}, {"stop", "<|im_end|>"}});
+  ASSERT_EQ(plain.status, 200) << plain.raw;
+  EXPECT_EQ(choice["message"]["content"], Text(plain));
+  EXPECT_EQ(chat.body["usage"], plain.body["usage"]);
+
+  const Reply streamed = s.Chat({{"messages", messages},
+                                 {"max_tokens", 20},
+                                 {"temperature", 0},
+                                 {"stream", true},
+                                 {"stream_options", {{"include_usage", true}}},
+                                 {"n", 2}});
+  ASSERT_EQ(streamed.status, 200) << streamed.raw;
+  const Streamed st = ParseStream(streamed.raw);
+  ASSERT_EQ(st.texts.size(), 2u);
+  EXPECT_EQ(st.texts[0], Text(plain));
+  EXPECT_EQ(st.texts[1], Text(plain));  // greedy: every choice alike
+  EXPECT_EQ(st.usage["completion_tokens"], 2 * plain.body["usage"]["completion_tokens"].get<int>());
+  for (const json& chunk : st.chunks) {
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    EXPECT_TRUE(chunk.contains("usage"));  // null until the last chunk
+  }
+  EXPECT_EQ(st.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+}
+
+// A stop string that spans several tokens (one byte each here) is found,
+// and the text ends before it.
+TEST(GptServe, StopStringsAcrossTokensEndTheTextBeforeThem) {
+  Server s;
+  // Letters only (the model's choice among them: logit_bias lifts all 26
+  // alike), so any three in a row make a stop string three tokens long.
+  json letters = json::object();
+  for (char c = 'a'; c <= 'z'; ++c) letters[std::to_string(c)] = 100;
+  const json request = {
+      {"prompt", "Stop at "}, {"max_tokens", 40}, {"temperature", 0}, {"logit_bias", letters}};
+  const std::string whole = Text(s.Post(request));
+  ASSERT_EQ(whole.size(), 40u) << whole;
+  const size_t at = 17;
+  const std::string stop = whole.substr(at, 3);
+  const size_t first = whole.find(stop);
+  json stopped = request;
+  stopped["stop"] = {"never appears", stop};
+  const Reply r = s.Post(stopped);
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(Text(r), whole.substr(0, first));
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
+  stopped["stream"] = true;
+  const Streamed st = ParseStream(s.Post(stopped).raw);
+  EXPECT_EQ(st.texts[0], whole.substr(0, first));
+  EXPECT_EQ(st.finish_reasons[0], "stop");
+}
+
+TEST(GptServe, LogprobsAreTheModelsLogSoftmax) {
+  Server s;
+  const Reply r = s.Post(
+      {{"prompt", "abc"}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 3}, {"echo", true}});
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& lp = r.body["choices"][0]["logprobs"];
+  const size_t n = r.body["usage"]["completion_tokens"];
+  ASSERT_EQ(lp["tokens"].size(), 3 + n);  // the echoed prompt's, then the completion's
+  EXPECT_EQ(lp["tokens"][0], "a");
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(Text(r).substr(0, 3), "abc");
+  for (size_t i = 1; i < 3 + n; ++i) {
+    const double chosen = lp["token_logprobs"][i];
+    EXPECT_LE(chosen, 0.0);
+    ASSERT_LE(lp["top_logprobs"][i].size(), 3u);
+    double best = -INFINITY;
+    for (const auto& [token, logprob] : lp["top_logprobs"][i].items()) {
+      best = std::max(best, logprob.get<double>());
+    }
+    // Greedy: the completion's tokens are the most likely ones.
+    if (i >= 3) {
+      EXPECT_DOUBLE_EQ(chosen, best) << i;
+    }
+    EXPECT_GE(lp["text_offset"][i].get<int>(), lp["text_offset"][i - 1].get<int>());
+  }
+  // The prompt alone (max_tokens 0 with echo): its log-probabilities.
+  const Reply prompt_only =
+      s.Post({{"prompt", "abc"}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 0}});
+  ASSERT_EQ(prompt_only.status, 200) << prompt_only.raw;
+  EXPECT_EQ(Text(prompt_only), "abc");
+  EXPECT_EQ(prompt_only.body["choices"][0]["logprobs"]["token_logprobs"][1],
+            lp["token_logprobs"][1]);
+  // Chat's shape: content entries with bytes and top_logprobs.
+  const Reply chat = s.Chat({{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                             {"max_tokens", 4},
+                             {"logprobs", true},
+                             {"top_logprobs", 2},
+                             {"temperature", 0}});
+  ASSERT_EQ(chat.status, 200) << chat.raw;
+  const json& content = chat.body["choices"][0]["logprobs"]["content"];
+  ASSERT_FALSE(content.empty());
+  EXPECT_TRUE(content[0]["bytes"].is_array());
+  EXPECT_EQ(content[0]["top_logprobs"].size(), 2u);
+}
+
+// Two adapters and the base, requested together while admission is paused,
+// run in the same steps; each text is its merged checkpoint's (gpt_convert
+// --merge_lora's MergeGptLoraCheckpoint, served alone).
+TEST(GptServe, AdaptersShareABatchAndEqualTheirMergedModels) {
+  data::testing::TempDir dir;
+  const std::string base = dir.path() + "/base";
+  {
+    Model m;
+    WriteCheckpoint(*m.model, base);
+  }
+  const trainer::GptLoraConfig shout{.rank = 4, .alpha = 8, .targets = {true, true, true, true}};
+  const trainer::GptLoraConfig terse{.rank = 2, .alpha = 2, .targets = {true, false, false, true}};
+  WriteAdapterDir(dir.path() + "/shout", shout, 21, base);
+  WriteAdapterDir(dir.path() + "/terse", terse, 22, base);
+  for (const auto& [name, lora] : {std::pair{"shout", shout}, std::pair{"terse", terse}}) {
+    trainer::GptConfig c = SmallConfig();
+    c.lora = lora;
+    ASSERT_TRUE(trainer::MergeGptLoraCheckpoint(dir.path() + "/" + name, c, base,
+                                                dir.path() + "/" + name + "_merged")
+                    .ok());
+  }
+  Server multi(Server::Default(), "cpu", base,
+               {{"shout", dir.path() + "/shout"}, {"terse", dir.path() + "/terse"}});
+  const Reply models = multi.Get("/v1/models");
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(models.body["object"], "list");
+  ASSERT_EQ(models.body["data"].size(), 3u);
+  EXPECT_EQ(models.body["data"][1]["id"], "shout");
+  EXPECT_EQ(multi.Get("/v1/models/terse").body["object"], "model");
+
+  const std::vector<std::string> names = {"gpt", "shout", "terse"};
+  auto request = [](const std::string& model) {
+    return json{{"model", model}, {"prompt", "Adapt me"}, {"max_tokens", 24}, {"temperature", 0}};
+  };
+  multi.server().scheduler().PauseAdmission(true);
+  std::vector<std::future<Reply>> replies;
+  for (const std::string& name : names) {
+    replies.push_back(
+        std::async(std::launch::async, [&, name] { return multi.Post(request(name)); }));
+  }
+  ASSERT_TRUE(multi.server().scheduler().WaitForQueueLength(3, std::chrono::seconds(30)).ok());
+  multi.server().scheduler().PauseAdmission(false);
+  std::vector<std::string> texts;
+  for (auto& f : replies) {
+    const Reply r = f.get();
+    ASSERT_EQ(r.status, 200) << r.raw;
+    texts.push_back(Text(r));
+  }
+  EXPECT_EQ(multi.server().scheduler().max_adapters_per_step(), 3);
+  for (size_t i = 1; i < names.size(); ++i) {
+    Server merged(Server::Default(), "cpu", dir.path() + "/" + names[i] + "_merged");
+    const Reply alone = merged.Post(request("gpt"));
+    ASSERT_EQ(alone.status, 200) << alone.raw;
+    EXPECT_EQ(texts[i], Text(alone)) << names[i];
+    EXPECT_NE(texts[i], texts[0]) << names[i] << " changes nothing";
+  }
+  EXPECT_EQ(multi.Post(request("shout")).body["model"], "shout");
+  const Reply unknown = multi.Post(request("gpt-4"));
+  EXPECT_EQ(unknown.status, 404) << unknown.raw;
+  EXPECT_EQ(unknown.body["error"]["code"], "model_not_found");
+  EXPECT_EQ(unknown.body["error"]["param"], "model");
+  EXPECT_NE(unknown.body["error"]["message"].get<std::string>().find("gpt, shout, terse"),
+            std::string::npos);
+}
+
 TEST(GptServe, BadRequestsAre400sAndTheServerKeepsServing) {
   Server s;
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -249,49 +336,199 @@ TEST(GptServe, BadRequestsAre400sAndTheServerKeepsServing) {
       {R"({"max_tokens": 4})", "prompt is required"},
       {R"({"prompt": ""})", "no tokens"},
       {R"({"prompt": 3})", "prompt must be"},
-      {json{{"prompt", std::string(49, 'x')}}.dump(), "context of 48"},
+      {R"({"prompt": []})", "prompt must be"},
+      {json{{"prompt", std::string(129, 'x')}}.dump(), "context of 128"},
       {R"({"prompt": [1, 257]})", "[0, 257)"},
-      {R"({"prompt": "a", "max_tokens": 0})", "max_tokens"},
-      {R"({"prompt": "a", "max_tokens": 49})", "max_tokens"},
+      {R"({"prompt": "a", "max_tokens": 0})", "0 only with echo"},
+      {R"({"prompt": "a", "max_tokens": 129})", "max_tokens"},
       {R"({"prompt": "a", "max_tokens": 2.5})", "max_tokens"},
       {R"({"prompt": "a", "temperature": -0.1})", "temperature"},
       {R"({"prompt": "a", "temperature": 2.5})", "temperature"},
       {R"({"prompt": "a", "top_p": 0})", "top_p"},
       {R"({"prompt": "a", "top_p": 1.5})", "top_p"},
-      {R"({"prompt": "a", "top_k": -1})", "top_k"},
-      {R"({"prompt": "a", "seed": -1})", "seed"},
+      {R"({"prompt": "a", "top_k": -2})", "top_k"},
+      {R"({"prompt": "a", "seed": 1.5})", "seed"},
       {R"({"prompt": "a", "stream": 1})", "stream"},
-      {R"({"prompt": "a", "n": 2})", "unknown field \"n\""},
+      {R"({"prompt": "a", "n": 0})", "n must be"},
+      {R"({"prompt": "a", "n": 17})", "--max_queue"},
+      {R"({"prompt": "a", "stop": ["a", "b", "c", "d", "e"]})", "up to 4"},
+      {R"({"prompt": "a", "stop": [""]})", "non-empty"},
+      {R"({"prompt": "a", "logprobs": 21})", "logprobs"},
+      {R"({"prompt": "a", "presence_penalty": 3})", "presence_penalty"},
+      {R"({"prompt": "a", "logit_bias": {"300": 1}})", "logit_bias"},
+      {R"({"prompt": "a", "stream_options": {"include_usage": true}})", "only allowed when"},
+      {R"({"prompt": "a", "best_of": 2})", "best_of"},
+      {R"({"prompt": "a", "frobnicate": 1})", "unknown field \"frobnicate\""},
   };
   for (const auto& [body, needle] : cases) {
-    const Reply r = s.Post(body);
+    const Reply r = s.Post("/v1/completions", body);
     EXPECT_EQ(r.status, 400) << body;
     ASSERT_TRUE(r.body.is_object()) << body << " -> " << r.raw;
     EXPECT_EQ(r.body["error"]["type"], "invalid_request_error");
+    EXPECT_TRUE(r.body["error"].contains("param") && r.body["error"].contains("code"));
     EXPECT_NE(r.body["error"]["message"].get<std::string>().find(needle), std::string::npos)
         << body << " -> " << r.raw;
   }
-  auto missing = s.Client()->Get("/v1/chat/completions");
-  ASSERT_TRUE(missing);
-  EXPECT_EQ(missing->status, 404);
-  EXPECT_NE(missing->body.find("no endpoint GET /v1/chat/completions"), std::string::npos)
-      << missing->body;
-  const Reply ok = s.Post(json{{"prompt", "a"}, {"max_tokens", 48}, {"temperature", 0}});
+  const std::vector<std::pair<json, std::string>> chat_cases = {
+      {json::object(), "messages is required"},
+      {{{"messages", json::array()}}, "non-empty"},
+      {{{"messages", {{{"role", "robot"}, {"content", "x"}}}}}, "role \"robot\""},
+      {{{"messages", {{{"role", "user"}}}}}, "content is required"},
+      {{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}},
+       "needs logprobs"},
+      {{{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"tools", {{{"type", "function"}}}}},
+       "calls no tools"},
+  };
+  for (const auto& [body, needle] : chat_cases) {
+    const Reply r = s.Chat(body);
+    EXPECT_EQ(r.status, 400) << body;
+    EXPECT_NE(r.body["error"]["message"].get<std::string>().find(needle), std::string::npos)
+        << body << " -> " << r.raw;
+  }
+  // Fields clients send with null, and the ones accepted as they are.
+  EXPECT_EQ(s.Post({{"prompt", "a"},
+                    {"max_tokens", 2},
+                    {"user", "me"},
+                    {"suffix", nullptr},
+                    {"logit_bias", nullptr},
+                    {"presence_penalty", 0.5},
+                    {"frequency_penalty", 0.5},
+                    {"best_of", 1}})
+                .status,
+            200);
+  const Reply missing = s.Get("/v1/chat/completions");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_NE(missing.raw.find("no endpoint GET /v1/chat/completions"), std::string::npos)
+      << missing.raw;
+  const Reply ok = s.Post(json{{"prompt", "a"}, {"max_tokens", 128}, {"temperature", 0}});
   ASSERT_EQ(ok.status, 200) << ok.raw;
-  // A prompt of 1 token leaves 47 positions to feed back: at most 48 tokens.
-  EXPECT_LE(ok.body["usage"]["completion_tokens"].get<int>(), 48);
-  EXPECT_NE(s.Get("/metrics")
-                .find("fleet_serve_requests_total{code=\"400\"} " + std::to_string(cases.size())),
-            std::string::npos);
+  // A prompt of 1 token leaves 127 positions to feed back: at most 128 tokens.
+  EXPECT_LE(ok.body["usage"]["completion_tokens"].get<int>(), 128);
+  // Over the 1 MiB body limit: refused on its headers (none of it is sent
+  // here: a server that waited for it would not answer), the connection
+  // not to be reused (its unread body follows). The client's own
+  // "Connection: close" makes httplib close it at once, so ReadAll ends.
+  ::fleet::testing::RawConnection big(s.port());
+  ASSERT_TRUE(
+      big.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+               "Content-Length: " +
+               std::to_string(2 << 20) + "\r\n\r\n"));
+  const std::string refused = big.ReadAll();
+  EXPECT_EQ(refused.rfind("HTTP/1.1 413", 0), 0u) << refused;
+  EXPECT_NE(refused.find("Connection: close"), std::string::npos) << refused;
+  const std::string metrics = s.Metrics();
+  for (const std::string& line : {"fleet_serve_requests_total{code=\"400\"} " +
+                                      std::to_string(cases.size() + chat_cases.size()),
+                                  std::string("fleet_serve_requests_total{code=\"404\"} 1"),
+                                  std::string("fleet_serve_requests_total{code=\"413\"} 1")}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << " in\n" << metrics;
+  }
+}
+
+// This process's resident memory, KiB (0 when /proc cannot tell).
+int64_t ResidentKib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("VmRSS:")) return std::stoll(line.substr(6));
+  }
+  return 0;
+}
+
+// Strangers against gpt_serve's port (no API key needed to connect): 500
+// connections that send the start of a request and then a byte a second
+// (slowloris), and one endless header line (300 MiB offered). A
+// well-behaved client is served within a second all the while, the header
+// line gets 431, and the server grows by less than 64 MiB. On cpp-httplib
+// the slowloris held all of gpt_serve's threads (a client's request timed
+// out after 20 s, the next took 7-18 s) and the header line grew it by
+// ~500 MiB.
+TEST(GptServe, StrangersNeitherStallTheServerNorGrowIt) {
+  rlimit files{};
+  ::getrlimit(RLIMIT_NOFILE, &files);
+  files.rlim_cur = files.rlim_max;
+  ::setrlimit(RLIMIT_NOFILE, &files);
+  Server s;
+  const json request = {{"prompt", "abc"}, {"max_tokens", 4}, {"temperature", 0}};
+  const std::string expected = Text(s.Post(request));
+  const int64_t before = ResidentKib();
+  std::vector<std::unique_ptr<::fleet::testing::RawConnection>> slow;
+  for (int i = 0; i < 500; ++i) {
+    slow.push_back(std::make_unique<::fleet::testing::RawConnection>(s.port()));
+    slow.back()->Send("POST /v1/completions HTTP/1.1\r\n");
+  }
+  std::atomic<bool> done{false};
+  std::thread trickle([&] {
+    for (int tick = 0; !done.load(); ++tick) {
+      if (tick % 100 == 0) {
+        for (auto& c : slow) c->Send("X");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a byte a second each
+    }
+  });
+  double slowest = 0;
+  auto served = [&](const char* when) {
+    const auto start = std::chrono::steady_clock::now();
+    const Reply r = s.Post(request);
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    slowest = std::max(slowest, took);
+    EXPECT_EQ(r.status, 200) << when << ": " << r.raw;
+    if (r.status == 200) EXPECT_EQ(Text(r), expected) << when;
+    EXPECT_LT(took, 1.0) << when;
+  };
+  for (int i = 0; i < 5; ++i) {
+    served("beside the slow connections");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  int64_t peak = ResidentKib();
+  std::string header_reply;
+  {
+    ::fleet::testing::RawConnection endless(s.port());
+    endless.Send("POST /v1/completions HTTP/1.1\r\nX-Endless: ");
+    const std::string chunk(1 << 20, 'A');
+    for (int mib = 0; mib < 300 && endless.Send(chunk); ++mib) peak = std::max(peak, ResidentKib());
+    header_reply = endless.ReadAll();
+  }
+  for (int i = 0; i < 3; ++i) served("after the endless header line");
+  peak = std::max(peak, ResidentKib());
+  done.store(true);
+  trickle.join();
+  EXPECT_EQ(header_reply.rfind("HTTP/1.1 431", 0), 0u) << header_reply.substr(0, 200);
+  ASSERT_GT(before, 0);
+  EXPECT_LT(peak - before, 64 * 1024) << "grew by " << (peak - before) / 1024 << " MiB";
+  std::printf("beside 500 slow connections: slowest request %.3f s; RSS %+lld KiB at the peak\n",
+              slowest, static_cast<long long>(peak - before));
+}
+
+TEST(GptServe, ApiKeysGuardEveryRouteButHealth) {
+  ServeOptions o = Server::Default();
+  o.service.api_keys = {"first-key-0123456789", "second-key-0123456789"};
+  Server s(o);
+  const json request = {{"prompt", "k"}, {"max_tokens", 2}};
+  const httplib::Headers good = {{"Authorization", "Bearer second-key-0123456789"}};
+  const httplib::Headers wrong = {{"Authorization", "Bearer second-key-0123456788"}};
+  EXPECT_EQ(s.Post("/v1/completions", request.dump(), good).status, 200);
+  for (const httplib::Headers& h : {httplib::Headers{}, wrong}) {
+    const Reply r = s.Post("/v1/completions", request.dump(), h);
+    EXPECT_EQ(r.status, 401) << r.raw;
+    EXPECT_EQ(r.body["error"]["code"], "invalid_api_key");
+  }
+  EXPECT_EQ(s.Get("/v1/models").status, 401);
+  EXPECT_EQ(s.Get("/metrics").status, 401);
+  EXPECT_EQ(s.Get("/health").status, 200);
+  const Reply metrics = s.Get("/metrics", good);
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.raw.find("fleet_serve_requests_total{code=\"401\"} 4"), std::string::npos)
+      << metrics.raw;
 }
 
 TEST(GptServe, HealthAndMetrics) {
   Server s;
-  const json health = json::parse(s.Get("/health"));
-  EXPECT_EQ(health["status"], "ok");
-  EXPECT_EQ(health["context"], 48);
+  const Reply health = s.Get("/health");
+  EXPECT_EQ(health.body["status"], "ok");
+  EXPECT_EQ(health.body["context"], 128);
   ASSERT_EQ(s.Post(json{{"prompt", "ab"}, {"max_tokens", 5}, {"temperature", 0}}).status, 200);
-  const std::string metrics = s.Get("/metrics");
+  const std::string metrics = s.Metrics();
   for (const char* line :
        {"fleet_serve_requests_total{code=\"200\"} 1", "fleet_serve_prompt_tokens_total 2",
         "fleet_serve_queue_length 0", "fleet_serve_request_latency_seconds_count 1",
@@ -310,7 +547,7 @@ TEST(GptServe, HealthAndMetrics) {
 
 TEST(GptServe, AFullQueueIs503) {
   ServeOptions o = Server::Default();
-  o.scheduler.max_queue = 2;
+  o.service.scheduler.max_queue = 2;
   Server s(o);
   s.server().scheduler().PauseAdmission(true);
   const json request = {{"prompt", "q"}, {"max_tokens", 3}, {"temperature", 0}};
@@ -322,7 +559,7 @@ TEST(GptServe, AFullQueueIs503) {
   const Reply busy = s.Post(request);
   EXPECT_EQ(busy.status, 503) << busy.raw;
   EXPECT_NE(busy.raw.find("--max_queue"), std::string::npos) << busy.raw;
-  EXPECT_NE(s.Get("/metrics").find("fleet_serve_queue_length 2"), std::string::npos);
+  EXPECT_NE(s.Metrics().find("fleet_serve_queue_length 2"), std::string::npos);
   s.server().scheduler().PauseAdmission(false);
   for (auto& f : queued) EXPECT_EQ(f.get().status, 200);
   EXPECT_EQ(s.Post(request).status, 200);
@@ -346,17 +583,16 @@ TEST(GptServe, AStreamWhoseClientLeavesIsCancelled) {
   s.Client()->send(req);
   EXPECT_EQ(first, ": keep-alive\n\n");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (s.Get("/metrics").find("fleet_serve_requests_total{code=\"499\"} 1") ==
-         std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no 499 in\n" << s.Get("/metrics");
+  while (s.Metrics().find("fleet_serve_requests_total{code=\"499\"} 1") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "no 499 in\n" << s.Metrics();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  // Admitted after the cancel: skipped, never prefilled (only the next
-  // request's 1 prompt token is counted).
+  // Dropped from the queue, never prefilled (only the next request's 1
+  // prompt token is counted).
   s.server().scheduler().PauseAdmission(false);
   EXPECT_EQ(s.Post(json{{"prompt", "z"}, {"max_tokens", 2}}).status, 200);
-  EXPECT_NE(s.Get("/metrics").find("fleet_serve_prompt_tokens_total 1\n"), std::string::npos)
-      << s.Get("/metrics");
+  EXPECT_NE(s.Metrics().find("fleet_serve_prompt_tokens_total 1\n"), std::string::npos)
+      << s.Metrics();
 }
 
 TEST(GptServe, CudaGivesTheCpuText) {
@@ -368,7 +604,7 @@ TEST(GptServe, CudaGivesTheCpuText) {
   const json request = {{"prompt", "GPU or not"}, {"max_tokens", 20}, {"temperature", 0}};
   const Reply a = cpu.Post(request), b = gpu.Post(request);
   ASSERT_EQ(b.status, 200) << b.raw;
-  EXPECT_EQ(b.body["choices"][0]["text"], a.body["choices"][0]["text"]);
+  EXPECT_EQ(Text(b), Text(a));
 }
 
 TEST(GptServe, BadCommandLinesAreExitStatus2WithTheReason) {
@@ -379,6 +615,7 @@ TEST(GptServe, BadCommandLinesAreExitStatus2WithTheReason) {
       {{"-c", "a.yaml", "--checkpoint", "x", "--max_batch=0"}, "--max_batch must be"},
       {{"-c", "a.yaml", "--checkpoint", "x", "--max_queue"}, "--max_queue needs a value"},
       {{"-c", "a.yaml", "--checkpoint", "x", "--batch", "4"}, "unknown flag --batch"},
+      {{"-c", "a.yaml", "--checkpoint", "x", "--lora", "dir"}, "--lora takes NAME=DIR"},
   };
   for (const auto& [args, needle] : cases) {
     std::ostringstream out, err;
@@ -388,53 +625,72 @@ TEST(GptServe, BadCommandLinesAreExitStatus2WithTheReason) {
   }
 }
 
-// The program: -c CONFIG --checkpoint DIR --port 0 serves the checkpoint
-// (same text as the in-process server over the same parameters), and
-// SIGTERM stops it with exit status 0.
-TEST(GptServe, ProgramServesACheckpointUntilSigterm) {
+// The program: -c CONFIG --checkpoint DIR --lora NAME=DIR --api_key_file
+// FILE --port 0 serves the checkpoint and the adapter (same text as the
+// in-process server over the same parameters), asks for the key, and
+// SIGTERM stops it with exit status 0. Pointed at the adapters' directory
+// as a model, it says to merge or serve them.
+TEST(GptServe, ProgramServesACheckpointAndAnAdapterUntilSigterm) {
   data::testing::TempDir dir;
   const std::string config_path = data::testing::SourcePath("configs/gpt/pretrain_gpt_tiny.yaml");
+  // The tiny config's context (128) with SmallConfig's width and depth.
   const std::vector<std::string> overrides = {
-      "-o", "Model.max_position_embeddings=48", "-o", "Model.hidden_size=32",
-      "-o", "Model.num_attention_heads=4",      "-o", "Model.num_layers=2",
-      "-o", "Model.ffn_hidden_size=128",        "-o", "Data.Train.dataset.max_seq_len=48",
-      "-o", "Data.Eval.dataset.max_seq_len=48"};
+      "-o", "Model.hidden_size=32", "-o", "Model.num_attention_heads=4",
+      "-o", "Model.num_layers=2",   "-o", "Model.ffn_hidden_size=128"};
+  const std::string base = dir.path() + "/base", adapter = dir.path() + "/shout";
   {
-    Model m("cpu");
-    trainer::Sgd sgd(&m.model->arena(), 0.1f);
-    ASSERT_TRUE(
-        trainer::SaveCheckpoint(dir.path() + "/" + kGptCheckpointFile, m.model->arena(), sgd).ok());
+    Model m;
+    WriteCheckpoint(*m.model, base);
   }
-  std::vector<std::string> args = {testing::BinDir() + "/gpt_serve", "-c", config_path};
+  WriteAdapterDir(adapter, {.rank = 2, .alpha = 4, .targets = {true, true, true, true}}, 31, base);
+  const std::string key_file = dir.path() + "/keys";
+  std::ofstream(key_file) << "\n  key-for-the-program-test  \n";
+  ASSERT_EQ(chmod(key_file.c_str(), 0600), 0);
+
+  std::vector<std::string> args = {::fleet::testing::BinDir() + "/gpt_serve", "-c", config_path};
   args.insert(args.end(), overrides.begin(), overrides.end());
-  for (const char* a : {"--checkpoint", "", "--port", "0", "--threads", "1"}) args.push_back(a);
-  args[args.size() - 5] = dir.path();
+  {
+    // The adapters' directory given as the model.
+    std::vector<std::string> wrong(args.begin() + 1, args.end());
+    wrong.insert(wrong.end(), {"--checkpoint", adapter});
+    std::ostringstream out, err;
+    EXPECT_EQ(GptServeMain(wrong, out, err), 1);
+    EXPECT_NE(err.str().find("holds LoRA adapters"), std::string::npos) << err.str();
+    EXPECT_NE(err.str().find("--merge_lora"), std::string::npos) << err.str();
+  }
+  args.insert(args.end(), {"--checkpoint", base, "--lora", "shout=" + adapter, "--api_key_file",
+                           key_file, "--port", "0", "--threads", "1"});
   const std::string log = dir.path() + "/serve.log";
-  testing::Child child(args, {}, log);
+  ::fleet::testing::Child child(args, {}, log);
   // Its first line says where it listens (bounded wait on the log; any
   // other first line is an error).
   std::smatch port;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   std::string text;
   const std::regex listening("listening on http://127.0.0.1:(\\d+)");
-  while (!std::regex_search(text = testing::ReadAll(log), port, listening)) {
+  while (!std::regex_search(text = ::fleet::testing::ReadAll(log), port, listening)) {
     ASSERT_EQ(text.find('\n'), std::string::npos) << "gpt_serve did not start:\n" << text;
     ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "gpt_serve never listened:\n" << text;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  EXPECT_NE(text.find("models gpt, shout"), std::string::npos) << text;
   httplib::Client client("127.0.0.1", std::stoi(port[1]));
   client.set_read_timeout(60, 0);
-  const json request = {{"prompt", "abc"}, {"max_tokens", 10}, {"temperature", 0}};
-  auto r = client.Post("/v1/completions", request.dump(), "application/json");
-  ASSERT_TRUE(r);
-  ASSERT_EQ(r->status, 200) << r->body;
-  Server in_process;
-  EXPECT_EQ(json::parse(r->body)["choices"][0]["text"],
-            in_process.Post(request).body["choices"][0]["text"]);
+  const httplib::Headers key = {{"Authorization", "Bearer key-for-the-program-test"}};
+  Server in_process(Server::Default(), "cpu", base, {{"shout", adapter}});
+  for (const char* model : {"gpt", "shout"}) {
+    const json request = {
+        {"model", model}, {"prompt", "abc"}, {"max_tokens", 10}, {"temperature", 0}};
+    EXPECT_EQ(client.Post("/v1/completions", request.dump(), "application/json")->status, 401);
+    auto r = client.Post("/v1/completions", key, request.dump(), "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], Text(in_process.Post(request))) << model;
+  }
   kill(child.pid(), SIGTERM);
-  const testing::Exit exit = child.Wait(std::chrono::seconds(30));
-  EXPECT_TRUE(exit.exited && exit.code == 0) << testing::ReadAll(log);
+  const ::fleet::testing::Exit exit = child.Wait(std::chrono::seconds(30));
+  EXPECT_TRUE(exit.exited && exit.code == 0) << ::fleet::testing::ReadAll(log);
 }
 
 }  // namespace
-}  // namespace fleet::examples::gpt
+}  // namespace fleet::serve::testing

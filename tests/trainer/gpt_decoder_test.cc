@@ -3,8 +3,10 @@
 // the CPU twin (serial and threaded), with a chunked prefill and several
 // sequences; the same for independent slots (continuous batching: each
 // slot with its own prompt and position, joining and leaving between
-// steps); and the errors a caller can cause, none of which changes the
-// decoder's state.
+// steps); slots with LoRA adapters of their own (several fine-tunes and
+// the base in one step) equal the merged models, and the logits after
+// every prompt position equal LastLogits of each prefix; and the errors a
+// caller can cause, none of which changes the decoder's state.
 #include "trainer/models/gpt_decoder.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +20,8 @@
 #include "trainer/kernels/gpt_cpu_kernels.h"
 #include "trainer/kernels/gpt_ref_kernels.h"
 #include "trainer/models/gpt.h"
+#include "trainer/models/gpt_lora.h"
+#include "trainer/models/gpt_lora_files.h"
 
 namespace fleet::trainer {
 namespace {
@@ -200,6 +204,91 @@ TEST_P(GptDecoderTest, IndependentSlotsEqualTheirOwnPrefixsLastLogits) {
   ASSERT_TRUE(logits.ok());
   seqs[2].push_back(9);
   expect_row(2, *logits);
+}
+
+// Slots 0..2 run the base, adapters `a` (rank 2, every target) and `b`
+// (rank 3, qkv and fc_proj) in the same prefills and steps; each row equals
+// LastLogits of a model with that slot's adapters merged into its weights
+// (MergeGptLora, gpt_convert --merge_lora's arithmetic), and slot 1's
+// prompt logits equal its merged model's at every prefix.
+TEST_P(GptDecoderTest, SlotsWithLoraAdaptersEqualTheirMergedModels) {
+  const GptConfig config = TinyConfig();
+  Model base(config, GetParam());
+  const int V = config.vocab_size;
+  struct Adapted {
+    std::unique_ptr<GptLoraAdapters> adapters;
+    std::unique_ptr<Model> merged;  // holds its backend: never moved
+  };
+  auto adapt = [&](int rank, std::array<bool, kLoraTargets> targets, uint64_t seed) {
+    GptConfig c = config;
+    c.lora = {.rank = rank, .alpha = 4.0f, .targets = targets};
+    auto a = std::move(GptLoraAdapters::Create(c, &base.backend).value());
+    // B nonzero (a fresh adapter's B is 0 and would change nothing).
+    CHECK(a->arena().ParamsFromHost(RandomVector(a->arena().size(), seed, -0.3f, 0.3f)).ok());
+    auto out = std::make_unique<Adapted>(
+        Adapted{std::move(a), std::make_unique<Model>(config, GetParam())});
+    std::vector<float> params = base.model->arena().ParamsToHost();
+    MergeGptLora(c, out->adapters->arena().ParamsToHost(), params);
+    CHECK(out->merged->model->arena().ParamsFromHost(params).ok());
+    return out;
+  };
+  auto a = adapt(2, {true, true, true, true}, 5);
+  auto b = adapt(3, {true, false, false, true}, 6);
+  std::vector<GptModel*> reference = {base.model.get(), a->merged->model.get(),
+                                      b->merged->model.get()};
+  std::vector<GptLoraAdapters*> adapters = {nullptr, a->adapters.get(), b->adapters.get()};
+
+  auto d =
+      std::move(GptDecoder::Create(
+                    base.model.get(),
+                    {.batch = 3, .prefill_chunk = 2, .max_lora_rank = 3, .prompt_logits = true})
+                    .value());
+  std::vector<std::vector<int32_t>> seqs = {{4, 8, 15}, {16, 23, 4, 2, 9}, {11}};
+  auto expect = [&](int slot, std::span<const float> row, const std::vector<int32_t>& prefix) {
+    auto want = reference[slot]->LastLogits(prefix, 1, static_cast<int>(prefix.size()));
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ASSERT_TRUE(AllClose(
+        "slot " + std::to_string(slot) + " after " + std::to_string(prefix.size()) + " tokens",
+        std::vector<float>(row.begin(), row.end()), *want, 5e-5, 5e-5));
+  };
+  int prompt_rows = 0;
+  for (int slot = 0; slot < 3; ++slot) {
+    PromptLogitsFn each = [&](int first, int rows, std::span<const float> logits) {
+      for (int j = 0; j < rows; ++j) {
+        expect(slot, logits.subspan(size_t(j) * V, V),
+               std::vector<int32_t>(seqs[slot].begin(), seqs[slot].begin() + first + j + 1));
+        ++prompt_rows;
+      }
+    };
+    auto logits = d->PrefillSlot(slot, seqs[slot], adapters[slot], slot == 1 ? each : nullptr);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    expect(slot, *logits, seqs[slot]);
+  }
+  EXPECT_EQ(prompt_rows, 5);
+  for (int step = 0; step < 6; ++step) {
+    const std::vector<int> slots = {2, 0, 1};
+    std::vector<int32_t> next;
+    for (int slot : slots) {
+      next.push_back((step * 7 + slot * 5 + 3) % V);
+      seqs[slot].push_back(next.back());
+    }
+    auto logits = d->StepSlots(slots, next);
+    ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+    for (size_t i = 0; i < slots.size(); ++i) {
+      expect(slots[i], logits->subspan(i * V, V), seqs[slots[i]]);
+    }
+  }
+
+  // Adapters of a rank above max_lora_rank, or prompt logits the decoder
+  // was not made for, are refused and leave the slot empty.
+  auto small =
+      std::move(GptDecoder::Create(base.model.get(), {.batch = 1, .max_lora_rank = 2}).value());
+  EXPECT_TRUE(small->PrefillSlot(0, seqs[2], b->adapters.get()).status().IsInvalidArgument());
+  EXPECT_TRUE(small->PrefillSlot(0, seqs[2], nullptr, [](int, int, std::span<const float>) {})
+                  .status()
+                  .IsInvalidArgument());
+  EXPECT_EQ(small->position(0), 0);
+  EXPECT_TRUE(small->PrefillSlot(0, seqs[2], a->adapters.get()).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Twins, GptDecoderTest, ::testing::Values(-1, 0, 2), TwinName);

@@ -1,9 +1,10 @@
-// Token sampling and the generation loop: greedy is the argmax; top-k never
-// leaves the k best; top-p keeps the smallest set reaching p; temperature
-// towards 0 becomes greedy; draws follow the renormalised distribution
-// (chi-square over many draws with a fixed seed); the same seed gives the
-// same tokens; GenerateTokens honours min_dec_len, max_dec_len, end-of-text
-// and the model's context.
+// Token sampling and the generation loop: the row kernels equal their plain
+// statements; greedy is the argmax; top-k never leaves the k best; top-p
+// keeps the smallest set reaching p; temperature towards 0 becomes greedy
+// (and 0 is greedy); draws follow the renormalised distribution (chi-square
+// over many draws with a fixed seed, on the top-k path and the whole-row
+// path); the same seed gives the same tokens; GenerateTokens honours
+// min_dec_len, max_dec_len, end-of-text and the model's context.
 #include "trainer/models/gpt_sampling.h"
 
 #include <gtest/gtest.h>
@@ -20,6 +21,7 @@
 #include "tests/trainer/test_util.h"
 #include "trainer/kernels/cpu_backend.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
+#include "trainer/kernels/sampling_kernels.h"
 #include "trainer/models/gpt.h"
 #include "trainer/models/gpt_decoder.h"
 
@@ -39,6 +41,69 @@ std::vector<float> LogProbs(const std::vector<double>& probs) {
   std::vector<float> out;
   for (double p : probs) out.push_back(static_cast<float>(std::log(p)));
   return out;
+}
+
+TEST(SamplingKernels, EqualTheirPlainStatements) {
+  std::vector<float> x = RandomVector(1000, 17, -6.0f, 6.0f);
+  x[5] = -kInf;
+  x[300] = NAN;
+  x[999] = kInf;
+  const int64_t n = static_cast<int64_t>(x.size());
+  float max = -kInf;
+  int32_t argmax = -1;
+  for (int32_t i = 0; i < n; ++i) {
+    if (std::isfinite(x[i]) && x[i] > max) {
+      max = x[i];
+      argmax = i;
+    }
+  }
+  const IndexedLogit top = MaxFinite(x.data(), n);
+  EXPECT_EQ(top.index, argmax);
+  EXPECT_EQ(top.value, max);
+
+  const float scale = 0.7f;
+  std::vector<float> w(n);
+  std::vector<double> blocks(SampleBlocks(n));
+  const double total = ExpWeights(x.data(), n, scale, max, w.data(), blocks.data());
+  double plain_total = 0.0;
+  std::vector<double> running;  // the running sum in index order
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = std::isfinite(x[i]) ? std::exp(double{scale} * (x[i] - max)) : 0.0;
+    ASSERT_NEAR(w[i], want, 2e-6 * want + 1e-30) << i;  // float arguments
+    plain_total += w[i];
+    running.push_back(plain_total);
+  }
+  EXPECT_NEAR(total, plain_total, 1e-9 * plain_total);
+  // The draw: the first index whose running sum passes the target.
+  std::mt19937_64 rng(2);
+  for (int t = 0; t < 200; ++t) {
+    const double target = std::uniform_real_distribution<double>(0, total)(rng);
+    const int64_t want = std::upper_bound(running.begin(), running.end(), target) - running.begin();
+    const int64_t got = FindByRunningWeight(w.data(), blocks.data(), n, target);
+    // Sums in another order may differ in the last bits: a neighbour at most.
+    EXPECT_LE(std::abs(got - want), 1) << target;
+    EXPECT_GT(w[got], 0.0f);
+  }
+  EXPECT_EQ(FindByRunningWeight(w.data(), blocks.data(), n, total * 2), 998);  // last weighted
+  std::vector<float> zero(10, 0.0f);
+  std::vector<double> zero_blocks(1, 0.0);
+  EXPECT_EQ(FindByRunningWeight(zero.data(), zero_blocks.data(), 10, 0.0), -1);
+
+  double plain_lse = 0.0;
+  for (float v : x) plain_lse += std::isfinite(v) ? std::exp(double{v} - max) : 0.0;
+  EXPECT_NEAR(LogSumExp(x.data(), n, w.data(), blocks.data()), max + std::log(plain_lse), 1e-5);
+
+  std::vector<IndexedLogit> scratch, best;
+  TopK(x.data(), n, 7, &scratch, &best);
+  std::vector<IndexedLogit> sorted;
+  for (int32_t i = 0; i < n; ++i) {
+    if (std::isfinite(x[i])) sorted.push_back({i, x[i]});
+  }
+  std::sort(sorted.begin(), sorted.end(), MoreLikely);
+  ASSERT_EQ(best.size(), 7u);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(best[i].index, sorted[i].index);
+  TopK(x.data(), n, 5000, &scratch, &best);
+  EXPECT_EQ(best.size(), sorted.size());
 }
 
 TEST(GreedySampler, PicksTheArgmax) {
@@ -70,6 +135,11 @@ TEST(RandomSampler, RejectsOptionsOutOfRange) {
                                                "Generation.decode_strategy"));
   EXPECT_TRUE(CreateTokenSampler("greedy_search", {}).ok());
   EXPECT_TRUE(CreateTokenSampler("sampling", {}).ok());
+  // Temperature 0 is the argmax, not an error.
+  auto zero = CreateTokenSampler("sampling", {.temperature = 0.0});
+  ASSERT_TRUE(zero.ok()) << zero.status().ToString();
+  std::mt19937_64 rng(1);
+  EXPECT_EQ(*(*zero)->Sample(std::vector<float>{0.1f, 2.0f, 1.9f}, &rng), 1);
 }
 
 TEST(RandomSampler, TopKNeverLeavesTheKBest) {
@@ -174,6 +244,30 @@ TEST(RandomSampler, FrequenciesMatchTheRenormalisedDistribution) {
   }
   // keep - 1 <= 7 degrees of freedom: P(chi2 > 30) < 1e-4.
   EXPECT_LT(chi2, 30.0) << keep << " candidates";
+}
+
+// The whole-row path (no top_k): the top_p cut found by quickselect on
+// mass keeps exactly Distribution()'s set, and draws follow it.
+TEST(RandomSampler, TopPOverTheWholeRowFollowsTheDistribution) {
+  const auto logits = RandomVector(40, 33, -2.0f, 2.0f);
+  auto s = Sampler(0.8, 0, 0.85);
+  const auto dist = s->Distribution(logits);
+  ASSERT_GE(dist.size(), 5u);
+  ASSERT_LT(dist.size(), 40u);
+  std::map<int32_t, double> want;
+  for (const auto& c : dist) want[c.id] = c.prob;
+  const int draws = 200000;
+  std::map<int32_t, int> count;
+  std::mt19937_64 rng(777);
+  for (int i = 0; i < draws; ++i) ++count[*s->Sample(logits, &rng)];
+  for (const auto& [id, n] : count) ASSERT_TRUE(want.count(id)) << "drew " << id;
+  double chi2 = 0.0;
+  for (const auto& [id, q] : want) {
+    const double e = q * draws, o = count[id];
+    chi2 += (o - e) * (o - e) / e;
+  }
+  // Fewer than 40 degrees of freedom: P(chi2 > 80) < 1e-4.
+  EXPECT_LT(chi2, 80.0) << dist.size() << " candidates";
 }
 
 TEST(RandomSampler, SameSeedSameTokens) {

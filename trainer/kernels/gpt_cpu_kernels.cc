@@ -10,14 +10,14 @@
 #include <limits>
 
 #include "trainer/kernels/cpu_kernels.h"
+#include "trainer/kernels/fast_exp.h"
 #include "trainer/kernels/philox.h"
 #include "trainer/kernels/vector_clones.h"
 
 // The element-wise loops below are written so that GCC vectorises them
 // (this file is built with -O3 -fno-math-errno -fopenmp-simd
 // -ffp-contract=off); the hot ones are compiled for AVX-512, AVX2 and
-// baseline x86-64 (FLEET_VECTOR_CLONES).
-#define FLEET_INLINE inline __attribute__((always_inline))
+// baseline x86-64 (FLEET_VECTOR_CLONES). ExpF is trainer/kernels/fast_exp.h's.
 
 namespace fleet::trainer {
 
@@ -76,31 +76,6 @@ constexpr int kBlocksPerWorker = 4;
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluCubic = 0.044715f;
-
-// exp(x), branch-free so that loops over it vectorise: x = n ln2 + r with
-// |r| <= ln2 / 2, exp(r) by its degree-6 Taylor polynomial (error < 2 ulp),
-// 2^n built in the exponent bits. n is rounded with the 1.5 * 2^23 trick
-// (no floor call, which would not vectorise without SSE4.1). Inputs are
-// clamped to [-87.3, 88.7]: exp(-inf) gives ~1e-38 rather than 0, which no
-// caller can tell apart. (No std:: calls in here: GCC does not inline them
-// into the target clones, and a call stops vectorisation.)
-FLEET_INLINE float ExpF(float x) {
-  x = x < -87.3f ? -87.3f : x;
-  x = x > 88.7f ? 88.7f : x;
-  constexpr float kRound = 12582912.0f;
-  const float n = (x * 1.44269504088896341f + kRound) - kRound;
-  float r = x - n * 0.693359375f;
-  r = r + n * 2.12194440e-4f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  return p * __builtin_bit_cast(float, bits);
-}
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1); saturates correctly at both ends.
 FLEET_INLINE float TanhF(float u) { return 1.0f - 2.0f / (ExpF(2.0f * u) + 1.0f); }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <string>
 
+#include "trainer/models/gpt_lora.h"
+
 namespace fleet::trainer {
 
 Result<std::unique_ptr<GptDecoder>> GptDecoder::Create(GptModel* model,
@@ -18,12 +20,17 @@ Result<std::unique_ptr<GptDecoder>> GptDecoder::Create(GptModel* model,
     return Status::InvalidArgument("decoder prefill_chunk must be >= 1, got " +
                                    std::to_string(options.prefill_chunk));
   }
+  if (options.max_lora_rank < 0) {
+    return Status::InvalidArgument("decoder max_lora_rank must be >= 0, got " +
+                                   std::to_string(options.max_lora_rank));
+  }
   if (model->config().lora.enabled()) {
     // The decoder's passes read the weights alone.
     return Status::InvalidArgument(
-        "the KV-cache decoder does not apply LoRA adapters; merge them first "
-        "(gpt_convert --merge_lora) and decode the merged checkpoint with a config without "
-        "Model.lora (or -o Model.lora=null)",
+        "the KV-cache decoder does not decode a model built with LoRA adapters; merge them "
+        "first (gpt_convert --merge_lora) and decode the merged checkpoint with a config "
+        "without Model.lora (or -o Model.lora=null), or serve them over their base "
+        "(gpt_serve --lora NAME=DIR)",
         "Model.lora");
   }
   return std::unique_ptr<GptDecoder>(new GptDecoder(model, options));
@@ -83,8 +90,16 @@ GptDecoder::GptDecoder(GptModel* model, const GptDecoderOptions& options)
   last_ = backend_->AllocateFloats(B * C);
   logits_ = backend_->AllocateFloats(B * V);
   tokens_ = backend_->AllocateBytes(R * sizeof(int32_t));
+  if (options.max_lora_rank > 0)
+    lora_scratch_ = backend_->AllocateFloats(R * options.max_lora_rank);
+  if (options.prompt_logits) {
+    const size_t rows = std::min(options.prefill_chunk, c.max_position_embeddings);
+    prompt_logits_ = backend_->AllocateFloats(rows * V);
+    prompt_logits_host_.resize(rows * V);
+  }
   logits_host_.resize(B * V);
   positions_.assign(B, 0);
+  adapters_.assign(B, nullptr);
   for (int b = 0; b < options.batch; ++b) all_slots_.push_back(b);
 }
 
@@ -113,20 +128,44 @@ Status GptDecoder::CheckPrompt(std::span<const int32_t> prompt) const {
   return CheckIds(prompt);
 }
 
-void GptDecoder::FeedPrompt(int slot, std::span<const int32_t> prompt) {
+Status GptDecoder::CheckAdapters(const GptLoraAdapters& adapters) const {
+  const GptConfig &a = adapters.config(), &c = model_->config();
+  if (a.vocab_size != c.vocab_size || a.hidden_size != c.hidden_size ||
+      a.num_layers != c.num_layers || a.num_attention_heads != c.num_attention_heads ||
+      a.ffn() != c.ffn() || a.max_position_embeddings != c.max_position_embeddings) {
+    return Status::InvalidArgument("LoRA adapters made for another model shape", "Model");
+  }
+  if (adapters.backend() != backend_) {
+    return Status::InvalidArgument("LoRA adapters on another device than the decoder's");
+  }
+  if (a.lora.rank > options_.max_lora_rank) {
+    return Status::InvalidArgument("LoRA adapters of rank " + std::to_string(a.lora.rank) +
+                                   ", above the decoder's max_lora_rank " +
+                                   std::to_string(options_.max_lora_rank));
+  }
+  return Status::OK();
+}
+
+void GptDecoder::FeedPrompt(int slot, std::span<const int32_t> prompt,
+                            const PromptLogitsFn& prompt_logits) {
   positions_[slot] = 0;
   const int P = static_cast<int>(prompt.size());
   const int chunk = std::min(rows_, options_.prefill_chunk);
   const int slots[] = {slot};
+  const size_t V = model_->config().vocab_size;
   for (int start = 0; start < P; start += chunk) {
     const int n = std::min(chunk, P - start);
     backend_->CopyFromHost(tokens_.get(), prompt.data() + start, n * sizeof(int32_t));
-    Forward(slots, n);
+    Forward(slots, n, prompt_logits != nullptr);
+    if (prompt_logits) {
+      prompt_logits(start, n, std::span<const float>(prompt_logits_host_).first(n * V));
+    }
   }
 }
 
 Result<std::span<const float>> GptDecoder::Prefill(std::span<const int32_t> prompt) {
   std::fill(positions_.begin(), positions_.end(), 0);
+  std::fill(adapters_.begin(), adapters_.end(), nullptr);
   FLEET_RETURN_IF_ERROR(CheckPrompt(prompt));
   FeedPrompt(0, prompt);
   // Slot 0 holds the prompt's keys and values; give every other slot the
@@ -150,17 +189,27 @@ Result<std::span<const float>> GptDecoder::Prefill(std::span<const int32_t> prom
   return std::span<const float>(logits_host_);
 }
 
-Result<std::span<const float>> GptDecoder::PrefillSlot(int slot, std::span<const int32_t> prompt) {
+Result<std::span<const float>> GptDecoder::PrefillSlot(int slot, std::span<const int32_t> prompt,
+                                                       GptLoraAdapters* adapters,
+                                                       const PromptLogitsFn& prompt_logits) {
   CHECK(slot >= 0 && slot < options_.batch) << "slot " << slot << " of " << options_.batch;
   positions_[slot] = 0;
+  adapters_[slot] = nullptr;
   FLEET_RETURN_IF_ERROR(CheckPrompt(prompt));
-  FeedPrompt(slot, prompt);
+  if (adapters != nullptr) FLEET_RETURN_IF_ERROR(CheckAdapters(*adapters));
+  if (prompt_logits && !options_.prompt_logits) {
+    return Status::InvalidArgument(
+        "the logits of every prompt position need GptDecoderOptions::prompt_logits");
+  }
+  adapters_[slot] = adapters;
+  FeedPrompt(slot, prompt, prompt_logits);
   return std::span<const float>(logits_host_).first(model_->config().vocab_size);
 }
 
 void GptDecoder::ResetSlot(int slot) {
   CHECK(slot >= 0 && slot < options_.batch) << "slot " << slot << " of " << options_.batch;
   positions_[slot] = 0;
+  adapters_[slot] = nullptr;
 }
 
 Result<std::span<const float>> GptDecoder::Step(std::span<const int32_t> tokens) {
@@ -205,11 +254,21 @@ Result<std::span<const float>> GptDecoder::StepSlots(std::span<const int> slots,
   return std::span<const float>(logits_host_).first(slots.size() * model_->config().vocab_size);
 }
 
-void GptDecoder::Forward(std::span<const int> slots, int T) {
+void GptDecoder::AddLora(std::span<const AdapterRun> runs, int l, LoraTarget t, const float* inp,
+                         float* out) {
+  const auto [in, out_dim] = LoraTargetShape(model_->config(), t);
+  for (const AdapterRun& run : runs) {
+    run.adapters->Forward(l, t, inp + size_t(run.first_row) * in,
+                          out + size_t(run.first_row) * out_dim, run.rows, lora_scratch_.get());
+  }
+}
+
+void GptDecoder::Forward(std::span<const int> slots, int T, bool all_rows) {
   const GptConfig& c = model_->config();
   const int C = c.hidden_size, F = c.ffn(), NH = c.num_attention_heads, V = c.vocab_size;
   const int maxT = c.max_position_embeddings, Bn = static_cast<int>(slots.size()), N = Bn * T;
   CHECK(N <= rows_);
+  CHECK(!all_rows || Bn == 1);
   const size_t layer_cache = size_t(options_.batch) * maxT * C, slot_cache = size_t(maxT) * C;
   GptKernels* k = kernels_;
   float *x = x_.get(), *ln = ln_.get(), *mean = mean_.get(), *rstd = rstd_.get();
@@ -231,6 +290,19 @@ void GptDecoder::Forward(std::span<const int> slots, int T) {
     }
     runs.push_back({i, 1});
   }
+  // Rows of adapted slots, in runs of consecutive slots with the same
+  // adapters: each adds its LoRA terms after the base GEMM over all rows.
+  std::vector<AdapterRun> lora_runs;
+  for (int i = 0; i < Bn; ++i) {
+    GptLoraAdapters* a = adapters_[slots[i]];
+    if (a == nullptr) continue;
+    if (!lora_runs.empty() && lora_runs.back().adapters == a &&
+        lora_runs.back().first_row + lora_runs.back().rows == i * T) {
+      lora_runs.back().rows += T;
+    } else {
+      lora_runs.push_back({a, i * T, T});
+    }
+  }
   // Each run's new rows sit at positions [past, past + T).
   for (auto [i, n] : runs) {
     const size_t row = size_t(i) * T;
@@ -240,6 +312,7 @@ void GptDecoder::Forward(std::span<const int> slots, int T) {
   for (int l = 0; l < c.num_layers; ++l) {
     k->LayerNormForward(ln, mean, rstd, x, P(l, GptTensor::kLn1W), P(l, GptTensor::kLn1B), N, C);
     k->MatmulForward(qkv, ln, P(l, GptTensor::kQkvW), P(l, GptTensor::kQkvB), N, C, 3 * C, false);
+    AddLora(lora_runs, l, LoraTarget::kQkv, ln, qkv);
     for (auto [i, n] : runs) {
       const size_t row = size_t(i) * T, cache = l * layer_cache + slots[i] * slot_cache;
       k->AttentionDecodeForward(atty + row * C, k_cache_.get() + cache, v_cache_.get() + cache,
@@ -247,11 +320,25 @@ void GptDecoder::Forward(std::span<const int> slots, int T) {
                                 C, NH);
     }
     k->MatmulForward(x, atty, P(l, GptTensor::kProjW), P(l, GptTensor::kProjB), N, C, C, true);
+    AddLora(lora_runs, l, LoraTarget::kProj, atty, x);
     k->LayerNormForward(ln, mean, rstd, x, P(l, GptTensor::kLn2W), P(l, GptTensor::kLn2B), N, C);
     k->MatmulForward(fch, ln, P(l, GptTensor::kFcW), P(l, GptTensor::kFcB), N, C, F, false);
+    AddLora(lora_runs, l, LoraTarget::kFc, ln, fch);
     k->GeluForward(fch_gelu, fch, size_t(N) * F);
     k->MatmulForward(x, fch_gelu, P(l, GptTensor::kFcProjW), P(l, GptTensor::kFcProjB), N, F, C,
                      true);
+    AddLora(lora_runs, l, LoraTarget::kFcProj, fch_gelu, x);
+  }
+  if (all_rows) {
+    // Every new row's logits (the slot's prompt, echoed with its
+    // log-probabilities); the last row's also go to logits_host_ row 0.
+    k->LayerNormForward(ln, mean, rstd, x, lnfw_, lnfb_, N, C);
+    k->MatmulForward(prompt_logits_.get(), ln, wte_, nullptr, N, C, V, false);
+    backend_->CopyToHost(prompt_logits_host_.data(), prompt_logits_.get(),
+                         size_t(N) * V * sizeof(float));
+    std::copy_n(prompt_logits_host_.begin() + size_t(N - 1) * V, V, logits_host_.begin());
+    positions_[slots[0]] += T;
+    return;
   }
   // Only each slot's last new row needs logits.
   const float* last = x;

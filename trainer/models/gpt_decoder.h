@@ -21,6 +21,14 @@
 //     a set of slots at their own positions. The GEMMs see one row per
 //     stepped slot (weights read once per step for all of them); embedding
 //     and attention run per slot over its own cache rows.
+//
+// LoRA adapters (several fine-tunes served over one base): PrefillSlot can
+// give a slot a GptLoraAdapters of its own, which the slot uses until its
+// next PrefillSlot. Each adapted matrix's GEMM still runs once over every
+// row; then each run of consecutive rows with the same adapters adds its
+// s (x A^T) B^T (two small GEMMs), so slots of different adapters and of
+// the base share one step, and a slot's logits equal those of the base
+// with that adapter merged in (gpt_convert --merge_lora) within rounding.
 // Either way each slot's logits equal GptModel::LastLogits over that slot's
 // whole prefix within float rounding (gpt_decoder_test checks every step on
 // the CPU twin and the oracle, with slots at different positions).
@@ -35,6 +43,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -53,14 +62,26 @@ struct GptDecoderOptions {
   // changing the results beyond rounding. 64 keeps a long prompt's matmuls
   // at GEMM speed; lower it only to save memory.
   int prefill_chunk = 64;
+  // The largest rank of the LoRA adapters PrefillSlot may be given (0:
+  // none): sizes their scratch, max(batch, prefill_chunk) x rank floats.
+  int max_lora_rank = 0;
+  // Whether PrefillSlot may be asked for the logits after every prompt
+  // position (a server's echoed prompt with log-probabilities): a
+  // [min(prefill_chunk, maxT), V] buffer on the device and the host.
+  bool prompt_logits = false;
 };
+
+// Given by PrefillSlot the logits after prompt positions [first, first +
+// rows) (host [rows, V], valid during the call), chunk by chunk in order.
+using PromptLogitsFn = std::function<void(int first, int rows, std::span<const float> logits)>;
 
 class GptDecoder {
  public:
   // `model` is not owned and must outlive the decoder; its parameters are
   // read at every call (so a decoder sees parameters loaded after Create).
-  // InvalidArgument for batch or prefill_chunk < 1, and for a model with
-  // LoRA adapters (merge them first: gpt_convert --merge_lora).
+  // InvalidArgument for batch or prefill_chunk < 1, max_lora_rank < 0, and
+  // for a model built with LoRA adapters (merge them first: gpt_convert
+  // --merge_lora, or give them to PrefillSlot over their base).
   static Result<std::unique_ptr<GptDecoder>> Create(GptModel* model,
                                                     const GptDecoderOptions& options = {});
 
@@ -81,9 +102,16 @@ class GptDecoder {
 
   // Starts slot `slot` over with `prompt` (host ids), leaving the other
   // slots as they are, and returns the logits after its last token, host
-  // [V], valid until the next call. Errors as Prefill's; the slot is then
-  // empty (position 0). REQUIRES: 0 <= slot < batch().
-  Result<std::span<const float>> PrefillSlot(int slot, std::span<const int32_t> prompt);
+  // [V], valid until the next call. The slot computes with `adapters` (not
+  // owned, must outlive the slot's use; null: the base alone) until its
+  // next PrefillSlot. With `prompt_logits` set it is also given the logits
+  // after every prompt position. Errors as Prefill's, and InvalidArgument
+  // for adapters of another model shape, device or a rank above
+  // max_lora_rank, or prompt_logits without GptDecoderOptions::prompt_logits;
+  // the slot is then empty (position 0). REQUIRES: 0 <= slot < batch().
+  Result<std::span<const float>> PrefillSlot(int slot, std::span<const int32_t> prompt,
+                                             GptLoraAdapters* adapters = nullptr,
+                                             const PromptLogitsFn& prompt_logits = nullptr);
 
   // Appends tokens[i] to slot slots[i] (distinct slots, host ids, one token
   // each) and returns the logits after them, host [slots.size(), V] in the
@@ -112,14 +140,26 @@ class GptDecoder {
   GptDecoder(GptModel* model, const GptDecoderOptions& options);
   Status CheckIds(std::span<const int32_t> ids) const;
   Status CheckPrompt(std::span<const int32_t> prompt) const;
+  Status CheckAdapters(const GptLoraAdapters& adapters) const;
   // Feeds `prompt` (checked) to slot `slot` in prefill_chunk pieces; the
-  // logits after its last token land in logits_host_ row 0.
-  void FeedPrompt(int slot, std::span<const int32_t> prompt);
+  // logits after its last token land in logits_host_ row 0, and those after
+  // every position go to `prompt_logits` when set.
+  void FeedPrompt(int slot, std::span<const int32_t> prompt,
+                  const PromptLogitsFn& prompt_logits = nullptr);
   // Runs `slots.size()` slots' T new tokens each (device ids in tokens_,
   // slot after slot) at positions [positions_[s], positions_[s] + T) through
   // the model, writes the logits of each slot's last new position to
-  // logits_host_ rows in the order of `slots`, and advances their positions.
-  void Forward(std::span<const int> slots, int T);
+  // logits_host_ rows in the order of `slots` (with `all_rows`, of every
+  // new row, to prompt_logits_host_; one slot only), and advances their
+  // positions.
+  void Forward(std::span<const int> slots, int T, bool all_rows = false);
+  // Adds each adapted slot's LoRA term of target `t` in layer `l` to out
+  // [N, out] given the GEMM's input inp [N, in], over `runs` of rows.
+  struct AdapterRun {
+    GptLoraAdapters* adapters;
+    int first_row, rows;
+  };
+  void AddLora(std::span<const AdapterRun> runs, int l, LoraTarget t, const float* inp, float* out);
   // Block tensor `t` of `layer` in the model's parameters.
   const float* P(int layer, GptTensor t) const {
     return block_params_[layer * kGptTensorsPerBlock + static_cast<int>(t) -
@@ -141,10 +181,14 @@ class GptDecoder {
   std::shared_ptr<float> x_, ln_, mean_, rstd_, qkv_, atty_, fch_, fch_gelu_, scratch_, last_,
       logits_;
   std::shared_ptr<void> tokens_;  // int32 [rows_]
+  std::shared_ptr<float> lora_scratch_;   // [rows_, max_lora_rank], when adapters may come
+  std::shared_ptr<float> prompt_logits_;  // [prefill rows, V], with options.prompt_logits
 
-  std::vector<float> logits_host_;  // [B, V]
-  std::vector<int> positions_;      // [B]: tokens each slot holds
-  std::vector<int> all_slots_;      // 0, 1, ..., B-1
+  std::vector<float> logits_host_;          // [B, V]
+  std::vector<float> prompt_logits_host_;   // [prefill rows, V], with options.prompt_logits
+  std::vector<int> positions_;              // [B]: tokens each slot holds
+  std::vector<GptLoraAdapters*> adapters_;  // [B]: each slot's, null for the base
+  std::vector<int> all_slots_;              // 0, 1, ..., B-1
 };
 
 }  // namespace fleet::trainer

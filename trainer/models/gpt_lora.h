@@ -57,6 +57,9 @@ class GptLoraAdapters {
 
   ParamArena& arena() { return arena_; }
   const ParamArena& arena() const { return arena_; }
+  // The model config they adapt, with its Model.lora.
+  const GptConfig& config() const { return config_; }
+  Backend* backend() const { return backend_; }
   // The adapters' tensors of block `layer`, as arena indices.
   TensorRange BlockRange(int layer) const;
 

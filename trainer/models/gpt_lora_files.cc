@@ -3,6 +3,7 @@
 #include <glog/logging.h>
 #include <openssl/evp.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,14 +15,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "comm/file_system.h"
 #include "trainer/backend.h"
 #include "trainer/checkpoint.h"
-#include "comm/file_system.h"
+#include "trainer/kernels/cpu_backend.h"
 #include "trainer/models/gpt_hf.h"
 #include "trainer/models/gpt_lora.h"
 #include "trainer/optimizer.h"
 #include "trainer/param_arena.h"
-#include "trainer/kernels/cpu_backend.h"
 
 namespace fleet::trainer {
 
@@ -81,8 +82,7 @@ Status WriteGptLoraManifest(const std::string& dir, const GptConfig& config,
                                    manifest.dump(2) + "\n");
 }
 
-Status CheckGptLoraManifest(const std::string& dir, const GptConfig& config,
-                            const std::string& base_sha256) {
+Result<GptLoraManifest> ReadGptLoraManifest(const std::string& dir) {
   const std::string path = (std::filesystem::path(dir) / kGptLoraManifestFile).string();
   std::ifstream in(path);
   if (!in) return Status::NotFound("no LoRA manifest (the adapters' rank and base)", path);
@@ -90,37 +90,83 @@ Status CheckGptLoraManifest(const std::string& dir, const GptConfig& config,
   text << in.rdbuf();
   if (in.bad()) return Status::IOError("read failed", path);
   const nlohmann::json m = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const Status malformed = Status::Corruption(
+      absl::StrCat("not a ", kManifestFormat,
+                   " manifest (format, rank >= 1, alpha > 0, targets, base_sha256)"),
+      path);
   if (m.is_discarded() || !m.is_object() || m.value("format", "") != kManifestFormat ||
       !m.contains("rank") || !m["rank"].is_number_integer() || !m.contains("alpha") ||
       !m["alpha"].is_number() || !m.contains("targets") || !m["targets"].is_array() ||
       !m.contains("base_sha256") || !m["base_sha256"].is_string()) {
-    return Status::Corruption(absl::StrCat("not a ", kManifestFormat,
-                                           " manifest (format, rank, alpha, targets, base_sha256)"),
-                              path);
+    return malformed;
   }
-  const std::string base = m.value("base", "?");
-  if (m["base_sha256"].get<std::string>() != base_sha256) {
+  GptLoraManifest out;
+  out.base = m.value("base", "?");
+  out.base_sha256 = m["base_sha256"].get<std::string>();
+  const int64_t rank = m["rank"].get<int64_t>();
+  const double alpha = m["alpha"].get<double>();
+  if (rank < 1 || rank > (1 << 20) || !(alpha > 0.0) || !std::isfinite(alpha)) return malformed;
+  out.lora.rank = static_cast<int>(rank);
+  out.lora.alpha = static_cast<float>(alpha);
+  for (const auto& t : m["targets"]) {
+    bool known = false;
+    for (int i = 0; i < kLoraTargets && t.is_string(); ++i) {
+      if (LoraTargetName(static_cast<LoraTarget>(i)) == t.get<std::string>()) {
+        out.lora.targets[i] = true;
+        known = true;
+      }
+    }
+    if (!known) {
+      return Status::Corruption("unknown LoRA target " + t.dump() + " (qkv, proj, fc, fc_proj)",
+                                path);
+    }
+  }
+  return out;
+}
+
+Status CheckGptLoraManifest(const std::string& dir, const GptConfig& config,
+                            const std::string& base_sha256) {
+  const std::string path = (std::filesystem::path(dir) / kGptLoraManifestFile).string();
+  FLEET_ASSIGN_OR_RETURN(GptLoraManifest m, ReadGptLoraManifest(dir));
+  if (m.base_sha256 != base_sha256) {
     return Status::FailedPrecondition(
-        absl::StrCat("the adapters were trained over another base model: ", base, " (SHA-256 ",
-                     m["base_sha256"].get<std::string>(), "), but Engine.init_from's weights have ",
-                     base_sha256, "; point Engine.init_from at the base they were trained on"),
+        absl::StrCat("the adapters were trained over another base model: ", m.base, " (SHA-256 ",
+                     m.base_sha256, "), but Engine.init_from's weights have ", base_sha256,
+                     "; point Engine.init_from at the base they were trained on"),
         path);
   }
   const GptLoraConfig& lora = config.lora;
-  std::vector<std::string> targets;
-  for (const auto& t : m["targets"]) targets.push_back(t.is_string() ? t.get<std::string>() : "?");
-  const int rank = m["rank"].get<int>();
-  const double alpha = m["alpha"].get<double>();
-  if (rank != lora.rank || static_cast<float>(alpha) != lora.alpha ||
-      targets != TargetNames(lora)) {
+  if (m.lora.rank != lora.rank || m.lora.alpha != lora.alpha || m.lora.targets != lora.targets) {
     return Status::FailedPrecondition(
-        absl::StrCat("the adapters have rank ", rank, ", alpha ", alpha, ", targets [",
-                     absl::StrJoin(targets, ", "), "] but Model.lora says rank ", lora.rank,
-                     ", alpha ", lora.alpha, ", targets [",
-                     absl::StrJoin(TargetNames(lora), ", "), "]"),
+        absl::StrCat("the adapters have rank ", m.lora.rank, ", alpha ", m.lora.alpha,
+                     ", targets [", absl::StrJoin(TargetNames(m.lora), ", "),
+                     "] but Model.lora says rank ", lora.rank, ", alpha ", lora.alpha,
+                     ", targets [", absl::StrJoin(TargetNames(lora), ", "), "]"),
         path);
   }
   return Status::OK();
+}
+
+Result<std::unique_ptr<GptLoraAdapters>> LoadGptLoraAdapters(const std::string& dir,
+                                                             const GptConfig& base_config,
+                                                             const std::string& base_name,
+                                                             const std::string& base_sha256,
+                                                             Backend* backend) {
+  FLEET_ASSIGN_OR_RETURN(GptLoraManifest m, ReadGptLoraManifest(dir));
+  if (m.base_sha256 != base_sha256) {
+    return Status::FailedPrecondition(
+        absl::StrCat("the adapters were trained over another base model: ", m.base, " (SHA-256 ",
+                     m.base_sha256, "), but ", base_name, " has SHA-256 ", base_sha256,
+                     "; serve them over the base they were trained on"),
+        (std::filesystem::path(dir) / kGptLoraManifestFile).string());
+  }
+  GptConfig config = base_config;
+  config.lora = m.lora;
+  FLEET_ASSIGN_OR_RETURN(std::unique_ptr<GptLoraAdapters> adapters,
+                         GptLoraAdapters::Create(config, backend));
+  FLEET_RETURN_IF_ERROR(LoadCheckpointParams(
+      (std::filesystem::path(dir) / kGptLoraCheckpointFile).string(), &adapters->arena()));
+  return adapters;
 }
 
 void MergeGptLora(const GptConfig& config, std::span<const float> adapters,

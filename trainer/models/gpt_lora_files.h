@@ -22,11 +22,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
 #include "comm/status.h"
+#include "trainer/backend.h"
 #include "trainer/models/gpt.h"
+#include "trainer/models/gpt_lora.h"
 
 namespace fleet::trainer {
 
@@ -47,6 +50,17 @@ Result<std::string> PretrainedFingerprint(const std::string& init_from);
 Status WriteGptLoraManifest(const std::string& dir, const GptConfig& config,
                             const std::string& init_from, const std::string& base_sha256);
 
+// What <dir>/gpt_lora.json says.
+struct GptLoraManifest {
+  GptLoraConfig lora;       // rank, alpha, targets
+  std::string base;         // the Engine.init_from the adapters were trained over
+  std::string base_sha256;  // PretrainedFingerprint of that base
+};
+// Reads <dir>/gpt_lora.json. NotFound / IOError for the file; Corruption
+// for a malformed one (a rank < 1, alpha <= 0 or an unknown target
+// included).
+Result<GptLoraManifest> ReadGptLoraManifest(const std::string& dir);
+
 // Reads <dir>/gpt_lora.json and checks it against config.lora and the
 // base's fingerprint. NotFound / IOError for the file; Corruption for a
 // malformed one; FailedPrecondition naming what differs (another base: the
@@ -58,6 +72,20 @@ Status CheckGptLoraManifest(const std::string& dir, const GptConfig& config,
 // order). REQUIRES: the sizes match config's tables (CHECK).
 void MergeGptLora(const GptConfig& config, std::span<const float> adapters,
                   std::span<float> params);
+
+// The adapters of LoRA output directory `dir`, for serving over a base of
+// shape `base_config` (its Model.lora ignored) whose weights have the
+// fingerprint `base_sha256` (PretrainedFingerprint of `base_name`, which
+// messages name): read with the rank, alpha and targets of the manifest
+// into GptLoraAdapters on `backend` (not owned). Errors: those of
+// ReadGptLoraManifest; FailedPrecondition naming both bases when the
+// adapters were trained over another; those of the checkpoint reader for
+// gpt_lora.ckpt (NotFound, Corruption, FailedPrecondition for another shape).
+Result<std::unique_ptr<GptLoraAdapters>> LoadGptLoraAdapters(const std::string& dir,
+                                                             const GptConfig& base_config,
+                                                             const std::string& base_name,
+                                                             const std::string& base_sha256,
+                                                             Backend* backend);
 
 // gpt_convert --merge_lora: the base at config's Engine.init_from
 // (`init_from`), the adapters of `lora_dir` (checked against its manifest),

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "trainer/kernels/fast_exp.h"
+#include "trainer/kernels/sampling_kernels.h"
+
 namespace fleet::trainer {
 namespace {
 
@@ -20,14 +23,9 @@ double Uniform(std::mt19937_64* rng) { return static_cast<double>((*rng)() >> 11
 
 Result<int32_t> GreedySampler::Sample(std::span<const float> logits,
                                       std::mt19937_64* /*rng*/) const {
-  int32_t best = -1;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isfinite(logits[i]) && (best < 0 || logits[i] > logits[best])) {
-      best = static_cast<int32_t>(i);
-    }
-  }
-  if (best < 0) return NoFiniteLogit();
-  return best;
+  const IndexedLogit best = MaxFinite(logits.data(), static_cast<int64_t>(logits.size()));
+  if (best.index < 0) return NoFiniteLogit();
+  return best.index;
 }
 
 Result<std::unique_ptr<RandomSampler>> RandomSampler::Create(const RandomSamplerOptions& options) {
@@ -90,24 +88,137 @@ std::vector<RandomSampler::Candidate> RandomSampler::Distribution(
   return c;
 }
 
-Result<int32_t> RandomSampler::Sample(std::span<const float> logits, std::mt19937_64* rng) const {
-  const std::vector<Candidate> c = Distribution(logits);
-  if (c.empty()) return NoFiniteLogit();
-  const double u = Uniform(rng);
-  double cum = 0.0;
-  for (const Candidate& x : c) {
-    cum += x.prob;
-    if (u < cum) return x.id;
+namespace {
+
+// The row buffers of one thread's draws, reused (a server samples several
+// sequences' rows at once, one per thread).
+struct SampleScratch {
+  std::vector<float> weights;
+  std::vector<double> block_sums, kept_weights;
+  std::vector<IndexedLogit> candidates, kept;
+};
+SampleScratch& ThreadScratch() {
+  thread_local SampleScratch scratch;
+  return scratch;
+}
+
+// Among candidates [first, last), in the order MoreLikely, the one at which
+// the running mass (weights[index], most likely first) reaches `target`:
+// mass(more likely ones) < target <= that + its own. The last one when
+// rounding leaves target above the total. Quickselect by mass: each round
+// partitions around a pivot and keeps the side holding the target, O(n)
+// expected, without sorting. REQUIRES: first < last.
+IndexedLogit FindByMass(IndexedLogit* first, IndexedLogit* last, const float* weights,
+                        double target) {
+  while (last - first > 1) {
+    // Median of three by MoreLikely, moved to the end as the pivot.
+    IndexedLogit* mid = first + (last - first) / 2;
+    IndexedLogit* end = last - 1;
+    if (MoreLikely(*mid, *first)) std::swap(*mid, *first);
+    if (MoreLikely(*end, *first)) std::swap(*end, *first);
+    if (MoreLikely(*mid, *end)) std::swap(*mid, *end);
+    const IndexedLogit pivot = *end;
+    IndexedLogit* store = first;
+    double better_mass = 0.0;
+    for (IndexedLogit* it = first; it != end; ++it) {
+      if (MoreLikely(*it, pivot)) {
+        better_mass += weights[it->index];
+        std::swap(*it, *store++);
+      }
+    }
+    std::swap(*store, *end);  // the pivot between the two sides
+    const double pivot_mass = weights[pivot.index];
+    if (target <= better_mass && store != first) {
+      last = store;
+    } else if (target <= better_mass + pivot_mass || store + 1 == last) {
+      return pivot;
+    } else {
+      target -= better_mass + pivot_mass;
+      first = store + 1;
+    }
   }
-  // u landed in the rounding gap below 1: the last candidate with mass.
-  for (auto it = c.rbegin(); it != c.rend(); ++it)
-    if (it->prob > 0.0) return it->id;
-  return c.front().id;
+  return *first;
+}
+
+}  // namespace
+
+// One O(V) pass for the largest logit, then either a small candidate set
+// (top_k) or the whole row's weights, never a sort of the vocabulary.
+// Distribution() above is the same rule written plainly (its oracle).
+Result<int32_t> RandomSampler::Sample(std::span<const float> logits, std::mt19937_64* rng) const {
+  const auto n = static_cast<int64_t>(logits.size());
+  const IndexedLogit top = MaxFinite(logits.data(), n);
+  if (top.index < 0) return NoFiniteLogit();
+  const auto scale = static_cast<float>(1.0 / options_.temperature);
+  // So cold that every other weight is 0: the draw is the argmax.
+  if (!std::isfinite(scale)) return top.index;
+  SampleScratch& s = ThreadScratch();
+  const double u = Uniform(rng);
+
+  if (options_.top_k > 0 && options_.top_k < n) {
+    // The k best, most likely first; weights, the top_p cut and the draw
+    // over them in that order, as Distribution() has them.
+    TopK(logits.data(), n, options_.top_k, &s.candidates, &s.kept);
+    std::vector<double>& w = s.kept_weights;
+    w.resize(s.kept.size());
+    double total = 0.0;
+    for (size_t i = 0; i < s.kept.size(); ++i) {
+      w[i] = ExpF((s.kept[i].value - top.value) * scale);
+      total += w[i];
+    }
+    size_t keep = s.kept.size();
+    if (options_.top_p < 1.0) {
+      double running = 0.0;
+      for (size_t i = 0; i < s.kept.size(); ++i) {
+        running += w[i];
+        if (running >= options_.top_p * total) {
+          keep = i + 1;
+          total = running;
+          break;
+        }
+      }
+    }
+    const double target = u * total;
+    double running = 0.0;
+    for (size_t i = 0; i < keep; ++i) {
+      running += w[i];
+      if (target < running) return s.kept[i].index;
+    }
+    for (size_t i = keep; i-- > 0;)
+      if (w[i] > 0.0) return s.kept[i].index;
+    return s.kept.front().index;
+  }
+
+  s.weights.resize(logits.size());
+  s.block_sums.resize(SampleBlocks(n));
+  double total =
+      ExpWeights(logits.data(), n, scale, top.value, s.weights.data(), s.block_sums.data());
+  if (options_.top_p < 1.0) {
+    // The nucleus: the least likely candidate it keeps, then every weight
+    // below it zeroed.
+    s.candidates.clear();
+    for (int64_t i = 0; i < n; ++i) {
+      if (s.weights[i] > 0.0f) s.candidates.push_back({static_cast<int32_t>(i), logits[i]});
+    }
+    const IndexedLogit cut =
+        FindByMass(s.candidates.data(), s.candidates.data() + s.candidates.size(), s.weights.data(),
+                   options_.top_p * total);
+    for (int64_t i = 0; i < n; ++i) {
+      if (MoreLikely(cut, {static_cast<int32_t>(i), logits[i]})) s.weights[i] = 0.0f;
+    }
+    total = BlockSums(s.weights.data(), n, s.block_sums.data());
+  }
+  const int64_t id = FindByRunningWeight(s.weights.data(), s.block_sums.data(), n, u * total);
+  return static_cast<int32_t>(id >= 0 ? id : top.index);
 }
 
 Result<std::unique_ptr<TokenSampler>> CreateTokenSampler(const std::string& decode_strategy,
                                                          const RandomSamplerOptions& options) {
-  if (decode_strategy == "greedy_search") return std::unique_ptr<TokenSampler>(new GreedySampler);
+  // Temperature 0 is the limit of sampling ever colder: the argmax.
+  if (decode_strategy == "greedy_search" ||
+      (decode_strategy == "sampling" && options.temperature == 0.0)) {
+    return std::unique_ptr<TokenSampler>(new GreedySampler);
+  }
   if (decode_strategy == "sampling") {
     FLEET_ASSIGN_OR_RETURN(std::unique_ptr<RandomSampler> s, RandomSampler::Create(options));
     return std::unique_ptr<TokenSampler>(std::move(s));

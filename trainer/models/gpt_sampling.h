@@ -6,6 +6,7 @@
 //   RandomSampler    decode_strategy sampling: logits / temperature, keep the
 //                    top_k most likely, then the smallest most-likely set
 //                    whose probability reaches top_p, renormalise, draw.
+//                    O(V) per draw: no sort of the vocabulary.
 //   GenerateTokens   prefill the prompt, then sample and step until
 //                    end-of-text or max_dec_len, end-of-text masked before
 //                    min_dec_len.
@@ -70,9 +71,16 @@ class RandomSampler final : public TokenSampler {
   };
   // The renormalised distribution after temperature, top_k and top_p, most
   // likely first (ties: lower id first); probabilities sum to 1. Empty when
-  // no logit is finite.
+  // no logit is finite. Sorts the candidates: the plain statement of the
+  // rule, which tests hold Sample to.
   std::vector<Candidate> Distribution(std::span<const float> logits) const;
 
+  // A draw from Distribution(logits) without sorting the vocabulary
+  // (trainer/kernels/sampling_kernels.h): the largest logit in one pass;
+  // with top_k the k best by partial selection, drawn most likely first;
+  // otherwise every token's weight in one vectorised pass, the top_p cut by
+  // quickselect on probability mass, and the draw by running weight in id
+  // order. One generator output per draw. Thread-safe (per-thread scratch).
   Result<int32_t> Sample(std::span<const float> logits, std::mt19937_64* rng) const override;
 
  private:
@@ -80,9 +88,10 @@ class RandomSampler final : public TokenSampler {
   const RandomSamplerOptions options_;
 };
 
-// "greedy_search" -> GreedySampler; "sampling" -> RandomSampler(options).
-// InvalidArgument naming Generation.decode_strategy otherwise, or those of
-// RandomSampler::Create.
+// "greedy_search" -> GreedySampler; "sampling" -> RandomSampler(options),
+// or GreedySampler at temperature 0 (sampling's limit as it cools, what
+// OpenAI's API means by it). InvalidArgument naming
+// Generation.decode_strategy otherwise, or those of RandomSampler::Create.
 Result<std::unique_ptr<TokenSampler>> CreateTokenSampler(const std::string& decode_strategy,
                                                          const RandomSamplerOptions& options);
 

@@ -1,4 +1,4 @@
-#include "examples/gpt/serve_metrics.h"
+#include "serve/metrics.h"
 
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
@@ -7,7 +7,7 @@
 #include <prometheus/summary.h>
 #include <prometheus/text_serializer.h>
 
-namespace fleet::examples::gpt {
+namespace fleet::serve {
 namespace {
 
 prometheus::Gauge* Gauge(prometheus::Registry& registry, const char* name, const char* help) {
@@ -31,7 +31,7 @@ ServeMetrics::ServeMetrics()
     : registry_(std::make_shared<prometheus::Registry>()),
       requests_(&prometheus::BuildCounter()
                      .Name("fleet_serve_requests_total")
-                     .Help("Finished completion requests by HTTP status")
+                     .Help("Answered requests by HTTP status")
                      .Register(*registry_)),
       prompt_tokens_(
           Counter(*registry_, "fleet_serve_prompt_tokens_total", "Prompt tokens admitted")),
@@ -40,7 +40,7 @@ ServeMetrics::ServeMetrics()
       tokens_per_second_(Gauge(*registry_, "fleet_serve_tokens_per_second",
                                "Generated tokens per second over the last second of work")),
       queue_length_(
-          Gauge(*registry_, "fleet_serve_queue_length", "Requests waiting for a decoder slot")),
+          Gauge(*registry_, "fleet_serve_queue_length", "Sequences waiting for a decoder slot")),
       running_(Gauge(*registry_, "fleet_serve_running_batch_size",
                      "Sequences decoded together in the last step")),
       latency_(Summary(*registry_, "fleet_serve_request_latency_seconds",
@@ -67,4 +67,4 @@ std::string ServeMetrics::Text() const {
   return prometheus::TextSerializer().Serialize(registry_->Collect());
 }
 
-}  // namespace fleet::examples::gpt
+}  // namespace fleet::serve

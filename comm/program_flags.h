@@ -1,18 +1,21 @@
-// The GPT programs' own flags, after ParseConfigArgs (comm/yaml_config.h)
+// The config-driven programs' own flags, after ParseConfigArgs (comm/yaml_config.h)
 // has taken -c and -o: "--name=value" or "--name value" for the names the
 // program knows, and -h / --help / --helpshort. One reader for gpt_generate,
 // gpt_serve and gpt_convert, so they accept and refuse the same shapes.
 #pragma once
 
 #include <functional>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "comm/program_help.h"
 #include "comm/status.h"
 
-namespace fleet::examples::gpt {
+namespace fleet {
 
 struct ProgramFlags {
   bool help = false;
@@ -48,4 +51,22 @@ inline Result<ProgramFlags> ParseProgramFlags(const std::vector<std::string>& ar
   return out;
 }
 
-}  // namespace fleet::examples::gpt
+// What such a program does first with its parsed flags (a Flags with a
+// `bool help`): refused, the reason on `err` as "<program>: ..." and exit
+// status 2; --help, FormatProgramHelp(help) on `out` and exit status 0;
+// otherwise nullopt: go on.
+template <typename Flags>
+std::optional<int> FlagsExitStatus(const Result<Flags>& flags, std::string_view program,
+                                   const ProgramHelp& help, std::ostream& out, std::ostream& err) {
+  if (!flags.ok()) {
+    err << program << ": " << flags.status().ToString() << "\n";
+    return 2;
+  }
+  if (flags->help) {
+    out << FormatProgramHelp(help);
+    return 0;
+  }
+  return std::nullopt;
+}
+
+}  // namespace fleet

@@ -1,12 +1,17 @@
 // ServeMetrics: gpt_serve's Prometheus metrics (prometheus-cpp, as
 // launch/metrics.h keeps fleetrun's), served as text at GET /metrics:
 //
-//   fleet_serve_requests_total{code}          finished requests by HTTP status
+//   fleet_serve_requests_total{code}          answered requests by HTTP status:
+//                                             every route and refusal (401,
+//                                             404, 413, 499 a client gone)
+//                                             but the probes' (/health,
+//                                             /metrics) 200s
 //   fleet_serve_prompt_tokens_total           prompt tokens admitted
 //   fleet_serve_generated_tokens_total        tokens generated
 //   fleet_serve_tokens_per_second             generated tokens/s over the last
 //                                             second of work (0 when idle)
-//   fleet_serve_queue_length                  requests waiting for a slot
+//   fleet_serve_queue_length                  sequences (choices) waiting for a
+//                                             decoder slot
 //   fleet_serve_running_batch_size            sequences decoded together
 //   fleet_serve_request_latency_seconds       Summary (0.5, 0.9, 0.99) of a
 //                                             completed request's time from
@@ -28,7 +33,7 @@ template <typename T>
 class Family;
 }  // namespace prometheus
 
-namespace fleet::examples::gpt {
+namespace fleet::serve {
 
 class ServeMetrics {
  public:
@@ -61,4 +66,4 @@ class ServeMetrics {
   prometheus::Summary* first_token_;
 };
 
-}  // namespace fleet::examples::gpt
+}  // namespace fleet::serve
