@@ -38,7 +38,7 @@ const OptionSpec kOptions[] = {
      "port); at most 1024",
      kPsGroup},
     {"worker_num", &LaunchOptions::worker_num, "unset",
-     "PS simulation: number of ps_worker processes; at most 1024", kPsGroup},
+     "PS simulation: number of workers (ps_worker, or PROGRAM when given); at most 1024", kPsGroup},
     {"heter_worker_num", &LaunchOptions::heter_worker_num, "0",
      "PS simulation: number of heter_worker processes; at most 1024", kPsGroup},
     {"servers", &LaunchOptions::servers, "unset",
@@ -306,7 +306,7 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
     } else if (arg.starts_with("-") && arg.size() > 1) {
       return Status::InvalidArgument(std::string(arg) + ": unknown flag (see fleetrun --help)");
     } else {
-      // First non-flag: the collective PROGRAM; the rest is its own.
+      // First non-flag: PROGRAM (collective, or a PS job's workers); the rest is its own.
       out.program = std::string(arg);
       out.program_args.assign(args.begin() + i + 1, args.end());
       break;
@@ -351,6 +351,8 @@ std::string FormatHelp() {
                    "Starts a FleetPS job and stops it when a process fails.\n"
                    "  parameter-server mode: fleetrun --server_num=S --worker_num=W --config=job.yaml\n"
                    "                         fleetrun --servers=ip:port,.. --workers=ip,.. --config=job.yaml\n"
+                   "                         (either with PROGRAM [ARGS...]: the workers run it, e.g.\n"
+                   "                         python3 train.py over the fleetps module, instead of ps_worker)\n"
                    "  collective mode:       fleetrun [--gpus=0,1 | --nproc_per_node=N] PROGRAM [ARGS...]\n"
                    "See README.md (Running jobs) and launch/README.md.",
                    {},

@@ -203,10 +203,18 @@ Status ResolvePs(const LaunchOptions& o, const MachineInfo& m, JobLayout& job) {
     job.kv_listen = job.kv_endpoint;
   }
   job.bin_dir = o.bin_dir.empty() ? m.self_dir : o.bin_dir;
+  if (!o.program.empty()) {
+    job.worker_program = o.program;
+    job.worker_program_args = o.program_args;
+    // A machine of a cluster that runs no worker need not have it.
+    if (!job.local_workers.empty()) {
+      FLEET_ASSIGN_OR_RETURN(job.worker_program_path, FindProgram(o.program, m.path_env));
+    }
+  }
   std::vector<std::string> needed;
   if (!job.local_servers.empty()) needed.push_back("ps_server");
   if (!job.local_heter_workers.empty()) needed.push_back("heter_worker");
-  if (!job.local_workers.empty()) needed.push_back("ps_worker");
+  if (!job.local_workers.empty() && job.worker_program.empty()) needed.push_back("ps_worker");
   for (const std::string& name : needed) {
     if (!IsExecutableFile(job.bin_dir + "/" + name)) return Bad("--bin_dir", "no executable " + name + " in '" + job.bin_dir + "'");
   }
@@ -379,6 +387,14 @@ Result<JobLayout> ResolveStoreOnly(const LaunchOptions& o) {
   return job;
 }
 
+// The spec runs a PROGRAM: argv[0] as the user gave it, then its ARGS.
+void RunProgram(const std::string& path, const std::string& program,
+                const std::vector<std::string>& args, ProcessSpec* spec) {
+  spec->exe = path;
+  spec->argv.push_back(program);
+  spec->argv.insert(spec->argv.end(), args.begin(), args.end());
+}
+
 }  // namespace
 
 Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
@@ -389,10 +405,6 @@ Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
   std::string ps_flag;
   for (std::string_view f : kPsFlags) {
     if (o.Given(f) && ps_flag.empty()) ps_flag = "--" + std::string(f);
-  }
-  if (!ps_flag.empty() && !o.program.empty()) {
-    return Bad("PROGRAM", "'" + o.program + "' given in parameter-server mode (chosen by " + ps_flag +
-                              "); fleetrun starts ps_server/ps_worker itself");
   }
   if (ps_flag.empty() && o.program.empty()) {
     return Bad("PROGRAM", "missing (collective mode: fleetrun [flags] PROGRAM [ARGS...]; "
@@ -458,9 +470,7 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
     if (c.devices.at(rank).starts_with("cuda:") && !c.nccl_socket_ifname.empty()) {
       spec.env.emplace_back("NCCL_SOCKET_IFNAME", c.nccl_socket_ifname);
     }
-    spec.exe = c.program_path;
-    spec.argv.push_back(c.program);
-    spec.argv.insert(spec.argv.end(), c.program_args.begin(), c.program_args.end());
+    RunProgram(c.program_path, c.program, c.program_args, &spec);
   } else {
     spec.rank = rank;
     const std::vector<Endpoint>& mine = role == Role::kServer ? job.servers
@@ -480,10 +490,20 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
       spec.endpoint = mine.at(rank).ToString();
       vars.emplace_back("endpoint", spec.endpoint);
     }
-    const char* binary = role == Role::kServer ? "ps_server" : role == Role::kWorker ? "ps_worker" : "heter_worker";
-    spec.exe = job.bin_dir + "/" + binary;
-    spec.argv.push_back(spec.exe);
+    if (role == Role::kWorker && !job.worker_program.empty()) {
+      RunProgram(job.worker_program_path, job.worker_program, job.worker_program_args, &spec);
+    } else {
+      const char* binary = role == Role::kServer   ? "ps_server"
+                           : role == Role::kWorker ? "ps_worker"
+                                                   : "heter_worker";
+      spec.exe = job.bin_dir + "/" + binary;
+      spec.argv.push_back(spec.exe);
+    }
   }
+  // A PROGRAM (collective, or a PS job's workers) has flags of its own: it
+  // gets the environment only.
+  const bool env_only =
+      role == Role::kCollective || (role == Role::kWorker && !job.worker_program.empty());
   vars.emplace_back("kv_endpoint", job.kv_endpoint);
   vars.emplace_back("job_id", job.job_id);
   vars.emplace_back("log_dir", job.log_dir);
@@ -494,8 +514,7 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
     std::string upper = name;
     std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char ch) { return std::toupper(ch); });
     spec.env.emplace_back("FLEET_" + upper, value);
-    // Collective PROGRAMs have flags of their own: they get environment only.
-    if (role != Role::kCollective) spec.argv.push_back("--" + name + "=" + value);
+    if (!env_only) spec.argv.push_back("--" + name + "=" + value);
   }
   spec.env.emplace_back("FLEET_OVERRIDES", overrides);
   // Environment only, so a restart changes no flag: the generation keys the
@@ -507,7 +526,7 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
   if (job.auth && !job.job_secret.empty()) spec.env.emplace_back("FLEET_JOB_SECRET", job.job_secret);
   // One flag holding the ';'-joined list: gflags keeps only the last of a
   // repeated flag.
-  if (role != Role::kCollective && !overrides.empty()) spec.argv.push_back("--override=" + overrides);
+  if (!env_only && !overrides.empty()) spec.argv.push_back("--override=" + overrides);
   const char* prefix = role == Role::kServer ? "serverlog" : role == Role::kHeterWorker ? "heterlog" : "workerlog";
   spec.log_path = job.log_dir + "/" + prefix + "." + std::to_string(spec.rank);
   spec.tee = (role == Role::kWorker || role == Role::kCollective) && spec.rank == 0;

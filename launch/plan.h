@@ -120,6 +120,12 @@ struct JobLayout {
   std::vector<Endpoint> servers, heter_workers, workers;
   // Ranks started on this machine.
   std::vector<int> local_servers, local_heter_workers, local_workers;
+  // PS mode with a PROGRAM: the workers run it with its ARGS (environment
+  // only, as collective PROGRAMs get it) instead of ps_worker, e.g. a PyTorch
+  // script over the fleetps module (python/). Empty: ps_worker.
+  std::string worker_program;  // as given; execvp-style lookup in ResolveLayout
+  std::string worker_program_path;
+  std::vector<std::string> worker_program_args;
   int gpu_count = 0;  // heter workers get cuda:(rank % gpu_count) when > 0
 
   CollectiveLayout collective;

@@ -772,10 +772,6 @@ Result<PsWorkerReport> RunPsWorker(const PsWorkerOptions& options) {
   return run.Run();
 }
 
-namespace {
-
-// Before any data is read: several workers meet through a KV store, and two
-// given the same rank are told now rather than failing later.
 Status JoinAsWorker(const ProcessContext& ctx) {
   const ClusterSpec& spec = ctx.spec();
   if (spec.world_size > 1 && !spec.kv_endpoint) {
@@ -788,6 +784,8 @@ Status JoinAsWorker(const ProcessContext& ctx) {
   gethostname(host, sizeof(host) - 1);
   return ctx.ClaimRank(absl::StrCat(host, " pid ", getpid()));
 }
+
+namespace {
 
 ProgramHelp WorkerHelp() {
   ProgramHelp help{"ps_worker --config=job.yaml --servers=ip:port,... [--workers=ip,... --rank=N] "
