@@ -134,6 +134,12 @@ const OptionSpec kOptions[] = {
      "file (mode 600) holding the job secret, needed on every machine of a multi-machine job (or "
      "FLEET_JOB_SECRET); a job on one machine gets a fresh random one",
      kSecurityGroup},
+    {"metrics_token_file", &LaunchOptions::metrics_token_file, "unset",
+     "file (mode 600) holding a read-only token: GET /metrics, /job (the job page) and /job/state "
+     "answer a request with 'Authorization: Bearer <token>' (Prometheus's bearer token) or "
+     "/job#token=<token> in a browser; without it they need the job secret, except on one machine "
+     "(store on loopback), where they answer any user of the machine",
+     kSecurityGroup},
     {"store_only", &LaunchOptions::store_only, "off",
      "host only the KV store, on --host (default 127.0.0.1) and --http_port (default 36001), for "
      "ps_server/ps_worker started by hand with --kv_endpoint; needs --job_secret_file (or "
@@ -323,15 +329,20 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
   return out;
 }
 
-std::string FormatOptionsTable(const LaunchOptions& options) {
+std::string FormatOptionsTable(const LaunchOptions& options,
+                               const std::vector<std::pair<std::string, std::string>>& derived) {
   std::vector<std::pair<std::string, std::string>> rows;
   for (const OptionSpec& spec : kOptions) {
-    if (spec.name == "devices") continue;  // alias: its value is --gpus's
+    // --devices is --gpus's alias: Given("gpus") covers both.
+    if (spec.name == "devices" || !options.Given(spec.name)) continue;
     rows.emplace_back(FlagName(spec), FieldValue(spec, options));
   }
-  std::string program = options.program.empty() ? "unset" : options.program;
-  for (const std::string& a : options.program_args) program += " " + a;
-  rows.emplace_back("PROGRAM", program);
+  if (!options.program.empty()) {
+    std::string program = options.program;
+    for (const std::string& a : options.program_args) program += " " + a;
+    rows.emplace_back("PROGRAM", program);
+  }
+  rows.insert(rows.end(), derived.begin(), derived.end());
   return FormatAligned(rows);
 }
 

@@ -258,6 +258,14 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
   c.program_args = o.program_args;
   FLEET_ASSIGN_OR_RETURN(c.program_path, FindProgram(o.program, m.path_env));
   FLEET_ASSIGN_OR_RETURN(c.devices, ResolveDevices(o, m));
+  if (m.cuda_visible_devices && !m.cuda_visible_devices->empty() && m.gpu_count == 0 &&
+      !o.Given("gpus")) {
+    job.notes.push_back("note: CUDA_VISIBLE_DEVICES=" + *m.cuda_visible_devices +
+                        " is set but this machine has no GPU (no /dev/nvidia<N>): " +
+                        std::to_string(c.devices.size()) + " CPU process" +
+                        (c.devices.size() == 1 ? "" : "es") +
+                        (o.Given("nproc_per_node") ? "" : " (--nproc_per_node=N for more)"));
+  }
   if (o.Given("nnodes") && (o.nnodes < 1 || o.nnodes > kMaxNodes)) {
     return Bad("--nnodes", std::to_string(o.nnodes) + " is not in 1.." + std::to_string(kMaxNodes));
   }
@@ -320,10 +328,17 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     if (c.nnodes > 1 && o.Given("http_port") && o.http_port == 0) return Bad("--http_port", "0 (a free port) cannot be used under Slurm: the other nodes must know it");
     if (m.slurm_master_ip.empty()) return Bad("--nnodes", "cannot resolve the first host of SLURM_NODELIST '" + m.slurm_nodelist + "'");
     job.host_kv = node_rank == 0;
-    // Node 0 listens on every interface: the name other nodes resolve may
-    // differ from what this node's resolver says (127.0.1.1 in /etc/hosts).
-    job.kv_listen = "0.0.0.0:" + port(c.nnodes == 1);
-    job.kv_endpoint = (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(c.nnodes == 1);
+    if (c.nnodes == 1) {
+      // One node: the whole job is on loopback, as without Slurm.
+      job.kv_listen = "127.0.0.1:" + port(true);
+      job.kv_endpoint = job.kv_listen;
+    } else {
+      // Node 0 listens on every interface: the name other nodes resolve may
+      // differ from what this node's resolver says (127.0.1.1 in /etc/hosts).
+      job.kv_listen = "0.0.0.0:" + port(false);
+      job.kv_endpoint =
+          (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(false);
+    }
     c.from_slurm = true;
     c.node_host = c.nnodes == 1 ? "127.0.0.1" : host;
     if (c.node_host.empty()) return Bad("--host", "this machine has no non-loopback IPv4 address; pass --host");
@@ -408,6 +423,19 @@ Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
     FLEET_RETURN_IF_ERROR(ResolveCollective(o, m, job));
   }
   return job;
+}
+
+bool IsProcessContractVariable(std::string_view name) {
+  static constexpr std::string_view kContract[] = {
+      "FLEET_ROLE",           "FLEET_RANK",           "FLEET_WORLD_SIZE",
+      "FLEET_LOCAL_RANK",     "FLEET_NNODES",         "FLEET_NODE_RANK",
+      "FLEET_NPROC_PER_NODE", "FLEET_DEVICE",         "FLEET_HOST",
+      "FLEET_SERVERS",        "FLEET_WORKERS",        "FLEET_HETER_WORKERS",
+      "FLEET_ENDPOINT",       "FLEET_KV_ENDPOINT",    "FLEET_JOB_ID",
+      "FLEET_LOG_DIR",        "FLEET_CONFIG",         "FLEET_AUTH",
+      "FLEET_OVERRIDES",      "FLEET_RESTART",        "FLEET_RESTART_GENERATION",
+      "FLEET_JOB_SECRET",     "FLEET_JOB_SECRET_FILE"};
+  return std::find(std::begin(kContract), std::end(kContract), name) != std::end(kContract);
 }
 
 ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart) {

@@ -23,6 +23,7 @@ packages=(
   dataset-fashion-mnist
   procps iproute2 nftables
   prometheus-cpp-dev
+  chromium prometheus  # the job page's browser test; promtool checks /metrics
 )
 
 missing=()

@@ -1,4 +1,5 @@
 // fleetrun's flag parser and plan builder, in-process: no process started.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,8 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include <gtest/gtest.h>
-
+#include "comm/cluster.h"
 #include "launch/compat_env.h"
 #include "launch/config_check.h"
 #include "launch/net.h"
@@ -347,6 +347,51 @@ TEST_F(PlanTest, SlurmGivesNodeRankAndMaster) {
   EXPECT_EQ(job->collective.node_rank_source, NodeRankSource::kKnown);
   EXPECT_FALSE(job->host_kv);
   EXPECT_EQ(job->kv_endpoint, "10.0.0.1:36001");
+}
+
+// CUDA_VISIBLE_DEVICES on a machine without GPU: one line says the processes
+// run on the CPU, and how to get more than one.
+TEST_F(PlanTest, CudaVisibleDevicesWithoutGpuIsNoted) {
+  machine_.gpu_count = 0;
+  machine_.cuda_visible_devices = "0,1";
+  auto job = Resolve({"prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->notes.size(), 1u);
+  EXPECT_EQ(
+      job->notes[0],
+      "note: CUDA_VISIBLE_DEVICES=0,1 is set but this machine has no GPU (no /dev/nvidia<N>): 1 "
+      "CPU process (--nproc_per_node=N for more)");
+  machine_.cuda_visible_devices.reset();
+  auto quiet = Resolve({"prog"});
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_TRUE(quiet->notes.empty());
+}
+
+// fleetrun passes its environment through to every process, except the
+// FLEET_* variables of the process contract, which it sets itself.
+TEST(Plan, OnlyTheProcessContractsVariablesAreFleetruns) {
+  for (const char* own :
+       {"FLEET_RANK", "FLEET_KV_ENDPOINT", "FLEET_JOB_SECRET", "FLEET_OVERRIDES"}) {
+    EXPECT_TRUE(IsProcessContractVariable(own)) << own;
+  }
+  for (const char* users : {"FLEET_GPT2_VOCAB_DIR", "FLEET_CTR_DATA", "OMP_NUM_THREADS", "PATH"}) {
+    EXPECT_FALSE(IsProcessContractVariable(users)) << users;
+  }
+}
+
+// A single-node Slurm job is on one machine: its store listens on loopback
+// (and port 0 is allowed), as without Slurm.
+TEST_F(PlanTest, SlurmSingleNodeBindsTheStoreToLoopback) {
+  machine_.slurm_procid = "0";
+  machine_.slurm_nodeid = "0";
+  machine_.slurm_nnodes = "1";
+  machine_.slurm_nodelist = "gpu07";
+  machine_.slurm_master_ip = "10.0.0.1";
+  auto job = Resolve({"--http_port=0", "prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(job->host_kv);
+  EXPECT_EQ(job->kv_listen, "127.0.0.1:0");
+  EXPECT_EQ(job->kv_endpoint, "127.0.0.1:0");
 }
 
 TEST(Net, SlurmFirstHostAndGpuCount) {
