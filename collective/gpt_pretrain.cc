@@ -306,7 +306,10 @@ Result<TrainReport> RunGptPretrain(const config::GptJobConfig& config, Collectiv
   std::unique_ptr<tensorboard::EventWriter> events;
   if (!options.tensorboard_dir.empty() && rank == 0) {
     FLEET_ASSIGN_OR_RETURN(events, tensorboard::EventWriter::Create(options.tensorboard_dir));
-    loop.scalars = events.get();
+  }
+  tensorboard::ScalarTee curves({events.get(), options.figures});
+  if (events != nullptr || options.figures != nullptr) {
+    loop.scalars = &curves;
     loop.progress_scalars = [tokens_per_sample](const ProgressWindow& w,
                                                 tensorboard::ScalarSink& s) {
       if (w.seconds <= 0) return Status::OK();

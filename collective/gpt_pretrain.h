@@ -73,6 +73,9 @@ struct GptPretrainOptions {
   // Programs: tensorboard::TensorBoardDir of --tensorboard_dir, the log dir
   // and Engine.tensorboard.
   std::string tensorboard_dir;
+  // Rank 0 also writes the same curves here (not owned; null: none), e.g.
+  // as figures of its progress reports for fleetrun's job page.
+  tensorboard::ScalarSink* figures = nullptr;
 };
 
 // Trains as described above. `collective` is this rank's group (null for

@@ -1,6 +1,7 @@
 #include "comm/cluster.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gflags/gflags.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -8,10 +9,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
-
 #include <charconv>
 #include <cstdlib>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -57,12 +60,18 @@ struct Setting {
   bool given = false;  // on the command line or in the environment
 };
 
-Setting Lookup(const char* flag, const char* var, const EnvLookup& env) {
+// The launcher's values stand in for FLEET_* variables `env` lacks.
+Setting Lookup(const char* flag, const char* var, const EnvLookup& env,
+               const LauncherEnv& launcher) {
   gflags::CommandLineFlagInfo info;
   if (gflags::GetCommandLineFlagInfo(flag, &info) && !info.is_default) {
     return {info.current_value, absl::StrCat("--", flag), true};
   }
   if (std::optional<std::string> value = env(var)) return {*value, var, true};
+  if (auto it = launcher.values.find(var); it != launcher.values.end()) {
+    return {it->second.first, absl::StrCat(it->second.second, " (", launcher.launcher, "'s)"),
+            true};
+  }
   return {info.current_value, absl::StrCat("--", flag, " (default)"), false};
 }
 
@@ -109,12 +118,13 @@ Result<std::vector<Endpoint>> WorkerEndpointsFrom(Setting s) {
 // --endpoint (FLEET_ENDPOINT) in its role's list, so the same --servers list
 // on every machine is all a by-hand start needs. nullopt when there is no
 // endpoint to look for; InvalidArgument when the list is ambiguous about it.
-Result<std::optional<int>> RankFromEndpoint(const ClusterSpec& spec, const EnvLookup& env) {
+Result<std::optional<int>> RankFromEndpoint(const ClusterSpec& spec, const EnvLookup& env,
+                                            const LauncherEnv& launcher) {
   const std::vector<Endpoint>& list = spec.RoleEndpoints();
   if (spec.role == Role::kWorker || spec.role == Role::kCollective || list.size() < 2) {
     return std::optional<int>();
   }
-  const Setting endpoint = Lookup("endpoint", "FLEET_ENDPOINT", env);
+  const Setting endpoint = Lookup("endpoint", "FLEET_ENDPOINT", env, launcher);
   if (!endpoint.given) return std::optional<int>();
   FLEET_ASSIGN_OR_RETURN(Endpoint mine, ParseEndpoint(endpoint.text, endpoint.source,
                                                       EndpointParseOptions{.allow_port_zero = true}));
@@ -186,8 +196,168 @@ std::string ClusterSpec::ToString() const {
   return absl::StrCat(std::string(RoleName(role)), " ", rank, "/", world_size, " job=", job_id,
                       " device=", device, " kv=", kv_endpoint ? kv_endpoint->ToString() : "none",
                       " servers=", JoinEndpoints(servers), " workers=", JoinEndpoints(workers),
-                      " heter_workers=", JoinEndpoints(heter_workers),
-                      " auth=", !auth ? "off" : credentials ? "on" : "on (no secret)");
+                      " heter_workers=", JoinEndpoints(heter_workers), " auth=",
+                      !auth         ? "off"
+                      : credentials ? "on"
+                                    : "on (no secret)",
+                      launcher_env.empty() ? "" : absl::StrCat(" (from ", launcher_env, ")"));
+}
+
+namespace {
+
+// The variables a LauncherEnv is read from, in the order the summary shows them.
+constexpr const char* kTorchVariables[] = {
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+constexpr const char* kPaddleVariables[] = {"TRAINING_ROLE",
+                                            "PADDLE_PSERVERS_IP_PORT_LIST",
+                                            "PADDLE_TRAINER_ENDPOINTS",
+                                            "PADDLE_TRAINERS_NUM",
+                                            "PADDLE_TRAINER_ID",
+                                            "POD_IP",
+                                            "PADDLE_PORT"};
+
+Result<int> LauncherCount(const EnvLookup& env, const char* var, const char* launcher) {
+  return ParseCount(Setting{env(var).value_or(""), absl::StrCat(var, " (", launcher, "'s)"), true});
+}
+
+Status ReadTorchEnv(const EnvLookup& env, LauncherEnv& out) {
+  auto set = [&out](const char* fleet, std::string value, const char* from) {
+    out.values[fleet] = {std::move(value), from};
+  };
+  if (env("RANK")) {
+    FLEET_ASSIGN_OR_RETURN(int rank, LauncherCount(env, "RANK", "torchrun"));
+    set("FLEET_RANK", std::to_string(rank), "RANK");
+  }
+  int world = 0;
+  if (env("WORLD_SIZE")) {
+    FLEET_ASSIGN_OR_RETURN(world, LauncherCount(env, "WORLD_SIZE", "torchrun"));
+    set("FLEET_WORLD_SIZE", std::to_string(world), "WORLD_SIZE");
+  }
+  const std::optional<std::string> addr = env("MASTER_ADDR"), port = env("MASTER_PORT");
+  if (addr.has_value() != port.has_value()) {
+    return Status::InvalidArgument(
+        "torchrun's MASTER_ADDR and MASTER_PORT go together: rank 0 hosts the job's KV store "
+        "there; give both",
+        addr ? "MASTER_PORT unset" : "MASTER_ADDR unset");
+  }
+  bool one_host = false;
+  if (addr) {
+    FLEET_ASSIGN_OR_RETURN(Endpoint master, ParseEndpoint(absl::StrCat(*addr, ":", *port),
+                                                          "MASTER_ADDR:MASTER_PORT (torchrun's)"));
+    set("FLEET_KV_ENDPOINT", master.ToString(), "MASTER_ADDR:MASTER_PORT");
+    out.host_kv_store = master.ToString();
+    one_host = master.host.starts_with("127.") || master.host == "localhost";
+  }
+  if (env("LOCAL_WORLD_SIZE")) {
+    FLEET_ASSIGN_OR_RETURN(int local, LauncherCount(env, "LOCAL_WORLD_SIZE", "torchrun"));
+    set("FLEET_NPROC_PER_NODE", std::to_string(local), "LOCAL_WORLD_SIZE");
+    if (local > 0 && world > 0 && world % local == 0) {
+      set("FLEET_NNODES", std::to_string(world / local), "WORLD_SIZE/LOCAL_WORLD_SIZE");
+    }
+  } else if (one_host) {
+    set("FLEET_NNODES", "1", "MASTER_ADDR");
+  }
+  if (env("LOCAL_RANK") && CountGpus() > 0) {
+    FLEET_ASSIGN_OR_RETURN(int local_rank, LauncherCount(env, "LOCAL_RANK", "torchrun"));
+    set("FLEET_DEVICE", absl::StrCat("cuda:", local_rank), "LOCAL_RANK");
+  }
+  return Status::OK();
+}
+
+Status ReadPaddleEnv(Role role, const EnvLookup& env, LauncherEnv& out) {
+  if (std::optional<std::string> training_role = env("TRAINING_ROLE")) {
+    const std::string& t = *training_role;
+    const std::optional<Role> said = t == "PSERVER"   ? std::optional<Role>(Role::kServer)
+                                     : t == "TRAINER" ? std::optional<Role>(Role::kWorker)
+                                     : t == "HETER_TRAINER"
+                                         ? std::optional<Role>(Role::kHeterWorker)
+                                         : std::nullopt;
+    if (!said) {
+      return Status::InvalidArgument(
+          "bad TRAINING_ROLE (Paddle's): want PSERVER, TRAINER or HETER_TRAINER",
+          absl::StrCat("'", t, "'"));
+    }
+    if (*said != role) {
+      return Status::InvalidArgument(
+          absl::StrCat("TRAINING_ROLE=", t, " (Paddle's) starts a ", std::string(RoleName(*said)),
+                       ", not a ", std::string(RoleName(role))),
+          "TRAINING_ROLE");
+    }
+  }
+  auto copy = [&](const char* var, const char* fleet) {
+    if (std::optional<std::string> v = env(var)) out.values[fleet] = {*v, var};
+  };
+  copy("PADDLE_PSERVERS_IP_PORT_LIST", "FLEET_SERVERS");
+  copy("PADDLE_TRAINER_ENDPOINTS", "FLEET_WORKERS");
+  if (role == Role::kWorker) {
+    if (env("PADDLE_TRAINER_ID")) {
+      FLEET_ASSIGN_OR_RETURN(int id, LauncherCount(env, "PADDLE_TRAINER_ID", "Paddle"));
+      out.values["FLEET_RANK"] = {std::to_string(id), "PADDLE_TRAINER_ID"};
+    }
+    if (env("PADDLE_TRAINERS_NUM")) {
+      FLEET_ASSIGN_OR_RETURN(int n, LauncherCount(env, "PADDLE_TRAINERS_NUM", "Paddle"));
+      out.values["FLEET_WORLD_SIZE"] = {std::to_string(n), "PADDLE_TRAINERS_NUM"};
+    }
+  } else {
+    const std::optional<std::string> ip = env("POD_IP"), port = env("PADDLE_PORT");
+    if (ip && port) {
+      FLEET_ASSIGN_OR_RETURN(Endpoint mine, ParseEndpoint(absl::StrCat(*ip, ":", *port),
+                                                          "POD_IP:PADDLE_PORT (Paddle's)"));
+      out.values["FLEET_ENDPOINT"] = {mine.ToString(), "POD_IP:PADDLE_PORT"};
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Result<LauncherEnv> ReadLauncherEnv(Role role, const EnvLookup& env) {
+  LauncherEnv out;
+  // fleetrun's processes carry torchrun's names too (launch/compat_env.h):
+  // its own variables say where they are.
+  if (env("FLEET_ROLE") || env("FLEET_KV_ENDPOINT")) return out;
+  const bool torch = role == Role::kCollective;
+  const auto& names =
+      torch ? std::vector<const char*>(std::begin(kTorchVariables), std::end(kTorchVariables))
+            : std::vector<const char*>(std::begin(kPaddleVariables), std::end(kPaddleVariables));
+  for (const char* name : names) {
+    if (std::optional<std::string> value = env(name)) {
+      absl::StrAppend(&out.summary, out.summary.empty() ? "" : " ", name, "=", *value);
+    }
+  }
+  if (out.summary.empty()) return out;
+  out.launcher = torch ? "torchrun" : "Paddle";
+  out.summary = absl::StrCat(out.launcher, "'s ", out.summary);
+  FLEET_RETURN_IF_ERROR(torch ? ReadTorchEnv(env, out) : ReadPaddleEnv(role, env, out));
+  return out;
+}
+
+EnvLookup WithLauncherEnv(EnvLookup env, LauncherEnv launcher) {
+  return [env = std::move(env), values = std::move(launcher.values)](
+             const std::string& name) -> std::optional<std::string> {
+    if (std::optional<std::string> value = env(name)) return value;
+    if (auto it = values.find(name); it != values.end()) return it->second.first;
+    return std::nullopt;
+  };
+}
+
+int CountGpus(const std::string& dev_dir) {
+  struct CloseDir {
+    void operator()(DIR* d) const { closedir(d); }
+  };
+  std::unique_ptr<DIR, CloseDir> dir(opendir(dev_dir.c_str()));
+  if (!dir) return 0;
+  int count = 0;
+  while (dirent* ent = readdir(dir.get())) {
+    std::string_view name = ent->d_name;
+    if (!name.starts_with("nvidia") || name.size() == 6) continue;
+    std::string_view digits = name.substr(6);
+    if (std::all_of(digits.begin(), digits.end(),
+                    [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+      ++count;
+    }
+  }
+  return count;
 }
 
 EnvLookup ProcessEnv() {
@@ -207,24 +377,32 @@ EnvLookup EnvFromMap(std::map<std::string, std::string> vars) {
 }
 
 Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
-  ClusterSpec spec;
+  return ClusterSpecFromFlagsAndEnv(env, LauncherEnv());
+}
 
-  Setting role = Lookup("role", "FLEET_ROLE", env);
+Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env, const LauncherEnv& launcher) {
+  ClusterSpec spec;
+  spec.launcher_env = launcher.summary;
+
+  Setting role = Lookup("role", "FLEET_ROLE", env, launcher);
   if (role.text.empty()) {
     return Status::InvalidArgument("no role given: pass --role or set FLEET_ROLE",
                                    "server, worker, heter_worker or collective");
   }
   FLEET_ASSIGN_OR_RETURN(spec.role, ParseRole(role.text, role.source));
 
-  FLEET_ASSIGN_OR_RETURN(spec.servers, EndpointsFrom(Lookup("servers", "FLEET_SERVERS", env)));
-  FLEET_ASSIGN_OR_RETURN(spec.workers, WorkerEndpointsFrom(Lookup("workers", "FLEET_WORKERS", env)));
-  FLEET_ASSIGN_OR_RETURN(spec.heter_workers,
-                         EndpointsFrom(Lookup("heter_workers", "FLEET_HETER_WORKERS", env)));
+  FLEET_ASSIGN_OR_RETURN(spec.servers,
+                         EndpointsFrom(Lookup("servers", "FLEET_SERVERS", env, launcher)));
+  FLEET_ASSIGN_OR_RETURN(spec.workers,
+                         WorkerEndpointsFrom(Lookup("workers", "FLEET_WORKERS", env, launcher)));
+  FLEET_ASSIGN_OR_RETURN(
+      spec.heter_workers,
+      EndpointsFrom(Lookup("heter_workers", "FLEET_HETER_WORKERS", env, launcher)));
 
-  Setting rank = Lookup("rank", "FLEET_RANK", env);
+  Setting rank = Lookup("rank", "FLEET_RANK", env, launcher);
   FLEET_ASSIGN_OR_RETURN(spec.rank, ParseCount(rank));
   if (!rank.given) {
-    FLEET_ASSIGN_OR_RETURN(std::optional<int> derived, RankFromEndpoint(spec, env));
+    FLEET_ASSIGN_OR_RETURN(std::optional<int> derived, RankFromEndpoint(spec, env, launcher));
     if (derived) {
       spec.rank = *derived;
       rank.source = "the position of --endpoint in the list";
@@ -234,7 +412,7 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
           JoinEndpoints(spec.workers));
     }
   }
-  Setting world = Lookup("world_size", "FLEET_WORLD_SIZE", env);
+  Setting world = Lookup("world_size", "FLEET_WORLD_SIZE", env, launcher);
   FLEET_ASSIGN_OR_RETURN(spec.world_size, ParseCount(world));
   const std::vector<Endpoint>& mine = spec.RoleEndpoints();
   const int listed = static_cast<int>(mine.size());
@@ -252,13 +430,13 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
                                    absl::StrCat("rank ", spec.rank, ", world size ", spec.world_size));
   }
 
-  Setting kv = Lookup("kv_endpoint", "FLEET_KV_ENDPOINT", env);
+  Setting kv = Lookup("kv_endpoint", "FLEET_KV_ENDPOINT", env, launcher);
   if (!kv.text.empty()) {
     FLEET_ASSIGN_OR_RETURN(Endpoint ep, ParseEndpoint(kv.text, kv.source));
     spec.kv_endpoint = std::move(ep);
   }
 
-  Setting job = Lookup("job_id", "FLEET_JOB_ID", env);
+  Setting job = Lookup("job_id", "FLEET_JOB_ID", env, launcher);
   if (!ValidJobId(job.text)) {
     return Status::InvalidArgument(
         absl::StrCat("bad ", job.source, ": want 1-128 characters of [A-Za-z0-9_.-]"),
@@ -266,20 +444,20 @@ Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env) {
   }
   spec.job_id = job.text;
 
-  Setting device = Lookup("device", "FLEET_DEVICE", env);
+  Setting device = Lookup("device", "FLEET_DEVICE", env, launcher);
   FLEET_RETURN_IF_ERROR(CanonicalDevice(device.text, device.source).status());
   spec.device = device.text;  // as given; logs show what the user wrote
 
-  spec.log_dir = Lookup("log_dir", "FLEET_LOG_DIR", env).text;
+  spec.log_dir = Lookup("log_dir", "FLEET_LOG_DIR", env, launcher).text;
 
-  Setting auth = Lookup("auth", "FLEET_AUTH", env);
+  Setting auth = Lookup("auth", "FLEET_AUTH", env, launcher);
   if (auth.text != "on" && auth.text != "off") {
     return Status::InvalidArgument(absl::StrCat("bad ", auth.source, ": want on or off"),
                                    absl::StrCat("'", auth.text, "'"));
   }
   spec.auth = auth.text == "on";
   if (spec.auth) {
-    Setting file = Lookup("job_secret_file", "FLEET_JOB_SECRET_FILE", env);
+    Setting file = Lookup("job_secret_file", "FLEET_JOB_SECRET_FILE", env, launcher);
     if (!file.text.empty()) {
       auto read = JobAuth::FromFile(file.text);
       if (!read.ok()) return read.status().WithContext(file.source);

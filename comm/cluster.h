@@ -20,7 +20,8 @@
 //   --job_id         FLEET_JOB_ID          default  scopes KV keys; [A-Za-z0-9_.-]+
 //   --device         FLEET_DEVICE          cpu      cpu | cuda | cuda:N (gpu[:N] too)
 //   --log_dir (glog) FLEET_LOG_DIR         ""       where <role>log.<rank> goes; empty = stderr
-//   --auth           FLEET_AUTH            on       on | off: authenticate every message of the job's
+//   --auth           FLEET_AUTH            on       on | off: authenticate every message of the
+//   job's
 //                                                   traffic (comm/job_auth.h); off only on a
 //                                                   trusted network
 //   --job_secret_file FLEET_JOB_SECRET_FILE ""      file holding the job secret, mode 600
@@ -31,6 +32,10 @@
 //                                                   start); Gloo/NCCL groups key by it
 //   (no flag)        FLEET_RESTART         0        set (> 0) only on a restart: a server reloads
 //                                                   its recovery checkpoint and replays its log
+//
+// Other launchers' variables stand in for FLEET_* ones a process was not
+// given (ReadLauncherEnv below), so torchrun, Paddle's launcher or a user
+// copying their recipes can start FleetPS programs by hand.
 //
 // Every value is validated; a bad one is InvalidArgument naming the flag or
 // variable it came from and the offending text.
@@ -89,12 +94,16 @@ struct ClusterSpec {
   // sets it with the generation, but only on a restart; a parameter server
   // started with it recovers (ps/job_config.h, server.recovery_dir).
   bool restarted = false;
+  // When another launcher's variables gave this process its place
+  // (LauncherEnv::summary): "torchrun's RANK=1 WORLD_SIZE=2 ..."; else empty.
+  std::string launcher_env;
 
   // The endpoint list of `role` (workers for collective).
   const std::vector<Endpoint>& EndpointsOf(Role role) const;
   // That of this process's role.
   const std::vector<Endpoint>& RoleEndpoints() const { return EndpointsOf(role); }
-  // "worker 3/8 job=x device=cpu", for logs.
+  // "worker 3/8 job=x device=cpu ...", for logs; with the other launcher's
+  // variables it was read from, if any.
   std::string ToString() const;
 };
 
@@ -111,6 +120,53 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 EnvLookup ProcessEnv();
 // A lookup over a fixed map, for tests.
 EnvLookup EnvFromMap(std::map<std::string, std::string> vars);
+
+// Another launcher's variables, read as the FLEET_* ones they stand for
+// (which, like flags, win over them):
+//
+//   torchrun (role collective: mnist_mlp, gpt_pretrain):
+//     RANK -> FLEET_RANK, WORLD_SIZE -> FLEET_WORLD_SIZE,
+//     LOCAL_WORLD_SIZE -> FLEET_NPROC_PER_NODE (and FLEET_NNODES when it
+//     divides WORLD_SIZE; 1 without it when MASTER_ADDR is loopback),
+//     LOCAL_RANK -> FLEET_DEVICE cuda:LOCAL_RANK on a machine with GPUs,
+//     MASTER_ADDR:MASTER_PORT -> FLEET_KV_ENDPOINT, which rank 0 hosts (as
+//     torch's env:// rank 0 hosts its store on MASTER_PORT): host_kv_store.
+//   Paddle's parameter-server launcher (ps_server, ps_worker, heter_worker):
+//     TRAINING_ROLE (PSERVER, TRAINER, HETER_TRAINER) -> the role, checked
+//     against the program's; PADDLE_PSERVERS_IP_PORT_LIST -> FLEET_SERVERS;
+//     PADDLE_TRAINER_ENDPOINTS -> FLEET_WORKERS; PADDLE_TRAINERS_NUM ->
+//     FLEET_WORLD_SIZE (workers); PADDLE_TRAINER_ID -> FLEET_RANK (workers);
+//     POD_IP:PADDLE_PORT -> FLEET_ENDPOINT (servers, heter workers; the rank
+//     is its place in the list).
+//
+// None is read when the process has fleetrun's own (FLEET_ROLE or
+// FLEET_KV_ENDPOINT set: fleetrun gives collective processes torchrun's
+// names too, for scripts not written for FleetPS).
+struct LauncherEnv {
+  // "torchrun" or "Paddle"; empty when no variable of theirs is read.
+  std::string launcher;
+  // FLEET_* name -> (value, the variables it came from: "RANK",
+  // "POD_IP:PADDLE_PORT").
+  std::map<std::string, std::pair<std::string, std::string>> values;
+  // For the start-up line: "torchrun's RANK=1 WORLD_SIZE=2 MASTER_ADDR=...".
+  std::string summary;
+  // Set for torchrun's variables: the address rank 0 hosts the job's KV
+  // store on (MASTER_ADDR:MASTER_PORT); ProcessContext does.
+  std::optional<std::string> host_kv_store;
+};
+
+// Reads the variables above for a process of `role` (the program's) from
+// `env`. InvalidArgument naming the variable for one that contradicts the
+// program (TRAINING_ROLE=TRAINER for ps_server), MASTER_ADDR without
+// MASTER_PORT (or the reverse), or a value that does not parse.
+Result<LauncherEnv> ReadLauncherEnv(Role role, const EnvLookup& env);
+// `env` with `launcher`'s values answering for the FLEET_* variables `env`
+// does not have.
+EnvLookup WithLauncherEnv(EnvLookup env, LauncherEnv launcher);
+
+// Number of NVIDIA GPUs, counted as /dev/nvidia<N> device nodes under
+// `dev_dir` (no CUDA link needed). 0 when there are none.
+int CountGpus(const std::string& dev_dir = "/dev");
 
 // The KV store key under which a process of `role` publishes the endpoint it
 // actually bound ("endpoints/server/0"), so port 0 works in simulation.
@@ -157,5 +213,9 @@ Result<std::shared_ptr<const JobAuth>> TransportAuth(const ClusterSpec& spec, bo
 // or others can read (NotFound / IOError when it cannot be read). A missing
 // secret is not an error here: see TransportAuth.
 Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env);
+// The same with another launcher's variables (ReadLauncherEnv) standing in
+// for the FLEET_* ones `env` lacks; errors name the variable a value came
+// from ("bad RANK (torchrun's): ...").
+Result<ClusterSpec> ClusterSpecFromFlagsAndEnv(const EnvLookup& env, const LauncherEnv& launcher);
 
 }  // namespace fleet

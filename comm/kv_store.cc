@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -131,7 +132,7 @@ bool ConnectRefused(const Endpoint& ep) {
 // The parts of a request's path: /kv/<job>/<key>, /add/<job>/<key>,
 // /list/<job>, /health, /metrics.
 struct Route {
-  enum Kind { kKey, kAdd, kList, kHealth, kMetrics, kNone };
+  enum Kind { kKey, kAdd, kList, kHealth, kMetrics, kPage, kPageState, kNone };
   explicit Route(Kind k = kNone, std::string j = {}, std::string k2 = {})
       : kind(k), job(std::move(j)), key(std::move(k2)) {}
   Kind kind;
@@ -151,6 +152,8 @@ Route ParseRoute(const std::string& path) {
   };
   if (path == "/health") return Route(Route::kHealth);
   if (path == "/metrics") return Route(Route::kMetrics);
+  if (path == "/job") return Route(Route::kPage);
+  if (path == "/job/state") return Route(Route::kPageState);
   if (auto r = job_and_key("/kv/", Route::kKey)) return *r;
   if (auto r = job_and_key("/add/", Route::kAdd)) return *r;
   if (path.starts_with("/list/")) {
@@ -212,6 +215,12 @@ struct KvStoreServer::Impl {
   HttpResponse Delete(const Route& route);
   HttpResponse List(const Route& route, const std::string& prefix);
   HttpResponse Add(const Route& route, const std::string& body);
+  // Whether `req` may GET a read-only route without the job's credential
+  // (options.read_open, options.read_token).
+  bool ReadAllowed(const HttpRequest& req) const;
+  static bool ReadOnly(Route::Kind kind) {
+    return kind == Route::kMetrics || kind == Route::kPage || kind == Route::kPageState;
+  }
   // The refusal of a request without a credential (401) or with a wrong
   // one (403, `why`), told to options.on_refused.
   HttpAdmission Refuse(const HttpRequest& req, int code, const std::string& why = {});
@@ -274,6 +283,10 @@ HttpAdmission KvStoreServer::Impl::Refuse(const HttpRequest& req, int code,
 
 HttpAdmission KvStoreServer::Impl::Admit(const HttpRequest& req) {
   HttpAdmission admission;
+  if (req.method == "GET" && ReadOnly(ParseRoute(req.path).kind) && ReadAllowed(req)) {
+    // Read by a person or a scraper: answered, never trusted.
+    return admission;
+  }
   if (signer) {
     std::optional<std::string_view> header = req.Header(KvRequestSigner::kHeader);
     if (!header) return Refuse(req, 401);
@@ -304,7 +317,19 @@ HttpAdmission KvStoreServer::Impl::Admit(const HttpRequest& req) {
   return admission;
 }
 
+bool KvStoreServer::Impl::ReadAllowed(const HttpRequest& req) const {
+  if (options.read_open) return true;
+  if (options.read_token.empty()) return false;
+  const std::optional<std::string_view> header = req.Header("Authorization");
+  const std::string expected = absl::StrCat("Bearer ", options.read_token);
+  return header && header->size() == expected.size() &&
+         CRYPTO_memcmp(header->data(), expected.data(), expected.size()) == 0;
+}
+
 void KvStoreServer::Impl::Handle(HttpRequest req, HttpReply reply) {
+  if (req.method == "GET" && ReadOnly(ParseRoute(req.path).kind) && ReadAllowed(req)) {
+    return reply.Send(Dispatch(ParseRoute(req.path), req));
+  }
   if (signer && !KvRequestSigner::BodyMatches(*req.Header(KvRequestSigner::kHeader), req.body)) {
     HttpAdmission refused = Refuse(req, 403, "body differs from the one signed");
     return reply.Send(*std::move(refused.refusal));
@@ -365,6 +390,18 @@ HttpResponse KvStoreServer::Impl::Dispatch(const Route& route, HttpRequest& req)
         return response;
       }
       break;
+    case Route::kPage:
+    case Route::kPageState: {
+      const bool state = route.kind == Route::kPageState;
+      if (state ? !options.page_state : options.page.empty()) {
+        return Reply(404, "this kv store serves no job page");
+      }
+      if (m != "GET") break;
+      HttpResponse response = Reply(200, state ? options.page_state() : options.page);
+      response.content_type = state ? "application/json" : "text/html; charset=utf-8";
+      response.headers.emplace_back("Cache-Control", "no-store");
+      return response;
+    }
     case Route::kList:
       if (m == "GET") return List(route, req.Query("prefix").value_or(""));
       break;

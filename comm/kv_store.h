@@ -12,6 +12,7 @@
 //   POST   /add/<job>/<key>[?id=I] body: delta  atomic add, returns the new value
 //   GET    /health                              "ok"
 //   GET    /metrics                             options.metrics' text
+//   GET    /job, /job/state                     options.page, options.page_state
 // A delete or add with an id is done once: the server answers a request
 // repeating a recent id (a client's retry after a lost answer) with the
 // first answer.
@@ -26,7 +27,9 @@
 // 403 when it is wrong, stale (outside auth_window of the server's clock)
 // or replayed, on the headers alone: a stranger's body is never read. A
 // client given them signs every request. Bodies travel in the clear:
-// nothing secret is ever stored.
+// nothing secret is ever stored. The read-only routes (/metrics, /job,
+// /job/state) also answer a GET with "Authorization: Bearer <read_token>"
+// (Prometheus's bearer token), and anyone when `read_open`.
 #pragma once
 
 #include <chrono>
@@ -53,9 +56,8 @@ struct KvStoreServerOptions {
   // tolerates worse clock skew between machines; a captured request can be
   // replayed by nobody (nonces are remembered for this long).
   std::chrono::milliseconds auth_window{std::chrono::seconds(60)};
-  // When set, GET /metrics answers its text (Prometheus exposition format),
-  // guarded like every route; called on a server thread, so it must be
-  // thread-safe.
+  // When set, GET /metrics answers its text (Prometheus exposition format);
+  // called on a server thread, so it must be thread-safe and never block.
   std::function<std::string()> metrics = nullptr;
   // When set, told of every request refused for its credential (401/403):
   // the peer's address and why. Called on a server thread, so it must be
@@ -63,6 +65,18 @@ struct KvStoreServerOptions {
   // refused (launch/peer_watch.h).
   std::function<void(const std::string& remote_address, const std::string& why)> on_refused =
       nullptr;
+  // When set, GET /job answers `page` (text/html) and GET /job/state
+  // `page_state()` (application/json); the same rules as `metrics`.
+  std::string page = {};
+  std::function<std::string()> page_state = nullptr;
+  // The read-only routes (/metrics, /job, /job/state) also answer a GET
+  // carrying "Authorization: Bearer <read_token>" when it is not empty
+  // (compared in constant time), and every GET when `read_open` (fleetrun
+  // sets it when the store listens on loopback only: this machine's users
+  // may read the page and the metrics, which hold no secret). The job's
+  // signed requests are always answered.
+  std::string read_token = {};
+  bool read_open = false;
 };
 
 // Thread-safe. Serves on its own threads from Start() until Stop() or

@@ -1,8 +1,10 @@
 #include "comm/process_context.h"
 
 #include <gflags/gflags.h>
+#include <glog/logging.h>
 
 #include "absl/strings/str_cat.h"
+#include "comm/kv_store.h"
 
 namespace fleet {
 namespace {
@@ -26,7 +28,9 @@ EnvLookup WithDefaultRole(EnvLookup env, Role role) {
 Result<std::unique_ptr<ProcessContext>> ProcessContext::Create(ProcessContextOptions options) {
   std::unique_ptr<ProcessContext> ctx(new ProcessContext());
   ctx->program_ = std::move(options.program);
-  ctx->env_ = WithDefaultRole(std::move(options.env), options.role);
+  FLEET_ASSIGN_OR_RETURN(LauncherEnv launcher, ReadLauncherEnv(options.role, options.env));
+  const EnvLookup own = WithDefaultRole(options.env, options.role);
+  ctx->env_ = WithLauncherEnv(own, launcher);
   ctx->on_stop_ = std::move(options.on_stop);
   // Before anything else, so no thread exists yet (StopSignalWatcher).
   if (options.watch_stop_signals) {
@@ -34,8 +38,18 @@ Result<std::unique_ptr<ProcessContext>> ProcessContext::Create(ProcessContextOpt
     ctx->watcher_ = std::make_unique<StopSignalWatcher>([self](int sig) { self->OnSignal(sig); });
   }
 
-  FLEET_ASSIGN_OR_RETURN(ctx->spec_, ClusterSpecFromFlagsAndEnv(ctx->env_));
+  // The launcher's values are named by their own variables in errors.
+  FLEET_ASSIGN_OR_RETURN(ctx->spec_, ClusterSpecFromFlagsAndEnv(own, launcher));
   const ClusterSpec& spec = ctx->spec_;
+  if (std::optional<std::string> visible = ctx->env_("CUDA_VISIBLE_DEVICES");
+      visible && !visible->empty() && CountGpus() == 0) {
+    LOG(INFO) << ctx->program_ << ": note: CUDA_VISIBLE_DEVICES=" << *visible
+              << " is set but this machine has no GPU (no /dev/nvidia<N>): running on the CPU";
+  }
+  if (launcher.host_kv_store && spec.rank == 0 && spec.kv_endpoint &&
+      spec.kv_endpoint->ToString() == *launcher.host_kv_store) {
+    FLEET_RETURN_IF_ERROR(ctx->HostKvStore(*launcher.host_kv_store));
+  }
   if (spec.role != options.role) {
     return Status::InvalidArgument(
         absl::StrCat(ctx->program_, " runs as role ", std::string(RoleName(options.role)),
@@ -55,6 +69,30 @@ Result<std::unique_ptr<ProcessContext>> ProcessContext::Create(ProcessContextOpt
     ctx->listen_endpoint_ = "127.0.0.1:0";
   }
   return ctx;
+}
+
+Status ProcessContext::HostKvStore(const std::string& listen) {
+  if (spec_.auth && !spec_.credentials) {
+    return Status::InvalidArgument(
+        absl::StrCat("rank 0 hosts the job's KV store on MASTER_ADDR:MASTER_PORT (", listen,
+                     ", as torch's env:// does) and auth is on: give every rank the same job "
+                     "secret (FLEET_JOB_SECRET, or --job_secret_file=FILE of mode 600), or "
+                     "--auth=off on a trusted network"),
+        "torchrun's MASTER_ADDR/MASTER_PORT");
+  }
+  hosted_store_ = std::make_unique<KvStoreServer>(
+      KvStoreServerOptions{.listen = listen, .auth = spec_.credentials});
+  if (Status st = hosted_store_->Start(); !st.ok()) {
+    return Status::Unavailable(
+        absl::StrCat("rank 0 cannot host the job's KV store on MASTER_ADDR:MASTER_PORT (",
+                     st.message(),
+                     "); under torchrun its own store holds that port: start the ranks with "
+                     "fleetrun --nproc_per_node=N instead"),
+        listen);
+  }
+  LOG(INFO) << program_ << ": rank 0 hosts the job's KV store on " << hosted_store_->endpoint()
+            << " (torchrun's MASTER_ADDR:MASTER_PORT)";
+  return Status::OK();
 }
 
 ProcessContext::~ProcessContext() { watcher_.reset(); }
@@ -91,13 +129,17 @@ bool ProcessContext::WaitForStop(std::chrono::milliseconds timeout) {
   return stop_cv_.wait_for(lock, timeout, [&] { return stop_requested_.load(); });
 }
 
-void ProcessContext::OnSignal(int signal) {
-  if (signal > 0 && signal < 32) signals_received_.fetch_or(1u << signal);
+void ProcessContext::RequestStop() {
   {
     std::lock_guard<std::mutex> lock(stop_mu_);
     stop_requested_.store(true);
   }
   stop_cv_.notify_all();
+}
+
+void ProcessContext::OnSignal(int signal) {
+  if (signal > 0 && signal < 32) signals_received_.fetch_or(1u << signal);
+  RequestStop();
   if (on_stop_) on_stop_(signal);
 }
 

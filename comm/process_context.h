@@ -58,14 +58,23 @@ struct ProcessContextOptions {
   EnvLookup env = ProcessEnv();
 };
 
+class KvStoreServer;
+
 class ProcessContext {
  public:
-  // Installs the stop watcher (when asked), then reads the spec. Errors,
-  // each InvalidArgument unless the spec's own says otherwise: whatever
-  // ClusterSpecFromFlagsAndEnv refuses (a bad rank, endpoint, device,
-  // FLEET_RESTART_GENERATION or FLEET_RESTART, ...), and a role other than
-  // options.role ("<program> runs as role <role> only; --role / FLEET_ROLE
-  // says: <other>").
+  // Installs the stop watcher (when asked), then reads the spec, with
+  // another launcher's variables standing in for FLEET_* ones not given
+  // (comm/cluster.h ReadLauncherEnv; the start-up line, spec().ToString(),
+  // names them). Rank 0 of a job given torchrun's MASTER_ADDR/MASTER_PORT
+  // hosts the job's KV store there, for as long as the context lives.
+  // Notes in one log line a CUDA_VISIBLE_DEVICES on a machine without GPU.
+  // Errors, each InvalidArgument unless the spec's own says otherwise:
+  // whatever ReadLauncherEnv and ClusterSpecFromFlagsAndEnv refuse (a bad
+  // rank, endpoint, device, FLEET_RESTART_GENERATION or FLEET_RESTART, a
+  // TRAINING_ROLE of another program, ...), a role other than options.role
+  // ("<program> runs as role <role> only; --role / FLEET_ROLE says:
+  // <other>"), a store to host with auth on and no job secret; Unavailable
+  // when that store's address cannot be bound.
   static Result<std::unique_ptr<ProcessContext>> Create(ProcessContextOptions options);
 
   ProcessContext(const ProcessContext&) = delete;
@@ -77,7 +86,8 @@ class ProcessContext {
   Role role() const { return spec_.role; }
   int rank() const { return spec_.rank; }
   // The environment the spec was read from, FLEET_ROLE defaulting to the
-  // program's role: later lookups (FLEET_NNODES, ...) use it too.
+  // program's role and another launcher's variables answering for the
+  // FLEET_* ones they stand for: later lookups (FLEET_NNODES, ...) use it too.
   const EnvLookup& env() const { return env_; }
 
   // "cpu" or "cuda:K" (CanonicalDevice of --device / FLEET_DEVICE).
@@ -124,10 +134,16 @@ class ProcessContext {
   bool ReceivedSignal(int signal) const;
   // Blocks until a stop was requested or `timeout` passed; true when one was.
   bool WaitForStop(std::chrono::milliseconds timeout);
+  // Requests a stop as SIGTERM would (stop_requested(), WaitForStop), for a
+  // reason of the program's own (the job failed elsewhere); on_stop is not
+  // called and ReceivedSignal stays false. Never blocks.
+  void RequestStop();
 
  private:
   ProcessContext() = default;
   void OnSignal(int signal);
+  // Serves the job's KV store on `listen` (torchrun's rank 0).
+  Status HostKvStore(const std::string& listen);
 
   // Fixed after Create.
   std::string program_;
@@ -143,6 +159,10 @@ class ProcessContext {
   std::atomic<uint32_t> signals_received_{0};  // bit s: signal s arrived
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
+
+  // The job's KV store when this process hosts it (HostKvStore); null
+  // otherwise.
+  std::unique_ptr<KvStoreServer> hosted_store_;
 
   // Last: destroyed (joined) before the state its callback touches.
   std::unique_ptr<StopSignalWatcher> watcher_;

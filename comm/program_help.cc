@@ -5,9 +5,12 @@
 #include <glog/logging.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
 #include <set>
 #include <string_view>
+#include <vector>
 
 namespace fleet {
 namespace {
@@ -150,17 +153,86 @@ HelpFlag GflagsHelpFlag(const std::string& name, const std::string& value) {
   return f;
 }
 
-std::optional<int> ParseFlagsOrHelp(ProgramHelp help, int* argc, char*** argv, std::ostream& out) {
-  // gflags knows --help and -help but not the short -h users try first.
-  bool short_help = false;
+std::optional<int> ParseFlagsOrHelp(ProgramHelp help, int* argc, char*** argv, std::ostream& out,
+                                    std::ostream& err) {
+  gflags::SetArgv(*argc, const_cast<const char**>(*argv));
+  const std::string program = help.usage.substr(0, help.usage.find(' '));
+  auto usage_error = [&](std::string_view flag, std::string_view what) {
+    err << program << ": " << flag << ": " << what << " (see " << program << " --help)"
+        << std::endl;
+    return kExitUsage;
+  };
+  // FLAGS_<name> in the environment sets --name (Paddle's convention): a
+  // default for a whole job, which the command line overrides.
+  std::vector<gflags::CommandLineFlagInfo> all;
+  gflags::GetAllFlags(&all);
+  for (const gflags::CommandLineFlagInfo& info : all) {
+    const char* value = std::getenv(("FLAGS_" + info.name).c_str());
+    if (value != nullptr && gflags::SetCommandLineOption(info.name.c_str(), value).empty()) {
+      return usage_error("FLAGS_" + info.name, "'" + std::string(value) + "' is not a valid " +
+                                                   info.type + " (environment)");
+    }
+  }
+  std::vector<std::string> overrides;
+  int kept = 1;  // argv[0]
   for (int i = 1; i < *argc; ++i) {
     const std::string_view arg = (*argv)[i];
-    if (arg == "--") break;
-    if (arg == "-h") short_help = true;
+    if (arg == "--") {
+      while (++i < *argc) (*argv)[kept++] = (*argv)[i];
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') {
+      (*argv)[kept++] = (*argv)[i];
+      continue;
+    }
+    if (arg == "-h") {
+      gflags::SetCommandLineOption("help", "true");
+      continue;
+    }
+    // "-o K=V" and "-oK=V", unless it is a single-dash spelling of a flag
+    // ("-override=...").
+    const std::string single_dash_name(arg.substr(1, arg.find('=') - 1));
+    gflags::CommandLineFlagInfo probe;
+    if (arg.starts_with("-o") && !arg.starts_with("--") && !help.override_flag.empty() &&
+        !gflags::GetCommandLineFlagInfo(single_dash_name.c_str(), &probe)) {
+      if (arg.size() > 2) {
+        overrides.emplace_back(arg.substr(2));
+      } else if (i + 1 < *argc) {
+        overrides.emplace_back((*argv)[++i]);
+      } else {
+        return usage_error("-o", "missing Key.sub=value");
+      }
+      continue;
+    }
+    std::string_view name = arg.substr(arg.starts_with("--") ? 2 : 1);
+    std::optional<std::string> value;
+    if (const size_t eq = name.find('='); eq != std::string_view::npos) {
+      value = std::string(name.substr(eq + 1));
+      name = name.substr(0, eq);
+    }
+    const std::string shown(arg.substr(0, arg.find('=')));
+    gflags::CommandLineFlagInfo info;
+    if (!gflags::GetCommandLineFlagInfo(std::string(name).c_str(), &info)) {
+      // --noflag: a bool flag set false.
+      const bool negated =
+          name.starts_with("no") && !value &&
+          gflags::GetCommandLineFlagInfo(std::string(name.substr(2)).c_str(), &info) &&
+          info.type == "bool";
+      if (!negated) return usage_error(shown, "unknown flag");
+      value = "false";
+    } else if (!value && info.type == "bool") {
+      value = "true";
+    } else if (!value) {
+      if (i + 1 >= *argc) return usage_error(shown, "missing value");
+      value = (*argv)[++i];
+    }
+    if (gflags::SetCommandLineOption(info.name.c_str(), value->c_str()).empty()) {
+      return usage_error(shown, "'" + *value + "' is not a valid " + info.type);
+    }
   }
-  if (!short_help) gflags::ParseCommandLineNonHelpFlags(argc, argv, true);
-  const bool full = !short_help && BoolOption("helpfull");
-  if (short_help || full || BoolOption("help") || BoolOption("helpshort")) {
+  *argc = kept;
+  const bool full = BoolOption("helpfull");
+  if (full || BoolOption("help") || BoolOption("helpshort")) {
     AddUngroupedFlags(help);
     if (help.footer.empty()) {
       help.footer = "Library flags (glog's logging, gflags' own): --helpfull";
@@ -170,9 +242,23 @@ std::optional<int> ParseFlagsOrHelp(ProgramHelp help, int* argc, char*** argv, s
     out.flush();
     return 0;
   }
+  if (kept > 1 && !help.takes_arguments) {
+    return usage_error(std::string("'") + (*argv)[1] + "'", "unexpected argument");
+  }
+  if (!overrides.empty()) {
+    std::string joined;
+    CHECK(gflags::GetCommandLineOption(help.override_flag.c_str(), &joined))
+        << "no gflags flag --" << help.override_flag;
+    for (const std::string& o : overrides) joined += (joined.empty() ? "" : ";") + o;
+    gflags::SetCommandLineOption(help.override_flag.c_str(), joined.c_str());
+  }
   // --version, --helpxml, --helpon=... and --helpmatch=...: gflags' own.
   gflags::HandleCommandLineHelpFlags();
   return std::nullopt;
+}
+
+std::optional<int> ParseFlagsOrHelp(ProgramHelp help, int* argc, char*** argv, std::ostream& out) {
+  return ParseFlagsOrHelp(std::move(help), argc, argv, out, std::cerr);
 }
 
 std::vector<HelpGroup> ClusterHelpGroups() {

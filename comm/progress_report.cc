@@ -8,6 +8,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -26,17 +27,48 @@ std::chrono::milliseconds ProgressIntervalFromFlag() {
 }
 
 std::string FormatProgressValue(const ProgressValue& v) {
-  return absl::StrFormat("%d %d %.3f %d", v.step, v.total_steps, v.samples_per_s, v.unix_ms);
+  std::string out =
+      absl::StrFormat("%d %d %.3f %d", v.step, v.total_steps, v.samples_per_s, v.unix_ms);
+  for (const auto& [name, value] : v.figures) absl::StrAppendFormat(&out, " %s=%.6g", name, value);
+  return out;
 }
 
 Result<ProgressValue> ParseProgressValue(const std::string& text) {
   std::istringstream in(text);
   ProgressValue v;
-  std::string rest;
-  if (!(in >> v.step >> v.total_steps >> v.samples_per_s >> v.unix_ms) || (in >> rest)) {
-    return Status::InvalidArgument("progress is not 'step total samples_per_s unix_ms'", text);
+  if (!(in >> v.step >> v.total_steps >> v.samples_per_s >> v.unix_ms)) {
+    return Status::InvalidArgument(
+        "progress is not 'step total samples_per_s unix_ms [name=value ...]'", text);
+  }
+  for (std::string pair; in >> pair;) {
+    const size_t eq = pair.find('=');
+    double value = 0;
+    const std::string name = pair.substr(0, eq);
+    if (eq == std::string::npos || name.empty() || FigureName(name) != name ||
+        !absl::SimpleAtod(pair.substr(eq + 1), &value)) {
+      return Status::InvalidArgument("progress figure is not name=value", pair);
+    }
+    v.figures.emplace_back(name, value);
   }
   return v;
+}
+
+std::string FigureName(std::string_view tag) {
+  std::string name;
+  if (tag.starts_with("train/")) {
+    tag.remove_prefix(6);
+  } else if (tag.starts_with("eval/")) {
+    tag.remove_prefix(5);
+    name = "eval_";
+  }
+  for (char c : tag) {
+    if (c == '/') {
+      name += '_';
+    } else if ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') {
+      name += c;
+    }
+  }
+  return name;
 }
 
 std::string ProgressKey(const std::string& role, int rank) {
@@ -82,11 +114,14 @@ void ProgressReporter::Step(int64_t steps_done) {
   const Clock::time_point now = Clock::now();
   if (!started_) {
     started_ = true;
-    last_ = now;
-    last_step_ = steps_done;
+    first_ = last_ = now;
+    first_step_ = last_step_ = steps_done;
     return;
   }
-  if (now - last_ < options_.interval) return;
+  if (now - last_ < options_.interval) {
+    if (figures_pending_ && now - last_sent_ >= kFigureEvery) Send(steps_done, last_samples_per_s_);
+    return;
+  }
   const double seconds = std::chrono::duration<double>(now - last_).count();
   const double steps_per_s = (steps_done - last_step_) / seconds;
   last_ = now;
@@ -107,15 +142,46 @@ void ProgressReporter::Step(int64_t steps_done) {
   } else {
     LOG(INFO) << line;
   }
-  if (kv_ != nullptr) {
-    const ProgressValue value{steps_done, options_.total_steps,
-                              steps_per_s * static_cast<double>(options_.samples_per_step),
-                              std::chrono::duration_cast<std::chrono::milliseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count()};
-    Status st = kv_->Set(ProgressKey(options_.role, options_.rank), FormatProgressValue(value));
-    if (!st.ok()) LOG(WARNING) << options_.name << ": cannot report progress: " << st.ToString();
+  last_samples_per_s_ = steps_per_s * static_cast<double>(options_.samples_per_step);
+  Send(steps_done, last_samples_per_s_);
+}
+
+void ProgressReporter::Figure(std::string_view tag, double value) {
+  if (options_.interval.count() <= 0) return;
+  const std::string name = FigureName(tag);
+  auto it = std::find_if(figures_.begin(), figures_.end(),
+                         [&name](const auto& f) { return f.first == name; });
+  if (it == figures_.end()) {
+    figures_.emplace_back(name, value);
+  } else {
+    it->second = value;
   }
+  figures_pending_ = true;
+  if (Clock::now() - last_sent_ >= kFigureEvery) Send(last_step_, last_samples_per_s_);
+}
+
+void ProgressReporter::Finish(int64_t steps_done) {
+  if (options_.interval.count() <= 0 || !started_ || finished_) return;
+  finished_ = true;
+  const double seconds = std::chrono::duration<double>(Clock::now() - first_).count();
+  if (seconds <= 0 || steps_done <= first_step_) return;
+  last_step_ = steps_done;
+  last_samples_per_s_ =
+      (steps_done - first_step_) / seconds * static_cast<double>(options_.samples_per_step);
+  Send(steps_done, last_samples_per_s_);
+}
+
+void ProgressReporter::Send(int64_t steps_done, double samples_per_s) {
+  last_sent_ = Clock::now();
+  figures_pending_ = false;
+  if (kv_ == nullptr) return;
+  ProgressValue value{steps_done, options_.total_steps, samples_per_s,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count(),
+                      figures_};
+  Status st = kv_->Set(ProgressKey(options_.role, options_.rank), FormatProgressValue(value));
+  if (!st.ok()) LOG(WARNING) << options_.name << ": cannot report progress: " << st.ToString();
 }
 
 }  // namespace fleet

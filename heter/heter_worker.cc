@@ -10,11 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "comm/absl_mutex_mode.h"
 #include "comm/cluster.h"
+#include "comm/job_liveness.h"
 #include "comm/process_context.h"
 #include "comm/program_help.h"
-#include "trainer/kernels/cpu_kernels.h"
 #include "ps/job_config.h"
 #include "ps/ps_process.h"
+#include "trainer/kernels/cpu_kernels.h"
 #include "worker/config.h"
 
 DEFINE_string(endpoint, "",
@@ -234,6 +235,7 @@ ProgramHelp HeterHelp() {
                    {{"This heter worker",
                      {GflagsHelpFlag("endpoint", "ip:port"), GflagsHelpFlag("device", "cpu|cuda:K")}},
                     ps::JobConfigHelpGroup()}};
+  help.override_flag = "override";
   for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
   return help;
 }
@@ -297,10 +299,26 @@ int HeterWorkerMain(int argc, char** argv) {
     LOG(ERROR) << "heter_worker: " << s.ToString();
     return 2;
   }
-  // Serves until told to stop; the loop only bounds each wait.
-  while (!ctx.WaitForStop(std::chrono::seconds(1))) {
+  // Started by hand: ends with the job (every worker done, or a process
+  // failed), which the KV store tells (comm/job_liveness.h).
+  const std::string name = "heter_worker " + std::to_string(spec.rank);
+  Result<std::unique_ptr<JobLiveness>> liveness =
+      WatchPeersByHand(ctx, name, std::max<int>(1, static_cast<int>(spec.workers.size())));
+  if (!liveness.ok()) {
+    LOG(ERROR) << name << ": " << liveness.status().ToString();
+    return 1;
   }
-  return heter.value()->Shutdown().ok() ? 0 : 1;
+  JobLiveness* watch = liveness->get();
+  // Serves until told to stop; the loop only bounds each wait.
+  while (!ctx.WaitForStop(std::chrono::milliseconds(watch != nullptr ? 250 : 1000))) {
+    if (watch != nullptr && watch->WorkersDone()) {
+      LOG(INFO) << name << ": every worker is done; stopping";
+      break;
+    }
+  }
+  const bool shut = heter.value()->Shutdown().ok();
+  if (watch != nullptr && watch->failure()) return 1;
+  return shut ? 0 : 1;
 }
 
 }  // namespace fleet::heter

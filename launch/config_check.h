@@ -10,9 +10,11 @@ namespace fleet::launch {
 
 // Loads job.config with job.overrides as every process will
 // (worker::LoadPsJobConfig: the error names the `-o` that broke the config,
-// or the file). When every process runs on this machine (simulation), also
-// checks that server.save_dir, server.recovery_dir and train.save_dir are
-// writable (creating them). Errors: NotFound, InvalidArgument, IOError.
+// or the file; with job.worker_program, whose script reads its own
+// settings, the servers' sections only: ps::LoadJobConfig). When every
+// process runs on this machine (simulation), also checks that
+// server.save_dir, server.recovery_dir and train.save_dir are writable
+// (creating them). Errors: NotFound, InvalidArgument, IOError.
 // REQUIRES: job.mode is a PS mode.
 Status CheckPsJobConfig(const JobLayout& job);
 

@@ -65,4 +65,24 @@ Result<SecretSource> LoadJobSecret(const LaunchOptions& options, const EnvLookup
   return source;
 }
 
+Result<std::string> LoadMetricsToken(const LaunchOptions& options) {
+  if (!options.Given("metrics_token_file")) return std::string();
+  Result<std::string> text = JobAuth::ReadSecretFile(options.metrics_token_file);
+  if (!text.ok()) return Status::InvalidArgument("--metrics_token_file", text.status().message());
+  constexpr std::string_view kSpace = " \t\r\n";
+  const size_t first = text->find_first_not_of(kSpace);
+  const std::string token = first == std::string::npos
+                                ? ""
+                                : text->substr(first, text->find_last_not_of(kSpace) - first + 1);
+  const bool printable =
+      std::all_of(token.begin(), token.end(), [](char c) { return c > ' ' && c <= '~'; });
+  if (token.size() < 16 || token.size() > 256 || !printable) {
+    return Status::InvalidArgument("--metrics_token_file",
+                                   "the token in '" + options.metrics_token_file +
+                                       "' must be 16 to 256 printable characters without spaces "
+                                       "(e.g. `openssl rand -hex 16`)");
+  }
+  return token;
+}
+
 }  // namespace fleet::launch

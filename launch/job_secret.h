@@ -30,4 +30,11 @@ std::string_view SecretSourceName(SecretSource source);
 Result<SecretSource> LoadJobSecret(const LaunchOptions& options, const EnvLookup& env,
                                    JobLayout& job);
 
+// --metrics_token_file's token, the read-only credential of GET /metrics and
+// the job page ("" when not given): the file is checked like the secret's
+// (mode 600), surrounding whitespace is dropped (Prometheus drops it from
+// its credentials_file too), and the rest must be 16 to 256 printable
+// characters without spaces. InvalidArgument starting with the flag.
+Result<std::string> LoadMetricsToken(const LaunchOptions& options);
+
 }  // namespace fleet::launch

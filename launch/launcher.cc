@@ -15,19 +15,24 @@
 #include <optional>
 #include <set>
 
+#include "absl/strings/str_split.h"
 #include "comm/cluster.h"
 #include "comm/file_system.h"
+#include "comm/job_liveness.h"
 #include "comm/kv_store.h"
 #include "comm/progress_report.h"
 #include "comm/shm_collective.h"
 #include "launch/compat_env.h"
 #include "launch/config_check.h"
+#include "launch/job_page.h"
 #include "launch/job_secret.h"
 #include "launch/log_dir_lock.h"
 #include "launch/metrics.h"
 #include "launch/net.h"
 #include "launch/peer_watch.h"
 #include "launch/supervisor.h"
+#include "ps/ps.pb.h"
+#include "ps/server.h"
 
 namespace fleet::launch {
 namespace {
@@ -45,6 +50,8 @@ constexpr milliseconds kStoreTick{200};
 constexpr milliseconds kProgressPollEvery{2000};
 // What one progress read may take (PollProgress).
 constexpr milliseconds kProgressPollBudget{200};
+// Log lines of each process the job page shows.
+constexpr size_t kPageTailLines = 12;
 // Between two "still waiting for ..." lines of a rendezvous.
 constexpr milliseconds kWaitNoteEvery{5000};
 
@@ -110,9 +117,16 @@ class Launcher {
 
  private:
   int RunJob();
-  // Reads the processes' progress/<role>/<rank> reports into metrics_
-  // (at most every kProgressPollEvery).
+  // Reads the processes' progress/<role>/<rank> reports and the servers'
+  // statistics into metrics_ and page_, and brings the page's process
+  // table up to date (at most every kProgressPollEvery).
   void PollProgress();
+  // The job page's process table: this host's processes; on a job over
+  // several hosts the others' too, which each fleetrun publishes in the
+  // store (page/hosts/<host>).
+  void UpdatePageProcesses();
+  // How the job page names this host.
+  std::string PageHostName() const;
   void NoteExit(size_t index, int wait_status);
   std::string JobStatusLine(int rc) const;
   // Each returns an exit code when the job must end now, nullopt to go on.
@@ -197,6 +211,8 @@ class Launcher {
   // Progress and exits of the processes, for /metrics, metrics.jsonl and the
   // closing status line.
   std::unique_ptr<JobMetrics> metrics_;
+  // The job page (GET /job) the KV store serves when this fleetrun hosts it.
+  std::unique_ptr<JobPage> page_;
   Clock::time_point started_at_ = Clock::now();
   Clock::time_point next_progress_poll_{};
   std::unique_ptr<KvStoreServer> kv_server_;
@@ -221,6 +237,7 @@ class Launcher {
 int Launcher::Run() {
   const int rc = RunJob();
   EndPeerWatch(rc);
+  if (page_) page_->SetStatus(rc == kExitOk ? "done" : "failed, exit " + std::to_string(rc));
   if (sup_.size() > 0) {
     next_progress_poll_ = Clock::time_point();  // the last reports, for the throughput
     PollProgress();
@@ -245,9 +262,17 @@ std::string Launcher::JobStatusLine(int rc) const {
   }
   const double wall = std::chrono::duration<double>(Clock::now() - started_at_).count();
   const std::string role = job_.mode == Mode::kCollective ? "collective" : "worker";
+  const std::optional<double> throughput = metrics_ ? metrics_->Throughput(role) : std::nullopt;
   char line[256];
-  std::snprintf(line, sizeof(line), "; wall %.1f s; throughput %.0f samples/s (last reports, %ss summed)",
-                wall, metrics_ ? metrics_->Throughput(role) : 0.0, role.c_str());
+  if (throughput) {
+    std::snprintf(line, sizeof(line),
+                  "; wall %.1f s; throughput %.0f samples/s (last reports, %ss summed)", wall,
+                  *throughput, role.c_str());
+  } else {
+    std::snprintf(line, sizeof(line),
+                  "; wall %.1f s; throughput unknown (no %s reported its progress)", wall,
+                  role.c_str());
+  }
   return "fleetrun: job " + std::string(rc == kExitOk ? "done" : "failed") + ", exit " +
          std::to_string(rc) + "; " + std::to_string(sup_.size()) + " processes, " +
          std::to_string(failed) + " failed (exit codes: " + procs + ")" + line;
@@ -265,6 +290,7 @@ void Launcher::PollProgress() {
   next_progress_poll_ = Clock::now() + kProgressPollEvery;
   // Best effort, and never long: the loop that calls it also watches the
   // processes and the peers.
+  UpdatePageProcesses();
   Result<std::vector<std::string>> keys = kv_->List("progress/", kProgressPollBudget);
   if (!keys.ok()) return;
   for (const std::string& key : *keys) {
@@ -274,23 +300,101 @@ void Launcher::PollProgress() {
     Result<std::string> value = kv_->Get(key, kProgressPollBudget);
     if (!value.ok()) return;
     Result<ProgressValue> progress = ParseProgressValue(*value);
-    if (progress.ok()) metrics_->Progress(role, std::atoi(key.c_str() + slash + 1), *progress);
+    if (!progress.ok()) continue;
+    const std::string rank = key.substr(slash + 1);
+    metrics_->Progress(role, std::atoi(rank.c_str()), *progress);
+    if (page_) page_->AddReport(role + " " + rank, *progress);
+  }
+  const std::string stats_prefix(ps::PsServer::kStatsKeyPrefix);
+  Result<std::vector<std::string>> servers = kv_->List(stats_prefix, kProgressPollBudget);
+  if (!servers.ok()) return;
+  for (const std::string& key : *servers) {
+    Result<std::string> value = kv_->Get(key, kProgressPollBudget);
+    if (!value.ok()) return;
+    pb::PsStatsReply stats;
+    if (stats.ParseFromString(*value)) {
+      metrics_->ServerStats(std::atoi(key.c_str() + stats_prefix.size()), stats);
+    }
+  }
+}
+
+std::string Launcher::PageHostName() const {
+  if (job_.mode == Mode::kPsCluster) {
+    const std::set<std::string> mine = LocalJobAddresses();
+    if (!mine.empty()) return *mine.begin();
+  }
+  if (job_.mode == Mode::kCollective && job_.collective.nnodes > 1)
+    return job_.collective.node_host;
+  return "localhost";
+}
+
+void Launcher::UpdatePageProcesses() {
+  std::vector<JobPage::Process> processes;
+  for (size_t i = 0; i < sup_.size(); ++i) {
+    const ProcessSpec& spec = sup_.spec(i);
+    JobPage::Process p;
+    p.host = PageHostName();
+    p.name = spec.Name();
+    p.role = std::string(RoleName(spec.role));
+    p.rank = spec.rank;
+    p.pid = static_cast<int>(sup_.pid(i));
+    const int status = sup_.last_status(i);
+    p.state = sup_.running(i)     ? "running"
+              : WIFEXITED(status) ? "exited " + std::to_string(WEXITSTATUS(status))
+                                  : Supervisor::DescribeWaitStatus(status);
+    p.restarts = sup_.restarts(i);
+    p.endpoint = spec.endpoint;
+    p.log = spec.log_path;
+    for (absl::string_view line : absl::StrSplit(sup_.LogTail(i, kPageTailLines), '\n')) {
+      if (!line.empty()) p.tail.emplace_back(line);
+    }
+    processes.push_back(std::move(p));
+  }
+  if (job_.mode == Mode::kStoreOnly && kv_) {
+    // Processes started by hand beat in the store (comm/job_liveness.h).
+    const std::string prefix(kAliveKeyPrefix);
+    Result<std::vector<std::string>> keys = kv_->List(prefix, kProgressPollBudget);
+    for (const std::string& key : keys.ok() ? *keys : std::vector<std::string>()) {
+      Result<std::string> text = kv_->Get(key, kProgressPollBudget);
+      Result<AliveValue> alive = text.ok() ? ParseAliveValue(*text) : text.status();
+      if (!alive.ok()) continue;
+      // alive/<role>/<rank>
+      const std::string place = key.substr(prefix.size());
+      JobPage::Process p;
+      p.role = place.substr(0, place.find('/'));
+      p.rank = std::atoi(place.c_str() + p.role.size() + 1);
+      p.name = p.role + " " + std::to_string(p.rank);
+      p.host = alive->done ? "-" : alive->host;
+      p.pid = alive->pid;
+      p.state = alive->done ? "exited 0" : "running";
+      p.log = "(started by hand)";
+      processes.push_back(std::move(p));
+    }
+  }
+  if (page_) {
+    page_->SetProcesses(std::move(processes));
+    if (job_.mode == Mode::kCollective ? job_.collective.nnodes <= 1
+                                       : job_.mode != Mode::kPsCluster) {
+      return;
+    }
+    Result<std::vector<std::string>> hosts = kv_->List("page/hosts/", kProgressPollBudget);
+    if (!hosts.ok()) return;
+    for (const std::string& key : *hosts) {
+      if (Result<std::string> json = kv_->Get(key, kProgressPollBudget); json.ok()) {
+        page_->SetRemoteProcesses(key.substr(11), *json);
+      }
+    }
+  } else if (kv_) {
+    // Another host's: the store's host shows them.
+    (void)kv_->Set("page/hosts/" + PageHostName(), JobPage::ProcessesJson(processes),
+                   kProgressPollBudget);
   }
 }
 
 int Launcher::RunJob() {
-  std::fprintf(io_.out, "fleetrun: configuration\n%s", FormatOptionsTable(opts_).c_str());
-  const char* mode = job_.mode == Mode::kPsSimulation ? "parameter-server, simulation on this machine"
-                     : job_.mode == Mode::kPsCluster  ? "parameter-server, cluster"
-                     : job_.mode == Mode::kStoreOnly  ? "KV store only, for processes started by hand"
-                                                      : "collective";
-  std::fprintf(io_.out, "  (mode)              %s\n  (log files)         %s\n", mode, job_.log_dir.c_str());
-  std::fprintf(io_.out, "  (auth)              %s\n", job_.auth_note.c_str());
-  if (job_.mode == Mode::kCollective && job_.collective.from_slurm) {
-    std::fprintf(io_.out, "fleetrun: Slurm detected (SLURM_* variables): node %d of %d, KV store %s%s\n",
-                 job_.collective.node_rank, job_.collective.nnodes, job_.kv_endpoint.c_str(),
-                 job_.host_kv ? (" (hosted here, listening on " + job_.kv_listen + ")").c_str() : " (on node 0)");
-  }
+  // What can still fail before the job starts (the log folder, its lock,
+  // the KV store's port) is checked first: the configuration is printed
+  // once it holds, with the store's real port.
   // A link in place of the folder is refused, as everywhere FleetPS writes.
   if (Status made = DefaultFileSystem()->CreateDir(job_.log_dir); !made.ok()) {
     return Refuse("--log_dir: cannot create '" + job_.log_dir + "': " + made.message());
@@ -301,9 +405,16 @@ int Launcher::RunJob() {
   auto lock = LogDirLock::Acquire(job_.log_dir, job_.job_id, host, job_.kv_endpoint);
   if (!lock.ok()) return Refuse("--log_dir: " + lock.status().message());
   log_lock_.emplace(std::move(lock).value());
-  metrics_ = std::make_unique<JobMetrics>(job_.log_dir + "/metrics" +
-                                          (host.empty() ? "" : "." + host) + ".jsonl");
+  const char* mode =
+      job_.mode == Mode::kPsSimulation ? "parameter-server, simulation on this machine"
+      : job_.mode == Mode::kPsCluster  ? "parameter-server, cluster"
+      : job_.mode == Mode::kStoreOnly  ? "KV store only, for processes started by hand"
+                                       : "collective";
+  metrics_ = std::make_unique<JobMetrics>(
+      job_.job_id, job_.log_dir + "/metrics" + (host.empty() ? "" : "." + host) + ".jsonl");
+  const std::string listen_host = job_.kv_listen.substr(0, job_.kv_listen.rfind(':'));
   if (job_.host_kv) {
+    page_ = std::make_unique<JobPage>(job_.job_id, mode);
     kv_server_ = std::make_unique<KvStoreServer>(
         KvStoreServerOptions{.listen = job_.kv_listen,
                              .auth = job_.credentials,
@@ -312,7 +423,12 @@ int Launcher::RunJob() {
                                  [this](const std::string& address, const std::string& why) {
                                    std::lock_guard<std::mutex> lock(refused_mu_);
                                    refused_.emplace(address, why);
-                                 }});
+                                 },
+                             .page = std::string(JobPageHtml()),
+                             .page_state = [page = page_.get()] { return page->StateJson(); },
+                             .read_token = job_.metrics_token,
+                             // Only this machine's users reach a store on loopback.
+                             .read_open = IsLoopback(listen_host)});
     Status st = kv_server_->Start();
     if (!st.ok()) {
       std::fprintf(io_.err, "fleetrun: --http_port: cannot host the KV store: %s\n", st.message().c_str());
@@ -320,7 +436,32 @@ int Launcher::RunJob() {
     }
     // Port 0: processes are told the port actually bound.
     job_.kv_endpoint = job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':') + 1) + std::to_string(kv_server_->port());
+  }
+  std::fprintf(
+      io_.out, "fleetrun: configuration (flags given; the others have their defaults)\n%s",
+      FormatOptionsTable(
+          opts_, {{"(mode)", mode}, {"(log files)", job_.log_dir}, {"(auth)", job_.auth_note}})
+          .c_str());
+  for (const std::string& note : job_.notes) std::fprintf(io_.out, "fleetrun: %s\n", note.c_str());
+  if (job_.mode == Mode::kCollective && job_.collective.from_slurm) {
+    std::fprintf(
+        io_.out, "fleetrun: Slurm detected (SLURM_* variables): node %d of %d, KV store %s%s\n",
+        job_.collective.node_rank, job_.collective.nnodes, job_.kv_endpoint.c_str(),
+        job_.host_kv ? (" (hosted here, listening on " + kv_server_->endpoint() + ")").c_str()
+                     : " (on node 0)");
+  }
+  if (job_.host_kv) {
     std::fprintf(io_.out, "fleetrun: KV store serving on %s (job %s)\n", job_.kv_endpoint.c_str(), job_.job_id.c_str());
+    const std::string page_host = IsLoopback(listen_host) || listen_host == "0.0.0.0"
+                                      ? job_.kv_endpoint.substr(0, job_.kv_endpoint.rfind(':'))
+                                      : listen_host;
+    const std::string base = "http://" + page_host + ":" + std::to_string(kv_server_->port());
+    std::fprintf(
+        io_.out, "fleetrun: job page %s/job%s, Prometheus metrics %s/metrics%s\n", base.c_str(),
+        job_.metrics_token.empty() ? "" : "#token=<--metrics_token_file's token>", base.c_str(),
+        !job_.metrics_token.empty() ? " (bearer token: --metrics_token_file)"
+        : IsLoopback(listen_host)   ? " (this machine's users only)"
+                                    : " (signed requests only: give --metrics_token_file)");
   } else {
     std::fprintf(io_.out, "fleetrun: KV store at %s (job %s)\n", job_.kv_endpoint.c_str(), job_.job_id.c_str());
   }
@@ -695,6 +836,7 @@ std::optional<int> Launcher::HandleEvents(const std::vector<Supervisor::Event>& 
                                         host_generation_ + sup_.restarts(ev.index) + 1);
       Status st = sup_.Restart(ev.index, std::move(again));
       if (st.ok()) {
+        metrics_->Restarted(std::string(RoleName(spec.role)), spec.rank);
         std::fprintf(io_.out, "fleetrun: restarted %s pid %d\n", sup_.spec(ev.index).Name().c_str(),
                      static_cast<int>(sup_.pid(ev.index)));
         std::fflush(io_.out);
@@ -1069,8 +1211,8 @@ Result<MachineInfo> GatherMachineInfo() {
     m.interface_of[i.address] = i.interface;
   }
   if (const char* ifname = std::getenv("NCCL_SOCKET_IFNAME")) m.nccl_socket_ifname = ifname;
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  m.gpu_count = VisibleGpuCount(visible ? std::optional<std::string>(visible) : std::nullopt, CountGpus());
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES")) m.cuda_visible_devices = visible;
+  m.gpu_count = VisibleGpuCount(m.cuda_visible_devices, CountGpus());
   char buf[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n > 0) m.self_dir = std::filesystem::path(std::string(buf, n)).parent_path().string();
@@ -1114,6 +1256,12 @@ int RunFleetrun(const std::vector<std::string>& args, const MachineInfo& machine
     return kExitBadFlags;
   }
   job->auth_note = std::string(SecretSourceName(*secret));
+  auto token = LoadMetricsToken(*options);
+  if (!token.ok()) {
+    std::fprintf(io.err, "fleetrun: %s\n", token.status().message().c_str());
+    return kExitBadFlags;
+  }
+  job->metrics_token = std::move(token).value();
   // A PS job's config is checked before anything starts; a collective job's
   // belongs to its program, and --store_only runs no job.
   Status config_checked;

@@ -1,14 +1,12 @@
 #include "launch/net.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -52,24 +50,6 @@ Result<std::vector<InterfaceAddress>> LocalIPv4Interfaces() {
     }
   }
   return out;
-}
-
-int CountGpus(const std::string& dev_dir) {
-  struct CloseDir {
-    void operator()(DIR* d) const { closedir(d); }
-  };
-  std::unique_ptr<DIR, CloseDir> dir(opendir(dev_dir.c_str()));
-  if (!dir) return 0;
-  int count = 0;
-  while (dirent* ent = readdir(dir.get())) {
-    std::string_view name = ent->d_name;
-    if (!name.starts_with("nvidia") || name.size() == 6) continue;
-    std::string_view digits = name.substr(6);
-    if (std::all_of(digits.begin(), digits.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
-      ++count;
-    }
-  }
-  return count;
 }
 
 Result<std::string> ResolveIPv4(const std::string& host) {

@@ -1,7 +1,8 @@
-// What fleetrun needs to know about this machine: its interface addresses,
-// its GPUs, and Slurm's node list. Endpoint parsing itself is comm/endpoint.h.
+// What fleetrun needs to know about this machine: its interface addresses
+// and Slurm's node list. Endpoint parsing itself is comm/endpoint.h.
 // SplitString, IsLoopback and FirstSlurmHost are pure; the probes
-// (LocalIPv4Interfaces, CountGpus, ResolveIPv4) touch the OS.
+// (LocalIPv4Interfaces, ResolveIPv4) touch the OS. GPUs are counted by
+// comm/cluster.h CountGpus.
 #pragma once
 
 #include <string>
@@ -29,10 +30,6 @@ struct InterfaceAddress {
   std::string interface;
 };
 Result<std::vector<InterfaceAddress>> LocalIPv4Interfaces();
-
-// Number of NVIDIA GPUs, counted as /dev/nvidia<N> device nodes under
-// `dev_dir` (no CUDA link needed). 0 when there are none.
-int CountGpus(const std::string& dev_dir = "/dev");
 
 // First IPv4 address of `host` (getaddrinfo). NotFound naming the host.
 // Blocks for as long as the resolver does.

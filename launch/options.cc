@@ -38,7 +38,7 @@ const OptionSpec kOptions[] = {
      "port); at most 1024",
      kPsGroup},
     {"worker_num", &LaunchOptions::worker_num, "unset",
-     "PS simulation: number of ps_worker processes; at most 1024", kPsGroup},
+     "PS simulation: number of workers (ps_worker, or PROGRAM when given); at most 1024", kPsGroup},
     {"heter_worker_num", &LaunchOptions::heter_worker_num, "0",
      "PS simulation: number of heter_worker processes; at most 1024", kPsGroup},
     {"servers", &LaunchOptions::servers, "unset",
@@ -133,6 +133,12 @@ const OptionSpec kOptions[] = {
     {"job_secret_file", &LaunchOptions::job_secret_file, "unset",
      "file (mode 600) holding the job secret, needed on every machine of a multi-machine job (or "
      "FLEET_JOB_SECRET); a job on one machine gets a fresh random one",
+     kSecurityGroup},
+    {"metrics_token_file", &LaunchOptions::metrics_token_file, "unset",
+     "file (mode 600) holding a read-only token: GET /metrics, /job (the job page) and /job/state "
+     "answer a request with 'Authorization: Bearer <token>' (Prometheus's bearer token) or "
+     "/job#token=<token> in a browser; without it they need the job secret, except on one machine "
+     "(store on loopback), where they answer any user of the machine",
      kSecurityGroup},
     {"store_only", &LaunchOptions::store_only, "off",
      "host only the KV store, on --host (default 127.0.0.1) and --http_port (default 36001), for "
@@ -300,7 +306,7 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
     } else if (arg.starts_with("-") && arg.size() > 1) {
       return Status::InvalidArgument(std::string(arg) + ": unknown flag (see fleetrun --help)");
     } else {
-      // First non-flag: the collective PROGRAM; the rest is its own.
+      // First non-flag: PROGRAM (collective, or a PS job's workers); the rest is its own.
       out.program = std::string(arg);
       out.program_args.assign(args.begin() + i + 1, args.end());
       break;
@@ -323,15 +329,20 @@ Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args) {
   return out;
 }
 
-std::string FormatOptionsTable(const LaunchOptions& options) {
+std::string FormatOptionsTable(const LaunchOptions& options,
+                               const std::vector<std::pair<std::string, std::string>>& derived) {
   std::vector<std::pair<std::string, std::string>> rows;
   for (const OptionSpec& spec : kOptions) {
-    if (spec.name == "devices") continue;  // alias: its value is --gpus's
+    // --devices is --gpus's alias: Given("gpus") covers both.
+    if (spec.name == "devices" || !options.Given(spec.name)) continue;
     rows.emplace_back(FlagName(spec), FieldValue(spec, options));
   }
-  std::string program = options.program.empty() ? "unset" : options.program;
-  for (const std::string& a : options.program_args) program += " " + a;
-  rows.emplace_back("PROGRAM", program);
+  if (!options.program.empty()) {
+    std::string program = options.program;
+    for (const std::string& a : options.program_args) program += " " + a;
+    rows.emplace_back("PROGRAM", program);
+  }
+  rows.insert(rows.end(), derived.begin(), derived.end());
   return FormatAligned(rows);
 }
 
@@ -340,6 +351,8 @@ std::string FormatHelp() {
                    "Starts a FleetPS job and stops it when a process fails.\n"
                    "  parameter-server mode: fleetrun --server_num=S --worker_num=W --config=job.yaml\n"
                    "                         fleetrun --servers=ip:port,.. --workers=ip,.. --config=job.yaml\n"
+                   "                         (either with PROGRAM [ARGS...]: the workers run it, e.g.\n"
+                   "                         python3 train.py over the fleetps module, instead of ps_worker)\n"
                    "  collective mode:       fleetrun [--gpus=0,1 | --nproc_per_node=N] PROGRAM [ARGS...]\n"
                    "See README.md (Running jobs) and launch/README.md.",
                    {},

@@ -12,6 +12,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "comm/status.h"
@@ -53,6 +54,7 @@ struct LaunchOptions {
   double peer_timeout_s = 5.0;
   std::string auth = "on";
   std::string job_secret_file;
+  std::string metrics_token_file;
   // By hand: host only the KV store.
   bool store_only = false;
 
@@ -79,8 +81,12 @@ struct LaunchOptions {
 // R only decides whether the node is the master).
 Result<LaunchOptions> ParseLaunchArgs(const std::vector<std::string>& args);
 
-// "name  value" lines for every option, names padded to one column.
-std::string FormatOptionsTable(const LaunchOptions& options);
+// "name  value" lines for the options given (and PROGRAM with its
+// arguments), then `derived` (what fleetrun made of them: "(mode)", ...),
+// names padded to one column; the rest have their defaults.
+std::string FormatOptionsTable(
+    const LaunchOptions& options,
+    const std::vector<std::pair<std::string, std::string>>& derived = {});
 
 // Usage text: every option with its default and meaning, aligned.
 std::string FormatHelp();

@@ -203,10 +203,18 @@ Status ResolvePs(const LaunchOptions& o, const MachineInfo& m, JobLayout& job) {
     job.kv_listen = job.kv_endpoint;
   }
   job.bin_dir = o.bin_dir.empty() ? m.self_dir : o.bin_dir;
+  if (!o.program.empty()) {
+    job.worker_program = o.program;
+    job.worker_program_args = o.program_args;
+    // A machine of a cluster that runs no worker need not have it.
+    if (!job.local_workers.empty()) {
+      FLEET_ASSIGN_OR_RETURN(job.worker_program_path, FindProgram(o.program, m.path_env));
+    }
+  }
   std::vector<std::string> needed;
   if (!job.local_servers.empty()) needed.push_back("ps_server");
   if (!job.local_heter_workers.empty()) needed.push_back("heter_worker");
-  if (!job.local_workers.empty()) needed.push_back("ps_worker");
+  if (!job.local_workers.empty() && job.worker_program.empty()) needed.push_back("ps_worker");
   for (const std::string& name : needed) {
     if (!IsExecutableFile(job.bin_dir + "/" + name)) return Bad("--bin_dir", "no executable " + name + " in '" + job.bin_dir + "'");
   }
@@ -250,6 +258,14 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
   c.program_args = o.program_args;
   FLEET_ASSIGN_OR_RETURN(c.program_path, FindProgram(o.program, m.path_env));
   FLEET_ASSIGN_OR_RETURN(c.devices, ResolveDevices(o, m));
+  if (m.cuda_visible_devices && !m.cuda_visible_devices->empty() && m.gpu_count == 0 &&
+      !o.Given("gpus")) {
+    job.notes.push_back("note: CUDA_VISIBLE_DEVICES=" + *m.cuda_visible_devices +
+                        " is set but this machine has no GPU (no /dev/nvidia<N>): " +
+                        std::to_string(c.devices.size()) + " CPU process" +
+                        (c.devices.size() == 1 ? "" : "es") +
+                        (o.Given("nproc_per_node") ? "" : " (--nproc_per_node=N for more)"));
+  }
   if (o.Given("nnodes") && (o.nnodes < 1 || o.nnodes > kMaxNodes)) {
     return Bad("--nnodes", std::to_string(o.nnodes) + " is not in 1.." + std::to_string(kMaxNodes));
   }
@@ -312,10 +328,17 @@ Status ResolveCollective(const LaunchOptions& o, const MachineInfo& m, JobLayout
     if (c.nnodes > 1 && o.Given("http_port") && o.http_port == 0) return Bad("--http_port", "0 (a free port) cannot be used under Slurm: the other nodes must know it");
     if (m.slurm_master_ip.empty()) return Bad("--nnodes", "cannot resolve the first host of SLURM_NODELIST '" + m.slurm_nodelist + "'");
     job.host_kv = node_rank == 0;
-    // Node 0 listens on every interface: the name other nodes resolve may
-    // differ from what this node's resolver says (127.0.1.1 in /etc/hosts).
-    job.kv_listen = "0.0.0.0:" + port(c.nnodes == 1);
-    job.kv_endpoint = (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(c.nnodes == 1);
+    if (c.nnodes == 1) {
+      // One node: the whole job is on loopback, as without Slurm.
+      job.kv_listen = "127.0.0.1:" + port(true);
+      job.kv_endpoint = job.kv_listen;
+    } else {
+      // Node 0 listens on every interface: the name other nodes resolve may
+      // differ from what this node's resolver says (127.0.1.1 in /etc/hosts).
+      job.kv_listen = "0.0.0.0:" + port(false);
+      job.kv_endpoint =
+          (node_rank == 0 && !host.empty() ? host : m.slurm_master_ip) + ":" + port(false);
+    }
     c.from_slurm = true;
     c.node_host = c.nnodes == 1 ? "127.0.0.1" : host;
     if (c.node_host.empty()) return Bad("--host", "this machine has no non-loopback IPv4 address; pass --host");
@@ -364,6 +387,14 @@ Result<JobLayout> ResolveStoreOnly(const LaunchOptions& o) {
   return job;
 }
 
+// The spec runs a PROGRAM: argv[0] as the user gave it, then its ARGS.
+void RunProgram(const std::string& path, const std::string& program,
+                const std::vector<std::string>& args, ProcessSpec* spec) {
+  spec->exe = path;
+  spec->argv.push_back(program);
+  spec->argv.insert(spec->argv.end(), args.begin(), args.end());
+}
+
 }  // namespace
 
 Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
@@ -374,10 +405,6 @@ Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
   std::string ps_flag;
   for (std::string_view f : kPsFlags) {
     if (o.Given(f) && ps_flag.empty()) ps_flag = "--" + std::string(f);
-  }
-  if (!ps_flag.empty() && !o.program.empty()) {
-    return Bad("PROGRAM", "'" + o.program + "' given in parameter-server mode (chosen by " + ps_flag +
-                              "); fleetrun starts ps_server/ps_worker itself");
   }
   if (ps_flag.empty() && o.program.empty()) {
     return Bad("PROGRAM", "missing (collective mode: fleetrun [flags] PROGRAM [ARGS...]; "
@@ -396,6 +423,19 @@ Result<JobLayout> ResolveLayout(const LaunchOptions& o, const MachineInfo& m) {
     FLEET_RETURN_IF_ERROR(ResolveCollective(o, m, job));
   }
   return job;
+}
+
+bool IsProcessContractVariable(std::string_view name) {
+  static constexpr std::string_view kContract[] = {
+      "FLEET_ROLE",           "FLEET_RANK",           "FLEET_WORLD_SIZE",
+      "FLEET_LOCAL_RANK",     "FLEET_NNODES",         "FLEET_NODE_RANK",
+      "FLEET_NPROC_PER_NODE", "FLEET_DEVICE",         "FLEET_HOST",
+      "FLEET_SERVERS",        "FLEET_WORKERS",        "FLEET_HETER_WORKERS",
+      "FLEET_ENDPOINT",       "FLEET_KV_ENDPOINT",    "FLEET_JOB_ID",
+      "FLEET_LOG_DIR",        "FLEET_CONFIG",         "FLEET_AUTH",
+      "FLEET_OVERRIDES",      "FLEET_RESTART",        "FLEET_RESTART_GENERATION",
+      "FLEET_JOB_SECRET",     "FLEET_JOB_SECRET_FILE"};
+  return std::find(std::begin(kContract), std::end(kContract), name) != std::end(kContract);
 }
 
 ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart) {
@@ -430,9 +470,7 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
     if (c.devices.at(rank).starts_with("cuda:") && !c.nccl_socket_ifname.empty()) {
       spec.env.emplace_back("NCCL_SOCKET_IFNAME", c.nccl_socket_ifname);
     }
-    spec.exe = c.program_path;
-    spec.argv.push_back(c.program);
-    spec.argv.insert(spec.argv.end(), c.program_args.begin(), c.program_args.end());
+    RunProgram(c.program_path, c.program, c.program_args, &spec);
   } else {
     spec.rank = rank;
     const std::vector<Endpoint>& mine = role == Role::kServer ? job.servers
@@ -452,10 +490,20 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
       spec.endpoint = mine.at(rank).ToString();
       vars.emplace_back("endpoint", spec.endpoint);
     }
-    const char* binary = role == Role::kServer ? "ps_server" : role == Role::kWorker ? "ps_worker" : "heter_worker";
-    spec.exe = job.bin_dir + "/" + binary;
-    spec.argv.push_back(spec.exe);
+    if (role == Role::kWorker && !job.worker_program.empty()) {
+      RunProgram(job.worker_program_path, job.worker_program, job.worker_program_args, &spec);
+    } else {
+      const char* binary = role == Role::kServer   ? "ps_server"
+                           : role == Role::kWorker ? "ps_worker"
+                                                   : "heter_worker";
+      spec.exe = job.bin_dir + "/" + binary;
+      spec.argv.push_back(spec.exe);
+    }
   }
+  // A PROGRAM (collective, or a PS job's workers) has flags of its own: it
+  // gets the environment only.
+  const bool env_only =
+      role == Role::kCollective || (role == Role::kWorker && !job.worker_program.empty());
   vars.emplace_back("kv_endpoint", job.kv_endpoint);
   vars.emplace_back("job_id", job.job_id);
   vars.emplace_back("log_dir", job.log_dir);
@@ -466,8 +514,7 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
     std::string upper = name;
     std::transform(upper.begin(), upper.end(), upper.begin(), [](unsigned char ch) { return std::toupper(ch); });
     spec.env.emplace_back("FLEET_" + upper, value);
-    // Collective PROGRAMs have flags of their own: they get environment only.
-    if (role != Role::kCollective) spec.argv.push_back("--" + name + "=" + value);
+    if (!env_only) spec.argv.push_back("--" + name + "=" + value);
   }
   spec.env.emplace_back("FLEET_OVERRIDES", overrides);
   // Environment only, so a restart changes no flag: the generation keys the
@@ -479,7 +526,7 @@ ProcessSpec RenderProcess(const JobLayout& job, Role role, int rank, int restart
   if (job.auth && !job.job_secret.empty()) spec.env.emplace_back("FLEET_JOB_SECRET", job.job_secret);
   // One flag holding the ';'-joined list: gflags keeps only the last of a
   // repeated flag.
-  if (role != Role::kCollective && !overrides.empty()) spec.argv.push_back("--override=" + overrides);
+  if (!env_only && !overrides.empty()) spec.argv.push_back("--override=" + overrides);
   const char* prefix = role == Role::kServer ? "serverlog" : role == Role::kHeterWorker ? "heterlog" : "workerlog";
   spec.log_path = job.log_dir + "/" + prefix + "." + std::to_string(spec.rank);
   spec.tee = (role == Role::kWorker || role == Role::kCollective) && spec.rank == 0;

@@ -39,6 +39,8 @@ struct MachineInfo {
   // NCCL_SOCKET_IFNAME as fleetrun was given it (unset: nullopt).
   std::optional<std::string> nccl_socket_ifname;
   int gpu_count = 0;
+  // CUDA_VISIBLE_DEVICES as fleetrun was given it (unset: nullopt).
+  std::optional<std::string> cuda_visible_devices;
   std::string self_dir;  // folder of the fleetrun executable
   std::string path_env;  // $PATH, for finding PROGRAM
   // Slurm's view, empty outside Slurm.
@@ -118,6 +120,12 @@ struct JobLayout {
   std::vector<Endpoint> servers, heter_workers, workers;
   // Ranks started on this machine.
   std::vector<int> local_servers, local_heter_workers, local_workers;
+  // PS mode with a PROGRAM: the workers run it with its ARGS (environment
+  // only, as collective PROGRAMs get it) instead of ps_worker, e.g. a PyTorch
+  // script over the fleetps module (python/). Empty: ps_worker.
+  std::string worker_program;  // as given; execvp-style lookup in ResolveLayout
+  std::string worker_program_path;
+  std::vector<std::string> worker_program_args;
   int gpu_count = 0;  // heter workers get cuda:(rank % gpu_count) when > 0
 
   CollectiveLayout collective;
@@ -130,6 +138,12 @@ struct JobLayout {
   std::string job_secret;
   std::shared_ptr<const JobAuth> credentials;
   std::string auth_note;  // how the secret was obtained, for the start-up lines
+  // --metrics_token_file's token (never printed): GET /metrics and the job
+  // page answer it (LoadMetricsToken). Empty: not given.
+  std::string metrics_token;
+  // One-line notes for the start-up lines (e.g. CUDA_VISIBLE_DEVICES on a
+  // machine without GPU), each "note: ...".
+  std::vector<std::string> notes;
 };
 
 // One process to start: everything fork/exec needs.
@@ -151,6 +165,14 @@ struct ProcessSpec {
   int abandon_signal = SIGTERM;
   std::string Name() const { return std::string(RoleName(role)) + " " + std::to_string(rank); }
 };
+
+// Whether `name` is one of the FLEET_* variables of the process contract
+// (launch/README.md: FLEET_ROLE, FLEET_RANK, ..., FLEET_JOB_SECRET), which
+// fleetrun sets itself. The supervisor drops inherited ones, so a stray
+// export never reaches a process fleetrun gives no value for; every other
+// variable of fleetrun's environment (FLEET_GPT2_VOCAB_DIR, CUDA_*, OMP_*,
+// ...) passes through to every process.
+bool IsProcessContractVariable(std::string_view name);
 
 // Validates `options` against `machine` and lays out the job. Returns
 // InvalidArgument whose message starts with the offending flag ("--servers:

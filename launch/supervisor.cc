@@ -131,7 +131,9 @@ Status Supervisor::Spawn(Proc& p, bool append) {
   // async-signal-safe calls are allowed (other threads may hold locks).
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "FLEET_", 6) != 0) env_strings.emplace_back(*e);
+    const std::string_view entry = *e;
+    if (!IsProcessContractVariable(entry.substr(0, entry.find('='))))
+      env_strings.emplace_back(entry);
   }
   for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp, argv;

@@ -16,7 +16,11 @@ DEFINE_string(override, "",
 namespace fleet::ps {
 
 HelpGroup JobConfigHelpGroup() {
-  return {"Job config", {GflagsHelpFlag("config", "job.yaml"), GflagsHelpFlag("override", "'K=V;K=V'")}};
+  return {"Job config",
+          {GflagsHelpFlag("config", "job.yaml"),
+           {"-o", "Key.sub=value",
+            "override one key of the job YAML (repeatable; appended to --override)", ""},
+           GflagsHelpFlag("override", "'K=V;K=V'")}};
 }
 
 std::string_view SyncModeName(SyncMode mode) {

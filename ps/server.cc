@@ -27,6 +27,26 @@ using internal::ReplyBy;
 
 namespace {
 
+// "PS_PULL_SPARSE" -> "pull_sparse", as status lines and metrics name it.
+std::string CommandName(pb::PsCommand command) {
+  std::string name = pb::PsCommand_Name(command);
+  if (name.rfind("PS_", 0) == 0) name = name.substr(3);
+  absl::AsciiStrToLower(&name);
+  return name;
+}
+
+// The process's resident memory: the second field of /proc/self/statm, in
+// pages; 0 when unreadable.
+double ResidentBytes() {
+  long pages = 0;
+  if (std::FILE* statm = std::fopen("/proc/self/statm", "r")) {
+    long size = 0;
+    if (std::fscanf(statm, "%ld %ld", &size, &pages) != 2) pages = 0;
+    std::fclose(statm);
+  }
+  return pages * static_cast<double>(sysconf(_SC_PAGESIZE));
+}
+
 // A sender's gradient, delta, counts or dense values with a NaN or an Inf
 // would poison the table for good: refused, naming the table and the
 // first bad element. AllFinite is one branch-free pass (hot path).
@@ -200,9 +220,12 @@ DenseTable* PsServer::dense_table(uint32_t id) {
   return it == dense_.end() ? nullptr : it->second.get();
 }
 
-void PsServer::Count(pb::PsCommand command, const Message& req, const Message* resp) {
+void PsServer::Count(pb::PsCommand command, const Message& req, const Message* resp,
+                     std::chrono::steady_clock::duration handling) {
   Traffic& t = traffic_[command];
   t.requests.fetch_add(1, std::memory_order_relaxed);
+  t.handling_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(handling).count(),
+                          std::memory_order_relaxed);
   uint64_t in = 0;
   for (const auto& f : req.frames) in += f.size();
   t.bytes_in.fetch_add(in, std::memory_order_relaxed);
@@ -218,16 +241,27 @@ void PsServer::RegisterHandlers() {
   // by kind and bytes for the status line.
   auto sync = [this](pb::PsCommand command, auto method) {
     return [this, command, method](const Message& req, Message* resp) {
+      const auto start = std::chrono::steady_clock::now();
       Status s = (this->*method)(req, resp);
       (s.ok() ? served_ : rejected_).fetch_add(1, std::memory_order_relaxed);
-      Count(command, req, resp);
+      Count(command, req, resp, std::chrono::steady_clock::now() - start);
       return s;
     };
   };
   auto counted = [this](pb::PsCommand command, auto handler) {
     return [this, command, handler](Message req, Responder r) {
-      Count(command, req, nullptr);
+      const auto start = std::chrono::steady_clock::now();
+      uint64_t in = 0;
+      for (const auto& f : req.frames) in += f.size();
       handler(std::move(req), r);
+      // Counted after: the handler took the request (frames and all).
+      Traffic& t = traffic_[command];
+      t.requests.fetch_add(1, std::memory_order_relaxed);
+      t.bytes_in.fetch_add(in, std::memory_order_relaxed);
+      t.handling_ns.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::steady_clock::now() - start)
+                                  .count(),
+                              std::memory_order_relaxed);
     };
   };
   // A small sparse request takes tens of microseconds of table work, less
@@ -279,10 +313,8 @@ std::string PsServer::StatusLine() {
     const uint64_t delta = requests - status_requests_[c];
     status_requests_[c] = requests;
     if (delta == 0) continue;
-    std::string name = pb::PsCommand_Name(static_cast<pb::PsCommand>(c));
-    if (name.rfind("PS_", 0) == 0) name = name.substr(3);
-    absl::AsciiStrToLower(&name);
-    absl::StrAppendFormat(&kinds, "%s%s %.1f", kinds.empty() ? "" : ", ", name, delta / seconds);
+    absl::StrAppendFormat(&kinds, "%s%s %.1f", kinds.empty() ? "" : ", ",
+                          CommandName(static_cast<pb::PsCommand>(c)), delta / seconds);
   }
   constexpr double kMiB = 1024.0 * 1024.0;
   std::string line = absl::StrFormat(
@@ -303,14 +335,7 @@ std::string PsServer::StatusLine() {
     absl::StrAppendFormat(&line, ", table %d: %d floats %.1f MiB", id, table->range().size(),
                           table->memory_bytes() / kMiB);
   }
-  // Resident memory: the second field of /proc/self/statm, in pages.
-  long pages = 0;
-  if (std::FILE* statm = std::fopen("/proc/self/statm", "r")) {
-    long size = 0;
-    if (std::fscanf(statm, "%ld %ld", &size, &pages) != 2) pages = 0;
-    std::fclose(statm);
-  }
-  absl::StrAppendFormat(&line, ", rss %.0f MiB", pages * static_cast<double>(sysconf(_SC_PAGESIZE)) / kMiB);
+  absl::StrAppendFormat(&line, ", rss %.0f MiB", ResidentBytes() / kMiB);
   // The peak too (VmHWM): what a memory budget must cover.
   if (std::FILE* status = std::fopen("/proc/self/status", "r")) {
     char text[256];
@@ -622,8 +647,25 @@ Status PsServer::EndPass(const Message& req, Message* resp) {
 }
 
 Status PsServer::Stats(const Message& req, Message* resp) {
+  resp->header.set_meta(StatsReply().SerializeAsString());
+  return Status::OK();
+}
+
+pb::PsStatsReply PsServer::StatsReply() {
   pb::PsStatsReply reply;
   reply.set_server_rank(options_.rank);
+  for (int c = 0; c < kCommandKinds; ++c) {
+    const Traffic& t = traffic_[c];
+    const uint64_t requests = t.requests.load(std::memory_order_relaxed);
+    if (requests == 0) continue;
+    pb::PsCommandStats* k = reply.add_commands();
+    k->set_command(CommandName(static_cast<pb::PsCommand>(c)));
+    k->set_requests(requests);
+    k->set_bytes_in(t.bytes_in.load(std::memory_order_relaxed));
+    k->set_bytes_out(t.bytes_out.load(std::memory_order_relaxed));
+    k->set_handling_ns(t.handling_ns.load(std::memory_order_relaxed));
+  }
+  reply.set_resident_bytes(ResidentBytes());
   reply.set_requests_served(served_.load());
   reply.set_requests_rejected(rejected_.load());
   for (auto& [id, table] : sparse_) {
@@ -651,8 +693,7 @@ Status PsServer::Stats(const Message& req, Message* resp) {
           it == sync_.end() || !it->second.merger ? -1 : it->second.merger->next_step());
     }
   }
-  resp->header.set_meta(reply.SerializeAsString());
-  return Status::OK();
+  return reply;
 }
 
 Status PsServer::Stop(const Message& req, Message* resp) {

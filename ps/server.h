@@ -175,6 +175,13 @@ class PsServer {
   // process's resident memory, and the push log's records a restart would
   // replay. Thread-safe; ps_server logs it every --status_every_s.
   std::string StatusLine();
+  // What a PS_STATS request answers: every table's rows and bytes, and the
+  // traffic by request kind since the start (requests, bytes, handling
+  // time), the resident memory. Thread-safe; ps_server started with a KV
+  // store reports it there for fleetrun's /metrics.
+  pb::PsStatsReply StatsReply();
+  // The KV store key prefix of those reports: stats/server/<rank>.
+  static constexpr std::string_view kStatsKeyPrefix = "stats/server/";
 
   // In-process access for tests and tools. Tables keep serving meanwhile.
   SparseTable* sparse_table(uint32_t id);
@@ -331,11 +338,15 @@ class PsServer {
   struct Traffic {
     std::atomic<uint64_t> requests{0};
     std::atomic<uint64_t> bytes_in{0};
-    std::atomic<uint64_t> bytes_out{0};  // replies with a payload (pulls, stats)
+    std::atomic<uint64_t> bytes_out{0};    // replies with a payload (pulls, stats)
+    std::atomic<uint64_t> handling_ns{0};  // time in the handlers
   };
   static constexpr int kCommandKinds = pb::PsCommand_ARRAYSIZE;
   std::array<Traffic, kCommandKinds> traffic_;
-  void Count(pb::PsCommand command, const Message& req, const Message* resp);
+  // Counts a request handled in `handling` (its reply `resp`, when answered
+  // at once).
+  void Count(pb::PsCommand command, const Message& req, const Message* resp,
+             std::chrono::steady_clock::duration handling);
   // StatusLine's previous snapshot; guarded by status_mu_.
   std::mutex status_mu_;
   std::chrono::steady_clock::time_point status_at_ = std::chrono::steady_clock::now();

@@ -18,10 +18,12 @@ packages=(
   zlib1g-dev
   libzip-dev libpcre2-dev nlohmann-json3-dev
   python3-numpy python3-protobuf
+  python3-dev pybind11-dev python3-torch
   fortunes
   dataset-fashion-mnist
   procps iproute2 nftables
   prometheus-cpp-dev
+  chromium prometheus  # the job page's browser test; promtool checks /metrics
 )
 
 missing=()

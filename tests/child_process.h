@@ -17,6 +17,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -300,6 +301,15 @@ inline std::string ReadAll(const std::filesystem::path& path) {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+// Resident memory of process `pid` in KiB (VmRSS), -1 when unknown.
+inline int64_t ResidentKib(pid_t pid) {
+  std::istringstream status(ReadAll("/proc/" + std::to_string(pid) + "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (line.starts_with("VmRSS:")) return std::stoll(line.substr(6));
+  }
+  return -1;
 }
 
 // Runs `command` with /bin/sh, its output in a temporary file (so a chatty

@@ -3,8 +3,8 @@
 
 ARCHITECTURE.md's layout, bottom to top: comm/; ps/, trainer/ and data/;
 collective/ and worker/; the programs' libraries (heter/, serve/, launch/,
-tools/); examples/, whose thin main()s stand on them (gpt_serve's engine is
-serve/). A file may include its own folder and any floor below its own,
+tools/, python/: the fleetps module); examples/, whose thin main()s stand
+on them (gpt_serve's engine is serve/). A file may include its own folder and any floor below its own,
 never a floor above or a neighbour on its own floor. Inside trainer/ the
 rooms stack the same way: the root (tensor, backend interface, arena, the
 types kernels share) below kernels/, then layers/, then models/. trainer/
@@ -22,7 +22,7 @@ FLOORS = {
     "comm": 0,
     "ps": 1, "trainer": 1, "data": 1,
     "collective": 2, "worker": 2,
-    "heter": 3, "serve": 3, "launch": 3, "tools": 3,
+    "heter": 3, "serve": 3, "launch": 3, "tools": 3, "python": 3,
     "examples": 4,
 }
 # Rooms inside trainer/, bottom to top.

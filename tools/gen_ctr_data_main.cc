@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   const auto report = fleet::data::GenerateCtrData(o);
   if (!report.ok()) {
     LOG(ERROR) << "gen_ctr_data: " << report.status().ToString();
-    return 1;
+    return report.status().IsInvalidArgument() ? fleet::kExitUsage : 1;
   }
   // The program's result, for people and scripts: one line on stdout.
   std::printf(

@@ -62,7 +62,8 @@ int main(int argc, char** argv) {
   const fleet::Status st = fleet::data::RunTokenize(o, std::cout);
   if (!st.ok()) {
     std::cerr << "tokenize: " << st.ToString() << "\n";
-    return 1;
+    // What was given is wrong (a flag, a file): a usage error, as for flags.
+    return st.IsInvalidArgument() || st.IsNotFound() ? fleet::kExitUsage : 1;
   }
   return 0;
 }

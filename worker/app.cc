@@ -1,5 +1,7 @@
 #include "worker/app.h"
 
+#include <gflags/gflags.h>
+#include <glog/logging.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,24 +18,22 @@
 #include <set>
 #include <sstream>
 
-#include <gflags/gflags.h>
-#include <glog/logging.h>
-
 #include "absl/strings/str_cat.h"
 #include "comm/cluster.h"
 #include "comm/collective.h"
+#include "comm/file_io.h"
+#include "comm/file_system.h"
+#include "comm/job_liveness.h"
 #include "comm/kv_store.h"
 #include "comm/process_context.h"
 #include "comm/program_help.h"
 #include "comm/progress_report.h"
+#include "data/ctr_generator.h"
+#include "data/tensorboard/event_writer.h"
 #include "ps/client.h"
 #include "ps/job_config.h"
 #include "ps/ps_process.h"
-#include "comm/file_system.h"
-#include "data/ctr_generator.h"
-#include "comm/file_io.h"
 #include "trainer/kernels/cpu_kernels.h"
-#include "data/tensorboard/event_writer.h"
 #include "worker/communicator.h"
 #include "worker/config.h"
 #include "worker/task.h"
@@ -101,13 +101,15 @@ class MetricsGroup {
     g.rank_ = o.rank;
     g.size_ = o.num_workers;
     g.timeout_ = o.job.distributed.timeout;
+    g.stop_ = o.stop;
     return g;
   }
 
   // Blocks until every worker set its vector for `round` (at most
-  // Distributed.timeout_ms: Timeout naming the worker that did not) and
-  // replaces *v by the combination. InvalidArgument when a worker's vector
-  // has another length. Only kSum and kMax.
+  // Distributed.timeout_ms: Timeout naming the worker that did not; a stop
+  // request ends the wait within kStopPoll: Unavailable) and replaces *v by
+  // the combination. InvalidArgument when a worker's vector has another
+  // length. Only kSum and kMax.
   Status AllReduce(const std::string& round, std::vector<float>* v, ReduceOp op, const char* what,
                    bool kept = false) {
     if (size_ == 1 || v->empty()) return Status::OK();
@@ -123,11 +125,8 @@ class MetricsGroup {
     std::vector<float> out(v->size(), 0.0f);
     const auto deadline = Clock::now() + timeout_;
     for (int r = 0; r < size_; ++r) {
-      const auto left =
-          std::max(std::chrono::milliseconds(1),
-                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       Result<std::string> got =
-          r == rank_ ? Result<std::string>(mine) : kv_->WaitGet(prefix + std::to_string(r), left);
+          r == rank_ ? Result<std::string>(mine) : WaitFor(r, prefix, deadline);
       if (!got.ok()) {
         if (!got.status().IsTimeout()) return got.status().WithContext(what);
         return Status::Timeout("worker " + std::to_string(r) + " did not send its " + what +
@@ -187,11 +186,30 @@ class MetricsGroup {
 
  private:
   static constexpr std::string_view kPrefix = "ps_worker_metrics/";
+  // How often a wait looks at the stop flag.
+  static constexpr std::chrono::milliseconds kStopPoll{250};
+
+  // Worker r's value of the round under `prefix`, waited for until
+  // `deadline` (Timeout) or a stop request (Unavailable).
+  Result<std::string> WaitFor(int r, const std::string& prefix, Clock::time_point deadline) {
+    while (true) {
+      const auto left =
+          std::max(std::chrono::milliseconds(1),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      Result<std::string> got = kv_->WaitGet(prefix + std::to_string(r), std::min(left, kStopPoll));
+      if (got.ok() || !got.status().IsTimeout() || Clock::now() >= deadline) return got;
+      if (stop_ != nullptr && stop_->load()) {
+        return Status::Unavailable("stopped on request while waiting for worker " +
+                                   std::to_string(r));
+      }
+    }
+  }
 
   std::unique_ptr<KvStoreClient> kv_;  // null: no KV store (a world of one)
   int rank_ = 0;
   int size_ = 1;
   std::chrono::milliseconds timeout_{0};
+  const std::atomic<bool>* stop_ = nullptr;  // not owned; null: never stopped
   std::string previous_;  // this worker's key of the previous round not kept
 
   std::string StartedKey() const { return "ps_worker_started/" + std::to_string(rank_); }
@@ -341,18 +359,20 @@ class WorkerRun {
   MetricsGroup group_;
   PsWorkerReport report_;
   std::unique_ptr<tensorboard::EventWriter> events_;  // worker 0 with a tensorboard_dir
+  std::unique_ptr<ProgressReporter> progress_;        // once training starts
+  // Writes `values` (tag, value) at `step` into events_ (a failed write logs
+  // a warning and stops the curves, not the training) and, as figures, into
+  // the progress reports for fleetrun's job page and metrics.
+  void Curves(int64_t step, std::initializer_list<std::pair<std::string, double>> values);
 };
 
-// Writes `values` (tag, value) at `step` into `events` (may be null); a
-// failed write logs a warning and stops the curves, not the training.
-void WriteCurves(std::unique_ptr<tensorboard::EventWriter>& events, int64_t step,
-                 std::initializer_list<std::pair<std::string, double>> values) {
-  if (events == nullptr) return;
+void WorkerRun::Curves(int64_t step, std::initializer_list<std::pair<std::string, double>> values) {
   for (const auto& [tag, value] : values) {
-    if (Status st = events->Scalar(tag, step, value); !st.ok()) {
+    if (progress_ != nullptr) progress_->Figure(tag, value);
+    if (events_ == nullptr) continue;
+    if (Status st = events_->Scalar(tag, step, value); !st.ok()) {
       LOG(WARNING) << "TensorBoard curves stopped: " << st.ToString();
-      events.reset();
-      return;
+      events_.reset();
     }
   }
 }
@@ -475,9 +495,9 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
 
   // 4. Training.
-  ProgressReporter progress(WorkerProgress(o_, name_, steps_per_epoch,
-                                           steps_per_epoch * config_.train.epochs,
-                                           config_.train.batch_size));
+  progress_ = std::make_unique<ProgressReporter>(
+      WorkerProgress(o_, name_, steps_per_epoch, steps_per_epoch * config_.train.epochs,
+                     config_.train.batch_size));
   double train_seconds = 0;
   double train_samples = 0;
   for (int epoch = 1 + static_cast<int>(resume / steps_per_epoch);
@@ -508,7 +528,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
       }
       ++report_.steps;
       const int64_t global_step = (epoch - 1) * steps_per_epoch + i;
-      progress.Step((epoch - 1) * steps_per_epoch + i + 1);
+      progress_->Step((epoch - 1) * steps_per_epoch + i + 1);
       const bool last = i + 1 == steps_per_epoch;
       // Steps still in flight to heter workers belong to this epoch's last line.
       if (last) FLEET_RETURN_IF_ERROR(Drain(epoch));
@@ -528,10 +548,9 @@ Result<PsWorkerReport> WorkerRun::Run() {
                   << " loss " << FormatMetric(m.loss) << " " << task_->metric_name() << " "
                   << FormatMetric(m.metric) << " samples/s "
                   << static_cast<int64_t>(secs > 0 ? m.samples / secs : 0);
-        WriteCurves(events_, global_step + 1,
-                    {{"train/loss", m.loss},
-                     {std::string("train/") + task_->metric_name(), m.metric},
-                     {"train/samples_per_sec", secs > 0 ? m.samples / secs : 0.0}});
+        Curves(global_step + 1, {{"train/loss", m.loss},
+                                 {std::string("train/") + task_->metric_name(), m.metric},
+                                 {"train/samples_per_sec", secs > 0 ? m.samples / secs : 0.0}});
         t_window = Clock::now();
       }
     }
@@ -553,6 +572,7 @@ Result<PsWorkerReport> WorkerRun::Run() {
   }
 
   // 5. Summary.
+  progress_->Finish(steps_per_epoch * config_.train.epochs);
   if (heter_ != nullptr && train_seconds > 0) {
     report_.heter_idle_fraction = heter_->blocked_seconds() / train_seconds;
     report_.heter_resends = heter_->resends();
@@ -709,8 +729,8 @@ Status WorkerRun::Evaluate(int epoch) {
       group_.AllReduce(round + "/heldout", &sums, ReduceOp::kSum, "held-out metrics"));
   const MetricSummary m = task_->Summarize(sums);
   report_.epochs.push_back({epoch, m.loss, m.metric});
-  WriteCurves(events_, report_.steps,
-              {{"eval/loss", m.loss}, {std::string("eval/") + task_->metric_name(), m.metric}});
+  Curves(report_.steps,
+         {{"eval/loss", m.loss}, {std::string("eval/") + task_->metric_name(), m.metric}});
   report_.heldout_metric = m.metric;
   std::ostringstream line;
   line << "epoch " << epoch << " held-out loss " << FormatMetric(m.loss) << " "
@@ -752,10 +772,6 @@ Result<PsWorkerReport> RunPsWorker(const PsWorkerOptions& options) {
   return run.Run();
 }
 
-namespace {
-
-// Before any data is read: several workers meet through a KV store, and two
-// given the same rank are told now rather than failing later.
 Status JoinAsWorker(const ProcessContext& ctx) {
   const ClusterSpec& spec = ctx.spec();
   if (spec.world_size > 1 && !spec.kv_endpoint) {
@@ -769,6 +785,8 @@ Status JoinAsWorker(const ProcessContext& ctx) {
   return ctx.ClaimRank(absl::StrCat(host, " pid ", getpid()));
 }
 
+namespace {
+
 ProgramHelp WorkerHelp() {
   ProgramHelp help{"ps_worker --config=job.yaml --servers=ip:port,... [--workers=ip,... --rank=N] "
                    "[flags]",
@@ -777,6 +795,7 @@ ProgramHelp WorkerHelp() {
                    {ps::JobConfigHelpGroup(), {"Progress",
                      {GflagsHelpFlag("progress_every_s", "S"),
                       GflagsHelpFlag("tensorboard_dir", "DIR")}}}};
+  help.override_flag = "override";
   for (HelpGroup& g : ClusterHelpGroups()) help.groups.push_back(std::move(g));
   return help;
 }
@@ -801,7 +820,7 @@ int PsWorkerMain(int argc, char** argv) {
     LOG(ERROR) << "ps_worker: " << joined.ToString();
     return 2;
   }
-  const ProcessContext& ctx = *process->context;
+  ProcessContext& ctx = *process->context;
   const ClusterSpec& spec = ctx.spec();
   PsWorkerOptions o;
   o.rank = spec.rank;
@@ -827,16 +846,40 @@ int PsWorkerMain(int argc, char** argv) {
   o.servers = std::move(servers).value();
   o.heter_workers = std::move(heters).value();
   LOG(INFO) << "ps_worker: " << spec.ToString();
+  const std::string name = "ps_worker " + std::to_string(o.rank);
+  Result<std::unique_ptr<JobLiveness>> liveness = WatchPeersByHand(ctx, name, spec.world_size);
+  if (!liveness.ok()) {
+    LOG(ERROR) << name << ": " << liveness.status().ToString();
+    return 1;
+  }
 
   auto report = RunPsWorker(o);
+  if (*liveness != nullptr) {
+    // A call that failed (a server's connection lost) may be the echo of a
+    // peer's death the watch is about to find: its cause is the news.
+    const std::optional<std::string> why =
+        report.ok() || ctx.stop_requested().load()
+            ? (*liveness)->failure()
+            : (*liveness)->WaitForFailure(2 * JobLivenessOptions().interval);
+    if (why) {
+      LOG(ERROR) << name << ": stopped: " << *why;
+      return 1;
+    }
+    if (report.ok() && !report->stopped) {
+      (*liveness)->MarkDone();
+    } else {
+      (*liveness)->MarkFailed(name + (report.ok() ? std::string(" was stopped (a signal)")
+                                                  : ": " + report.status().ToString()));
+    }
+  }
   if (!report.ok() && ctx.stop_requested().load()) {
     // Told to stop while a step waited on a peer (StopWatch ended it).
-    LOG(WARNING) << "ps_worker " << o.rank << ": stopped on request during a step ("
-                 << report.status().ToString() << ")";
+    LOG(WARNING) << name << ": stopped on request during a step (" << report.status().ToString()
+                 << ")";
     return 1;
   }
   if (!report.ok()) {
-    LOG(ERROR) << "ps_worker " << o.rank << ": " << report.status().ToString();
+    LOG(ERROR) << name << ": " << report.status().ToString();
     // Refused input at start-up (a config, the data) is 2, as for flags;
     // whatever fails once training runs is the job's failure.
     return report.status().IsInvalidArgument() && !started.load() ? 2 : 1;

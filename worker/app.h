@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "comm/job_auth.h"
+#include "comm/process_context.h"
 #include "comm/status.h"
 #include "ps/job_config.h"
 
@@ -147,5 +148,13 @@ Result<PsWorkerReport> RunPsWorker(const PsWorkerOptions& options);
 // The program: exit 0 on success or a requested stop, 1 when training
 // failed, 2 for bad flags or config.
 int PsWorkerMain(int argc, char** argv);
+
+// What every worker process (ps_worker, a Python script over the fleetps
+// module) does before it reads data: several workers need a KV store
+// (InvalidArgument saying how to give one), and the process claims its
+// worker rank there (ProcessContext::ClaimRank as "<host> pid <pid>"), so
+// two given the same rank are told now rather than failing later. Blocks
+// up to 10 s reading the holder's name.
+Status JoinAsWorker(const ProcessContext& ctx);
 
 }  // namespace fleet::worker

@@ -14,6 +14,16 @@
 #include "data/tensorboard/event.pb.h"
 
 namespace fleet::tensorboard {
+
+Status ScalarTee::Scalar(std::string_view tag, int64_t step, double value) {
+  Status first;
+  for (ScalarSink* sink : sinks_) {
+    if (sink == nullptr) continue;
+    if (Status st = sink->Scalar(tag, step, value); !st.ok() && first.ok()) first = st;
+  }
+  return first;
+}
+
 namespace {
 
 // The reflected CRC-32C table (polynomial 0x82f63b78), built at compile time.

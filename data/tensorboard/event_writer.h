@@ -16,9 +16,12 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "comm/status.h"
 
@@ -36,6 +39,33 @@ class ScalarSink {
   virtual ~ScalarSink() = default;
   // Records `value` of curve `tag` at `step`. IOError naming the file.
   virtual Status Scalar(std::string_view tag, int64_t step, double value) = 0;
+};
+
+// Hands each scalar to every sink it was given (not owned; null ones are
+// skipped), e.g. TensorBoard's files and the process's progress reports
+// (comm/progress_report.h). Returns the first sink's failure, after every
+// sink was given the scalar.
+class ScalarTee final : public ScalarSink {
+ public:
+  explicit ScalarTee(std::vector<ScalarSink*> sinks) : sinks_(std::move(sinks)) {}
+  Status Scalar(std::string_view tag, int64_t step, double value) override;
+
+ private:
+  const std::vector<ScalarSink*> sinks_;
+};
+
+// Hands each scalar to a function; never fails.
+class ScalarFunction final : public ScalarSink {
+ public:
+  explicit ScalarFunction(std::function<void(std::string_view tag, int64_t step, double value)> f)
+      : f_(std::move(f)) {}
+  Status Scalar(std::string_view tag, int64_t step, double value) override {
+    f_(tag, step, value);
+    return Status::OK();
+  }
+
+ private:
+  const std::function<void(std::string_view, int64_t, double)> f_;
 };
 
 class EventWriter final : public ScalarSink {

@@ -40,12 +40,12 @@ namespace fleet::examples::gpt {
 namespace {
 
 constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 int Fail(std::ostream& err, const ClusterSpec& spec, const Status& st, int code) {
   const std::string text =
       absl::StrCat("gpt_pretrain rank ", spec.rank, " of ", spec.world_size, ": ", st.ToString());
-  LOG(ERROR) << text;
+  // Once, on `err` (under fleetrun the process's log): a glog line too
+  // would print it twice.
   err << text << std::endl;
   return code;
 }
@@ -201,9 +201,15 @@ int GptPretrainMain(const std::string& program, std::vector<std::string> args, s
     progress.Step(step);
     return Status::OK();
   };
+  // Rank 0's curves (loss, tokens/s, eval loss) as figures of its progress
+  // reports, for fleetrun's job page and metrics.
+  tensorboard::ScalarFunction figures(
+      [&progress](std::string_view tag, int64_t, double value) { progress.Figure(tag, value); });
+  options.figures = &figures;
   Result<trainer::collective::TrainReport> report = trainer::collective::RunGptPretrain(
       *config, collective->get(), options, spec.rank == 0 ? &out : nullptr);
   if (!report.ok()) return Fail(err, spec, report.status(), kExitFailed);
+  progress.Finish(report->end_step);
   if (spec.rank == 0) {
     constexpr double kMiB = 1024.0 * 1024.0;
     out << absl::StrFormat(

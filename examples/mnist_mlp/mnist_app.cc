@@ -79,7 +79,6 @@ namespace {
 
 // Exit codes (see mnist_app.h).
 constexpr int kExitFailed = 1;
-constexpr int kExitUsage = 2;
 
 Result<MnistOptions> OptionsFromFlags() {
   if (FLAGS_bucket_kb <= 0) return Status::InvalidArgument("--bucket_kb must be > 0");
@@ -129,7 +128,8 @@ data::MnistFiles FilesFromFlags() {
 int Fail(const ClusterSpec& spec, const Status& st, int code) {
   const std::string text =
       absl::StrCat("mnist_mlp rank ", spec.rank, " of ", spec.world_size, ": ", st.ToString());
-  LOG(ERROR) << text;
+  // Once, on stderr (under fleetrun the process's log): a glog line too
+  // would print it twice.
   std::cerr << text << std::endl;
   return code;
 }
@@ -235,10 +235,16 @@ int MnistMain(int argc, char** argv) {
         tensorboard::EventWriter::Create(tb_dir);
     if (!created.ok()) return Fail(spec, created.status(), kExitFailed);
     events = std::move(created).value();
-    options->scalars = events.get();
   }
+  // Rank 0's curves (loss, accuracy, samples/s) go to TensorBoard and, as
+  // figures of its progress reports, to fleetrun's job page and metrics.
+  tensorboard::ScalarFunction figures(
+      [&progress](std::string_view tag, int64_t, double value) { progress.Figure(tag, value); });
+  tensorboard::ScalarTee curves({events.get(), &figures});
+  options->scalars = &curves;
   Result<MnistReport> report =
       TrainMnist(*options, *data, collective->get(), backend->get(), &std::cout);
+  if (report.ok()) progress.Finish(report->end_step);
   // The loop's InvalidArguments are about what was given (too few samples for
   // one global batch, a checkpoint of another layout): exit 2, like bad data.
   if (!report.ok()) {

@@ -184,6 +184,17 @@ class ClusterTest : public ::testing::Test {
     return jobs_.back();
   }
 
+  // Each of `jobs` failed (exit 1) and said every one of `said`.
+  static void ExpectFailedSaying(const std::vector<FleetJob*>& jobs,
+                                 const std::vector<std::string>& said) {
+    for (FleetJob* j : jobs) {
+      EXPECT_EQ(j->exit_code, 1) << j->Output();
+      for (const std::string& text : said) {
+        EXPECT_NE(j->Output().find(text), std::string::npos) << text << " in\n" << j->Output();
+      }
+    }
+  }
+
   // Waits until every job in `jobs` ended, at most `limit` after `since`;
   // the seconds from `since` to the last end (limit + 1 when one is still
   // running; it is then killed by TearDown).
@@ -324,11 +335,8 @@ TEST_F(ClusterTest, KilledHostFailsEveryHostWithinSeconds) {
   const double took = SecondsUntilAllEnded({&a, &b}, killed, seconds(20));
   std::printf("A and B ended %.1f s after kill -9 of C's fleetrun\n", took);
   EXPECT_LE(took, 10.0);
+  ExpectFailedSaying({&a, &b}, {"host 198.18.0.3 (worker 1) stopped: no heartbeat"});
   for (FleetJob* j : {&a, &b}) {
-    EXPECT_EQ(j->exit_code, 1) << j->Output();
-    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat"),
-              std::string::npos)
-        << j->Output();
     // Not a server's sync timeout blaming "server 1" (issue 25 item 5).
     EXPECT_EQ(j->Output().find("no push from worker"), std::string::npos) << j->Output();
   }
@@ -353,11 +361,7 @@ TEST_F(ClusterTest, HostWithTheWrongSecretFailsEveryHost) {
   const double took = SecondsUntilAllEnded({&a, &b}, Clock::now(), seconds(20));
   std::printf("A and B ended %.1f s after C was refused\n", took);
   EXPECT_LE(took, 10.0);
-  for (FleetJob* j : {&a, &b}) {
-    EXPECT_EQ(j->exit_code, 1) << j->Output();
-    EXPECT_NE(j->Output().find("host 198.18.0.3 was refused by the KV store"), std::string::npos)
-        << j->Output();
-  }
+  ExpectFailedSaying({&a, &b}, {"host 198.18.0.3 was refused by the KV store"});
 }
 
 // Item 4: B is cut off the network while a collective job over --ips
@@ -445,12 +449,7 @@ TEST_F(ClusterTest, FrozenHostFailsEveryHostWithinTenSeconds) {
   const double took = SecondsUntilAllEnded({&a, &b}, Clock::now(), seconds(20));
   std::printf("A and B ended %.1f s after C froze\n", took);
   EXPECT_LE(took, 10.0);
-  for (FleetJob* j : {&a, &b}) {
-    EXPECT_EQ(j->exit_code, 1) << j->Output();
-    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped: no heartbeat"),
-              std::string::npos)
-        << j->Output();
-  }
+  ExpectFailedSaying({&a, &b}, {"host 198.18.0.3 (worker 1) stopped: no heartbeat"});
   for (const auto& [name, pid] : c.pids) kill(pid, SIGKILL);
   kill(c.fleetrun, SIGKILL);
 }
@@ -475,13 +474,8 @@ TEST_F(ClusterTest, AShortCutUnderMaxRestartFailsTheJobNeverHangsIt) {
   std::printf("A, B and C ended %.1f s after C was cut off for 9 s\n", took);
   // C's silence (5 s), then the rejoin wait (10 s).
   EXPECT_LE(took, 20.0) << a.Output() << b.Output() << c.Output();
-  for (FleetJob* j : {&a, &b}) {
-    EXPECT_EQ(j->exit_code, 1) << j->Output();
-    EXPECT_NE(j->Output().find("host 198.18.0.3 (worker 1) stopped"), std::string::npos)
-        << j->Output();
-    EXPECT_NE(j->Output().find("no fleetrun rejoined for it within 10.0 s"), std::string::npos)
-        << j->Output();
-  }
+  ExpectFailedSaying({&a, &b}, {"host 198.18.0.3 (worker 1) stopped",
+                                "no fleetrun rejoined for it within 10.0 s"});
   EXPECT_NE(c.exit_code, 0) << c.Output();
 }
 
@@ -588,12 +582,7 @@ TEST_F(ClusterTest, AnotherJobOnASharedFolderIsRefusedAndARefusingHostFailsTheOt
   const double took = SecondsUntilAllEnded({&a2, &b2}, Clock::now(), seconds(30));
   std::printf("A and B ended %.1f s after C refused to start\n", took);
   EXPECT_LE(took, 10.0);
-  for (FleetJob* j : {&a2, &b2}) {
-    EXPECT_EQ(j->exit_code, 1) << j->Output();
-    EXPECT_NE(j->Output().find("host 198.18.0.3 refused to start: "), std::string::npos)
-        << j->Output();
-    EXPECT_NE(j->Output().find("train.batch_size"), std::string::npos) << j->Output();
-  }
+  ExpectFailedSaying({&a2, &b2}, {"host 198.18.0.3 refused to start: ", "train.batch_size"});
 }
 
 // A slower link: every host's sending capped at 40 Mbit/s (tc tbf; this

@@ -697,6 +697,41 @@ TEST_F(KvAuthTest, RawRequestsWithoutOrWithWrongCredentialGet401And403) {
             200);
 }
 
+// The read-only routes (/metrics, the job page) also answer Prometheus's
+// bearer token, and nothing else does; `read_open` (a store on loopback)
+// opens them, never the keys.
+TEST(KvReadTokenTest, BearerTokenReadsMetricsAndThePageOnly) {
+  const std::string token = "0123456789abcdef-read-only";
+  KvStoreServer server(KvStoreServerOptions{.auth = Auth(kSecret),
+                                            .metrics = [] { return std::string("m 1\n"); },
+                                            .page = "<html>page</html>",
+                                            .page_state = [] { return std::string("{}"); },
+                                            .read_token = token});
+  ASSERT_TRUE(server.Start().ok());
+  httplib::Client raw("127.0.0.1", server.port());
+  const httplib::Headers bearer = {{"Authorization", "Bearer " + token}};
+  const httplib::Headers wrong = {{"Authorization", "Bearer " + token + "x"}};
+  for (const char* path : {"/metrics", "/job", "/job/state"}) {
+    SCOPED_TRACE(path);
+    auto ok = raw.Get(path, bearer);
+    ASSERT_TRUE(ok);
+    EXPECT_EQ(ok->status, 200);
+    EXPECT_EQ(raw.Get(path)->status, 401);
+    EXPECT_EQ(raw.Get(path, wrong)->status, 401);
+  }
+  EXPECT_EQ(raw.Get("/metrics", bearer)->body, "m 1\n");
+  // The token reads nothing else, and writes nothing.
+  EXPECT_EQ(raw.Get("/kv/job/key", bearer)->status, 401);
+  EXPECT_EQ(raw.Put("/kv/job/key", bearer, "x", "application/octet-stream")->status, 401);
+
+  KvStoreServer open(KvStoreServerOptions{
+      .auth = Auth(kSecret), .metrics = [] { return std::string("m 1\n"); }, .read_open = true});
+  ASSERT_TRUE(open.Start().ok());
+  httplib::Client anyone("127.0.0.1", open.port());
+  EXPECT_EQ(anyone.Get("/metrics")->status, 200);
+  EXPECT_EQ(anyone.Get("/kv/job/key")->status, 401);
+}
+
 TEST_F(KvAuthTest, SignedClientWorksOthersGetFailedPrecondition) {
   KvStoreClient job(server_->endpoint(), "job", {.auth = Auth(kSecret)});
   ASSERT_TRUE(job.Set("a/b c", "value").ok());

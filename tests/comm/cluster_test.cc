@@ -1,8 +1,11 @@
 #include "comm/cluster.h"
 
 #include <gflags/gflags.h>
-
 #include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <string>
 
 namespace fleet {
 namespace {
@@ -158,6 +161,87 @@ TEST_F(ClusterSpecTest, BadFlagIsNamedAsAFlag) {
   EXPECT_TRUE(spec.status().IsInvalidArgument());
   EXPECT_NE(spec.status().message().find("--servers"), std::string::npos) << spec.status().message();
   EXPECT_NE(spec.status().message().find("'10.0.0.1'"), std::string::npos) << spec.status().message();
+}
+
+// What a program started by hand makes of another launcher's variables:
+// ReadLauncherEnv, then the spec with them standing in for FLEET_* ones.
+Result<ClusterSpec> SpecUnderLauncher(Role role, std::map<std::string, std::string> vars) {
+  const EnvLookup env = EnvFromMap(std::move(vars));
+  FLEET_ASSIGN_OR_RETURN(LauncherEnv launcher, ReadLauncherEnv(role, env));
+  // The program's role, as ProcessContext gives it (after ReadLauncherEnv,
+  // which takes a FLEET_ROLE for fleetrun's).
+  const EnvLookup with_role = [&env, role](const std::string& name) -> std::optional<std::string> {
+    if (name == "FLEET_ROLE") return std::string(RoleName(role));
+    return env(name);
+  };
+  return ClusterSpecFromFlagsAndEnv(with_role, launcher);
+}
+
+TEST_F(ClusterSpecTest, TorchrunsVariablesPlaceACollectiveRank) {
+  auto spec = SpecUnderLauncher(Role::kCollective, {{"RANK", "1"},
+                                                    {"WORLD_SIZE", "2"},
+                                                    {"LOCAL_RANK", "1"},
+                                                    {"MASTER_ADDR", "127.0.0.1"},
+                                                    {"MASTER_PORT", "29511"}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->rank, 1);
+  EXPECT_EQ(spec->world_size, 2);
+  ASSERT_TRUE(spec->kv_endpoint.has_value());
+  EXPECT_EQ(spec->kv_endpoint->ToString(), "127.0.0.1:29511");
+  // The start-up line says where the place came from.
+  EXPECT_NE(spec->ToString().find("(from torchrun's RANK=1 WORLD_SIZE=2"), std::string::npos)
+      << spec->ToString();
+}
+
+TEST_F(ClusterSpecTest, FleetsOwnVariablesAndFlagsWinOverTorchruns) {
+  SetFlag("rank", "0");
+  auto spec = SpecUnderLauncher(Role::kCollective,
+                                {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"FLEET_WORLD_SIZE", "4"}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_EQ(spec->rank, 0);
+  EXPECT_EQ(spec->world_size, 4);
+  // Under fleetrun (FLEET_KV_ENDPOINT set) torchrun's names are its own copies: not read.
+  auto under_fleetrun = ReadLauncherEnv(
+      Role::kCollective, EnvFromMap({{"RANK", "3"}, {"FLEET_KV_ENDPOINT", "127.0.0.1:1"}}));
+  ASSERT_TRUE(under_fleetrun.ok());
+  EXPECT_TRUE(under_fleetrun->values.empty());
+}
+
+TEST_F(ClusterSpecTest, PaddlesVariablesPlaceAServerAndAWorker) {
+  const std::map<std::string, std::string> common = {
+      {"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:6370,127.0.0.1:6371"},
+      {"PADDLE_TRAINER_ENDPOINTS", "127.0.0.1:6380,127.0.0.1:6381"}};
+  auto server_env = common;
+  server_env.insert(
+      {{"TRAINING_ROLE", "PSERVER"}, {"POD_IP", "127.0.0.1"}, {"PADDLE_PORT", "6371"}});
+  auto server = SpecUnderLauncher(Role::kServer, server_env);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  EXPECT_EQ(server->rank, 1);  // its POD_IP:PADDLE_PORT's place in the list
+  EXPECT_EQ(server->world_size, 2);
+  EXPECT_NE(server->ToString().find("(from Paddle's TRAINING_ROLE=PSERVER"), std::string::npos);
+
+  auto worker_env = common;
+  worker_env.insert({{"TRAINING_ROLE", "TRAINER"}, {"PADDLE_TRAINER_ID", "1"}});
+  auto worker = SpecUnderLauncher(Role::kWorker, worker_env);
+  ASSERT_TRUE(worker.ok()) << worker.status().ToString();
+  EXPECT_EQ(worker->rank, 1);
+  EXPECT_EQ(worker->servers.size(), 2u);
+}
+
+TEST_F(ClusterSpecTest, AnotherLaunchersContradictionIsRefusedOutLoud) {
+  auto wrong_role = ReadLauncherEnv(Role::kServer, EnvFromMap({{"TRAINING_ROLE", "TRAINER"}}));
+  ASSERT_FALSE(wrong_role.ok());
+  EXPECT_TRUE(wrong_role.status().IsInvalidArgument());
+  EXPECT_NE(wrong_role.status().ToString().find("TRAINING_ROLE=TRAINER (Paddle's) starts a worker"),
+            std::string::npos)
+      << wrong_role.status().ToString();
+  auto half_master = ReadLauncherEnv(Role::kCollective, EnvFromMap({{"MASTER_ADDR", "10.0.0.1"}}));
+  ASSERT_FALSE(half_master.ok());
+  EXPECT_NE(half_master.status().ToString().find("MASTER_PORT"), std::string::npos);
+  auto bad_rank = SpecUnderLauncher(Role::kCollective, {{"RANK", "one"}, {"WORLD_SIZE", "2"}});
+  ASSERT_FALSE(bad_rank.ok());
+  EXPECT_NE(bad_rank.status().ToString().find("RANK (torchrun's)"), std::string::npos)
+      << bad_rank.status().ToString();
 }
 
 TEST(EndpointTest, ParseAndJoinRoundTrip) {

@@ -425,15 +425,6 @@ TEST(GptServe, BadRequestsAre400sAndTheServerKeepsServing) {
   }
 }
 
-// This process's resident memory, KiB (0 when /proc cannot tell).
-int64_t ResidentKib() {
-  std::ifstream status("/proc/self/status");
-  for (std::string line; std::getline(status, line);) {
-    if (line.starts_with("VmRSS:")) return std::stoll(line.substr(6));
-  }
-  return 0;
-}
-
 // Strangers against gpt_serve's port (no API key needed to connect): 500
 // connections that send the start of a request and then a byte a second
 // (slowloris), and one endless header line (300 MiB offered). A
@@ -450,7 +441,8 @@ TEST(GptServe, StrangersNeitherStallTheServerNorGrowIt) {
   Server s;
   const json request = {{"prompt", "abc"}, {"max_tokens", 4}, {"temperature", 0}};
   const std::string expected = Text(s.Post(request));
-  const int64_t before = ResidentKib();
+  const auto resident_kib = [] { return ::fleet::testing::ResidentKib(getpid()); };
+  const int64_t before = resident_kib();
   std::vector<std::unique_ptr<::fleet::testing::RawConnection>> slow;
   for (int i = 0; i < 500; ++i) {
     slow.push_back(std::make_unique<::fleet::testing::RawConnection>(s.port()));
@@ -473,24 +465,27 @@ TEST(GptServe, StrangersNeitherStallTheServerNorGrowIt) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     slowest = std::max(slowest, took);
     EXPECT_EQ(r.status, 200) << when << ": " << r.raw;
-    if (r.status == 200) EXPECT_EQ(Text(r), expected) << when;
+    if (r.status == 200) {
+      EXPECT_EQ(Text(r), expected) << when;
+    }
     EXPECT_LT(took, 1.0) << when;
   };
   for (int i = 0; i < 5; ++i) {
     served("beside the slow connections");
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
-  int64_t peak = ResidentKib();
+  int64_t peak = resident_kib();
   std::string header_reply;
   {
     ::fleet::testing::RawConnection endless(s.port());
     endless.Send("POST /v1/completions HTTP/1.1\r\nX-Endless: ");
     const std::string chunk(1 << 20, 'A');
-    for (int mib = 0; mib < 300 && endless.Send(chunk); ++mib) peak = std::max(peak, ResidentKib());
+    for (int mib = 0; mib < 300 && endless.Send(chunk); ++mib)
+      peak = std::max(peak, resident_kib());
     header_reply = endless.ReadAll();
   }
   for (int i = 0; i < 3; ++i) served("after the endless header line");
-  peak = std::max(peak, ResidentKib());
+  peak = std::max(peak, resident_kib());
   done.store(true);
   trickle.join();
   EXPECT_EQ(header_reply.rfind("HTTP/1.1 431", 0), 0u) << header_reply.substr(0, 200);

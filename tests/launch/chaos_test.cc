@@ -51,9 +51,10 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
 using fleet::testing::ProcessAlive;
-using fleet::testing::RawConnection;
 using fleet::testing::ProcessesOfJob;
+using fleet::testing::RawConnection;
 using fleet::testing::ReadAll;
+using fleet::testing::ResidentKib;
 
 // What a job runs beyond the suite's base (ctr_dnn in sync mode on 2 servers
 // and 2 workers, a hung peer noticed after 3 s).
@@ -133,14 +134,6 @@ int KvPort(fleet::testing::FleetJob& job) {
   const std::string out = job.Output();
   if (!std::regex_search(out, m, std::regex(R"(KV store serving on [^ ]*:(\d+) )"))) return -1;
   return std::stoi(m[1]);
-}
-
-// Resident memory of process `pid` in KiB (VmRSS), -1 when unknown.
-int64_t ResidentKib(pid_t pid) {
-  const std::string status = ReadAll("/proc/" + std::to_string(pid) + "/status");
-  std::smatch m;
-  if (!std::regex_search(status, m, std::regex(R"(VmRSS:\s+(\d+) kB)"))) return -1;
-  return std::stoll(m[1]);
 }
 
 // Shared-memory segments of process `pid` in /dev/shm (ShmCollective names

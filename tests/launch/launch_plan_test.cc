@@ -1,4 +1,5 @@
 // fleetrun's flag parser and plan builder, in-process: no process started.
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -8,9 +9,9 @@
 #include <fstream>
 #include <sstream>
 
-#include <gtest/gtest.h>
-
+#include "comm/cluster.h"
 #include "launch/compat_env.h"
+#include "launch/config_check.h"
 #include "launch/net.h"
 #include "launch/options.h"
 #include "launch/plan.h"
@@ -137,7 +138,7 @@ TEST_F(PlanTest, InvalidCommandLinesNameTheirFlag) {
   EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1"}), "--config");
   EXPECT_EQ(RejectedFlag({"--server_num=1", cfg}), "--worker_num");
   EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "--bin_dir=/nonexistent"}), "--bin_dir");
-  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "prog"}), "PROGRAM");
+  EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "missing_program"}), "PROGRAM");
   EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "--nnodes=2"}), "--nnodes");
   EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "-o", "noequals"}), "-o");
   EXPECT_EQ(RejectedFlag({"--server_num=1", "--worker_num=1", cfg, "--job_id=a/b"}), "--job_id");
@@ -223,6 +224,48 @@ TEST_F(PlanTest, ProcessesGetTheSameValuesAsFlagsAndEnvironment) {
   EXPECT_EQ(EnvOf(again, "FLEET_RESTART"), "2");
 }
 
+TEST_F(PlanTest, APsJobsWorkersMayBeAProgramWithItsOwnFlags) {
+  fs::remove(dir_ / "ps_worker");  // not needed when the workers run PROGRAM
+  auto job = Resolve({"--server_num=2", "--worker_num=2", "--config=" + config_, "-o", "A.b=1",
+                      "prog", "--epochs=2", "-o", "x"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_EQ(job->worker_program_path, dir_.string() + "/prog");
+  ProcessSpec worker = RenderProcess(*job, Role::kWorker, 1);
+  EXPECT_EQ(worker.exe, dir_.string() + "/prog");
+  // Its flags are its own; the job's values come in the environment only.
+  EXPECT_EQ(worker.argv, (std::vector<std::string>{"prog", "--epochs=2", "-o", "x"}));
+  EXPECT_EQ(EnvOf(worker, "FLEET_ROLE"), "worker");
+  EXPECT_EQ(EnvOf(worker, "FLEET_RANK"), "1");
+  EXPECT_EQ(EnvOf(worker, "FLEET_CONFIG"), config_);
+  EXPECT_EQ(EnvOf(worker, "FLEET_OVERRIDES"), "A.b=1");
+  EXPECT_EQ(EnvOf(worker, "FLEET_SERVERS"), "127.0.0.1:0,127.0.0.1:0");
+  EXPECT_EQ(worker.log_path, "log/workerlog.1");
+  // The servers are ps_server as always.
+  ProcessSpec server = RenderProcess(*job, Role::kServer, 0);
+  EXPECT_EQ(server.exe, dir_.string() + "/ps_server");
+  EXPECT_TRUE(HasArg(server, "--override=A.b=1"));
+  // A server-only machine of a cluster does not look for PROGRAM.
+  auto servers_only = Resolve(
+      {"--servers=10.0.0.2:7000", "--workers=10.0.0.9", "--config=" + config_, "missing_program"});
+  EXPECT_TRUE(servers_only.ok()) << servers_only.status().ToString();
+}
+
+TEST_F(PlanTest, AProgramsJobConfigNeedsOnlyTheServersSections) {
+  std::ofstream(config_) << "tables:\n  - {id: 0, kind: sparse, dim: 4}\n";
+  auto ps_worker = Resolve({"--server_num=1", "--worker_num=1", "--config=" + config_});
+  ASSERT_TRUE(ps_worker.ok()) << ps_worker.status().ToString();
+  Status st = CheckPsJobConfig(*ps_worker);
+  EXPECT_TRUE(st.IsInvalidArgument()) << st.ToString();
+  EXPECT_NE(st.message().find("model"), std::string::npos) << st.ToString();  // ps_worker's section
+  auto program = Resolve({"--server_num=1", "--worker_num=1", "--config=" + config_, "prog"});
+  ASSERT_TRUE(program.ok()) << program.status().ToString();
+  EXPECT_TRUE(CheckPsJobConfig(*program).ok()) << CheckPsJobConfig(*program).ToString();
+  // The servers' sections are checked as always.
+  program->overrides = {"tables.0.dimm=3"};
+  st = CheckPsJobConfig(*program);
+  EXPECT_NE(st.message().find("tables.0.dimm"), std::string::npos) << st.ToString();
+}
+
 TEST_F(PlanTest, CollectiveDevicesAndRanks) {
   machine_.gpu_count = 2;
   auto all = Resolve({"prog", "--lr=1"});
@@ -304,6 +347,51 @@ TEST_F(PlanTest, SlurmGivesNodeRankAndMaster) {
   EXPECT_EQ(job->collective.node_rank_source, NodeRankSource::kKnown);
   EXPECT_FALSE(job->host_kv);
   EXPECT_EQ(job->kv_endpoint, "10.0.0.1:36001");
+}
+
+// CUDA_VISIBLE_DEVICES on a machine without GPU: one line says the processes
+// run on the CPU, and how to get more than one.
+TEST_F(PlanTest, CudaVisibleDevicesWithoutGpuIsNoted) {
+  machine_.gpu_count = 0;
+  machine_.cuda_visible_devices = "0,1";
+  auto job = Resolve({"prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  ASSERT_EQ(job->notes.size(), 1u);
+  EXPECT_EQ(
+      job->notes[0],
+      "note: CUDA_VISIBLE_DEVICES=0,1 is set but this machine has no GPU (no /dev/nvidia<N>): 1 "
+      "CPU process (--nproc_per_node=N for more)");
+  machine_.cuda_visible_devices.reset();
+  auto quiet = Resolve({"prog"});
+  ASSERT_TRUE(quiet.ok());
+  EXPECT_TRUE(quiet->notes.empty());
+}
+
+// fleetrun passes its environment through to every process, except the
+// FLEET_* variables of the process contract, which it sets itself.
+TEST(Plan, OnlyTheProcessContractsVariablesAreFleetruns) {
+  for (const char* own :
+       {"FLEET_RANK", "FLEET_KV_ENDPOINT", "FLEET_JOB_SECRET", "FLEET_OVERRIDES"}) {
+    EXPECT_TRUE(IsProcessContractVariable(own)) << own;
+  }
+  for (const char* users : {"FLEET_GPT2_VOCAB_DIR", "FLEET_CTR_DATA", "OMP_NUM_THREADS", "PATH"}) {
+    EXPECT_FALSE(IsProcessContractVariable(users)) << users;
+  }
+}
+
+// A single-node Slurm job is on one machine: its store listens on loopback
+// (and port 0 is allowed), as without Slurm.
+TEST_F(PlanTest, SlurmSingleNodeBindsTheStoreToLoopback) {
+  machine_.slurm_procid = "0";
+  machine_.slurm_nodeid = "0";
+  machine_.slurm_nnodes = "1";
+  machine_.slurm_nodelist = "gpu07";
+  machine_.slurm_master_ip = "10.0.0.1";
+  auto job = Resolve({"--http_port=0", "prog"});
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  EXPECT_TRUE(job->host_kv);
+  EXPECT_EQ(job->kv_listen, "127.0.0.1:0");
+  EXPECT_EQ(job->kv_endpoint, "127.0.0.1:0");
 }
 
 TEST(Net, SlurmFirstHostAndGpuCount) {

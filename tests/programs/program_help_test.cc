@@ -89,6 +89,36 @@ TEST(ProgramHelpText, HelpfullAddsTheLibraryFlags) {
   EXPECT_NE(run.text.find("-logtostderr"), std::string::npos) << run.text;
 }
 
+// One flag grammar: a mistyped flag is one line naming it and exit 2, in
+// every program that parses its flags with ParseFlagsOrHelp.
+TEST(ProgramFlags, UnknownFlagIsOneLineAndExit2) {
+  for (const char* program : {"ps_server", "ps_worker", "heter_worker", "mnist_mlp", "gpt_pretrain",
+                              "tokenize", "gen_ctr_data"}) {
+    SCOPED_TRACE(program);
+    const HelpRun run = RunHelp(program, "--no_such_flag");
+    ASSERT_TRUE(run.exit.exited) << run.text;
+    EXPECT_EQ(run.exit.code, 2) << run.text;
+    EXPECT_EQ(run.text, std::string(program) + ": --no_such_flag: unknown flag (see " + program +
+                            " --help)\n");
+  }
+}
+
+// -o Key.sub=value (fleetrun's and FleetX's) in the programs that read a job
+// config: it reaches the config, whose error names it.
+TEST(ProgramFlags, DashOOverridesAConfigKey) {
+  const std::string log = ::testing::TempDir() + "/ps_server_dash_o.txt";
+  Child child({BinPath("ps_server"), "-o", "server.no_such_key=1",
+               "--config=" + testing::SourcePath("configs/ctr_dnn.yaml")},
+              {}, log);
+  const testing::Exit exit = child.Wait(std::chrono::seconds(20));
+  const std::string text = ReadAll(log);
+  ASSERT_TRUE(exit.exited) << text;
+  EXPECT_EQ(exit.code, 2) << text;
+  EXPECT_NE(text.find("server.no_such_key: unknown key (from -o server.no_such_key=1)"),
+            std::string::npos)
+      << text;
+}
+
 TEST(ProgramHelpText, FormatWrapsAndShowsDefaults) {
   const ProgramHelp help{"prog --x=N",
                          "Does a thing.",

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -200,7 +201,8 @@ TEST_F(ByHandTest, ASecondServerWithATakenRankIsRefusedNamingTheHolder) {
 }
 
 // fleetrun serves the progress processes report as Prometheus text on
-// /metrics, to the job's credential only.
+// /metrics: on loopback to any user of the machine (read-only), while the
+// store's keys stay the job's.
 TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
   Result<std::shared_ptr<const JobAuth>> auth = JobAuth::FromFile(secret_);
   ASSERT_TRUE(auth.ok()) << auth.status().ToString();
@@ -210,7 +212,7 @@ TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
           .count();
   ASSERT_TRUE(
       job.Set(ProgressKey("worker", 1), FormatProgressValue({40, 100, 2560.0, now_ms})).ok());
-  const std::regex step(R"(fleet_process_step\{rank="1",role="worker"\} 40\n)");
+  const std::regex step(R"(fleet_process_steps_total\{rank="1",role="worker"\} 40\n)");
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
   while (std::chrono::steady_clock::now() < deadline && !std::regex_search(text, step)) {
@@ -227,17 +229,122 @@ TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
   EXPECT_NE(text.find(R"(fleet_process_total_steps{rank="1",role="worker"} 100)"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("fleet_process_last_heartbeat_seconds{rank=\"1\",role=\"worker\"} " +
+  EXPECT_NE(text.find("fleet_process_last_report_timestamp_seconds{rank=\"1\",role=\"worker\"} " +
                       std::to_string(now_ms / 1000)),
             std::string::npos)
       << text;
-  // Without the job's credential: refused, like every route of the store.
+  // Without the job's credential: /metrics reads (the store is on loopback),
+  // the job's keys do not.
   KvStoreClient stranger(kv_, "default", {});
-  EXPECT_FALSE(stranger.Metrics().ok());
+  EXPECT_TRUE(stranger.Metrics().ok());
+  EXPECT_FALSE(stranger.Get(ProgressKey("worker", 1)).ok());
   const std::string jsonl = ReadAll(dir_ / "log" / "metrics.jsonl");
-  EXPECT_NE(jsonl.find(R"("role": "worker", "rank": 1, "step": 40, "total_steps": 100)"),
+  EXPECT_NE(jsonl.find(
+                R"("job": "default", "role": "worker", "rank": 1, "step": 40, "total_steps": 100)"),
             std::string::npos)
       << jsonl;
+}
+
+// By hand, a dead peer is noticed through the store within seconds: after
+// kill -9 of worker 1 mid-training, worker 0 and both servers say which
+// process died and exit 1 (without the watch they waited a minute, the
+// servers forever).
+TEST_F(ByHandTest, AKilledWorkerStopsEveryOtherProcessNamingIt) {
+  Child gen({BinPath("gen_ctr_data"), "--out_dir=" + (dir_ / "data").string(), "--train_files=2",
+             "--test_files=1", "--lines_per_file=4000"},
+            env_, (dir_ / "gen.log").string());
+  ASSERT_EQ(gen.Wait(milliseconds(60000)).code, 0) << ReadAll(dir_ / "gen.log");
+  const std::vector<int> ports = FreePorts(2);
+  const std::string servers =
+      "127.0.0.1:" + std::to_string(ports[0]) + ",127.0.0.1:" + std::to_string(ports[1]);
+  std::vector<std::unique_ptr<Child>> others;
+  for (int s = 0; s < 2; ++s) {
+    others.push_back(StartServer("127.0.0.1:" + std::to_string(ports[s]), servers, {},
+                                 "server" + std::to_string(s) + ".log"));
+  }
+  std::unique_ptr<Child> victim;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> args = {BinPath("ps_worker"), "--rank=" + std::to_string(r)};
+    for (const std::string& a : Common(servers)) args.push_back(a);
+    args.insert(args.end(), {"-o", "train.epochs=100"});
+    auto worker = std::make_unique<Child>(
+        args, env_, (dir_ / ("worker" + std::to_string(r) + ".log")).string());
+    if (r == 1) {
+      victim = std::move(worker);
+    } else {
+      others.push_back(std::move(worker));
+    }
+  }
+  ASSERT_FALSE(
+      WaitForLine(dir_ / "worker0.log", std::regex(R"((epoch 1 step))"), milliseconds(60000))
+          .empty())
+      << ReadAll(dir_ / "worker0.log");
+  const pid_t victim_pid = victim->pid();
+  kill(victim_pid, SIGKILL);
+  victim->Wait(milliseconds(10000));
+  const auto killed = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < others.size(); ++i) {
+    const std::string log =
+        (dir_ / (i < 2 ? "server" + std::to_string(i) + ".log" : "worker0.log")).string();
+    const Exit exit = others[i]->Wait(milliseconds(15000));
+    ASSERT_TRUE(exit.exited) << log << ":\n" << ReadAll(log);
+    EXPECT_EQ(exit.code, 1) << ReadAll(log);
+    EXPECT_NE(ReadAll(log).find("worker 1 (host "), std::string::npos) << ReadAll(log);
+    EXPECT_NE(
+        ReadAll(log).find("pid " + std::to_string(victim_pid) + ") stopped: its process is gone"),
+        std::string::npos)
+        << ReadAll(log);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::printf("every process stopped %.1f s after kill -9 of worker 1\n", seconds);
+}
+
+// A store kept across runs (the same job id) holds the last run's beats,
+// "done" marks and failure: the next run is not fooled by them. Here a run
+// that failed (kill -9 of a worker), then one that completes.
+TEST_F(ByHandTest, AStoreKeptAcrossRunsServesTheNextRun) {
+  Child gen({BinPath("gen_ctr_data"), "--out_dir=" + (dir_ / "data").string(), "--train_files=2",
+             "--test_files=1", "--lines_per_file=2000"},
+            env_, (dir_ / "gen.log").string());
+  ASSERT_EQ(gen.Wait(milliseconds(60000)).code, 0) << ReadAll(dir_ / "gen.log");
+  for (const bool kill_worker_1 : {true, false}) {
+    SCOPED_TRACE(kill_worker_1 ? "run with kill -9" : "clean run");
+    const std::vector<int> ports = FreePorts(2);
+    const std::string servers =
+        "127.0.0.1:" + std::to_string(ports[0]) + ",127.0.0.1:" + std::to_string(ports[1]);
+    std::vector<std::unique_ptr<Child>> processes;
+    for (int s = 0; s < 2; ++s) {
+      processes.push_back(StartServer("127.0.0.1:" + std::to_string(ports[s]), servers, {},
+                                      "server" + std::to_string(s) + ".log"));
+    }
+    for (int r = 0; r < 2; ++r) {
+      std::vector<std::string> args = {BinPath("ps_worker"), "--rank=" + std::to_string(r)};
+      for (const std::string& a : Common(servers)) args.push_back(a);
+      args.insert(args.end(), {"-o", kill_worker_1 ? "train.epochs=100" : "train.epochs=1"});
+      processes.push_back(std::make_unique<Child>(
+          args, env_, (dir_ / ("worker" + std::to_string(r) + ".log")).string()));
+    }
+    if (kill_worker_1) {
+      ASSERT_FALSE(
+          WaitForLine(dir_ / "worker0.log", std::regex(R"((epoch 1 step))"), milliseconds(60000))
+              .empty())
+          << ReadAll(dir_ / "worker0.log");
+      kill(processes[3]->pid(), SIGKILL);
+    }
+    for (size_t i = 0; i < processes.size(); ++i) {
+      const std::string log = (dir_ / (i < 2 ? "server" + std::to_string(i) + ".log"
+                                             : "worker" + std::to_string(i - 2) + ".log"))
+                                  .string();
+      const Exit exit = processes[i]->Wait(milliseconds(30000));
+      ASSERT_FALSE(exit.timed_out) << ReadAll(log);
+      if (!kill_worker_1) EXPECT_EQ(exit.code, 0) << ReadAll(log);
+    }
+    if (!kill_worker_1) {
+      EXPECT_NE(ReadAll(dir_ / "worker0.log").find("summary: held-out auc"), std::string::npos)
+          << ReadAll(dir_ / "worker0.log");
+    }
+  }
 }
 
 // Two workers without a store fail at once, before reading any data.

@@ -3,10 +3,10 @@
 #include <string>
 #include <utility>
 
+#include "trainer/kernels/backend_factory.h"
 #include "trainer/kernels/gpt_cpu_kernels.h"
 
 #if FLEET_TRAINER_CUDA
-#include "trainer/kernels/backend_factory.h"
 #include "trainer/kernels/gpt_cuda_kernels.h"
 #endif
 
