@@ -120,6 +120,27 @@ class ByHandTest : public ::testing::Test {
     return std::make_unique<Child>(args, env_, (dir_ / log).string());
   }
 
+  // The CTR data of every job here: 2 train files and 1 test file.
+  void GenerateData(int lines_per_file) {
+    Child gen({BinPath("gen_ctr_data"), "--out_dir=" + (dir_ / "data").string(), "--train_files=2",
+               "--test_files=1", "--lines_per_file=" + std::to_string(lines_per_file)},
+              env_, (dir_ / "gen.log").string());
+    ASSERT_EQ(gen.Wait(milliseconds(60000)).code, 0) << ReadAll(dir_ / "gen.log");
+  }
+  // Two free loopback endpoints: the --servers list.
+  static std::vector<std::string> TwoServerEndpoints() {
+    const std::vector<int> ports = FreePorts(2);
+    return {"127.0.0.1:" + std::to_string(ports[0]), "127.0.0.1:" + std::to_string(ports[1])};
+  }
+  std::unique_ptr<Child> StartWorker(int rank, const std::string& servers,
+                                     std::vector<std::string> extra) {
+    std::vector<std::string> args = {BinPath("ps_worker"), "--rank=" + std::to_string(rank)};
+    for (const std::string& a : Common(servers)) args.push_back(a);
+    args.insert(args.end(), extra.begin(), extra.end());
+    return std::make_unique<Child>(args, env_,
+                                   (dir_ / ("worker" + std::to_string(rank) + ".log")).string());
+  }
+
   const std::vector<std::string> env_ = {"PATH=/usr/bin:/bin"};
   fs::path dir_;
   std::string secret_, kv_;
@@ -127,13 +148,9 @@ class ByHandTest : public ::testing::Test {
 };
 
 TEST_F(ByHandTest, TwoServersTwoWorkersTrainThroughTheStore) {
-  Child gen({BinPath("gen_ctr_data"), "--out_dir=" + (dir_ / "data").string(), "--train_files=2",
-             "--test_files=1", "--lines_per_file=20000"},
-            env_, (dir_ / "gen.log").string());
-  ASSERT_EQ(gen.Wait(milliseconds(60000)).code, 0) << ReadAll(dir_ / "gen.log");
-  const std::vector<int> ports = FreePorts(2);
-  const std::string s0 = "127.0.0.1:" + std::to_string(ports[0]);
-  const std::string s1 = "127.0.0.1:" + std::to_string(ports[1]);
+  ASSERT_NO_FATAL_FAILURE(GenerateData(20000));
+  const std::vector<std::string> endpoints = TwoServerEndpoints();
+  const std::string &s0 = endpoints[0], &s1 = endpoints[1];
   const std::string servers = s0 + "," + s1;
   // No --rank: each is the position of its --endpoint in --servers.
   std::unique_ptr<Child> server0 =
@@ -141,12 +158,7 @@ TEST_F(ByHandTest, TwoServersTwoWorkersTrainThroughTheStore) {
   std::unique_ptr<Child> server1 =
       StartServer(s1, servers, {"--status_every_s=0.5"}, "server1.log");
   std::vector<std::unique_ptr<Child>> workers;
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = {BinPath("ps_worker"), "--rank=" + std::to_string(r)};
-    for (const std::string& a : Common(servers)) args.push_back(a);
-    workers.push_back(std::make_unique<Child>(
-        args, env_, (dir_ / ("worker" + std::to_string(r) + ".log")).string()));
-  }
+  for (int r = 0; r < 2; ++r) workers.push_back(StartWorker(r, servers, {}));
   for (int r = 0; r < 2; ++r) {
     const Exit exit = workers[r]->Wait(milliseconds(150000));
     EXPECT_TRUE(exit.exited && exit.code == 0)
@@ -181,9 +193,8 @@ TEST_F(ByHandTest, TwoServersTwoWorkersTrainThroughTheStore) {
 }
 
 TEST_F(ByHandTest, ASecondServerWithATakenRankIsRefusedNamingTheHolder) {
-  const std::vector<int> ports = FreePorts(2);
-  const std::string s0 = "127.0.0.1:" + std::to_string(ports[0]);
-  const std::string s1 = "127.0.0.1:" + std::to_string(ports[1]);
+  const std::vector<std::string> endpoints = TwoServerEndpoints();
+  const std::string &s0 = endpoints[0], &s1 = endpoints[1];
   const std::string servers = s0 + "," + s1;
   std::unique_ptr<Child> first = StartServer(s0, servers, {"--rank=0"}, "first.log");
   ASSERT_FALSE(
@@ -210,8 +221,12 @@ TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
   const int64_t now_ms =
       std::chrono::duration_cast<milliseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
-  ASSERT_TRUE(
-      job.Set(ProgressKey("worker", 1), FormatProgressValue({40, 100, 2560.0, now_ms})).ok());
+  ProgressValue progress;
+  progress.step = 40;
+  progress.total_steps = 100;
+  progress.samples_per_s = 2560.0;
+  progress.unix_ms = now_ms;
+  ASSERT_TRUE(job.Set(ProgressKey("worker", 1), FormatProgressValue(progress)).ok());
   const std::regex step(R"(fleet_process_steps_total\{rank="1",role="worker"\} 40\n)");
   std::string text;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
@@ -250,31 +265,15 @@ TEST_F(ByHandTest, StoreServesReportedProgressOnMetrics) {
 // process died and exit 1 (without the watch they waited a minute, the
 // servers forever).
 TEST_F(ByHandTest, AKilledWorkerStopsEveryOtherProcessNamingIt) {
-  Child gen({BinPath("gen_ctr_data"), "--out_dir=" + (dir_ / "data").string(), "--train_files=2",
-             "--test_files=1", "--lines_per_file=4000"},
-            env_, (dir_ / "gen.log").string());
-  ASSERT_EQ(gen.Wait(milliseconds(60000)).code, 0) << ReadAll(dir_ / "gen.log");
-  const std::vector<int> ports = FreePorts(2);
-  const std::string servers =
-      "127.0.0.1:" + std::to_string(ports[0]) + ",127.0.0.1:" + std::to_string(ports[1]);
+  ASSERT_NO_FATAL_FAILURE(GenerateData(4000));
+  const std::vector<std::string> endpoints = TwoServerEndpoints();
+  const std::string servers = endpoints[0] + "," + endpoints[1];
   std::vector<std::unique_ptr<Child>> others;
   for (int s = 0; s < 2; ++s) {
-    others.push_back(StartServer("127.0.0.1:" + std::to_string(ports[s]), servers, {},
-                                 "server" + std::to_string(s) + ".log"));
+    others.push_back(StartServer(endpoints[s], servers, {}, "server" + std::to_string(s) + ".log"));
   }
-  std::unique_ptr<Child> victim;
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> args = {BinPath("ps_worker"), "--rank=" + std::to_string(r)};
-    for (const std::string& a : Common(servers)) args.push_back(a);
-    args.insert(args.end(), {"-o", "train.epochs=100"});
-    auto worker = std::make_unique<Child>(
-        args, env_, (dir_ / ("worker" + std::to_string(r) + ".log")).string());
-    if (r == 1) {
-      victim = std::move(worker);
-    } else {
-      others.push_back(std::move(worker));
-    }
-  }
+  others.push_back(StartWorker(0, servers, {"-o", "train.epochs=100"}));
+  std::unique_ptr<Child> victim = StartWorker(1, servers, {"-o", "train.epochs=100"});
   ASSERT_FALSE(
       WaitForLine(dir_ / "worker0.log", std::regex(R"((epoch 1 step))"), milliseconds(60000))
           .empty())
@@ -304,26 +303,19 @@ TEST_F(ByHandTest, AKilledWorkerStopsEveryOtherProcessNamingIt) {
 // "done" marks and failure: the next run is not fooled by them. Here a run
 // that failed (kill -9 of a worker), then one that completes.
 TEST_F(ByHandTest, AStoreKeptAcrossRunsServesTheNextRun) {
-  Child gen({BinPath("gen_ctr_data"), "--out_dir=" + (dir_ / "data").string(), "--train_files=2",
-             "--test_files=1", "--lines_per_file=2000"},
-            env_, (dir_ / "gen.log").string());
-  ASSERT_EQ(gen.Wait(milliseconds(60000)).code, 0) << ReadAll(dir_ / "gen.log");
+  ASSERT_NO_FATAL_FAILURE(GenerateData(2000));
   for (const bool kill_worker_1 : {true, false}) {
     SCOPED_TRACE(kill_worker_1 ? "run with kill -9" : "clean run");
-    const std::vector<int> ports = FreePorts(2);
-    const std::string servers =
-        "127.0.0.1:" + std::to_string(ports[0]) + ",127.0.0.1:" + std::to_string(ports[1]);
+    const std::vector<std::string> endpoints = TwoServerEndpoints();
+    const std::string servers = endpoints[0] + "," + endpoints[1];
     std::vector<std::unique_ptr<Child>> processes;
     for (int s = 0; s < 2; ++s) {
-      processes.push_back(StartServer("127.0.0.1:" + std::to_string(ports[s]), servers, {},
-                                      "server" + std::to_string(s) + ".log"));
+      processes.push_back(
+          StartServer(endpoints[s], servers, {}, "server" + std::to_string(s) + ".log"));
     }
     for (int r = 0; r < 2; ++r) {
-      std::vector<std::string> args = {BinPath("ps_worker"), "--rank=" + std::to_string(r)};
-      for (const std::string& a : Common(servers)) args.push_back(a);
-      args.insert(args.end(), {"-o", kill_worker_1 ? "train.epochs=100" : "train.epochs=1"});
-      processes.push_back(std::make_unique<Child>(
-          args, env_, (dir_ / ("worker" + std::to_string(r) + ".log")).string()));
+      processes.push_back(
+          StartWorker(r, servers, {"-o", kill_worker_1 ? "train.epochs=100" : "train.epochs=1"}));
     }
     if (kill_worker_1) {
       ASSERT_FALSE(
@@ -338,7 +330,9 @@ TEST_F(ByHandTest, AStoreKeptAcrossRunsServesTheNextRun) {
                                   .string();
       const Exit exit = processes[i]->Wait(milliseconds(30000));
       ASSERT_FALSE(exit.timed_out) << ReadAll(log);
-      if (!kill_worker_1) EXPECT_EQ(exit.code, 0) << ReadAll(log);
+      if (!kill_worker_1) {
+        EXPECT_EQ(exit.code, 0) << ReadAll(log);
+      }
     }
     if (!kill_worker_1) {
       EXPECT_NE(ReadAll(dir_ / "worker0.log").find("summary: held-out auc"), std::string::npos)
