@@ -1,10 +1,13 @@
 // ps_bench: parameter-server pull and push through PsServer/PsClient, next
 // to a bare ZeroMQ DEALER/ROUTER exchange of the same bytes with the same
-// window (bench/zmq_echo.h) and to a ps-lite-shaped parameter server
-// (bench/pslite_ref.h), measured in the same run, alternating.
+// window (bench/zmq_echo.h) and, with --pslite_bin, to ps-lite itself
+// (bench/pslite_driver.cc over dmlc/ps-lite, run by bench/pslite_cluster.h),
+// measured in the same run, alternating.
 //
-//   build/bin/ps_bench --preset=pslite               # issue 24's shapes, plain and auth, vs the ps-lite reference
-//   build/bin/ps_bench --preset=all                  # every shape of issue 3 (small 1x1 also busy-polling), one summary
+//   # issue 44's shapes, plain and with auth, against ps-lite itself:
+//   build/bin/ps_bench --preset=pslite --pslite_bin=build/bin/pslite_driver
+//   # every shape of issue 3 (small 1x1 also busy-polling), one summary:
+//   build/bin/ps_bench --preset=all
 //   build/bin/ps_bench --shape=small --window=8 --servers=2 --workers=2
 //   build/bin/ps_bench --keys=4096 --dim=16 --rule=adam --rows=1000000
 //   build/bin/ps_bench --shape=small --busy_poll_us=100   # Distributed.busy_poll_us
@@ -29,10 +32,12 @@
 // and server memory per sparse row (PsStatsReply bytes/rows, and RSS growth)
 // against the raw bytes (8 B key + value + optimizer state floats).
 //
-// The reference moves exactly FleetPS's payload bytes: a pull sends keys
+// The bare exchange moves exactly FleetPS's payload bytes: a pull sends keys
 // (8 B each) and gets values (dim floats each) back; a push sends keys and
 // gradients and gets an empty reply. With S servers each op sends 1/S of it
-// to each server, as the client does.
+// to each server, as the client does. All three get the same workload
+// (bench/ps_workload.h): the same sorted key sets in the same order, the
+// same gradients, the same window.
 #include <fcntl.h>
 #include <gflags/gflags.h>
 #include <glog/logging.h>
@@ -65,19 +70,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
-#include "bench/pslite_ref.h"
+#include "bench/child.h"
+#include "bench/ps_workload.h"
+#include "bench/pslite_cluster.h"
 #include "bench/zmq_echo.h"
 #include "comm/absl_mutex_mode.h"
 #include "ps/client.h"
 #include "ps/job_config.h"
+#include "ps/ps_process.h"
 #include "ps/server.h"
 #include "ps/table/accessor.h"
 #include "ps/table/sparse_table.h"
 
-DEFINE_string(preset, "",
-              "all: every shape of issue 3 (1x1 and 2x2) plus the --rows sweep, one summary; pslite: the "
-              "shapes of issue 24 (small w1/w8, large, embedding; 1x1 and 2x2) against the ps-lite-shaped "
-              "reference");
+DEFINE_string(
+    preset, "",
+    "all: every shape of issue 3 (1x1 and 2x2) plus the --rows sweep, one summary; pslite: the "
+    "shapes of issue 44 (small w1/w8, large, embedding; 1x1 and 2x2) against ps-lite itself "
+    "(needs --pslite_bin)");
 DEFINE_string(shape, "",
               "small | small8 | large | embedding | rows100k | rows10m: sets keys, dim, rule, window "
               "(and rows); flags given explicitly still win");
@@ -112,15 +121,25 @@ DEFINE_string(auth, "both",
               "on/off ratios");
 DEFINE_bool(encrypt, false,
             "the auth cases use ZeroMQ CURVE (encrypted) instead of the default per-message MACs");
-DEFINE_bool(pslite, true,
-            "also measure the ps-lite-shaped reference (bench/pslite_ref.h) in every case, "
-            "alternating with the bare exchange and FleetPS, and print FleetPS against it");
+DEFINE_string(
+    pslite_bin, "",
+    "path of pslite_driver (built with -DFLEET_PSLITE_DIR, bench/README.md): also run ps-lite "
+    "itself in every case, alternating with the bare exchange and FleetPS, and print FleetPS "
+    "against it; empty: no ps-lite");
+DEFINE_bool(
+    thread_cpu, false,
+    "also print each system's CPU time and context switches (about one wake-up each) per op, "
+    "thread by thread, client and server side");
+DEFINE_string(
+    systems, "bare,pslite,fleet",
+    "which systems the timed rounds run (a profile of one of them: perf record -p on its "
+    "processes while only it runs); the warm-up that picks --iterations still runs FleetPS");
 // Internal: the server child.
-DEFINE_bool(serve, false, "internal: run as a server child of ps_bench");
+DEFINE_bool(serve, false,
+            "internal: run as a server child of ps_bench (reports its endpoints on stdout)");
 DEFINE_bool(serve_auth, false, "internal: auth with the secret in FLEET_JOB_SECRET");
 DEFINE_int32(serve_rank, 0, "internal");
 DEFINE_string(serve_job, "", "internal: job config YAML");
-DEFINE_int32(report_fd, -1, "internal: pipe to report the bound endpoints on");
 
 namespace fleet {
 namespace {
@@ -193,13 +212,15 @@ ps::JobConfig ParseJob(const std::string& yaml) {
 
 // ---------------------------------------------------------------- server child
 
-// The reference's optimizer: the job table's rule and its parameters.
-bench::PsLiteRule PsLiteRuleOf(const ps::JobConfig& job) {
+// The ps-lite driver's optimizer: the job table's rule and its parameters
+// (nullopt for a rule the driver does not have).
+std::optional<bench::TableRule> PsLiteRuleOf(const ps::JobConfig& job) {
   const ps::OptimizerConfig& o = job.table(kTable)->optimizer;
   if (o.rule != ps::OptimizerKind::kSgd && o.rule != ps::OptimizerKind::kAdagrad)
-    Fail("the ps-lite-shaped reference has sgd and adagrad only (--pslite=false for others)");
-  bench::PsLiteRule rule;
-  rule.kind = o.rule == ps::OptimizerKind::kSgd ? bench::PsLiteRule::kSgd : bench::PsLiteRule::kAdagrad;
+    return std::nullopt;
+  bench::TableRule rule;
+  rule.kind =
+      o.rule == ps::OptimizerKind::kSgd ? bench::TableRule::kSgd : bench::TableRule::kAdagrad;
   rule.learning_rate = o.learning_rate;
   rule.initial_g2sum = o.initial_g2sum;
   rule.epsilon = o.epsilon;
@@ -219,6 +240,7 @@ std::shared_ptr<const JobAuth> BenchAuth() {
 
 int ServeMain() {
   UseReleaseMutexChecksInOptimizedBuilds();  // as ps_server does
+  ps::KeepFreedHeapPerArena();               // as ps_server does
   ps::PsServerOptions o;
   o.endpoint = "127.0.0.1:0";
   o.rank = FLAGS_serve_rank;
@@ -238,11 +260,8 @@ int ServeMain() {
     return 2;
   }
   bench::BareEchoServer echo;
-  const ps::JobConfig job = ParseJob(FLAGS_serve_job);
-  bench::PsLiteServer pslite(job.table(kTable)->dim, PsLiteRuleOf(job));
-  const std::string line = absl::StrCat(bound.value(), " ", echo.endpoint(), " ", pslite.endpoint(), "\n");
-  if (write(FLAGS_report_fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return 2;
-  close(FLAGS_report_fd);
+  std::printf("%s %s\n", bound.value().c_str(), echo.endpoint().c_str());
+  std::fflush(stdout);
   while (!server.value()->WaitForStopRequest(std::chrono::seconds(1))) {
   }
   (void)server.value()->Shutdown(/*save=*/false);
@@ -250,10 +269,9 @@ int ServeMain() {
 }
 
 struct ServerProcess {
-  pid_t pid = -1;
+  bench::Child child;
   std::string ps_endpoint;
   std::string echo_endpoint;
-  std::string pslite_endpoint;
 };
 
 std::string SelfPath() {
@@ -264,79 +282,28 @@ std::string SelfPath() {
 }
 
 ServerProcess SpawnServer(const Case& c, int rank, const std::string& yaml) {
-  int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) Fail(absl::StrCat("pipe2: ", std::strerror(errno)));
-  const std::string self = SelfPath();
-  std::vector<std::string> args = {self,
-                                   "--serve",
-                                   absl::StrCat("--serve_rank=", rank),
-                                   absl::StrCat("--servers=", c.servers),
-                                   absl::StrCat("--workers=", c.workers),
-                                   "--serve_job=" + yaml,
-                                   absl::StrCat("--report_fd=", fds[1]),
-                                   absl::StrCat("--serve_auth=", c.auth), absl::StrCat("--encrypt=", FLAGS_encrypt),
-                                   absl::StrCat("--minloglevel=", FLAGS_minloglevel)};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid < 0) Fail(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) {
-    // Only async-signal-safe calls until exec. Die with the bench.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    fcntl(fds[1], F_SETFD, 0);
-    execv(self.c_str(), argv.data());
-    _exit(127);
-  }
-  close(fds[1]);
-  std::string line;
-  const auto deadline = Clock::now() + std::chrono::seconds(30);
-  while (line.find('\n') == std::string::npos) {
-    const int left = static_cast<int>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count());
-    pollfd p{fds[0], POLLIN, 0};
-    if (left <= 0 || poll(&p, 1, left) <= 0) {
-      kill(pid, SIGKILL);
-      Fail(absl::StrCat("server ", rank, " (pid ", pid, ") did not report its endpoint within 30 s"));
-    }
-    char buf[512];
-    const ssize_t n = read(fds[0], buf, sizeof(buf));
-    if (n <= 0) {
-      int status = 0;
-      waitpid(pid, &status, 0);
-      Fail(absl::StrCat("server ", rank, " (pid ", pid, ") exited before reporting its endpoint (status ",
-                        status, ")"));
-    }
-    line.append(buf, n);
-  }
-  close(fds[0]);
+  const std::vector<std::string> args = {SelfPath(),
+                                         "--serve",
+                                         absl::StrCat("--serve_rank=", rank),
+                                         absl::StrCat("--servers=", c.servers),
+                                         absl::StrCat("--workers=", c.workers),
+                                         "--serve_job=" + yaml,
+                                         absl::StrCat("--serve_auth=", c.auth),
+                                         absl::StrCat("--encrypt=", FLAGS_encrypt),
+                                         absl::StrCat("--minloglevel=", FLAGS_minloglevel)};
+  auto child = bench::SpawnChild(args, {}, absl::StrCat("server ", rank));
+  if (!child.ok()) Fail(child.status().ToString());
   ServerProcess s;
-  s.pid = pid;
-  std::istringstream fields(line);
-  fields >> s.ps_endpoint >> s.echo_endpoint >> s.pslite_endpoint;
-  return s;
-}
-
-// Waits up to `timeout` for the child to exit, then kills it.
-void Reap(const ServerProcess& s, std::chrono::seconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  int status = 0;
-  while (Clock::now() < deadline) {
-    const pid_t r = waitpid(s.pid, &status, WNOHANG);
-    if (r == s.pid) {
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        std::fprintf(stderr, "ps_bench: server pid %d ended with status %d\n", s.pid, status);
-      return;
-    }
-    if (r < 0) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  s.child = std::move(child).value();
+  auto line =
+      bench::ReadLine(s.child, Clock::now() + std::chrono::seconds(30), "with its endpoints");
+  if (!line.ok()) {
+    bench::Reap(s.child, std::chrono::seconds(1));
+    Fail(line.status().ToString());
   }
-  std::fprintf(stderr, "ps_bench: server pid %d did not stop within %lld s; killing it\n", s.pid,
-               static_cast<long long>(timeout.count()));
-  kill(s.pid, SIGKILL);
-  waitpid(s.pid, &status, 0);
+  std::istringstream fields(line.value());
+  fields >> s.ps_endpoint >> s.echo_endpoint;
+  return s;
 }
 
 uint64_t RssBytes(pid_t pid) {
@@ -353,119 +320,64 @@ double SelfCpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
 }
 
-// CPU time of a process: the sum over its threads of the time on CPU in
-// /proc/<pid>/task/<tid>/schedstat (nanoseconds; the server's threads live
-// as long as the server, so none is missed).
-double ProcessCpuSeconds(pid_t pid) {
-  std::error_code ec;
-  double total = 0;
-  for (const auto& task : std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
-    std::ifstream in(task.path() / "schedstat");
-    unsigned long long ns = 0;
-    if (in >> ns) total += static_cast<double>(ns) / 1e9;
-  }
-  return total;
-}
-
-// ---------------------------------------------------------------- keys
-
-// Request keys: key(i) for row index i in [0, universe). Consecutive ops of
-// a worker walk the universe with a stride coprime to it, so the keys of one
-// request are distinct, they scatter over shards and rows, and over time
-// every row is touched.
-inline uint64_t KeyOf(uint64_t index) { return index * 0x9E3779B97F4A7C15ull + 0x5bd1e995ull; }
-
-class KeyStream {
- public:
-  KeyStream(uint64_t universe, uint64_t start) : universe_(universe), pos_(start % universe) {
-    stride_ = 2654435761ull % universe_;
-    if (stride_ == 0) stride_ = 1;
-    while (std::gcd(stride_, universe_) != 1) ++stride_;
-  }
-  void Fill(uint64_t* out, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-      out[i] = KeyOf(pos_);
-      pos_ += stride_;
-      if (pos_ >= universe_) pos_ -= universe_;
-    }
-  }
-
- private:
-  uint64_t universe_;
-  uint64_t stride_;
-  uint64_t pos_;
-};
-
 // ---------------------------------------------------------------- drivers
 
-// Keeps `window` requests in flight: Issue(slot) starts one, Wait(slot)
-// completes the oldest (slots are reused in issue order).
-class Driver {
- public:
-  virtual ~Driver() = default;
-  virtual void Issue(int slot) = 0;
-  virtual void Wait(int slot) = 0;
-};
-
-// Runs `ops` requests with `window` in flight; appends each one's issue to
-// completion time (us) to *lat when given.
-void RunWindow(Driver& d, int window, int64_t ops, std::vector<double>* lat) {
-  std::vector<Clock::time_point> start(window);
-  int64_t issued = 0, done = 0;
-  for (; issued < std::min<int64_t>(window, ops); ++issued) {
-    start[issued] = Clock::now();
-    d.Issue(static_cast<int>(issued));
-  }
-  while (done < ops) {
-    const int slot = static_cast<int>(done % window);
-    d.Wait(slot);
-    if (lat) lat->push_back(std::chrono::duration<double, std::micro>(Clock::now() - start[slot]).count());
-    ++done;
-    if (issued < ops) {
-      start[slot] = Clock::now();
-      d.Issue(slot);
-      ++issued;
-    }
-  }
-}
+using bench::Driver;
+using bench::KeyOf;
+using bench::KeySets;
+using bench::RunWindow;
 
 enum class Op { kPull, kPush };
 
 class FleetDriver final : public Driver {
  public:
   FleetDriver(ps::PsClient* client, Op op, const Case& c, uint64_t universe, uint64_t start)
-      : client_(client), op_(op), window_(c.window), keys_n_(c.keys), dim_(c.dim), stream_(universe, start),
-        keys_(c.window, std::vector<uint64_t>(c.keys)), futures_(c.window) {
+      : client_(client),
+        op_(op),
+        window_(c.window),
+        sets_(universe, start, c.keys),
+        keys_(c.window),
+        futures_(c.window) {
     if (op == Op::kPull) {
       values_.assign(c.window, std::vector<float>(c.keys * c.dim));
     } else {
-      grads_.resize(c.keys * c.dim);
-      for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = 1e-4f * static_cast<float>(1 + i % 7);
+      grads_ = bench::TimedGradients(c.keys * c.dim);
     }
   }
   // Window 1 uses the blocking calls (what a worker with one request in
   // flight calls; the caller then receives its own reply); a larger window
-  // keeps that many *Async futures.
+  // keeps that many *Async futures and waits with PsClient::Wait (the
+  // waiting caller receives the replies, as ps-lite's Wait(timestamp) is
+  // woken by its receive threads). Pushes are zero-copy (ZPush, as the
+  // ps-lite driver's): the key sets and gradients outlive every request.
   void Issue(int slot) override {
-    stream_.Fill(keys_[slot].data(), keys_n_);
+    keys_[slot] = sets_.Next();
     if (window_ == 1) return;
-    futures_[slot] = op_ == Op::kPull ? client_->PullSparseAsync(kTable, keys_[slot], values_[slot])
-                                      : client_->PushSparseGradAsync(kTable, keys_[slot], grads_);
+    futures_[slot] = op_ == Op::kPull
+                         ? client_->PullSparseAsync(kTable, keys_[slot], values_[slot])
+                         : client_->ZPushSparseGrad(kTable, SharedKeys(slot), SharedGrads());
   }
   void Wait(int slot) override {
-    Status s = window_ == 1 ? (op_ == Op::kPull ? client_->PullSparse(kTable, keys_[slot], values_[slot])
-                                                : client_->PushSparseGrad(kTable, keys_[slot], grads_))
-                            : futures_[slot].get();
+    Status s =
+        window_ == 1
+            ? (op_ == Op::kPull ? client_->PullSparse(kTable, keys_[slot], values_[slot])
+                                : client_->PushSparseGrad(kTable, SharedKeys(slot), SharedGrads()))
+            : client_->Wait(std::move(futures_[slot]));
     if (!s.ok()) Fail(absl::StrCat(op_ == Op::kPull ? "pull" : "push", " failed: ", s.ToString()));
   }
 
  private:
+  // Views of memory this driver keeps for its whole life (no owner).
+  SArray<uint64_t> SharedKeys(int slot) const {
+    return SArray<uint64_t>(const_cast<uint64_t*>(keys_[slot].data()), keys_[slot].size(), nullptr);
+  }
+  SArray<float> SharedGrads() { return SArray<float>(grads_.data(), grads_.size(), nullptr); }
+
   ps::PsClient* client_;
   Op op_;
   int window_;
-  size_t keys_n_, dim_;
-  KeyStream stream_;
-  std::vector<std::vector<uint64_t>> keys_;
+  KeySets sets_;
+  std::vector<std::span<const uint64_t>> keys_;
   std::vector<std::vector<float>> values_;
   std::vector<float> grads_;
   std::vector<std::future<Status>> futures_;
@@ -477,7 +389,7 @@ class FleetDriver final : public Driver {
 class BareDriver final : public Driver {
  public:
   BareDriver(bench::BareEchoClient* client, Op op, const Case& c, uint64_t universe, uint64_t start)
-      : client_(client), op_(op), dim_(c.dim), stream_(universe, start) {
+      : client_(client), op_(op), dim_(c.dim), sets_(universe, start, c.keys) {
     const int s = client->num_servers();
     for (int i = 0; i < s; ++i) share_.push_back(c.keys / s + (static_cast<size_t>(i) < c.keys % s ? 1 : 0));
     requests_.resize(c.window);
@@ -493,9 +405,11 @@ class BareDriver final : public Driver {
     }
   }
   void Issue(int slot) override {
+    const uint64_t* keys = sets_.Next().data();
     for (int i = 0; i < client_->num_servers(); ++i) {
       auto& buf = requests_[slot][i];
-      stream_.Fill(buf.data(), share_[i]);
+      std::copy_n(keys, share_[i], buf.data());
+      keys += share_[i];
       const size_t values = share_[i] * dim_ * 4;
       const size_t bytes = share_[i] * 8 + (op_ == Op::kPush ? values : 0);
       client_->Send(i, buf.data(), bytes, op_ == Op::kPull ? values : 0, /*zero_copy=*/true);
@@ -513,44 +427,43 @@ class BareDriver final : public Driver {
   bench::BareEchoClient* client_;
   Op op_;
   size_t dim_;
-  KeyStream stream_;
+  KeySets sets_;
   std::vector<size_t> share_;
   std::vector<std::vector<std::vector<uint64_t>>> requests_;  // [slot][server] keys (+ grads)
 };
 
-// The ps-lite-shaped reference (bench/pslite_ref.h): ZPull / ZPush, then
-// Wait, at every window (ps-lite has no blocking call of its own).
-class PsLiteDriver final : public Driver {
- public:
-  PsLiteDriver(bench::PsLiteWorker* worker, Op op, const Case& c, uint64_t universe, uint64_t start)
-      : worker_(worker), op_(op), keys_n_(c.keys), stream_(universe, start),
-        keys_(c.window, std::vector<uint64_t>(c.keys)), timestamps_(c.window) {
-    if (op == Op::kPull) {
-      values_.assign(c.window, std::vector<float>(c.keys * c.dim));
-    } else {
-      grads_.resize(c.keys * c.dim);
-      for (size_t i = 0; i < grads_.size(); ++i) grads_[i] = 1e-4f * static_cast<float>(1 + i % 7);
-    }
-  }
-  void Issue(int slot) override {
-    stream_.Fill(keys_[slot].data(), keys_n_);
-    timestamps_[slot] = op_ == Op::kPull ? worker_->ZPull(keys_[slot], values_[slot])
-                                         : worker_->ZPush(keys_[slot], grads_);
-  }
-  void Wait(int slot) override { worker_->Wait(timestamps_[slot]); }
-
- private:
-  bench::PsLiteWorker* worker_;
-  Op op_;
-  size_t keys_n_;
-  KeyStream stream_;
-  std::vector<std::vector<uint64_t>> keys_;
-  std::vector<std::vector<float>> values_;
-  std::vector<float> grads_;
-  std::vector<int> timestamps_;
-};
-
 // ---------------------------------------------------------------- measurement
+
+// CPU time and context switches of each thread of a system's processes
+// over its timed rounds, by "side name[tid]" (--thread_cpu).
+struct ThreadCost {
+  double cpu_s = 0;
+  int64_t switches = 0;
+};
+using ThreadCosts = std::map<std::string, ThreadCost>;
+
+// The threads of the processes `sides` ("client" / "server" and a pid).
+using Sides = std::vector<std::pair<std::string, pid_t>>;
+std::map<std::string, bench::ThreadSample> SampleSides(const Sides& sides) {
+  std::map<std::string, bench::ThreadSample> out;
+  if (!FLAGS_thread_cpu) return out;
+  for (const auto& [side, pid] : sides) {
+    for (bench::ThreadSample& t : bench::SampleThreads(pid))
+      out.emplace(absl::StrCat(side, " ", t.name, "[", t.tid, "]"), std::move(t));
+  }
+  return out;
+}
+
+void AddThreadCosts(const std::map<std::string, bench::ThreadSample>& before,
+                    const std::map<std::string, bench::ThreadSample>& after, ThreadCosts* costs) {
+  for (const auto& [key, t] : after) {
+    auto b = before.find(key);
+    if (b == before.end()) continue;
+    ThreadCost& c = (*costs)[key];
+    c.cpu_s += t.cpu_s - b->second.cpu_s;
+    c.switches += t.switches - b->second.switches;
+  }
+}
 
 struct Measurement {
   std::vector<double> lat_us;
@@ -564,6 +477,15 @@ struct Measurement {
   double server_cpu_us_per_op() const { return ops ? server_cpu_s * 1e6 / ops : 0; }
   Summary summary() const { return bench::Summarize(lat_us); }
   double ops_per_s() const { return wall_s > 0 ? ops / wall_s : 0; }
+  ThreadCosts threads;  // with --thread_cpu
+
+  void Add(const bench::PsLiteRun& run) {
+    lat_us.insert(lat_us.end(), run.lat_us.begin(), run.lat_us.end());
+    wall_s += run.wall_s;
+    ops += static_cast<int64_t>(run.lat_us.size());
+    client_cpu_s += run.client_cpu_s;
+    server_cpu_s += run.server_cpu_s;
+  }
 };
 
 // Runs one driver per worker thread, all starting together; `ops` per worker.
@@ -571,12 +493,21 @@ std::vector<pid_t> g_server_pids;  // of the running case, for CPU accounting
 
 double ServersCpuSeconds() {
   double total = 0;
-  for (pid_t p : g_server_pids) total += ProcessCpuSeconds(p);
+  for (pid_t p : g_server_pids) total += bench::ProcessCpuSeconds(p);
   return total;
+}
+
+// This process and the servers of the running case.
+Sides FleetSides() {
+  Sides sides = {{"client", getpid()}};
+  for (pid_t p : g_server_pids) sides.emplace_back("server", p);
+  return sides;
 }
 
 void RunWorkers(std::vector<std::unique_ptr<Driver>>& drivers, int window, int64_t ops, Measurement* m) {
   const int w = static_cast<int>(drivers.size());
+  const auto threads0 =
+      m ? SampleSides(FleetSides()) : std::map<std::string, bench::ThreadSample>();
   const double client0 = m ? SelfCpuSeconds() : 0, server0 = m ? ServersCpuSeconds() : 0;
   std::vector<std::vector<double>> lat(w);
   std::barrier sync(w + 1);
@@ -595,6 +526,7 @@ void RunWorkers(std::vector<std::unique_ptr<Driver>>& drivers, int window, int64
   if (!m) return;
   m->client_cpu_s += SelfCpuSeconds() - client0;
   m->server_cpu_s += ServersCpuSeconds() - server0;
+  AddThreadCosts(threads0, SampleSides(FleetSides()), &m->threads);
   m->wall_s += wall;
   m->ops += ops * w;
   for (auto& l : lat) m->lat_us.insert(m->lat_us.end(), l.begin(), l.end());
@@ -648,8 +580,7 @@ void Verify(ps::PsClient& client, const ps::JobConfig& job, const Case& c, uint6
   if (!oracle.ok()) Fail("verify: oracle table: " + oracle.status().ToString());
   std::vector<float> g(n * d);
   for (int step = 0; step < 2; ++step) {
-    for (size_t i = 0; i < n * d; ++i)
-      g[i] = 0.05f * static_cast<float>(static_cast<int>((i * 7 + step * 3) % 11) - 5);
+    for (size_t i = 0; i < n * d; ++i) g[i] = bench::VerifyGradient(i, step);
     if (Status s = client.PushSparseGrad(kTable, keys, g); !s.ok()) Fail("verify: push: " + s.ToString());
     if (Status s = oracle.value()->PushGrad(keys, g); !s.ok()) Fail("verify: oracle push: " + s.ToString());
   }
@@ -667,44 +598,11 @@ void Verify(ps::PsClient& client, const ps::JobConfig& job, const Case& c, uint6
   // sgd has a closed form: w = -lr * (g1 + g2).
   if (c.rule == "sgd") {
     for (size_t i = 0; i < n * d; ++i) {
-      const float g1 = 0.05f * static_cast<float>(static_cast<int>((i * 7) % 11) - 5);
-      const float g2 = 0.05f * static_cast<float>(static_cast<int>((i * 7 + 3) % 11) - 5);
-      const float w = -kLearningRate * g1 - kLearningRate * g2;
+      const float w = -kLearningRate * bench::VerifyGradient(i, 0) -
+                      kLearningRate * bench::VerifyGradient(i, 1);
       if (std::fabs(got[i] - w) > 1e-6f)
         Fail(absl::StrCat("verify: sgd element ", i, ": pulled ", got[i], ", expected ", w));
     }
-  }
-}
-
-// The reference gets the same two pushes as Verify and must pull what the
-// rule computes (so it does the work it is credited with).
-void VerifyPsLite(bench::PsLiteWorker& worker, const ps::JobConfig& job, const Case& c, uint64_t universe) {
-  const size_t n = std::min<size_t>(c.keys, 4096), d = c.dim;
-  std::vector<uint64_t> keys(n);
-  for (size_t i = 0; i < n; ++i) keys[i] = KeyOf(universe + 1000 + i);
-  std::vector<float> got(n * d, -1.0f), g(n * d);
-  worker.Wait(worker.ZPull(keys, got));
-  for (float v : got) {
-    if (v != 0.0f) Fail(absl::StrCat("verify ps-lite reference: a fresh row pulled ", v));
-  }
-  const bench::PsLiteRule rule = PsLiteRuleOf(job);
-  std::vector<float> w(n * d, 0.0f), g2(n * d, rule.initial_g2sum);
-  for (int step = 0; step < 2; ++step) {
-    for (size_t i = 0; i < n * d; ++i) {
-      g[i] = 0.05f * static_cast<float>(static_cast<int>((i * 7 + step * 3) % 11) - 5);
-      if (rule.kind == bench::PsLiteRule::kSgd) {
-        w[i] -= rule.learning_rate * g[i];
-      } else {
-        g2[i] += g[i] * g[i];
-        w[i] -= rule.learning_rate * g[i] / (std::sqrt(g2[i]) + rule.epsilon);
-      }
-    }
-    worker.Wait(worker.ZPush(keys, g));
-  }
-  worker.Wait(worker.ZPull(keys, got));
-  for (size_t i = 0; i < n * d; ++i) {
-    if (std::fabs(got[i] - w[i]) > 1e-6f * std::max(1.0f, std::fabs(w[i])))
-      Fail(absl::StrCat("verify ps-lite reference: element ", i, " pulled ", got[i], ", expected ", w[i]));
   }
 }
 
@@ -755,6 +653,23 @@ void PrintMeasureRow(const std::string& label, const Summary& s, double ops, dou
               s.p50, s.p99, s.max, ops, ops * value_bytes / 1e9, cpu[0], cpu[1]);
 }
 
+// --thread_cpu: the threads that used at least 0.5 us of CPU per op.
+void PrintThreadCosts(const char* who, const Measurement& m) {
+  if (m.ops == 0) return;
+  std::printf("  %s, per op by thread: CPU us (context switches)\n   ", who);
+  double client = 0;
+  for (const auto& [name, c] : m.threads) {
+    const double us = c.cpu_s * 1e6 / m.ops;
+    if (name.starts_with("client")) client += us;
+    if (us >= 0.5)
+      std::printf(" %s %.1f (%.2f)", name.c_str(), us, static_cast<double>(c.switches) / m.ops);
+  }
+  // The bench's worker threads live for one round only.
+  if (m.client_cpu_us_per_op() - client >= 0.5)
+    std::printf(" client round threads %.1f", m.client_cpu_us_per_op() - client);
+  std::printf("\n");
+}
+
 CaseResult RunCase(const Case& c) {
   CaseResult result;
   result.c = c;
@@ -771,16 +686,30 @@ CaseResult RunCase(const Case& c) {
   std::vector<ServerProcess> servers;
   for (int r = 0; r < c.servers; ++r) servers.push_back(SpawnServer(c, r, yaml));
   g_server_pids.clear();
-  for (const auto& s : servers) g_server_pids.push_back(s.pid);
-  std::vector<std::string> ps_endpoints, echo_endpoints, pslite_endpoints;
+  for (const auto& s : servers) g_server_pids.push_back(s.child.pid);
+  std::vector<std::string> ps_endpoints, echo_endpoints;
   for (const auto& s : servers) {
     ps_endpoints.push_back(s.ps_endpoint);
     echo_endpoints.push_back(s.echo_endpoint);
-    pslite_endpoints.push_back(s.pslite_endpoint);
+  }
+  // ps-lite itself, as its own job of processes beside these.
+  std::unique_ptr<bench::PsLiteCluster> pslite;
+  const std::optional<bench::TableRule> pslite_rule = PsLiteRuleOf(job);
+  if (!FLAGS_pslite_bin.empty() && !pslite_rule) {
+    std::printf("  (no ps-lite run: its driver has sgd and adagrad only)\n");
+  } else if (!FLAGS_pslite_bin.empty()) {
+    bench::PsLiteClusterOptions o;
+    o.binary = FLAGS_pslite_bin;
+    o.servers = c.servers;
+    o.workers = c.workers;
+    o.dim = c.dim;
+    o.rule = *pslite_rule;
+    auto cluster = bench::PsLiteCluster::Start(o);
+    if (!cluster.ok()) Fail("ps-lite: " + cluster.status().ToString());
+    pslite = std::move(cluster).value();
   }
   std::vector<std::unique_ptr<ps::PsClient>> clients;
   std::vector<std::unique_ptr<bench::BareEchoClient>> bare_clients;
-  std::vector<std::unique_ptr<bench::PsLiteWorker>> pslite_workers;
   for (int w = 0; w < c.workers; ++w) {
     ps::PsClientOptions o;
     o.servers = ps_endpoints;
@@ -792,18 +721,22 @@ CaseResult RunCase(const Case& c) {
     if (!client.ok()) Fail("client: " + client.status().ToString());
     clients.push_back(std::move(client).value());
     bare_clients.push_back(std::make_unique<bench::BareEchoClient>(echo_endpoints));
-    if (FLAGS_pslite) pslite_workers.push_back(std::make_unique<bench::PsLiteWorker>(pslite_endpoints, c.dim));
   }
 
   // Verify once, before anything is timed.
   Verify(*clients[0], job, c, universe);
   VerifyBare(*bare_clients[0]);
-  if (FLAGS_pslite) VerifyPsLite(*pslite_workers[0], job, c, universe);
+  // ps-lite gets the same two pushes and must pull what the rule computes
+  // (so it does the work it is credited with).
+  if (pslite) {
+    if (Status s = pslite->Verify(std::min<size_t>(c.keys, 4096), universe + 1000); !s.ok())
+      Fail("verify ps-lite: " + s.ToString());
+  }
 
   // Populate every row the timed requests touch, with large batched pushes
   // (zero gradients), two in flight.
   uint64_t rss0 = 0;
-  for (const auto& s : servers) rss0 += RssBytes(s.pid);
+  for (const auto& s : servers) rss0 += RssBytes(s.child.pid);
   {
     const auto t0 = Clock::now();
     const size_t batch = std::clamp<size_t>((size_t{1} << 22) / c.dim, 1, 131072);
@@ -826,17 +759,13 @@ CaseResult RunCase(const Case& c) {
       }
     }
     result.populate_s = std::chrono::duration<double>(Clock::now() - t0).count();
-    // The reference holds the same rows (not timed, not counted in memory).
-    for (uint64_t first = 0; FLAGS_pslite && first < universe; first += batch) {
-      const size_t n = std::min<uint64_t>(batch, universe - first);
-      keys[0].resize(n);
-      for (size_t i = 0; i < n; ++i) keys[0][i] = KeyOf(first + i);
-      pslite_workers[0]->Wait(
-          pslite_workers[0]->ZPush(keys[0], std::span<const float>(zeros.data(), n * c.dim)));
+    // ps-lite holds the same rows (not timed, not counted in memory).
+    if (pslite) {
+      if (Status s = pslite->Populate(universe); !s.ok()) Fail("populate ps-lite: " + s.ToString());
     }
   }
   uint64_t rss1 = 0;
-  for (const auto& s : servers) rss1 += RssBytes(s.pid);
+  for (const auto& s : servers) rss1 += RssBytes(s.child.pid);
 
   auto stats = clients[0]->Stats();
   if (!stats.ok()) Fail("stats: " + stats.status().ToString());
@@ -859,24 +788,42 @@ CaseResult RunCase(const Case& c) {
 
   for (Op op : {Op::kPull, Op::kPush}) {
     if (FLAGS_ops.find(OpName(op)) == std::string::npos) continue;
-    std::vector<std::unique_ptr<Driver>> fleet, bare, pslite;
+    std::vector<std::unique_ptr<Driver>> fleet, bare;
+    std::vector<uint64_t> starts;
     for (int w = 0; w < c.workers; ++w) {
-      const uint64_t start = universe / c.workers * w;
-      fleet.push_back(std::make_unique<FleetDriver>(clients[w].get(), op, c, universe, start));
-      bare.push_back(std::make_unique<BareDriver>(bare_clients[w].get(), op, c, universe, start));
-      if (FLAGS_pslite)
-        pslite.push_back(std::make_unique<PsLiteDriver>(pslite_workers[w].get(), op, c, universe, start));
+      starts.push_back(universe / c.workers * w);
+      fleet.push_back(
+          std::make_unique<FleetDriver>(clients[w].get(), op, c, universe, starts.back()));
+      bare.push_back(
+          std::make_unique<BareDriver>(bare_clients[w].get(), op, c, universe, starts.back()));
     }
+    auto run_pslite = [&](int64_t ops, Measurement* m) {
+      Sides sides;
+      for (pid_t p : pslite->client_pids()) sides.emplace_back("client", p);
+      for (pid_t p : pslite->server_pids()) sides.emplace_back("server", p);
+      const auto threads0 = m ? SampleSides(sides) : std::map<std::string, bench::ThreadSample>();
+      auto run = pslite->Run(op == Op::kPush, ops);
+      if (!run.ok()) Fail("ps-lite: " + run.status().ToString());
+      if (m) {
+        m->Add(run.value());
+        AddThreadCosts(threads0, SampleSides(sides), &m->threads);
+      }
+    };
     OpResult r;
     r.op = op;
     r.value_bytes = static_cast<double>(c.keys * c.dim * 4);
     r.iterations = ChooseIterations(fleet, bare, c.window);
-    if (FLAGS_pslite) RunWorkers(pslite, c.window, std::max<int64_t>(10, 2 * c.window), nullptr);  // warm-up
+    if (pslite) {
+      if (Status s = pslite->Prepare(c.window, c.keys, universe, starts); !s.ok())
+        Fail("ps-lite: " + s.ToString());
+      run_pslite(std::max<int64_t>(10, 2 * c.window), nullptr);  // warm-up
+    }
     Measurement mf, mb, mp;
+    auto timed = [](const char* system) { return FLAGS_systems.find(system) != std::string::npos; };
     for (int round = 0; round < FLAGS_rounds; ++round) {
-      RunWorkers(bare, c.window, r.iterations, &mb);
-      if (FLAGS_pslite) RunWorkers(pslite, c.window, r.iterations, &mp);
-      RunWorkers(fleet, c.window, r.iterations, &mf);
+      if (timed("bare")) RunWorkers(bare, c.window, r.iterations, &mb);
+      if (pslite && timed("pslite")) run_pslite(r.iterations, &mp);
+      if (timed("fleet")) RunWorkers(fleet, c.window, r.iterations, &mf);
     }
     auto take = [](const Measurement& m, Summary* s, double* ops, double cpu[2]) {
       *s = m.summary();
@@ -886,21 +833,28 @@ CaseResult RunCase(const Case& c) {
     };
     take(mf, &r.fleet, &r.fleet_ops, r.fleet_cpu);
     take(mb, &r.bare, &r.bare_ops, r.bare_cpu);
-    if (FLAGS_pslite) take(mp, &r.pslite, &r.pslite_ops, r.pslite_cpu);
+    if (pslite) take(mp, &r.pslite, &r.pslite_ops, r.pslite_cpu);
     std::printf("  %s: %lld ops per worker x %d rounds; request %.0f B, reply %.0f B per op\n", OpName(op),
                 static_cast<long long>(r.iterations), FLAGS_rounds,
                 op == Op::kPull ? c.keys * 8.0 : c.keys * (8.0 + 4.0 * c.dim),
                 op == Op::kPull ? c.keys * 4.0 * c.dim : 0.0);
     PrintMeasureHeader();
     PrintMeasureRow(absl::StrCat("bare zmq ", OpName(op)), r.bare, r.bare_ops, r.value_bytes, r.bare_cpu);
-    if (FLAGS_pslite)
-      PrintMeasureRow(absl::StrCat("ps-lite ref ", OpName(op)), r.pslite, r.pslite_ops, r.value_bytes, r.pslite_cpu);
+    if (pslite)
+      PrintMeasureRow(absl::StrCat("ps-lite ", OpName(op)), r.pslite, r.pslite_ops, r.value_bytes,
+                      r.pslite_cpu);
     PrintMeasureRow(absl::StrCat("fleet ", OpName(op)), r.fleet, r.fleet_ops, r.value_bytes, r.fleet_cpu);
     std::printf("  ratio fleet/bare: p50 time per op %.2fx, throughput %.2fx, CPU per op %.1fx\n", r.lat_ratio(),
               r.tput_ratio(), (r.fleet_cpu[0] + r.fleet_cpu[1]) / std::max(1e-9, r.bare_cpu[0] + r.bare_cpu[1]));
-    if (FLAGS_pslite)
-      std::printf("  fleet vs ps-lite ref (above 1: FleetPS better): latency %.2fx, throughput %.2fx\n",
-                  r.fleet.p50 > 0 ? r.pslite.p50 / r.fleet.p50 : 0, r.pslite_ops > 0 ? r.fleet_ops / r.pslite_ops : 0);
+    if (pslite)
+      std::printf("  fleet vs ps-lite (above 1: FleetPS better): latency %.2fx, throughput %.2fx\n",
+                  r.fleet.p50 > 0 ? r.pslite.p50 / r.fleet.p50 : 0,
+                  r.pslite_ops > 0 ? r.fleet_ops / r.pslite_ops : 0);
+    if (FLAGS_thread_cpu) {
+      for (const auto& [who, m] :
+           {std::pair{"bare", &mb}, std::pair{"ps-lite", &mp}, std::pair{"fleet", &mf}})
+        PrintThreadCosts(who, *m);
+    }
     std::fflush(stdout);
     result.ops.push_back(r);
   }
@@ -909,8 +863,8 @@ CaseResult RunCase(const Case& c) {
     std::fprintf(stderr, "ps_bench: stop servers: %s\n", s.ToString().c_str());
   clients.clear();
   bare_clients.clear();
-  pslite_workers.clear();
-  for (const auto& s : servers) Reap(s, std::chrono::seconds(15));
+  pslite.reset();
+  for (auto& s : servers) bench::Reap(s.child, std::chrono::seconds(15));
   std::printf("\n");
   return result;
 }
@@ -983,7 +937,7 @@ std::vector<Case> PresetAll() {
   return cases;
 }
 
-// The shapes of issue 24 (small at window 1 and 8, large, embedding; 1x1
+// The shapes of issue 44 (small at window 1 and 8, large, embedding; 1x1
 // and 2x2), no busy polling: what the ps-lite comparison needs.
 std::vector<Case> PresetPsLite() {
   std::vector<Case> cases;
@@ -1122,16 +1076,18 @@ void PrintAuthRatios(const std::vector<CaseResult>& results) {
   if (header) std::printf("  ratio: auth on / off (p50: lower is better for off; ops/s: higher)\n\n");
 }
 
-// FleetPS against the ps-lite-shaped reference, per shape, with the
-// figure issue 24 judges each shape by: p50 time per op for window-1 small
-// and embedding requests, throughput otherwise. Each FleetPS run is divided
-// by the reference measured in the same case (alternating rounds). Above 1:
-// FleetPS better. Auth cost: FleetPS with the default auth over plain.
+// FleetPS against ps-lite, per shape, with the figure issue 44 judges each
+// shape by: p50 time per op for window-1 small and embedding requests,
+// throughput otherwise. Each FleetPS run is divided by ps-lite measured in
+// the same case (alternating rounds). Above 1: FleetPS better. Targets:
+// plain >= 1.2 (the embedding shape >= 1.5), with the default auth >= 1.0.
+// Auth cost: FleetPS with the default auth over plain.
 void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
-  if (!FLAGS_pslite) return;
-  std::printf("== against the ps-lite-shaped reference (bench/pslite_ref.h; same case, alternating rounds)\n");
-  std::printf("%-10s %3s %-12s %-4s %-6s | %10s %10s %10s | %7s %7s | %9s | %7s\n", "shape", "SxW", "keys x dim",
-              "op", "figure", "ps-lite", "fleet", "fleet auth", "plain", "auth", "auth cost", "bare");
+  if (FLAGS_pslite_bin.empty()) return;
+  std::printf("== against ps-lite (%s; same case, alternating rounds)\n", FLAGS_pslite_bin.c_str());
+  std::printf("%-10s %3s %-12s %-4s %-6s | %10s %10s %10s | %7s %7s | %9s | %7s | %15s %15s\n",
+              "shape", "SxW", "keys x dim", "op", "figure", "ps-lite", "fleet", "fleet auth",
+              "plain", "auth", "auth cost", "bare", "ps-lite cpu c+s", "fleet cpu c+s");
   enum class Who { kFleet, kPsLite, kBare };
   auto figure = [](const Case& c, const OpResult& o, Who who) {
     const bool latency = c.window == 1 && c.name != "large";
@@ -1160,35 +1116,42 @@ void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
       };
       const double plain_ratio = better(plain, Who::kFleet);
       const double auth_ratio = auth ? better(*auth, Who::kFleet) : 0;
-      // The bare ZeroMQ exchange of the same bytes over the reference: the
-      // most any design on this transport can reach against it.
+      // The bare ZeroMQ exchange of the same bytes over ps-lite: about the
+      // most a design on this transport reaches against it.
       const double bare_ratio = better(plain, Who::kBare);
       const double auth_fig = auth ? figure(auth->c, auth->ops[i], Who::kFleet) : 0;
       const double plain_fig = figure(plain.c, o, Who::kFleet);
       const double cost = auth ? (latency ? auth_fig / plain_fig : plain_fig / auth_fig) : 0;
-      std::printf("%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %6.2fx | %8.2fx | %6.2fx\n",
-                  plain.c.label().c_str(), plain.c.servers, plain.c.workers,
-                  absl::StrCat(plain.c.keys, "x", plain.c.dim).c_str(), OpName(o.op),
-                  latency ? "p50 us" : (plain.c.name == "large" ? "GB/s" : "ops/s"),
-                  figure(plain.c, o, Who::kPsLite), plain_fig, auth_fig, plain_ratio, auth_ratio, cost,
-                  bare_ratio);
+      std::printf(
+          "%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %6.2fx | %8.2fx | %6.2fx | "
+          "%7.0f+%-7.0f "
+          "%7.0f+%-7.0f\n",
+          plain.c.label().c_str(), plain.c.servers, plain.c.workers,
+          absl::StrCat(plain.c.keys, "x", plain.c.dim).c_str(), OpName(o.op),
+          latency ? "p50 us" : (plain.c.name == "large" ? "GB/s" : "ops/s"),
+          figure(plain.c, o, Who::kPsLite), plain_fig, auth_fig, plain_ratio, auth_ratio, cost,
+          bare_ratio, o.pslite_cpu[0], o.pslite_cpu[1], o.fleet_cpu[0], o.fleet_cpu[1]);
       const std::string what = absl::StrCat(plain.c.label(), " ", plain.c.servers, "x", plain.c.workers, " ",
                                             OpName(o.op));
-      if (plain_ratio < 1.5) {
-        missed.push_back(absl::StrFormat("%s plain %.2fx (target >= 1.5%s)", what, plain_ratio,
-                                         bare_ratio < 1.5 ? absl::StrFormat("; the bare exchange reaches %.2fx",
-                                                                            bare_ratio)
-                                                          : ""));
+      const double target = plain.c.name == "embedding" ? 1.5 : 1.2;
+      if (plain_ratio < target) {
+        missed.push_back(absl::StrFormat(
+            "%s plain %.2fx (target >= %.1f%s)", what, plain_ratio, target,
+            bare_ratio < target ? absl::StrFormat("; the bare exchange reaches %.2fx", bare_ratio)
+                                : ""));
       }
-      if (auth && auth_ratio < 1.0) missed.push_back(absl::StrFormat("%s auth %.2fx (target >= 1.0)", what, auth_ratio));
-      if (auth && cost > 1.3) missed.push_back(absl::StrFormat("%s auth cost %.2fx plain (target <= 1.3)", what, cost));
+      if (auth && auth_ratio < 1.0)
+        missed.push_back(absl::StrFormat("%s auth %.2fx (target >= 1.0)", what, auth_ratio));
     }
   }
-  std::printf("  plain / auth: FleetPS without / with the default auth over the reference (above 1: FleetPS better);"
-              " auth cost: auth over plain FleetPS (time, or inverse throughput); bare: a bare ZeroMQ exchange of"
-              " the same bytes over the reference (the ceiling on this transport)\n");
+  std::printf(
+      "  plain / auth: FleetPS without / with the default auth over ps-lite (above 1: FleetPS "
+      "better);"
+      " auth cost: auth over plain FleetPS (time, or inverse throughput); bare: a bare ZeroMQ "
+      "exchange of"
+      " the same bytes over ps-lite; cpu c+s: CPU us per op, client + servers (plain)\n");
   if (missed.empty()) {
-    std::printf("  every target of issue 24 met in this run\n\n");
+    std::printf("  every target of issue 44 met in this run\n\n");
   } else {
     std::printf("  missed in this run:\n");
     for (const auto& m : missed) std::printf("    %s\n", m.c_str());
@@ -1206,6 +1169,10 @@ int Main() {
   if (FLAGS_preset == "all") {
     cases = PresetAll();
   } else if (FLAGS_preset == "pslite") {
+    if (FLAGS_pslite_bin.empty())
+      Fail(
+          "--preset=pslite compares with ps-lite itself: give --pslite_bin (bench/README.md: the "
+          "real ps-lite)");
     cases = PresetPsLite();
   } else if (!FLAGS_preset.empty()) {
     Fail("unknown --preset '" + FLAGS_preset + "' (all | pslite)");
@@ -1246,5 +1213,6 @@ int main(int argc, char** argv) {
   google::InitGoogleLogging(argv[0]);
   FLAGS_logtostderr = true;
   if (FLAGS_serve) return fleet::ServeMain();
+  fleet::ps::KeepFreedHeapPerArena();  // as ps_worker does
   return fleet::Main();
 }

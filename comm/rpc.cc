@@ -176,11 +176,6 @@ bool RpcNode::PeerEverReached(int peer) const {
   return peer < static_cast<int>(peer_ever_up_.size()) && peer_ever_up_[peer];
 }
 
-bool RpcNode::HasPendingCalls() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !pending_.empty();
-}
-
 bool RpcNode::TakePending(uint64_t request_id, PendingCall* out) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pending_.find(request_id);

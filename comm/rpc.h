@@ -162,7 +162,7 @@ class RpcNode final : private VanReceiver {
     const bool received = van_->ReceiveWhile(
         [&] { f = issue(); },
         [&f] { return f.wait_for(std::chrono::seconds(0)) != std::future_status::ready; },
-        std::chrono::steady_clock::now() + budget, [this] { return HasPendingCalls(); });
+        std::chrono::steady_clock::now() + budget);
     // Another thread was receiving: it (or the I/O thread) delivers.
     if (!received) f = issue();
     return f.get();
@@ -211,7 +211,6 @@ class RpcNode final : private VanReceiver {
   void FinishRequest();
   // Removes and returns the pending call, if still there.
   bool TakePending(uint64_t request_id, PendingCall* out);
-  bool HasPendingCalls() const;
   Status TimeoutStatus(const PendingCall& call) const;
 
   // Fixed after construction (handlers_: after Listen).

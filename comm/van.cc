@@ -1,7 +1,9 @@
 #include "comm/van.h"
 
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <sched.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -9,13 +11,11 @@
 #include <cerrno>
 #include <deque>
 #include <future>
-#include <span>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
 #include <vector>
-
-#include <openssl/crypto.h>
 #include <zmq.hpp>
 
 #include "absl/container/flat_hash_map.h"
@@ -259,6 +259,18 @@ struct Van::Impl {
   bool stopped = false;
 
   // Owned by the I/O thread alone.
+  // Replies made on this thread (handlers run inline) during a receive pass
+  // wait for its end: sent together, they wake ZeroMQ's I/O thread once
+  // instead of once each, and this thread is not preempted by it between
+  // two requests.
+  struct DeferredReply {
+    std::string routing_id;
+    std::string header;
+    Message message;
+    std::string trailer;  // empty without auth
+  };
+  bool deferring_replies = false;
+  std::vector<DeferredReply> deferred_replies;
   // wake_fd, then the sockets' ZMQ_FDs, then the monitors' ZMQ_FDs.
   std::vector<pollfd> poll_fds;
   std::vector<LockedSocket*> polled_sockets;  // router (if any) then dealers
@@ -270,11 +282,38 @@ struct Van::Impl {
   // and which thread it is.
   std::atomic<bool> caller_receiving{false};
   std::atomic<std::thread::id> receiving_thread{};
+  // Polled by the receiving caller beside the outgoing connections, whose
+  // ZMQ_FDs it sleeps on: whoever takes a socket's signal, or the message
+  // the caller waits for, while it receives writes this eventfd
+  // (WakeReceivingCaller). The I/O thread: it checks caller_receiving
+  // before a socket, not before each message, so it may be delivering the
+  // awaited reply when the caller starts receiving (the caller finds the
+  // socket empty and would sleep until its tick). Another thread: its send
+  // may take the signal of a reply (see SendOn). Fixed after Create.
+  int caller_wake_fd = -1;
+  // Set with every write of caller_wake_fd. A caller that leaves
+  // ReceiveWhile with it set wakes the I/O thread: the signal may have come
+  // after its last look at the sockets, and the I/O thread skipped them
+  // while the caller received.
+  std::atomic<bool> caller_signalled{false};
+  // The outgoing connections' ZMQ_FDs are registered (level-triggered) in
+  // dealer_epfd, which sits in gate_fd, which the I/O thread polls. A
+  // caller that receives (ReceiveWhile) closes the gate with one
+  // epoll_ctl, so the I/O thread is not woken by the replies the caller
+  // takes, and opens it again once it has drained the sockets: a reply
+  // arriving later (or in between) makes gate_fd readable at once, so the
+  // I/O thread needs no explicit wake-up. Fixed after Create.
+  int dealer_epfd = -1;
+  int gate_fd = -1;
+  size_t registered_dealers = 0;                // I/O thread only (RebuildPollItems)
   std::atomic<std::thread::id> io_thread_id{};  // set by Loop()
-  // The I/O thread sleeps watching the outgoing connections. When it does
-  // not, a request sent by any thread but the receiving caller wakes it, so
-  // the reply is not left for the next tick.
-  std::atomic<bool> io_polls_dealers{true};
+  // Opens or closes the gate (see gate_fd). False when epoll_ctl fails.
+  bool SetDealerGate(bool open) {
+    epoll_event e{};
+    e.events = open ? static_cast<uint32_t>(EPOLLIN) : 0u;
+    e.data.fd = dealer_epfd;
+    return ::epoll_ctl(gate_fd, EPOLL_CTL_MOD, dealer_epfd, &e) == 0;
+  }
 
   // With options.auth and encrypt: started by Bind, before the router
   // accepts; stopped after every socket is closed. Guarded by mu until then.
@@ -319,15 +358,27 @@ struct Van::Impl {
   // bringing the awaited message.
   static void YieldWhileSpinning() { sched_yield(); }
 
-  void Wake() {
+  // eventfd writes of 8 bytes cannot be partial; EAGAIN means the counter
+  // is saturated, i.e. a wake-up is already pending.
+  static void Signal(int eventfd) {
     const uint64_t one = 1;
-    // eventfd writes of 8 bytes cannot be partial; EAGAIN means the counter
-    // is saturated, i.e. a wake-up is already pending.
-    [[maybe_unused]] ssize_t n = ::write(wake_fd, &one, sizeof(one));
+    [[maybe_unused]] ssize_t n = ::write(eventfd, &one, sizeof(one));
+  }
+  static void ClearSignal(int eventfd) {
+    uint64_t count;
+    [[maybe_unused]] ssize_t n = ::read(eventfd, &count, sizeof(count));
+  }
+  void Wake() { Signal(wake_fd); }
+  void WakeReceivingCaller() {
+    caller_signalled.store(true);
+    Signal(caller_wake_fd);
   }
 
   LockedSocket* SocketFor(const Route& to);
-  Status SendOn(LockedSocket& target, const Route& to, const Message& message);
+  Status SendOn(LockedSocket& target, const Route& to, Message message);
+  // Sends the replies deferred during a receive pass (I/O thread only);
+  // false when there were none.
+  bool FlushReplies();
   // Hands the parts to ZeroMQ. REQUIRES: target.mu held.
   void SendLocked(LockedSocket& target, const Route& to, const std::string& header,
                   const Message& message, const std::string* trailer);
@@ -362,8 +413,24 @@ Result<std::unique_ptr<Van>> Van::Create(VanOptions options, VanReceiver* receiv
   }
   auto impl = std::make_unique<Impl>(options, receiver);
   impl->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (impl->wake_fd < 0) {
-    return Status::IOError("eventfd failed", std::strerror(errno));
+  impl->caller_wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (impl->wake_fd < 0 || impl->caller_wake_fd < 0) {
+    const Status failed = Status::IOError("eventfd failed", std::strerror(errno));
+    for (int fd : {impl->wake_fd, impl->caller_wake_fd})
+      if (fd >= 0) ::close(fd);
+    return failed;
+  }
+  impl->dealer_epfd = ::epoll_create1(EPOLL_CLOEXEC);
+  impl->gate_fd = ::epoll_create1(EPOLL_CLOEXEC);
+  epoll_event gate{};
+  gate.events = EPOLLIN;
+  gate.data.fd = impl->dealer_epfd;
+  if (impl->dealer_epfd < 0 || impl->gate_fd < 0 ||
+      ::epoll_ctl(impl->gate_fd, EPOLL_CTL_ADD, impl->dealer_epfd, &gate) != 0) {
+    const Status failed = Status::IOError("epoll set-up failed", std::strerror(errno));
+    for (int fd : {impl->wake_fd, impl->caller_wake_fd, impl->dealer_epfd, impl->gate_fd})
+      if (fd >= 0) ::close(fd);
+    return failed;
   }
   Impl* raw = impl.get();
   impl->io_thread = std::thread([raw] { raw->Loop(); });
@@ -375,6 +442,9 @@ Van::Van(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Van::~Van() {
   Stop();
   ::close(impl_->wake_fd);
+  ::close(impl_->caller_wake_fd);
+  ::close(impl_->gate_fd);
+  ::close(impl_->dealer_epfd);
 }
 
 void Van::Stop() {
@@ -482,7 +552,7 @@ Status Van::Send(const Route& to, Message message) {
         to.outgoing() ? absl::StrCat("unknown connection ", to.connection)
                       : std::string("reply on a van that is not bound"));
   }
-  return impl_->SendOn(*target, to, message);
+  return impl_->SendOn(*target, to, std::move(message));
 }
 
 std::string Van::endpoint(int connection) const {
@@ -493,8 +563,8 @@ std::string Van::endpoint(int connection) const {
 
 // The calling thread sends itself: no queue and no thread hand-off, which
 // is most of a small message's round trip.
-Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& message) {
-  const std::string header = message.header.SerializeAsString();
+Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message) {
+  std::string header = message.header.SerializeAsString();
   const auto& frames = message.frames;
   // The bound side signs outside the socket's lock: a reply's tag over
   // megabytes must not hold up the other handler threads' replies.
@@ -514,7 +584,13 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& m
     trailer = van_auth::Trailer(session->key, van_auth::Direction::kToClient, to.session,
                                 session->next_send.fetch_add(1), parts);
   }
-  bool wake_io = false;
+  // deferring_replies belongs to the I/O thread: checked only there.
+  if (!to.outgoing() && std::this_thread::get_id() == io_thread_id.load() && deferring_replies) {
+    deferred_replies.push_back(
+        {to.routing_id, std::move(header), std::move(message), std::move(trailer)});
+    return Status::OK();
+  }
+  bool waiting = false;
   {
     std::lock_guard<std::mutex> lock(target.mu);
     if (target.closed) return Status::FailedPrecondition("van stopped");
@@ -539,21 +615,22 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& m
                    << e.what();
       return Status::Unavailable(absl::StrCat("send failed: ", e.what()));
     }
-    // Sending may have consumed the edge on the socket's ZMQ_FD that tells
-    // the I/O thread a reply is waiting; if one is, wake it explicitly. Not
-    // needed (and a ZeroMQ call saved) when the sender checks this socket
-    // again before it sleeps: the I/O thread itself (a reply from a handler
-    // run inline), or the caller receiving on the outgoing sockets.
-    const std::thread::id self = std::this_thread::get_id();
+    // Sending may have consumed the signal on the socket's ZMQ_FD that
+    // tells the thread watching it a message is waiting (ZeroMQ processes a
+    // socket's commands now and then on send). Only the receiving caller
+    // checks its sockets again before it sleeps (the I/O thread's replies
+    // are deferred, and a pass that sent some is followed by another); any
+    // other send that leaves a message waiting wakes the watchers.
     const bool sender_rechecks =
-        self == io_thread_id.load() || (to.outgoing() && receiving_thread.load() == self);
-    wake_io = !sender_rechecks && target.Readable();
+        to.outgoing() && receiving_thread.load() == std::this_thread::get_id();
+    waiting = !sender_rechecks && target.Readable();
   }
-  if (to.outgoing() && !io_polls_dealers.load() &&
-      receiving_thread.load() != std::this_thread::get_id()) {
-    wake_io = true;
+  if (waiting) {
+    // The I/O thread leaves the outgoing connections to a receiving caller;
+    // it is woken too, for a caller that was just leaving.
+    if (to.outgoing() && caller_receiving.load()) WakeReceivingCaller();
+    Wake();
   }
-  if (wake_io) Wake();
   return Status::OK();
 }
 
@@ -813,10 +890,15 @@ bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
 
 bool Van::ReceiveWhile(const std::function<void()>& start,
                        const std::function<bool()>& keep_waiting,
-                       std::chrono::steady_clock::time_point deadline,
-                       const std::function<bool()>& wake_io_after) {
+                       std::chrono::steady_clock::time_point deadline) {
   if (impl_->caller_receiving.exchange(true)) return false;
+  // Pairs with the fence after the I/O thread's deliveries (see
+  // caller_wake_fd).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   impl_->receiving_thread.store(std::this_thread::get_id());
+  // Closed before anything is sent: the replies this thread takes must not
+  // wake the I/O thread too.
+  const bool gated = impl_->SetDealerGate(false);
   if (start) start();
   std::vector<std::pair<LockedSocket*, int>> dealers;
   {
@@ -829,12 +911,20 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
   }
   std::vector<pollfd> items;
   for (auto& [socket, connection] : dealers) items.push_back({socket->fd, POLLIN, 0});
+  items.push_back({impl_->caller_wake_fd, POLLIN, 0});  // last
+  // After a poll: false on a poll error; consumes the I/O thread's wake-up.
+  auto polled = [&](int ready) {
+    if (ready > 0 && (items.back().revents & POLLIN)) {
+      // Before the sockets are checked again: a signal that comes later is
+      // seen later.
+      impl_->caller_signalled.store(false);
+      Impl::ClearSignal(impl_->caller_wake_fd);
+    }
+    return ready >= 0;
+  };
   auto spin_until = std::chrono::steady_clock::now() + impl_->options.busy_poll;
   while (!dealers.empty() && keep_waiting()) {
     int delivered = 0;
-    // Once the awaited reply is in, the rest of the socket is left to the
-    // I/O thread (woken at the end when replies are still due): a drain
-    // check costs two system calls inside ZeroMQ.
     for (auto& [socket, connection] : dealers)
       delivered += impl_->ReceiveReady(*socket, connection, &keep_waiting);
     auto now = std::chrono::steady_clock::now();
@@ -852,22 +942,36 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
              (now = std::chrono::steady_clock::now()) < spin_end) {
         Impl::YieldWhileSpinning();
       }
-      if (ready < 0) break;
+      if (!polled(ready)) break;
       continue;
     }
     // Short slices: the call may also complete elsewhere (the I/O thread's
     // deadline tick, a lost connection), which does not wake this poll.
     const auto slice = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
                                 impl_->options.tick);
-    if (Impl::PollFds(items, std::max(slice, std::chrono::milliseconds(1))) < 0) break;
+    if (!polled(Impl::PollFds(items, std::max(slice, std::chrono::milliseconds(1))))) break;
+  }
+  // The sockets are drained (two system calls each inside ZeroMQ): each is
+  // then left empty with its ZMQ_FD armed, so the next reply's arrival makes
+  // the gate's descriptor readable and wakes the I/O thread by itself. (A
+  // socket whose last receive found a message is not armed: ZeroMQ signals
+  // only a reader that found it empty, and the next reply would wait for
+  // the I/O thread's tick.)
+  // Until a round delivers nothing: a delivery may send on a socket drained
+  // before it.
+  for (int delivered = 1; delivered > 0;) {
+    delivered = 0;
+    for (auto& [socket, connection] : dealers)
+      delivered += impl_->ReceiveReady(*socket, connection);
   }
   impl_->receiving_thread.store(std::thread::id());
+  // Cleared before the gate opens: the I/O thread skips the outgoing
+  // connections while a caller receives, and a readable gate it skipped
+  // would keep waking it.
   impl_->caller_receiving.store(false);
-  // Replies that arrive from now on are the I/O thread's again; it may be
-  // asleep without watching the outgoing sockets. Wake it only when some are
-  // still expected: a caller making one blocking call after another then
-  // never wakes it (any later request wakes it in Send).
-  if (!wake_io_after || wake_io_after()) impl_->Wake();
+  const bool gate_open = gated && impl_->SetDealerGate(true);
+  const bool signalled = impl_->caller_signalled.exchange(false);
+  if (!gate_open || signalled) impl_->Wake();
   return true;
 }
 
@@ -881,9 +985,24 @@ void Van::Impl::RebuildPollItems() {
   polled_monitors.clear();
   poll_fds.push_back({wake_fd, POLLIN, 0});
   polled_router = router != nullptr;
-  if (router) polled_sockets.push_back(router.get());
+  if (router) {
+    polled_sockets.push_back(router.get());
+    poll_fds.push_back({router->fd, POLLIN, 0});
+  }
   for (auto& c : connections) polled_sockets.push_back(&c->dealer);
-  for (LockedSocket* s : polled_sockets) poll_fds.push_back({s->fd, POLLIN, 0});
+  // The outgoing connections are watched through the gate (see gate_fd).
+  for (; registered_dealers < connections.size(); ++registered_dealers) {
+    epoll_event e{};
+    e.events = EPOLLIN;
+    e.data.u64 = registered_dealers;
+    if (::epoll_ctl(dealer_epfd, EPOLL_CTL_ADD, connections[registered_dealers]->dealer.fd, &e) !=
+        0) {
+      // Its replies are then found on the next pass (at the latest a tick).
+      PLOG(ERROR) << "van: cannot watch the connection to "
+                  << connections[registered_dealers]->endpoint;
+    }
+  }
+  poll_fds.push_back({gate_fd, POLLIN, 0});
   for (size_t c = 0; c < connections.size(); ++c) {
     polled_monitors.emplace_back(static_cast<int>(c), &connections[c]->monitor);
     // Only this thread uses a monitor, so its ZMQ_FD's edge is never
@@ -907,18 +1026,9 @@ void Van::Impl::Loop() {
   };
   while (running.load(std::memory_order_relaxed)) {
     // While a waiting caller receives on the outgoing connections itself
-    // (ReceiveWhile), this thread does not sleep on them: two threads woken
-    // for one reply would fight over the 2 cores.
-    // Cleared before caller_receiving is read and set again only when this
-    // thread will watch the outgoing sockets, so a sender that reads it set
-    // can rely on this thread seeing its reply (see SendOn).
-    io_polls_dealers.store(false);
-    const bool caller_has_dealers = caller_receiving.load();
-    if (!caller_has_dealers) io_polls_dealers.store(true);
-    const size_t first_dealer = 1 + (polled_router ? 1 : 0);
-    for (size_t i = first_dealer; i < 1 + polled_sockets.size(); ++i) {
-      poll_fds[i].events = caller_has_dealers ? 0 : POLLIN;
-    }
+    // (ReceiveWhile), it keeps the gate closed, so this thread does not
+    // wake for them: two threads woken for one reply would fight over the 2
+    // cores.
     // Busy polling (VanOptions::busy_poll) after recent work. A turn in
     // which nothing signals and no tick is due skips the pass below: the
     // last pass left every socket drained, and a sender that consumes an
@@ -933,22 +1043,37 @@ void Van::Impl::Loop() {
       YieldWhileSpinning();
       continue;
     }
-    if (poll_fds[0].revents & POLLIN) {
-      uint64_t count;
-      [[maybe_unused]] ssize_t n = ::read(wake_fd, &count, sizeof(count));
-    }
+    if (poll_fds[0].revents & POLLIN) ClearSignal(wake_fd);
     // ZMQ_FD is edge-like and may have been consumed by a sender, so every
-    // socket is checked on every pass, not only those whose fd fired.
+    // socket is checked on every pass, not only those whose fd fired. The
+    // replies deferred during a pass are sent after it; sending may take
+    // that edge too (ZeroMQ processes a socket's commands now and then on
+    // send), so a pass that sent replies is followed by another, until one
+    // finds nothing to answer.
     int delivered = 0;
-    backlog = false;
-    for (size_t i = 0; i < polled_sockets.size(); ++i) {
-      // The router, when there is one, is first; dealers follow in id order.
-      const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
-      if (connection >= 0 && caller_receiving.load()) continue;
-      taken = 0;
-      delivered += ReceiveReady(*polled_sockets[i], connection, &keep_going);
-      backlog |= taken >= kMaxMessagesPerPass;
-    }
+    do {
+      backlog = false;
+      deferring_replies = polled_router;
+      for (size_t i = 0; i < polled_sockets.size(); ++i) {
+        // The router, when there is one, is first; dealers follow in id order.
+        const int connection = static_cast<int>(i) - (polled_router ? 1 : 0);
+        if (connection >= 0 && caller_receiving.load()) continue;
+        taken = 0;
+        const int got = ReceiveReady(*polled_sockets[i], connection, &keep_going);
+        delivered += got;
+        backlog |= taken >= kMaxMessagesPerPass;
+        if (connection >= 0 && got > 0) {
+          // Pairs with the fence in ReceiveWhile: either this thread sees
+          // the caller receiving, or the caller's keep_waiting() sees what
+          // was just delivered (see caller_wake_fd).
+          std::atomic_thread_fence(std::memory_order_seq_cst);
+          if (caller_receiving.load()) WakeReceivingCaller();
+        }
+      }
+      deferring_replies = false;
+      // A backlog is taken up by the next turn anyway (its poll does not
+      // sleep), after the tick and Stop() had theirs.
+    } while (FlushReplies() && !backlog && running.load(std::memory_order_relaxed));
     // A pass woken by nothing (the tick) reads every monitor as well, a
     // safety net that costs two system calls each every few milliseconds.
     HandleMonitors(/*all=*/ready == 0);
@@ -972,6 +1097,28 @@ void Van::Impl::Loop() {
   }
 }
 
+bool Van::Impl::FlushReplies() {
+  if (deferred_replies.empty()) return false;
+  LockedSocket& target = *polled_sockets[0];  // the router (replies exist only when bound)
+  {
+    std::lock_guard<std::mutex> lock(target.mu);
+    for (DeferredReply& r : deferred_replies) {
+      if (target.closed) break;
+      Route to;
+      to.routing_id = std::move(r.routing_id);
+      try {
+        SendLocked(target, to, r.header, r.message, r.trailer.empty() ? nullptr : &r.trailer);
+      } catch (const zmq::error_t& e) {
+        // EHOSTUNREACH: the caller that sent the request is gone.
+        LOG_EVERY_N(WARNING, 100) << "van: send of a reply (command " << r.message.header.command()
+                                  << ") failed: " << e.what();
+      }
+    }
+  }
+  deferred_replies.clear();
+  return true;
+}
+
 void Van::Impl::HandleMonitors(bool all) {
   const size_t first_monitor = poll_fds.size() - polled_monitors.size();
   for (size_t m = 0; m < polled_monitors.size(); ++m) {
@@ -984,12 +1131,14 @@ void Van::Impl::HandleMonitors(bool all) {
 int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
                             const std::function<bool()>* keep_going) {
   // One message per lock hold: delivering may send (an error reply), which
-  // needs this lock.
+  // needs this lock. No ZMQ_EVENTS check first: a receive that finds nothing
+  // processes ZeroMQ's commands just as that check would (re-arming the
+  // socket's ZMQ_FD), and a message that is there costs no system call.
   for (int delivered = 0;; ++delivered) {
     std::vector<zmq::message_t> parts;
     {
       std::lock_guard<std::mutex> lock(socket.mu);
-      if (!socket.Readable()) return delivered;
+      if (socket.closed) return delivered;
       bool more = true;
       while (more) {
         zmq::message_t part;

@@ -6,9 +6,12 @@
 // hand-off to the I/O thread is a wake-up, a large part of a small round
 // trip), and a thread blocked on a reply may receive it itself
 // (ReceiveWhile) while the I/O thread stands back from the outgoing sockets.
-// The I/O thread is woken only when it has to take part: a request sent
-// while it is not watching the outgoing sockets (unless the sender is the
-// thread receiving), a wait that ends with replies still due, Stop.
+// The I/O thread is woken only when it has to take part: a message for it
+// (ZeroMQ signals the socket's descriptor, which it watches), a send that
+// may have taken that signal from it, Stop. Replies its inline handlers make
+// during one receive pass go out together at the end of the pass. A thread
+// receiving in ReceiveWhile is woken the same ways, and by the I/O thread
+// when that delivers a reply the thread may be waiting for.
 //
 // A message on the wire is one ZeroMQ multipart message:
 //   [routing id (ROUTER side only)] [pb::Header] [frame 0] ... [frame n-1]
@@ -160,14 +163,21 @@ class Van {
   // Runs `start` (if any; typically it sends the requests), then receives
   // and delivers messages of all outgoing connections (calling the Receiver
   // on this thread) while keep_waiting() is true and `deadline` has not
-  // passed. Requests sent by this thread meanwhile never wake the I/O
-  // thread. On return the I/O thread is woken to take over the outgoing
-  // connections only if wake_io_after() (when given) is true, i.e. replies
-  // are still expected. Returns false at once, having done nothing (not
-  // even `start`), when another thread is already receiving.
+  // passed. keep_waiting() is checked again whenever a message of those
+  // connections was delivered, on this thread or another (the I/O thread
+  // may be delivering one as the wait begins); an outcome that comes
+  // otherwise (a deadline, a lost connection) is seen within
+  // VanOptions::tick. keep_waiting() must read what the Receiver wrote
+  // with acquire ordering or stronger (a future, a mutex, an atomic).
+  // Neither the requests this thread sends meanwhile nor the
+  // replies it takes wake the I/O thread (it stops watching the outgoing
+  // connections meanwhile, without being woken for it). On return every
+  // message already there is delivered too (on this thread), so the I/O
+  // thread is woken by the next one's arrival alone. Returns false at once,
+  // having done nothing (not even `start`), when another thread is already
+  // receiving.
   bool ReceiveWhile(const std::function<void()>& start, const std::function<bool()>& keep_waiting,
-                    std::chrono::steady_clock::time_point deadline,
-                    const std::function<bool()>& wake_io_after = nullptr);
+                    std::chrono::steady_clock::time_point deadline);
 
   // The endpoint of an outgoing connection, for error messages.
   // REQUIRES: connection was returned by Connect().

@@ -469,19 +469,59 @@ struct SparseSplit {
   std::vector<std::vector<uint64_t>> keys;
   // For each key of the request: its server and its position in
   // keys[server]. Positions are handed out in order of first occurrence.
+  // Empty when `identity`.
   std::vector<uint16_t> server;
   std::vector<uint32_t> position;
+  // One server and no key repeated: keys[0] is the request's keys, key i at
+  // position i, and values move between the request and the frames in one
+  // block.
+  bool identity = false;
+
+  // With identity: the request's key count (keys[0] may be left empty).
+  size_t identity_count = 0;
+
+  uint16_t server_of(size_t i) const { return identity ? 0 : server[i]; }
+  uint32_t position_of(size_t i) const { return identity ? static_cast<uint32_t>(i) : position[i]; }
+  // Distinct keys of server s.
+  size_t count(size_t s) const { return identity ? identity_count : keys[s].size(); }
 };
 
+// Keys in strictly increasing order repeat none (the order ps-lite demands
+// and sorted-unique batches have): checked in one pass, far cheaper than
+// the de-duplication table.
+bool StrictlyIncreasing(std::span<const uint64_t> keys) {
+  bool increasing = true;
+  for (size_t i = 1; i < keys.size(); ++i) increasing &= keys[i - 1] < keys[i];
+  return increasing;
+}
+
+// `copy_identity`: whether an identity split copies the keys into keys[0]
+// (a caller that sends the request's own keys leaves it empty).
 SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t>& server_of_shard,
-                      const KeySharder& sharder, int num_servers) {
+                      const KeySharder& sharder, int num_servers, bool copy_identity = true) {
   SparseSplit split;
   split.keys.resize(num_servers);
+  const bool unique = StrictlyIncreasing(keys);
+  if (unique && num_servers == 1) {
+    split.identity = true;
+    split.identity_count = keys.size();
+    if (copy_identity) split.keys[0].assign(keys.begin(), keys.end());
+    return split;
+  }
   // Room for an even share (and a margin): no regrowth while filling.
   const size_t share = num_servers == 1 ? keys.size() : keys.size() / num_servers * 5 / 4 + 16;
   for (auto& server_keys : split.keys) server_keys.reserve(share);
   split.server.resize(keys.size());
   split.position.resize(keys.size());
+  if (unique) {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const uint16_t s = server_of_shard[sharder.OfHash(Mix64(keys[i]))];
+      split.position[i] = static_cast<uint32_t>(split.keys[s].size());
+      split.keys[s].push_back(keys[i]);
+      split.server[i] = s;
+    }
+    return split;
+  }
   // One table per thread, reused: see KeyDeduper.
   thread_local KeyDeduper seen;
   seen.Reset(keys.size());
@@ -512,7 +552,8 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
 }
 
 // Moves each server's distinct keys into a frame-ready array (pieces are
-// segments of it); split.keys is left empty.
+// segments of it); split.keys is left empty. (An identity split of the
+// caller's own SArray uses that instead.)
 std::vector<SArray<uint64_t>> TakeServerKeys(SparseSplit& split) {
   std::vector<SArray<uint64_t>> out;
   out.reserve(split.keys.size());
@@ -541,7 +582,7 @@ std::vector<Piece> CutPieces(const SparseSplit& split, size_t width, size_t max_
   if (keys_per_piece) keys_per_piece->assign(split.keys.size(), 1);
   const size_t key_bytes = std::max<size_t>(width, 1) * sizeof(float);
   for (size_t s = 0; s < split.keys.size(); ++s) {
-    const size_t n = split.keys[s].size();
+    const size_t n = split.count(s);
     if (n == 0) {
       if (every_server) pieces.push_back({static_cast<int>(s), 0, 0, 0, 1});
       continue;
@@ -594,14 +635,14 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
   // reply is scattered by walking only its own keys. (With one piece that
   // is every position: no list.)
   auto by_piece = std::make_shared<std::vector<std::vector<uint32_t>>>();
-  if (pieces->size() > 1) {
+  if (pieces->size() > 1 && !split->identity) {
     std::vector<uint32_t> first_piece(num_servers(), 0);
     for (size_t g = pieces->size(); g-- > 0;)
       first_piece[(*pieces)[g].server] = static_cast<uint32_t>(g);
     by_piece->resize(pieces->size());
     for (uint32_t i = 0; i < keys.size(); ++i) {
-      const int s = split->server[i];
-      (*by_piece)[first_piece[s] + split->position[i] / keys_per_piece[s]].push_back(i);
+      const int s = split->server_of(i);
+      (*by_piece)[first_piece[s] + split->position_of(i) / keys_per_piece[s]].push_back(i);
     }
   }
   const std::vector<SArray<uint64_t>> server_keys = TakeServerKeys(*split);
@@ -625,6 +666,12 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
                                                  " floats for ", p.count, " keys of dim ", dim));
         }
         const float* reply_values = got->data();
+        if (split->identity) {
+          // The piece's positions are request indices [first, first + count).
+          std::memcpy(values.data() + size_t{p.first} * dim, reply_values,
+                      got->size() * sizeof(float));
+          return Status::OK();
+        }
         auto scatter = [&](size_t i) {
           CopyFloats(reply_values + static_cast<size_t>(split->position[i] - p.first) * dim, dim,
                      values.data() + i * dim);
@@ -640,8 +687,9 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
 
 std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
                                          std::span<const uint64_t> keys,
-                                         std::span<const float> values,
-                                         const PushOptions& options) {
+                                         std::span<const float> values, const PushOptions& options,
+                                         const SArray<uint64_t>* shared_keys,
+                                         const SArray<float>* shared_values) {
   const bool delta = command == pb::PS_PUSH_SPARSE_DELTA;
   const char* what = delta ? "push_sparse_delta" : "push_sparse_grad";
   auto route = Route(table, /*sparse=*/true);
@@ -660,7 +708,11 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   }
   const bool sync = !delta && job_.distributed.mode == SyncMode::kSync;
   if (Status s = RequireStepInSyncMode(sync, options, table); !s.ok()) return Ready(s);
-  SparseSplit split = SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers());
+  // Shared arrays are sent as they are when the split leaves them whole.
+  const bool zero_copy = shared_keys != nullptr && shared_values != nullptr;
+  SparseSplit split =
+      SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers(), /*copy_identity=*/!zero_copy);
+  const bool send_shared = zero_copy && split.identity;
   // Sync mode: the server merges exactly one push per worker and step, so
   // a server's part is never cut; and every server waits for every
   // worker's push of a step, so servers without keys from us still get an
@@ -673,18 +725,21 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
   size_t distinct = 0;
   for (int s = 0; s < num_servers(); ++s) {
-    distinct += split.keys[s].size();
-    grads[s] = push_buffers_->Get<float>(split.keys[s].size() * dim);
+    distinct += split.count(s);
+    grads[s] = send_shared ? *shared_values : push_buffers_->Get<float>(split.count(s) * dim);
     if (with_counts) {
-      shows[s] = SArray<float>::Uninitialized(split.keys[s].size());
-      clicks[s] = SArray<float>::Uninitialized(split.keys[s].size());
+      shows[s] = SArray<float>::Uninitialized(split.count(s));
+      clicks[s] = SArray<float>::Uninitialized(split.count(s));
     }
   }
   // Without repeated keys each row has one source, found by position, and
   // a piece is gathered right before it is sent: the first pieces are on
   // the wire while the later ones are gathered.
   std::vector<std::vector<uint32_t>> source;
-  if (distinct == keys.size() && pieces.size() > 1) {
+  if (split.identity) {
+    // Rows are the request's, in order: each piece is copied in one block
+    // right before it is sent.
+  } else if (distinct == keys.size() && pieces.size() > 1) {
     source.resize(num_servers());
     for (int s = 0; s < num_servers(); ++s) source[s].resize(split.keys[s].size());
     for (uint32_t i = 0; i < keys.size(); ++i) source[split.server[i]][split.position[i]] = i;
@@ -710,12 +765,23 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
       }
     }
   }
-  const std::vector<SArray<uint64_t>> server_keys = TakeServerKeys(split);
+  const std::vector<SArray<uint64_t>> server_keys =
+      send_shared ? std::vector<SArray<uint64_t>>{*shared_keys} : TakeServerKeys(split);
   const pb::PsRequestMeta meta = PushMeta(options);
   auto make = [&](size_t g) -> Outgoing {
     const Piece& p = pieces[g];
     const size_t end = size_t{p.first} + p.count;
-    if (!source.empty()) {
+    if (split.identity) {
+      // Shared: the values frame is a segment of the caller's array.
+      if (!send_shared) {
+        std::memcpy(grads[0].data() + p.first * dim, values.data() + p.first * dim,
+                    p.count * dim * sizeof(float));
+      }
+      if (with_counts) {
+        std::copy_n(options.shows.data() + p.first, p.count, shows[0].data() + p.first);
+        std::copy_n(options.clicks.data() + p.first, p.count, clicks[0].data() + p.first);
+      }
+    } else if (!source.empty()) {
       for (size_t pos = p.first; pos < end; ++pos) {
         const size_t i = source[p.server][pos];
         CopyFloats(values.data() + i * dim, dim, grads[p.server].data() + pos * dim);
@@ -748,6 +814,23 @@ std::future<Status> PsClient::PushSparseGradAsync(uint32_t table, std::span<cons
                                                   std::span<const float> grads,
                                                   const PushOptions& options) {
   return SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys, grads, options);
+}
+
+Status PsClient::PushSparseGrad(uint32_t table, const SArray<uint64_t>& keys,
+                                const SArray<float>& grads, const PushOptions& options) {
+  return Blocking(
+      [&] {
+        return SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys.span(), grads.span(), options, &keys,
+                          &grads);
+      },
+      options.timeout);
+}
+
+std::future<Status> PsClient::ZPushSparseGrad(uint32_t table, const SArray<uint64_t>& keys,
+                                              const SArray<float>& grads,
+                                              const PushOptions& options) {
+  return SendSparse(pb::PS_PUSH_SPARSE_GRAD, table, keys.span(), grads.span(), options, &keys,
+                    &grads);
 }
 
 Status PsClient::PushSparseDelta(uint32_t table, std::span<const uint64_t> keys,

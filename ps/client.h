@@ -6,7 +6,9 @@
 // Sparse requests: keys are de-duplicated before sending (a pull fetches
 // each key once and copies it to every position it appears at; a push sums
 // the gradients, shows and clicks of duplicate keys). Any key order and
-// duplicates are fine.
+// duplicates are fine; keys in strictly increasing order (sorted, unique:
+// what ps-lite demands) skip the de-duplication table, and with one server
+// their values move in one block.
 //
 // Buffer lifetime: the blocking calls are done with caller buffers when they
 // return. The *Async calls read `keys`/`grads` before returning, but write
@@ -122,6 +124,17 @@ class PsClient {
   std::future<Status> PushSparseGradAsync(uint32_t table, std::span<const uint64_t> keys,
                                           std::span<const float> grads,
                                           const PushOptions& options = {});
+  // Zero-copy pushes (ps-lite's ZPush): when a request goes to its server
+  // as it is (one server, keys in strictly increasing order), its frames
+  // are segments of `keys` and `grads` themselves, shared with the
+  // transport; otherwise they are gathered as above. The caller must not
+  // change the arrays' elements until the call returned (blocking) or its
+  // future is ready; the SArrays keep the memory alive for the transport,
+  // which may hold it a little longer (a lost or timed-out request).
+  Status PushSparseGrad(uint32_t table, const SArray<uint64_t>& keys, const SArray<float>& grads,
+                        const PushOptions& options = {});
+  std::future<Status> ZPushSparseGrad(uint32_t table, const SArray<uint64_t>& keys,
+                                      const SArray<float>& grads, const PushOptions& options = {});
   // Geo: value += delta for each key.
   Status PushSparseDelta(uint32_t table, std::span<const uint64_t> keys,
                          std::span<const float> deltas, const PushOptions& options = {});
@@ -214,9 +227,13 @@ class PsClient {
   std::future<Status> Broadcast(std::vector<std::optional<Message>> requests,
                                 std::chrono::milliseconds timeout, const std::string& what,
                                 std::function<Status(int server, const Message&)> on_reply);
+  // `shared_keys` / `shared_values` (both or neither): the same arrays as
+  // `keys` / `values`, sent without copying when the split allows.
   std::future<Status> SendSparse(pb::PsCommand command, uint32_t table,
                                  std::span<const uint64_t> keys, std::span<const float> values,
-                                 const PushOptions& options);
+                                 const PushOptions& options,
+                                 const SArray<uint64_t>* shared_keys = nullptr,
+                                 const SArray<float>* shared_values = nullptr);
   std::future<Status> SendDense(pb::PsCommand command, uint32_t table, SArray<float> values,
                                 const PushOptions& options);
   // A copy of a blocking call's values that the transport may keep.

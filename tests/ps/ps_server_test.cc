@@ -175,6 +175,53 @@ TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
   }
 }
 
+TEST(PsServerTest, ZeroCopyPushesLeaveTheSameTablesAsCopiedOnes) {
+  // The zero-copy pushes send segments of the caller's SArrays when the
+  // request goes out whole (one server, increasing keys), cut into pieces
+  // or not, and gather otherwise; each must leave what the copying push
+  // leaves, with and without CTR counts.
+  const std::string tables = Tables() +
+                             "  - {id: 2, kind: sparse, dim: 2, accessor: ctr, shard_num: 8,\n"
+                             "     optimizer: {rule: adagrad, learning_rate: 0.1},\n"
+                             "     ctr: {embed_dim: 1, embedx_threshold: 1, nonclk_coeff: 0.5}}\n";
+  for (const auto& [servers, max_bytes] : {std::pair{1, 0}, std::pair{1, 48}, std::pair{2, 48}}) {
+    for (bool sorted : {true, false}) {
+      std::vector<uint64_t> key_list;
+      for (uint64_t i = 0; i < 200; ++i)
+        key_list.push_back(sorted ? i * 7919 + 3 : (200 - i) * 7919 + 3);
+      const SArray<uint64_t> keys(key_list.data(), key_list.size());
+      const std::string job = "Distributed: {mode: async, timeout_ms: 10000, max_request_bytes: " +
+                              std::to_string(max_bytes) + "}\n" + tables;
+      PsCluster copied(MakeJob(job), servers, 1), shared(MakeJob(job), servers, 1);
+      for (uint32_t table : {0u, 2u}) {
+        const size_t dim = copied.client(0).PushDim(table);
+        SArray<float> grads(keys.size() * dim);
+        for (size_t i = 0; i < grads.size(); ++i)
+          grads[i] = 0.125f * static_cast<float>(i % 11) - 0.5f;
+        std::vector<float> shows(keys.size(), 2.0f), clicks(keys.size(), 1.0f);
+        PushOptions counts;
+        if (table == 2) {
+          counts.shows = shows;
+          counts.clicks = clicks;
+        }
+        ASSERT_TRUE(copied.client(0).PushSparseGrad(table, keys.span(), grads.span(), counts).ok());
+        ASSERT_TRUE(copied.client(0).PushSparseGrad(table, keys.span(), grads.span(), counts).ok());
+        // The blocking and the asynchronous zero-copy push, one each.
+        ASSERT_TRUE(shared.client(0).PushSparseGrad(table, keys, grads, counts).ok());
+        Status s = shared.client(0).ZPushSparseGrad(table, keys, grads, counts).get();
+        ASSERT_TRUE(s.ok()) << s.ToString();
+        const size_t pull_dim = copied.client(0).PullDim(table);
+        std::vector<float> want(keys.size() * pull_dim), got(keys.size() * pull_dim);
+        ASSERT_TRUE(copied.client(0).PullSparse(table, keys.span(), want).ok());
+        ASSERT_TRUE(shared.client(0).PullSparse(table, keys.span(), got).ok());
+        EXPECT_EQ(got, want) << "table " << table << ", " << servers
+                             << " servers, max_request_bytes " << max_bytes
+                             << (sorted ? ", sorted keys" : ", unsorted keys");
+      }
+    }
+  }
+}
+
 TEST(PsServerTest, PullOfUnseenKeysGivesInitialValues) {
   PsCluster cluster(Job("async"), 3, 1);
   for (size_t n : {0u, 1u, 1000u}) {
