@@ -206,8 +206,13 @@ std::string ClusterSpec::ToString() const {
 namespace {
 
 // The variables a LauncherEnv is read from, in the order the summary shows them.
-constexpr const char* kTorchVariables[] = {
-    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+constexpr const char* kTorchVariables[] = {"RANK",
+                                           "WORLD_SIZE",
+                                           "LOCAL_RANK",
+                                           "LOCAL_WORLD_SIZE",
+                                           "MASTER_ADDR",
+                                           "MASTER_PORT",
+                                           "TORCHELASTIC_USE_AGENT_STORE"};
 constexpr const char* kPaddleVariables[] = {"TRAINING_ROLE",
                                             "PADDLE_PSERVERS_IP_PORT_LIST",
                                             "PADDLE_TRAINER_ENDPOINTS",
@@ -244,8 +249,23 @@ Status ReadTorchEnv(const EnvLookup& env, LauncherEnv& out) {
   if (addr) {
     FLEET_ASSIGN_OR_RETURN(Endpoint master, ParseEndpoint(absl::StrCat(*addr, ":", *port),
                                                           "MASTER_ADDR:MASTER_PORT (torchrun's)"));
-    set("FLEET_KV_ENDPOINT", master.ToString(), "MASTER_ADDR:MASTER_PORT");
+    // torchrun's agent hosts its own store on MASTER_PORT when it says so
+    // (its static rendezvous, and c10d's since torch 2.4); the job's KV
+    // store then takes the next port, which every rank can compute.
+    const char* from = "MASTER_ADDR:MASTER_PORT";
+    if (env("TORCHELASTIC_USE_AGENT_STORE") == "True") {
+      if (master.port >= 65535) {
+        return Status::InvalidArgument(
+            "under torchrun's agent store rank 0 hosts the job's KV store on MASTER_PORT+1; "
+            "give a MASTER_PORT below 65535",
+            absl::StrCat("MASTER_PORT=", *port));
+      }
+      ++master.port;
+      from = "MASTER_ADDR:MASTER_PORT+1";
+    }
+    set("FLEET_KV_ENDPOINT", master.ToString(), from);
     out.host_kv_store = master.ToString();
+    out.host_kv_store_from = from;
     one_host = master.host.starts_with("127.") || master.host == "localhost";
   }
   if (env("LOCAL_WORLD_SIZE")) {

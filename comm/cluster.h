@@ -130,7 +130,9 @@ EnvLookup EnvFromMap(std::map<std::string, std::string> vars);
 //     divides WORLD_SIZE; 1 without it when MASTER_ADDR is loopback),
 //     LOCAL_RANK -> FLEET_DEVICE cuda:LOCAL_RANK on a machine with GPUs,
 //     MASTER_ADDR:MASTER_PORT -> FLEET_KV_ENDPOINT, which rank 0 hosts (as
-//     torch's env:// rank 0 hosts its store on MASTER_PORT): host_kv_store.
+//     torch's env:// rank 0 hosts its store on MASTER_PORT): host_kv_store;
+//     MASTER_PORT+1 instead when TORCHELASTIC_USE_AGENT_STORE=True (torchrun's
+//     agent holds MASTER_PORT with its own store).
 //   Paddle's parameter-server launcher (ps_server, ps_worker, heter_worker):
 //     TRAINING_ROLE (PSERVER, TRAINER, HETER_TRAINER) -> the role, checked
 //     against the program's; PADDLE_PSERVERS_IP_PORT_LIST -> FLEET_SERVERS;
@@ -153,6 +155,9 @@ struct LauncherEnv {
   // Set for torchrun's variables: the address rank 0 hosts the job's KV
   // store on (MASTER_ADDR:MASTER_PORT); ProcessContext does.
   std::optional<std::string> host_kv_store;
+  // The variables host_kv_store came from, for messages:
+  // "MASTER_ADDR:MASTER_PORT" or "MASTER_ADDR:MASTER_PORT+1".
+  std::string host_kv_store_from;
 };
 
 // Reads the variables above for a process of `role` (the program's) from

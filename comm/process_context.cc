@@ -48,7 +48,7 @@ Result<std::unique_ptr<ProcessContext>> ProcessContext::Create(ProcessContextOpt
   }
   if (launcher.host_kv_store && spec.rank == 0 && spec.kv_endpoint &&
       spec.kv_endpoint->ToString() == *launcher.host_kv_store) {
-    FLEET_RETURN_IF_ERROR(ctx->HostKvStore(*launcher.host_kv_store));
+    FLEET_RETURN_IF_ERROR(ctx->HostKvStore(*launcher.host_kv_store, launcher.host_kv_store_from));
   }
   if (spec.role != options.role) {
     return Status::InvalidArgument(
@@ -71,27 +71,27 @@ Result<std::unique_ptr<ProcessContext>> ProcessContext::Create(ProcessContextOpt
   return ctx;
 }
 
-Status ProcessContext::HostKvStore(const std::string& listen) {
+Status ProcessContext::HostKvStore(const std::string& listen, const std::string& from) {
   if (spec_.auth && !spec_.credentials) {
     return Status::InvalidArgument(
-        absl::StrCat("rank 0 hosts the job's KV store on MASTER_ADDR:MASTER_PORT (", listen,
+        absl::StrCat("rank 0 hosts the job's KV store on ", from, " (", listen,
                      ", as torch's env:// does) and auth is on: give every rank the same job "
                      "secret (FLEET_JOB_SECRET, or --job_secret_file=FILE of mode 600), or "
                      "--auth=off on a trusted network"),
-        "torchrun's MASTER_ADDR/MASTER_PORT");
+        absl::StrCat("torchrun's ", from));
   }
   hosted_store_ = std::make_unique<KvStoreServer>(
       KvStoreServerOptions{.listen = listen, .auth = spec_.credentials});
   if (Status st = hosted_store_->Start(); !st.ok()) {
     return Status::Unavailable(
-        absl::StrCat("rank 0 cannot host the job's KV store on MASTER_ADDR:MASTER_PORT (",
-                     st.message(),
-                     "); under torchrun its own store holds that port: start the ranks with "
-                     "fleetrun --nproc_per_node=N instead"),
+        absl::StrCat("rank 0 cannot host the job's KV store on ", from, " (", st.message(),
+                     "): another process holds that port; give "
+                     "torchrun another --master_port, or start the "
+                     "ranks with fleetrun --nproc_per_node=N"),
         listen);
   }
   LOG(INFO) << program_ << ": rank 0 hosts the job's KV store on " << hosted_store_->endpoint()
-            << " (torchrun's MASTER_ADDR:MASTER_PORT)";
+            << " (torchrun's " << from << ")";
   return Status::OK();
 }
 

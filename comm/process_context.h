@@ -142,8 +142,9 @@ class ProcessContext {
  private:
   ProcessContext() = default;
   void OnSignal(int signal);
-  // Serves the job's KV store on `listen` (torchrun's rank 0).
-  Status HostKvStore(const std::string& listen);
+  // Serves the job's KV store on `listen` (torchrun's rank 0), which came
+  // from torchrun's variables `from` ("MASTER_ADDR:MASTER_PORT").
+  Status HostKvStore(const std::string& listen, const std::string& from);
 
   // Fixed after Create.
   std::string program_;

@@ -193,6 +193,33 @@ TEST_F(ClusterSpecTest, TorchrunsVariablesPlaceACollectiveRank) {
       << spec->ToString();
 }
 
+// torchrun's agent holds MASTER_PORT with its own store (it says so in
+// TORCHELASTIC_USE_AGENT_STORE): the job's store takes the next port.
+TEST_F(ClusterSpecTest, UnderTorchrunsAgentStoreTheJobsStoreTakesTheNextPort) {
+  auto spec = SpecUnderLauncher(Role::kCollective, {{"RANK", "0"},
+                                                    {"WORLD_SIZE", "2"},
+                                                    {"MASTER_ADDR", "127.0.0.1"},
+                                                    {"MASTER_PORT", "29511"},
+                                                    {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  ASSERT_TRUE(spec.ok()) << spec.status().ToString();
+  ASSERT_TRUE(spec->kv_endpoint.has_value());
+  EXPECT_EQ(spec->kv_endpoint->ToString(), "127.0.0.1:29512");
+  auto launcher =
+      ReadLauncherEnv(Role::kCollective, EnvFromMap({{"MASTER_ADDR", "127.0.0.1"},
+                                                     {"MASTER_PORT", "29511"},
+                                                     {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  ASSERT_TRUE(launcher.ok()) << launcher.status().ToString();
+  EXPECT_EQ(launcher->host_kv_store, "127.0.0.1:29512");
+  EXPECT_EQ(launcher->host_kv_store_from, "MASTER_ADDR:MASTER_PORT+1");
+  auto last_port =
+      ReadLauncherEnv(Role::kCollective, EnvFromMap({{"MASTER_ADDR", "127.0.0.1"},
+                                                     {"MASTER_PORT", "65535"},
+                                                     {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
+  ASSERT_FALSE(last_port.ok());
+  EXPECT_NE(last_port.status().ToString().find("MASTER_PORT below 65535"), std::string::npos)
+      << last_port.status().ToString();
+}
+
 TEST_F(ClusterSpecTest, FleetsOwnVariablesAndFlagsWinOverTorchruns) {
   SetFlag("rank", "0");
   auto spec = SpecUnderLauncher(Role::kCollective,
