@@ -125,13 +125,15 @@ data::MnistFiles FilesFromFlags() {
   return files;
 }
 
-int Fail(const ClusterSpec& spec, const Status& st, int code) {
-  const std::string text =
-      absl::StrCat("mnist_mlp rank ", spec.rank, " of ", spec.world_size, ": ", st.ToString());
-  // Once, on stderr (under fleetrun the process's log): a glog line too
-  // would print it twice.
-  std::cerr << text << std::endl;
+// Once, on stderr (under fleetrun the process's log): a glog line too
+// would print it twice. `where` is "mnist_mlp" before the process knows its
+// rank, "mnist_mlp rank R of N" after.
+int Fail(const std::string& where, const Status& st, int code) {
+  std::cerr << where << ": " << st.ToString() << std::endl;
   return code;
+}
+int Fail(const ClusterSpec& spec, const Status& st, int code) {
+  return Fail(absl::StrCat("mnist_mlp rank ", spec.rank, " of ", spec.world_size), st, code);
 }
 
 ProgramHelp MnistHelp() {
@@ -170,7 +172,7 @@ int MnistMain(int argc, char** argv) {
 
   Result<std::unique_ptr<ProcessContext>> context =
       trainer::collective::CollectiveRankContext("mnist_mlp");
-  if (!context.ok()) return Fail(ClusterSpec(), context.status(), kExitUsage);
+  if (!context.ok()) return Fail("mnist_mlp", context.status(), kExitUsage);
   const ClusterSpec& spec = (*context)->spec();
   const EnvLookup& env = (*context)->env();
   Result<trainer::Device> device = trainer::ParseDevice((*context)->device());
