@@ -1,9 +1,14 @@
 #include "launch/peer_watch.h"
 
 #include <cstdio>
+#include <optional>
 #include <random>
+#include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 
 namespace fleet::launch {
 namespace {
@@ -24,11 +29,45 @@ std::string Seconds(Clock::duration d) {
 // "<beat>|<description>" -> description.
 std::string Description(const std::string& value) { return value.substr(value.find('|') + 1); }
 
-// "<incarnation>.<beat>|..." -> incarnation ("" for a value without one).
+// "<incarnation>.<beat>.<quiet ms>|..." -> incarnation ("" for a value
+// without one).
 std::string Incarnation(const std::string& value) {
   const std::string beat = value.substr(0, value.find('|'));
   const size_t dot = beat.find('.');
   return dot == std::string::npos ? std::string() : beat.substr(0, dot);
+}
+
+// "<incarnation>.<beat>.<quiet ms>|...": the beat's number and how long its
+// sender had been without an answer of the store when it wrote it; nullopt
+// for a value without them.
+struct BeatStamp {
+  uint64_t beat = 0;
+  int64_t quiet_ms = 0;
+};
+std::optional<BeatStamp> StampOf(const std::string& value) {
+  const std::vector<std::string> parts = absl::StrSplit(value.substr(0, value.find('|')), '.');
+  BeatStamp stamp;
+  if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &stamp.beat) ||
+      !absl::SimpleAtoi(parts[2], &stamp.quiet_ms)) {
+    return std::nullopt;
+  }
+  return stamp;
+}
+
+// Whether `value`, a beat of the incarnation a peer was judged gone in,
+// makes it rejoin: counted while beat numbers increase past `*last` (a
+// request delivered late may carry an older one), a rejoin from the
+// second on once its sender had the store's answer within 1.5 beats. A
+// fleetrun cut off writes beats whose quiet time grows (its requests go
+// unanswered), and TCP may deliver them after the cut, after that fleetrun
+// itself gave up and exited.
+bool FreshBeatOfTheOldOne(int* fresh_beats, uint64_t* last, const std::string& value,
+                          std::chrono::milliseconds beat_every) {
+  const std::optional<BeatStamp> stamp = StampOf(value);
+  if (!stamp || stamp->beat <= *last) return false;
+  *last = stamp->beat;
+  const bool answered = 2 * stamp->quiet_ms <= 3 * beat_every.count();
+  return ++*fresh_beats >= 2 && answered;
 }
 
 bool Ended(const std::string& value) {
@@ -83,10 +122,15 @@ std::optional<std::string> PeerWatch::failure() const {
 }
 
 std::string PeerWatch::SelfValue() {
-  // "<incarnation>.<beat>|<name>": a fleetrun started again for this host
-  // beats under another incarnation, which tells the peers it rejoined.
+  // "<incarnation>.<beat>.<quiet ms>|<name>": a fleetrun started again for
+  // this host beats under another incarnation, which tells the peers it
+  // rejoined; the quiet time (since the store last answered this watch)
+  // tells a beat of a live fleetrun back from a cut from one it wrote
+  // during the cut that the network delivered late.
   std::string name = options_.self_name + (processes_.empty() ? "" : " (" + processes_ + ")");
-  return incarnation_ + "." + std::to_string(++beat_) + "|" + name;
+  const auto quiet =
+      std::chrono::duration_cast<milliseconds>(Clock::now() - last_store_answer_.load());
+  return absl::StrCat(incarnation_, ".", ++beat_, ".", quiet.count(), "|", name);
 }
 
 void PeerWatch::MarkFailed(const std::string& what) {
@@ -167,7 +211,7 @@ bool PeerWatch::StoreFailed(const Status& error) {
   // request would wait out its own timeout (a store cut off silently
   // answers nothing), so the round ends here. The store is lost once it has
   // not answered for peer_timeout.
-  const auto silent = Clock::now() - last_store_answer_;
+  const auto silent = Clock::now() - last_store_answer_.load();
   if (silent < options_.peer_timeout) return false;
   std::lock_guard<std::mutex> lock(mu_);
   if (failure_ || ended_) return false;
@@ -198,7 +242,7 @@ bool PeerWatch::Round() {
   const Status beat = SetSelf(mine, options_.request_budget);
   beat_lock.unlock();
   if (!beat.ok()) return StoreFailed(beat);
-  last_store_answer_ = Clock::now();
+  last_store_answer_.store(Clock::now());
   Result<std::string> marker = kv_->Get(kFailedKey, options_.request_budget);
   if (!marker.ok() && !marker.status().IsNotFound()) return StoreFailed(marker.status());
   if (marker.ok()) why = "job failed: " + *marker;
@@ -220,9 +264,10 @@ bool PeerWatch::Round() {
         seen.value = *value;
         seen.ended = true;
       } else if (value->starts_with("done|") || Incarnation(*value) != seen.gone_incarnation ||
-                 ++seen.fresh_beats >= 2) {
-        // A new fleetrun there, or two beats of the old one (one alone may
-        // be a request sent before a cut that the network delivered after).
+                 FreshBeatOfTheOldOne(&seen.fresh_beats, &seen.fresh_beat, *value,
+                                      options_.beat_every)) {
+        // A new fleetrun there, or the old one beating again after a
+        // request the store answered.
         notes.push_back(Description(*value) + " rejoined the job after " +
                         Seconds(now - seen.changed) + " without heartbeat");
         seen = Seen{.value = *value, .changed = now, .joined = true, .ended = Ended(*value)};
@@ -249,6 +294,8 @@ bool PeerWatch::Round() {
         seen.gone_since = now;
         seen.gone_incarnation = Incarnation(seen.value);
         seen.fresh_beats = 0;
+        const std::optional<BeatStamp> last = StampOf(seen.value);
+        seen.fresh_beat = last ? last->beat : 0;
         notes.push_back(name + how + "; waiting up to " + Seconds(options_.rejoin_timeout) +
                         " for a fleetrun started there again to rejoin (--max_restart)");
       } else if (!may_rejoin || now - seen.gone_since >= options_.rejoin_timeout) {

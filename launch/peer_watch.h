@@ -21,6 +21,7 @@
 // Thread-safe: the watch thread and the caller share state under a mutex.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -107,7 +108,11 @@ class PeerWatch {
     bool awaiting_rejoin = false;                           // gone, within rejoin_timeout
     std::chrono::steady_clock::time_point gone_since = {};  // when awaiting_rejoin began
     std::string gone_incarnation = {};                      // of its last beat then
-    int fresh_beats = 0;  // new beats since then of that incarnation (two make a rejoin)
+    // New beats since then of that incarnation, counted while their
+    // numbers increase; a rejoin once one of them, after the first, was
+    // sent by a watch the store answered within the last 1.5 beats.
+    int fresh_beats = 0;
+    uint64_t fresh_beat = 0;  // the number of the last one counted
   };
   void Loop();
   // One round: beat, read the marker and the peers. Sets failure_.
@@ -145,8 +150,9 @@ class PeerWatch {
   std::chrono::milliseconds FinalWriteBudget() const;
   // The watch failed for the store's loss.
   bool store_lost_ = false;  // guarded by mu_
-  // Watch thread only: when the store last answered a request.
-  std::chrono::steady_clock::time_point last_store_answer_ = started_;
+  // When the store last answered a request of the watch thread (written
+  // there; read by every beat, SetProcesses' too).
+  std::atomic<std::chrono::steady_clock::time_point> last_store_answer_{started_};
   std::thread thread_;
 };
 

@@ -264,6 +264,69 @@ TEST_F(PeerWatchTest, APeerMayRejoinWithinTheRejoinTimeout) {
   EXPECT_NE(why.find("no fleetrun rejoined for it within 1.5 s"), std::string::npos) << why;
 }
 
+// Under --max_restart, beats of the old fleetrun after it was judged gone
+// make a rejoin only when its sender had the store's answer lately: beats
+// it wrote while cut off (their quiet time grows), which TCP delivered after
+// the cut, perhaps after that fleetrun gave up and exited, do not. (They
+// did: two of them counted as a rejoin, and the job failed a whole wait
+// later.)
+class OldFleetrunTest : public PeerWatchTest, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(OldFleetrunTest, RejoinsOnlyByBeatsWrittenWithTheStoresAnswer) {
+  {
+    const bool back = GetParam();
+    auto notes = std::make_shared<std::vector<std::string>>();
+    auto mu = std::make_shared<std::mutex>();
+    PeerWatchOptions rejoin;
+    rejoin.rejoin_timeout = milliseconds(1500);
+    rejoin.note = [notes, mu](const std::string& line) {
+      std::lock_guard<std::mutex> lock(*mu);
+      notes->push_back(line);
+    };
+    auto seen = [notes, mu](const std::string& text) {
+      std::lock_guard<std::mutex> lock(*mu);
+      for (const std::string& n : *notes) {
+        if (n.find(text) != std::string::npos) return true;
+      }
+      return false;
+    };
+    const std::string peer = "2";
+    const std::string key = "hosts/" + peer;
+    auto a = Watch("1", {peer}, rejoin);
+    // The peer's fleetrun (incarnation "cafe", beats every 20 ms) beats,
+    // then goes silent.
+    ASSERT_TRUE(kv_->Set(key, "cafe.1.20|host " + peer).ok());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!seen("waiting up to 1.5 s") && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    ASSERT_TRUE(seen("waiting up to 1.5 s")) << a->failure().value_or("");
+    // Its beats of the cut arrive, older ones too, their quiet time grown.
+    for (const char* late : {"cafe.3.1060", "cafe.2.40", "cafe.4.2080", "cafe.5.3100"}) {
+      ASSERT_TRUE(kv_->Set(key, std::string(late) + "|host " + peer).ok());
+      std::this_thread::sleep_for(milliseconds(100));  // each seen by a round
+    }
+    if (!back) {
+      const std::string why = FailureOf(*a);
+      EXPECT_FALSE(seen("rejoined the job")) << "late beats counted as a rejoin";
+      EXPECT_NE(why.find("no fleetrun rejoined for it within 1.5 s"), std::string::npos) << why;
+      return;
+    }
+    // The store answered its last beat: the next one says so.
+    ASSERT_TRUE(kv_->Set(key, "cafe.6.25|host " + peer).ok());
+    while (!seen("host 2 rejoined the job after") && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    EXPECT_TRUE(seen("host 2 rejoined the job after"));
+    EXPECT_EQ(a->failure(), std::nullopt);
+    ASSERT_TRUE(kv_->Set(key, "done|host " + peer).ok());
+  }
+}
+INSTANTIATE_TEST_SUITE_P(CutOff, OldFleetrunTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "BackFromTheCut" : "ItsBeatsDeliveredLate";
+                         });
+
 // A machine named under two addresses in the job beats under both, so the
 // others never wait for the second one to join.
 TEST_F(PeerWatchTest, AHostUnderTwoIdsBeatsUnderBoth) {
