@@ -59,16 +59,46 @@ class TcpRelay {
     EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
     return fd;
   }
+  // One relayed connection: client and server sockets, and whether each
+  // has ended (sent EOF or failed), after which it is no longer polled (an
+  // ended socket polls readable forever).
+  struct Pair {
+    int fd[2];
+    bool ended[2] = {false, false};
+  };
   void Serve() {
-    std::vector<std::pair<int, int>> pairs;  // client, server
+    std::vector<Pair> pairs;
     while (!stop_.load()) {
       const bool silent = silent_.load();
       std::vector<pollfd> fds = {{listen_fd_, static_cast<short>(silent ? 0 : POLLIN), 0}};
-      for (auto [c, t] : pairs) {
-        fds.push_back({c, static_cast<short>(silent ? 0 : POLLIN), 0});
-        fds.push_back({t, static_cast<short>(silent ? 0 : POLLIN), 0});
+      for (const Pair& p : pairs) {
+        for (int side = 0; side < 2; ++side) {
+          fds.push_back({p.fd[side], static_cast<short>(silent || p.ended[side] ? 0 : POLLIN), 0});
+        }
       }
       ::poll(fds.data(), fds.size(), 20);
+      for (size_t i = 0; i < pairs.size(); ++i) {
+        for (int side = 0; side < 2; ++side) {
+          if (!(fds[1 + 2 * i + side].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+          const int from = pairs[i].fd[side];
+          const int to = pairs[i].fd[1 - side];
+          char buf[4096];
+          const ssize_t n = ::recv(from, buf, sizeof(buf), 0);
+          if (n > 0) ::send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
+          if (n <= 0) {
+            pairs[i].ended[side] = true;
+            ::shutdown(to, SHUT_WR);
+          }
+        }
+      }
+      // A connection both sides ended is closed; the others stay in order.
+      for (size_t i = pairs.size(); i-- > 0;) {
+        if (pairs[i].ended[0] && pairs[i].ended[1]) {
+          ::close(pairs[i].fd[0]);
+          ::close(pairs[i].fd[1]);
+          pairs.erase(pairs.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
       if (fds[0].revents & POLLIN) {
         const int client = ::accept(listen_fd_, nullptr, nullptr);
         if (accepted_.fetch_add(1) < resets_) {
@@ -78,24 +108,13 @@ class TcpRelay {
           ::setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
           ::close(client);
         } else {
-          pairs.emplace_back(client, Connect(target_port_));
-        }
-      }
-      for (size_t i = 0; i < pairs.size(); ++i) {
-        for (int side = 0; side < 2; ++side) {
-          if (!(fds[1 + 2 * i + side].revents & (POLLIN | POLLHUP))) continue;
-          const int from = side == 0 ? pairs[i].first : pairs[i].second;
-          const int to = side == 0 ? pairs[i].second : pairs[i].first;
-          char buf[4096];
-          const ssize_t n = ::recv(from, buf, sizeof(buf), 0);
-          if (n > 0) ::send(to, buf, static_cast<size_t>(n), MSG_NOSIGNAL);
-          if (n == 0) ::shutdown(to, SHUT_WR);
+          pairs.push_back(Pair{.fd = {client, Connect(target_port_)}});
         }
       }
     }
-    for (auto [c, t] : pairs) {
-      ::close(c);
-      ::close(t);
+    for (const Pair& p : pairs) {
+      ::close(p.fd[0]);
+      ::close(p.fd[1]);
     }
   }
 
