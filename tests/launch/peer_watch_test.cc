@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -64,6 +65,29 @@ class PeerWatchTest : public ::testing::Test {
       std::this_thread::sleep_for(milliseconds(10));
     }
   }
+
+  // A watch's notes (PeerWatchOptions::note, called on its thread), for
+  // the test to look for.
+  class Notes {
+   public:
+    std::function<void(const std::string&)> Sink() {
+      return [this](const std::string& line) {
+        std::lock_guard<std::mutex> lock(mu_);
+        lines_.push_back(line);
+      };
+    }
+    bool Seen(const std::string& text) const {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const std::string& line : lines_) {
+        if (line.find(text) != std::string::npos) return true;
+      }
+      return false;
+    }
+
+   private:
+    mutable std::mutex mu_;
+    std::vector<std::string> lines_;
+  };
 
   // The value at `key`, "" when absent.
   std::string ValueOf(const std::string& key) {
@@ -220,21 +244,11 @@ TEST_F(PeerWatchTest, APeerThatStoppedWithoutAMarkerFailsOrIsAwaited) {
 // to rejoin_timeout (saying so), a fleetrun that beats for it again takes
 // its place, and one that never comes fails the job naming the wait.
 TEST_F(PeerWatchTest, APeerMayRejoinWithinTheRejoinTimeout) {
-  auto notes = std::make_shared<std::vector<std::string>>();
-  auto mu = std::make_shared<std::mutex>();
+  Notes notes;
   PeerWatchOptions rejoin;
   rejoin.rejoin_timeout = milliseconds(1500);
-  rejoin.note = [notes, mu](const std::string& line) {
-    std::lock_guard<std::mutex> lock(*mu);
-    notes->push_back(line);
-  };
-  auto seen = [notes, mu](const std::string& text) {
-    std::lock_guard<std::mutex> lock(*mu);
-    for (const std::string& n : *notes) {
-      if (n.find(text) != std::string::npos) return true;
-    }
-    return false;
-  };
+  rejoin.note = notes.Sink();
+  auto seen = [&notes](const std::string& text) { return notes.Seen(text); };
   auto a = Watch("1", {"2"}, rejoin);
   auto b = Watch("2", {"1"});
   b->SetProcesses("worker 1");
@@ -275,21 +289,11 @@ class OldFleetrunTest : public PeerWatchTest, public ::testing::WithParamInterfa
 TEST_P(OldFleetrunTest, RejoinsOnlyByBeatsWrittenWithTheStoresAnswer) {
   {
     const bool back = GetParam();
-    auto notes = std::make_shared<std::vector<std::string>>();
-    auto mu = std::make_shared<std::mutex>();
+    Notes notes;
     PeerWatchOptions rejoin;
     rejoin.rejoin_timeout = milliseconds(1500);
-    rejoin.note = [notes, mu](const std::string& line) {
-      std::lock_guard<std::mutex> lock(*mu);
-      notes->push_back(line);
-    };
-    auto seen = [notes, mu](const std::string& text) {
-      std::lock_guard<std::mutex> lock(*mu);
-      for (const std::string& n : *notes) {
-        if (n.find(text) != std::string::npos) return true;
-      }
-      return false;
-    };
+    rejoin.note = notes.Sink();
+    auto seen = [&notes](const std::string& text) { return notes.Seen(text); };
     const std::string peer = "2";
     const std::string key = "hosts/" + peer;
     auto a = Watch("1", {peer}, rejoin);
