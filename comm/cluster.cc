@@ -265,7 +265,6 @@ Status ReadTorchEnv(const EnvLookup& env, LauncherEnv& out) {
     }
     set("FLEET_KV_ENDPOINT", master.ToString(), from);
     out.host_kv_store = master.ToString();
-    out.host_kv_store_from = from;
     one_host = master.host.starts_with("127.") || master.host == "localhost";
   }
   if (env("LOCAL_WORLD_SIZE")) {

@@ -20,10 +20,9 @@
 //   --job_id         FLEET_JOB_ID          default  scopes KV keys; [A-Za-z0-9_.-]+
 //   --device         FLEET_DEVICE          cpu      cpu | cuda | cuda:N (gpu[:N] too)
 //   --log_dir (glog) FLEET_LOG_DIR         ""       where <role>log.<rank> goes; empty = stderr
-//   --auth           FLEET_AUTH            on       on | off: authenticate every message of the
-//   job's
-//                                                   traffic (comm/job_auth.h); off only on a
-//                                                   trusted network
+//   --auth           FLEET_AUTH            on       on | off: authenticate every message of
+//                                                   the job's traffic (comm/job_auth.h); off
+//                                                   only on a trusted network
 //   --job_secret_file FLEET_JOB_SECRET_FILE ""      file holding the job secret, mode 600
 //   (no flag)        FLEET_JOB_SECRET      ""       the job secret itself; never a flag (flags
 //                                                   show in `ps`). Used when no file is named.
@@ -153,11 +152,9 @@ struct LauncherEnv {
   // For the start-up line: "torchrun's RANK=1 WORLD_SIZE=2 MASTER_ADDR=...".
   std::string summary;
   // Set for torchrun's variables: the address rank 0 hosts the job's KV
-  // store on (MASTER_ADDR:MASTER_PORT); ProcessContext does.
+  // store on (MASTER_ADDR:MASTER_PORT, or +1; values["FLEET_KV_ENDPOINT"]
+  // says which); ProcessContext does.
   std::optional<std::string> host_kv_store;
-  // The variables host_kv_store came from, for messages:
-  // "MASTER_ADDR:MASTER_PORT" or "MASTER_ADDR:MASTER_PORT+1".
-  std::string host_kv_store_from;
 };
 
 // Reads the variables above for a process of `role` (the program's) from

@@ -48,7 +48,8 @@ Result<std::unique_ptr<ProcessContext>> ProcessContext::Create(ProcessContextOpt
   }
   if (launcher.host_kv_store && spec.rank == 0 && spec.kv_endpoint &&
       spec.kv_endpoint->ToString() == *launcher.host_kv_store) {
-    FLEET_RETURN_IF_ERROR(ctx->HostKvStore(*launcher.host_kv_store, launcher.host_kv_store_from));
+    FLEET_RETURN_IF_ERROR(
+        ctx->HostKvStore(*launcher.host_kv_store, launcher.values.at("FLEET_KV_ENDPOINT").second));
   }
   if (spec.role != options.role) {
     return Status::InvalidArgument(
@@ -85,9 +86,8 @@ Status ProcessContext::HostKvStore(const std::string& listen, const std::string&
   if (Status st = hosted_store_->Start(); !st.ok()) {
     return Status::Unavailable(
         absl::StrCat("rank 0 cannot host the job's KV store on ", from, " (", st.message(),
-                     "): another process holds that port; give "
-                     "torchrun another --master_port, or start the "
-                     "ranks with fleetrun --nproc_per_node=N"),
+                     "): another process holds that port; give torchrun another "
+                     "--master_port, or start the ranks with fleetrun --nproc_per_node=N"),
         listen);
   }
   LOG(INFO) << program_ << ": rank 0 hosts the job's KV store on " << hosted_store_->endpoint()

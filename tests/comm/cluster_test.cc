@@ -210,7 +210,7 @@ TEST_F(ClusterSpecTest, UnderTorchrunsAgentStoreTheJobsStoreTakesTheNextPort) {
                                                      {"TORCHELASTIC_USE_AGENT_STORE", "True"}}));
   ASSERT_TRUE(launcher.ok()) << launcher.status().ToString();
   EXPECT_EQ(launcher->host_kv_store, "127.0.0.1:29512");
-  EXPECT_EQ(launcher->host_kv_store_from, "MASTER_ADDR:MASTER_PORT+1");
+  EXPECT_EQ(launcher->values.at("FLEET_KV_ENDPOINT").second, "MASTER_ADDR:MASTER_PORT+1");
   auto last_port =
       ReadLauncherEnv(Role::kCollective, EnvFromMap({{"MASTER_ADDR", "127.0.0.1"},
                                                      {"MASTER_PORT", "65535"},
