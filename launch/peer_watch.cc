@@ -29,18 +29,12 @@ std::string Seconds(Clock::duration d) {
 // "<beat>|<description>" -> description.
 std::string Description(const std::string& value) { return value.substr(value.find('|') + 1); }
 
-// "<incarnation>.<beat>.<quiet ms>|..." -> incarnation ("" for a value
-// without one).
-std::string Incarnation(const std::string& value) {
-  const std::string beat = value.substr(0, value.find('|'));
-  const size_t dot = beat.find('.');
-  return dot == std::string::npos ? std::string() : beat.substr(0, dot);
-}
-
-// "<incarnation>.<beat>.<quiet ms>|...": the beat's number and how long its
-// sender had been without an answer of the store when it wrote it; nullopt
-// for a value without them.
+// A heartbeat "<incarnation>.<beat>.<quiet ms>|<name>": the fleetrun's
+// incarnation, the beat's number and how long its sender had been without
+// an answer of the store when it wrote it. nullopt for any other value
+// ("done|...", "stopped|...").
 struct BeatStamp {
+  std::string incarnation;
   uint64_t beat = 0;
   int64_t quiet_ms = 0;
 };
@@ -51,7 +45,14 @@ std::optional<BeatStamp> StampOf(const std::string& value) {
       !absl::SimpleAtoi(parts[2], &stamp.quiet_ms)) {
     return std::nullopt;
   }
+  stamp.incarnation = parts[0];
   return stamp;
+}
+
+// A heartbeat's incarnation; "" for a value that is none.
+std::string Incarnation(const std::string& value) {
+  const std::optional<BeatStamp> stamp = StampOf(value);
+  return stamp ? stamp->incarnation : std::string();
 }
 
 // Whether `value`, a beat of the incarnation a peer was judged gone in,
