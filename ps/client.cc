@@ -480,6 +480,14 @@ struct SparseSplit {
   // With identity: the request's key count (keys[0] may be left empty).
   size_t identity_count = 0;
 
+  // No key repeated, not identity: the request index of each server's keys,
+  // server after server (source[first_source[s] + pos] is that of
+  // keys[s][pos]), so a piece's values move between the request and its
+  // frame by walking the piece alone. Empty when a key repeats.
+  std::vector<uint32_t> source;
+  std::vector<uint32_t> first_source;
+  const uint32_t* sources_of(size_t s) const { return source.data() + first_source[s]; }
+
   uint16_t server_of(size_t i) const { return identity ? 0 : server[i]; }
   uint32_t position_of(size_t i) const { return identity ? static_cast<uint32_t>(i) : position[i]; }
   // Distinct keys of server s.
@@ -493,6 +501,21 @@ bool StrictlyIncreasing(std::span<const uint64_t> keys) {
   bool increasing = true;
   for (size_t i = 1; i < keys.size(); ++i) increasing &= keys[i - 1] < keys[i];
   return increasing;
+}
+
+// SparseSplit::source of a split whose keys are all distinct.
+void FillSources(SparseSplit* split) {
+  split->first_source.resize(split->keys.size());
+  uint32_t first = 0;
+  for (size_t s = 0; s < split->keys.size(); ++s) {
+    split->first_source[s] = first;
+    first += static_cast<uint32_t>(split->keys[s].size());
+  }
+  split->source.resize(split->server.size());
+  uint32_t* const source = split->source.data();
+  const uint32_t* const first_source = split->first_source.data();
+  for (size_t i = 0; i < split->server.size(); ++i)
+    source[first_source[split->server[i]] + split->position[i]] = static_cast<uint32_t>(i);
 }
 
 // `copy_identity`: whether an identity split copies the keys into keys[0]
@@ -520,6 +543,7 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
       split.keys[s].push_back(keys[i]);
       split.server[i] = s;
     }
+    FillSources(&split);
     return split;
   }
   // One table per thread, reused: see KeyDeduper.
@@ -548,6 +572,9 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   }
   // Keep a few MiB per thread between requests, not the peak of a huge one.
   if (seen.bytes() > (size_t{64} << 20)) seen.Release();
+  size_t distinct = 0;
+  for (const auto& server_keys : split.keys) distinct += server_keys.size();
+  if (distinct == keys.size()) FillSources(&split);
   return split;
 }
 
@@ -631,11 +658,12 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
   auto pieces = std::make_shared<const std::vector<Piece>>(
       CutPieces(*split, dim, static_cast<size_t>(job_.distributed.max_request_bytes),
                 /*whole=*/false, /*every_server=*/false, &keys_per_piece));
-  // Positions of the request (in request order) grouped by piece, so each
-  // reply is scattered by walking only its own keys. (With one piece that
-  // is every position: no list.)
+  // With a key repeated: the positions of the request (in request order)
+  // grouped by piece, so each reply is scattered by walking only its own
+  // keys. (With one piece that is every position: no list. Without
+  // repeats, split->source says the same.)
   auto by_piece = std::make_shared<std::vector<std::vector<uint32_t>>>();
-  if (pieces->size() > 1 && !split->identity) {
+  if (pieces->size() > 1 && !split->identity && split->source.empty()) {
     std::vector<uint32_t> first_piece(num_servers(), 0);
     for (size_t g = pieces->size(); g-- > 0;)
       first_piece[(*pieces)[g].server] = static_cast<uint32_t>(g);
@@ -670,6 +698,13 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
           // The piece's positions are request indices [first, first + count).
           std::memcpy(values.data() + size_t{p.first} * dim, reply_values,
                       got->size() * sizeof(float));
+          return Status::OK();
+        }
+        if (!split->source.empty()) {
+          const uint32_t* source = split->sources_of(p.server);
+          for (size_t k = 0; k < p.count; ++k)
+            CopyFloats(reply_values + k * dim, dim,
+                       values.data() + size_t{source[p.first + k]} * dim);
           return Status::OK();
         }
         auto scatter = [&](size_t i) {
@@ -723,26 +758,21 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   // One row per distinct key, per server: the first occurrence is copied,
   // duplicates are added to it.
   std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
-  size_t distinct = 0;
   for (int s = 0; s < num_servers(); ++s) {
-    distinct += split.count(s);
     grads[s] = send_shared ? *shared_values : push_buffers_->Get<float>(split.count(s) * dim);
     if (with_counts) {
       shows[s] = SArray<float>::Uninitialized(split.count(s));
       clicks[s] = SArray<float>::Uninitialized(split.count(s));
     }
   }
-  // Without repeated keys each row has one source, found by position, and
-  // a piece is gathered right before it is sent: the first pieces are on
-  // the wire while the later ones are gathered.
-  std::vector<std::vector<uint32_t>> source;
+  // Without repeated keys each row has one source (split.source), and a
+  // piece is gathered right before it is sent: the first pieces are on the
+  // wire while the later ones are gathered.
   if (split.identity) {
     // Rows are the request's, in order: each piece is copied in one block
     // right before it is sent.
-  } else if (distinct == keys.size() && pieces.size() > 1) {
-    source.resize(num_servers());
-    for (int s = 0; s < num_servers(); ++s) source[s].resize(split.keys[s].size());
-    for (uint32_t i = 0; i < keys.size(); ++i) source[split.server[i]][split.position[i]] = i;
+  } else if (!split.source.empty()) {
+    // Gathered piece by piece in `make`.
   } else {
     // Walking the request in order, a key's first occurrence is the one
     // whose position is the next unused one of its server.
@@ -781,9 +811,10 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
         std::copy_n(options.shows.data() + p.first, p.count, shows[0].data() + p.first);
         std::copy_n(options.clicks.data() + p.first, p.count, clicks[0].data() + p.first);
       }
-    } else if (!source.empty()) {
+    } else if (!split.source.empty()) {
+      const uint32_t* source = split.sources_of(p.server);
       for (size_t pos = p.first; pos < end; ++pos) {
-        const size_t i = source[p.server][pos];
+        const size_t i = source[pos];
         CopyFloats(values.data() + i * dim, dim, grads[p.server].data() + pos * dim);
         if (with_counts) {
           shows[p.server][pos] = options.shows[i];

@@ -90,9 +90,10 @@ TEST(PsServerTest, DuplicateKeysAreMergedAndScatteredBack) {
 // A server's part of a pull or async/geo push larger than
 // max_request_bytes goes out in pieces. Whatever the cut and the number of
 // servers, the results are those of one whole request to one server (with
-// and without repeated keys, which take different gather paths; with
-// shows and clicks), and for the plain table they are before - sum(grad)
-// (async) or before + sum(delta) (geo), key by key.
+// and without repeated keys, in increasing order or not, which take
+// different split and gather paths; with shows and clicks), and for the
+// plain table they are before - sum(grad) (async) or before + sum(delta)
+// (geo), key by key.
 TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
   // Table 0: plain sgd lr 1, dim 4. Table 2: CTR (pull/push dim 1 + 2)
   // whose embedx (random, so visible in pulls) appears once shows and
@@ -107,9 +108,12 @@ TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
     size_t max_bytes;  // 48: 3 or 4 keys a piece
   };
   const std::vector<Layout> layouts = {{1, 0}, {2, 0}, {2, 48}};
-  for (bool repeats : {false, true}) {
+  enum class Keys { kIncreasing, kRepeats, kDistinctUnordered };
+  for (Keys kind : {Keys::kIncreasing, Keys::kRepeats, Keys::kDistinctUnordered}) {
+    const bool repeats = kind == Keys::kRepeats;
     std::vector<uint64_t> keys;
     for (uint64_t i = 0; i < 300; ++i) keys.push_back(repeats && i % 7 == 0 ? 11 : i * 104729 + 5);
+    if (kind == Keys::kDistinctUnordered) std::reverse(keys.begin(), keys.end());
     std::vector<float> shows(keys.size()), clicks(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
       shows[i] = 1.0f + static_cast<float>(i % 3);
@@ -168,7 +172,7 @@ TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
       }
       for (size_t l = 1; l < layouts.size(); ++l)
         EXPECT_TRUE(pulled[l] == pulled[0])
-            << mode << ": layout " << l << " differs; repeats " << repeats;
+            << mode << ": layout " << l << " differs; keys kind " << static_cast<int>(kind);
       // Whole: (pull, push, pull) x 2 tables per server, plus stats; cut: many more.
       EXPECT_GT(served[2], 10 * served[1]) << mode;
     }
