@@ -252,10 +252,6 @@ class SparseTable {
   Status ForEachShardOfKeys(
       std::span<const uint64_t> keys, size_t values_size, size_t width,
       const std::function<void(LocalShard&, const uint64_t*, std::span<const uint32_t>)>& fn);
-  // Runs fn(local_shard, indices) for every non-empty group, in parallel
-  // when worthwhile for keys of `width` floats.
-  void ForEachGroup(const std::vector<uint32_t>& order, const std::vector<uint32_t>& offsets,
-                    size_t width, const std::function<void(size_t, std::span<const uint32_t>)>& fn);
   void ForEachShard(const std::function<void(LocalShard&)>& fn);
   LocalShard& shard(uint32_t global) const;
   uint32_t LocalOf(uint32_t global) const { return local_of_[global - owned_.begin]; }
