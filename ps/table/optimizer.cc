@@ -46,47 +46,14 @@ void OptimizerRule::UpdateRows(std::span<float* const> rows, std::span<const flo
     Update({rows[k], dim}, {rows[k] + dim, state}, {grads[k], dim});
 }
 
-void SgdRule::Step(std::span<float> w, std::span<float>, std::span<const float> g) const {
-  const float lr = config_.learning_rate;
-  for (size_t i = 0; i < w.size(); ++i) w[i] -= lr * g[i];
-}
-
 void AdagradRule::InitState(size_t value_dim, std::span<float> state) const {
   std::fill(state.begin(), state.begin() + value_dim, config_.initial_g2sum);
-}
-
-void AdagradRule::Step(std::span<float> w, std::span<float> state, std::span<const float> g) const {
-  const float lr = config_.learning_rate;
-  const float eps = config_.epsilon;
-  float* g2 = state.data();
-  for (size_t i = 0; i < w.size(); ++i) {
-    g2[i] += g[i] * g[i];
-    w[i] -= lr * g[i] / (std::sqrt(g2[i]) + eps);
-  }
 }
 
 void AdamRule::InitState(size_t d, std::span<float> state) const {
   std::fill(state.begin(), state.begin() + 2 * d, 0.0f);
   state[2 * d] = 1.0f;
   state[2 * d + 1] = 1.0f;
-}
-
-void AdamRule::Step(std::span<float> w, std::span<float> state, std::span<const float> g) const {
-  const size_t d = w.size();
-  float* m = state.data();
-  float* v = m + d;
-  float& p1 = state[2 * d];
-  float& p2 = state[2 * d + 1];
-  const float b1 = config_.beta1, b2 = config_.beta2;
-  p1 *= b1;
-  p2 *= b2;
-  const float c1 = 1.0f - p1, c2 = 1.0f - p2;
-  const float lr = config_.learning_rate, eps = config_.epsilon;
-  for (size_t i = 0; i < d; ++i) {
-    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-    w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
-  }
 }
 
 std::unique_ptr<OptimizerRule> MakeOptimizerRule(const OptimizerConfig& config) {

@@ -18,6 +18,7 @@
 // be called from many threads at once on disjoint spans.
 #pragma once
 
+#include <cmath>
 #include <memory>
 #include <span>
 
@@ -57,19 +58,26 @@ class OptimizerRule {
 
   const OptimizerConfig& config() const { return config_; }
 
+  // For callers that update rows in a loop of their own: returns fn(rule)
+  // (a bool: whether fn did the work) with this rule as its final type
+  // (SgdRule, AdagradRule or AdamRule), whose Apply then inlines into fn's
+  // loop instead of costing a virtual call per row. Returns false without
+  // calling fn when the config clips or decays gradients (use Update or
+  // UpdateRows).
+  template <typename Fn>
+  bool VisitPlain(Fn&& fn) const;
+
  protected:
   // Applies an already preprocessed gradient.
   virtual void Step(std::span<float> value, std::span<float> state, std::span<const float> grad) const = 0;
-  // Step of every row; each rule's override calls its own Step directly.
+  // Step of every row; each rule's override runs its own Apply inline.
   virtual void StepRows(std::span<float* const> rows, std::span<const float* const> grads,
                         size_t dim) const = 0;
   // The loop of StepRows for rule R (R::Step is final, so it inlines).
   template <typename R>
   static void StepEach(const R& rule, std::span<float* const> rows,
                        std::span<const float* const> grads, size_t dim) {
-    const size_t state = rule.state_size(dim);
-    for (size_t k = 0; k < rows.size(); ++k)
-      rule.R::Step({rows[k], dim}, {rows[k] + dim, state}, {grads[k], dim});
+    for (size_t k = 0; k < rows.size(); ++k) rule.Apply(rows[k], rows[k] + dim, grads[k], dim);
   }
 
   const OptimizerConfig config_;
@@ -83,13 +91,22 @@ class SgdRule final : public OptimizerRule {
   int row_scalars() const override { return 0; }
   void InitState(size_t, std::span<float>) const override {}
 
+  // Step on `dim` values and their state (state_size(dim) floats after
+  // them in a row), inline: see VisitPlain.
+  void Apply(float* w, float* /*state*/, const float* g, size_t dim) const {
+    const float lr = config_.learning_rate;
+    for (size_t i = 0; i < dim; ++i) w[i] -= lr * g[i];
+  }
+
  protected:
-  void Step(std::span<float> value, std::span<float> state, std::span<const float> grad) const override;
+  void Step(std::span<float> value, std::span<float> state,
+            std::span<const float> grad) const override {
+    Apply(value.data(), state.data(), grad.data(), value.size());
+  }
   void StepRows(std::span<float* const> rows, std::span<const float* const> grads,
                 size_t dim) const override {
     StepEach(*this, rows, grads, dim);
   }
-  friend class OptimizerRule;  // StepEach calls Step directly
 };
 
 // g2 += g*g;  w -= lr * g / (sqrt(g2) + epsilon);  g2 starts at initial_g2sum.
@@ -101,13 +118,24 @@ class AdagradRule final : public OptimizerRule {
   int row_scalars() const override { return 0; }
   void InitState(size_t value_dim, std::span<float> state) const override;
 
+  void Apply(float* w, float* g2, const float* g, size_t dim) const {
+    const float lr = config_.learning_rate;
+    const float eps = config_.epsilon;
+    for (size_t i = 0; i < dim; ++i) {
+      g2[i] += g[i] * g[i];
+      w[i] -= lr * g[i] / (std::sqrt(g2[i]) + eps);
+    }
+  }
+
  protected:
-  void Step(std::span<float> value, std::span<float> state, std::span<const float> grad) const override;
+  void Step(std::span<float> value, std::span<float> state,
+            std::span<const float> grad) const override {
+    Apply(value.data(), state.data(), grad.data(), value.size());
+  }
   void StepRows(std::span<float* const> rows, std::span<const float* const> grads,
                 size_t dim) const override {
     StepEach(*this, rows, grads, dim);
   }
-  friend class OptimizerRule;  // StepEach calls Step directly
 };
 
 // Bias-corrected Adam with a per-row step count. The step count t is kept as
@@ -123,14 +151,42 @@ class AdamRule final : public OptimizerRule {
   int row_scalars() const override { return 2; }
   void InitState(size_t value_dim, std::span<float> state) const override;
 
+  void Apply(float* w, float* state, const float* g, size_t d) const {
+    float* m = state;
+    float* v = m + d;
+    float& p1 = state[2 * d];
+    float& p2 = state[2 * d + 1];
+    const float b1 = config_.beta1, b2 = config_.beta2;
+    p1 *= b1;
+    p2 *= b2;
+    const float c1 = 1.0f - p1, c2 = 1.0f - p2;
+    const float lr = config_.learning_rate, eps = config_.epsilon;
+    for (size_t i = 0; i < d; ++i) {
+      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+      w[i] -= lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + eps);
+    }
+  }
+
  protected:
-  void Step(std::span<float> value, std::span<float> state, std::span<const float> grad) const override;
+  void Step(std::span<float> value, std::span<float> state,
+            std::span<const float> grad) const override {
+    Apply(value.data(), state.data(), grad.data(), value.size());
+  }
   void StepRows(std::span<float* const> rows, std::span<const float* const> grads,
                 size_t dim) const override {
     StepEach(*this, rows, grads, dim);
   }
-  friend class OptimizerRule;  // StepEach calls Step directly
 };
+
+template <typename Fn>
+bool OptimizerRule::VisitPlain(Fn&& fn) const {
+  if (config_.clip_mode != ClipMode::kNone || config_.l2_decay != 0.0f) return false;
+  if (const auto* sgd = dynamic_cast<const SgdRule*>(this)) return fn(*sgd);
+  if (const auto* adagrad = dynamic_cast<const AdagradRule*>(this)) return fn(*adagrad);
+  if (const auto* adam = dynamic_cast<const AdamRule*>(this)) return fn(*adam);
+  return false;
+}
 
 // Builds the rule named by config.rule.
 // REQUIRES: the config passed ValidateTableConfig.

@@ -7,6 +7,7 @@
 #include <bit>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -383,11 +384,33 @@ class LocalShard {
   void ForgetPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { pending_ = {}; }
 
  private:
-  // PushGrad for accessors with a plain_push_rule(): rows are handed to the
-  // rule kLookupBatch at a time, in request order.
+  // PushGrad for accessors with a plain_push_rule(). SGD's step (a multiply
+  // and a subtract per element) runs inline as each row is found; the other
+  // rules' (square roots, divides) run kLookupBatch rows at a time once
+  // their rows are found, where their long-latency arithmetic overlaps
+  // (inline, adagrad and adam at dim 8 measured ~8% slower, SGD at dim 1
+  // ~10% faster). Always batched with clipping or decay.
   void PushPlainGrad(std::span<const uint64_t> keys, const uint64_t* hashes,
                      std::span<const uint32_t> which, const float* grads) {
     const size_t d = accessor_->push_dim();
+    const bool inlined = plain_push_rule_->VisitPlain([&]<typename Rule>(const Rule& rule) {
+      if constexpr (!std::is_same_v<Rule, SgdRule>) {
+        return false;
+      } else {
+        ForEachSlot</*writes=*/true>(keys, hashes, which,
+                                     [&](uint32_t i, std::optional<uint32_t> slot) {
+                                       if (!slot) {
+                                         ++dropped_pushes_;
+                                         return;
+                                       }
+                                       *flags_.at(*slot) |= kDirty;
+                                       float* row = rows_.row(*slot);
+                                       rule.Apply(row, row + d, grads + size_t{i} * d, d);
+                                     });
+        return true;
+      }
+    });
+    if (inlined) return;
     float* rows[kLookupBatch];
     const float* row_grads[kLookupBatch];
     size_t n = 0;
