@@ -11,7 +11,9 @@
 //
 // Both sides hold the same rows and serve the same requests (distinct keys
 // drawn at random from the rows, new ones each request); times are per key,
-// min and median over requests.
+// min and median over requests. --evict_kib writes other memory between
+// two requests (untimed), as a server's network work does: a small table
+// then no longer starts each request in the caches.
 //
 // Then (--tier, on by default) the disk tier beside the memory table: the
 // same CTR table (--tier_rows rows, dim 8, adagrad) once in memory and once
@@ -51,6 +53,9 @@ DEFINE_int64(dim, 8, "values per key");
 DEFINE_string(rule, "adagrad", "optimizer rule: sgd | adagrad | adam");
 DEFINE_int32(threads, 2, "table pool threads (0: everything on the calling thread)");
 DEFINE_int32(local_shards, 64, "local_shard_num of the table");
+DEFINE_int32(evict_kib, 0,
+             "write this many KiB of other memory between two timed requests (untimed), as a "
+             "server's network and other work do between two requests of one table");
 DEFINE_int32(requests, 0, "requests per measurement; 0 = about 1.5 s worth");
 DEFINE_bool(tier, true, "also compare the disk tier (storage ssd) with the memory table");
 DEFINE_int64(tier_rows, 1000000, "rows of the disk-tier comparison's CTR table");
@@ -104,7 +109,9 @@ struct PerKey {
 // Times fn(request) over `n` requests (each with fresh keys), per key.
 PerKey Measure(int n, size_t keys_per_request, const std::function<void(int)>& fn) {
   std::vector<double> ns;
+  static std::vector<char> other(static_cast<size_t>(FLAGS_evict_kib) << 10);
   for (int r = 0; r < n; ++r) {
+    for (size_t at = 0; at < other.size(); at += 64) other[at] = static_cast<char>(r + at);
     const auto t0 = Clock::now();
     fn(r);
     ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() /
