@@ -73,7 +73,7 @@ class OptimizerRule {
   // Step of every row; each rule's override runs its own Apply inline.
   virtual void StepRows(std::span<float* const> rows, std::span<const float* const> grads,
                         size_t dim) const = 0;
-  // The loop of StepRows for rule R (R::Step is final, so it inlines).
+  // The loop of StepRows for rule R (R is final: its Apply inlines).
   template <typename R>
   static void StepEach(const R& rule, std::span<float* const> rows,
                        std::span<const float* const> grads, size_t dim) {
