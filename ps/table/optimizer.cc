@@ -8,7 +8,7 @@ namespace fleet::ps {
 
 void OptimizerRule::Update(std::span<float> value, std::span<float> state,
                            std::span<const float> grad) const {
-  if (config_.clip_mode == ClipMode::kNone && config_.l2_decay == 0.0f) {
+  if (!preprocesses()) {
     Step(value, state, grad);
     return;
   }
@@ -37,7 +37,7 @@ void OptimizerRule::Update(std::span<float> value, std::span<float> state,
 
 void OptimizerRule::UpdateRows(std::span<float* const> rows, std::span<const float* const> grads,
                                size_t dim) const {
-  if (config_.clip_mode == ClipMode::kNone && config_.l2_decay == 0.0f) {
+  if (!preprocesses()) {
     StepRows(rows, grads, dim);
     return;
   }

@@ -58,14 +58,12 @@ class OptimizerRule {
 
   const OptimizerConfig& config() const { return config_; }
 
-  // For callers that update rows in a loop of their own: returns fn(rule)
-  // (a bool: whether fn did the work) with this rule as its final type
-  // (SgdRule, AdagradRule or AdamRule), whose Apply then inlines into fn's
-  // loop instead of costing a virtual call per row. Returns false without
-  // calling fn when the config clips or decays gradients (use Update or
-  // UpdateRows).
-  template <typename Fn>
-  bool VisitPlain(Fn&& fn) const;
+  // Whether Update clips or decays a gradient before the rule's step; when
+  // not, a caller holding the final rule type (SgdRule, ...) may run its
+  // Apply in a loop of its own (inlined, no virtual call per row).
+  bool preprocesses() const {
+    return config_.clip_mode != ClipMode::kNone || config_.l2_decay != 0.0f;
+  }
 
  protected:
   // Applies an already preprocessed gradient.
@@ -92,7 +90,7 @@ class SgdRule final : public OptimizerRule {
   void InitState(size_t, std::span<float>) const override {}
 
   // Step on `dim` values and their state (state_size(dim) floats after
-  // them in a row), inline: see VisitPlain.
+  // them in a row), inline: see preprocesses().
   void Apply(float* w, float* /*state*/, const float* g, size_t dim) const {
     const float lr = config_.learning_rate;
     for (size_t i = 0; i < dim; ++i) w[i] -= lr * g[i];
@@ -178,15 +176,6 @@ class AdamRule final : public OptimizerRule {
     StepEach(*this, rows, grads, dim);
   }
 };
-
-template <typename Fn>
-bool OptimizerRule::VisitPlain(Fn&& fn) const {
-  if (config_.clip_mode != ClipMode::kNone || config_.l2_decay != 0.0f) return false;
-  if (const auto* sgd = dynamic_cast<const SgdRule*>(this)) return fn(*sgd);
-  if (const auto* adagrad = dynamic_cast<const AdagradRule*>(this)) return fn(*adagrad);
-  if (const auto* adam = dynamic_cast<const AdamRule*>(this)) return fn(*adam);
-  return false;
-}
 
 // Builds the rule named by config.rule.
 // REQUIRES: the config passed ValidateTableConfig.

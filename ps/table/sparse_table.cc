@@ -7,7 +7,6 @@
 #include <bit>
 #include <mutex>
 #include <optional>
-#include <type_traits>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -109,6 +108,9 @@ class LocalShard {
         min_count_(config.admission_min_count),
         pull_copies_row_(accessor->pull_copies_row()),
         plain_push_rule_(accessor->plain_push_rule()),
+        inline_sgd_(plain_push_rule_ != nullptr && !plain_push_rule_->preprocesses()
+                        ? dynamic_cast<const SgdRule*>(plain_push_rule_)
+                        : nullptr),
         row_floats_(accessor->row_floats()),
         ext_floats_(accessor->ext_floats()),
         shift_(ChunkShiftFor(KeyedRowColumn::SlotBytes(row_floats_))),
@@ -393,24 +395,6 @@ class LocalShard {
   void PushPlainGrad(std::span<const uint64_t> keys, const uint64_t* hashes,
                      std::span<const uint32_t> which, const float* grads) {
     const size_t d = accessor_->push_dim();
-    const bool inlined = plain_push_rule_->VisitPlain([&]<typename Rule>(const Rule& rule) {
-      if constexpr (!std::is_same_v<Rule, SgdRule>) {
-        return false;
-      } else {
-        ForEachSlot</*writes=*/true>(keys, hashes, which,
-                                     [&](uint32_t i, std::optional<uint32_t> slot) {
-                                       if (!slot) {
-                                         ++dropped_pushes_;
-                                         return;
-                                       }
-                                       *flags_.at(*slot) |= kDirty;
-                                       float* row = rows_.row(*slot);
-                                       rule.Apply(row, row + d, grads + size_t{i} * d, d);
-                                     });
-        return true;
-      }
-    });
-    if (inlined) return;
     float* rows[kLookupBatch];
     const float* row_grads[kLookupBatch];
     size_t n = 0;
@@ -425,8 +409,14 @@ class LocalShard {
                                      return;
                                    }
                                    *flags_.at(*slot) |= kDirty;
-                                   rows[n] = rows_.row(*slot);
-                                   row_grads[n] = grads + size_t{i} * d;
+                                   float* row = rows_.row(*slot);
+                                   const float* grad = grads + size_t{i} * d;
+                                   if (inline_sgd_ != nullptr) {
+                                     inline_sgd_->Apply(row, row + d, grad, d);
+                                     return;
+                                   }
+                                   rows[n] = row;
+                                   row_grads[n] = grad;
                                    if (++n == kLookupBatch) flush();
                                  });
     if (n > 0) flush();
@@ -584,6 +574,7 @@ class LocalShard {
   const uint32_t min_count_;
   const bool pull_copies_row_;                  // Accessor::pull_copies_row(), asked once
   const OptimizerRule* const plain_push_rule_;  // Accessor::plain_push_rule(), asked once
+  const SgdRule* const inline_sgd_;  // plain_push_rule_ when SGD without clipping or decay
   const size_t row_floats_;
   const size_t ext_floats_;
   const uint32_t shift_, ext_shift_;  // chunk sizes of the row and extension columns

@@ -216,6 +216,37 @@ TEST(SparseTableTest, PushDeltaAddsToValue) {
   EXPECT_EQ(v, (std::vector<float>{6, 8, 3, 4}));
 }
 
+// SGD without clipping or decay runs its step inline in the table's lookup
+// loop; with either, rows go through OptimizerRule::UpdateRows, which
+// clips and decays first. Both must give the rule's results.
+TEST(SparseTableTest, SgdPushesClipAndDecayWhenConfigured) {
+  const std::vector<uint64_t> key = {7};
+  std::vector<float> v(2);
+  auto plain = Make(
+      "{id: 1, kind: sparse, dim: 2, shard_num: 4, optimizer: {rule: sgd, learning_rate: 0.5}}",
+      nullptr);
+  ASSERT_TRUE(plain->PushGrad(std::vector<uint64_t>{7, 7}, std::vector<float>{2, 4, 2, 4}).ok());
+  ASSERT_TRUE(plain->Pull(key, v).ok());
+  EXPECT_EQ(v, (std::vector<float>{-2, -4}));
+
+  auto clipped = Make(
+      "{id: 1, kind: sparse, dim: 2, shard_num: 4,"
+      " optimizer: {rule: sgd, learning_rate: 1, clip_mode: value, clip_threshold: 0.5}}",
+      nullptr);
+  ASSERT_TRUE(clipped->PushGrad(key, std::vector<float>{2, -0.25f}).ok());
+  ASSERT_TRUE(clipped->Pull(key, v).ok());
+  EXPECT_EQ(v, (std::vector<float>{-0.5f, 0.25f}));
+
+  auto decayed = Make(
+      "{id: 1, kind: sparse, dim: 2, shard_num: 4,"
+      " optimizer: {rule: sgd, learning_rate: 1, l2_decay: 0.5}}",
+      nullptr);
+  ASSERT_TRUE(decayed->PushGrad(key, std::vector<float>{1, 1}).ok());
+  ASSERT_TRUE(decayed->PushGrad(key, std::vector<float>{0, 0}).ok());  // g = 0.5 * w
+  ASSERT_TRUE(decayed->Pull(key, v).ok());
+  EXPECT_EQ(v, (std::vector<float>{-0.5f, -0.5f}));
+}
+
 // How global shards are grouped in memory (local_shard_num) must not change
 // any result: the same requests (duplicate keys, keys below the admission
 // count, pushes of keys never pulled) give the same rows and the same
