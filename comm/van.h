@@ -8,10 +8,10 @@
 // (ReceiveWhile) while the I/O thread stands back from the outgoing sockets.
 // The I/O thread is woken only when it has to take part: a message for it
 // (ZeroMQ signals the socket's descriptor, which it watches), a send that
-// may have taken that signal from it, Stop. Replies its inline handlers make
-// during one receive pass go out together at the end of the pass. A thread
-// receiving in ReceiveWhile is woken the same ways, and by the I/O thread
-// when that delivers a reply the thread may be waiting for.
+// may have taken that signal from it, Stop. A reply its inline handler makes
+// leaves at once, before the next request of the same receive pass is
+// handled. A thread receiving in ReceiveWhile is woken the same ways, and by
+// the I/O thread when that delivers a reply the thread may be waiting for.
 //
 // A message on the wire is one ZeroMQ multipart message:
 //   [routing id (ROUTER side only)] [pb::Header] [frame 0] ... [frame n-1]

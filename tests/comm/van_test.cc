@@ -88,5 +88,72 @@ TEST(VanTest, ReceivingCallerWakesWhenTheIoThreadDeliversItsReply) {
   EXPECT_LT(waited, options.tick / 2) << "the caller slept until its tick";
 }
 
+// Answers command 1 after a pause (so that command 2 is queued behind it and
+// arrives in the same receive pass), and answers command 2 only once the
+// caller has had the first reply (or after 5 s).
+class PipelinedReceiver final : public VanReceiver {
+ public:
+  Van* van = nullptr;  // set before any message arrives
+  std::promise<void> first_reply_arrived;
+  std::atomic<bool> second_saw_first_arrive{false};
+
+  void OnMessage(const Route& from, Message message) override {
+    if (message.header.command() == 1) {
+      std::this_thread::sleep_for(100ms);
+    } else {
+      second_saw_first_arrive =
+          first_reply_arrived.get_future().wait_for(5s) == std::future_status::ready;
+    }
+    EXPECT_TRUE(van->Send(from, std::move(message)).ok());
+  }
+  void OnMalformed(const Route&, const pb::Header&, const Status&) override {}
+  void OnConnectionUp(int) override {}
+  void OnConnectionDown(int, const std::string&, const Status&) override {}
+  void OnTick(std::chrono::steady_clock::time_point) override {}
+};
+
+// Collects replies on the client's I/O thread.
+class ReplyReceiver final : public VanReceiver {
+ public:
+  PipelinedReceiver* server = nullptr;
+  std::promise<void> both;
+  int replies = 0;  // I/O thread only
+
+  void OnMessage(const Route&, Message message) override {
+    if (message.header.command() == 1) server->first_reply_arrived.set_value();
+    if (++replies == 2) both.set_value();
+  }
+  void OnMalformed(const Route&, const pb::Header&, const Status&) override {}
+  void OnConnectionUp(int) override {}
+  void OnConnectionDown(int, const std::string&, const Status&) override {}
+  void OnTick(std::chrono::steady_clock::time_point) override {}
+};
+
+TEST(VanTest, AnInlineReplyLeavesBeforeTheNextRequestIsHandled) {
+  // Requests in flight together (a window of them) reach the server's I/O
+  // thread in one receive pass. Each reply must leave when its handler
+  // makes it: held back to the end of the pass, a window comes back as one
+  // burst and caller and server take turns idling. Here the second request's
+  // handler waits for the first reply to reach the caller.
+  PipelinedReceiver pipelined;
+  auto server = Van::Create(VanOptions{}, &pipelined).value();
+  pipelined.van = server.get();
+  const std::string endpoint = server->Bind("127.0.0.1:0").value();
+
+  ReplyReceiver replies;
+  replies.server = &pipelined;
+  auto client = Van::Create(VanOptions{}, &replies).value();
+  const int connection = client->Connect(endpoint).value();
+  for (uint32_t command : {1, 2}) {
+    Message request;
+    request.header.set_command(command);
+    ASSERT_TRUE(client->Send(Route::Outgoing(connection), request).ok());
+  }
+  ASSERT_EQ(replies.both.get_future().wait_for(30s), std::future_status::ready)
+      << "the two replies did not arrive";
+  EXPECT_TRUE(pipelined.second_saw_first_arrive)
+      << "the first reply waited for the second request's handler";
+}
+
 }  // namespace
 }  // namespace fleet
