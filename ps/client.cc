@@ -469,7 +469,7 @@ struct SparseSplit {
   std::vector<std::vector<uint64_t>> keys;
   // For each key of the request: its server and its position in
   // keys[server]. Positions are handed out in order of first occurrence.
-  // Empty when `identity`.
+  // Only when a key repeats (`source` says the same otherwise).
   std::vector<uint16_t> server;
   std::vector<uint32_t> position;
   // One server and no key repeated: keys[0] is the request's keys, key i at
@@ -503,7 +503,7 @@ bool StrictlyIncreasing(std::span<const uint64_t> keys) {
   return increasing;
 }
 
-// SparseSplit::source of a split whose keys are all distinct.
+// SparseSplit::source of a de-duplicated split whose keys were all distinct.
 void FillSources(SparseSplit* split) {
   split->first_source.resize(split->keys.size());
   uint32_t first = 0;
@@ -531,21 +531,61 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
     if (copy_identity) split.keys[0].assign(keys.begin(), keys.end());
     return split;
   }
+  if (unique) {
+    // Two passes: each key's server (and each server's count), then each
+    // key and its request index written straight to their places. The
+    // request is cut into four lanes walked side by side, each with its own
+    // counts and write positions: with few servers, one lane's consecutive
+    // keys often go to the same server and each would wait for the store of
+    // the one before (a lane's keys still land in request order).
+    constexpr size_t kLanes = 4;
+    const size_t n = keys.size();
+    const size_t lane_len = (n + kLanes - 1) / kLanes;
+    const auto servers = static_cast<size_t>(num_servers);
+    auto interleaved = [&](auto&& fn) {
+      for (size_t j = 0; j < lane_len; ++j) {
+        for (size_t lane = 0; lane < kLanes; ++lane) {
+          const size_t i = lane * lane_len + j;
+          if (i < n) fn(lane * servers, i);
+        }
+      }
+    };
+    thread_local std::vector<uint16_t> server_of_key;
+    server_of_key.resize(n);
+    std::vector<uint32_t> counts(kLanes * servers, 0);  // lane after lane
+    interleaved([&](size_t lane_base, size_t i) {
+      const uint16_t s = server_of_shard[sharder.OfHash(Mix64(keys[i]))];
+      server_of_key[i] = s;
+      ++counts[lane_base + s];
+    });
+    std::vector<uint32_t> next(kLanes * servers);  // a lane's next position of each server
+    split.first_source.resize(servers);
+    uint32_t first = 0;
+    for (size_t s = 0; s < servers; ++s) {
+      split.first_source[s] = first;
+      uint32_t at = 0;
+      for (size_t lane = 0; lane < kLanes; ++lane) {
+        next[lane * servers + s] = at;
+        at += counts[lane * servers + s];
+      }
+      split.keys[s].resize(at);
+      first += at;
+    }
+    split.source.resize(n);
+    interleaved([&](size_t lane_base, size_t i) {
+      const uint16_t s = server_of_key[i];
+      const uint32_t pos = next[lane_base + s]++;
+      split.keys[s][pos] = keys[i];
+      split.source[split.first_source[s] + pos] = static_cast<uint32_t>(i);
+    });
+    if (server_of_key.capacity() > (size_t{1} << 20)) server_of_key = {};
+    return split;
+  }
   // Room for an even share (and a margin): no regrowth while filling.
   const size_t share = num_servers == 1 ? keys.size() : keys.size() / num_servers * 5 / 4 + 16;
   for (auto& server_keys : split.keys) server_keys.reserve(share);
   split.server.resize(keys.size());
   split.position.resize(keys.size());
-  if (unique) {
-    for (size_t i = 0; i < keys.size(); ++i) {
-      const uint16_t s = server_of_shard[sharder.OfHash(Mix64(keys[i]))];
-      split.position[i] = static_cast<uint32_t>(split.keys[s].size());
-      split.keys[s].push_back(keys[i]);
-      split.server[i] = s;
-    }
-    FillSources(&split);
-    return split;
-  }
   // One table per thread, reused: see KeyDeduper.
   thread_local KeyDeduper seen;
   seen.Reset(keys.size());
