@@ -552,21 +552,23 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
     };
     thread_local std::vector<uint16_t> server_of_key;
     server_of_key.resize(n);
-    std::vector<uint32_t> counts(kLanes * servers, 0);  // lane after lane
+    // Per lane (lane after lane) and server: the lane's key count, then,
+    // from the loop below, the lane's next position in keys[server].
+    std::vector<uint32_t> next(kLanes * servers, 0);
     interleaved([&](size_t lane_base, size_t i) {
       const uint16_t s = server_of_shard[sharder.OfHash(Mix64(keys[i]))];
       server_of_key[i] = s;
-      ++counts[lane_base + s];
+      ++next[lane_base + s];
     });
-    std::vector<uint32_t> next(kLanes * servers);  // a lane's next position of each server
     split.first_source.resize(servers);
     uint32_t first = 0;
     for (size_t s = 0; s < servers; ++s) {
       split.first_source[s] = first;
       uint32_t at = 0;
       for (size_t lane = 0; lane < kLanes; ++lane) {
+        const uint32_t count = next[lane * servers + s];
         next[lane * servers + s] = at;
-        at += counts[lane * servers + s];
+        at += count;
       }
       split.keys[s].resize(at);
       first += at;

@@ -14,23 +14,29 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Sends every message straight back.
-class EchoReceiver final : public VanReceiver {
+// A receiver that only handles messages (connections, ticks and malformed
+// messages are of no interest to these tests).
+class MessageReceiver : public VanReceiver {
  public:
-  Van* van = nullptr;  // set before any message arrives
-  void OnMessage(const Route& from, Message message) override {
-    EXPECT_TRUE(van->Send(from, std::move(message)).ok());
-  }
   void OnMalformed(const Route&, const pb::Header&, const Status&) override {}
   void OnConnectionUp(int) override {}
   void OnConnectionDown(int, const std::string&, const Status&) override {}
   void OnTick(std::chrono::steady_clock::time_point) override {}
 };
 
+// Sends every message straight back.
+class EchoReceiver final : public MessageReceiver {
+ public:
+  Van* van = nullptr;  // set before any message arrives
+  void OnMessage(const Route& from, Message message) override {
+    EXPECT_TRUE(van->Send(from, std::move(message)).ok());
+  }
+};
+
 // The first reply is delivered on the I/O thread, which then holds it until
 // a caller has started waiting for it (ReceiveWhile) and has seen it not
 // yet delivered.
-class HeldReplyReceiver final : public VanReceiver {
+class HeldReplyReceiver final : public MessageReceiver {
  public:
   std::promise<void> delivering;
   std::promise<void> caller_saw_it_missing;
@@ -42,10 +48,6 @@ class HeldReplyReceiver final : public VanReceiver {
     held_for_caller = caller_saw_it_missing.get_future().wait_for(5s) == std::future_status::ready;
     delivered = true;
   }
-  void OnMalformed(const Route&, const pb::Header&, const Status&) override {}
-  void OnConnectionUp(int) override {}
-  void OnConnectionDown(int, const std::string&, const Status&) override {}
-  void OnTick(std::chrono::steady_clock::time_point) override {}
 };
 
 TEST(VanTest, ReceivingCallerWakesWhenTheIoThreadDeliversItsReply) {
@@ -91,7 +93,7 @@ TEST(VanTest, ReceivingCallerWakesWhenTheIoThreadDeliversItsReply) {
 // Answers command 1 after a pause (so that command 2 is queued behind it and
 // arrives in the same receive pass), and answers command 2 only once the
 // caller has had the first reply (or after 5 s).
-class PipelinedReceiver final : public VanReceiver {
+class PipelinedReceiver final : public MessageReceiver {
  public:
   Van* van = nullptr;  // set before any message arrives
   std::promise<void> first_reply_arrived;
@@ -106,14 +108,10 @@ class PipelinedReceiver final : public VanReceiver {
     }
     EXPECT_TRUE(van->Send(from, std::move(message)).ok());
   }
-  void OnMalformed(const Route&, const pb::Header&, const Status&) override {}
-  void OnConnectionUp(int) override {}
-  void OnConnectionDown(int, const std::string&, const Status&) override {}
-  void OnTick(std::chrono::steady_clock::time_point) override {}
 };
 
 // Collects replies on the client's I/O thread.
-class ReplyReceiver final : public VanReceiver {
+class ReplyReceiver final : public MessageReceiver {
  public:
   PipelinedReceiver* server = nullptr;
   std::promise<void> both;
@@ -123,10 +121,6 @@ class ReplyReceiver final : public VanReceiver {
     if (message.header.command() == 1) server->first_reply_arrived.set_value();
     if (++replies == 2) both.set_value();
   }
-  void OnMalformed(const Route&, const pb::Header&, const Status&) override {}
-  void OnConnectionUp(int) override {}
-  void OnConnectionDown(int, const std::string&, const Status&) override {}
-  void OnTick(std::chrono::steady_clock::time_point) override {}
 };
 
 TEST(VanTest, AnInlineReplyLeavesBeforeTheNextRequestIsHandled) {
