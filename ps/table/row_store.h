@@ -65,19 +65,23 @@ class KeyedRowColumn {
   static size_t SlotBytes(size_t row_floats) { return (kKeyFloats + row_floats) * sizeof(float); }
 
   void AddChunk() { column_.AddChunk(); }
+  // A slot's record: its key, then its row. Finding it is the chunk
+  // arithmetic; callers that read both key and row find it once.
+  float* record(uint32_t slot) const { return column_.at(slot); }
   // Records are 4-byte aligned only, hence memcpy (one plain load on x86).
-  uint64_t key(uint32_t slot) const {
+  static uint64_t KeyOf(const float* record) {
     uint64_t k;
-    std::memcpy(&k, column_.at(slot), sizeof k);
+    std::memcpy(&k, record, sizeof k);
     return k;
   }
-  void set_key(uint32_t slot, uint64_t key) { std::memcpy(column_.at(slot), &key, sizeof key); }
-  float* row(uint32_t slot) const { return column_.at(slot) + kKeyFloats; }
-  // Fetches the slot's key and row into the cache ahead of use (both ends:
-  // a record may straddle two cache lines).
+  static float* RowOf(float* record) { return record + kKeyFloats; }
+  uint64_t key(uint32_t slot) const { return KeyOf(record(slot)); }
+  void set_key(uint32_t slot, uint64_t key) { std::memcpy(record(slot), &key, sizeof key); }
+  float* row(uint32_t slot) const { return RowOf(record(slot)); }
+  // Fetches a record into the cache ahead of use (both ends: a record may
+  // straddle two cache lines).
   template <bool for_write>
-  void Prefetch(uint32_t slot) const {
-    const float* record = column_.at(slot);
+  void Prefetch(const float* record) const {
     __builtin_prefetch(record, for_write);
     __builtin_prefetch(record + kKeyFloats + row_floats_ - 1, for_write);
   }

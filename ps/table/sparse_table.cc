@@ -131,14 +131,14 @@ class LocalShard {
   void Pull(std::span<const uint64_t> keys, const uint64_t* hashes, std::span<const uint32_t> which,
             float* values) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->pull_dim();
-    ForEachSlot(keys, hashes, which, [&](uint32_t i, std::optional<uint32_t> slot) {
+    ForEachSlot(keys, hashes, which, [&](uint32_t i, const FoundRow* found) {
       std::span<float> out(values + size_t{i} * d, d);
-      if (!slot) {
+      if (found == nullptr) {
         accessor_->InitialPull(keys[i], out);
       } else if (pull_copies_row_) {
-        CopyFloats(rows_.row(*slot), d, out.data());
+        CopyFloats(found->row, d, out.data());
       } else {
-        accessor_->Pull(Row(*slot), Ext(*slot), out);
+        accessor_->Pull(Row(*found), Ext(found->slot), out);
       }
     });
   }
@@ -152,19 +152,19 @@ class LocalShard {
       return;
     }
     ForEachSlot</*writes=*/true>(
-        keys, hashes, which, [&](uint32_t i, std::optional<uint32_t> slot) {
-          if (!slot) {
+        keys, hashes, which, [&](uint32_t i, const FoundRow* found) {
+          if (found == nullptr) {
             ++dropped_pushes_;
             return;
           }
           const float show = shows.empty() ? 1.0f : shows[i];
           const float click = clicks.empty() ? 0.0f : clicks[i];
           const bool wants_ext =
-              accessor_->PushGrad(Row(*slot), Ext(*slot),
+              accessor_->PushGrad(Row(*found), Ext(found->slot),
                                   std::span<const float>(grads + size_t{i} * d, d), show, click);
-          *flags_.at(*slot) |= kDirty;
-          if (wants_ext && ext_floats_ > 0 && AttachExt(*slot)) {
-            accessor_->InitExt(keys[i], Ext(*slot));
+          *found->flags |= kDirty;
+          if (wants_ext && ext_floats_ > 0 && AttachExt(found->slot)) {
+            accessor_->InitExt(keys[i], Ext(found->slot));
           }
         });
   }
@@ -174,17 +174,17 @@ class LocalShard {
                  std::span<const float> clicks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     const size_t d = accessor_->push_dim();
     ForEachSlot</*writes=*/true>(
-        keys, hashes, which, [&](uint32_t i, std::optional<uint32_t> slot) {
-          if (!slot) {
+        keys, hashes, which, [&](uint32_t i, const FoundRow* found) {
+          if (found == nullptr) {
             ++dropped_pushes_;
             return;
           }
           const bool wants_ext = accessor_->PushDelta(
-              Row(*slot), Ext(*slot), std::span<const float>(deltas + size_t{i} * d, d),
+              Row(*found), Ext(found->slot), std::span<const float>(deltas + size_t{i} * d, d),
               shows.empty() ? 0.0f : shows[i], clicks.empty() ? 0.0f : clicks[i]);
-          *flags_.at(*slot) |= kDirty;
-          if (wants_ext && ext_floats_ > 0 && AttachExt(*slot)) {
-            accessor_->InitExt(keys[i], Ext(*slot));
+          *found->flags |= kDirty;
+          if (wants_ext && ext_floats_ > 0 && AttachExt(found->slot)) {
+            accessor_->InitExt(keys[i], Ext(found->slot));
           }
         });
   }
@@ -403,13 +403,13 @@ class LocalShard {
       n = 0;
     };
     ForEachSlot</*writes=*/true>(keys, hashes, which,
-                                 [&](uint32_t i, std::optional<uint32_t> slot) {
-                                   if (!slot) {
+                                 [&](uint32_t i, const FoundRow* found) {
+                                   if (found == nullptr) {
                                      ++dropped_pushes_;
                                      return;
                                    }
-                                   *flags_.at(*slot) |= kDirty;
-                                   float* row = rows_.row(*slot);
+                                   *found->flags |= kDirty;
+                                   float* row = found->row;
                                    const float* grad = grads + size_t{i} * d;
                                    if (inline_sgd_ != nullptr) {
                                      inline_sgd_->Apply(row, row + d, grad, d);
@@ -434,6 +434,16 @@ class LocalShard {
   }
 
   std::span<float> Row(uint32_t slot) const { return {rows_.row(slot), row_floats_}; }
+
+  // A stored row as ForEachSlot hands it over: where its row and change
+  // marks are is worked out once per key (finding a column's chunk costs
+  // ~13 instructions, and a push used to do it five times a key).
+  struct FoundRow {
+    uint32_t slot;
+    float* row;      // row_floats_ floats
+    uint8_t* flags;  // its change marks; null unless ForEachSlot<writes>
+  };
+  std::span<float> Row(const FoundRow& found) const { return {found.row, row_floats_}; }
   std::span<float> Ext(uint32_t slot) const {
     if (ext_floats_ == 0 || *ext_of_.at(slot) == kNoExt) return {};
     return {ext_.at(*ext_of_.at(slot)), ext_floats_};
@@ -445,22 +455,24 @@ class LocalShard {
     return *it;
   }
 
-  // Calls fn(i, slot) for each request index i of `which`, in order, where
-  // slot is FindOrAdmit(keys[i]). In a table much larger than the caches a
-  // lookup costs two dependent misses (index, then key and row); to overlap
-  // them, keys go kLookupBatch at a time through three passes: prefetch the
-  // index positions of the batch; find each key's candidate slot from the
-  // index alone (KeyProbe::candidate) and prefetch its key and row; then
-  // confirm each candidate (a wrong one, about 1 in 128 probes, falls back
-  // to a full lookup) and call fn. (A rolling pipeline with the stages 16
-  // keys apart measured slower here: more prefetches in flight than the
-  // core keeps.)
+  // Calls fn(i, found) for each request index i of `which`, in order, where
+  // found is the row FindOrAdmit(keys[i]) gives (null: none). In a table
+  // much larger than the caches a lookup costs two dependent misses (index,
+  // then key and row); to overlap them, keys go kLookupBatch at a time
+  // through three passes: prefetch the index positions of the batch; find
+  // each key's candidate slot from the index alone (KeyProbe::candidate) and
+  // prefetch its record; then confirm each candidate (a wrong one, about 1
+  // in 128 probes, falls back to a full lookup) and call fn. (A rolling
+  // pipeline with the stages 16 keys apart measured slower here: more
+  // prefetches in flight than the core keeps.)
   // `writes`: fn changes rows and sets their change marks, so those are
   // fetched for writing too.
   template <bool writes = false, typename Fn>
   void ForEachSlot(std::span<const uint64_t> keys, const uint64_t* hashes,
                    std::span<const uint32_t> which, Fn&& fn) {
     uint32_t candidates[kLookupBatch];
+    float* records[kLookupBatch];
+    uint8_t* flags[kLookupBatch];
     for (size_t b = 0; b < which.size(); b += kLookupBatch) {
       const std::span<const uint32_t> batch = which.subspan(b, std::min(kLookupBatch, which.size() - b));
       for (uint32_t i : batch) index_.prefetch(KeyProbe(keys[i], hashes[i], /*candidate=*/false));
@@ -469,18 +481,30 @@ class LocalShard {
         auto it = index_.find(KeyProbe(keys[i], hashes[i], /*candidate=*/true));
         candidates[j] = it == index_.end() ? kNoSlot : *it;
         if (candidates[j] != kNoSlot) {
-          rows_.Prefetch<writes>(candidates[j]);
-          if constexpr (writes) __builtin_prefetch(flags_.at(candidates[j]), 1);
+          records[j] = rows_.record(candidates[j]);
+          rows_.Prefetch<writes>(records[j]);
+          if constexpr (writes) {
+            flags[j] = flags_.at(candidates[j]);
+            __builtin_prefetch(flags[j], 1);
+          }
         }
       }
       for (size_t j = 0; j < batch.size(); ++j) {
         const uint64_t key = keys[batch[j]];
         const uint32_t c = candidates[j];
-        // A missing candidate is checked again too: an earlier key of the
-        // batch may have been the same key and inserted it.
-        fn(batch[j], c != kNoSlot && rows_.key(c) == key
-                         ? std::optional<uint32_t>(c)
-                         : FindOrAdmit(KeyProbe(key, hashes[batch[j]], false)));
+        FoundRow found;
+        if (c != kNoSlot && KeyedRowColumn::KeyOf(records[j]) == key) {
+          found = {c, KeyedRowColumn::RowOf(records[j]), writes ? flags[j] : nullptr};
+        } else if (std::optional<uint32_t> slot =
+                       FindOrAdmit(KeyProbe(key, hashes[batch[j]], false))) {
+          // A missing candidate is looked up again too: an earlier key of
+          // the batch may have been the same key and inserted it.
+          found = {*slot, rows_.row(*slot), writes ? flags_.at(*slot) : nullptr};
+        } else {
+          fn(batch[j], static_cast<const FoundRow*>(nullptr));
+          continue;
+        }
+        fn(batch[j], &found);
       }
     }
   }
