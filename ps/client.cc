@@ -1,7 +1,9 @@
 #include "ps/client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -498,9 +500,7 @@ struct SparseSplit {
 // and sorted-unique batches have): checked in one pass, far cheaper than
 // the de-duplication table.
 bool StrictlyIncreasing(std::span<const uint64_t> keys) {
-  bool increasing = true;
-  for (size_t i = 1; i < keys.size(); ++i) increasing &= keys[i - 1] < keys[i];
-  return increasing;
+  return std::adjacent_find(keys.begin(), keys.end(), std::greater_equal<>()) == keys.end();
 }
 
 // SparseSplit::source of a de-duplicated split whose keys were all distinct.
@@ -743,10 +743,8 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
           return Status::OK();
         }
         if (!split->source.empty()) {
-          const uint32_t* source = split->sources_of(p.server);
-          for (size_t k = 0; k < p.count; ++k)
-            CopyFloats(reply_values + k * dim, dim,
-                       values.data() + size_t{source[p.first + k]} * dim);
+          ScatterRows(reply_values, dim, split->sources_of(p.server) + p.first, p.count,
+                      values.data());
           return Status::OK();
         }
         auto scatter = [&](size_t i) {
@@ -854,14 +852,11 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
         std::copy_n(options.clicks.data() + p.first, p.count, clicks[0].data() + p.first);
       }
     } else if (!split.source.empty()) {
-      const uint32_t* source = split.sources_of(p.server);
-      for (size_t pos = p.first; pos < end; ++pos) {
-        const size_t i = source[pos];
-        CopyFloats(values.data() + i * dim, dim, grads[p.server].data() + pos * dim);
-        if (with_counts) {
-          shows[p.server][pos] = options.shows[i];
-          clicks[p.server][pos] = options.clicks[i];
-        }
+      const uint32_t* source = split.sources_of(p.server) + p.first;
+      GatherRows(values.data(), dim, source, p.count, grads[p.server].data() + p.first * dim);
+      if (with_counts) {
+        GatherRows(options.shows.data(), 1, source, p.count, shows[p.server].data() + p.first);
+        GatherRows(options.clicks.data(), 1, source, p.count, clicks[p.server].data() + p.first);
       }
     }
     Message m = NewRequest(command, static_cast<int>(table), meta);

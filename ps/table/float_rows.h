@@ -22,6 +22,26 @@ inline void CopyFloats(const float* src, size_t n, float* dst) {
   for (size_t i = 0; i < n; ++i) dst[i] = src[i];
 }
 
+// Row k of dst = row index[k] of src, k in [0, count), rows of dim floats.
+inline void GatherRows(const float* src, size_t dim, const uint32_t* index, size_t count,
+                       float* dst) {
+  if (dim == 1) {  // one float a key: a load and a store, no per-row call
+    for (size_t k = 0; k < count; ++k) dst[k] = src[index[k]];
+    return;
+  }
+  for (size_t k = 0; k < count; ++k) CopyFloats(src + size_t{index[k]} * dim, dim, dst + k * dim);
+}
+
+// Row index[k] of dst = row k of src, k in [0, count), rows of dim floats.
+inline void ScatterRows(const float* src, size_t dim, const uint32_t* index, size_t count,
+                        float* dst) {
+  if (dim == 1) {
+    for (size_t k = 0; k < count; ++k) dst[index[k]] = src[k];
+    return;
+  }
+  for (size_t k = 0; k < count; ++k) CopyFloats(src + k * dim, dim, dst + size_t{index[k]} * dim);
+}
+
 // dst[0, n) += src[0, n). The ranges must not overlap.
 inline void AddFloats(const float* __restrict src, size_t n, float* __restrict dst) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
