@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -41,6 +42,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmTest,
                                             ::testing::Values(1, 10, 33),
                                             ::testing::Values(1, 5, 129), ::testing::Bool(),
                                             ::testing::Bool()));
+
+// OpenBLAS runs kernels that use this CPU's vector units: on a CPU the
+// library does not know it falls back to SSE3 ones ~4x slower, and
+// blas_core.cc then restarts the program with better ones. A core the user
+// chose through OPENBLAS_CORETYPE is theirs.
+TEST(GemmTest, BlasKernelsUseTheCpusVectorUnits) {
+  const char* chosen = std::getenv("OPENBLAS_CORETYPE");
+  const std::string core = kernels::BlasKernels();
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (chosen != nullptr && std::string(chosen) != (avx512 ? "SkylakeX" : "Haswell"))
+    GTEST_SKIP() << "OPENBLAS_CORETYPE=" << chosen << " chose the kernels";
+  if (avx512) {
+    EXPECT_TRUE(core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids") << core;
+  } else if (avx2) {
+    EXPECT_TRUE(core == "Haswell" || core == "Zen" || core == "SkylakeX" || core == "Cooperlake" ||
+                core == "SapphireRapids" || core == "Excavator")
+        << core;
+  } else {
+    GTEST_SKIP() << "no AVX2 here: OpenBLAS's " << core << " kernels are what it has";
+  }
+}
 
 TEST(GemmTest, ZeroInnerDimensionScalesC) {
   std::vector<float> c = {1, 2, 3, 4}, c2 = c;

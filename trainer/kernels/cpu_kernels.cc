@@ -14,6 +14,7 @@ namespace fleet::trainer::kernels {
 
 void SetBlasThreads(int num_threads) { openblas_set_num_threads(std::max(1, num_threads)); }
 int BlasThreads() { return openblas_get_num_threads(); }
+const char* BlasKernels() { return openblas_get_corename(); }
 
 void ParallelRange(ThreadPool* pool, size_t n, size_t grain,
                    absl::FunctionRef<void(size_t, size_t)> fn) {

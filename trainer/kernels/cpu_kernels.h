@@ -48,6 +48,8 @@ inline constexpr size_t kParallelGrain = 16384;
 // setting is global). Call once at start-up, before any GEMM, from main().
 void SetBlasThreads(int num_threads);
 int BlasThreads();
+// The kernels OpenBLAS runs, e.g. "SkylakeX" (see blas_core.cc).
+const char* BlasKernels();
 
 // Runs fn(begin, end) over [0, n) in chunks of at least `grain` elements,
 // on the pool and the caller. Serial when pool is null or n < 2 * grain.
