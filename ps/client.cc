@@ -7,6 +7,7 @@
 #include <map>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -467,8 +468,8 @@ namespace {
 
 // Keys of one request grouped by server, each distinct key once.
 struct SparseSplit {
-  // Per server: the distinct keys it gets.
-  std::vector<std::vector<uint64_t>> keys;
+  // Per server: the distinct keys it gets, frame-ready.
+  std::vector<SArray<uint64_t>> keys;
   // For each key of the request: its server and its position in
   // keys[server]. Positions are handed out in order of first occurrence.
   // Only when a key repeats (`source` says the same otherwise).
@@ -486,7 +487,7 @@ struct SparseSplit {
   // server after server (source[first_source[s] + pos] is that of
   // keys[s][pos]), so a piece's values move between the request and its
   // frame by walking the piece alone. Empty when a key repeats.
-  std::vector<uint32_t> source;
+  SArray<uint32_t> source;
   std::vector<uint32_t> first_source;
   const uint32_t* sources_of(size_t s) const { return source.data() + first_source[s]; }
 
@@ -511,7 +512,7 @@ void FillSources(SparseSplit* split) {
     split->first_source[s] = first;
     first += static_cast<uint32_t>(split->keys[s].size());
   }
-  split->source.resize(split->server.size());
+  split->source = SArray<uint32_t>::Uninitialized(split->server.size());
   uint32_t* const source = split->source.data();
   const uint32_t* const first_source = split->first_source.data();
   for (size_t i = 0; i < split->server.size(); ++i)
@@ -528,7 +529,7 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   if (unique && num_servers == 1) {
     split.identity = true;
     split.identity_count = keys.size();
-    if (copy_identity) split.keys[0].assign(keys.begin(), keys.end());
+    if (copy_identity) split.keys[0] = SArray<uint64_t>(keys.data(), keys.size());
     return split;
   }
   if (unique) {
@@ -570,10 +571,12 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
         next[lane * servers + s] = at;
         at += count;
       }
-      split.keys[s].resize(at);
+      // Uninitialised (every element is written below): zero-filling these
+      // cost ~13 instructions a key of the request.
+      split.keys[s] = SArray<uint64_t>::Uninitialized(at);
       first += at;
     }
-    split.source.resize(n);
+    split.source = SArray<uint32_t>::Uninitialized(n);
     interleaved([&](size_t lane_base, size_t i) {
       const uint16_t s = server_of_key[i];
       const uint32_t pos = next[lane_base + s]++;
@@ -585,7 +588,8 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
   }
   // Room for an even share (and a margin): no regrowth while filling.
   const size_t share = num_servers == 1 ? keys.size() : keys.size() / num_servers * 5 / 4 + 16;
-  for (auto& server_keys : split.keys) server_keys.reserve(share);
+  std::vector<std::vector<uint64_t>> distinct_keys(num_servers);
+  for (auto& server_keys : distinct_keys) server_keys.reserve(share);
   split.server.resize(keys.size());
   split.position.resize(keys.size());
   // One table per thread, reused: see KeyDeduper.
@@ -606,28 +610,28 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
       // With one server there is nothing to route (and the modulo is not free).
       const uint16_t s = num_servers == 1 ? 0 : server_of_shard[sharder.OfHash(hashes[j])];
       bool inserted;
-      split.position[i] = seen.FindOrInsert(keys[i], hashes[j],
-                                            static_cast<uint32_t>(split.keys[s].size()), &inserted);
-      if (inserted) split.keys[s].push_back(keys[i]);
+      split.position[i] = seen.FindOrInsert(
+          keys[i], hashes[j], static_cast<uint32_t>(distinct_keys[s].size()), &inserted);
+      if (inserted) distinct_keys[s].push_back(keys[i]);
       split.server[i] = s;
     }
   }
   // Keep a few MiB per thread between requests, not the peak of a huge one.
   if (seen.bytes() > (size_t{64} << 20)) seen.Release();
   size_t distinct = 0;
-  for (const auto& server_keys : split.keys) distinct += server_keys.size();
+  for (size_t s = 0; s < distinct_keys.size(); ++s) {
+    distinct += distinct_keys[s].size();
+    split.keys[s] = SArray<uint64_t>(std::move(distinct_keys[s]));
+  }
   if (distinct == keys.size()) FillSources(&split);
   return split;
 }
 
-// Moves each server's distinct keys into a frame-ready array (pieces are
-// segments of it); split.keys is left empty. (An identity split of the
-// caller's own SArray uses that instead.)
+// Each server's distinct keys (pieces are segments of them); split.keys is
+// left empty. (An identity split of the caller's own SArray uses that
+// instead.)
 std::vector<SArray<uint64_t>> TakeServerKeys(SparseSplit& split) {
-  std::vector<SArray<uint64_t>> out;
-  out.reserve(split.keys.size());
-  for (auto& keys : split.keys) out.push_back(SArray<uint64_t>(std::move(keys)));
-  return out;
+  return std::exchange(split.keys, {});
 }
 
 // A server's part of a sparse call, sent as one request: its distinct keys
