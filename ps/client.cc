@@ -501,7 +501,18 @@ struct SparseSplit {
 // and sorted-unique batches have): checked in one pass, far cheaper than
 // the de-duplication table.
 bool StrictlyIncreasing(std::span<const uint64_t> keys) {
-  return std::adjacent_find(keys.begin(), keys.end(), std::greater_equal<>()) == keys.end();
+  // Eight comparisons to a branch: a branch a key cost about twice as many
+  // instructions, and this runs over every key of every request.
+  size_t i = 1;
+  for (; i + 8 <= keys.size(); i += 8) {
+    bool out_of_order = false;
+    for (size_t j = 0; j < 8; ++j) out_of_order |= keys[i + j - 1] >= keys[i + j];
+    if (out_of_order) return false;
+  }
+  for (; i < keys.size(); ++i) {
+    if (keys[i - 1] >= keys[i]) return false;
+  }
+  return true;
 }
 
 // SparseSplit::source of a de-duplicated split whose keys were all distinct.

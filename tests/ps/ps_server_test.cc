@@ -87,6 +87,33 @@ TEST(PsServerTest, DuplicateKeysAreMergedAndScatteredBack) {
   }
 }
 
+// Keys in strictly increasing order skip the de-duplication table; a key
+// repeated anywhere (within the client's blocks of eight comparisons or in
+// its tail) must still be merged: with adagrad, one push of gradient 2 is
+// not two pushes of 1.
+TEST(PsServerTest, ARepeatedKeyAnywhereInIncreasingKeysIsMerged) {
+  PsCluster cluster(MakeJob("Distributed: {mode: async, timeout_ms: 10000}\n"
+                            "tables:\n"
+                            "  - {id: 0, kind: sparse, dim: 1, shard_num: 16,\n"
+                            "     optimizer: {rule: adagrad, learning_rate: 0.5}}\n"),
+                    2, 1);
+  PsClient& c = cluster.client(0);
+  constexpr size_t kKeys = 19;
+  for (size_t repeat : {1, 7, 8, 9, 15, 16, 17, 18}) {
+    SCOPED_TRACE("repeated at " + std::to_string(repeat));
+    const uint64_t base = 1000 * (repeat + 1);
+    std::vector<uint64_t> keys(kKeys);
+    for (size_t i = 0; i < kKeys; ++i) keys[i] = base + i;
+    keys[repeat] = keys[repeat - 1];
+    ASSERT_TRUE(c.PushSparseGrad(0, keys, std::vector<float>(kKeys, 1.0f)).ok());
+    const uint64_t control = base + 500;  // one push of the merged gradient
+    ASSERT_TRUE(c.PushSparseGrad(0, std::vector<uint64_t>{control}, std::vector<float>{2.0f}).ok());
+    const auto v = PullRows(c, {keys[repeat], control, keys[0] == keys[repeat] ? keys[2] : keys[0]});
+    EXPECT_EQ(v[0], v[1]);
+    EXPECT_NE(v[0], v[2]);  // a key pushed once differs
+  }
+}
+
 // A server's part of a pull or async/geo push larger than
 // max_request_bytes goes out in pieces. Whatever the cut and the number of
 // servers, the results are those of one whole request to one server (with
