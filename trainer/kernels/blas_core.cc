@@ -23,17 +23,12 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "trainer/kernels/cpu_kernels.h"
+
 namespace fleet {
-namespace {
+namespace trainer::kernels {
 
-// The names OpenBLAS gives its cores from before AVX2.
-constexpr const char* kOldCores[] = {"Unknown",  "Katmai",  "Coppermine", "Northwood", "Prescott",
-                                     "Banias",   "Atom",    "Core2",      "Penryn",    "Dunnington",
-                                     "Nehalem",  "Athlon",  "Opteron",    "Opteron_SSE3",
-                                     "Barcelona", "Nano",   "Sandybridge", "Bobcat"};
-
-// The kernels this CPU runs that beat an old core's, or null.
-const char* BetterCore() {
+const char* BlasKernelsForThisCpu() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl")) {
@@ -42,6 +37,16 @@ const char* BetterCore() {
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
   return nullptr;
 }
+
+}  // namespace trainer::kernels
+
+namespace {
+
+// The names OpenBLAS gives its cores from before AVX2.
+constexpr const char* kOldCores[] = {"Unknown",  "Katmai",  "Coppermine", "Northwood", "Prescott",
+                                     "Banias",   "Atom",    "Core2",      "Penryn",    "Dunnington",
+                                     "Nehalem",  "Athlon",  "Opteron",    "Opteron_SSE3",
+                                     "Barcelona", "Nano",   "Sandybridge", "Bobcat"};
 
 bool OldCore(const char* name) {
   if (name == nullptr) return true;
@@ -76,7 +81,7 @@ bool InMainProgram(const void* address) {
 // glibc passes a constructor the program's arguments and environment.
 __attribute__((constructor)) void RestartWithBetterBlas(int argc, char** argv, char** envp) {
   if (argc < 1 || argv == nullptr || std::getenv("OPENBLAS_CORETYPE") != nullptr) return;
-  const char* better = BetterCore();
+  const char* better = trainer::kernels::BlasKernelsForThisCpu();
   if (better == nullptr || !OldCore(openblas_get_corename())) return;
   if (!InMainProgram(reinterpret_cast<const void*>(&RestartWithBetterBlas))) return;
   if (setenv("OPENBLAS_CORETYPE", better, 1) != 0) return;

@@ -50,6 +50,10 @@ void SetBlasThreads(int num_threads);
 int BlasThreads();
 // The kernels OpenBLAS runs, e.g. "SkylakeX" (see blas_core.cc).
 const char* BlasKernels();
+// The kernels blas_core.cc restarts a program with when OpenBLAS fell back
+// to pre-AVX2 ones: "SkylakeX" on AVX-512, "Haswell" on AVX2 and FMA, else
+// null.
+const char* BlasKernelsForThisCpu();
 
 // Runs fn(begin, end) over [0, n) in chunks of at least `grain` elements,
 // on the pool and the caller. Serial when pool is null or n < 2 * grain.
