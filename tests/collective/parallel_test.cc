@@ -95,15 +95,42 @@ void ExpectResumesExactly(const std::vector<RankRun>& resumed, const std::vector
   }
 }
 
+// The first step (1-based, from `from` + 1) at which two runs' losses on
+// some rank differ; 0 when every loss and the final parameters agree.
+int64_t FirstDifference(const std::vector<RankRun>& a, const std::vector<RankRun>& b,
+                        int64_t from) {
+  for (size_t r = 0; r < a.size(); ++r) {
+    const std::vector<float>& la = a[r].report.step_losses;
+    const std::vector<float>& lb = b[r].report.step_losses;
+    for (size_t s = 0; s < lb.size(); ++s) {
+      if (s + from >= la.size() || la[s + from] != lb[s]) return from + s + 1;
+    }
+    if (a[r].report.params != b[r].report.params) return from + lb.size() + 1;
+  }
+  return 0;
+}
+
 // Trains `ranks` ranks with `overrides` for 10 steps into a fresh
 // directory, resumes them there, and expects the uninterrupted run `whole`.
+// When they differ, a second uninterrupted run says which of the two went
+// astray (the test fails either way): this failed twice under load in
+// session 33 and was not reproduced since.
 void ExpectCutAtTenResumesExactly(int ranks, const std::vector<std::string>& overrides,
                                   const std::vector<RankRun>& whole) {
   const fs::path dir = FreshDir("cut");
   std::vector<std::string> first = overrides;
   first.push_back("Engine.max_steps=10");
   Train(TinyJob(ranks, dir, first), ranks);
-  ExpectResumesExactly(Train(TinyJob(ranks, dir, overrides), ranks), whole, 10);
+  const std::vector<RankRun> resumed = Train(TinyJob(ranks, dir, overrides), ranks);
+  if (const int64_t step = FirstDifference(whole, resumed, 10); step != 0) {
+    const std::vector<RankRun> again = Train(TinyJob(ranks, FreshDir("again"), overrides), ranks);
+    ADD_FAILURE() << "the resumed run differs from the uninterrupted one from step " << step
+                  << "; a second uninterrupted run differs from the first from step "
+                  << FirstDifference(whole, again, 0) << " and from the resumed run from step "
+                  << FirstDifference(again, resumed, 10)
+                  << " (0: never; one past the last step: only the final parameters)";
+  }
+  ExpectResumesExactly(resumed, whole, 10);
 }
 
 TEST(HybridParallelTest, DpTimesShardingMatchesOneProcess) {
