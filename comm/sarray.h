@@ -88,11 +88,15 @@ class SArray {
 
  private:
   void Allocate(size_t n, bool zero) {
-    // Over-align so that any SArray<char> made here can be reinterpreted as
-    // any numeric type.
-    std::shared_ptr<T[]> p(static_cast<T*>(::operator new[](std::max<size_t>(n, 1) * sizeof(T),
-                                                            std::align_val_t{64})),
-                           [](T* q) { ::operator delete[](q, std::align_val_t{64}); });
+    // operator new's default alignment (16 bytes) lets any SArray<char>
+    // made here be reinterpreted as any numeric type. Not more: glibc's
+    // aligned allocation takes a larger block and splits it on every call
+    // (callgrind, allocation alone: 890 against 640 instructions for 2 KB,
+    // 3,270 against 2,270 for 14 KB), and the PS allocates a few arrays a
+    // request.
+    static_assert(__STDCPP_DEFAULT_NEW_ALIGNMENT__ >= alignof(std::max_align_t));
+    std::shared_ptr<T[]> p(static_cast<T*>(::operator new[](std::max<size_t>(n, 1) * sizeof(T))),
+                           [](T* q) { ::operator delete[](q); });
     if (zero && n) std::memset(p.get(), 0, n * sizeof(T));
     data_ = p.get();
     size_ = n;

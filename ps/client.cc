@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -485,8 +486,9 @@ struct SparseSplit {
 
   // No key repeated, not identity: the request index of each server's keys,
   // server after server (source[first_source[s] + pos] is that of
-  // keys[s][pos]), so a piece's values move between the request and its
-  // frame by walking the piece alone. Empty when a key repeats.
+  // keys[s][pos]; a one-pass split leaves gaps between the servers' runs),
+  // so a piece's values move between the request and its frame by walking
+  // the piece alone. Empty when a key repeats.
   SArray<uint32_t> source;
   std::vector<uint32_t> first_source;
   const uint32_t* sources_of(size_t s) const { return source.data() + first_source[s]; }
@@ -530,6 +532,112 @@ void FillSources(SparseSplit* split) {
     source[first_source[split->server[i]] + split->position[i]] = static_cast<uint32_t>(i);
 }
 
+// A split of keys without repeats over several servers in one pass: each
+// server's keys and request indices go to a region of their own, sized for
+// an even share of hashed keys with a margin of four standard deviations
+// (a server's count is binomial), in one allocation that every server's
+// key array and `source` share. False, with `split` untouched, when some
+// server gets more keys than its region holds (keys that hash unevenly), or
+// when the regions would be far larger than the request (a few keys over
+// many servers).
+// Against the two passes below, in a scratch benchmark of 990 sorted keys:
+// 2.9 against 4.7 ns a key with 2 servers, 3.1 against 5.7 with 16.
+bool SplitIncreasingInOnePass(std::span<const uint64_t> keys,
+                              const std::vector<uint16_t>& server_of_shard,
+                              const KeySharder& sharder, int num_servers, SparseSplit* split) {
+  const size_t n = keys.size();
+  const auto servers = static_cast<size_t>(num_servers);
+  const double share = static_cast<double>(n) / static_cast<double>(servers);
+  const size_t region = std::min(n, static_cast<size_t>(share + 4.0 * std::sqrt(share)) + 16);
+  // Keys first (8-byte aligned), then the request indices.
+  const size_t key_slots = servers * region;
+  if (key_slots > 4 * n + 256) return false;
+  SArray<uint64_t> buffer = SArray<uint64_t>::Uninitialized(key_slots + (key_slots + 1) / 2);
+  uint64_t* const region_keys = buffer.data();
+  uint32_t* const region_sources = reinterpret_cast<uint32_t*>(region_keys + key_slots);
+  // Kept in a vector for any server count; written once a key.
+  std::vector<uint32_t> count(servers, 0);
+  uint32_t* const counts = count.data();
+  const uint16_t* const server_of = server_of_shard.data();
+  // Locals, so that the compiler knows the stores below leave them alone
+  // (through the caller's objects it reloaded the divider and the key
+  // array after every store: 43 instructions a key against 37).
+  const KeySharder shard_of = sharder;
+  const uint64_t* const request = keys.data();
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t key = request[i];
+    const size_t s = server_of[shard_of.OfHash(Mix64(key))];
+    const uint32_t pos = counts[s]++;
+    if (pos == region) [[unlikely]] return false;
+    region_keys[s * region + pos] = key;
+    region_sources[s * region + pos] = static_cast<uint32_t>(i);
+  }
+  split->first_source.resize(servers);
+  for (size_t s = 0; s < servers; ++s) {
+    split->keys[s] = buffer.Segment(s * region, s * region + counts[s]);
+    split->first_source[s] = static_cast<uint32_t>(s * region);
+  }
+  split->source = SArray<uint32_t>(region_sources, key_slots, buffer.owner());
+  return true;
+}
+
+// The same in two passes, for any spread of keys over servers: each key's
+// server (and each server's count), then each key and its request index
+// written straight to their places. The request is cut into four lanes
+// walked side by side, each with its own counts and write positions: with
+// few servers, one lane's consecutive keys often go to the same server and
+// each would wait for the store of the one before (a lane's keys still land
+// in request order).
+void SplitIncreasingInTwoPasses(std::span<const uint64_t> keys,
+                                const std::vector<uint16_t>& server_of_shard,
+                                const KeySharder& sharder, int num_servers, SparseSplit* split) {
+  constexpr size_t kLanes = 4;
+  const size_t n = keys.size();
+  const size_t lane_len = (n + kLanes - 1) / kLanes;
+  const auto servers = static_cast<size_t>(num_servers);
+  auto interleaved = [&](auto&& fn) {
+    for (size_t j = 0; j < lane_len; ++j) {
+      for (size_t lane = 0; lane < kLanes; ++lane) {
+        const size_t i = lane * lane_len + j;
+        if (i < n) fn(lane * servers, i);
+      }
+    }
+  };
+  thread_local std::vector<uint16_t> server_of_key;
+  server_of_key.resize(n);
+  // Per lane (lane after lane) and server: the lane's key count, then,
+  // from the loop below, the lane's next position in keys[server].
+  std::vector<uint32_t> next(kLanes * servers, 0);
+  interleaved([&](size_t lane_base, size_t i) {
+    const uint16_t s = server_of_shard[sharder.OfHash(Mix64(keys[i]))];
+    server_of_key[i] = s;
+    ++next[lane_base + s];
+  });
+  split->first_source.resize(servers);
+  uint32_t first = 0;
+  for (size_t s = 0; s < servers; ++s) {
+    split->first_source[s] = first;
+    uint32_t at = 0;
+    for (size_t lane = 0; lane < kLanes; ++lane) {
+      const uint32_t count = next[lane * servers + s];
+      next[lane * servers + s] = at;
+      at += count;
+    }
+    // Uninitialised (every element is written below): zero-filling these
+    // cost ~13 instructions a key of the request.
+    split->keys[s] = SArray<uint64_t>::Uninitialized(at);
+    first += at;
+  }
+  split->source = SArray<uint32_t>::Uninitialized(n);
+  interleaved([&](size_t lane_base, size_t i) {
+    const uint16_t s = server_of_key[i];
+    const uint32_t pos = next[lane_base + s]++;
+    split->keys[s][pos] = keys[i];
+    split->source[split->first_source[s] + pos] = static_cast<uint32_t>(i);
+  });
+  if (server_of_key.capacity() > (size_t{1} << 20)) server_of_key = {};
+}
+
 // `copy_identity`: whether an identity split copies the keys into keys[0]
 // (a caller that sends the request's own keys leaves it empty).
 SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t>& server_of_shard,
@@ -544,57 +652,8 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
     return split;
   }
   if (unique) {
-    // Two passes: each key's server (and each server's count), then each
-    // key and its request index written straight to their places. The
-    // request is cut into four lanes walked side by side, each with its own
-    // counts and write positions: with few servers, one lane's consecutive
-    // keys often go to the same server and each would wait for the store of
-    // the one before (a lane's keys still land in request order).
-    constexpr size_t kLanes = 4;
-    const size_t n = keys.size();
-    const size_t lane_len = (n + kLanes - 1) / kLanes;
-    const auto servers = static_cast<size_t>(num_servers);
-    auto interleaved = [&](auto&& fn) {
-      for (size_t j = 0; j < lane_len; ++j) {
-        for (size_t lane = 0; lane < kLanes; ++lane) {
-          const size_t i = lane * lane_len + j;
-          if (i < n) fn(lane * servers, i);
-        }
-      }
-    };
-    thread_local std::vector<uint16_t> server_of_key;
-    server_of_key.resize(n);
-    // Per lane (lane after lane) and server: the lane's key count, then,
-    // from the loop below, the lane's next position in keys[server].
-    std::vector<uint32_t> next(kLanes * servers, 0);
-    interleaved([&](size_t lane_base, size_t i) {
-      const uint16_t s = server_of_shard[sharder.OfHash(Mix64(keys[i]))];
-      server_of_key[i] = s;
-      ++next[lane_base + s];
-    });
-    split.first_source.resize(servers);
-    uint32_t first = 0;
-    for (size_t s = 0; s < servers; ++s) {
-      split.first_source[s] = first;
-      uint32_t at = 0;
-      for (size_t lane = 0; lane < kLanes; ++lane) {
-        const uint32_t count = next[lane * servers + s];
-        next[lane * servers + s] = at;
-        at += count;
-      }
-      // Uninitialised (every element is written below): zero-filling these
-      // cost ~13 instructions a key of the request.
-      split.keys[s] = SArray<uint64_t>::Uninitialized(at);
-      first += at;
-    }
-    split.source = SArray<uint32_t>::Uninitialized(n);
-    interleaved([&](size_t lane_base, size_t i) {
-      const uint16_t s = server_of_key[i];
-      const uint32_t pos = next[lane_base + s]++;
-      split.keys[s][pos] = keys[i];
-      split.source[split.first_source[s] + pos] = static_cast<uint32_t>(i);
-    });
-    if (server_of_key.capacity() > (size_t{1} << 20)) server_of_key = {};
+    if (SplitIncreasingInOnePass(keys, server_of_shard, sharder, num_servers, &split)) return split;
+    SplitIncreasingInTwoPasses(keys, server_of_shard, sharder, num_servers, &split);
     return split;
   }
   // Room for an even share (and a margin): no regrowth while filling.

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "ps/ps.pb.h"
+#include "ps/table/partition.h"
 #include "tests/ps/ps_cluster.h"
 
 namespace fleet::ps {
@@ -112,6 +113,34 @@ TEST(PsServerTest, ARepeatedKeyAnywhereInIncreasingKeysIsMerged) {
     EXPECT_EQ(v[0], v[1]);
     EXPECT_NE(v[0], v[2]);  // a key pushed once differs
   }
+}
+
+// Increasing keys are split over the servers in one pass into regions
+// sized for an even share; keys that all belong to one server overflow its
+// region and take the two-pass split instead. Either way each key's
+// gradient reaches its row and each pulled row comes back to its key's
+// place.
+TEST(PsServerTest, IncreasingKeysSplitRightWhetherSpreadOrAllOnOneServer) {
+  constexpr uint32_t kShards = 16;
+  PsCluster cluster(Job("async", kShards), 2, 1);
+  PsClient& c = cluster.client(0);
+  const ShardRange first_server = AssignShards(kShards, 2, 0).value();
+  std::vector<uint64_t> spread, one_server;
+  for (uint64_t k = 1; one_server.size() < 400; ++k) {
+    if (spread.size() < 400) spread.push_back(k);
+    if (first_server.contains(ShardOfKey(k + 1000000, kShards))) one_server.push_back(k + 1000000);
+  }
+  for (const auto* keys : {&spread, &one_server}) {
+    SCOPED_TRACE(keys == &spread ? "spread" : "all on server 0");
+    std::vector<float> grads(keys->size() * 4);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i + 1);
+    ASSERT_TRUE(c.PushSparseGrad(0, *keys, grads).ok());
+    const auto v = PullRows(c, *keys);  // sgd, lr 1, from zeros
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], -grads[i]) << "element " << i;
+  }
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats.value()[0].tables(0).rows() + stats.value()[1].tables(0).rows(), 800u);
 }
 
 // A server's part of a pull or async/geo push larger than
