@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <sstream>
@@ -27,12 +28,29 @@ using std::chrono::milliseconds;
 namespace fs = std::filesystem;
 namespace testing = ::fleet::testing;
 
+// This process's folder for the tests' checkpoints, removed when the
+// process exits (a run of collective_parallel_test alone writes ~75 MB of
+// checkpoints, and every run used to leave them in the temporary folder).
+inline const fs::path& ProcessTestDir() {
+  // Never destroyed: the exit handler runs after static destructors.
+  static const fs::path* const root = [] {
+    auto* dir = new fs::path(fs::path(::testing::TempDir()) /
+                             ("gpt_pretrain_test." + std::to_string(::getpid())));
+    fs::remove_all(*dir);
+    fs::create_directories(*dir);
+    std::atexit([] {
+      std::error_code ignored;  // nothing to report to at exit
+      fs::remove_all(ProcessTestDir(), ignored);
+    });
+    return dir;
+  }();
+  return *root;
+}
+
 // A fresh directory for one test's checkpoints.
 inline fs::path FreshDir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  fs::path dir =
-      fs::path(::testing::TempDir()) / (std::string("gpt_pretrain_test.") + info->name() + "." +
-                                        name + "." + std::to_string(::getpid()));
+  fs::path dir = ProcessTestDir() / (std::string(info->name()) + "." + name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
