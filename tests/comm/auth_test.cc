@@ -591,6 +591,37 @@ TEST(VanAuthTest, TagDependsOnEveryByteOnlyAndNotOnThePreviousMessage) {
   EXPECT_FALSE(van_auth::Verify(key, van_auth::Direction::kToServer, first, shifted));
 }
 
+// The tag's data goes to OpenSSL in few calls: small parts gathered in a
+// buffer, large ones from their own memory with their tails gathered.
+// Whatever the mix of sizes, the bytes hashed are the documented ones.
+TEST(VanAuthTest, PartsOfEverySizeAndCountAreTaggedAsDocumented) {
+  const std::string key(32, 'k'), id(van_auth::kIdBytes, 'i');
+  auto part = [](size_t size, char seed) {
+    std::string p(size, '\0');
+    for (size_t i = 0; i < size; ++i) p[i] = static_cast<char>(seed + i * 7);
+    return p;
+  };
+  std::vector<std::vector<std::string>> messages = {
+      {},
+      {part(0, 'a')},
+      {part(72, 'h'), part(8000, 'k'), part(4000, 'v')},
+      {part(255, 'a'), part(256, 'b'), part(257, 'c'), part(15, 'd'), part(1001, 'e')},
+      {part(3, 'a'), part(0, 'b'), part(4097, 'c'), part(600, 'd'), part(16, 'e'), part(17, 'f')},
+  };
+  // More parts than the gathering buffer holds lengths for (each 8 bytes).
+  std::vector<std::string> many;
+  for (int i = 0; i < 300; ++i) many.push_back(part(i % 40, static_cast<char>(i)));
+  messages.push_back(many);
+  for (const std::vector<std::string>& parts : messages) {
+    std::vector<van_auth::Part> spans;
+    for (const std::string& p : parts) spans.push_back({p.data(), p.size()});
+    const std::string trailer = van_auth::Trailer(key, van_auth::Direction::kToClient, id, 9, spans);
+    EXPECT_EQ(trailer, DocumentedTrailer(key, van_auth::Direction::kToClient, id, 9, parts))
+        << parts.size() << " parts";
+    EXPECT_TRUE(van_auth::Verify(key, van_auth::Direction::kToClient, trailer, spans));
+  }
+}
+
 TEST(VanAuthTest, LargeMessagesAreTaggedByChunksAsDocumentedAndBindEveryByte) {
   const std::string key(32, 'k'), id(van_auth::kIdBytes, 'i');
   // Three chunks and a half, split so that chunks straddle the parts.
