@@ -38,16 +38,29 @@ class ChunkedColumn {
   void AddChunk() {
     if (width_ == 0) return;
     chunks_.push_back(std::make_unique_for_overwrite<T[]>((size_t{1} << shift_) * width_));
+    bases_.push_back(chunks_.back().get());
   }
   T* at(uint32_t slot) const {
     return chunks_[slot >> shift_].get() + (slot & ((uint32_t{1} << shift_) - 1)) * width_;
   }
   size_t bytes() const { return chunks_.size() * (size_t{1} << shift_) * width_ * sizeof(T); }
 
+  // The column's layout in a value a loop keeps in registers (the members
+  // would be reloaded after each store the loop makes): slot s is at
+  // bases[s >> shift] + (s & mask) * width. Valid until the next AddChunk.
+  struct View {
+    T* const* bases;
+    uint32_t shift;
+    uint32_t mask;
+    size_t width;
+  };
+  View view() const { return {bases_.data(), shift_, (uint32_t{1} << shift_) - 1, width_}; }
+
  private:
   const size_t width_;
   const uint32_t shift_;
   std::vector<std::unique_ptr<T[]>> chunks_;
+  std::vector<T*> bases_;  // chunks_[i].get()
 };
 
 // A slot's key and row side by side: [u64 key][row_floats floats]. A
@@ -59,7 +72,7 @@ class KeyedRowColumn {
   static constexpr size_t kKeyFloats = sizeof(uint64_t) / sizeof(float);
 
   KeyedRowColumn(size_t row_floats, uint32_t shift)
-      : row_floats_(row_floats), column_(kKeyFloats + row_floats, shift) {}
+      : column_(kKeyFloats + row_floats, shift) {}
 
   // Bytes of one slot (key and row), for sizing chunks.
   static size_t SlotBytes(size_t row_floats) { return (kKeyFloats + row_floats) * sizeof(float); }
@@ -68,6 +81,8 @@ class KeyedRowColumn {
   // A slot's record: its key, then its row. Finding it is the chunk
   // arithmetic; callers that read both key and row find it once.
   float* record(uint32_t slot) const { return column_.at(slot); }
+  using View = ChunkedColumn<float>::View;  // of the records (width: key and row)
+  View view() const { return column_.view(); }
   // Records are 4-byte aligned only, hence memcpy (one plain load on x86).
   static uint64_t KeyOf(const float* record) {
     uint64_t k;
@@ -78,17 +93,9 @@ class KeyedRowColumn {
   uint64_t key(uint32_t slot) const { return KeyOf(record(slot)); }
   void set_key(uint32_t slot, uint64_t key) { std::memcpy(record(slot), &key, sizeof key); }
   float* row(uint32_t slot) const { return RowOf(record(slot)); }
-  // Fetches a record into the cache ahead of use (both ends: a record may
-  // straddle two cache lines).
-  template <bool for_write>
-  void Prefetch(const float* record) const {
-    __builtin_prefetch(record, for_write);
-    __builtin_prefetch(record + kKeyFloats + row_floats_ - 1, for_write);
-  }
   size_t bytes() const { return column_.bytes(); }
 
  private:
-  const size_t row_floats_;
   ChunkedColumn<float> column_;
 };
 

@@ -476,15 +476,24 @@ class LocalShard {
     for (size_t b = 0; b < which.size(); b += kLookupBatch) {
       const std::span<const uint32_t> batch = which.subspan(b, std::min(kLookupBatch, which.size() - b));
       for (uint32_t i : batch) index_.prefetch(KeyProbe(keys[i], hashes[i], /*candidate=*/false));
+      // The two columns' layouts in locals, taken again each batch (fn may
+      // have added rows, and chunks); they share the chunk size, so a slot's
+      // chunk and place in it are worked out once for both.
+      const KeyedRowColumn::View record_of = rows_.view();
+      uint8_t* const* const flag_chunks = flags_.view().bases;
       for (size_t j = 0; j < batch.size(); ++j) {
         const uint32_t i = batch[j];
         auto it = index_.find(KeyProbe(keys[i], hashes[i], /*candidate=*/true));
         candidates[j] = it == index_.end() ? kNoSlot : *it;
         if (candidates[j] != kNoSlot) {
-          records[j] = rows_.record(candidates[j]);
-          rows_.Prefetch<writes>(records[j]);
+          const uint32_t chunk = candidates[j] >> record_of.shift;
+          const uint32_t within = candidates[j] & record_of.mask;
+          records[j] = record_of.bases[chunk] + within * record_of.width;
+          // Both ends: a record may straddle two cache lines.
+          __builtin_prefetch(records[j], writes);
+          __builtin_prefetch(records[j] + record_of.width - 1, writes);
           if constexpr (writes) {
-            flags[j] = flags_.at(candidates[j]);
+            flags[j] = flag_chunks[chunk] + within;
             __builtin_prefetch(flags[j], 1);
           }
         }
@@ -687,27 +696,53 @@ Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, si
                                                 keys.size() * width, " floats (", width, " per key), got ",
                                                 values_size));
   if (keys.size() > UINT32_MAX) return Status::InvalidArgument("too many keys in one request");
-  routed->hashes.resize(keys.size());
-  routed->local.resize(keys.size());
-  std::vector<uint32_t>& offsets = routed->offsets;
-  offsets.assign(local_count_ + 1, 0);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const uint64_t h = Mix64(keys[i]);
-    const uint32_t s = sharder_.OfHash(h);
-    if (!owned_.contains(s))
+  const size_t n = keys.size();
+  routed->hashes.resize(n);
+  routed->local.resize(n);
+  routed->order.resize(n);
+  // Locals, and the work in passes of few live values each: the stores
+  // into the arrays may alias the members (the owned range, the divider),
+  // which the compiler would reload after every store, and one pass doing
+  // all of it ran out of registers (57 instructions a key, now ~40).
+  const KeySharder sharder = sharder_;
+  const uint32_t begin = owned_.begin;
+  const uint32_t owned = owned_.size();
+  const uint64_t* const key = keys.data();
+  uint64_t* const hashes = routed->hashes.data();
+  uint16_t* const local = routed->local.data();
+  // Each key's shard relative to the owned range, parked in `order` (filled
+  // for real below).
+  uint32_t* const relative = routed->order.data();
+  bool foreign = false;
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t h = Mix64(key[i]);
+    hashes[i] = h;
+    relative[i] = sharder.OfHash(h) - begin;  // wraps below begin
+    foreign |= relative[i] >= owned;
+  }
+  if (foreign) {
+    for (size_t i = 0; i < n; ++i) {
+      if (relative[i] < owned) continue;
+      const uint32_t s = relative[i] + begin;
       return Status::InvalidArgument(absl::StrCat("table ", config_.id, ": key ", keys[i], " is in shard ", s,
                                                   ", not held by this server (holds [", owned_.begin, ", ",
                                                   owned_.end, "))"));
-    routed->hashes[i] = h;
-    routed->local[i] = LocalOf(s);
-    ++offsets[routed->local[i] + 1];
+    }
+  }
+  std::vector<uint32_t>& offsets = routed->offsets;
+  offsets.assign(local_count_ + 1, 0);
+  uint32_t* const counts = offsets.data() + 1;
+  const uint16_t* const local_of = local_of_.data();
+  for (size_t i = 0; i < n; ++i) {
+    local[i] = local_of[relative[i]];
+    ++counts[local[i]];
   }
   for (size_t s = 0; s < local_count_; ++s) offsets[s + 1] += offsets[s];
-  routed->order.resize(keys.size());
   // While filling, offsets[s] is the next free place of shard s, so it ends
   // at the start of shard s + 1; shifting by one entry restores the starts.
-  for (size_t i = 0; i < keys.size(); ++i)
-    routed->order[offsets[routed->local[i]]++] = static_cast<uint32_t>(i);
+  uint32_t* const next = offsets.data();
+  uint32_t* const order = routed->order.data();
+  for (size_t i = 0; i < n; ++i) order[next[local[i]]++] = static_cast<uint32_t>(i);
   for (size_t s = local_count_; s > 0; --s) offsets[s] = offsets[s - 1];
   offsets[0] = 0;
   return Status::OK();

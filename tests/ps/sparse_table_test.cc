@@ -187,6 +187,14 @@ TEST(SparseTableTest, BadInputLeavesTableUnchanged) {
   EXPECT_THAT(s.message(), HasSubstr("key " + std::to_string(foreign[0])));
   EXPECT_THAT(s.message(), HasSubstr("not held"));
   for (float x : out) EXPECT_EQ(x, -7.0f);  // output untouched
+  // A key of a shard below the held range, among held ones.
+  auto upper = Make("{id: 4, kind: sparse, dim: 2, shard_num: 16}", &pool, {8, 16});
+  std::vector<uint64_t> upper_mixed = {foreign[0], held[0]};
+  std::vector<float> upper_out(4, -7.0f);
+  s = upper->Pull(upper_mixed, upper_out);
+  EXPECT_TRUE(s.IsInvalidArgument());
+  EXPECT_THAT(s.message(), HasSubstr("key " + std::to_string(held[0]) + " is in shard"));
+  for (float x : upper_out) EXPECT_EQ(x, -7.0f);
 
   s = t->PushGrad(mixed, std::vector<float>(mixed.size() * 2, 1.0f));
   EXPECT_TRUE(s.IsInvalidArgument());
