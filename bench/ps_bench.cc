@@ -110,6 +110,9 @@ DEFINE_string(push_log, "off",
               "server.recovery_dir is a fresh directory under $TMPDIR or /tmp)");
 DEFINE_int64(checkpoint_every, 1000, "server.checkpoint_every when --push_log is on");
 DEFINE_int32(local_shards, 0, "the table's local_shard_num (0: its default)");
+DEFINE_string(partition, "hash",
+              "the table's partition: hash (its default) | range (ps-lite's scheme: a worker "
+              "splits increasing keys into one run per server by binary search)");
 DEFINE_int64(max_request_bytes, -1, "the job's Distributed.max_request_bytes (-1: its default)");
 DEFINE_int64(
     busy_poll_us, 0,
@@ -200,7 +203,7 @@ std::string JobYaml(const Case& c) {
       kTable, ", kind: sparse, dim: ", c.dim,
       FLAGS_local_shards > 0 ? absl::StrCat(", local_shard_num: ", FLAGS_local_shards)
                              : std::string(),
-      ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate,
+      ", partition: ", FLAGS_partition, ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate,
       "}, initializer: {kind: zeros}}\n");
 }
 
@@ -676,9 +679,10 @@ CaseResult RunCase(const Case& c) {
   const uint64_t universe = std::max<uint64_t>(c.rows > 0 ? c.rows : 4 * c.keys * c.workers, c.keys);
   std::printf(
       "== %s: %d server(s) x %d worker(s), %zu keys x %zu values (%s), window %d, %llu rows, "
-      "busy_poll_us %lld\n",
+      "busy_poll_us %lld, partition %s\n",
       c.name.c_str(), c.servers, c.workers, c.keys, c.dim, c.rule.c_str(), c.window,
-      static_cast<unsigned long long>(universe), static_cast<long long>(c.busy_poll_us));
+      static_cast<unsigned long long>(universe), static_cast<long long>(c.busy_poll_us),
+      FLAGS_partition.c_str());
   std::fflush(stdout);
 
   const std::string yaml = JobYaml(c);

@@ -81,6 +81,9 @@ struct PsClient::TableRoute {
   size_t push_dim = 0;
   std::optional<KeySharder> sharder;      // sparse: key -> global shard
   std::vector<uint16_t> server_of_shard;  // sparse: global shard -> server rank
+  // Sparse with the range partition: server rank -> its smallest key (the
+  // servers' key ranges follow each other in rank order).
+  std::vector<uint64_t> first_key_of_server;
   std::vector<DenseRange> ranges;         // dense: server rank -> range
 };
 
@@ -205,7 +208,7 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, cons
     const std::string which = absl::StrCat("table ", config.id);
     if (route->sparse) {
       if (Status s = ValidateTableConfig(config); !s.ok()) return s.WithContext(which);
-      route->sharder.emplace(config.shard_num);
+      route->sharder.emplace(config.shard_num, config.partition);
       const auto accessor = MakeAccessor(config);
       route->pull_dim = accessor->pull_dim();
       route->push_dim = accessor->push_dim();
@@ -214,6 +217,8 @@ Result<std::unique_ptr<PsClient>> PsClient::Create(PsClientOptions options, cons
         auto shards = AssignShards(config.shard_num, num_servers, r);
         if (!shards.ok()) return shards.status().WithContext(which);
         for (uint32_t s = shards->begin; s < shards->end; ++s) route->server_of_shard[s] = r;
+        if (config.partition == Partition::kRange)
+          route->first_key_of_server.push_back(FirstKeyOfShard(shards->begin, config.shard_num));
       }
     } else {
       route->pull_dim = route->push_dim = 1;
@@ -476,27 +481,26 @@ struct SparseSplit {
   // Only when a key repeats (`source` says the same otherwise).
   std::vector<uint16_t> server;
   std::vector<uint32_t> position;
-  // One server and no key repeated: keys[0] is the request's keys, key i at
-  // position i, and values move between the request and the frames in one
-  // block.
-  bool identity = false;
+  // No key repeated, and each server's keys one run of the request (one
+  // server; or the range partition and keys in increasing order): server s
+  // gets the request's keys [run_first[s], run_first[s] + run_count[s]), in
+  // order, and values move between the request and the frames in blocks.
+  // keys[s] may be left empty (the caller sends segments of its own array).
+  bool runs = false;
+  std::vector<uint32_t> run_first;
+  std::vector<uint32_t> run_count;
 
-  // With identity: the request's key count (keys[0] may be left empty).
-  size_t identity_count = 0;
-
-  // No key repeated, not identity: the request index of each server's keys,
+  // No key repeated, not runs: the request index of each server's keys,
   // server after server (source[first_source[s] + pos] is that of
-  // keys[s][pos]; a one-pass split leaves gaps between the servers' runs),
+  // keys[s][pos]; a one-pass split leaves gaps between the servers' regions),
   // so a piece's values move between the request and its frame by walking
   // the piece alone. Empty when a key repeats.
   SArray<uint32_t> source;
   std::vector<uint32_t> first_source;
   const uint32_t* sources_of(size_t s) const { return source.data() + first_source[s]; }
 
-  uint16_t server_of(size_t i) const { return identity ? 0 : server[i]; }
-  uint32_t position_of(size_t i) const { return identity ? static_cast<uint32_t>(i) : position[i]; }
   // Distinct keys of server s.
-  size_t count(size_t s) const { return identity ? identity_count : keys[s].size(); }
+  size_t count(size_t s) const { return runs ? run_count[s] : keys[s].size(); }
 };
 
 // Keys in strictly increasing order repeat none (the order ps-lite demands
@@ -566,7 +570,7 @@ bool SplitIncreasingInOnePass(std::span<const uint64_t> keys,
   const uint64_t* const request = keys.data();
   for (size_t i = 0; i < n; ++i) {
     const uint64_t key = request[i];
-    const size_t s = server_of[shard_of.OfHash(Mix64(key))];
+    const size_t s = server_of[shard_of(key)];
     const uint32_t pos = counts[s]++;
     if (pos == region) [[unlikely]] return false;
     region_keys[s * region + pos] = key;
@@ -609,7 +613,7 @@ void SplitIncreasingInTwoPasses(std::span<const uint64_t> keys,
   // from the loop below, the lane's next position in keys[server].
   std::vector<uint32_t> next(kLanes * servers, 0);
   interleaved([&](size_t lane_base, size_t i) {
-    const uint16_t s = server_of_shard[sharder.OfHash(Mix64(keys[i]))];
+    const uint16_t s = server_of_shard[sharder(keys[i])];
     server_of_key[i] = s;
     ++next[lane_base + s];
   });
@@ -638,17 +642,45 @@ void SplitIncreasingInTwoPasses(std::span<const uint64_t> keys,
   if (server_of_key.capacity() > (size_t{1} << 20)) server_of_key = {};
 }
 
-// `copy_identity`: whether an identity split copies the keys into keys[0]
-// (a caller that sends the request's own keys leaves it empty).
+// Keys in increasing order whose servers hold consecutive key ranges (one
+// server, or the range partition): each server's run starts at the first
+// key at or above the server's smallest key (first_key_of_server, empty
+// with one server), found by binary search.
+void SplitIntoRuns(std::span<const uint64_t> keys, std::span<const uint64_t> first_key_of_server,
+                   int num_servers, SparseSplit* split) {
+  split->runs = true;
+  split->run_first.assign(num_servers, 0);
+  split->run_count.assign(num_servers, 0);
+  for (int s = 1; s < num_servers; ++s) {
+    split->run_first[s] =
+        static_cast<uint32_t>(std::lower_bound(keys.begin() + split->run_first[s - 1], keys.end(),
+                                               first_key_of_server[s]) -
+                              keys.begin());
+  }
+  for (int s = 0; s < num_servers; ++s) {
+    const size_t end = s + 1 < num_servers ? split->run_first[s + 1] : keys.size();
+    split->run_count[s] = static_cast<uint32_t>(end - split->run_first[s]);
+  }
+}
+
+// `copy_runs`: whether a split into runs copies each run's keys into
+// keys[s] (a caller that sends segments of the request's own keys leaves
+// them empty). first_key_of_server: TableRoute's (empty unless the range
+// partition).
 SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t>& server_of_shard,
-                      const KeySharder& sharder, int num_servers, bool copy_identity = true) {
+                      const KeySharder& sharder, std::span<const uint64_t> first_key_of_server,
+                      int num_servers, bool copy_runs = true) {
   SparseSplit split;
   split.keys.resize(num_servers);
   const bool unique = StrictlyIncreasing(keys);
-  if (unique && num_servers == 1) {
-    split.identity = true;
-    split.identity_count = keys.size();
-    if (copy_identity) split.keys[0] = SArray<uint64_t>(keys.data(), keys.size());
+  if (unique && (num_servers == 1 || sharder.partition() == Partition::kRange)) {
+    SplitIntoRuns(keys, first_key_of_server, num_servers, &split);
+    if (copy_runs) {
+      for (int s = 0; s < num_servers; ++s) {
+        if (split.run_count[s] > 0)
+          split.keys[s] = SArray<uint64_t>(keys.data() + split.run_first[s], split.run_count[s]);
+      }
+    }
     return split;
   }
   if (unique) {
@@ -678,7 +710,7 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
     for (size_t j = 0; j < n; ++j) {
       const size_t i = b + j;
       // With one server there is nothing to route (and the modulo is not free).
-      const uint16_t s = num_servers == 1 ? 0 : server_of_shard[sharder.OfHash(hashes[j])];
+      const uint16_t s = num_servers == 1 ? 0 : server_of_shard[sharder.Of(keys[i], hashes[j])];
       bool inserted;
       split.position[i] = seen.FindOrInsert(
           keys[i], hashes[j], static_cast<uint32_t>(distinct_keys[s].size()), &inserted);
@@ -698,8 +730,8 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
 }
 
 // Each server's distinct keys (pieces are segments of them); split.keys is
-// left empty. (An identity split of the caller's own SArray uses that
-// instead.)
+// left empty. (A split into runs of the caller's own SArray sends segments
+// of that instead.)
 std::vector<SArray<uint64_t>> TakeServerKeys(SparseSplit& split) {
   return std::exchange(split.keys, {});
 }
@@ -767,8 +799,8 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
                      keys.size() * r.pull_dim, " floats, got ", values.size()),
         absl::StrCat("table ", table)));
   }
-  auto split =
-      std::make_shared<SparseSplit>(SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers()));
+  auto split = std::make_shared<SparseSplit>(
+      SplitKeys(keys, r.server_of_shard, *r.sharder, r.first_key_of_server, num_servers()));
   const size_t dim = r.pull_dim;
   std::vector<uint32_t> keys_per_piece;
   auto pieces = std::make_shared<const std::vector<Piece>>(
@@ -779,14 +811,14 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
   // keys. (With one piece that is every position: no list. Without
   // repeats, split->source says the same.)
   auto by_piece = std::make_shared<std::vector<std::vector<uint32_t>>>();
-  if (pieces->size() > 1 && !split->identity && split->source.empty()) {
+  if (pieces->size() > 1 && !split->runs && split->source.empty()) {
     std::vector<uint32_t> first_piece(num_servers(), 0);
     for (size_t g = pieces->size(); g-- > 0;)
       first_piece[(*pieces)[g].server] = static_cast<uint32_t>(g);
     by_piece->resize(pieces->size());
     for (uint32_t i = 0; i < keys.size(); ++i) {
-      const int s = split->server_of(i);
-      (*by_piece)[first_piece[s] + split->position_of(i) / keys_per_piece[s]].push_back(i);
+      const int s = split->server[i];
+      (*by_piece)[first_piece[s] + split->position[i] / keys_per_piece[s]].push_back(i);
     }
   }
   const std::vector<SArray<uint64_t>> server_keys = TakeServerKeys(*split);
@@ -810,10 +842,10 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
                                                  " floats for ", p.count, " keys of dim ", dim));
         }
         const float* reply_values = got->data();
-        if (split->identity) {
-          // The piece's positions are request indices [first, first + count).
-          std::memcpy(values.data() + size_t{p.first} * dim, reply_values,
-                      got->size() * sizeof(float));
+        if (split->runs) {
+          // The piece's keys are the request's from its run's start + first on.
+          const size_t from = size_t{split->run_first[p.server]} + p.first;
+          std::memcpy(values.data() + from * dim, reply_values, got->size() * sizeof(float));
           return Status::OK();
         }
         if (!split->source.empty()) {
@@ -859,9 +891,9 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   if (Status s = RequireStepInSyncMode(sync, options, table); !s.ok()) return Ready(s);
   // Shared arrays are sent as they are when the split leaves them whole.
   const bool zero_copy = shared_keys != nullptr && shared_values != nullptr;
-  SparseSplit split =
-      SplitKeys(keys, r.server_of_shard, *r.sharder, num_servers(), /*copy_identity=*/!zero_copy);
-  const bool send_shared = zero_copy && split.identity;
+  SparseSplit split = SplitKeys(keys, r.server_of_shard, *r.sharder, r.first_key_of_server,
+                                num_servers(), /*copy_runs=*/!zero_copy);
+  const bool send_shared = zero_copy && split.runs;
   // Sync mode: the server merges exactly one push per worker and step, so
   // a server's part is never cut; and every server waits for every
   // worker's push of a step, so servers without keys from us still get an
@@ -873,7 +905,12 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   // duplicates are added to it.
   std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
   for (int s = 0; s < num_servers(); ++s) {
-    grads[s] = send_shared ? *shared_values : push_buffers_->Get<float>(split.count(s) * dim);
+    if (send_shared) {
+      const size_t first = split.run_first[s];
+      grads[s] = shared_values->Segment(first * dim, (first + split.count(s)) * dim);
+    } else {
+      grads[s] = push_buffers_->Get<float>(split.count(s) * dim);
+    }
     if (with_counts) {
       shows[s] = SArray<float>::Uninitialized(split.count(s));
       clicks[s] = SArray<float>::Uninitialized(split.count(s));
@@ -882,9 +919,10 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   // Without repeated keys each row has one source (split.source), and a
   // piece is gathered right before it is sent: the first pieces are on the
   // wire while the later ones are gathered.
-  if (split.identity) {
-    // Rows are the request's, in order: each piece is copied in one block
-    // right before it is sent.
+  if (split.runs) {
+    // Each server's rows are a run of the request's, in order: each piece
+    // is copied in one block right before it is sent (or not at all when
+    // shared).
   } else if (!split.source.empty()) {
     // Gathered piece by piece in `make`.
   } else {
@@ -909,21 +947,29 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
       }
     }
   }
-  const std::vector<SArray<uint64_t>> server_keys =
-      send_shared ? std::vector<SArray<uint64_t>>{*shared_keys} : TakeServerKeys(split);
+  std::vector<SArray<uint64_t>> server_keys;
+  if (send_shared) {
+    for (int s = 0; s < num_servers(); ++s)
+      server_keys.push_back(
+          shared_keys->Segment(split.run_first[s], split.run_first[s] + split.count(s)));
+  } else {
+    server_keys = TakeServerKeys(split);
+  }
   const pb::PsRequestMeta meta = PushMeta(options);
   auto make = [&](size_t g) -> Outgoing {
     const Piece& p = pieces[g];
     const size_t end = size_t{p.first} + p.count;
-    if (split.identity) {
+    if (split.runs) {
+      // The piece's keys are the request's from its run's start + first on.
       // Shared: the values frame is a segment of the caller's array.
+      const size_t from = size_t{split.run_first[p.server]} + p.first;
       if (!send_shared) {
-        std::memcpy(grads[0].data() + p.first * dim, values.data() + p.first * dim,
+        std::memcpy(grads[p.server].data() + p.first * dim, values.data() + from * dim,
                     p.count * dim * sizeof(float));
       }
       if (with_counts) {
-        std::copy_n(options.shows.data() + p.first, p.count, shows[0].data() + p.first);
-        std::copy_n(options.clicks.data() + p.first, p.count, clicks[0].data() + p.first);
+        std::copy_n(options.shows.data() + from, p.count, shows[p.server].data() + p.first);
+        std::copy_n(options.clicks.data() + from, p.count, clicks[p.server].data() + p.first);
       }
     } else if (!split.source.empty()) {
       const uint32_t* source = split.sources_of(p.server) + p.first;

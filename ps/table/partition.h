@@ -1,6 +1,7 @@
 // How keys and dense parameters are spread over global shards and servers.
 // These functions are part of the checkpoint format: changing them makes old
-// checkpoints load keys into the wrong shards (Load detects that and refuses).
+// checkpoints load keys into the wrong shards (Load detects that and refuses),
+// and a checkpoint records its tables' partition (Load refuses another).
 //
 // Thread safety: pure functions.
 #pragma once
@@ -19,28 +20,69 @@ namespace fleet::ps {
 // evenly over shards. Stable forever (comm/splitmix.h).
 using ::fleet::Mix64;
 
-// The global shard of a key. REQUIRES: shard_num >= 1.
+// How a sparse table's keys map to its global shards (TableConfig's
+// `partition`). Part of the checkpoint format, like shard_num.
+enum class Partition {
+  // Shard Mix64(key) % shard_num: any set of keys spreads evenly.
+  kHash,
+  // Shard floor(key * shard_num / 2^64): each shard is one range of the key
+  // space, and so is each server's block of shards (ps-lite's scheme). A
+  // request's keys in increasing order then fall into one run per server,
+  // sent without touching each key; even only when the keys spread over the
+  // whole uint64 range (hashed feature ids), not for small sequential ids.
+  kRange,
+};
+
+// The global shard of a key under the hash partition. REQUIRES: shard_num >= 1.
 constexpr uint32_t ShardOfKey(uint64_t key, uint32_t shard_num) {
   return static_cast<uint32_t>(Mix64(key) % shard_num);
 }
 
-// ShardOfKey for one shard_num with the division worked out once
-// (libdivide): the same results, without a 64-bit divide per key on the
-// paths that route every key of a request.
+// The global shard of a key under the range partition. REQUIRES: shard_num >= 1.
+constexpr uint32_t RangeShardOfKey(uint64_t key, uint32_t shard_num) {
+  return static_cast<uint32_t>((static_cast<unsigned __int128>(key) * shard_num) >> 64);
+}
+
+constexpr uint32_t ShardOfKey(uint64_t key, uint32_t shard_num, Partition partition) {
+  return partition == Partition::kRange ? RangeShardOfKey(key, shard_num)
+                                        : ShardOfKey(key, shard_num);
+}
+
+// Under the range partition, the smallest key of `shard`: the keys of shard
+// s are [FirstKeyOfShard(s), FirstKeyOfShard(s + 1)), the last shard's up
+// to UINT64_MAX. It is ceil(s * 2^64 / shard_num): key * shard_num >= s *
+// 2^64 exactly from there. REQUIRES: shard < shard_num.
+constexpr uint64_t FirstKeyOfShard(uint32_t shard, uint32_t shard_num) {
+  const unsigned __int128 scaled = static_cast<unsigned __int128>(shard) << 64;
+  return static_cast<uint64_t>((scaled + shard_num - 1) / shard_num);
+}
+
+// ShardOfKey for one shard_num and partition with the division worked out
+// once (libdivide): the same results, without a 64-bit divide per key on
+// the paths that route every key of a request.
 class KeySharder {
  public:
-  explicit KeySharder(uint32_t shard_num)
-      : shard_num_(shard_num), divider_(shard_num > 1 ? shard_num : 2) {}
-  uint32_t operator()(uint64_t key) const { return OfHash(Mix64(key)); }
-  // The same from Mix64(key), for callers that use the hash for more.
+  KeySharder(uint32_t shard_num, Partition partition)
+      : shard_num_(shard_num), partition_(partition), divider_(shard_num > 1 ? shard_num : 2) {}
+  uint32_t operator()(uint64_t key) const {
+    return partition_ == Partition::kRange ? RangeShardOfKey(key, shard_num()) : OfHash(Mix64(key));
+  }
+  // The same for a caller that has hash = Mix64(key) at hand (for more).
+  uint32_t Of(uint64_t key, uint64_t hash) const {
+    return partition_ == Partition::kRange ? RangeShardOfKey(key, shard_num()) : OfHash(hash);
+  }
+  uint32_t shard_num() const { return static_cast<uint32_t>(shard_num_); }
+  Partition partition() const { return partition_; }
+
+ private:
+  // Mix64(key) % shard_num.
   uint32_t OfHash(uint64_t hash) const {
     if (shard_num_ == 1) return 0;  // the branch-free divider cannot divide by 1
     return static_cast<uint32_t>(hash - divider_.divide(hash) * shard_num_);
   }
-  uint32_t shard_num() const { return static_cast<uint32_t>(shard_num_); }
 
- private:
   uint64_t shard_num_;
+  Partition partition_;
   // Branch-free: a multiply, an add and shifts per key, where the other
   // kind tests which of its algorithms the divisor needs on every call
   // (16 against ~6 instructions a key, on paths that route every key).

@@ -85,7 +85,7 @@ Status ReadShardFile(
     uint64_t key;
     uint8_t has_ext;
     if (!r.Get(&key) || !r.Get(&has_ext)) return bad(absl::StrCat("truncated row ", n));
-    if (ShardOfKey(key, shape.shard_num) != shape.shard)
+    if (ShardOfKey(key, shape.shard_num, shape.partition) != shape.shard)
       return bad(absl::StrCat("key ", key, " does not belong to this shard"));
     if (has_ext > 1 || (has_ext && ext_floats == 0))
       return bad(absl::StrCat("bad extension flag of row ", n));
@@ -98,7 +98,7 @@ Status ReadShardFile(
     uint64_t key;
     if (!r.Get(&key)) return bad(absl::StrCat("truncated deleted key ", n));
     // Checked like rows: a local shard also holds other global shards.
-    if (ShardOfKey(key, shape.shard_num) != shape.shard)
+    if (ShardOfKey(key, shape.shard_num, shape.partition) != shape.shard)
       return bad(absl::StrCat("deleted key ", key, " does not belong to this shard"));
     Status s = on_deleted(key);
     if (!s.ok()) return bad(absl::StrCat("deleted key ", n, ": ", std::string(s.message())));

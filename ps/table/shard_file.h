@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "comm/status.h"
+#include "ps/table/partition.h"
 #include "ps/table/save_state.h"
 
 namespace fleet::ps {
@@ -35,6 +36,7 @@ struct ShardFileShape {
   uint32_t table_id = 0;
   uint32_t shard = 0;      // the global shard
   uint32_t shard_num = 1;  // of the table: every key must map to `shard`
+  Partition partition = Partition::kHash;  // ... under the table's partition
   uint32_t row_floats = 0;
   uint32_t ext_floats = 0;
 };

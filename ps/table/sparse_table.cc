@@ -32,8 +32,9 @@ constexpr uint32_t kNoSlot = UINT32_MAX;
 // (heterogeneous lookup), so the key is stored once.
 //
 // The index hash is Mix64(key), which routing computed already, rotated:
-// its low bits pick the key's global shard (hash % shard_num), so within one
-// local shard they repeat, and absl takes the 7-bit tag from the low bits.
+// under the hash partition its low bits pick the key's global shard (hash %
+// shard_num), so within one local shard they repeat, and absl takes the
+// 7-bit tag from the low bits.
 //
 // A probe with `candidate` set compares equal to every slot whose 7-bit
 // hash tag matches, without reading the stored key: find() then returns the
@@ -102,6 +103,7 @@ class LocalShard {
         quota_(quota),
         table_id_(config.id),
         shard_num_(config.shard_num),
+        partition_(config.partition),
         first_(first),
         stride_(stride),
         count_(count),
@@ -245,12 +247,13 @@ class LocalShard {
     std::vector<std::vector<uint32_t>> chosen(count_);
     for (uint32_t slot : index_) {
       if (mode == SaveMode::kBase || (*flags_.at(slot) & kDirty))
-        chosen[Position(ShardOfKey(rows_.key(slot), shard_num_))].push_back(slot);
+        chosen[Position(ShardOfKey(rows_.key(slot), shard_num_, partition_))].push_back(slot);
     }
     // Delta: write deleted keys too. Base: they are simply absent.
     std::vector<std::vector<uint64_t>> deleted(count_);
     if (mode == SaveMode::kDelta) {
-      for (uint64_t k : deleted_) deleted[Position(ShardOfKey(k, shard_num_))].push_back(k);
+      for (uint64_t k : deleted_)
+        deleted[Position(ShardOfKey(k, shard_num_, partition_))].push_back(k);
     }
 
     std::vector<ShardImage> images(count_);
@@ -429,6 +432,7 @@ class LocalShard {
     return {.table_id = table_id_,
             .shard = global_shard,
             .shard_num = shard_num_,
+            .partition = partition_,
             .row_floats = static_cast<uint32_t>(row_floats_),
             .ext_floats = static_cast<uint32_t>(ext_floats_)};
   }
@@ -605,6 +609,7 @@ class LocalShard {
   RowQuota* const quota_;  // the table's; owns its own synchronisation
   const uint32_t table_id_;
   const uint32_t shard_num_;
+  const Partition partition_;
   const uint32_t first_, stride_, count_;  // the global shards held here
   const uint32_t min_count_;
   const bool pull_copies_row_;                  // Accessor::pull_copies_row(), asked once
@@ -661,7 +666,7 @@ SparseTable::SparseTable(const TableConfig& config, ShardRange owned, ThreadPool
       accessor_(std::move(accessor)),
       quota_(std::make_unique<RowQuota>(config.max_rows_per_server)),
       local_count_(std::min({config.local_shard_num, owned.size(), uint32_t{65535}})),
-      sharder_(config.shard_num) {
+      sharder_(config.shard_num, config.partition) {
   local_of_.resize(owned.size());
   for (uint32_t i = 0; i < owned.size(); ++i)
     local_of_[i] = static_cast<uint16_t>(i % local_count_);
@@ -719,7 +724,7 @@ Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, si
   for (size_t i = 0; i < n; ++i) {
     const uint64_t h = Mix64(key[i]);
     hashes[i] = h;
-    relative[i] = sharder.OfHash(h) - begin;  // wraps below begin
+    relative[i] = sharder.Of(key[i], h) - begin;  // wraps below begin
     foreign |= relative[i] >= owned;
   }
   if (foreign) {
@@ -902,7 +907,7 @@ LocalShard& SparseTable::shard(uint32_t global) const ABSL_NO_THREAD_SAFETY_ANAL
 
 bool SparseTable::DebugRow(uint64_t key, std::vector<float>* row, std::vector<float>* ext) const {
   absl::ReaderMutexLock l(&shards_mu_);
-  LocalShard& sh = shard(ShardOfKey(key, config_.shard_num));
+  LocalShard& sh = shard(sharder_(key));
   ShardLock sl(&sh.mu);
   return sh.Lookup(key, row, ext);
 }

@@ -472,6 +472,7 @@ Result<std::vector<ShardImage>> SsdSparseTable::SerializeLocalShard(size_t local
                       {.table_id = config().id,
                        .shard = im.shard,
                        .shard_num = config().shard_num,
+                       .partition = config().partition,
                        .row_floats = static_cast<uint32_t>(row_floats_),
                        .ext_floats = static_cast<uint32_t>(ext_floats_)},
                       mode);
@@ -563,6 +564,7 @@ Status SsdSparseTable::ApplyShardFile(uint32_t shard, std::string_view image,
                                         {.table_id = config().id,
                                          .shard = shard,
                                          .shard_num = config().shard_num,
+                                         .partition = config().partition,
                                          .row_floats = static_cast<uint32_t>(row_floats_),
                                          .ext_floats = static_cast<uint32_t>(ext_floats_)},
                                         on_row, on_deleted));

@@ -19,6 +19,8 @@ constexpr std::pair<const char*, ClipMode> kClipModes[] = {
 constexpr std::pair<const char*, InitializerKind> kInits[] = {{"zeros", InitializerKind::kZeros},
                                                              {"uniform", InitializerKind::kUniform},
                                                              {"gaussian", InitializerKind::kGaussian}};
+constexpr std::pair<const char*, Partition> kPartitions[] = {{"hash", Partition::kHash},
+                                                             {"range", Partition::kRange}};
 constexpr std::pair<const char*, StorageKind> kStorageKinds[] = {{"memory", StorageKind::kMemory},
                                                                  {"ssd", StorageKind::kSsd}};
 
@@ -48,6 +50,7 @@ Result<TableConfig> ParseTableConfig(ConfigSection& r) {
   FLEET_RETURN_IF_ERROR(r.Enum("accessor", kAccessors, &c.accessor));
   FLEET_RETURN_IF_ERROR(r.Int("shard_num", &c.shard_num));
   FLEET_RETURN_IF_ERROR(r.Int("local_shard_num", &c.local_shard_num));
+  FLEET_RETURN_IF_ERROR(r.Enum("partition", kPartitions, &c.partition));
   FLEET_RETURN_IF_ERROR(r.Section("optimizer", [&](ConfigSection& o) {
     OptimizerConfig& p = c.optimizer;
     FLEET_RETURN_IF_ERROR(o.Enum("rule", kRules, &p.rule));
@@ -117,6 +120,9 @@ Status CheckTableConfig(const TableConfig& c, const BadKey& Bad) {
     return Bad("dim", absl::StrCat("must be <= ", kMaxDenseDim, " for a dense table, got ", c.dim));
   if (c.kind == TableKind::kDense && c.accessor != AccessorKind::kPlain)
     return Bad("accessor", "a dense table takes the plain accessor only");
+  if (c.kind == TableKind::kDense && c.partition != Partition::kHash)
+    return Bad("partition",
+               "a dense table is split by element ranges; partition is for sparse tables");
   if (c.shard_num < 1 || c.shard_num > kMaxShardNum)
     return Bad("shard_num", absl::StrCat("must be in [1, ", kMaxShardNum, "], got ", c.shard_num));
   if (c.local_shard_num < 1 || c.local_shard_num > kMaxLocalShardNum)
@@ -173,6 +179,7 @@ std::string TableConfigToYaml(const TableConfig& c) {
   e << YAML::Key << "accessor" << YAML::Value << NameOf(kAccessors, c.accessor);
   e << YAML::Key << "shard_num" << YAML::Value << c.shard_num;
   e << YAML::Key << "local_shard_num" << YAML::Value << c.local_shard_num;
+  e << YAML::Key << "partition" << YAML::Value << NameOf(kPartitions, c.partition);
   const OptimizerConfig& o = c.optimizer;
   e << YAML::Key << "optimizer" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "rule" << YAML::Value << NameOf(kRules, o.rule);
@@ -234,6 +241,10 @@ Status CheckCheckpointCompatible(const TableConfig& saved, const TableConfig& cu
     if (saved.accessor != current.accessor)
       return mismatch("accessor", NameOf(kAccessors, saved.accessor), NameOf(kAccessors, current.accessor));
     if (saved.shard_num != current.shard_num) return mismatch("shard_num", saved.shard_num, current.shard_num);
+    // A checkpoint from before the key existed has the hash partition.
+    if (saved.partition != current.partition)
+      return mismatch("partition", NameOf(kPartitions, saved.partition),
+                      NameOf(kPartitions, current.partition));
     if (saved.accessor == AccessorKind::kCtr && saved.ctr.embed_dim != current.ctr.embed_dim)
       return mismatch("ctr.embed_dim", saved.ctr.embed_dim, current.ctr.embed_dim);
   }

@@ -11,13 +11,14 @@
 // Thread safety: plain values; copy freely.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <string>
 
-#include <yaml-cpp/yaml.h>
-
 #include "comm/status.h"
 #include "comm/yaml_config.h"
+#include "ps/table/partition.h"
 
 namespace fleet::ps {
 
@@ -178,7 +179,7 @@ struct TableConfig {
   // `accessor`: plain | ctr (sparse only). Default plain.
   AccessorKind accessor = AccessorKind::kPlain;
   // `shard_num` (sparse): default 1000, >= 1. Fixed for the life of the
-  // table and of its checkpoints: a key lives in shard Mix64(key) % shard_num
+  // table and of its checkpoints: a key lives in one shard (see `partition`)
   // and a checkpoint is one file per shard. More shards balance better over
   // many servers and let more threads work at once; fewer mean fewer files.
   // Must be >= the largest number of servers the table will ever run on,
@@ -193,6 +194,19 @@ struct TableConfig {
   // work at once. Not part of the checkpoint format: change it freely.
   // At most kMaxLocalShardNum (65535).
   uint32_t local_shard_num = 64;
+  // `partition` (sparse): hash (default) | range. Which shard a key lives
+  // in, fixed for the life of the table and of its checkpoints like
+  // shard_num (ps/table/partition.h):
+  //  * hash: shard Mix64(key) % shard_num. Any set of keys spreads evenly
+  //    over shards and servers, sequential ids included.
+  //  * range: shard floor(key * shard_num / 2^64), so each server holds one
+  //    range of the key space (ps-lite's scheme), and a worker splits a
+  //    request whose keys are in increasing order by binary search into one
+  //    run per server, sent from the caller's arrays without a per-key
+  //    pass. For keys spread over the whole uint64 range (hashed feature
+  //    ids, as CTR inputs are): small sequential ids would all land on the
+  //    first server.
+  Partition partition = Partition::kHash;
   // `admission.min_count` (sparse): default 1 (admit at once). A missing key
   // is stored only once it has been seen (pulled or pushed) this many times;
   // until then a pull returns its initial value and a push is dropped.

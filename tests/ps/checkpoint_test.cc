@@ -44,7 +44,7 @@ std::vector<Server> MakeCluster(int num_servers, const char* sparse_yaml, Thread
 }
 
 Server& OwnerOf(std::vector<Server>& servers, uint64_t key) {
-  const uint32_t shard = ShardOfKey(key, servers[0].sparse->config().shard_num);
+  const uint32_t shard = servers[0].sparse->sharder()(key);
   for (Server& s : servers)
     if (s.sparse->owned_shards().contains(shard)) return s;
   LOG(FATAL) << "no owner";
@@ -72,9 +72,9 @@ struct Snapshot {
   bool operator==(const Snapshot&) const = default;
 };
 
-Snapshot Capture(std::vector<Server>& servers, uint64_t max_key) {
+Snapshot Capture(std::vector<Server>& servers, const std::vector<uint64_t>& keys) {
   Snapshot snap;
-  for (uint64_t k = 0; k < max_key; ++k) {
+  for (uint64_t k : keys) {
     std::vector<float> row, ext;
     if (OwnerOf(servers, k).sparse->DebugRow(k, &row, &ext)) snap.rows[k] = {row, ext};
   }
@@ -96,6 +96,10 @@ std::vector<uint64_t> Range(uint64_t begin, uint64_t end) {
   std::vector<uint64_t> v;
   for (uint64_t k = begin; k < end; ++k) v.push_back(k);
   return v;
+}
+
+Snapshot Capture(std::vector<Server>& servers, uint64_t max_key) {
+  return Capture(servers, Range(0, max_key));
 }
 
 class CheckpointTest : public ::testing::Test {
@@ -154,6 +158,33 @@ TEST_F(CheckpointTest, RoundTripReshardsTwoServersToThree) {
   std::vector<Server> one = MakeCluster(1, kSparseYaml, &pool_);
   ASSERT_TRUE(LoadAll(&fs_, one, Dir("ck")).ok());
   EXPECT_EQ(Capture(one, 1500), saved);
+}
+
+// Under the range partition a shard file holds one range of the key space
+// (checked key by key on load) and a checkpoint reshards like the hash
+// partition's.
+TEST_F(CheckpointTest, RangePartitionRoundTripReshards) {
+  const std::string yaml =
+      "{id: 1, kind: sparse, dim: 4, shard_num: 12, partition: range, "
+      "optimizer: {rule: adagrad, learning_rate: 0.1}, initializer: {kind: uniform, range: 0.5, "
+      "seed: 11}}";
+  std::vector<uint64_t> keys;
+  for (uint64_t i = 0; i < 600; ++i) keys.push_back(i * (UINT64_MAX / 600) + i % 3);
+  std::vector<Server> two = MakeCluster(2, yaml.c_str(), &pool_);
+  PushAll(two, keys, 0.1f);
+  for (const Server& s : two) EXPECT_GT(s.sparse->Stats().rows, 200u);  // spread over both
+  const Snapshot saved = Capture(two, keys);
+  ASSERT_EQ(saved.rows.size(), 600u);
+  ASSERT_TRUE(SaveAll(&fs_, two, Dir("ck"), SaveMode::kBase).ok());
+
+  std::vector<Server> three = MakeCluster(3, yaml.c_str(), &pool_);
+  Status st = LoadAll(&fs_, three, Dir("ck"));
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(TotalRows(three), 600u);
+  EXPECT_EQ(Capture(three, keys), saved);
+  PushAll(two, keys, 0.3f);
+  PushAll(three, keys, 0.3f);
+  EXPECT_EQ(Capture(three, keys), Capture(two, keys));
 }
 
 TEST_F(CheckpointTest, DeltasApplyOnTopOfBaseIncludingDeletes) {
@@ -306,12 +337,17 @@ TEST_F(CorruptionTest, IncompatibleConfig) {
   for (const char* yaml :
        {"{id: 1, kind: sparse, dim: 8, shard_num: 12, optimizer: {rule: adagrad}}",
         "{id: 1, kind: sparse, dim: 4, shard_num: 12, optimizer: {rule: sgd}}",
-        "{id: 1, kind: sparse, dim: 4, shard_num: 16, optimizer: {rule: adagrad}}"}) {
+        "{id: 1, kind: sparse, dim: 4, shard_num: 16, optimizer: {rule: adagrad}}",
+        "{id: 1, kind: sparse, dim: 4, shard_num: 12, partition: range, optimizer: {rule: "
+        "adagrad}}"}) {
     std::vector<Server> other = MakeCluster(1, yaml, &pool_);
     PushAll(other, Range(0, 20), 1.0f);
     const std::string other_before = DumpRows(*other[0].sparse);
     const TableConfig c = other[0].sparse->config();
-    const char* field = c.dim != 4 ? "dim" : c.shard_num != 12 ? "shard_num" : "optimizer.rule";
+    const char* field = c.dim != 4                        ? "dim"
+                        : c.shard_num != 12               ? "shard_num"
+                        : c.partition != Partition::kHash ? "partition"
+                                                          : "optimizer.rule";
     ExpectRefused(StatusCode::kInvalidArgument, field, &other);
     ExpectRefused(StatusCode::kInvalidArgument, "MANIFEST-g000000", &other);
     EXPECT_EQ(DumpRows(*other[0].sparse), other_before);

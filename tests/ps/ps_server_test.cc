@@ -18,12 +18,18 @@ using testing::PsCluster;
 using namespace std::chrono_literals;
 
 // Table 0: sparse dim 4, sgd lr 1, zeros; table 1: dense dim 10, sgd lr 1.
-std::string Tables(int shard_num = 16) {
+std::string Tables(int shard_num = 16, const std::string& partition = "hash") {
   return "tables:\n"
-         "  - {id: 0, kind: sparse, dim: 4, shard_num: " + std::to_string(shard_num) + ",\n"
+         "  - {id: 0, kind: sparse, dim: 4, shard_num: " +
+         std::to_string(shard_num) + ", partition: " + partition +
+         ",\n"
          "     optimizer: {rule: sgd, learning_rate: 1.0}}\n"
          "  - {id: 1, kind: dense, dim: 10, optimizer: {rule: sgd, learning_rate: 1.0}}\n";
 }
+
+// Key i of n distinct keys spread over the whole uint64 range, increasing
+// with i: what the range partition spreads over servers.
+uint64_t SpreadKey(uint64_t i, uint64_t n) { return i * (UINT64_MAX / n) + 5; }
 
 // max_request_bytes < 0: the default.
 JobConfig Job(const std::string& mode, int shard_num = 16, int64_t max_request_bytes = -1) {
@@ -143,32 +149,88 @@ TEST(PsServerTest, IncreasingKeysSplitRightWhetherSpreadOrAllOnOneServer) {
   EXPECT_EQ(stats.value()[0].tables(0).rows() + stats.value()[1].tables(0).rows(), 800u);
 }
 
+// Under the range partition a worker splits increasing keys into one run
+// per server by binary search for each server's smallest key: keys on
+// both sides of every boundary, the ends of the key space, requests that
+// leave some servers without keys and an empty request all reach the
+// servers holding them (a server refuses a key it does not hold) and come
+// back to their places.
+TEST(PsServerTest, RangePartitionSplitsIncreasingKeysAtServerBoundaries) {
+  constexpr uint32_t kShards = 16;
+  PsCluster cluster(
+      MakeJob("Distributed: {mode: async, timeout_ms: 10000}\n" + Tables(kShards, "range")), 3, 1);
+  PsClient& c = cluster.client(0);
+  std::vector<uint64_t> first_keys;  // of servers 1 and 2
+  for (int r = 1; r < 3; ++r)
+    first_keys.push_back(FirstKeyOfShard(AssignShards(kShards, 3, r).value().begin, kShards));
+  const std::vector<uint64_t> all = {0,
+                                     1,
+                                     first_keys[0] - 1,
+                                     first_keys[0],
+                                     first_keys[0] + 1,
+                                     first_keys[1] - 1,
+                                     first_keys[1],
+                                     first_keys[1] + 1,
+                                     UINT64_MAX - 1,
+                                     UINT64_MAX};
+  const std::vector<uint64_t> last_server_only = {first_keys[1], UINT64_MAX};
+  const std::vector<uint64_t> first_server_only = {0, first_keys[0] - 1};
+  const std::vector<uint64_t> middle_only = {first_keys[0]};
+  for (const auto* keys : {&all, &last_server_only, &first_server_only, &middle_only}) {
+    std::vector<float> grads(keys->size() * 4);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i + 1);
+    std::vector<float> before = PullRows(c, *keys);
+    Status s = c.PushSparseGrad(0, *keys, grads);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const auto after = PullRows(c, *keys);  // sgd, lr 1
+    for (size_t i = 0; i < after.size(); ++i)
+      ASSERT_EQ(after[i], before[i] - grads[i])
+          << "element " << i << " of " << keys->size() << " keys";
+  }
+  std::vector<float> none;
+  ASSERT_TRUE(c.PullSparse(0, {}, none).ok());
+  ASSERT_TRUE(c.PushSparseGrad(0, {}, none).ok());
+  auto stats = c.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats.value()[0].tables(0).rows(), 3u);  // 0, 1, first_keys[0] - 1
+  EXPECT_EQ(stats.value()[1].tables(0).rows(), 3u);
+  EXPECT_EQ(stats.value()[2].tables(0).rows(), 4u);
+}
+
 // A server's part of a pull or async/geo push larger than
-// max_request_bytes goes out in pieces. Whatever the cut and the number of
-// servers, the results are those of one whole request to one server (with
-// and without repeated keys, in increasing order or not, which take
-// different split and gather paths; with shows and clicks), and for the
-// plain table they are before - sum(grad) (async) or before + sum(delta)
-// (geo), key by key.
+// max_request_bytes goes out in pieces. Whatever the cut, the number of
+// servers and the partition, the results are those of one whole request to
+// one server (with and without repeated keys, in increasing order or not,
+// which take different split and gather paths: under the range partition
+// increasing keys go out as runs of the request; with shows and clicks),
+// and for the plain table they are before - sum(grad) (async) or before +
+// sum(delta) (geo), key by key.
 TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
   // Table 0: plain sgd lr 1, dim 4. Table 2: CTR (pull/push dim 1 + 2)
   // whose embedx (random, so visible in pulls) appears once shows and
   // clicks score 1 (0.5 per show without a click, 1 per click).
-  const std::string tables = Tables() +
-                             "  - {id: 2, kind: sparse, dim: 2, accessor: ctr, shard_num: 8,\n"
-                             "     optimizer: {rule: adagrad, learning_rate: 0.1},\n"
-                             "     initializer: {kind: uniform, range: 0.1},\n"
-                             "     ctr: {embed_dim: 1, embedx_threshold: 1, nonclk_coeff: 0.5}}\n";
+  auto tables = [](const std::string& partition) {
+    return Tables(16, partition) +
+           "  - {id: 2, kind: sparse, dim: 2, accessor: ctr, shard_num: 8, partition: " +
+           partition +
+           ",\n"
+           "     optimizer: {rule: adagrad, learning_rate: 0.1},\n"
+           "     initializer: {kind: uniform, range: 0.1},\n"
+           "     ctr: {embed_dim: 1, embedx_threshold: 1, nonclk_coeff: 0.5}}\n";
+  };
   struct Layout {
     int servers;
     size_t max_bytes;  // 48: 3 or 4 keys a piece
+    std::string partition;
   };
-  const std::vector<Layout> layouts = {{1, 0}, {2, 0}, {2, 48}};
+  const std::vector<Layout> layouts = {
+      {1, 0, "hash"}, {2, 0, "hash"}, {2, 48, "hash"}, {3, 0, "range"}, {3, 48, "range"}};
   enum class Keys { kIncreasing, kRepeats, kDistinctUnordered };
   for (Keys kind : {Keys::kIncreasing, Keys::kRepeats, Keys::kDistinctUnordered}) {
     const bool repeats = kind == Keys::kRepeats;
     std::vector<uint64_t> keys;
-    for (uint64_t i = 0; i < 300; ++i) keys.push_back(repeats && i % 7 == 0 ? 11 : i * 104729 + 5);
+    for (uint64_t i = 0; i < 300; ++i)
+      keys.push_back(repeats && i % 7 == 0 ? 11 : SpreadKey(i, 300));
     if (kind == Keys::kDistinctUnordered) std::reverse(keys.begin(), keys.end());
     std::vector<float> shows(keys.size()), clicks(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) {
@@ -181,7 +243,7 @@ TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
       for (const Layout& layout : layouts) {
         PsCluster cluster(
             MakeJob("Distributed: {mode: " + mode + ", timeout_ms: 10000, max_request_bytes: " +
-                    std::to_string(layout.max_bytes) + "}\n" + tables),
+                    std::to_string(layout.max_bytes) + "}\n" + tables(layout.partition)),
             layout.servers, 1);
         PsClient& c = cluster.client(0);
         std::vector<float> result;
@@ -214,7 +276,7 @@ TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
                 ASSERT_EQ(after[i * dim + d], mode == "geo" ? before[i * dim + d] + sum[keys[i]][d]
                                                             : before[i * dim + d] - sum[keys[i]][d])
                     << "key " << keys[i] << " element " << d << ", " << layout.servers
-                    << " servers, max " << layout.max_bytes << " bytes";
+                    << " servers, max " << layout.max_bytes << " bytes, " << layout.partition;
           }
           result.insert(result.end(), before.begin(), before.end());
           result.insert(result.end(), after.begin(), after.end());
@@ -231,24 +293,34 @@ TEST(PsServerTest, LargeRequestsCutIntoPiecesGiveTheSameResults) {
             << mode << ": layout " << l << " differs; keys kind " << static_cast<int>(kind);
       // Whole: (pull, push, pull) x 2 tables per server, plus stats; cut: many more.
       EXPECT_GT(served[2], 10 * served[1]) << mode;
+      EXPECT_GT(served[4], 10 * served[3]) << mode;
     }
   }
 }
 
 TEST(PsServerTest, ZeroCopyPushesLeaveTheSameTablesAsCopiedOnes) {
-  // The zero-copy pushes send segments of the caller's SArrays when the
-  // request goes out whole (one server, increasing keys), cut into pieces
-  // or not, and gather otherwise; each must leave what the copying push
-  // leaves, with and without CTR counts.
-  const std::string tables = Tables() +
-                             "  - {id: 2, kind: sparse, dim: 2, accessor: ctr, shard_num: 8,\n"
-                             "     optimizer: {rule: adagrad, learning_rate: 0.1},\n"
-                             "     ctr: {embed_dim: 1, embedx_threshold: 1, nonclk_coeff: 0.5}}\n";
-  for (const auto& [servers, max_bytes] : {std::pair{1, 0}, std::pair{1, 48}, std::pair{2, 48}}) {
+  // The zero-copy pushes send segments of the caller's SArrays when each
+  // server's keys are a run of the request (one server, or the range
+  // partition, with increasing keys), cut into pieces or not, and gather
+  // otherwise; each must leave what the copying push leaves, with and
+  // without CTR counts.
+  struct Layout {
+    int servers;
+    size_t max_bytes;
+    std::string partition;
+  };
+  for (const Layout& layout : {Layout{1, 0, "hash"}, Layout{1, 48, "hash"}, Layout{2, 48, "hash"},
+                               Layout{3, 0, "range"}, Layout{3, 48, "range"}}) {
+    const auto& [servers, max_bytes, partition] = layout;
+    const std::string tables =
+        Tables(16, partition) +
+        "  - {id: 2, kind: sparse, dim: 2, accessor: ctr, shard_num: 8, partition: " + partition +
+        ",\n"
+        "     optimizer: {rule: adagrad, learning_rate: 0.1},\n"
+        "     ctr: {embed_dim: 1, embedx_threshold: 1, nonclk_coeff: 0.5}}\n";
     for (bool sorted : {true, false}) {
       std::vector<uint64_t> key_list;
-      for (uint64_t i = 0; i < 200; ++i)
-        key_list.push_back(sorted ? i * 7919 + 3 : (200 - i) * 7919 + 3);
+      for (uint64_t i = 0; i < 200; ++i) key_list.push_back(SpreadKey(sorted ? i : 199 - i, 200));
       const SArray<uint64_t> keys(key_list.data(), key_list.size());
       const std::string job = "Distributed: {mode: async, timeout_ms: 10000, max_request_bytes: " +
                               std::to_string(max_bytes) + "}\n" + tables;
@@ -275,7 +347,7 @@ TEST(PsServerTest, ZeroCopyPushesLeaveTheSameTablesAsCopiedOnes) {
         ASSERT_TRUE(copied.client(0).PullSparse(table, keys.span(), want).ok());
         ASSERT_TRUE(shared.client(0).PullSparse(table, keys.span(), got).ok());
         EXPECT_EQ(got, want) << "table " << table << ", " << servers
-                             << " servers, max_request_bytes " << max_bytes
+                             << " servers, max_request_bytes " << max_bytes << ", " << partition
                              << (sorted ? ", sorted keys" : ", unsorted keys");
       }
     }

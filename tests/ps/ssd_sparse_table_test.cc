@@ -27,13 +27,15 @@ using ::testing::HasSubstr;
 
 // A CTR table small enough to see every path: embedx created after 2 shows,
 // rows deleted after 2 unseen passes, adagrad state in row and extension.
-std::string CtrYaml(const std::string& storage, int min_count = 1) {
+std::string CtrYaml(const std::string& storage, int min_count = 1,
+                    const std::string& partition = "hash") {
   return absl::StrFormat(
       "{id: 4, kind: sparse, dim: 3, accessor: ctr, shard_num: 24, local_shard_num: 5, "
+      "partition: %s, "
       "optimizer: {rule: adagrad, learning_rate: 0.05}, initializer: {kind: uniform, range: 0.1, "
       "seed: 3}, ctr: {embedx_threshold: 1.5, nonclk_coeff: 1, delete_after_unseen_passes: 2}, "
       "admission: {min_count: %d}%s}",
-      min_count, storage.empty() ? "" : absl::StrCat(", storage: ", storage));
+      partition, min_count, storage.empty() ? "" : absl::StrCat(", storage: ", storage));
 }
 
 class SsdTableTest : public ::testing::Test {
@@ -71,16 +73,18 @@ class SsdTableTest : public ::testing::Test {
 // Random requests of one of the kinds, the same on both tables.
 class Driver {
  public:
-  explicit Driver(uint64_t seed) : rng_(seed) {}
+  // `spread`: key k of [0, key_space) is sent as k * (2^64 / key_space),
+  // so the keys cover the whole uint64 range (and every range shard).
+  explicit Driver(uint64_t seed, bool spread = false) : rng_(seed), spread_(spread) {}
 
   // Runs `steps` random operations on every table and checks that each
-  // pull returned the same bits. Keys come from [0, key_space).
+  // pull returned the same bits. Keys come from [0, key_space) (spread).
   void Run(std::vector<SparseTable*> tables, int steps, uint64_t key_space) {
     const size_t dim = tables[0]->pull_dim();
     for (int s = 0; s < steps; ++s) {
       const int op = std::uniform_int_distribution<int>(0, 19)(rng_);
       std::vector<uint64_t> keys(std::uniform_int_distribution<int>(1, 40)(rng_));
-      for (uint64_t& k : keys) k = Pick(key_space);
+      for (uint64_t& k : keys) k = Pick(key_space) * (spread_ ? UINT64_MAX / key_space : 1);
       std::vector<float> grads(keys.size() * dim), shows(keys.size()), clicks(keys.size());
       for (float& g : grads) g = std::uniform_real_distribution<float>(-1, 1)(rng_);
       for (size_t i = 0; i < keys.size(); ++i) {
@@ -115,6 +119,7 @@ class Driver {
     return static_cast<uint64_t>(static_cast<double>(key_space) * u * u * u);
   }
   std::mt19937_64 rng_;
+  const bool spread_;
 };
 
 TEST_F(SsdTableTest, SameRowsAsTheMemoryTableWhateverTheCache) {
@@ -170,51 +175,60 @@ TEST_F(SsdTableTest, EndPassMovesRowsNotSeenDown) {
   EXPECT_EQ(t->Stats().disk_rows, 0u);
 }
 
+// Either partition: the disk tier writes and reads the shard files of its
+// table's partition.
 TEST_F(SsdTableTest, CheckpointsMoveBetweenKindsAndServerCounts) {
-  ThreadPool pool(2);
-  auto ssd = MakeSsd(CtrYaml(Storage(30)), &pool);
-  auto reference = SparseTable::Create(ConfigFromYaml(CtrYaml("")), {0, 24}, &pool).value();
-  Driver driver(7);
-  driver.Run({reference.get(), ssd.get()}, 300, 300);
-  FileSystem* fs = DefaultFileSystem();
-  const std::string dir = (root_ / "ckpt").string();
-  Checkpointer one(fs, 0, 1, &pool);
-  ASSERT_TRUE(one.Save(dir, SaveMode::kBase, {{ssd.get()}, {}}).ok());
-  // A delta after shrinking (deleted keys) and more pushes.
-  driver.Run({reference.get(), ssd.get()}, 200, 300);
-  ASSERT_GT(ssd->Shrink(), 0u);
-  ASSERT_GT(reference->Shrink(), 0u);
-  driver.Run({reference.get(), ssd.get()}, 100, 300);
-  ASSERT_TRUE(one.Save(dir, SaveMode::kDelta, {{ssd.get()}, {}}).ok());
-  const std::string want = DumpRows(*reference);
+  for (const std::string partition : {"hash", "range"}) {
+    SCOPED_TRACE(partition);
+    auto yaml = [&](const std::string& storage) { return CtrYaml(storage, 1, partition); };
+    auto folder = [&](const std::string& name) { return absl::StrCat(name, "_", partition); };
+    ThreadPool pool(2);
+    auto ssd = MakeSsd(yaml(Storage(30, 1, folder("tier"))), &pool);
+    auto reference = SparseTable::Create(ConfigFromYaml(yaml("")), {0, 24}, &pool).value();
+    Driver driver(7, /*spread=*/true);
+    driver.Run({reference.get(), ssd.get()}, 300, 300);
+    FileSystem* fs = DefaultFileSystem();
+    const std::string dir = (root_ / folder("ckpt")).string();
+    Checkpointer one(fs, 0, 1, &pool);
+    ASSERT_TRUE(one.Save(dir, SaveMode::kBase, {{ssd.get()}, {}}).ok());
+    // A delta after shrinking (deleted keys) and more pushes.
+    driver.Run({reference.get(), ssd.get()}, 200, 300);
+    ASSERT_GT(ssd->Shrink(), 0u);
+    ASSERT_GT(reference->Shrink(), 0u);
+    driver.Run({reference.get(), ssd.get()}, 100, 300);
+    ASSERT_TRUE(one.Save(dir, SaveMode::kDelta, {{ssd.get()}, {}}).ok());
+    const std::string want = DumpRows(*reference);
 
-  // Into memory tables on 3 servers: together they hold the same rows.
-  std::string got;
-  std::vector<std::unique_ptr<SparseTable>> three;
-  for (int r = 0; r < 3; ++r) {
-    three.push_back(
-        SparseTable::Create(ConfigFromYaml(CtrYaml("")), AssignShards(24, 3, r).value(), &pool)
-            .value());
-    Checkpointer c(fs, r, 3, &pool);
-    ASSERT_TRUE(c.Load(dir, {{three.back().get()}, {}}).ok());
-    got += DumpRows(*three.back());
+    // Into memory tables on 3 servers: together they hold the same rows.
+    std::string got;
+    std::vector<std::unique_ptr<SparseTable>> three;
+    for (int r = 0; r < 3; ++r) {
+      three.push_back(
+          SparseTable::Create(ConfigFromYaml(yaml("")), AssignShards(24, 3, r).value(), &pool)
+              .value());
+      Checkpointer c(fs, r, 3, &pool);
+      ASSERT_TRUE(c.Load(dir, {{three.back().get()}, {}}).ok());
+      EXPECT_GT(three.back()->Stats().rows, 0u) << "server " << r;
+      got += DumpRows(*three.back());
+    }
+    EXPECT_EQ(got, want);
+    // Into disk-tier tables on 2 servers, and from a memory table's checkpoint.
+    got.clear();
+    for (int r = 0; r < 2; ++r) {
+      auto t =
+          MakeSsd(yaml(Storage(5, 1, folder("two"))), &pool, AssignShards(24, 2, r).value(), r);
+      Checkpointer c(fs, r, 2, &pool);
+      ASSERT_TRUE(c.Load(dir, {{t.get()}, {}}).ok());
+      EXPECT_EQ(t->Stats().rows - t->Stats().disk_rows, 0u) << "a load leaves memory empty";
+      got += DumpRows(*t);
+    }
+    EXPECT_EQ(got, want);
+    const std::string memory_dir = (root_ / folder("from_memory")).string();
+    ASSERT_TRUE(one.Save(memory_dir, SaveMode::kBase, {{reference.get()}, {}}).ok());
+    auto loaded = MakeSsd(yaml(Storage(5, 1, folder("loaded"))), nullptr);
+    ASSERT_TRUE(one.Load(memory_dir, {{loaded.get()}, {}}).ok());
+    EXPECT_EQ(DumpRows(*loaded), want);
   }
-  EXPECT_EQ(got, want);
-  // Into disk-tier tables on 2 servers, and from a memory table's checkpoint.
-  got.clear();
-  for (int r = 0; r < 2; ++r) {
-    auto t = MakeSsd(CtrYaml(Storage(5, 1, "two")), &pool, AssignShards(24, 2, r).value(), r);
-    Checkpointer c(fs, r, 2, &pool);
-    ASSERT_TRUE(c.Load(dir, {{t.get()}, {}}).ok());
-    EXPECT_EQ(t->Stats().rows - t->Stats().disk_rows, 0u) << "a load leaves memory empty";
-    got += DumpRows(*t);
-  }
-  EXPECT_EQ(got, want);
-  const std::string memory_dir = (root_ / "from_memory").string();
-  ASSERT_TRUE(one.Save(memory_dir, SaveMode::kBase, {{reference.get()}, {}}).ok());
-  auto loaded = MakeSsd(CtrYaml(Storage(5, 1, "loaded")), nullptr);
-  ASSERT_TRUE(one.Load(memory_dir, {{loaded.get()}, {}}).ok());
-  EXPECT_EQ(DumpRows(*loaded), want);
 }
 
 TEST_F(SsdTableTest, FailedSaveKeepsDeletionsForTheNextDelta) {
