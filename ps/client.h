@@ -124,10 +124,11 @@ class PsClient {
   std::future<Status> PushSparseGradAsync(uint32_t table, std::span<const uint64_t> keys,
                                           std::span<const float> grads,
                                           const PushOptions& options = {});
-  // Zero-copy pushes (ps-lite's ZPush): when a request goes to its server
-  // as it is (one server, keys in strictly increasing order), its frames
-  // are segments of `keys` and `grads` themselves, shared with the
-  // transport; otherwise they are gathered as above. The caller must not
+  // Zero-copy pushes (ps-lite's ZPush): when each server's keys are a run
+  // of the request (keys in strictly increasing order, with one server or a
+  // table of `partition: range`), the frames are segments of `keys` and
+  // `grads` themselves, shared with the transport; otherwise they are
+  // gathered as above. The caller must not
   // change the arrays' elements until the call returned (blocking) or its
   // future is ready; the SArrays keep the memory alive for the transport,
   // which may hold it a little longer (a lost or timed-out request).
