@@ -195,6 +195,27 @@ TEST(PsServerTest, RangePartitionSplitsIncreasingKeysAtServerBoundaries) {
   EXPECT_EQ(stats.value()[0].tables(0).rows(), 3u);  // 0, 1, first_keys[0] - 1
   EXPECT_EQ(stats.value()[1].tables(0).rows(), 3u);
   EXPECT_EQ(stats.value()[2].tables(0).rows(), 4u);
+
+  // Sync mode: a server without keys in a step still gets its (empty) push
+  // (else that step never ends there), also when the pushes are runs of
+  // the caller's arrays.
+  PsCluster sync(
+      MakeJob("Distributed: {mode: sync, timeout_ms: 10000}\n" + Tables(kShards, "range")), 3, 1);
+  std::map<uint64_t, float> want;
+  int64_t step = 0;
+  for (const auto* keys : {&last_server_only, &first_server_only, &middle_only, &all}) {
+    const SArray<uint64_t> k(keys->data(), keys->size());
+    SArray<float> g(keys->size() * 4);
+    for (size_t i = 0; i < g.size(); ++i) g[i] = 0.5f;
+    for (uint64_t key : *keys) want[key] -= 0.5f;
+    PushOptions o;
+    o.step = step++;
+    Status s = sync.client(0).PushSparseGrad(0, k, g, o);
+    ASSERT_TRUE(s.ok()) << "step " << o.step << ": " << s.ToString();
+  }
+  const auto got = PullRows(sync.client(0), all);
+  for (size_t i = 0; i < all.size(); ++i)
+    for (size_t d = 0; d < 4; ++d) ASSERT_EQ(got[i * 4 + d], want[all[i]]) << "key " << all[i];
 }
 
 // A server's part of a pull or async/geo push larger than
