@@ -131,7 +131,9 @@ class RpcNode final : private VanReceiver {
   //                reconnects, fails at once, `done` then running on the
   //                calling thread);
   //   the status the handler replied with, otherwise.
-  // `done` must be quick and must not call Stop().
+  // `done` must be quick and must not call Stop(). `options` is read before
+  // the request is handed over (never once `done` may run), so it may live
+  // in what `done` owns.
   // REQUIRES: peer was returned by Connect().
   void CallAsync(int peer, Message request, const RpcOptions& options,
                  std::function<void(Result<Message>)> done);

@@ -10,6 +10,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ps/key_dedup.h"
@@ -92,6 +93,10 @@ struct PsClient::TableRoute {
 struct PsClient::Gather {
   std::promise<Status> promise;
   std::atomic<int> remaining{0};
+  // Checks one reply (by the request's index), or null: kept once for the
+  // call rather than copied into each request (a copy is an allocation).
+  // Called from several threads at once, on distinct indices.
+  std::function<Status(size_t index, const Message&)> on_reply;
   std::mutex mu;
   Status first_error;             // guarded by mu
   bool error_unanswered = false;  // guarded by mu: first_error is a server's silence
@@ -114,6 +119,20 @@ struct PsClient::Gather {
       promise.set_value(first_error);
     }
   }
+
+  // The outcome of request `index`, named `what` in errors.
+  void Complete(size_t index, const std::string& what, const Result<Message>& reply) {
+    if (!reply.ok()) {
+      // The rpc layer's own errors (no reply by the deadline, lost
+      // connection) already start with the call's name; a server's error
+      // reply does not.
+      const Status& s = reply.status();
+      const bool unanswered = absl::StartsWith(s.message(), what);
+      Finish(unanswered ? s : s.WithContext(what), unanswered);
+      return;
+    }
+    Finish(on_reply ? on_reply(index, reply.value()) : Status::OK());
+  }
 };
 
 struct PsClient::Attempt {
@@ -124,7 +143,9 @@ struct PsClient::Attempt {
   int resends = 0;
   Clock::time_point lost_at;  // first failure (valid when resends > 0)
   Status first_failure;
-  std::function<void(Result<Message>)> done;
+  // The call this request is part of, and its index there.
+  std::shared_ptr<Gather> gather;
+  size_t index = 0;
 };
 
 class PsClient::Resender {
@@ -326,6 +347,7 @@ std::future<Status> PsClient::SendAll(
     std::chrono::milliseconds timeout, const std::string& what,
     std::function<Status(size_t index, const Message&)> on_reply) {
   auto gather = std::make_shared<Gather>();
+  gather->on_reply = std::move(on_reply);
   auto future = gather->promise.get_future();
   if (count == 0) {
     gather->promise.set_value(Status::OK());
@@ -340,18 +362,8 @@ std::future<Status> PsClient::SendAll(
     a->rpc.timeout = timeout;
     a->rpc.what = absl::StrCat(what, " on server ", out.server, out.part);
     if (resender_) a->seq = Number(&a->request);
-    a->done = [gather, index, on_reply, what = a->rpc.what](Result<Message> reply) {
-      if (!reply.ok()) {
-        // The rpc layer's own errors (no reply by the deadline, lost
-        // connection) already start with the call's name; a server's error
-        // reply does not.
-        const Status& s = reply.status();
-        const bool unanswered = absl::StartsWith(s.message(), what);
-        gather->Finish(unanswered ? s : s.WithContext(what), unanswered);
-        return;
-      }
-      gather->Finish(on_reply ? on_reply(index, reply.value()) : Status::OK());
-    };
+    a->gather = gather;
+    a->index = index;
     Issue(std::move(a));
   }
   return future;
@@ -378,7 +390,8 @@ void PsClient::Issue(std::shared_ptr<Attempt> a) {
   // Without resends the request is sent once and need not be kept.
   Message m = resender_ ? a->request : std::move(a->request);
   const int peer = peers_[a->server];
-  const RpcOptions rpc = a->rpc;
+  // Not a copy: CallAsync reads it before `done` (which owns `a`) may run.
+  const RpcOptions& rpc = a->rpc;
   rpc_->CallAsync(peer, std::move(m), rpc,
                   [this, a = std::move(a)](Result<Message> reply) mutable {
                     OnAttemptDone(a, std::move(reply));
@@ -387,7 +400,7 @@ void PsClient::Issue(std::shared_ptr<Attempt> a) {
 
 void PsClient::OnAttemptDone(const std::shared_ptr<Attempt>& a, Result<Message> reply) {
   const int server = a->server;
-  const std::string endpoint = options_.servers[server];
+  const std::string& endpoint = options_.servers[server];
   // Only a server reached before and lost since is waited for: one never
   // reached is a wrong address or a server that did not start, reported at
   // once as before.
@@ -446,7 +459,7 @@ void PsClient::OnAttemptDone(const std::shared_ptr<Attempt>& a, Result<Message> 
     std::lock_guard<std::mutex> lock(seq_mu_);
     outstanding_.erase(a->seq);
   }
-  a->done(std::move(reply));
+  a->gather->Complete(a->index, a->rpc.what, reply);
 }
 
 std::future<Status> PsClient::Broadcast(
@@ -487,8 +500,9 @@ struct SparseSplit {
   // order, and values move between the request and the frames in blocks.
   // keys[s] may be left empty (the caller sends segments of its own array).
   bool runs = false;
-  std::vector<uint32_t> run_first;
-  std::vector<uint32_t> run_count;
+  // Inline for the usual few servers: two allocations less a request.
+  absl::InlinedVector<uint32_t, 8> run_first;
+  absl::InlinedVector<uint32_t, 8> run_count;
 
   // No key repeated, not runs: the request index of each server's keys,
   // server after server (source[first_source[s] + pos] is that of
@@ -808,14 +822,14 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
                 /*whole=*/false, /*every_server=*/false, &keys_per_piece));
   // With a key repeated: the positions of the request (in request order)
   // grouped by piece, so each reply is scattered by walking only its own
-  // keys. (With one piece that is every position: no list. Without
+  // keys. (With one piece that is every position: no list, null. Without
   // repeats, split->source says the same.)
-  auto by_piece = std::make_shared<std::vector<std::vector<uint32_t>>>();
+  std::shared_ptr<std::vector<std::vector<uint32_t>>> by_piece;
   if (pieces->size() > 1 && !split->runs && split->source.empty()) {
     std::vector<uint32_t> first_piece(num_servers(), 0);
     for (size_t g = pieces->size(); g-- > 0;)
       first_piece[(*pieces)[g].server] = static_cast<uint32_t>(g);
-    by_piece->resize(pieces->size());
+    by_piece = std::make_shared<std::vector<std::vector<uint32_t>>>(pieces->size());
     for (uint32_t i = 0; i < keys.size(); ++i) {
       const int s = split->server[i];
       (*by_piece)[first_piece[s] + split->position[i] / keys_per_piece[s]].push_back(i);
@@ -857,7 +871,7 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
           CopyFloats(reply_values + static_cast<size_t>(split->position[i] - p.first) * dim, dim,
                      values.data() + i * dim);
         };
-        if (by_piece->empty()) {
+        if (by_piece == nullptr) {
           for (size_t i = 0; i < split->position.size(); ++i) scatter(i);
         } else {
           for (uint32_t i : (*by_piece)[g]) scatter(i);
