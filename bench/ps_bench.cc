@@ -203,7 +203,8 @@ std::string JobYaml(const Case& c) {
       kTable, ", kind: sparse, dim: ", c.dim,
       FLAGS_local_shards > 0 ? absl::StrCat(", local_shard_num: ", FLAGS_local_shards)
                              : std::string(),
-      ", partition: ", FLAGS_partition, ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate,
+      ", partition: ", FLAGS_partition,
+      ", optimizer: {rule: ", c.rule, ", learning_rate: ", kLearningRate,
       "}, initializer: {kind: zeros}}\n");
 }
 

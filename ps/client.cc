@@ -496,13 +496,12 @@ struct SparseSplit {
   std::vector<uint32_t> position;
   // No key repeated, and each server's keys one run of the request (one
   // server; or the range partition and keys in increasing order): server s
-  // gets the request's keys [run_first[s], run_first[s] + run_count[s]), in
-  // order, and values move between the request and the frames in blocks.
-  // keys[s] may be left empty (the caller sends segments of its own array).
+  // gets the request's keys [run_bounds[s], run_bounds[s + 1]), in order,
+  // and values move between the request and the frames in blocks. keys[s]
+  // may be left empty (the caller sends segments of its own array).
   bool runs = false;
-  // Inline for the usual few servers: two allocations less a request.
-  absl::InlinedVector<uint32_t, 8> run_first;
-  absl::InlinedVector<uint32_t, 8> run_count;
+  // Inline for the usual few servers: no allocation a request.
+  absl::InlinedVector<uint32_t, 9> run_bounds;
 
   // No key repeated, not runs: the request index of each server's keys,
   // server after server (source[first_source[s] + pos] is that of
@@ -514,7 +513,7 @@ struct SparseSplit {
   const uint32_t* sources_of(size_t s) const { return source.data() + first_source[s]; }
 
   // Distinct keys of server s.
-  size_t count(size_t s) const { return runs ? run_count[s] : keys[s].size(); }
+  size_t count(size_t s) const { return runs ? run_bounds[s + 1] - run_bounds[s] : keys[s].size(); }
 };
 
 // Keys in strictly increasing order repeat none (the order ps-lite demands
@@ -663,18 +662,14 @@ void SplitIncreasingInTwoPasses(std::span<const uint64_t> keys,
 void SplitIntoRuns(std::span<const uint64_t> keys, std::span<const uint64_t> first_key_of_server,
                    int num_servers, SparseSplit* split) {
   split->runs = true;
-  split->run_first.assign(num_servers, 0);
-  split->run_count.assign(num_servers, 0);
+  split->run_bounds.assign(num_servers + 1, 0);
   for (int s = 1; s < num_servers; ++s) {
-    split->run_first[s] =
-        static_cast<uint32_t>(std::lower_bound(keys.begin() + split->run_first[s - 1], keys.end(),
+    split->run_bounds[s] =
+        static_cast<uint32_t>(std::lower_bound(keys.begin() + split->run_bounds[s - 1], keys.end(),
                                                first_key_of_server[s]) -
                               keys.begin());
   }
-  for (int s = 0; s < num_servers; ++s) {
-    const size_t end = s + 1 < num_servers ? split->run_first[s + 1] : keys.size();
-    split->run_count[s] = static_cast<uint32_t>(end - split->run_first[s]);
-  }
+  split->run_bounds[num_servers] = static_cast<uint32_t>(keys.size());
 }
 
 // `copy_runs`: whether a split into runs copies each run's keys into
@@ -691,8 +686,8 @@ SparseSplit SplitKeys(std::span<const uint64_t> keys, const std::vector<uint16_t
     SplitIntoRuns(keys, first_key_of_server, num_servers, &split);
     if (copy_runs) {
       for (int s = 0; s < num_servers; ++s) {
-        if (split.run_count[s] > 0)
-          split.keys[s] = SArray<uint64_t>(keys.data() + split.run_first[s], split.run_count[s]);
+        if (split.count(s) > 0)
+          split.keys[s] = SArray<uint64_t>(keys.data() + split.run_bounds[s], split.count(s));
       }
     }
     return split;
@@ -858,7 +853,7 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
         const float* reply_values = got->data();
         if (split->runs) {
           // The piece's keys are the request's from its run's start + first on.
-          const size_t from = size_t{split->run_first[p.server]} + p.first;
+          const size_t from = size_t{split->run_bounds[p.server]} + p.first;
           std::memcpy(values.data() + from * dim, reply_values, got->size() * sizeof(float));
           return Status::OK();
         }
@@ -918,10 +913,12 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
   // One row per distinct key, per server: the first occurrence is copied,
   // duplicates are added to it.
   std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
+  std::vector<SArray<uint64_t>> server_keys;  // shared: segments of the caller's keys
   for (int s = 0; s < num_servers(); ++s) {
     if (send_shared) {
-      const size_t first = split.run_first[s];
-      grads[s] = shared_values->Segment(first * dim, (first + split.count(s)) * dim);
+      const size_t first = split.run_bounds[s], end = split.run_bounds[s + 1];
+      server_keys.push_back(shared_keys->Segment(first, end));
+      grads[s] = shared_values->Segment(first * dim, end * dim);
     } else {
       grads[s] = push_buffers_->Get<float>(split.count(s) * dim);
     }
@@ -961,14 +958,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
       }
     }
   }
-  std::vector<SArray<uint64_t>> server_keys;
-  if (send_shared) {
-    for (int s = 0; s < num_servers(); ++s)
-      server_keys.push_back(
-          shared_keys->Segment(split.run_first[s], split.run_first[s] + split.count(s)));
-  } else {
-    server_keys = TakeServerKeys(split);
-  }
+  if (!send_shared) server_keys = TakeServerKeys(split);
   const pb::PsRequestMeta meta = PushMeta(options);
   auto make = [&](size_t g) -> Outgoing {
     const Piece& p = pieces[g];
@@ -976,7 +966,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
     if (split.runs) {
       // The piece's keys are the request's from its run's start + first on.
       // Shared: the values frame is a segment of the caller's array.
-      const size_t from = size_t{split.run_first[p.server]} + p.first;
+      const size_t from = size_t{split.run_bounds[p.server]} + p.first;
       if (!send_shared) {
         std::memcpy(grads[p.server].data() + p.first * dim, values.data() + from * dim,
                     p.count * dim * sizeof(float));

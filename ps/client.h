@@ -128,10 +128,10 @@ class PsClient {
   // of the request (keys in strictly increasing order, with one server or a
   // table of `partition: range`), the frames are segments of `keys` and
   // `grads` themselves, shared with the transport; otherwise they are
-  // gathered as above. The caller must not
-  // change the arrays' elements until the call returned (blocking) or its
-  // future is ready; the SArrays keep the memory alive for the transport,
-  // which may hold it a little longer (a lost or timed-out request).
+  // gathered as above. The caller must not change the arrays' elements
+  // until the call returned (blocking) or its future is ready; the SArrays
+  // keep the memory alive for the transport, which may hold it a little
+  // longer (a lost or timed-out request).
   Status PushSparseGrad(uint32_t table, const SArray<uint64_t>& keys, const SArray<float>& grads,
                         const PushOptions& options = {});
   std::future<Status> ZPushSparseGrad(uint32_t table, const SArray<uint64_t>& keys,
