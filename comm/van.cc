@@ -19,7 +19,9 @@
 #include <zmq.hpp>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "comm/endpoint.h"
 #include "comm/van_auth.h"
 
@@ -171,6 +173,16 @@ void SetCommonOptions(zmq::socket_t& s, const VanOptions& o) {
   s.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
 }
 
+// What a message's tag covers (van_auth::Trailer): its serialized header,
+// then its frames. Inline: a message rarely has more than a few frames,
+// and a tag should not cost allocations.
+using SignedParts = absl::InlinedVector<van_auth::Part, 8>;
+SignedParts PartsToSign(const std::string& header, const std::vector<Bytes>& frames) {
+  SignedParts parts{{header.data(), header.size()}};
+  for (const Bytes& f : frames) parts.push_back({f.data(), f.size()});
+  return parts;
+}
+
 }  // namespace
 
 Result<std::string> ToZmqEndpoint(const std::string& endpoint, bool allow_port0) {
@@ -203,14 +215,16 @@ struct Van::Impl {
   // The connecting side's state of message authentication (comm/van_auth.h),
   // guarded by the connection's dealer.mu.
   struct ClientSession {
-    std::string id;   // of the greeting in progress or done; empty before the first
-    std::string key;  // empty until welcomed
+    std::string id;  // of the greeting in progress or done; empty before the first
+    // Empty until welcomed.
+    van_auth::SessionKeys send_keys, reply_keys;
     bool ready = false;  // welcomed: messages go out; otherwise they wait in `pending`
     uint64_t next_send = 0;
     van_auth::ReplayWindow window;
     // The session before the last greeting: replies to requests sent under
     // it may still come.
-    std::string previous_id, previous_key;
+    std::string previous_id;
+    van_auth::SessionKeys previous_reply_keys;
     van_auth::ReplayWindow previous_window;
     std::deque<Message> pending;
     std::chrono::steady_clock::time_point greeted_at;
@@ -219,11 +233,11 @@ struct Van::Impl {
 
   // The bound side's state of one session (comm/van_auth.h).
   struct ServerSession {
-    std::string key;  // fixed after creation
-    std::atomic<uint64_t> next_send{0};
     std::mutex mu;
-    van_auth::ReplayWindow window;  // guarded by mu
-    bool authenticated = false;     // a message under it checked out; I/O thread only
+    van_auth::SessionKeys request_keys, reply_keys;  // guarded by mu
+    uint64_t next_send = 0;                          // guarded by mu
+    van_auth::ReplayWindow window;                   // guarded by mu
+    bool authenticated = false;  // a message under it checked out; I/O thread only
   };
 
   struct Connection {
@@ -571,10 +585,12 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message)
     if (session == nullptr) {
       return Status::Unavailable("no authenticated session for this caller (it reconnected?)");
     }
-    std::vector<van_auth::Part> parts{{header.data(), header.size()}};
-    for (const Bytes& f : frames) parts.push_back({f.data(), f.size()});
-    trailer = van_auth::Trailer(session->key, van_auth::Direction::kToClient, to.session,
-                                session->next_send.fetch_add(1), parts);
+    van_auth::MessageKeys keys;
+    {
+      std::lock_guard<std::mutex> lock(session->mu);
+      keys = session->reply_keys.For(session->next_send++);
+    }
+    trailer = van_auth::Trailer(keys, to.session, PartsToSign(header, frames));
   }
   bool waiting = false;
   {
@@ -588,10 +604,8 @@ Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message)
         session.pending.push_back(message);
         return Status::OK();
       }
-      std::vector<van_auth::Part> parts{{header.data(), header.size()}};
-      for (const Bytes& f : frames) parts.push_back({f.data(), f.size()});
-      trailer = van_auth::Trailer(session.key, van_auth::Direction::kToServer, session.id,
-                                  session.next_send++, parts);
+      trailer = van_auth::Trailer(session.send_keys.For(session.next_send++), session.id,
+                                  PartsToSign(header, frames));
     }
     try {
       SendLocked(target, to, header, message, trailer.empty() ? nullptr : &trailer);
@@ -653,11 +667,12 @@ void Van::Impl::Greet(Connection& conn) {
   ClientSession& s = conn.session;
   if (s.ready) {
     s.previous_id = std::move(s.id);
-    s.previous_key = std::move(s.key);
+    s.previous_reply_keys = std::move(s.reply_keys);
     s.previous_window = s.window;
   }
   s.id = van_auth::RandomBytes(van_auth::kIdBytes);
-  s.key.clear();
+  s.send_keys = van_auth::SessionKeys();
+  s.reply_keys = van_auth::SessionKeys();
   s.ready = false;
   s.next_send = 0;
   s.window = van_auth::ReplayWindow();
@@ -720,7 +735,9 @@ void Van::Impl::OnHello(const std::string& routing_id, std::string_view id) {
     }
     nonce = van_auth::RandomBytes(van_auth::kNonceBytes);
     auto session = std::make_shared<ServerSession>();
-    session->key = van_auth::SessionKey(options.auth->van_key(), id, nonce);
+    const std::string key = van_auth::SessionKey(options.auth->van_key(), id, nonce);
+    session->request_keys = van_auth::SessionKeys(key, van_auth::Direction::kToServer);
+    session->reply_keys = van_auth::SessionKeys(key, van_auth::Direction::kToClient);
     sessions.emplace(std::string(id), std::move(session));
     ++unauthenticated_sessions;
   }
@@ -755,16 +772,16 @@ void Van::Impl::OnWelcome(int connection, std::string_view nonce, std::string_vi
       // Not this job's server: it gets nothing of ours.
       return Refuse("welcome from a peer without this job's secret");
     }
-    s.key = van_auth::SessionKey(options.auth->van_key(), s.id, nonce);
+    const std::string key = van_auth::SessionKey(options.auth->van_key(), s.id, nonce);
+    s.send_keys = van_auth::SessionKeys(key, van_auth::Direction::kToServer);
+    s.reply_keys = van_auth::SessionKeys(key, van_auth::Direction::kToClient);
     s.ready = true;
     was_reported = s.unanswered_reported;
     const Route to{connection, {}, {}};
     for (const Message& m : s.pending) {
       const std::string header = m.header.SerializeAsString();
-      std::vector<van_auth::Part> parts{{header.data(), header.size()}};
-      for (const Bytes& f : m.frames) parts.push_back({f.data(), f.size()});
-      const std::string trailer = van_auth::Trailer(s.key, van_auth::Direction::kToServer, s.id,
-                                                    s.next_send++, parts);
+      const std::string trailer =
+          van_auth::Trailer(s.send_keys.For(s.next_send++), s.id, PartsToSign(header, m.frames));
       try {
         SendLocked(conn->dealer, to, header, m, &trailer);
       } catch (const zmq::error_t& e) {
@@ -807,8 +824,7 @@ bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
     Refuse("no authentication trailer (a peer without auth?)");
     return false;
   }
-  std::vector<van_auth::Part> signed_parts;
-  signed_parts.reserve(parts.size() - header_index - 1);
+  SignedParts signed_parts;
   for (size_t i = header_index; i + 1 < parts.size(); ++i) {
     signed_parts.push_back({parts[i].data(), parts[i].size()});
   }
@@ -817,14 +833,22 @@ bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
     std::shared_ptr<ServerSession> session;
     {
       std::lock_guard<std::mutex> lock(sessions_mu);
-      auto it = sessions.find(std::string(fields.id));
+      auto it = sessions.find(absl::string_view(fields.id.data(), fields.id.size()));
       if (it != sessions.end()) session = it->second;
     }
     if (session == nullptr) {
       Refuse("unknown session");
       return false;
     }
-    if (!van_auth::Verify(session->key, van_auth::Direction::kToServer, trailer, signed_parts)) {
+    van_auth::MessageKeys keys;
+    {
+      std::lock_guard<std::mutex> lock(session->mu);
+      // A session's batch of keys is kept once a message under it checked
+      // out: strangers' sessions cost no keys kept.
+      keys = session->authenticated ? session->request_keys.For(fields.sequence)
+                                    : session->request_keys.Once(fields.sequence);
+    }
+    if (!van_auth::Verify(keys, trailer, signed_parts)) {
       Refuse("bad tag (changed or forged)");
       return false;
     }
@@ -849,18 +873,21 @@ bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
       std::lock_guard<std::mutex> lock(mu);
       conn = connections[from->connection].get();
     }
-    std::string key;
+    std::optional<van_auth::MessageKeys> keys;
     {
       std::lock_guard<std::mutex> lock(conn->dealer.mu);
-      const ClientSession& s = conn->session;
-      if (s.ready && fields.id == s.id) key = s.key;
-      else if (!s.previous_id.empty() && fields.id == s.previous_id) key = s.previous_key;
+      ClientSession& s = conn->session;
+      if (s.ready && fields.id == s.id) {
+        keys = s.reply_keys.For(fields.sequence);
+      } else if (!s.previous_id.empty() && fields.id == s.previous_id) {
+        keys = s.previous_reply_keys.For(fields.sequence);
+      }
     }
-    if (key.empty()) {
+    if (!keys) {
       Refuse("unknown session");
       return false;
     }
-    if (!van_auth::Verify(key, van_auth::Direction::kToClient, trailer, signed_parts)) {
+    if (!van_auth::Verify(*keys, trailer, signed_parts)) {
       Refuse("bad tag (changed or forged)");
       return false;
     }

@@ -2,7 +2,6 @@
 
 #include <glog/logging.h>
 #include <openssl/crypto.h>
-#include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
@@ -24,20 +23,12 @@ constexpr size_t kKeyBytes = 32;
 struct CipherCtxFree {
   void operator()(EVP_CIPHER_CTX* c) const { EVP_CIPHER_CTX_free(c); }
 };
+struct MacCtxFree {
+  void operator()(EVP_MAC_CTX* c) const { EVP_MAC_CTX_free(c); }
+};
 
-// One cipher context per thread, set to ChaCha20-Poly1305 once: fetching
-// the cipher again for every message (what EVP_chacha20_poly1305() in an
-// init does) cost ~10 us, more than a 12 KB message's tag.
-EVP_CIPHER_CTX* ThreadCipher() {
-  thread_local std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree> ctx = [] {
-    std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree> c(EVP_CIPHER_CTX_new());
-    EVP_CIPHER* cipher = EVP_CIPHER_fetch(nullptr, "ChaCha20-Poly1305", nullptr);
-    CHECK(c != nullptr && cipher != nullptr) << "OpenSSL has no ChaCha20-Poly1305";
-    CHECK_EQ(EVP_EncryptInit_ex2(c.get(), cipher, nullptr, nullptr, nullptr), 1);
-    EVP_CIPHER_free(cipher);  // the context keeps its own reference
-    return c;
-  }();
-  return ctx.get();
+void PutU32(uint32_t v, unsigned char* out) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<unsigned char>(v >> (8 * i));
 }
 
 void PutU64(uint64_t v, unsigned char* out) {
@@ -50,42 +41,56 @@ uint64_t GetU64(const char* in) {
   return v;
 }
 
-// Feeds additional data to a ChaCha20-Poly1305 context; OpenSSL takes int
-// lengths, so large spans go in pieces. Leaves *ok false after a failure.
-void AddData(EVP_CIPHER_CTX* ctx, const void* data, size_t size, bool* ok) {
-  const auto* p = static_cast<const unsigned char*>(data);
+// `out.size()` bytes of the ChaCha20 keystream under `key` from block
+// `counter` of nonce (nonce_word, nonce_rest), both little endian. One
+// context per thread, set to ChaCha20 once: fetching the cipher for every
+// call (what EVP_chacha20() in an init does) cost ~10 us.
+void Keystream(const std::array<unsigned char, 32>& key, uint32_t counter, uint32_t nonce_word,
+               uint64_t nonce_rest, std::span<unsigned char> out) {
+  thread_local std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree> ctx = [] {
+    std::unique_ptr<EVP_CIPHER_CTX, CipherCtxFree> c(EVP_CIPHER_CTX_new());
+    EVP_CIPHER* cipher = EVP_CIPHER_fetch(nullptr, "ChaCha20", nullptr);
+    CHECK(c != nullptr && cipher != nullptr) << "OpenSSL has no ChaCha20";
+    CHECK_EQ(EVP_EncryptInit_ex2(c.get(), cipher, nullptr, nullptr, nullptr), 1);
+    EVP_CIPHER_free(cipher);  // the context keeps its own reference
+    return c;
+  }();
+  // OpenSSL's ChaCha20 IV: the 32-bit block counter, then the 96-bit nonce.
+  unsigned char iv[16];
+  PutU32(counter, iv);
+  PutU32(nonce_word, iv + 4);
+  PutU64(nonce_rest, iv + 8);
+  // The keystream is what encrypting zeros gives.
+  std::memset(out.data(), 0, out.size());
   int len = 0;
-  while (*ok && size > 0) {
-    const int chunk = static_cast<int>(std::min<size_t>(size, size_t{1} << 30));
-    *ok = EVP_EncryptUpdate(ctx, nullptr, &len, p, chunk) == 1;
-    p += chunk;
-    size -= chunk;
-  }
+  CHECK(EVP_EncryptInit_ex2(ctx.get(), nullptr, key.data(), iv, nullptr) == 1 &&
+        EVP_EncryptUpdate(ctx.get(), out.data(), &len, out.data(), static_cast<int>(out.size())) == 1 &&
+        static_cast<size_t>(len) == out.size())
+      << "OpenSSL ChaCha20 failed";
 }
 
-// The 16-byte tag of ChaCha20-Poly1305 under `key` with no plaintext, nonce
-// = nonce_word | sequence (little endian), over what `feed` adds.
+// The 16-byte Poly1305 tag under the one-time `key` over what `feed` adds.
+// One MAC context per thread, fetched once.
 template <typename Feed>
-void AeadTag(std::string_view key, uint32_t nonce_word, uint64_t sequence, const Feed& feed,
-             unsigned char tag[kTagBytes]) {
-  CHECK_EQ(key.size(), kKeyBytes);
-  unsigned char iv[12];
-  std::memcpy(iv, &nonce_word, 4);
-  PutU64(sequence, iv + 4);
-  EVP_CIPHER_CTX* ctx = ThreadCipher();
-  bool ok = EVP_EncryptInit_ex2(ctx, nullptr, reinterpret_cast<const unsigned char*>(key.data()),
-                                iv, nullptr) == 1;
-  feed([&](const void* data, size_t size) { AddData(ctx, data, size, &ok); });
-  int len = 0;
-  // The tag as a parameter: EVP_CIPHER_CTX_ctrl would translate the request
-  // into one first (~250 ns of the ~1 us that OpenSSL 3 spends per tag).
-  OSSL_PARAM get[] = {OSSL_PARAM_construct_octet_string(OSSL_CIPHER_PARAM_AEAD_TAG, tag, kTagBytes),
-                      OSSL_PARAM_construct_end()};
-  ok = ok && EVP_EncryptFinal_ex(ctx, nullptr, &len) == 1 && EVP_CIPHER_CTX_get_params(ctx, get) == 1;
-  CHECK(ok) << "OpenSSL ChaCha20-Poly1305 failed";
+void Poly1305Tag(const unsigned char key[32], const Feed& feed, unsigned char tag[kTagBytes]) {
+  thread_local std::unique_ptr<EVP_MAC_CTX, MacCtxFree> ctx = [] {
+    EVP_MAC* mac = EVP_MAC_fetch(nullptr, "POLY1305", nullptr);
+    CHECK(mac != nullptr) << "OpenSSL has no Poly1305";
+    std::unique_ptr<EVP_MAC_CTX, MacCtxFree> c(EVP_MAC_CTX_new(mac));
+    EVP_MAC_free(mac);  // the context keeps its own reference
+    CHECK(c != nullptr);
+    return c;
+  }();
+  bool ok = EVP_MAC_init(ctx.get(), key, 32, nullptr) == 1;
+  feed([&](const void* data, size_t size) {
+    ok = ok && EVP_MAC_update(ctx.get(), static_cast<const unsigned char*>(data), size) == 1;
+  });
+  size_t len = 0;
+  ok = ok && EVP_MAC_final(ctx.get(), tag, &len, kTagBytes) == 1 && len == kTagBytes;
+  CHECK(ok) << "OpenSSL Poly1305 failed";
 }
 
-// Feeds the tag's additional data with few calls into OpenSSL (each costs
+// Feeds a tag's data with few calls into OpenSSL (each costs
 // ~40 ns before any byte is hashed, and a small message has a dozen items):
 // small items gather in a buffer, zero-padded to a multiple of 16 bytes
 // each (OpenSSL's Poly1305 runs at half speed over data that does not start
@@ -142,8 +147,8 @@ ThreadPool& ChunkPool() {
 
 // The message's tag: over id, sequence, part count and part lengths, then
 // each part's bytes or, for more than kChunkBytes in all, the chunks' tags.
-void Tag(std::string_view key, Direction direction, std::string_view id, uint64_t sequence,
-         std::span<const Part> parts, unsigned char tag[kTagBytes]) {
+void Tag(const MessageKeys& keys, std::string_view id, std::span<const Part> parts,
+         unsigned char tag[kTagBytes]) {
   size_t total = 0;
   for (const Part& p : parts) total += p.size;
   std::vector<Part> chunks;
@@ -156,20 +161,23 @@ void Tag(std::string_view key, Direction direction, std::string_view id, uint64_
     }
   }
   CHECK_LT(chunks.size(), size_t{1} << 24) << "message too large for its nonces";
+  const auto direction = static_cast<uint32_t>(keys.direction);
   std::vector<unsigned char> chunk_tags(chunks.size() * kTagBytes);
   ChunkPool().ParallelFor(chunks.size(), [&](size_t i) {
-    const uint32_t word = static_cast<uint32_t>(direction) | static_cast<uint32_t>(i + 1) << 8;
-    AeadTag(key, word, sequence, [&](const auto& add) { add(chunks[i].data, chunks[i].size); },
-            chunk_tags.data() + i * kTagBytes);
+    unsigned char chunk_key[32];
+    Keystream(keys.session, 0, direction | static_cast<uint32_t>(i + 1) << 8, keys.sequence,
+              chunk_key);
+    Poly1305Tag(chunk_key, [&](const auto& add) { add(chunks[i].data, chunks[i].size); },
+                chunk_tags.data() + i * kTagBytes);
   });
-  AeadTag(key, static_cast<uint32_t>(direction), sequence, [&](const auto& add) {
+  Poly1305Tag(keys.one_time.data(), [&](const auto& add) {
     // id (16 bytes), then sequence, count and lengths, 8 bytes each: with
     // an odd part count they end 8 bytes off the 16-byte grid.
     static constexpr unsigned char kZeros[8] = {};
     PaddedFeed feed(add);
     unsigned char fixed[8];
     feed.Append(id.data(), id.size());
-    PutU64(sequence, fixed);
+    PutU64(keys.sequence, fixed);
     feed.Append(fixed, 8);
     PutU64(parts.size(), fixed);
     feed.Append(fixed, 8);
@@ -213,15 +221,54 @@ std::string SessionKey(std::string_view van_key, std::string_view id, std::strin
   return HkdfSha256(van_key, salt, "fleet van session v1", kKeyBytes);
 }
 
-std::string Trailer(std::string_view session_key, Direction direction, std::string_view id,
-                    uint64_t sequence, std::span<const Part> parts) {
+SessionKeys::SessionKeys(std::string_view session_key, Direction direction)
+    : direction_(direction), set_(true) {
+  CHECK_EQ(session_key.size(), key_.size());
+  std::memcpy(key_.data(), session_key.data(), key_.size());
+}
+
+MessageKeys SessionKeys::Once(uint64_t sequence) const {
+  CHECK(set_) << "no session";
+  MessageKeys keys{.session = key_, .direction = direction_, .sequence = sequence};
+  // Key s is half of keystream block (s mod 64) / 2 of its batch's nonce.
+  const auto within = static_cast<uint32_t>(sequence % kBatch);
+  unsigned char block[64];
+  Keystream(key_, within / 2, static_cast<uint32_t>(direction_), sequence / kBatch, block);
+  std::memcpy(keys.one_time.data(), block + (within % 2) * 32, 32);
+  return keys;
+}
+
+MessageKeys SessionKeys::For(uint64_t sequence) {
+  CHECK(set_) << "no session";
+  const uint64_t index = sequence / kBatch;
+  if (batches_ == nullptr) batches_ = std::make_unique<Batch[]>(2);
+  int b = newest_;
+  if (batches_[b].index != index) {
+    b = 1 - newest_;
+    if (batches_[b].index != index) {
+      // Replaces the older of the two.
+      batches_[b].index = index;
+      Keystream(key_, 0, static_cast<uint32_t>(direction_), index, batches_[b].keys);
+    }
+    if (index > batches_[newest_].index || batches_[newest_].index == UINT64_MAX) newest_ = b;
+  }
+  MessageKeys keys{.session = key_, .direction = direction_, .sequence = sequence};
+  std::memcpy(keys.one_time.data(), batches_[b].keys + (sequence % kBatch) * 32, 32);
+  return keys;
+}
+
+std::string Trailer(const MessageKeys& keys, std::string_view id, std::span<const Part> parts) {
   CHECK_EQ(id.size(), kIdBytes);
   std::string out(kTrailerBytes, '\0');
   std::memcpy(out.data(), id.data(), kIdBytes);
-  PutU64(sequence, reinterpret_cast<unsigned char*>(out.data() + kIdBytes));
-  Tag(session_key, direction, id, sequence, parts,
-      reinterpret_cast<unsigned char*>(out.data() + kIdBytes + 8));
+  PutU64(keys.sequence, reinterpret_cast<unsigned char*>(out.data() + kIdBytes));
+  Tag(keys, id, parts, reinterpret_cast<unsigned char*>(out.data() + kIdBytes + 8));
   return out;
+}
+
+std::string Trailer(std::string_view session_key, Direction direction, std::string_view id,
+                    uint64_t sequence, std::span<const Part> parts) {
+  return Trailer(SessionKeys(session_key, direction).Once(sequence), id, parts);
 }
 
 bool ParseTrailer(std::string_view trailer, TrailerFields* fields) {
@@ -231,13 +278,19 @@ bool ParseTrailer(std::string_view trailer, TrailerFields* fields) {
   return true;
 }
 
+bool Verify(const MessageKeys& keys, std::string_view trailer, std::span<const Part> parts) {
+  TrailerFields f;
+  if (!ParseTrailer(trailer, &f) || f.sequence != keys.sequence) return false;
+  unsigned char want[kTagBytes];
+  Tag(keys, f.id, parts, want);
+  return CRYPTO_memcmp(want, trailer.data() + kIdBytes + 8, kTagBytes) == 0;
+}
+
 bool Verify(std::string_view session_key, Direction direction, std::string_view trailer,
             std::span<const Part> parts) {
   TrailerFields f;
   if (!ParseTrailer(trailer, &f)) return false;
-  unsigned char want[kTagBytes];
-  Tag(session_key, direction, f.id, f.sequence, parts, want);
-  return CRYPTO_memcmp(want, trailer.data() + kIdBytes + 8, kTagBytes) == 0;
+  return Verify(SessionKeys(session_key, direction).Once(f.sequence), trailer, parts);
 }
 
 bool ReplayWindow::Accept(uint64_t sequence) {

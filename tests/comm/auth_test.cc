@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -521,10 +522,11 @@ TEST_F(MessageAuthTest, RecordedSessionIsRefusedByAnotherServerOrGreeting) {
 }
 
 // The trailer of a message, computed here in one thread from the format
-// van_auth.h documents: one ChaCha20-Poly1305 tag (no plaintext) over the
-// id, the 16-byte-padded lengths and the padded parts, or over more than
-// van_auth::kChunkBytes, over the tags of each part's chunks (nonce
-// direction | (chunk + 1) << 8).
+// van_auth.h documents: one Poly1305 tag over the id, the 16-byte-padded
+// lengths and the padded parts, or over more than van_auth::kChunkBytes,
+// over the tags of each part's chunks; one-time keys from the ChaCha20
+// keystream (message s: bytes 32 (s mod 64) of nonce (direction, s / 64);
+// chunk i: the first 32 bytes of nonce (direction | (i + 1) << 8, s)).
 std::string DocumentedTrailer(const std::string& key, van_auth::Direction direction,
                               const std::string& id, uint64_t sequence,
                               const std::vector<std::string>& parts) {
@@ -534,22 +536,35 @@ std::string DocumentedTrailer(const std::string& key, van_auth::Direction direct
     return out;
   };
   auto padded = [](std::string s) { return s.append((16 - s.size() % 16) % 16, '\0'); };
-  auto tag = [&](uint32_t nonce_word, const std::string& data) {
-    unsigned char iv[12], out[16];
-    std::memcpy(iv, &nonce_word, 4);
-    std::memcpy(iv + 4, le64(sequence).data(), 8);
+  // 64 bytes of keystream: block `counter` of nonce (word, rest).
+  auto block = [&](uint32_t counter, uint32_t word, uint64_t rest) {
+    unsigned char iv[16], out[64];
+    const unsigned char zeros[64] = {};
+    std::memcpy(iv, &counter, 4);
+    std::memcpy(iv + 4, &word, 4);
+    std::memcpy(iv + 8, le64(rest).data(), 8);
     EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
     int len = 0;
-    EXPECT_EQ(EVP_EncryptInit_ex(ctx, EVP_chacha20_poly1305(), nullptr,
+    EXPECT_EQ(EVP_EncryptInit_ex(ctx, EVP_chacha20(), nullptr,
                                  reinterpret_cast<const unsigned char*>(key.data()), iv), 1);
-    EXPECT_EQ(EVP_EncryptUpdate(ctx, nullptr, &len,
-                                reinterpret_cast<const unsigned char*>(data.data()),
-                                static_cast<int>(data.size())), 1);
-    EXPECT_EQ(EVP_EncryptFinal_ex(ctx, nullptr, &len), 1);
-    EXPECT_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, out), 1);
+    EXPECT_EQ(EVP_EncryptUpdate(ctx, out, &len, zeros, 64), 1);
     EVP_CIPHER_CTX_free(ctx);
+    return std::string(reinterpret_cast<const char*>(out), 64);
+  };
+  auto tag = [](const std::string& one_time_key, const std::string& data) {
+    unsigned char out[16];
+    size_t len = 0;
+    EXPECT_NE(EVP_Q_mac(nullptr, "POLY1305", nullptr, nullptr, nullptr, one_time_key.data(), 32,
+                        reinterpret_cast<const unsigned char*>(data.data()), data.size(), out,
+                        sizeof out, &len),
+              nullptr);
+    EXPECT_EQ(len, 16u);
     return std::string(reinterpret_cast<const char*>(out), 16);
   };
+  const auto dir = static_cast<uint32_t>(direction);
+  const auto within = static_cast<uint32_t>(sequence % 64);
+  const std::string message_key = block(within / 2, dir, sequence / 64).substr(within % 2 * 32, 32);
+  auto chunk_key = [&](uint32_t chunk) { return block(0, dir | chunk << 8, sequence).substr(0, 32); };
   std::string lengths = le64(sequence) + le64(parts.size());
   size_t total = 0;
   for (const std::string& p : parts) {
@@ -557,16 +572,15 @@ std::string DocumentedTrailer(const std::string& key, van_auth::Direction direct
     total += p.size();
   }
   std::string message = id + padded(lengths);
-  const auto dir = static_cast<uint32_t>(direction);
   uint32_t chunk = 0;
   for (const std::string& p : parts) {
     if (total <= van_auth::kChunkBytes) message += padded(p);
     const size_t k = van_auth::kChunkBytes;
     for (size_t at = 0; total > k && at < p.size(); at += k) {
-      message += tag(dir | ++chunk << 8, p.substr(at, k));
+      message += tag(chunk_key(++chunk), p.substr(at, k));
     }
   }
-  return id + le64(sequence) + tag(dir, message);
+  return id + le64(sequence) + tag(message_key, message);
 }
 
 TEST(VanAuthTest, TagDependsOnEveryByteOnlyAndNotOnThePreviousMessage) {
@@ -658,6 +672,41 @@ TEST(VanAuthTest, LargeMessagesAreTaggedByChunksAsDocumentedAndBindEveryByte) {
   std::swap_ranges(swapped[2].begin() + c1, swapped[2].begin() + c1 + van_auth::kChunkBytes,
                    swapped[2].begin() + c1 + van_auth::kChunkBytes);
   EXPECT_FALSE(van_auth::Verify(key, dir, trailer, spans(swapped)));
+}
+
+// SessionKeys::For derives keys 64 at a time and keeps the last two
+// batches. Whatever order the numbers come in (neighbours swapped, one
+// batch back, far back, far ahead), each message gets the key derived for
+// it alone (Once), the documented one, and no two messages share a key.
+TEST(VanAuthTest, BatchedKeysAreEachMessagesOwnInAnyOrder) {
+  const std::string key(32, 'k'), id(van_auth::kIdBytes, 'i');
+  const auto dir = van_auth::Direction::kToServer;
+  van_auth::SessionKeys keys(key, dir);
+  const van_auth::SessionKeys replies(key, van_auth::Direction::kToClient);
+  std::vector<uint64_t> order;
+  for (uint64_t s = 0; s < 300; ++s) order.push_back(s);
+  for (size_t i = 1; i < order.size(); i += 3) std::swap(order[i - 1], order[i]);
+  order.insert(order.begin() + 140, 60);
+  order.insert(order.begin() + 250, 3);
+  for (uint64_t s : {uint64_t{1} << 40, uint64_t{63}, uint64_t{64}, uint64_t{129}}) order.push_back(s);
+  std::set<std::string> distinct;
+  for (uint64_t s : order) {
+    const van_auth::MessageKeys batched = keys.For(s);
+    EXPECT_EQ(batched.sequence, s);
+    EXPECT_EQ(batched.one_time, keys.Once(s).one_time) << "message " << s;
+    EXPECT_NE(batched.one_time, replies.Once(s).one_time) << "message " << s;
+    distinct.insert(std::string(batched.one_time.begin(), batched.one_time.end()));
+  }
+  EXPECT_EQ(distinct.size(), 301u);  // 0..299 and 2^40
+  const std::string header = "header";
+  const std::vector<van_auth::Part> parts = {{header.data(), header.size()}};
+  for (uint64_t s : {uint64_t{63}, uint64_t{64}, uint64_t{129}, uint64_t{1} << 40}) {
+    const std::string trailer = van_auth::Trailer(keys.For(s), id, parts);
+    EXPECT_EQ(trailer, DocumentedTrailer(key, dir, id, s, {header})) << "message " << s;
+    EXPECT_TRUE(van_auth::Verify(keys.For(s), trailer, parts));
+    // The keys of another number do not verify it, even with its tag.
+    EXPECT_FALSE(van_auth::Verify(keys.For(s + 1), trailer, parts));
+  }
 }
 
 TEST(ReplayWindowTest, TakesEachNumberOnceWithin64) {
