@@ -173,6 +173,10 @@ void SetCommonOptions(zmq::socket_t& s, const VanOptions& o) {
   s.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
 }
 
+// A received message's ZeroMQ parts (routing id, header, frames, trailer):
+// inline, so receiving one costs no allocation for the list.
+using ReceivedParts = absl::InlinedVector<zmq::message_t, 6>;
+
 // What a message's tag covers (van_auth::Trailer): its serialized header,
 // then its frames. Inline: a message rarely has more than a few frames,
 // and a tag should not cost allocations.
@@ -352,7 +356,7 @@ struct Van::Impl {
   // of every socket item on each pass, two system calls each (a fork check
   // and a poll of the socket's mailbox), which on these VMs cost more than
   // a small message's own work.
-  static int PollFds(std::vector<pollfd>& fds, std::chrono::milliseconds timeout) {
+  static int PollFds(std::span<pollfd> fds, std::chrono::milliseconds timeout) {
     const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(timeout.count()));
     if (ready >= 0) return ready;
     if (errno == EINTR) {
@@ -393,7 +397,7 @@ struct Van::Impl {
   void CheckGreetings(std::chrono::steady_clock::time_point now);
   // False when the message is the Van's own (a greeting) or is refused;
   // otherwise strips the trailer and sets from->session.
-  bool Authenticate(Route* from, std::vector<zmq::message_t>& parts, size_t header_index);
+  bool Authenticate(Route* from, ReceivedParts& parts, size_t header_index);
   void OnHello(const std::string& routing_id, std::string_view id);
   void OnWelcome(int connection, std::string_view nonce, std::string_view proof);
   void Refuse(const char* why);
@@ -406,7 +410,7 @@ struct Van::Impl {
   void HandleMonitor(int connection, zmq::socket_t& monitor);
   // Reads the monitors whose descriptor signalled in the last poll, or all.
   void HandleMonitors(bool all);
-  void Deliver(const Route& from, std::vector<zmq::message_t>& parts, size_t header_index);
+  void Deliver(const Route& from, ReceivedParts& parts, size_t header_index);
   void CloseAll();
 };
 
@@ -795,7 +799,7 @@ void Van::Impl::OnWelcome(int connection, std::string_view nonce, std::string_vi
   if (was_reported) receiver->OnConnectionUp(connection);
 }
 
-bool Van::Impl::Authenticate(Route* from, std::vector<zmq::message_t>& parts,
+bool Van::Impl::Authenticate(Route* from, ReceivedParts& parts,
                              size_t header_index) {
   const std::string_view first = parts[header_index].to_string_view();
   if (!from->outgoing() && first == van_auth::kHello) {
@@ -915,7 +919,8 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
   // wake the I/O thread too.
   const bool gated = impl_->SetDealerGate(false);
   if (start) start();
-  std::vector<std::pair<LockedSocket*, int>> dealers;
+  // Inline: a wait should not allocate (one per call of a window's op).
+  absl::InlinedVector<std::pair<LockedSocket*, int>, 8> dealers;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     if (!impl_->stopped) {
@@ -924,7 +929,7 @@ bool Van::ReceiveWhile(const std::function<void()>& start,
       }
     }
   }
-  std::vector<pollfd> items;
+  absl::InlinedVector<pollfd, 9> items;
   for (auto& [socket, connection] : dealers) items.push_back({socket->fd, POLLIN, 0});
   items.push_back({impl_->caller_wake_fd, POLLIN, 0});  // last
   // After a poll: false on a poll error; consumes the I/O thread's wake-up.
@@ -1122,7 +1127,7 @@ int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
   // processes ZeroMQ's commands just as that check would (re-arming the
   // socket's ZMQ_FD), and a message that is there costs no system call.
   for (int delivered = 0;; ++delivered) {
-    std::vector<zmq::message_t> parts;
+    ReceivedParts parts;
     {
       std::lock_guard<std::mutex> lock(socket.mu);
       if (socket.closed) return delivered;
@@ -1149,7 +1154,7 @@ int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
     if (keep_going != nullptr && !(*keep_going)()) return delivered + 1;
   }
 }
-void Van::Impl::Deliver(const Route& route, std::vector<zmq::message_t>& parts,
+void Van::Impl::Deliver(const Route& route, ReceivedParts& parts,
                         size_t header_index) {
   if (parts.size() <= header_index) {
     LOG_EVERY_N(WARNING, 100) << "van: dropping message without header frame ("
