@@ -91,8 +91,12 @@ class SgdRule final : public OptimizerRule {
 
   // Step on `dim` values and their state (state_size(dim) floats after
   // them in a row), inline: see preprocesses().
-  void Apply(float* w, float* /*state*/, const float* g, size_t dim) const {
+  void Apply(float* __restrict w, float* /*state*/, const float* __restrict g, size_t dim) const {
     const float lr = config_.learning_rate;
+    if (dim == 1) {
+      w[0] -= lr * g[0];
+      return;
+    }
     for (size_t i = 0; i < dim; ++i) w[i] -= lr * g[i];
   }
 
