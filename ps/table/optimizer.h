@@ -120,7 +120,8 @@ class AdagradRule final : public OptimizerRule {
   int row_scalars() const override { return 0; }
   void InitState(size_t value_dim, std::span<float> state) const override;
 
-  void Apply(float* w, float* g2, const float* g, size_t dim) const {
+  void Apply(float* __restrict w, float* __restrict g2, const float* __restrict g,
+             size_t dim) const {
     const float lr = config_.learning_rate;
     const float eps = config_.epsilon;
     for (size_t i = 0; i < dim; ++i) {
@@ -153,9 +154,9 @@ class AdamRule final : public OptimizerRule {
   int row_scalars() const override { return 2; }
   void InitState(size_t value_dim, std::span<float> state) const override;
 
-  void Apply(float* w, float* state, const float* g, size_t d) const {
-    float* m = state;
-    float* v = m + d;
+  void Apply(float* __restrict w, float* state, const float* __restrict g, size_t d) const {
+    float* __restrict m = state;
+    float* __restrict v = m + d;
     float& p1 = state[2 * d];
     float& p2 = state[2 * d + 1];
     const float b1 = config_.beta1, b2 = config_.beta2;
