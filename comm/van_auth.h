@@ -104,7 +104,6 @@ class SessionKeys {
   // `session_key`: 32 bytes (SessionKey).
   SessionKeys(std::string_view session_key, Direction direction);
 
-  bool empty() const { return !set_; }
   // Message `sequence`'s keys, from the batch of 64 it belongs to; the last
   // two batches are kept (numbers arrive a little out of order).
   MessageKeys For(uint64_t sequence);
@@ -128,7 +127,8 @@ class SessionKeys {
 // The trailer for `parts` (every part of the message after the routing id,
 // the trailer excluded).
 std::string Trailer(const MessageKeys& keys, std::string_view id, std::span<const Part> parts);
-// The same with keys derived for this message alone (greetings, tests).
+// The same with keys derived for this message alone (SessionKeys::Once): for
+// a peer that tags a message now and then, such as the tests' raw client.
 std::string Trailer(std::string_view session_key, Direction direction, std::string_view id,
                     uint64_t sequence, std::span<const Part> parts);
 
@@ -142,6 +142,7 @@ bool ParseTrailer(std::string_view trailer, TrailerFields* fields);
 // True when `trailer`'s tag is right for `parts` under `keys` (whose
 // sequence must be the trailer's; constant-time comparison).
 bool Verify(const MessageKeys& keys, std::string_view trailer, std::span<const Part> parts);
+// The same with the keys of the trailer's sequence number derived alone.
 bool Verify(std::string_view session_key, Direction direction, std::string_view trailer,
             std::span<const Part> parts);
 
