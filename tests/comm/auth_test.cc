@@ -452,6 +452,35 @@ TEST_F(MessageAuthTest, ReplayedOrReorderedTooFarMessageIsRefused) {
   EXPECT_EQ(served_.load(), 2);
 }
 
+// One-time keys are made 64 messages at a time (van_auth::SessionKeys).
+// Calls from several threads over one connection cross batches both ways;
+// a raw peer's requests out of order across batch ends (back into the
+// batch before, two batches ahead, back again) are each served once.
+TEST_F(MessageAuthTest, CallsCrossKeyBatchesInAnyOrder) {
+  auto client = RpcNode::Create(Options("job-client", Auth(kSecret))).value();
+  const int peer = client->Connect(endpoint_).value();
+  std::atomic<int> answered{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        if (client->CallSync(peer, EchoRequest(1 + i)).ok()) answered.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(answered.load(), 400);
+  EXPECT_EQ(served_.load(), 400);
+
+  RawJobPeer raw(endpoint_, *Auth(kSecret));
+  uint64_t request_id = 1;
+  for (uint64_t sequence : {62, 64, 63, 129, 127, 66, 200, 190}) {
+    raw.Send(raw.Signed(8, sequence, request_id++));
+    EXPECT_TRUE(raw.GetsSignedReply(3s)) << "message " << sequence;
+  }
+  EXPECT_EQ(served_.load(), 408);
+}
+
 // A greeting flood: strangers send hundreds of thousands of greetings as
 // fast as ZeroMQ takes them. A job's client is still served meanwhile, and
 // the server stops at once afterwards: past a few greetings a connection's
