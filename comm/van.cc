@@ -799,8 +799,7 @@ void Van::Impl::OnWelcome(int connection, std::string_view nonce, std::string_vi
   if (was_reported) receiver->OnConnectionUp(connection);
 }
 
-bool Van::Impl::Authenticate(Route* from, ReceivedParts& parts,
-                             size_t header_index) {
+bool Van::Impl::Authenticate(Route* from, ReceivedParts& parts, size_t header_index) {
   const std::string_view first = parts[header_index].to_string_view();
   if (!from->outgoing() && first == van_auth::kHello) {
     // Only the I/O thread receives on the router (see the eviction below).
@@ -1154,8 +1153,7 @@ int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
     if (keep_going != nullptr && !(*keep_going)()) return delivered + 1;
   }
 }
-void Van::Impl::Deliver(const Route& route, ReceivedParts& parts,
-                        size_t header_index) {
+void Van::Impl::Deliver(const Route& route, ReceivedParts& parts, size_t header_index) {
   if (parts.size() <= header_index) {
     LOG_EVERY_N(WARNING, 100) << "van: dropping message without header frame ("
                               << google::COUNTER << " so far)";

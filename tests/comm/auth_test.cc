@@ -593,7 +593,9 @@ std::string DocumentedTrailer(const std::string& key, van_auth::Direction direct
   const auto dir = static_cast<uint32_t>(direction);
   const auto within = static_cast<uint32_t>(sequence % 64);
   const std::string message_key = block(within / 2, dir, sequence / 64).substr(within % 2 * 32, 32);
-  auto chunk_key = [&](uint32_t chunk) { return block(0, dir | chunk << 8, sequence).substr(0, 32); };
+  auto chunk_key = [&](uint32_t chunk) {
+    return block(0, dir | chunk << 8, sequence).substr(0, 32);
+  };
   std::string lengths = le64(sequence) + le64(parts.size());
   size_t total = 0;
   for (const std::string& p : parts) {
@@ -717,7 +719,9 @@ TEST(VanAuthTest, BatchedKeysAreEachMessagesOwnInAnyOrder) {
   for (size_t i = 1; i < order.size(); i += 3) std::swap(order[i - 1], order[i]);
   order.insert(order.begin() + 140, 60);
   order.insert(order.begin() + 250, 3);
-  for (uint64_t s : {uint64_t{1} << 40, uint64_t{63}, uint64_t{64}, uint64_t{129}}) order.push_back(s);
+  for (uint64_t s : {uint64_t{1} << 40, uint64_t{63}, uint64_t{64}, uint64_t{129}}) {
+    order.push_back(s);
+  }
   std::set<std::string> distinct;
   for (uint64_t s : order) {
     const van_auth::MessageKeys batched = keys.For(s);
