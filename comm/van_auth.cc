@@ -243,18 +243,18 @@ MessageKeys SessionKeys::For(uint64_t sequence) {
   CHECK(set_) << "no session";
   const uint64_t index = sequence / kBatch;
   if (batches_ == nullptr) batches_ = std::make_unique<Batch[]>(2);
-  int b = newest_;
-  if (batches_[b].index != index) {
-    b = 1 - newest_;
-    if (batches_[b].index != index) {
-      // Replaces the older of the two.
-      batches_[b].index = index;
-      Keystream(key_, 0, static_cast<uint32_t>(direction_), index, batches_[b].keys);
-    }
-    if (index > batches_[newest_].index || batches_[newest_].index == UINT64_MAX) newest_ = b;
+  Batch& a = batches_[0];
+  Batch& b = batches_[1];
+  Batch* batch = a.made && a.index == index ? &a : &b;
+  if (!batch->made || batch->index != index) {
+    // Makes it in place of one not made yet, else of the lower-numbered one.
+    batch = !a.made || (b.made && a.index < b.index) ? &a : &b;
+    batch->made = true;
+    batch->index = index;
+    Keystream(key_, 0, static_cast<uint32_t>(direction_), index, batch->keys);
   }
   MessageKeys keys{.session = key_, .direction = direction_, .sequence = sequence};
-  std::memcpy(keys.one_time.data(), batches_[b].keys + (sequence % kBatch) * 32, 32);
+  std::memcpy(keys.one_time.data(), batch->keys + (sequence % kBatch) * 32, 32);
   return keys;
 }
 

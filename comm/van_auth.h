@@ -114,14 +114,14 @@ class SessionKeys {
  private:
   static constexpr int kBatch = 64;
   struct Batch {
-    uint64_t index = UINT64_MAX;  // sequence / kBatch; UINT64_MAX: none yet
+    bool made = false;
+    uint64_t index = 0;  // sequence / kBatch
     unsigned char keys[kBatch * 32];
   };
   std::array<unsigned char, 32> key_{};
   Direction direction_ = Direction::kToServer;
   bool set_ = false;
-  std::unique_ptr<Batch[]> batches_;  // 2, made by the first For
-  int newest_ = 0;                    // batches_[newest_] was made last
+  std::unique_ptr<Batch[]> batches_;  // 2, allocated by the first For
 };
 
 // The trailer for `parts` (every part of the message after the routing id,
