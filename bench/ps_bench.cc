@@ -137,6 +137,10 @@ DEFINE_string(
     systems, "bare,pslite,fleet",
     "which systems the timed rounds run (a profile of one of them: perf record -p on its "
     "processes while only it runs); the warm-up that picks --iterations still runs FleetPS");
+// Whether --systems has the timed rounds run `system` (bare, pslite or
+// fleet); the figures of one not run are left out of every table.
+bool Timed(const char* system) { return FLAGS_systems.find(system) != std::string::npos; }
+
 // Internal: the server child.
 DEFINE_bool(serve, false,
             "internal: run as a server child of ps_bench (reports its endpoints on stdout)");
@@ -824,11 +828,10 @@ CaseResult RunCase(const Case& c) {
       run_pslite(std::max<int64_t>(10, 2 * c.window), nullptr);  // warm-up
     }
     Measurement mf, mb, mp;
-    auto timed = [](const char* system) { return FLAGS_systems.find(system) != std::string::npos; };
     for (int round = 0; round < FLAGS_rounds; ++round) {
-      if (timed("bare")) RunWorkers(bare, c.window, r.iterations, &mb);
-      if (pslite && timed("pslite")) run_pslite(r.iterations, &mp);
-      if (timed("fleet")) RunWorkers(fleet, c.window, r.iterations, &mf);
+      if (Timed("bare")) RunWorkers(bare, c.window, r.iterations, &mb);
+      if (pslite && Timed("pslite")) run_pslite(r.iterations, &mp);
+      if (Timed("fleet")) RunWorkers(fleet, c.window, r.iterations, &mf);
     }
     auto take = [](const Measurement& m, Summary* s, double* ops, double cpu[2]) {
       *s = m.summary();
@@ -844,14 +847,19 @@ CaseResult RunCase(const Case& c) {
                 op == Op::kPull ? c.keys * 8.0 : c.keys * (8.0 + 4.0 * c.dim),
                 op == Op::kPull ? c.keys * 4.0 * c.dim : 0.0);
     PrintMeasureHeader();
-    PrintMeasureRow(absl::StrCat("bare zmq ", OpName(op)), r.bare, r.bare_ops, r.value_bytes, r.bare_cpu);
-    if (pslite)
+    const bool timed_bare = Timed("bare"), timed_pslite = pslite && Timed("pslite"),
+               timed_fleet = Timed("fleet");
+    if (timed_bare)
+      PrintMeasureRow(absl::StrCat("bare zmq ", OpName(op)), r.bare, r.bare_ops, r.value_bytes, r.bare_cpu);
+    if (timed_pslite)
       PrintMeasureRow(absl::StrCat("ps-lite ", OpName(op)), r.pslite, r.pslite_ops, r.value_bytes,
                       r.pslite_cpu);
-    PrintMeasureRow(absl::StrCat("fleet ", OpName(op)), r.fleet, r.fleet_ops, r.value_bytes, r.fleet_cpu);
-    std::printf("  ratio fleet/bare: p50 time per op %.2fx, throughput %.2fx, CPU per op %.1fx\n", r.lat_ratio(),
-              r.tput_ratio(), (r.fleet_cpu[0] + r.fleet_cpu[1]) / std::max(1e-9, r.bare_cpu[0] + r.bare_cpu[1]));
-    if (pslite)
+    if (timed_fleet)
+      PrintMeasureRow(absl::StrCat("fleet ", OpName(op)), r.fleet, r.fleet_ops, r.value_bytes, r.fleet_cpu);
+    if (timed_bare && timed_fleet)
+      std::printf("  ratio fleet/bare: p50 time per op %.2fx, throughput %.2fx, CPU per op %.1fx\n", r.lat_ratio(),
+                  r.tput_ratio(), (r.fleet_cpu[0] + r.fleet_cpu[1]) / std::max(1e-9, r.bare_cpu[0] + r.bare_cpu[1]));
+    if (timed_pslite && timed_fleet)
       std::printf("  fleet vs ps-lite (above 1: FleetPS better): latency %.2fx, throughput %.2fx\n",
                   r.fleet.p50 > 0 ? r.pslite.p50 / r.fleet.p50 : 0,
                   r.pslite_ops > 0 ? r.fleet_ops / r.pslite_ops : 0);
@@ -973,18 +981,29 @@ void PrintSummary(const std::vector<CaseResult>& results) {
       "shape", "SxW", "keys x dim", "rule", "win", "op", "min us", "p50 us", "p99 us", "ops/s",
       "GB/s", "bare p50", "bare ops/s", "bare GB/s", "t/bare", "bw/bare", "B/row", "/raw",
       "cpu us/op c+s", "bare c+s");
+  if (!Timed("fleet")) {
+    std::printf("  (FleetPS was not timed: --systems=%s)\n\n", FLAGS_systems.c_str());
+    return;
+  }
+  const bool bare = Timed("bare");
   for (const CaseResult& r : results) {
     for (const OpResult& o : r.ops) {
       const double per_row = r.rows ? static_cast<double>(r.bytes) / r.rows : 0;
+      // The bare exchange's columns, or dashes where --systems left it out.
+      const std::string bare_figures =
+          bare ? absl::StrFormat("%9.1f %9.0f %8.3f | %6.2f %6.2f", o.bare.p50, o.bare_ops,
+                                 o.bare_ops * o.value_bytes / 1e9, o.lat_ratio(), o.tput_ratio())
+               : absl::StrFormat("%9s %9s %8s | %6s %6s", "-", "-", "-", "-", "-");
+      const std::string bare_cpu =
+          bare ? absl::StrFormat("%6.0f+%-6.0f", o.bare_cpu[0], o.bare_cpu[1]) : absl::StrFormat("%-13s", "-");
       std::printf(
-          "%-12s %dx%d %-12s %-7s %3d %-4s | %8.1f %9.1f %9.1f %9.0f %8.3f | %9.1f %9.0f %8.3f | "
-          "%6.2f %6.2f | %7.1f %5.2f | %7.0f+%-7.0f %6.0f+%-6.0f\n",
+          "%-12s %dx%d %-12s %-7s %3d %-4s | %8.1f %9.1f %9.1f %9.0f %8.3f | %s | %7.1f %5.2f | "
+          "%7.0f+%-7.0f %s\n",
           r.c.label().c_str(), r.c.servers, r.c.workers,
           absl::StrCat(r.c.keys, "x", r.c.dim).c_str(), r.c.rule.c_str(), r.c.window, OpName(o.op),
           o.fleet.min, o.fleet.p50, o.fleet.p99, o.fleet_ops, o.fleet_ops * o.value_bytes / 1e9,
-          o.bare.p50, o.bare_ops, o.bare_ops * o.value_bytes / 1e9, o.lat_ratio(), o.tput_ratio(),
-          per_row, per_row / r.raw_per_row, o.fleet_cpu[0], o.fleet_cpu[1], o.bare_cpu[0],
-          o.bare_cpu[1]);
+          bare_figures.c_str(), per_row, per_row / r.raw_per_row, o.fleet_cpu[0], o.fleet_cpu[1],
+          bare_cpu.c_str());
     }
   }
   std::printf(
@@ -1088,7 +1107,8 @@ void PrintAuthRatios(const std::vector<CaseResult>& results) {
 // plain >= 1.2 (the embedding shape >= 1.5), with the default auth >= 1.0.
 // Auth cost: FleetPS with the default auth over plain.
 void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
-  if (FLAGS_pslite_bin.empty()) return;
+  if (FLAGS_pslite_bin.empty() || !Timed("pslite") || !Timed("fleet")) return;
+  const bool bare = Timed("bare");
   std::printf("== against ps-lite (%s; same case, alternating rounds)\n", FLAGS_pslite_bin.c_str());
   std::printf("%-10s %3s %-12s %-4s %-6s | %10s %10s %10s | %7s %7s | %9s | %7s | %15s %15s\n",
               "shape", "SxW", "keys x dim", "op", "figure", "ps-lite", "fleet", "fleet auth",
@@ -1128,21 +1148,21 @@ void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
       const double plain_fig = figure(plain.c, o, Who::kFleet);
       const double cost = auth ? (latency ? auth_fig / plain_fig : plain_fig / auth_fig) : 0;
       std::printf(
-          "%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %6.2fx | %8.2fx | %6.2fx | "
+          "%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %6.2fx | %8.2fx | %7s | "
           "%7.0f+%-7.0f "
           "%7.0f+%-7.0f\n",
           plain.c.label().c_str(), plain.c.servers, plain.c.workers,
           absl::StrCat(plain.c.keys, "x", plain.c.dim).c_str(), OpName(o.op),
           latency ? "p50 us" : (plain.c.name == "large" ? "GB/s" : "ops/s"),
           figure(plain.c, o, Who::kPsLite), plain_fig, auth_fig, plain_ratio, auth_ratio, cost,
-          bare_ratio, o.pslite_cpu[0], o.pslite_cpu[1], o.fleet_cpu[0], o.fleet_cpu[1]);
+          bare ? absl::StrFormat("%.2fx", bare_ratio).c_str() : "-", o.pslite_cpu[0], o.pslite_cpu[1], o.fleet_cpu[0], o.fleet_cpu[1]);
       const std::string what = absl::StrCat(plain.c.label(), " ", plain.c.servers, "x", plain.c.workers, " ",
                                             OpName(o.op));
       const double target = plain.c.name == "embedding" ? 1.5 : 1.2;
       if (plain_ratio < target) {
         missed.push_back(absl::StrFormat(
             "%s plain %.2fx (target >= %.1f%s)", what, plain_ratio, target,
-            bare_ratio < target ? absl::StrFormat("; the bare exchange reaches %.2fx", bare_ratio)
+            bare && bare_ratio < target ? absl::StrFormat("; the bare exchange reaches %.2fx", bare_ratio)
                                 : ""));
       }
       if (auth && auth_ratio < 1.0)
