@@ -207,6 +207,10 @@ struct LockedSocket {
   zmq::socket_t socket;  // guarded by mu
   bool closed = false;   // guarded by mu
   int fd = -1;           // fixed after construction
+  // Messages taken off the socket whose delivery has not finished (the lock
+  // is released before Deliver, which may send on this socket). A lost
+  // connection is reported only after the replies that came before it.
+  std::atomic<int> delivering{0};
 
   LockedSocket(zmq::context_t& context, zmq::socket_type type) : socket(context, type) {}
 
@@ -408,6 +412,7 @@ struct Van::Impl {
   int ReceiveReady(LockedSocket& socket, int connection,
                    const std::function<bool()>* keep_going = nullptr);
   void HandleMonitor(int connection, zmq::socket_t& monitor);
+  void DeliverBeforeDown(Connection& conn, int connection);
   // Reads the monitors whose descriptor signalled in the last poll, or all.
   void HandleMonitors(bool all);
   void Deliver(const Route& from, ReceivedParts& parts, size_t header_index);
@@ -1139,8 +1144,9 @@ int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
         more = part.more();
         parts.push_back(std::move(part));
       }
+      if (parts.empty()) return delivered;
+      socket.delivering.fetch_add(1, std::memory_order_relaxed);
     }
-    if (parts.empty()) return delivered;
     Route from;
     size_t header_index = 0;
     if (connection >= 0) {
@@ -1150,6 +1156,7 @@ int Van::Impl::ReceiveReady(LockedSocket& socket, int connection,
       header_index = 1;
     }
     Deliver(from, parts, header_index);
+    socket.delivering.fetch_sub(1, std::memory_order_release);
     if (keep_going != nullptr && !(*keep_going)()) return delivered + 1;
   }
 }
@@ -1196,6 +1203,7 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
     uint16_t event;
     std::memcpy(&event, event_part.data(), sizeof(event));
     if (event == ZMQ_EVENT_DISCONNECTED) {
+      DeliverBeforeDown(*conn, connection);
       receiver->OnConnectionDown(
           connection, conn->endpoint,
           conn->handshake_failure.value_or(Status::Unavailable(
@@ -1219,6 +1227,25 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
           conn->endpoint);
       receiver->OnConnectionDown(connection, conn->endpoint, *conn->handshake_failure);
     }
+  }
+}
+
+// Replies the peer sent before it closed are already in the socket (ZeroMQ
+// queues what it read before it reports the close); they are delivered
+// first, or the receiver would fail their calls as lost and then drop them.
+// A waiting caller (ReceiveWhile) may hold some of them: its deliveries
+// finish first, which takes microseconds unless a reply's callback blocks.
+void Van::Impl::DeliverBeforeDown(Connection& conn, int connection) {
+  ReceiveReady(conn.dealer, connection, /*keep_going=*/nullptr);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (conn.dealer.delivering.load(std::memory_order_acquire) > 0) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      LOG(WARNING) << "van: a reply from " << conn.endpoint
+                   << " was still being delivered 1 s after its connection closed; reporting the "
+                      "connection lost anyway";
+      return;
+    }
+    std::this_thread::yield();
   }
 }
 

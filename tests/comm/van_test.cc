@@ -4,8 +4,10 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -147,6 +149,80 @@ TEST(VanTest, AnInlineReplyLeavesBeforeTheNextRequestIsHandled) {
       << "the two replies did not arrive";
   EXPECT_TRUE(pipelined.second_saw_first_arrive)
       << "the first reply waited for the second request's handler";
+}
+
+
+// Echoes, and says when it has.
+class SignallingEchoReceiver final : public MessageReceiver {
+ public:
+  Van* van = nullptr;  // set before any message arrives
+  std::promise<void> replied;
+
+  void OnMessage(const Route& from, Message message) override {
+    EXPECT_TRUE(van->Send(from, std::move(message)).ok());
+    replied.set_value();
+  }
+};
+
+// Records, in order, the messages and lost connections it is told of.
+class EventOrderReceiver final : public VanReceiver {
+ public:
+  std::mutex mu;
+  std::vector<std::string> events;  // guarded by mu
+  std::promise<void> down;
+  bool told_down = false;  // guarded by mu
+
+  void OnMessage(const Route&, Message) override {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back("message");
+  }
+  void OnConnectionDown(int, const std::string&, const Status&) override {
+    std::lock_guard<std::mutex> lock(mu);
+    events.push_back("down");
+    if (!told_down) down.set_value();
+    told_down = true;
+  }
+  void OnMalformed(const Route&, const pb::Header&, const Status&) override {}
+  void OnConnectionUp(int) override {}
+  void OnTick(std::chrono::steady_clock::time_point) override {}
+};
+
+TEST(VanTest, AReplySentBeforeThePeerClosedIsDeliveredBeforeTheConnectionIsLost) {
+  // A server answers a stop request and exits. Its reply and the close
+  // reach the client together while a caller waits (ReceiveWhile, so the I/O
+  // thread leaves the connection's messages to it) but has not yet looked:
+  // the I/O thread, which reports the close, must deliver the reply first,
+  // or the call fails as "connection lost" and its reply is dropped.
+  SignallingEchoReceiver echo;
+  auto server = Van::Create(VanOptions{}, &echo).value();
+  echo.van = server.get();
+  const std::string endpoint = server->Bind("127.0.0.1:0").value();
+
+  EventOrderReceiver order;
+  auto client = Van::Create(VanOptions{}, &order).value();
+  const int connection = client->Connect(endpoint).value();
+  bool stopped_server = false;
+  ASSERT_TRUE(client->ReceiveWhile(
+      [&] {
+        // Sent once the caller receives: the I/O thread leaves the reply.
+        Message request;
+        request.header.set_command(1);
+        EXPECT_TRUE(client->Send(Route::Outgoing(connection), request).ok());
+      },
+      [&] {
+        if (stopped_server) return false;
+        stopped_server = true;
+        // The caller looks away while the reply arrives and the server
+        // closes (its stop sends what it queued, then closes).
+        EXPECT_EQ(echo.replied.get_future().wait_for(10s), std::future_status::ready);
+        server->Stop();
+        EXPECT_EQ(order.down.get_future().wait_for(10s), std::future_status::ready)
+            << "the closed connection was not reported";
+        return false;
+      },
+      std::chrono::steady_clock::now() + 30s));
+  std::lock_guard<std::mutex> lock(order.mu);
+  EXPECT_EQ(order.events, (std::vector<std::string>{"message", "down"}));
 }
 
 }  // namespace
