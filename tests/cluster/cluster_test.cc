@@ -567,9 +567,12 @@ TEST_F(ClusterTest, AnotherJobOnASharedFolderIsRefusedAndARefusingHostFailsTheOt
       std::regex("is in use by another live job \\(fleetrun job " + job_id_ +
                  " host 198\\.18\\.0\\.[123] store 198\\.18\\.0\\.1:36001 pid 1\\)")))
       << intruder.Output();
+  // Each host's job ends with its PID namespace: `unshare` ignores SIGTERM
+  // while it waits for its child (a SIGTERM here waited out 30 s), and its
+  // --kill-child takes the namespace down with it on SIGKILL.
   for (FleetJob* j : {&a, &b, &c}) {
-    kill(j->fleetrun, SIGTERM);
-    j->WaitForExit(seconds(30));
+    kill(j->fleetrun, SIGKILL);
+    EXPECT_TRUE(j->WaitForExit(seconds(30)).has_value()) << j->Output();
   }
 
   job_id_ += "_refusal";
