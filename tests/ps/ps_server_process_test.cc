@@ -246,9 +246,12 @@ TEST_F(ServerProcesses, InterruptedServerLeavesItsSaveDirAlone) {
 // push (async), restart with FLEET_RESTART=1 as fleetrun --max_restart
 // does: every acknowledged push is in the restarted server, from its last
 // recovery checkpoint plus the replayed push log. push_log_sync none is
-// enough against a process crash: the records are in the OS.
+// enough against a process crash: the records are in the OS. The clients
+// resend to the lost server for 1 s (not the default 30: the server is
+// restarted only once they have given up and every ack is counted).
 TEST_F(ServerProcesses, KillNineThenRestartKeepsEveryAcknowledgedPush) {
-  std::ofstream(config_) << "Distributed: {mode: async, timeout_ms: 5000}\n"
+  std::ofstream(config_) << "Distributed: {mode: async, timeout_ms: 5000, "
+                            "server_restart_timeout_ms: 1000}\n"
                          << "server: {recovery_dir: " << (dir_ / "recovery").string()
                          << ", checkpoint_every: 64, push_log_sync: none}\n"
                          << kTables;
