@@ -1208,6 +1208,11 @@ void Van::Impl::HandleMonitor(int connection, zmq::socket_t& monitor) {
           connection, conn->endpoint,
           conn->handshake_failure.value_or(Status::Unavailable(
               "connection lost (peer closed, crashed or missed heartbeats)", conn->endpoint)));
+      // The calls just answered or failed may be a waiting caller's: it
+      // looks again now rather than at the end of its poll's slice (as
+      // after the I/O thread's deliveries in Loop).
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (caller_receiving.load()) WakeReceivingCaller();
     } else if (event == ZMQ_EVENT_CONNECTED) {
       if (mac()) Greet(*conn);
       receiver->OnConnectionUp(connection);

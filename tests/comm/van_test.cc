@@ -225,5 +225,54 @@ TEST(VanTest, AReplySentBeforeThePeerClosedIsDeliveredBeforeTheConnectionIsLost)
   EXPECT_EQ(order.events, (std::vector<std::string>{"message", "down"}));
 }
 
+
+// Takes requests and never answers; says when the first one came.
+class SilentReceiver final : public MessageReceiver {
+ public:
+  std::promise<void> got;
+  bool told = false;  // I/O thread only
+
+  void OnMessage(const Route&, Message) override {
+    if (!told) got.set_value();
+    told = true;
+  }
+};
+
+TEST(VanTest, ACallerWaitingWhenItsConnectionIsLostLooksAgainAtOnce) {
+  // A caller waits (ReceiveWhile) for a reply that will not come: the
+  // server stops. The I/O thread reports the lost connection, which fails
+  // the call; the caller must see that at once, not when its poll's slice
+  // (a tick, long here) ends.
+  VanOptions options;
+  options.tick = 10s;
+  SilentReceiver silent;
+  auto server = Van::Create(options, &silent).value();
+  const std::string endpoint = server->Bind("127.0.0.1:0").value();
+
+  EventOrderReceiver order;
+  auto client = Van::Create(options, &order).value();
+  const int connection = client->Connect(endpoint).value();
+  std::thread stopper([&] {
+    ASSERT_EQ(silent.got.get_future().wait_for(10s), std::future_status::ready);
+    server->Stop();
+  });
+  auto lost = [&] {
+    std::lock_guard<std::mutex> lock(order.mu);
+    return order.told_down;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client->ReceiveWhile(
+      [&] {
+        Message request;
+        request.header.set_command(1);
+        EXPECT_TRUE(client->Send(Route::Outgoing(connection), request).ok());
+      },
+      [&] { return !lost(); }, start + 60s));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  stopper.join();
+  EXPECT_TRUE(lost());
+  EXPECT_LT(waited, options.tick / 2) << "the caller slept until its poll's slice ended";
+}
+
 }  // namespace
 }  // namespace fleet
