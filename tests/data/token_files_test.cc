@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -23,7 +24,7 @@ using testing::WritePlain;
 std::string CopyFixture(const TempDir& dir, const std::string& fixture, const std::string& name,
                         int cut = 0) {
   std::string bytes = ReadPlain(Fixture(fixture));
-  bytes.resize(bytes.size() - cut);
+  bytes.erase(bytes.size() - std::min(bytes.size(), static_cast<size_t>(cut)));
   WritePlain(dir.File(name), bytes);
   return dir.File(name);
 }
