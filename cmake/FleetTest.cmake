@@ -3,7 +3,7 @@
 # a timeout so a hang fails the run instead of stalling it.
 #
 # Every test compiles with one precompiled header of GoogleTest, gMock and the
-# library headers tests use most: parsing them took ~4 s of a test file's
+# library headers tests use most: parsing them took ~3 s of a test file's
 # ~10 s, and test files were half of a cold build. GCC uses it where a test's
 # flags match its host's (the same for every test but the macros the test
 # adds, which those headers do not read), and otherwise parses the headers
