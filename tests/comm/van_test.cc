@@ -26,14 +26,36 @@ class MessageReceiver : public VanReceiver {
   void OnTick(std::chrono::steady_clock::time_point) override {}
 };
 
-// Sends every message straight back.
+// Sends every message straight back; says when it has sent the first.
 class EchoReceiver final : public MessageReceiver {
  public:
   Van* van = nullptr;  // set before any message arrives
+  std::promise<void> replied;
+  bool told = false;  // I/O thread only
+
   void OnMessage(const Route& from, Message message) override {
     EXPECT_TRUE(van->Send(from, std::move(message)).ok());
+    if (!told) replied.set_value();
+    told = true;
   }
 };
+
+// A server bound on a free loopback port and a client connected to it.
+struct ConnectedVans {
+  std::unique_ptr<Van> server;
+  std::unique_ptr<Van> client;  // after server: destroyed first
+  int connection = -1;          // the client's connection to the server
+};
+
+ConnectedVans Connect(const VanOptions& options, VanReceiver* server_side,
+                      VanReceiver* client_side) {
+  ConnectedVans v;
+  v.server = Van::Create(options, server_side).value();
+  const std::string endpoint = v.server->Bind("127.0.0.1:0").value();
+  v.client = Van::Create(options, client_side).value();
+  v.connection = v.client->Connect(endpoint).value();
+  return v;
+}
 
 // The first reply is delivered on the I/O thread, which then holds it until
 // a caller has started waiting for it (ReceiveWhile) and has seen it not
@@ -60,13 +82,9 @@ TEST(VanTest, ReceivingCallerWakesWhenTheIoThreadDeliversItsReply) {
   VanOptions options;
   options.tick = 10s;
   EchoReceiver echo;
-  auto server = Van::Create(options, &echo).value();
-  echo.van = server.get();
-  const std::string endpoint = server->Bind("127.0.0.1:0").value();
-
   HeldReplyReceiver held;
-  auto client = Van::Create(options, &held).value();
-  const int connection = client->Connect(endpoint).value();
+  auto [server, client, connection] = Connect(options, &echo, &held);
+  echo.van = server.get();
   Message request;
   request.header.set_command(1);
   ASSERT_TRUE(client->Send(Route::Outgoing(connection), request).ok());
@@ -132,14 +150,10 @@ TEST(VanTest, AnInlineReplyLeavesBeforeTheNextRequestIsHandled) {
   // burst and caller and server take turns idling. Here the second request's
   // handler waits for the first reply to reach the caller.
   PipelinedReceiver pipelined;
-  auto server = Van::Create(VanOptions{}, &pipelined).value();
-  pipelined.van = server.get();
-  const std::string endpoint = server->Bind("127.0.0.1:0").value();
-
   ReplyReceiver replies;
   replies.server = &pipelined;
-  auto client = Van::Create(VanOptions{}, &replies).value();
-  const int connection = client->Connect(endpoint).value();
+  auto [server, client, connection] = Connect(VanOptions{}, &pipelined, &replies);
+  pipelined.van = server.get();
   for (uint32_t command : {1, 2}) {
     Message request;
     request.header.set_command(command);
@@ -151,21 +165,8 @@ TEST(VanTest, AnInlineReplyLeavesBeforeTheNextRequestIsHandled) {
       << "the first reply waited for the second request's handler";
 }
 
-
-// Echoes, and says when it has.
-class SignallingEchoReceiver final : public MessageReceiver {
- public:
-  Van* van = nullptr;  // set before any message arrives
-  std::promise<void> replied;
-
-  void OnMessage(const Route& from, Message message) override {
-    EXPECT_TRUE(van->Send(from, std::move(message)).ok());
-    replied.set_value();
-  }
-};
-
 // Records, in order, the messages and lost connections it is told of.
-class EventOrderReceiver final : public VanReceiver {
+class EventOrderReceiver final : public MessageReceiver {
  public:
   std::mutex mu;
   std::vector<std::string> events;  // guarded by mu
@@ -182,9 +183,6 @@ class EventOrderReceiver final : public VanReceiver {
     if (!told_down) down.set_value();
     told_down = true;
   }
-  void OnMalformed(const Route&, const pb::Header&, const Status&) override {}
-  void OnConnectionUp(int) override {}
-  void OnTick(std::chrono::steady_clock::time_point) override {}
 };
 
 TEST(VanTest, AReplySentBeforeThePeerClosedIsDeliveredBeforeTheConnectionIsLost) {
@@ -193,21 +191,17 @@ TEST(VanTest, AReplySentBeforeThePeerClosedIsDeliveredBeforeTheConnectionIsLost)
   // thread leaves the connection's messages to it) but has not yet looked:
   // the I/O thread, which reports the close, must deliver the reply first,
   // or the call fails as "connection lost" and its reply is dropped.
-  SignallingEchoReceiver echo;
-  auto server = Van::Create(VanOptions{}, &echo).value();
-  echo.van = server.get();
-  const std::string endpoint = server->Bind("127.0.0.1:0").value();
-
+  EchoReceiver echo;
   EventOrderReceiver order;
-  auto client = Van::Create(VanOptions{}, &order).value();
-  const int connection = client->Connect(endpoint).value();
+  ConnectedVans vans = Connect(VanOptions{}, &echo, &order);
+  echo.van = vans.server.get();
   bool stopped_server = false;
-  ASSERT_TRUE(client->ReceiveWhile(
+  ASSERT_TRUE(vans.client->ReceiveWhile(
       [&] {
         // Sent once the caller receives: the I/O thread leaves the reply.
         Message request;
         request.header.set_command(1);
-        EXPECT_TRUE(client->Send(Route::Outgoing(connection), request).ok());
+        EXPECT_TRUE(vans.client->Send(Route::Outgoing(vans.connection), request).ok());
       },
       [&] {
         if (stopped_server) return false;
@@ -215,7 +209,7 @@ TEST(VanTest, AReplySentBeforeThePeerClosedIsDeliveredBeforeTheConnectionIsLost)
         // The caller looks away while the reply arrives and the server
         // closes (its stop sends what it queued, then closes).
         EXPECT_EQ(echo.replied.get_future().wait_for(10s), std::future_status::ready);
-        server->Stop();
+        vans.server->Stop();
         EXPECT_EQ(order.down.get_future().wait_for(10s), std::future_status::ready)
             << "the closed connection was not reported";
         return false;
@@ -224,7 +218,6 @@ TEST(VanTest, AReplySentBeforeThePeerClosedIsDeliveredBeforeTheConnectionIsLost)
   std::lock_guard<std::mutex> lock(order.mu);
   EXPECT_EQ(order.events, (std::vector<std::string>{"message", "down"}));
 }
-
 
 // Takes requests and never answers; says when the first one came.
 class SilentReceiver final : public MessageReceiver {
@@ -246,26 +239,22 @@ TEST(VanTest, ACallerWaitingWhenItsConnectionIsLostLooksAgainAtOnce) {
   VanOptions options;
   options.tick = 10s;
   SilentReceiver silent;
-  auto server = Van::Create(options, &silent).value();
-  const std::string endpoint = server->Bind("127.0.0.1:0").value();
-
   EventOrderReceiver order;
-  auto client = Van::Create(options, &order).value();
-  const int connection = client->Connect(endpoint).value();
+  ConnectedVans vans = Connect(options, &silent, &order);
   std::thread stopper([&] {
     ASSERT_EQ(silent.got.get_future().wait_for(10s), std::future_status::ready);
-    server->Stop();
+    vans.server->Stop();
   });
   auto lost = [&] {
     std::lock_guard<std::mutex> lock(order.mu);
     return order.told_down;
   };
   const auto start = std::chrono::steady_clock::now();
-  ASSERT_TRUE(client->ReceiveWhile(
+  ASSERT_TRUE(vans.client->ReceiveWhile(
       [&] {
         Message request;
         request.header.set_command(1);
-        EXPECT_TRUE(client->Send(Route::Outgoing(connection), request).ok());
+        EXPECT_TRUE(vans.client->Send(Route::Outgoing(vans.connection), request).ok());
       },
       [&] { return !lost(); }, start + 60s));
   const auto waited = std::chrono::steady_clock::now() - start;
