@@ -975,16 +975,16 @@ std::string LoadAverage() {
 
 void PrintSummary(const std::vector<CaseResult>& results) {
   std::printf("== summary (load average now: %s)\n", LoadAverage().c_str());
+  if (!Timed("fleet")) {
+    std::printf("  (FleetPS was not timed: --systems=%s)\n\n", FLAGS_systems.c_str());
+    return;
+  }
   std::printf(
       "%-12s %3s %-12s %-7s %3s %-4s | %8s %9s %9s %9s %8s | %9s %9s %8s | %6s %6s | %7s %5s | "
       "%15s %13s\n",
       "shape", "SxW", "keys x dim", "rule", "win", "op", "min us", "p50 us", "p99 us", "ops/s",
       "GB/s", "bare p50", "bare ops/s", "bare GB/s", "t/bare", "bw/bare", "B/row", "/raw",
       "cpu us/op c+s", "bare c+s");
-  if (!Timed("fleet")) {
-    std::printf("  (FleetPS was not timed: --systems=%s)\n\n", FLAGS_systems.c_str());
-    return;
-  }
   const bool bare = Timed("bare");
   for (const CaseResult& r : results) {
     for (const OpResult& o : r.ops) {
@@ -1155,7 +1155,8 @@ void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
           absl::StrCat(plain.c.keys, "x", plain.c.dim).c_str(), OpName(o.op),
           latency ? "p50 us" : (plain.c.name == "large" ? "GB/s" : "ops/s"),
           figure(plain.c, o, Who::kPsLite), plain_fig, auth_fig, plain_ratio, auth_ratio, cost,
-          bare ? absl::StrFormat("%.2fx", bare_ratio).c_str() : "-", o.pslite_cpu[0], o.pslite_cpu[1], o.fleet_cpu[0], o.fleet_cpu[1]);
+          bare ? absl::StrFormat("%.2fx", bare_ratio).c_str() : "-", o.pslite_cpu[0],
+          o.pslite_cpu[1], o.fleet_cpu[0], o.fleet_cpu[1]);
       const std::string what = absl::StrCat(plain.c.label(), " ", plain.c.servers, "x", plain.c.workers, " ",
                                             OpName(o.op));
       const double target = plain.c.name == "embedding" ? 1.5 : 1.2;
