@@ -30,7 +30,7 @@ TRAINER_ROOMS = {"": 0, "kernels": 1, "layers": 2, "models": 3}
 # What single-process code may take from comm/: the fleet_base headers.
 COMM_BASE = {"comm/status.h", "comm/thread_pool.h", "comm/splitmix.h",
              "comm/collective.h", "comm/file_io.h", "comm/file_system.h",
-             "comm/checksum.h", "comm/byte_io.h"}
+             "comm/checksum.h", "comm/byte_io.h", "comm/vector_clones.h"}
 SINGLE_PROCESS = {"trainer", "data"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "trainer/kernels/vector_clones.h"
+#include "comm/vector_clones.h"
 
 namespace fleet::trainer::kernels {
 

@@ -9,10 +9,10 @@
 #include <cstring>
 #include <limits>
 
+#include "comm/vector_clones.h"
 #include "trainer/kernels/cpu_kernels.h"
 #include "trainer/kernels/fast_exp.h"
 #include "trainer/kernels/philox.h"
-#include "trainer/kernels/vector_clones.h"
 
 // The element-wise loops below are written so that GCC vectorises them
 // (this file is built with -O3 -fno-math-errno -fopenmp-simd

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "comm/vector_clones.h"
 #include "trainer/kernels/fast_exp.h"
-#include "trainer/kernels/vector_clones.h"
 
 // Built like gpt_cpu_kernels.cc (-O3 -fno-math-errno -fopenmp-simd
 // -ffp-contract=off): the row loops vectorise, and an element's weight has
