@@ -16,7 +16,7 @@ struct Responder::State {
   std::string replier;   // our name, set as header.sender of the reply
   std::atomic<bool> replied{false};
 
-  void Send(Message response) {
+  void Send(Message&& response) {
     if (replied.exchange(true)) {
       LOG(WARNING) << "rpc: second reply to request " << request_id << " from " << sender
                    << " ignored";
@@ -29,7 +29,7 @@ struct Responder::State {
     response.header.set_sender(replier);
     if (auto v = van.lock()) {
       // Fails only once the node stopped; the caller then sees its deadline.
-      Status s = v->Send(route, std::move(response));
+      Status s = v->Send(route, response);
       if (!s.ok()) VLOG(1) << "rpc: reply to " << sender << " not sent: " << s.ToString();
     }
   }
@@ -150,7 +150,7 @@ void RpcNode::CallAsync(int peer, Message request, const RpcOptions& options,
     done(refused);
     return;
   }
-  Status sent = van_->Send(Route::Outgoing(peer), std::move(request));
+  Status sent = van_->Send(Route::Outgoing(peer), request);
   if (!sent.ok()) {
     PendingCall failed;
     if (TakePending(id, &failed)) failed.done(sent);
@@ -236,7 +236,7 @@ void RpcNode::Stop() {
 
 // ---- I/O thread ----
 
-void RpcNode::OnMessage(const Route& from, Message message) {
+void RpcNode::OnMessage(const Route& from, Message&& message) {
   if (!message.header.is_response()) {
     Dispatch(from, std::move(message));
     return;
@@ -255,7 +255,7 @@ void RpcNode::OnMessage(const Route& from, Message message) {
   }
 }
 
-void RpcNode::Dispatch(const Route& from, Message request) {
+void RpcNode::Dispatch(const Route& from, Message&& request) {
   auto state = std::make_shared<Responder::State>();
   state->van = van_;
   state->route = from;
@@ -324,7 +324,7 @@ void RpcNode::OnMalformed(const Route& from, const pb::Header& header, const Sta
   reply.header.set_table_id(header.table_id());
   reply.header.set_sender(options_.name);
   reply.set_status(why);
-  (void)van_->Send(from, std::move(reply));
+  (void)van_->Send(from, reply);
 }
 
 void RpcNode::OnConnectionUp(int connection) {

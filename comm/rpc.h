@@ -202,13 +202,13 @@ class RpcNode final : private VanReceiver {
   explicit RpcNode(RpcNodeOptions options);
 
   // VanReceiver, on the I/O thread.
-  void OnMessage(const Route& from, Message message) override;
+  void OnMessage(const Route& from, Message&& message) override;
   void OnMalformed(const Route& from, const pb::Header& header, const Status& why) override;
   void OnConnectionUp(int connection) override;
   void OnConnectionDown(int connection, const std::string& endpoint, const Status& why) override;
   void OnTick(std::chrono::steady_clock::time_point now) override;
 
-  void Dispatch(const Route& from, Message request);
+  void Dispatch(const Route& from, Message&& request);
   // Ends a request Dispatch let in (its handler returned).
   void FinishRequest();
   // Removes and returns the pending call, if still there.

@@ -392,7 +392,7 @@ struct Van::Impl {
   }
 
   LockedSocket* SocketFor(const Route& to);
-  Status SendOn(LockedSocket& target, const Route& to, Message message);
+  Status SendOn(LockedSocket& target, const Route& to, const Message& message);
   // Hands the parts to ZeroMQ. REQUIRES: target.mu held.
   void SendLocked(LockedSocket& target, const Route& to, const std::string& header,
                   const Message& message, const std::string* trailer);
@@ -547,7 +547,7 @@ LockedSocket* Van::Impl::SocketFor(const Route& to) {
   return router.get();
 }
 
-Status Van::Send(const Route& to, Message message) {
+Status Van::Send(const Route& to, const Message& message) {
   for (const Bytes& frame : message.frames) {
     if (static_cast<int64_t>(frame.size()) > impl_->options.max_message_bytes) {
       return Status::InvalidArgument(
@@ -567,7 +567,7 @@ Status Van::Send(const Route& to, Message message) {
         to.outgoing() ? absl::StrCat("unknown connection ", to.connection)
                       : std::string("reply on a van that is not bound"));
   }
-  return impl_->SendOn(*target, to, std::move(message));
+  return impl_->SendOn(*target, to, message);
 }
 
 std::string Van::endpoint(int connection) const {
@@ -578,7 +578,7 @@ std::string Van::endpoint(int connection) const {
 
 // The calling thread sends itself: no queue and no thread hand-off, which
 // is most of a small message's round trip.
-Status Van::Impl::SendOn(LockedSocket& target, const Route& to, Message message) {
+Status Van::Impl::SendOn(LockedSocket& target, const Route& to, const Message& message) {
   std::string header = message.header.SerializeAsString();
   const auto& frames = message.frames;
   // The bound side signs outside the socket's lock: a reply's tag over

@@ -112,7 +112,7 @@ class VanReceiver {
  public:
   virtual ~VanReceiver() = default;
   // A message that passed Message::Validate().
-  virtual void OnMessage(const Route& from, Message message) = 0;
+  virtual void OnMessage(const Route& from, Message&& message) = 0;
   // A message whose frames disagree with its header. `header` parsed fine,
   // so the receiver may answer it with an error.
   virtual void OnMalformed(const Route& from, const pb::Header& header, const Status& why) = 0;
@@ -154,8 +154,10 @@ class Van {
   // socket's lock while another thread sends or receives on it.
   // Errors: FailedPrecondition once stopped; InvalidArgument for an unknown
   // connection; Unavailable when ZeroMQ refuses (e.g. a ROUTER reply to a
-  // caller that has disconnected).
-  Status Send(const Route& to, Message message);
+  // caller that has disconnected). The message is read, not kept (frames
+  // ZeroMQ sends in place hold a reference to their owner), so a caller may
+  // send one message several times.
+  Status Send(const Route& to, const Message& message);
 
   // Lets a thread that waits for replies receive them itself, instead of
   // being woken by the I/O thread: a blocking call then costs one thread

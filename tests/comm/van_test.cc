@@ -33,7 +33,7 @@ class EchoReceiver final : public MessageReceiver {
   std::promise<void> replied;
   bool told = false;  // I/O thread only
 
-  void OnMessage(const Route& from, Message message) override {
+  void OnMessage(const Route& from, Message&& message) override {
     EXPECT_TRUE(van->Send(from, std::move(message)).ok());
     if (!told) replied.set_value();
     told = true;
@@ -67,7 +67,7 @@ class HeldReplyReceiver final : public MessageReceiver {
   std::atomic<bool> delivered{false};
   std::atomic<bool> held_for_caller{false};
 
-  void OnMessage(const Route&, Message) override {
+  void OnMessage(const Route&, Message&&) override {
     delivering.set_value();
     held_for_caller = caller_saw_it_missing.get_future().wait_for(5s) == std::future_status::ready;
     delivered = true;
@@ -119,7 +119,7 @@ class PipelinedReceiver final : public MessageReceiver {
   std::promise<void> first_reply_arrived;
   std::atomic<bool> second_saw_first_arrive{false};
 
-  void OnMessage(const Route& from, Message message) override {
+  void OnMessage(const Route& from, Message&& message) override {
     if (message.header.command() == 1) {
       std::this_thread::sleep_for(100ms);
     } else {
@@ -137,7 +137,7 @@ class ReplyReceiver final : public MessageReceiver {
   std::promise<void> both;
   int replies = 0;  // I/O thread only
 
-  void OnMessage(const Route&, Message message) override {
+  void OnMessage(const Route&, Message&& message) override {
     if (message.header.command() == 1) server->first_reply_arrived.set_value();
     if (++replies == 2) both.set_value();
   }
@@ -173,7 +173,7 @@ class EventOrderReceiver final : public MessageReceiver {
   std::promise<void> down;
   bool told_down = false;  // guarded by mu
 
-  void OnMessage(const Route&, Message) override {
+  void OnMessage(const Route&, Message&&) override {
     std::lock_guard<std::mutex> lock(mu);
     events.push_back("message");
   }
@@ -225,7 +225,7 @@ class SilentReceiver final : public MessageReceiver {
   std::promise<void> got;
   bool told = false;  // I/O thread only
 
-  void OnMessage(const Route&, Message) override {
+  void OnMessage(const Route&, Message&&) override {
     if (!told) got.set_value();
     told = true;
   }
