@@ -21,11 +21,11 @@
 #include <future>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "comm/message.h"
 #include "comm/status.h"
@@ -237,10 +237,12 @@ class RpcNode final : private VanReceiver {
   // Guarded by mu_.
   mutable std::mutex mu_;
   absl::flat_hash_map<uint64_t, PendingCall> pending_;
-  std::set<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deadlines_;
+  // B-trees: a call adds and removes an entry, which a node-per-entry set
+  // allocates and frees.
+  absl::btree_set<std::pair<std::chrono::steady_clock::time_point, uint64_t>> deadlines_;
   // When calls made to a never-reached peer give up on it (connect_timeout);
   // entries of calls completed meanwhile are dropped as they come due.
-  std::set<std::pair<std::chrono::steady_clock::time_point, uint64_t>> connect_deadlines_;
+  absl::btree_set<std::pair<std::chrono::steady_clock::time_point, uint64_t>> connect_deadlines_;
   std::vector<bool> peer_ever_up_;
   // Why each connection is down since it was lost (OK: up or never lost).
   // Calls to a lost peer fail at once until ZeroMQ reconnects.

@@ -372,18 +372,21 @@ std::future<Status> PsClient::SendAll(
 
 uint64_t PsClient::Number(Message* request) {
   if (!IsNumbered(request->header.command())) return 0;
-  pb::PsRequestMeta meta;
-  if (!meta.ParseFromString(request->header.meta())) return 0;  // ours: always parses
+  pb::PsRequestMeta numbering;
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(seq_mu_);
     seq = next_seq_++;
     outstanding_.insert(seq);
-    meta.set_acked_below(*outstanding_.begin());
+    numbering.set_acked_below(*outstanding_.begin());
   }
-  meta.set_client_id(client_id_);
-  meta.set_sequence(seq);
-  request->header.set_meta(meta.SerializeAsString());
+  numbering.set_client_id(client_id_);
+  numbering.set_sequence(seq);
+  // Appended to the serialized meta rather than parsed and serialized
+  // again: a parser merges the fields of concatenated messages, a later
+  // value of a field replacing an earlier one, so the result reads as the
+  // meta with these three set (~300 instructions a request less).
+  numbering.AppendToString(request->header.mutable_meta());
   return seq;
 }
 
@@ -917,7 +920,9 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
                 /*every_server=*/sync);
   // One row per distinct key, per server: the first occurrence is copied,
   // duplicates are added to it.
-  std::vector<SArray<float>> grads(num_servers()), shows(num_servers()), clicks(num_servers());
+  // Inline for a few servers: three allocations a push less.
+  absl::InlinedVector<SArray<float>, 4> grads(num_servers()), shows(num_servers()),
+      clicks(num_servers());
   std::vector<SArray<uint64_t>> server_keys;  // shared: segments of the caller's keys
   for (int s = 0; s < num_servers(); ++s) {
     if (send_shared) {

@@ -45,11 +45,11 @@
 #include <future>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "comm/buffer_pool.h"
 #include "ps/ps.pb.h"
 #include "comm/rpc.h"
@@ -271,7 +271,7 @@ class PsClient {
   // Numbers of update and barrier requests; guarded by seq_mu_.
   std::mutex seq_mu_;
   uint64_t next_seq_ = 1;
-  std::set<uint64_t> outstanding_;  // numbered and not answered yet
+  absl::btree_set<uint64_t> outstanding_;  // numbered and not answered yet
 };
 
 }  // namespace fleet::ps
