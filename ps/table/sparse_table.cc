@@ -767,7 +767,7 @@ void SparseTable::ForEachShard(const std::function<void(LocalShard&)>& fn) {
 
 Status SparseTable::ForEachShardOfKeys(
     std::span<const uint64_t> keys, size_t values_size, size_t width,
-    const std::function<void(LocalShard&, const uint64_t*, std::span<const uint32_t>)>& fn) {
+    absl::FunctionRef<void(LocalShard&, const uint64_t*, std::span<const uint32_t>)> fn) {
   // Reused per thread: a small request would otherwise spend a good part of
   // its time allocating these. (fn never re-enters the table.)
   thread_local RoutedKeys scratch;

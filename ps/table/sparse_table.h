@@ -44,6 +44,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "comm/status.h"
 #include "comm/thread_pool.h"
@@ -249,9 +250,11 @@ class SparseTable {
   // Route()s the keys, then runs fn(shard, hashes, indices) on every shard
   // with keys, under that shard's lock (in parallel when worthwhile), where
   // hashes[i] = Mix64(keys[i]). Errors: those of Route, before anything ran.
+  // (A FunctionRef: a request's lambda, called in place, not copied to the
+  // heap as a std::function of its size would be.)
   Status ForEachShardOfKeys(
       std::span<const uint64_t> keys, size_t values_size, size_t width,
-      const std::function<void(LocalShard&, const uint64_t*, std::span<const uint32_t>)>& fn);
+      absl::FunctionRef<void(LocalShard&, const uint64_t*, std::span<const uint32_t>)> fn);
   void ForEachShard(const std::function<void(LocalShard&)>& fn);
   LocalShard& shard(uint32_t global) const;
   uint32_t LocalOf(uint32_t global) const { return local_of_[global - owned_.begin]; }
