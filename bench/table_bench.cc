@@ -52,7 +52,7 @@ DEFINE_int64(keys, 131072, "distinct keys per request");
 DEFINE_int64(dim, 8, "values per key");
 DEFINE_string(rule, "adagrad", "optimizer rule: sgd | adagrad | adam");
 DEFINE_int32(threads, 2, "table pool threads (0: everything on the calling thread)");
-DEFINE_int32(local_shards, 64, "local_shard_num of the table");
+DEFINE_int32(local_shards, 16, "local_shard_num of the table (16: its default)");
 DEFINE_int32(evict_kib, 0,
              "write this many KiB of other memory between two timed requests (untimed), as a "
              "server's network and other work do between two requests of one table");

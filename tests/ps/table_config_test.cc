@@ -57,7 +57,7 @@ TEST(TableConfigTest, DefaultsMatchDocumentation) {
   Result<TableConfig> c = Parse("{id: 1, kind: sparse, dim: 4}");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->shard_num, 1000u);
-  EXPECT_EQ(c->local_shard_num, 64u);
+  EXPECT_EQ(c->local_shard_num, 16u);
   EXPECT_EQ(c->partition, Partition::kHash);
   EXPECT_EQ(c->optimizer.rule, OptimizerKind::kSgd);
   EXPECT_EQ(c->admission_min_count, 1u);
