@@ -385,7 +385,8 @@ uint64_t PsClient::Number(Message* request) {
   // Appended to the serialized meta rather than parsed and serialized
   // again: a parser merges the fields of concatenated messages, a later
   // value of a field replacing an earlier one, so the result reads as the
-  // meta with these three set (~300 instructions a request less).
+  // meta with these three set, without a parse and a second serialization
+  // per request (numbered requests: with a recovery_dir only).
   numbering.AppendToString(request->header.mutable_meta());
   return seq;
 }
