@@ -327,10 +327,14 @@ std::chrono::milliseconds PsClient::TimeoutOr(std::chrono::milliseconds t) const
 
 Message PsClient::NewRequest(pb::PsCommand command, int table,
                              const pb::PsRequestMeta& meta) const {
+  return NewRequest(command, table, meta.SerializeAsString());
+}
+
+Message PsClient::NewRequest(pb::PsCommand command, int table, const std::string& meta) const {
   Message m;
   m.header.set_command(command);
   m.header.set_table_id(table);
-  m.header.set_meta(meta.SerializeAsString());
+  m.header.set_meta(meta);
   return m;
 }
 
@@ -842,9 +846,10 @@ std::future<Status> PsClient::PullSparseAsync(uint32_t table, std::span<const ui
   const std::vector<SArray<uint64_t>> server_keys = TakeServerKeys(*split);
   pb::PsRequestMeta meta;
   meta.set_worker_rank(options_.worker_rank);
+  const std::string serialized_meta = meta.SerializeAsString();  // once for every piece
   auto make = [&](size_t g) -> Outgoing {
     const Piece& p = (*pieces)[g];
-    Message m = NewRequest(pb::PS_PULL_SPARSE, static_cast<int>(table), meta);
+    Message m = NewRequest(pb::PS_PULL_SPARSE, static_cast<int>(table), serialized_meta);
     m.AddFrame(server_keys[p.server].Segment(p.first, p.first + p.count));
     return {p.server, std::move(m), PartName(p)};
   };
@@ -970,7 +975,7 @@ std::future<Status> PsClient::SendSparse(pb::PsCommand command, uint32_t table,
     }
   }
   if (!send_shared) server_keys = TakeServerKeys(split);
-  const pb::PsRequestMeta meta = PushMeta(options);
+  const std::string meta = PushMeta(options).SerializeAsString();  // once for every piece
   auto make = [&](size_t g) -> Outgoing {
     const Piece& p = pieces[g];
     const size_t end = size_t{p.first} + p.count;
@@ -1055,7 +1060,7 @@ std::future<Status> PsClient::PullDenseAsync(uint32_t table, std::span<float> va
   std::vector<std::optional<Message>> requests(num_servers());
   for (int s = 0; s < num_servers(); ++s) {
     if (r.ranges[s].size() == 0) continue;
-    requests[s] = NewRequest(pb::PS_PULL_DENSE, static_cast<int>(table), {});
+    requests[s] = NewRequest(pb::PS_PULL_DENSE, static_cast<int>(table), pb::PsRequestMeta());
   }
   return Broadcast(std::move(requests), TimeoutOr(options.timeout),
                    absl::StrCat("pull_dense table ", table),

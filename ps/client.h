@@ -205,6 +205,8 @@ class PsClient {
   Status Blocking(const std::function<std::future<Status>()>& issue,
                   std::chrono::milliseconds timeout) const;
   Message NewRequest(pb::PsCommand command, int table, const pb::PsRequestMeta& meta) const;
+  // The same with the meta serialized already (once for a call's requests).
+  Message NewRequest(pb::PsCommand command, int table, const std::string& meta) const;
   // The metadata of a gradient or delta push.
   pb::PsRequestMeta PushMeta(const PushOptions& options) const;
   // One request of a call. `part` names it among several to one server
