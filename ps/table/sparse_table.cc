@@ -65,9 +65,9 @@ struct SlotEq {
 };
 
 // A local shard's lock: a request takes each one it touches (all 16 of the
-// default for 1000 keys), almost always uncontended. std::mutex locks and unlocks in
-// ~4 ns here, absl::Mutex in ~12 (Debian's libabsl is built without
-// NDEBUG); the annotations keep absl's thread-safety analysis.
+// default for 1000 keys), almost always uncontended. std::mutex locks and
+// unlocks in ~4 ns here, absl::Mutex in ~12 (Debian's libabsl is built
+// without NDEBUG); the annotations keep absl's thread-safety analysis.
 class ABSL_LOCKABLE ShardMutex {
  public:
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
