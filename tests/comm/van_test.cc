@@ -34,7 +34,7 @@ class EchoReceiver final : public MessageReceiver {
   bool told = false;  // I/O thread only
 
   void OnMessage(const Route& from, Message&& message) override {
-    EXPECT_TRUE(van->Send(from, std::move(message)).ok());
+    EXPECT_TRUE(van->Send(from, message).ok());
     if (!told) replied.set_value();
     told = true;
   }
@@ -126,7 +126,7 @@ class PipelinedReceiver final : public MessageReceiver {
       second_saw_first_arrive =
           first_reply_arrived.get_future().wait_for(5s) == std::future_status::ready;
     }
-    EXPECT_TRUE(van->Send(from, std::move(message)).ok());
+    EXPECT_TRUE(van->Send(from, message).ok());
   }
 };
 
