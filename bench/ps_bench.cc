@@ -62,6 +62,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -473,6 +474,11 @@ void AddThreadCosts(const std::map<std::string, bench::ThreadSample>& before,
   }
 }
 
+struct RoundFigures {
+  double ops_per_s = 0;
+  double p50_us = 0;
+};
+
 struct Measurement {
   std::vector<double> lat_us;
   double wall_s = 0;
@@ -486,11 +492,21 @@ struct Measurement {
   Summary summary() const { return bench::Summarize(lat_us); }
   double ops_per_s() const { return wall_s > 0 ? ops / wall_s : 0; }
   ThreadCosts threads;  // with --thread_cpu
+  // Each round's own figures, for ratios between systems paired round by
+  // round: the machine's speed drifts over a case, and a pooled ratio
+  // follows whichever system ran during a slow spell.
+  std::vector<RoundFigures> rounds;
 
+  // One round: `count` ops of `latencies` (all workers) in `wall` seconds.
+  void AddRound(std::span<const double> latencies, int64_t count, double wall) {
+    lat_us.insert(lat_us.end(), latencies.begin(), latencies.end());
+    wall_s += wall;
+    ops += count;
+    rounds.push_back({.ops_per_s = wall > 0 ? count / wall : 0,
+                      .p50_us = bench::Summarize({latencies.begin(), latencies.end()}).p50});
+  }
   void Add(const bench::PsLiteRun& run) {
-    lat_us.insert(lat_us.end(), run.lat_us.begin(), run.lat_us.end());
-    wall_s += run.wall_s;
-    ops += static_cast<int64_t>(run.lat_us.size());
+    AddRound(run.lat_us, static_cast<int64_t>(run.lat_us.size()), run.wall_s);
     client_cpu_s += run.client_cpu_s;
     server_cpu_s += run.server_cpu_s;
   }
@@ -535,9 +551,9 @@ void RunWorkers(std::vector<std::unique_ptr<Driver>>& drivers, int window, int64
   m->client_cpu_s += SelfCpuSeconds() - client0;
   m->server_cpu_s += ServersCpuSeconds() - server0;
   AddThreadCosts(threads0, SampleSides(FleetSides()), &m->threads);
-  m->wall_s += wall;
-  m->ops += ops * w;
-  for (auto& l : lat) m->lat_us.insert(m->lat_us.end(), l.begin(), l.end());
+  std::vector<double> all;
+  for (auto& l : lat) all.insert(all.end(), l.begin(), l.end());
+  m->AddRound(all, ops * w, wall);
 }
 
 // Warm-up: returns the ops per worker per round that make the FleetPS
@@ -636,6 +652,7 @@ struct OpResult {
   double value_bytes = 0;              // per op
   // CPU us per op: [bench process (workers + client I/O), servers].
   double fleet_cpu[2] = {0, 0}, bare_cpu[2] = {0, 0}, pslite_cpu[2] = {0, 0};
+  std::vector<RoundFigures> fleet_rounds, bare_rounds, pslite_rounds;  // in round order
   double lat_ratio() const { return bare.p50 > 0 ? fleet.p50 / bare.p50 : 0; }
   double tput_ratio() const { return bare_ops > 0 ? fleet_ops / bare_ops : 0; }
 };
@@ -833,15 +850,17 @@ CaseResult RunCase(const Case& c) {
       if (pslite && Timed("pslite")) run_pslite(r.iterations, &mp);
       if (Timed("fleet")) RunWorkers(fleet, c.window, r.iterations, &mf);
     }
-    auto take = [](const Measurement& m, Summary* s, double* ops, double cpu[2]) {
+    auto take = [](const Measurement& m, Summary* s, double* ops, double cpu[2],
+                   std::vector<RoundFigures>* rounds) {
       *s = m.summary();
       *ops = m.ops_per_s();
       cpu[0] = m.client_cpu_us_per_op();
       cpu[1] = m.server_cpu_us_per_op();
+      *rounds = m.rounds;
     };
-    take(mf, &r.fleet, &r.fleet_ops, r.fleet_cpu);
-    take(mb, &r.bare, &r.bare_ops, r.bare_cpu);
-    if (pslite) take(mp, &r.pslite, &r.pslite_ops, r.pslite_cpu);
+    take(mf, &r.fleet, &r.fleet_ops, r.fleet_cpu, &r.fleet_rounds);
+    take(mb, &r.bare, &r.bare_ops, r.bare_cpu, &r.bare_rounds);
+    if (pslite) take(mp, &r.pslite, &r.pslite_ops, r.pslite_cpu, &r.pslite_rounds);
     std::printf("  %s: %lld ops per worker x %d rounds; request %.0f B, reply %.0f B per op\n", OpName(op),
                 static_cast<long long>(r.iterations), FLAGS_rounds,
                 op == Op::kPull ? c.keys * 8.0 : c.keys * (8.0 + 4.0 * c.dim),
@@ -1100,25 +1119,49 @@ void PrintAuthRatios(const std::vector<CaseResult>& results) {
   if (header) std::printf("  ratio: auth on / off (p50: lower is better for off; ops/s: higher)\n\n");
 }
 
+// One system's figure over another's, round by round: a case's rounds run
+// the systems back to back, so each pair saw about the same machine. The
+// median of those ratios and their range; above 1: `ours` better (a
+// shorter p50 time, or more ops/s).
+struct PairedRatio {
+  double median = 0, low = 0, high = 0;
+};
+PairedRatio PairRounds(const std::vector<RoundFigures>& ours, const std::vector<RoundFigures>& theirs,
+                       bool latency) {
+  std::vector<double> ratios;
+  for (size_t k = 0; k < std::min(ours.size(), theirs.size()); ++k) {
+    const double o = latency ? ours[k].p50_us : ours[k].ops_per_s;
+    const double t = latency ? theirs[k].p50_us : theirs[k].ops_per_s;
+    if (o > 0 && t > 0) ratios.push_back(latency ? t / o : o / t);
+  }
+  if (ratios.empty()) return {};
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  return {.median = n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2,
+          .low = ratios.front(),
+          .high = ratios.back()};
+}
+
 // FleetPS against ps-lite, per shape, with the figure issue 44 judges each
 // shape by: p50 time per op for window-1 small and embedding requests,
-// throughput otherwise. Each FleetPS run is divided by ps-lite measured in
-// the same case (alternating rounds). Above 1: FleetPS better. Targets:
-// plain >= 1.2 (the embedding shape >= 1.5), with the default auth >= 1.0.
-// Auth cost: FleetPS with the default auth over plain.
+// throughput otherwise. The ratios are medians over the rounds of FleetPS
+// over the ps-lite round next to it (PairRounds). Above 1: FleetPS better.
+// Targets: plain >= 1.2 (the embedding shape >= 1.5), with the default
+// auth >= 1.0. Auth cost: FleetPS with the default auth over plain.
 void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
   if (FLAGS_pslite_bin.empty() || !Timed("pslite") || !Timed("fleet")) return;
   const bool bare = Timed("bare");
   std::printf("== against ps-lite (%s; same case, alternating rounds)\n", FLAGS_pslite_bin.c_str());
-  std::printf("%-10s %3s %-12s %-4s %-6s | %10s %10s %10s | %7s %7s | %9s | %7s | %15s %15s\n",
+  std::printf("%-10s %3s %-12s %-4s %-6s | %10s %10s %10s | %7s %11s %7s %11s | %9s | %7s | %15s %15s\n",
               "shape", "SxW", "keys x dim", "op", "figure", "ps-lite", "fleet", "fleet auth",
-              "plain", "auth", "auth cost", "bare", "ps-lite cpu c+s", "fleet cpu c+s");
-  enum class Who { kFleet, kPsLite, kBare };
+              "plain", "rounds", "auth", "rounds", "auth cost", "bare", "ps-lite cpu c+s",
+              "fleet cpu c+s");
+  enum class Who { kFleet, kPsLite };
   auto figure = [](const Case& c, const OpResult& o, Who who) {
     const bool latency = c.window == 1 && c.name != "large";
-    const Summary& times = who == Who::kPsLite ? o.pslite : who == Who::kBare ? o.bare : o.fleet;
+    const Summary& times = who == Who::kPsLite ? o.pslite : o.fleet;
     if (latency) return times.p50;
-    const double ops = who == Who::kPsLite ? o.pslite_ops : who == Who::kBare ? o.bare_ops : o.fleet_ops;
+    const double ops = who == Who::kPsLite ? o.pslite_ops : o.fleet_ops;
     return c.name == "large" ? ops * o.value_bytes / 1e9 : ops;
   };
   std::vector<std::string> missed;
@@ -1134,27 +1177,26 @@ void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
     for (size_t i = 0; i < plain.ops.size(); ++i) {
       const OpResult& o = plain.ops[i];
       const bool latency = plain.c.window == 1 && plain.c.name != "large";
-      // Above 1 = FleetPS better, for either kind of figure.
-      auto better = [&](const CaseResult& r, Who who) {
-        const double f = figure(r.c, r.ops[i], who), p = figure(r.c, r.ops[i], Who::kPsLite);
-        return latency ? (f > 0 ? p / f : 0) : (p > 0 ? f / p : 0);
-      };
-      const double plain_ratio = better(plain, Who::kFleet);
-      const double auth_ratio = auth ? better(*auth, Who::kFleet) : 0;
+      const PairedRatio plain_pair = PairRounds(o.fleet_rounds, o.pslite_rounds, latency);
+      const PairedRatio auth_pair =
+          auth ? PairRounds(auth->ops[i].fleet_rounds, auth->ops[i].pslite_rounds, latency) : PairedRatio();
+      const double plain_ratio = plain_pair.median, auth_ratio = auth_pair.median;
       // The bare ZeroMQ exchange of the same bytes over ps-lite: about the
       // most a design on this transport reaches against it.
-      const double bare_ratio = better(plain, Who::kBare);
+      const double bare_ratio = PairRounds(o.bare_rounds, o.pslite_rounds, latency).median;
+      auto range = [](const PairedRatio& p) { return absl::StrFormat("%.2f-%.2f", p.low, p.high); };
       const double auth_fig = auth ? figure(auth->c, auth->ops[i], Who::kFleet) : 0;
       const double plain_fig = figure(plain.c, o, Who::kFleet);
       const double cost = auth ? (latency ? auth_fig / plain_fig : plain_fig / auth_fig) : 0;
       std::printf(
-          "%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %6.2fx | %8.2fx | %7s | "
+          "%-10s %dx%d %-12s %-4s %-6s | %10.1f %10.1f %10.1f | %6.2fx %11s %6.2fx %11s | %8.2fx | %7s | "
           "%7.0f+%-7.0f "
           "%7.0f+%-7.0f\n",
           plain.c.label().c_str(), plain.c.servers, plain.c.workers,
           absl::StrCat(plain.c.keys, "x", plain.c.dim).c_str(), OpName(o.op),
           latency ? "p50 us" : (plain.c.name == "large" ? "GB/s" : "ops/s"),
-          figure(plain.c, o, Who::kPsLite), plain_fig, auth_fig, plain_ratio, auth_ratio, cost,
+          figure(plain.c, o, Who::kPsLite), plain_fig, auth_fig, plain_ratio, range(plain_pair).c_str(),
+          auth_ratio, auth ? range(auth_pair).c_str() : "-", cost,
           bare ? absl::StrFormat("%.2fx", bare_ratio).c_str() : "-", o.pslite_cpu[0],
           o.pslite_cpu[1], o.fleet_cpu[0], o.fleet_cpu[1]);
       const std::string what = absl::StrCat(plain.c.label(), " ", plain.c.servers, "x", plain.c.workers, " ",
@@ -1162,17 +1204,19 @@ void PrintPsLiteRatios(const std::vector<CaseResult>& results) {
       const double target = plain.c.name == "embedding" ? 1.5 : 1.2;
       if (plain_ratio < target) {
         missed.push_back(absl::StrFormat(
-            "%s plain %.2fx (target >= %.1f%s)", what, plain_ratio, target,
+            "%s plain %.2fx (rounds %s; target >= %.1f%s)", what, plain_ratio, range(plain_pair), target,
             bare && bare_ratio < target ? absl::StrFormat("; the bare exchange reaches %.2fx", bare_ratio)
                                 : ""));
       }
       if (auth && auth_ratio < 1.0)
-        missed.push_back(absl::StrFormat("%s auth %.2fx (target >= 1.0)", what, auth_ratio));
+        missed.push_back(
+            absl::StrFormat("%s auth %.2fx (rounds %s; target >= 1.0)", what, auth_ratio, range(auth_pair)));
     }
   }
   std::printf(
       "  plain / auth: FleetPS without / with the default auth over ps-lite (above 1: FleetPS "
-      "better);"
+      "better), the median over the rounds of each FleetPS round over the ps-lite round beside it;"
+      " rounds: the lowest and highest of those;"
       " auth cost: auth over plain FleetPS (time, or inverse throughput); bare: a bare ZeroMQ "
       "exchange of"
       " the same bytes over ps-lite; cpu c+s: CPU us per op, client + servers (plain)\n");
