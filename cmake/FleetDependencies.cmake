@@ -27,6 +27,25 @@ pkg_check_modules(ROCKSDB REQUIRED IMPORTED_TARGET rocksdb)
 # libdivide-dev: header-only division by a runtime constant (shard routing).
 find_path(LIBDIVIDE_INCLUDE_DIR libdivide.h REQUIRED)
 
+# libgoogle-perftools-dev: tcmalloc_minimal, the malloc of the programs that
+# send and serve PS requests (fleet_ps_allocator: ps_server, ps_worker,
+# heter_worker, ps_bench). Each request allocates ~25 small blocks (header
+# parts, ZeroMQ frames, the call's bookkeeping); a malloc and free of a
+# small block cost ~130 instructions in glibc (its free ~90 even from the
+# thread cache) and ~67 in tcmalloc (bench/README.md, round 13). Off for the fuzz build (ASan brings its own malloc) or with
+# -DFLEET_TCMALLOC=OFF; the programs then run on glibc's malloc.
+option(FLEET_TCMALLOC "Link the PS programs with tcmalloc_minimal" ON)
+add_library(fleet_ps_allocator INTERFACE)
+if(FLEET_TCMALLOC AND NOT FLEET_FUZZ)
+  find_library(TCMALLOC_MINIMAL_LIBRARY tcmalloc_minimal)
+  if(TCMALLOC_MINIMAL_LIBRARY)
+    target_link_libraries(fleet_ps_allocator INTERFACE ${TCMALLOC_MINIMAL_LIBRARY})
+  else()
+    message(WARNING "tcmalloc_minimal not found (scripts/setup.sh installs libgoogle-perftools-dev): "
+                    "the PS programs use glibc's malloc")
+  endif()
+endif()
+
 set(BLA_VENDOR OpenBLAS)
 find_package(BLAS REQUIRED)
 find_path(CBLAS_INCLUDE_DIR cblas.h PATH_SUFFIXES openblas openblas-pthread x86_64-linux-gnu/openblas-pthread REQUIRED)

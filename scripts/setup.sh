@@ -15,6 +15,7 @@ packages=(
   libcpp-httplib-dev libmicrohttpd-dev libssl-dev
   libabsl-dev libdivide-dev
   librocksdb-dev
+  libgoogle-perftools-dev  # tcmalloc_minimal for the PS programs
   zlib1g-dev
   libzip-dev libpcre2-dev nlohmann-json3-dev
   python3-numpy python3-protobuf
