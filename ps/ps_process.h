@@ -41,7 +41,9 @@ Result<PsProcess> StartPsProcess(ProcessContextOptions options);
 // the VMs this runs on, a page touched again after going back to the system
 // costs tens of microseconds, and the README's 2 x 4 simulation trains 1.3x
 // faster with the pad (bench/README.md). Process-wide: call before threads
-// start.
+// start. The PS programs link tcmalloc (fleet_ps_allocator), whose mallopt
+// ignores this and which keeps freed pages by itself; the call is for
+// builds without it (-DFLEET_TCMALLOC=OFF).
 inline void KeepFreedHeapPerArena() { mallopt(M_TOP_PAD, 64 << 20); }
 
 }  // namespace fleet::ps
