@@ -13,7 +13,6 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "comm/vector_clones.h"
 #include "ps/key_dedup.h"
 #include "ps/table/accessor.h"
 #include "ps/table/float_rows.h"
@@ -524,27 +523,6 @@ struct SparseSplit {
   // Distinct keys of server s.
   size_t count(size_t s) const { return runs ? run_bounds[s + 1] - run_bounds[s] : keys[s].size(); }
 };
-
-// Keys in strictly increasing order repeat none (the order ps-lite demands
-// and sorted-unique batches have): checked in one pass, far cheaper than
-// the de-duplication table. It runs over every key of every request: 64
-// comparisons to a branch, into an integer (a bool accumulator is not
-// vectorised), which AVX2 and AVX-512 do 4 and 8 at a time (1000 keys:
-// 0.2 us against 0.64 with eight scalar comparisons to a branch).
-FLEET_VECTOR_CLONES bool StrictlyIncreasing(std::span<const uint64_t> keys) {
-  constexpr size_t kBlock = 64;
-  const uint64_t* const k = keys.data();
-  size_t i = 1;
-  for (; i + kBlock <= keys.size(); i += kBlock) {
-    uint64_t out_of_order = 0;
-    for (size_t j = 0; j < kBlock; ++j) out_of_order |= k[i + j - 1] >= k[i + j] ? 1 : 0;
-    if (out_of_order != 0) return false;
-  }
-  for (; i < keys.size(); ++i) {
-    if (k[i - 1] >= k[i]) return false;
-  }
-  return true;
-}
 
 // SparseSplit::source of a de-duplicated split whose keys were all distinct.
 void FillSources(SparseSplit* split) {

@@ -1,6 +1,7 @@
 #include "ps/table/partition.h"
 
 #include "absl/strings/str_cat.h"
+#include "comm/vector_clones.h"
 
 namespace fleet::ps {
 namespace {
@@ -18,6 +19,24 @@ uint64_t BlockStart(uint64_t n, int num_servers, int rank) {
 }
 
 }  // namespace
+
+// 64 comparisons to a branch, into an integer (a bool accumulator is not
+// vectorised), which AVX2 and AVX-512 do 4 and 8 at a time (1000 keys: 0.2
+// us against 0.64 with eight scalar comparisons to a branch).
+FLEET_VECTOR_CLONES bool StrictlyIncreasing(std::span<const uint64_t> keys) {
+  constexpr size_t kBlock = 64;
+  const uint64_t* const k = keys.data();
+  size_t i = 1;
+  for (; i + kBlock <= keys.size(); i += kBlock) {
+    uint64_t out_of_order = 0;
+    for (size_t j = 0; j < kBlock; ++j) out_of_order |= k[i + j - 1] >= k[i + j] ? 1 : 0;
+    if (out_of_order != 0) return false;
+  }
+  for (; i < keys.size(); ++i) {
+    if (k[i - 1] >= k[i]) return false;
+  }
+  return true;
+}
 
 Result<ShardRange> AssignShards(uint32_t shard_num, int num_servers, int rank) {
   FLEET_RETURN_IF_ERROR(CheckServer(num_servers, rank));

@@ -9,6 +9,7 @@
 #include <libdivide.h>
 
 #include <cstdint>
+#include <span>
 
 #include "comm/splitmix.h"
 #include "comm/status.h"
@@ -56,6 +57,13 @@ constexpr uint64_t FirstKeyOfShard(uint32_t shard, uint32_t shard_num) {
   const unsigned __int128 scaled = static_cast<unsigned __int128>(shard) << 64;
   return static_cast<uint64_t>((scaled + shard_num - 1) / shard_num);
 }
+
+// Whether keys are in strictly increasing order, so repeat none: the order
+// ps-lite demands and sorted-unique batches have. Under the range partition
+// such keys fall into one run per shard, and so per server (the client's
+// split) and per block of shards (a table's local shards). One pass over
+// the keys, vectorised (1000 keys: ~0.2 us).
+bool StrictlyIncreasing(std::span<const uint64_t> keys);
 
 // ShardOfKey for one shard_num and partition with the division worked out
 // once (libdivide): the same results, without a 64-bit divide per key on

@@ -90,22 +90,21 @@ class ABSL_SCOPED_LOCKABLE ShardLock {
 
 }  // namespace
 
-// One local shard: the rows of the global shards first, first + stride, ...
-// (`count` of them) of this server, in one arena and one index, with
+// One local shard: the rows of the global shards [first, first + count) of
+// this server, in one arena and one index, with
 // admission counts and change marks. Every method expects mu to be held by
 // the caller (SparseTable), which keeps the per-request loop in one critical
 // section.
 class LocalShard {
  public:
-  LocalShard(const Accessor* accessor, const TableConfig& config, uint32_t first, uint32_t stride,
-             uint32_t count, RowQuota* quota)
+  LocalShard(const Accessor* accessor, const TableConfig& config, uint32_t first, uint32_t count,
+             RowQuota* quota)
       : accessor_(accessor),
         quota_(quota),
         table_id_(config.id),
         shard_num_(config.shard_num),
         partition_(config.partition),
         first_(first),
-        stride_(stride),
         count_(count),
         min_count_(config.admission_min_count),
         pull_copies_row_(accessor->pull_copies_row()),
@@ -264,7 +263,7 @@ class LocalShard {
                 [&](uint32_t a, uint32_t b) { return rows_.key(a) < rows_.key(b); });
       std::sort(deleted[p].begin(), deleted[p].end());
       ShardImage& im = images[p];
-      im.shard = first_ + p * stride_;
+      im.shard = first_ + p;
       ShardFileWriter w(&im.image, Shape(im.shard), mode);
       for (uint32_t slot : chosen[p]) w.AddRow(rows_.key(slot), Row(slot), Ext(slot));
       for (uint64_t k : deleted[p]) w.AddDeleted(k);
@@ -426,7 +425,7 @@ class LocalShard {
   }
 
   // Index into this shard's list of global shards.
-  uint32_t Position(uint32_t global_shard) const { return (global_shard - first_) / stride_; }
+  uint32_t Position(uint32_t global_shard) const { return global_shard - first_; }
 
   ShardFileShape Shape(uint32_t global_shard) const {
     return {.table_id = table_id_,
@@ -610,7 +609,7 @@ class LocalShard {
   const uint32_t table_id_;
   const uint32_t shard_num_;
   const Partition partition_;
-  const uint32_t first_, stride_, count_;  // the global shards held here
+  const uint32_t first_, count_;  // the global shards held here
   const uint32_t min_count_;
   const bool pull_copies_row_;                  // Accessor::pull_copies_row(), asked once
   const OptimizerRule* const plain_push_rule_;  // Accessor::plain_push_rule(), asked once
@@ -667,16 +666,17 @@ SparseTable::SparseTable(const TableConfig& config, ShardRange owned, ThreadPool
       quota_(std::make_unique<RowQuota>(config.max_rows_per_server)),
       local_count_(std::min({config.local_shard_num, owned.size(), uint32_t{65535}})),
       sharder_(config.shard_num, config.partition) {
+  // A block of consecutive global shards per local shard (LocalShardRange),
+  // not every L-th one, so that under the range partition a request's
+  // increasing keys reach each local shard as one run (Route's sorted path).
   local_of_.resize(owned.size());
-  for (uint32_t i = 0; i < owned.size(); ++i)
-    local_of_[i] = static_cast<uint16_t>(i % local_count_);
   absl::MutexLock l(&shards_mu_);
   shards_.reserve(local_count_);
-  for (uint32_t i = 0; i < local_count_; ++i) {
-    // Global shards owned.begin + i, + i + L, + i + 2L, ...
-    const uint32_t count = (owned.size() - i + local_count_ - 1) / local_count_;
-    shards_.push_back(std::make_unique<LocalShard>(accessor_.get(), config_, owned.begin + i, local_count_, count,
-                                                   quota_.get()));
+  for (uint32_t s = 0; s < local_count_; ++s) {
+    const ShardRange held = LocalShardRange(s);
+    for (uint32_t g = held.begin; g < held.end; ++g) local_of_[g - owned.begin] = static_cast<uint16_t>(s);
+    shards_.push_back(
+        std::make_unique<LocalShard>(accessor_.get(), config_, held.begin, held.size(), quota_.get()));
   }
 }
 
@@ -705,8 +705,33 @@ Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, si
   if (keys.size() > UINT32_MAX) return Status::InvalidArgument("too many keys in one request");
   const size_t n = keys.size();
   routed->hashes.resize(n);
-  routed->local.resize(n);
   routed->order.resize(n);
+  std::vector<uint32_t>& offsets = routed->offsets;
+  // Increasing keys under the range partition (ps-lite's order and
+  // partition): their shards never decrease along the request, nor do the
+  // local shards holding them (blocks of shards), so each local shard's keys
+  // are one run, found by binary search. No shard per key and no grouping:
+  // ~13 instructions a key against ~40 below.
+  if (sharder_.partition() == Partition::kRange && n > 0 && sharder_(keys.front()) >= owned_.begin &&
+      sharder_(keys.back()) < owned_.end && StrictlyIncreasing(keys)) {
+    uint64_t* const hashes = routed->hashes.data();
+    uint32_t* const order = routed->order.data();
+    for (size_t i = 0; i < n; ++i) {
+      hashes[i] = Mix64(keys[i]);
+      order[i] = static_cast<uint32_t>(i);
+    }
+    offsets.resize(local_count_ + 1);
+    offsets[0] = 0;
+    for (uint32_t s = 1; s < local_count_; ++s) {
+      offsets[s] = static_cast<uint32_t>(
+          std::partition_point(keys.begin() + offsets[s - 1], keys.end(),
+                               [&](uint64_t k) { return LocalOf(sharder_(k)) < s; }) -
+          keys.begin());
+    }
+    offsets[local_count_] = static_cast<uint32_t>(n);
+    return Status::OK();
+  }
+  routed->local.resize(n);
   // Locals, and the work in passes of few live values each: the stores
   // into the arrays may alias the members (the owned range, the divider),
   // which the compiler would reload after every store, and one pass doing
@@ -736,7 +761,6 @@ Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, si
                                                   owned_.end, "))"));
     }
   }
-  std::vector<uint32_t>& offsets = routed->offsets;
   offsets.assign(local_count_ + 1, 0);
   uint32_t* const counts = offsets.data() + 1;
   const uint16_t* const local_of = local_of_.data();

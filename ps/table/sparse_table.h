@@ -151,9 +151,16 @@ class SparseTable {
 
   // ---- Checkpoint hooks (used by Checkpointer; see checkpoint.h) ----
 
-  // In-memory parts (config.local_shard_num, capped at the shards held);
-  // global shard g lives in part (g - owned_shards().begin) % count.
+  // In-memory parts (config.local_shard_num, capped at the shards held),
+  // each holding a block of consecutive global shards: LocalShardRange.
   size_t local_shard_count() const { return local_count_; }
+  // The global shards of part `local`: the block [local * n / L, (local + 1)
+  // * n / L) of the n held, L parts (none empty). REQUIRES: local <
+  // local_shard_count().
+  ShardRange LocalShardRange(size_t local) const {
+    auto start = [&](uint64_t l) { return owned_.begin + static_cast<uint32_t>(l * owned_.size() / local_count_); };
+    return {start(local), start(local + 1)};
+  }
 
   // The shard file images of the global shards in local shard `local`, each
   // with all rows (kBase) or the rows changed and keys deleted since the

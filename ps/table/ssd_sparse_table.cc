@@ -418,11 +418,10 @@ bool SsdSparseTable::DebugRow(uint64_t key, std::vector<float>* row,
 
 Result<std::vector<ShardImage>> SsdSparseTable::SerializeLocalShard(size_t local, SaveMode mode) {
   absl::ReaderMutexLock l(&tier_mu_);
-  const ShardRange owned = owned_shards();
-  const uint32_t locals = static_cast<uint32_t>(local_shard_count());
-  CHECK_LT(local, locals);
-  const uint32_t count = (owned.size() - static_cast<uint32_t>(local) + locals - 1) / locals;
-  auto position = [&](uint32_t shard) { return (shard - owned.begin - local) / locals; };
+  CHECK_LT(local, local_shard_count());
+  const ShardRange held = LocalShardRange(local);
+  const uint32_t count = held.size();
+  auto position = [&](uint32_t shard) { return shard - held.begin; };
   // The disk view first, memory second: a row a request moves up meanwhile
   // is then in the view, in memory, or both (memory wins).
   std::unique_ptr<RowScan> scan = column_ != nullptr ? column_->NewScan() : nullptr;
@@ -450,7 +449,7 @@ Result<std::vector<ShardImage>> SsdSparseTable::SerializeLocalShard(size_t local
     absl::MutexLock dl(&deleted_mu_);
     for (auto it = deleted_.begin(); it != deleted_.end();) {
       const uint32_t shard = sharder()(*it);
-      if ((shard - owned.begin) % locals != local) {
+      if (!held.contains(shard)) {
         ++it;
         continue;
       }
@@ -467,7 +466,7 @@ Result<std::vector<ShardImage>> SsdSparseTable::SerializeLocalShard(size_t local
     std::sort(mem.begin(), mem.end(),
               [](const MemoryRow& a, const MemoryRow& b) { return a.key < b.key; });
     ShardImage& im = images[p];
-    im.shard = owned.begin + static_cast<uint32_t>(local) + p * locals;
+    im.shard = held.begin + p;
     ShardFileWriter w(&im.image,
                       {.table_id = config().id,
                        .shard = im.shard,

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <thread>
@@ -285,6 +286,92 @@ TEST(SparseTableTest, LocalShardCountDoesNotChangeResults) {
   for (size_t i = 1; i < dumps.size(); ++i) {
     EXPECT_TRUE(dumps[i] == dumps[0]) << "checkpoint images differ for layout " << i;
     EXPECT_TRUE(pulls[i] == pulls[0]) << "pulled values differ for layout " << i;
+  }
+}
+
+// Local shards hold blocks of consecutive global shards, every held shard in
+// exactly one, none empty.
+TEST(SparseTableTest, LocalShardsHoldBlocksOfGlobalShards) {
+  for (int locals : {1, 3, 8}) {
+    auto t = Make(absl::StrCat("{id: 1, kind: sparse, dim: 1, shard_num: 16, local_shard_num: ", locals, "}"),
+                  nullptr, ShardRange{4, 12});
+    ASSERT_EQ(t->local_shard_count(), static_cast<size_t>(locals));
+    uint32_t next = 4;
+    for (int l = 0; l < locals; ++l) {
+      const ShardRange held = t->LocalShardRange(l);
+      EXPECT_EQ(held.begin, next) << locals << " " << l;
+      EXPECT_GT(held.size(), 0u) << locals << " " << l;
+      next = held.end;
+    }
+    EXPECT_EQ(next, 12u) << locals;
+  }
+}
+
+// Under the range partition a request's increasing keys are routed by
+// binary search over the local shards' blocks (SparseTable::Route); the
+// same keys in any other order take the general path. Both must pull the
+// same value for each key and leave the same rows, keys on the blocks'
+// edges included, and a key outside the held shards at either end of a
+// sorted request is refused, naming it, with nothing changed.
+TEST(SparseTableTest, RangePartitionSortedKeysRouteLikeAnyOrder) {
+  ThreadPool pool(2);
+  const ShardRange owned{4, 12};
+  for (int locals : {1, 3, 8}) {
+    const std::string yaml =
+        absl::StrCat("{id: 1, kind: sparse, dim: 2, shard_num: 16, partition: range, local_shard_num: ", locals,
+                     ", optimizer: {rule: adagrad}, initializer: {kind: uniform, range: 0.1, seed: 3}}");
+    auto sorted_table = Make(yaml, &pool, owned);
+    auto shuffled_table = Make(yaml, &pool, owned);
+    std::vector<uint64_t> keys;
+    for (uint32_t s = owned.begin; s < owned.end; ++s) {
+      const uint64_t first = FirstKeyOfShard(s, 16);
+      for (uint64_t k : {first, first + 1, first + 977, first + (uint64_t{1} << 58)}) keys.push_back(k);
+      if (s > owned.begin) keys.push_back(first - 1);
+    }
+    keys.push_back(FirstKeyOfShard(owned.end, 16) - 1);
+    std::sort(keys.begin(), keys.end());
+    ASSERT_TRUE(StrictlyIncreasing(keys));
+    std::vector<uint64_t> shuffled = keys;
+    std::reverse(shuffled.begin(), shuffled.end());
+    std::swap(shuffled[3], shuffled[17]);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<float> sorted_values(keys.size() * 2), shuffled_values(keys.size() * 2);
+      ASSERT_TRUE(sorted_table->Pull(keys, sorted_values).ok());
+      ASSERT_TRUE(shuffled_table->Pull(shuffled, shuffled_values).ok());
+      std::map<uint64_t, std::vector<float>> by_key;
+      for (size_t i = 0; i < shuffled.size(); ++i)
+        by_key[shuffled[i]] = {shuffled_values[2 * i], shuffled_values[2 * i + 1]};
+      for (size_t i = 0; i < keys.size(); ++i) {
+        ASSERT_EQ(by_key[keys[i]], (std::vector<float>{sorted_values[2 * i], sorted_values[2 * i + 1]}))
+            << "locals " << locals << " key " << keys[i];
+      }
+      std::vector<float> g(keys.size() * 2), shuffled_g(keys.size() * 2);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        g[2 * i] = 0.01f * float(keys[i] % 13);
+        g[2 * i + 1] = -0.02f * float(keys[i] % 7);
+      }
+      for (size_t i = 0; i < shuffled.size(); ++i) {
+        const size_t at = std::lower_bound(keys.begin(), keys.end(), shuffled[i]) - keys.begin();
+        shuffled_g[2 * i] = g[2 * at];
+        shuffled_g[2 * i + 1] = g[2 * at + 1];
+      }
+      ASSERT_TRUE(sorted_table->PushGrad(keys, g).ok());
+      ASSERT_TRUE(shuffled_table->PushGrad(shuffled, shuffled_g).ok());
+    }
+    EXPECT_EQ(sorted_table->Stats().rows, keys.size());
+    const std::string dump = DumpRows(*sorted_table);
+    EXPECT_TRUE(dump == DumpRows(*shuffled_table)) << "rows differ, locals " << locals;
+
+    for (uint64_t foreign : {FirstKeyOfShard(owned.begin, 16) - 1, FirstKeyOfShard(owned.end, 16)}) {
+      std::vector<uint64_t> with_foreign = keys;
+      with_foreign.push_back(foreign);
+      std::sort(with_foreign.begin(), with_foreign.end());
+      std::vector<float> g(with_foreign.size() * 2, 1.0f);
+      Status st = sorted_table->PushGrad(with_foreign, g);
+      EXPECT_TRUE(st.IsInvalidArgument()) << st.ToString();
+      EXPECT_THAT(st.message(), HasSubstr("key " + std::to_string(foreign)));
+      EXPECT_TRUE(DumpRows(*sorted_table) == dump) << "a refused push changed rows";
+    }
   }
 }
 
