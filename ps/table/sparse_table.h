@@ -158,7 +158,9 @@ class SparseTable {
   // * n / L) of the n held, L parts (none empty). REQUIRES: local <
   // local_shard_count().
   ShardRange LocalShardRange(size_t local) const {
-    auto start = [&](uint64_t l) { return owned_.begin + static_cast<uint32_t>(l * owned_.size() / local_count_); };
+    auto start = [&](uint64_t l) {
+      return owned_.begin + static_cast<uint32_t>(l * owned_.size() / local_count_);
+    };
     return {start(local), start(local + 1)};
   }
 
