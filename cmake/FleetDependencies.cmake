@@ -32,8 +32,9 @@ find_path(LIBDIVIDE_INCLUDE_DIR libdivide.h REQUIRED)
 # heter_worker, ps_bench). Each request allocates ~25 small blocks (header
 # parts, ZeroMQ frames, the call's bookkeeping); a malloc and free of a
 # small block cost ~130 instructions in glibc (its free ~90 even from the
-# thread cache) and ~67 in tcmalloc (bench/README.md, round 13). Off for the fuzz build (ASan brings its own malloc) or with
-# -DFLEET_TCMALLOC=OFF; the programs then run on glibc's malloc.
+# thread cache) and ~67 in tcmalloc (bench/README.md, round 13). Off for
+# the fuzz build (ASan brings its own malloc) or with -DFLEET_TCMALLOC=OFF;
+# the programs then run on glibc's malloc.
 option(FLEET_TCMALLOC "Link the PS programs with tcmalloc_minimal" ON)
 add_library(fleet_ps_allocator INTERFACE)
 if(FLEET_TCMALLOC AND NOT FLEET_FUZZ)

@@ -711,7 +711,7 @@ Status SparseTable::Route(std::span<const uint64_t> keys, size_t values_size, si
   // partition): their shards never decrease along the request, nor do the
   // local shards holding them (blocks of shards), so each local shard's keys
   // are one run, found by binary search. No shard per key and no grouping:
-  // ~13 instructions a key against ~40 below.
+  // ~25 instructions a key against ~40 below (callgrind, 500 keys).
   if (sharder_.partition() == Partition::kRange && n > 0 && sharder_(keys.front()) >= owned_.begin &&
       sharder_(keys.back()) < owned_.end && StrictlyIncreasing(keys)) {
     uint64_t* const hashes = routed->hashes.data();

@@ -186,9 +186,9 @@ struct TableConfig {
   // and <= kMaxShardNum (2^20).
   uint32_t shard_num = 1000;
   // `local_shard_num` (sparse): default 16, >= 1. How many in-memory parts a
-  // server splits its global shards into (global shard g of the server's
-  // block [begin, end) goes to part (g - begin) % local_shard_num; capped at
-  // the number of global shards held). Each part has its own lock, row
+  // server splits its global shards into (each part a block of consecutive
+  // global shards, SparseTable::LocalShardRange; capped at the number of
+  // global shards held). Each part has its own lock, row
   // arena and index, and a request visits each part it touches once, so
   // fewer parts make small requests cheaper and more parts let more threads
   // work at once (a visit costs ~230 instructions: a 500-key push took 11%
