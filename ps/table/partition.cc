@@ -13,11 +13,6 @@ Status CheckServer(int num_servers, int rank) {
   return Status::OK();
 }
 
-// rank * n / S without overflow for any uint64 n (S is small).
-uint64_t BlockStart(uint64_t n, int num_servers, int rank) {
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(n) * rank) / num_servers);
-}
-
 }  // namespace
 
 // 64 comparisons to a branch, into an integer (a bool accumulator is not

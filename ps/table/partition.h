@@ -58,6 +58,13 @@ constexpr uint64_t FirstKeyOfShard(uint32_t shard, uint32_t shard_num) {
   return static_cast<uint64_t>((scaled + shard_num - 1) / shard_num);
 }
 
+// Where part `part` of n items split into `parts` near-equal blocks begins:
+// part * n / parts, without overflow for any uint64 n. Servers' shards and
+// dense ranges, and a server's local shards, are split this way.
+constexpr uint64_t BlockStart(uint64_t n, int parts, int part) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(n) * part) / parts);
+}
+
 // Whether keys are in strictly increasing order, so repeat none: the order
 // ps-lite demands and sorted-unique batches have. Under the range partition
 // such keys fall into one run per shard, and so per server (the client's

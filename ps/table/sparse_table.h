@@ -154,12 +154,12 @@ class SparseTable {
   // In-memory parts (config.local_shard_num, capped at the shards held),
   // each holding a block of consecutive global shards: LocalShardRange.
   size_t local_shard_count() const { return local_count_; }
-  // The global shards of part `local`: the block [local * n / L, (local + 1)
-  // * n / L) of the n held, L parts (none empty). REQUIRES: local <
+  // The global shards of part `local`: block `local` of the held ones split
+  // into local_shard_count() (BlockStart; none empty). REQUIRES: local <
   // local_shard_count().
   ShardRange LocalShardRange(size_t local) const {
-    auto start = [&](uint64_t l) {
-      return owned_.begin + static_cast<uint32_t>(l * owned_.size() / local_count_);
+    auto start = [&](size_t l) {
+      return owned_.begin + static_cast<uint32_t>(BlockStart(owned_.size(), local_count_, static_cast<int>(l)));
     };
     return {start(local), start(local + 1)};
   }
