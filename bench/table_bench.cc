@@ -1,13 +1,19 @@
-// table_bench: one server's sparse table alone (no network), next to a
-// reference measured in the same run: an absl::flat_hash_map from key to a
-// row of one contiguous array, updated with the same optimizer rule on one
-// thread, without shards, locks, admission or change marks. The ratio shows
-// what SparseTable's structure costs (or saves: it prefetches and may use
-// the pool) per key.
+// table_bench: one server's sparse table alone (no network), next to two
+// references measured in the same run, each an index from key to a row of
+// one contiguous array, updated with the same optimizer rule on one thread,
+// without shards, locks, admission or change marks: an absl::flat_hash_map
+// (a tight single-thread table), and a std::unordered_map, the table
+// bench/pslite_driver.cc serves ps-lite's requests with (what ps-lite's own
+// examples store rows in). The ratios show what SparseTable's structure
+// costs (or saves: it prefetches and may use the pool) per key.
 //
 //   build/bin/table_bench            # 131072-key requests, 528384 rows, adagrad
 //   build/bin/table_bench --rows=10000000 --keys=16384 --rule=sgd
 //   build/bin/table_bench --rows=4000 --keys=1000 --dim=1 --threads=0
+//   # ps_bench --preset=pslite's small shape as one server sees it (ps-lite's
+//   # partition and key order):
+//   build/bin/table_bench --rows=5000 --keys=1000 --dim=1 --rule=sgd --threads=0
+//       --partition=range --sorted_keys --tier=false
 //
 // Both sides hold the same rows and serve the same requests (distinct keys
 // drawn at random from the rows, new ones each request); times are per key,
@@ -34,6 +40,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <unordered_map>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -53,6 +60,10 @@ DEFINE_int64(dim, 8, "values per key");
 DEFINE_string(rule, "adagrad", "optimizer rule: sgd | adagrad | adam");
 DEFINE_int32(threads, 2, "table pool threads (0: everything on the calling thread)");
 DEFINE_int32(local_shards, 16, "local_shard_num of the table (16: its default)");
+DEFINE_string(partition, "hash", "partition of the table: hash (its default) | range (ps-lite's)");
+DEFINE_bool(sorted_keys, false,
+            "each request's keys in increasing order (ps-lite's KVWorker requires it; under "
+            "--partition=range the table then finds each local shard's keys by binary search)");
 DEFINE_int32(evict_kib, 0,
              "write this many KiB of other memory between two timed requests (untimed), as a "
              "server's network and other work do between two requests of one table");
@@ -70,7 +81,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The reference: key -> index into one array of rows [value | state].
+// A reference: key -> index into one array of rows [value | state].
+template <typename Index>
 class Reference {
  public:
   Reference(const ps::OptimizerConfig& config, size_t dim, const std::vector<uint64_t>& keys)
@@ -98,7 +110,7 @@ class Reference {
  private:
   std::unique_ptr<ps::OptimizerRule> rule_;
   size_t dim_, width_;
-  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  Index index_;
   std::vector<float> rows_;
 };
 
@@ -313,8 +325,9 @@ int Main() {
       << "--rows must be >= --keys (requests hold distinct stored keys)";
   // Through the job-config parser, so a bad --rule is refused as a config would be.
   auto parsed = ps::ParseTableConfig(YAML::Load(
-      absl::StrFormat("{id: 1, kind: sparse, dim: %d, local_shard_num: %d, optimizer: {rule: %s}}",
-                      FLAGS_dim, FLAGS_local_shards, FLAGS_rule)));
+      absl::StrFormat(
+          "{id: 1, kind: sparse, dim: %d, local_shard_num: %d, partition: %s, optimizer: {rule: %s}}",
+          FLAGS_dim, FLAGS_local_shards, FLAGS_partition, FLAGS_rule)));
   if (!parsed.ok()) {
     std::fprintf(stderr, "table_bench: %s\n", parsed.status().ToString().c_str());
     return 2;
@@ -334,11 +347,13 @@ int Main() {
     const size_t m = std::min(n, all.size() - b);
     CHECK(table->Pull({all.data() + b, m}, {values.data(), m * dim}).ok());
   }
-  Reference reference(config.optimizer, dim, all);
+  Reference<absl::flat_hash_map<uint64_t, uint32_t>> flat(config.optimizer, dim, all);
+  Reference<std::unordered_map<uint64_t, uint32_t>> node(config.optimizer, dim, all);
   std::printf(
-      "%ld rows of dim %ld (%s), %ld keys per request, %d pool threads, %d local shards; populated "
-      "in %.1f s\n",
-      FLAGS_rows, FLAGS_dim, FLAGS_rule.c_str(), FLAGS_keys, FLAGS_threads, FLAGS_local_shards,
+      "%ld rows of dim %ld (%s), %ld keys per request%s, %d pool threads, %d local shards, %s "
+      "partition; populated in %.1f s\n",
+      FLAGS_rows, FLAGS_dim, FLAGS_rule.c_str(), FLAGS_keys, FLAGS_sorted_keys ? " (sorted)" : "",
+      FLAGS_threads, FLAGS_local_shards, FLAGS_partition.c_str(),
       std::chrono::duration<double>(Clock::now() - populate0).count());
 
   // Requests: distinct keys drawn from the stored rows, different each time.
@@ -351,28 +366,34 @@ int Main() {
     // A partial Fisher-Yates shuffle: the first n of the deck are a fresh sample.
     for (size_t i = 0; i < n; ++i) std::swap(deck[i], deck[i + rng() % (deck.size() - i)]);
     k.assign(deck.begin(), deck.begin() + n);
+    if (FLAGS_sorted_keys) std::sort(k.begin(), k.end());
   }
 
   const PerKey table_pull =
       Measure(requests, n, [&](int r) { CHECK(table->Pull(keys[r], values).ok()); });
-  const PerKey ref_pull =
-      Measure(requests, n, [&](int r) { reference.Pull(keys[r], values.data()); });
+  const PerKey flat_pull = Measure(requests, n, [&](int r) { flat.Pull(keys[r], values.data()); });
+  const PerKey node_pull = Measure(requests, n, [&](int r) { node.Pull(keys[r], values.data()); });
   const PerKey table_push =
       Measure(requests, n, [&](int r) { CHECK(table->PushGrad(keys[r], grads).ok()); });
-  const PerKey ref_push =
-      Measure(requests, n, [&](int r) { reference.Push(keys[r], grads.data()); });
+  const PerKey flat_push = Measure(requests, n, [&](int r) { flat.Push(keys[r], grads.data()); });
+  const PerKey node_push = Measure(requests, n, [&](int r) { node.Push(keys[r], grads.data()); });
 
-  std::printf("%d requests each                 min ns/key  p50 ns/key   Mkeys/s (p50)\n",
+  std::printf("%d requests each                    min ns/key  p50 ns/key   Mkeys/s (p50)\n",
               requests);
   auto row = [](const char* label, const PerKey& p) {
-    std::printf("  %-28s %10.1f  %10.1f  %10.2f\n", label, p.min_ns, p.p50_ns, 1e3 / p.p50_ns);
+    std::printf("  %-31s %10.1f  %10.1f  %10.2f\n", label, p.min_ns, p.p50_ns, 1e3 / p.p50_ns);
   };
   row("SparseTable pull", table_pull);
-  row("reference pull (1 thread)", ref_pull);
+  row("flat_hash_map pull", flat_pull);
+  row("unordered_map pull (ps-lite's)", node_pull);
   row("SparseTable push", table_push);
-  row("reference push (1 thread)", ref_push);
-  std::printf("ratio SparseTable/reference, p50 time per key: pull %.2fx, push %.2fx\n",
-              table_pull.p50_ns / ref_pull.p50_ns, table_push.p50_ns / ref_push.p50_ns);
+  row("flat_hash_map push", flat_push);
+  row("unordered_map push (ps-lite's)", node_push);
+  std::printf(
+      "p50 time per key, SparseTable over flat_hash_map: pull %.2fx, push %.2fx; over "
+      "unordered_map: pull %.2fx, push %.2fx\n",
+      table_pull.p50_ns / flat_pull.p50_ns, table_push.p50_ns / flat_push.p50_ns,
+      table_pull.p50_ns / node_pull.p50_ns, table_push.p50_ns / node_push.p50_ns);
   return FLAGS_tier ? TierMain(pool.get()) : 0;
 }
 
