@@ -40,9 +40,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <unordered_map>
 #include <numeric>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
