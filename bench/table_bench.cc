@@ -15,8 +15,9 @@
 //   build/bin/table_bench --rows=5000 --keys=1000 --dim=1 --rule=sgd --threads=0
 //       --partition=range --sorted_keys --tier=false
 //
-// Both sides hold the same rows and serve the same requests (distinct keys
-// drawn at random from the rows, new ones each request); times are per key,
+// All three hold the same rows and serve the same requests (distinct keys
+// drawn at random from the rows, new ones each request, in increasing order
+// with --sorted_keys); times are per key,
 // min and median over requests. --evict_kib writes other memory between
 // two requests (untimed), as a server's network work does: a small table
 // then no longer starts each request in the caches.
