@@ -65,25 +65,44 @@ __global__ void EncoderBackwardWpeKernel(float* dwpe, const float* dout, int B, 
 
 // Token rows: block k owns the dwte rows v with v % gridDim.x == k and adds
 // their positions' gradients in position order; thread x owns columns
-// x, x + blockDim.x, ... of them. Every block scans all token ids (cheap:
-// a chunk at a time through shared memory).
-constexpr int kTokenChunk = 1024;
+// x, x + blockDim.x, ... of them. Every block reads all token ids, a
+// blockDim.x-long window at a time: each thread tests one id, and the
+// window's owned positions are compacted in order (warp ballots, then the
+// warps' counts) into a shared list that the whole block then adds. Testing
+// every id with every thread instead cost ~2 ms per GPT-2 124M step on an
+// H200 (16k ids x 512 blocks x 8 warps of serial tests).
 constexpr unsigned kTokenOwners = 512;
 // Only ids in [v_begin, v_begin + V) count (a vocabulary shard, row id - v_begin).
-__global__ void EncoderBackwardWteKernel(float* dwte, const float* dout, const int32_t* tokens,
-                                         int N, int C, int v_begin, int V) {
-  __shared__ int32_t chunk[kTokenChunk];
+__global__ void __launch_bounds__(kThreads) EncoderBackwardWteKernel(float* dwte, const float* dout,
+                                                                     const int32_t* tokens, int N,
+                                                                     int C, int v_begin, int V) {
+  __shared__ int32_t owned[kThreads];        // positions, in order, of this window's owned ids
+  __shared__ int32_t owned_rows[kThreads];   // their rows of dwte
+  __shared__ int warp_counts[kWarpsPerBlock];
   const int owner = blockIdx.x, owners = gridDim.x;
-  for (int i0 = 0; i0 < N; i0 += kTokenChunk) {
-    const int len = min(kTokenChunk, N - i0);
-    __syncthreads();  // everyone is done with the previous chunk
-    for (int k = threadIdx.x; k < len; k += blockDim.x) chunk[k] = tokens[i0 + k];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  for (int i0 = 0; i0 < N; i0 += kThreads) {
+    const int i = i0 + threadIdx.x;
+    const int tok = i < N ? tokens[i] - v_begin : -1;
+    const bool mine = tok >= 0 && tok < V && tok % owners == owner;
+    const unsigned ballot = __ballot_sync(kFullMask, mine);
+    __syncthreads();  // everyone is done with the previous window's list
+    if (lane == 0) warp_counts[warp] = __popc(ballot);
     __syncthreads();
-    for (int k = 0; k < len; ++k) {
-      const int tok = chunk[k] - v_begin;
-      if (tok < 0 || tok >= V || tok % owners != owner) continue;  // uniform over the block
-      float* dst = dwte + size_t(tok) * C;
-      const float* src = dout + size_t(i0 + k) * C;
+    int slot = __popc(ballot & ((1u << lane) - 1u));
+    int count = 0;
+    for (int w = 0; w < kWarpsPerBlock; ++w) {
+      if (w < warp) slot += warp_counts[w];
+      count += warp_counts[w];
+    }
+    if (mine) {
+      owned[slot] = i;
+      owned_rows[slot] = tok;
+    }
+    __syncthreads();
+    for (int k = 0; k < count; ++k) {
+      float* dst = dwte + size_t(owned_rows[k]) * C;
+      const float* src = dout + size_t(owned[k]) * C;
       for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] += src[c];
     }
   }
