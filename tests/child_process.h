@@ -15,10 +15,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -58,7 +60,10 @@ struct Exit {
 // initializers may leave any out without GCC 12's -Wextra warning.)
 struct ChildOptions {
   // NAME=value entries added to the inherited environment, or (with
-  // inherit_env false) the whole of it.
+  // inherit_env false) the whole of it, except that LD_LIBRARY_PATH is
+  // passed on when `env` does not set it: it says where this build's
+  // shared libraries are (a GPU machine's bundle, ../shared/gpu/pack.sh),
+  // not anything a program under test reads.
   std::vector<std::string> env = {};
   bool inherit_env = true;
   // Inherited variables whose names start with one of these are left out.
@@ -193,6 +198,12 @@ class Child {
       }
     }
     env_text.insert(env_text.end(), options.env.begin(), options.env.end());
+    const char* loader_path = std::getenv("LD_LIBRARY_PATH");
+    if (!options.inherit_env && loader_path != nullptr &&
+        std::none_of(env_text.begin(), env_text.end(),
+                     [](const std::string& e) { return e.starts_with("LD_LIBRARY_PATH="); })) {
+      env_text.push_back(std::string("LD_LIBRARY_PATH=") + loader_path);
+    }
     std::vector<char*> envp;
     for (std::string& e : env_text) envp.push_back(e.data());
     envp.push_back(nullptr);
