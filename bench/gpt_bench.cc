@@ -38,8 +38,10 @@
 // from CUDA events around each GptKernels call (3 extra steps, not the
 // timed ones); memory is the device memory in use after the steps (the
 // model allocates everything up front, so that is the high-water mark).
+// One more step runs between cudaProfilerStart / Stop for
+// `ncu --profile-from-start off` (scripts/gpu_check.sh, GPU_CHECK_NCU=1).
 //   gpt_bench --device=cuda:0 [--preset=124m|345m|1.3b|all] [--precision=bf16|fp16|fp32]
-//             [--attention=wmma|mma]
+//             [--attention=mma|wmma]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -85,9 +87,9 @@ DEFINE_string(precision, "bf16", "On a GPU: bf16, fp16 or fp32 (the CPU computes
 DEFINE_string(gemm_operands, "rounded",
               "On a GPU in bf16 / fp16: rounded (16-bit copies of the GEMM operands) or "
               "in_kernel (float32 operands, cuBLAS's FAST_16BF compute type).");
-DEFINE_string(attention, "wmma",
-              "On a GPU in bf16 / fp16 (sm_80+): wmma (the default tensor-core flash attention) "
-              "or mma (scores in registers on mma.sync; not yet verified on a GPU).");
+DEFINE_string(attention, "mma",
+              "On a GPU in bf16 / fp16 (sm_80+): mma (the default tensor-core flash attention: "
+              "scores in registers on mma.sync) or wmma (the earlier, slower one).");
 
 namespace fleet::bench {
 namespace {
@@ -439,6 +441,7 @@ CaseResult RunCudaCase(const Preset& p, bool recompute) {
   for (int i = 0; i < kTimedSteps; ++i) step();
   timer.set_enabled(false);
   const std::array<double, kKernelKinds> kind_ms = timer.Collect();
+  RunProfiledStep(step);
 
   auto plan = trainer::PlanGpt(c, {.micro_batch_size = B, .seq_len = T}, &timer);
   CHECK(plan.ok()) << plan.status().ToString();

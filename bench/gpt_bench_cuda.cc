@@ -2,6 +2,7 @@
 #include "bench/gpt_bench_cuda.h"
 
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 #include <glog/logging.h>
 
@@ -294,5 +295,11 @@ double DeviceMemoryUsedMib() {
 }
 
 void SynchronizeDevice() { FLEET_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void RunProfiledStep(const std::function<void()>& step) {
+  FLEET_CUDA_CHECK(cudaProfilerStart());
+  step();
+  FLEET_CUDA_CHECK(cudaProfilerStop());
+}
 
 }  // namespace fleet::bench

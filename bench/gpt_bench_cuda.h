@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -111,7 +112,7 @@ double CublasBf16GemmTflops(int n, int rounds);
 bool SetGemmOperands(trainer::GptKernels* kernels, std::string_view operands);
 
 // Sets which tensor-core attention kernels `kernels` (a CudaGptKernels) runs:
-// "wmma" (the default) or "mma" (CudaGptKernels::AttentionKernel). False for
+// "mma" (the default) or "wmma" (CudaGptKernels::AttentionKernel). False for
 // any other name.
 bool SetAttentionKernel(trainer::GptKernels* kernels, std::string_view name);
 
@@ -121,5 +122,11 @@ double DeviceMemoryUsedMib();
 
 // Waits for all work on the current device.
 void SynchronizeDevice();
+
+// Runs `step` between cudaProfilerStart and cudaProfilerStop, so that
+// `ncu --profile-from-start off gpt_bench ...` profiles the kernels of
+// exactly one training step (scripts/gpu_check.sh with GPU_CHECK_NCU=1).
+// Without a profiler attached it is one more step.
+void RunProfiledStep(const std::function<void()>& step);
 
 }  // namespace fleet::bench

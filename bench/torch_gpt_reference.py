@@ -2,7 +2,7 @@
 """Eager PyTorch on gpt_bench's GPU step, as the outside reference of issue #21.
 
     python3 bench/torch_gpt_reference.py [--preset 124m|345m|1.3b] [--recompute]
-                                         [--seconds 10] [--device cuda:0]
+                                         [--seconds 10] [--device cuda:0] [--profile]
 
 The same model as GptModel: GPT-2 (pre-LayerNorm blocks, GELU tanh, biases,
 the head tied to the token embedding), vocabulary 50304, T 1024 positions;
@@ -12,7 +12,9 @@ fused AdamW (lr 1e-4, betas 0.9 / 0.95, weight decay 0.1), on one fixed
 random batch; attention through scaled_dot_product_attention (causal).
 Presets and batches as gpt_bench's GPU presets. --recompute checkpoints
 each block. Prints tokens/s at the p50 step and the peak memory PyTorch
-allocated. Not part of CI (needs torch and a GPU); scripts/gpu_check.sh runs
+allocated. --profile then runs 3 more steps under torch.profiler and prints
+the GPU time per step by kernel kind, in gpt_bench's kinds, so that each
+kind has its PyTorch figure beside FleetPS's. Not part of CI (needs torch and a GPU); scripts/gpu_check.sh runs
 it when `python3 -c 'import torch'` works.
 """
 import argparse
@@ -79,6 +81,7 @@ def main():
     parser.add_argument("--recompute", action="store_true")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     layers, channels, heads, batch = PRESETS[args.preset]
     device = torch.device(args.device)
@@ -114,6 +117,44 @@ def main():
           f"B {batch} x T {SEQ}, bf16 autocast, recompute {'on' if args.recompute else 'off'}: "
           f"{batch * SEQ / p50:.0f} tokens/s at p50 ({p50 * 1e3:.1f} ms, {len(times)} steps), "
           f"peak allocated {torch.cuda.max_memory_allocated(device) / 2**20:.0f} MiB")
+    if args.profile:
+        print_time_by_kind(step)
+
+
+# gpt_bench's kinds, matched on CUDA kernel names (first match wins).
+KINDS = [("attention", ("flash", "fmha", "attention", "sdpa")),
+         ("matmul", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas")),
+         ("layernorm", ("layer_norm",)),
+         ("gelu", ("gelu",)),
+         ("cross-entropy", ("softmax", "nll", "cross_entropy")),
+         ("embedding", ("embedding", "index")),
+         ("optimizer", ("adam", "multi_tensor")),
+         ("norm/clip", ("norm", "foreach"))]
+
+
+def print_time_by_kind(step, steps=3):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+    by_kind, names = {}, {}
+    for event in prof.key_averages():
+        # Self time: a kernel's own; an operator's is 0 on the device, so
+        # nothing is counted twice.
+        us = getattr(event, "self_device_time_total", None)
+        if us is None:
+            us = event.self_cuda_time_total
+        if us <= 0:
+            continue
+        name = event.key.lower()
+        kind = next((k for k, marks in KINDS if any(m in name for m in marks)), "other")
+        by_kind[kind] = by_kind.get(kind, 0.0) + us / 1e3 / steps
+        names.setdefault(kind, []).append((us / 1e3 / steps, event.key[:70]))
+    total = sum(by_kind.values())
+    print(f"GPU time by kind, ms per step (torch.profiler, {steps} steps): total {total:.1f}")
+    for kind, ms in sorted(by_kind.items(), key=lambda kv: -kv[1]):
+        top = ", ".join(f"{n} {t:.2f}" for t, n in sorted(names[kind], reverse=True)[:3])
+        print(f"    {kind:14s} {ms:7.2f}  ({top})")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@
 # after a failure so one run reports everything; the exit status is that of
 # the first failing step. GPU_CHECK_STEPS (default 30) sets the steps per
 # training run, GPU_CHECK_SECONDS (default 10) the timed seconds per benchmark
-# case; GPU_CHECK_SKIP_TRAIN=1 runs the tests only.
+# case; GPU_CHECK_SKIP_TRAIN=1 runs the tests only; GPU_CHECK_NCU=1 adds
+# Nsight Compute's view of one 124M step (below).
 set -uo pipefail
 OUT=${OUT:-./gpu_check_out}
 mkdir -p "$OUT"
@@ -56,9 +57,9 @@ bench() {  # bench NAME PRESET RECOMPUTE [GPT_BENCH FLAGS...]
 }
 if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   bench gpt_bench_124m 124m off
-  # The same with the mma.sync attention (gpt_cuda_flash_mma.h; off by
-  # default until this run shows it passes the kernel tests and is faster).
-  bench gpt_bench_124m_mma 124m off --attention=mma
+  # The same with the earlier wmma attention (gpt_cuda_flash_tc.h; the
+  # default until an H200 run showed the mma kernels faster).
+  bench gpt_bench_124m_wmma 124m off --attention=wmma
   # The PyTorch eager reference of the same model and step, right after.
   if python3 -c 'import torch' 2> /dev/null; then
     step torch_124m 300 python3 bench/torch_gpt_reference.py --preset=124m --seconds="$secs"
@@ -71,6 +72,30 @@ if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   bench gpt_bench_124m_recompute 124m on
   bench gpt_bench_345m 345m off
   bench gpt_bench_1.3b 1.3b on
+fi
+
+# GPU_CHECK_NCU=1: Nsight Compute on gpt_bench 124m's profiled step (the one
+# between cudaProfilerStart / Stop): every kernel's duration as CSV
+# (ncu_step.csv; bench/ncu_step_summary.py groups it), then the attention
+# kernels' occupancy, stall reasons and throughput (ncu_attention.txt).
+# Clocks as the card has them (--clock-control none).
+if [ "${GPU_CHECK_NCU:-0}" = 1 ]; then
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+  if [ -n "$NCU" ]; then
+    ncu_run() {  # ncu_run NAME NCU_FLAGS...
+      local name=$1; shift
+      step "$name" 300 "$NCU" --clock-control none --profile-from-start off "$@" \
+        "$BIN/gpt_bench" --device=cuda:0 --preset=124m --seconds=0.5 --recompute=off
+    }
+    ncu_run ncu_step --csv --metrics gpu__time_duration.sum
+    grep -E '^"' "$OUT/ncu_step.log" > "$OUT/ncu_step.csv"
+    python3 bench/ncu_step_summary.py "$OUT/ncu_step.csv" >> "$summary" 2>&1
+    ncu_run ncu_attention --kernel-name regex:Flash --launch-count 3 --section SpeedOfLight \
+      --section Occupancy --section LaunchStats --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
+  else
+    echo "ncu: not found" >> "$summary"
+  fi
 fi
 
 # GPT-2 124M (bf16, micro batch 16 x 1024 tokens, one micro-batch per step),

@@ -19,13 +19,12 @@
 // and dQ are separate kernels: every gradient element has one writer, no
 // atomics, the same bits on every call.
 //
-// STATUS: written without a GPU and NOT yet run on one; its logic passes
-// the CPU emulation of CUDA (tests/trainer/gpt_flash_mma_emulated_test.cc,
-// every build). CudaGptKernels keeps
-// the wmma kernels as the default; this path runs only when selected
-// (CudaGptKernels::set_attention_kernel, gpt_bench --attention=mma) and stays
-// off by default until scripts/gpu_check.sh shows it passes
-// GptCudaKernels.AttentionOnTensorCoresMatchesCpu and is faster.
+// STATUS: CudaGptKernels' default tensor-core attention. Written without a
+// GPU; its logic passes the CPU emulation of CUDA on every build
+// (tests/trainer/gpt_flash_mma_emulated_test.cc), and on an NVIDIA H200
+// (2026-12-04, scripts/gpu_check.sh) it passed every attention case of
+// trainer_gpt_cuda_kernels_test and took 27.4 ms of a GPT-2 124M step
+// (B 16 x T 1024, bf16) against the wmma kernels' 37.9 (bench/README.md).
 //
 // Kept free of C++20 (nvcc compiles it as C++17).
 #pragma once

@@ -80,7 +80,7 @@ cudaError_t RoundRows(void* dst, const float* src, size_t rows, size_t cols, siz
 // Which kernels the attention launchers below run where the tile is bf16 or
 // fp16 with a head size that is a multiple of 16 up to 128: kWmma the
 // tensor-core kernels of gpt_cuda_flash_tc.cu, kMma those of
-// gpt_cuda_flash_mma.cu (not yet run on a GPU; see its header), both only
+// gpt_cuda_flash_mma.cu (CudaGptKernels' default), both only
 // when the caller checked TensorCoreAttentionAvailable()
 // (gpt_cuda_flash_tc.h). kTiles, every other case and attention dropout
 // (the tensor-core kernels have none) run the tile kernels
