@@ -217,6 +217,25 @@ __device__ void LoadTile(TT* dst, int ld, const float* src, size_t ld_src, int r
   }
 }
 
+// Which head (b NH + h) and which 64-row tile a block of the 1-D grid of
+// B NH x tiles blocks takes. The blocks of one head are consecutive, so the
+// tiles every block of that head streams (k and v, or q and dout) are read
+// from DRAM about once and then from L2 while the head's blocks run: with
+// the head as the fastest grid index, the 192 heads of GPT-2 124M at B 16
+// kept ~100 MB of float32 k and v in flight, over the H200's L2, and the
+// forward kernel read 0.77 GB from DRAM per call where q, k, v and out are
+// 0.2 GB (L2 hit rate 33%, ncu; head-major: 77%). Within a head, the tile
+// that streams the most runs first (the last queries; for dK/dV the first
+// keys), so the short causal tiles fill in at the end.
+struct BlockTile {
+  int bh;    // b NH + h
+  int row0;  // first row (query or key) of the block's tile
+};
+__device__ __forceinline__ BlockTile HeadMajorTile(int tiles, bool longest_last) {
+  const int id = static_cast<int>(blockIdx.x), tile = id % tiles;
+  return {id / tiles, (longest_last ? tiles - 1 - tile : tile) * kOwn};
+}
+
 // Sum over the four lanes of a fragment row (lanes 4 g .. 4 g + 3).
 __device__ __forceinline__ float RowSum(float x) {
   x += __shfl_xor_sync(kFullMask, x, 1);
@@ -227,7 +246,7 @@ __device__ __forceinline__ float RowMax(float x) {
   return fmaxf(x, __shfl_xor_sync(kFullMask, x, 2));
 }
 
-// Grid (B NH, ceil(Tq / 64)). Warp w: queries q0 + 16 w .. + 15 against key
+// Grid B NH x ceil(Tq / 64) (HeadMajorTile). Warp w: queries q0 + 16 w .. + 15 against key
 // tiles of S up to its last query's position; online softmax per row (m, l
 // in registers, l summed per lane and over the row's four lanes at the end:
 // every lane of a row applies the same corrections).
@@ -244,8 +263,9 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
   TT* sK = carve.Take<TT>(size_t(S) * L::kLdRow);
   TT* sVt = carve.Take<TT>(size_t(HS) * L::kLdT);  // sVt[d][key]
 
-  const int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH;
-  const int q0 = blockIdx.y * kOwn;
+  const BlockTile tile = HeadMajorTile((a.Tq + kOwn - 1) / kOwn, true);
+  const int bh = tile.bh, b = bh / a.NH, h = bh % a.NH;
+  const int q0 = tile.row0;
   const int warp = threadIdx.x / 32, g = LaneRow(), t = LaneCol();
   const int qw = q0 + warp * 16;  // the warp's first query; the lane's are qw + g, qw + g + 8
   const int Tk = a.past + a.Tq;   // keys in the sequence
@@ -330,7 +350,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
 #endif
 }
 
-// dK, dV of the block's 64 keys: grid (B NH, ceil(T / 64)). Streams the
+// dK, dV of the block's 64 keys: grid B NH x ceil(T / 64). Streams the
 // query tiles from the block's first key on (earlier queries do not see
 // these keys). Per tile warp w forms, for its 16 keys kw .. kw + 15,
 // S^T = K Q^T and dP^T = V dO^T (keys are the rows, so P^T and dS^T come out
@@ -355,8 +375,9 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
   float* sD = carve.Take<float>(S);
 
   const int T = a.T, C = a.C;
-  const int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH;
-  const int k0 = blockIdx.y * kOwn;
+  const BlockTile tile = HeadMajorTile((T + kOwn - 1) / kOwn, false);
+  const int bh = tile.bh, b = bh / a.NH, h = bh % a.NH;
+  const int k0 = tile.row0;
   const int warp = threadIdx.x / 32, g = LaneRow(), t = LaneCol();
   const int kw = k0 + warp * 16;  // the warp's first key; the lane's are kw + g, kw + g + 8
   const size_t C3 = size_t(3) * C;
@@ -386,28 +407,37 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
     // Warp-uniform: every query of the tile precedes every key of the warp.
     if (warp_idle || q0 + S - 1 < kw) continue;
 
-    float st[S / 8][4] = {}, dpt[S / 8][4] = {};
-    RowsTimesRowsT<TT, HS, S>(st, wK, L::kLdRow, sQ, L::kLdRow);
-    RowsTimesRowsT<TT, HS, S>(dpt, wV, L::kLdRow, sdO, L::kLdRow);
-    // Warp-uniform: every query real and at or after the warp's last key.
-    const bool needs_mask = !(q0 + S <= T && q0 >= kw + 15);
+    // 64-query tiles in two halves of H: P^T and dS^T of one half live at a
+    // time (at head size 64, 234 registers a thread with the whole tile, 2
+    // blocks an SM; 168 in halves, 3), and the products still add their
+    // 16-query k-slices in order, so the sums are the same.
+    constexpr int kHalves = S >= 64 ? 2 : 1, H = S / kHalves;
 #pragma unroll
-    for (int j = 0; j < S / 8; ++j) {
+    for (int half = 0; half < kHalves; ++half) {
+      const int c0 = half * H;  // the half's first query: q0 + c0
+      float st[H / 8][4] = {}, dpt[H / 8][4] = {};
+      RowsTimesRowsT<TT, HS, H>(st, wK, L::kLdRow, sQ + c0 * L::kLdRow, L::kLdRow);
+      RowsTimesRowsT<TT, HS, H>(dpt, wV, L::kLdRow, sdO + c0 * L::kLdRow, L::kLdRow);
+      // Warp-uniform: every query real and at or after the warp's last key.
+      const bool needs_mask = !(q0 + c0 + H <= T && q0 + c0 >= kw + 15);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = 8 * j + 2 * t + e % 2;  // query q0 + c
-        const int key = kw + g + 8 * (e / 2);
-        float p = 0.0f, ds = 0.0f;
-        if (!needs_mask || (q0 + c < T && q0 + c >= key)) {
-          p = expf(st[j][e] * a.scale - sL[c]);
-          ds = p * (dpt[j][e] - sD[c]) * a.scale;
+      for (int j = 0; j < H / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = c0 + 8 * j + 2 * t + e % 2;  // query q0 + c
+          const int key = kw + g + 8 * (e / 2);
+          float p = 0.0f, ds = 0.0f;
+          if (!needs_mask || (q0 + c < T && q0 + c >= key)) {
+            p = expf(st[j][e] * a.scale - sL[c]);
+            ds = p * (dpt[j][e] - sD[c]) * a.scale;
+          }
+          st[j][e] = p;
+          dpt[j][e] = ds;
         }
-        st[j][e] = p;
-        dpt[j][e] = ds;
       }
+      RegsTimesRowsT<TT, H, HS>(dv, st, sdOt + c0, L::kLdT);  // B[query][d] = sdOt[d][query]
+      RegsTimesRowsT<TT, H, HS>(dk, dpt, sQt + c0, L::kLdT);
     }
-    RegsTimesRowsT<TT, S, HS>(dv, st, sdOt, L::kLdT);  // B[query][d] = sdOt[d][query]
-    RegsTimesRowsT<TT, S, HS>(dk, dpt, sQt, L::kLdT);
   }
   if (warp_idle) return;  // no barrier follows
 #pragma unroll
@@ -426,11 +456,14 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
 #endif
 }
 
-// dQ of the block's 64 queries: grid (B NH, ceil(T / 64)). Streams the key
+// dQ of the block's 64 queries: grid B NH x ceil(T / 64). Streams the key
 // tiles up to the block's last query; per tile warp w forms S = Q K^T and
 // dP = dO V^T for its 16 queries, dS = P (dP - D) scale, then dQ += dS K.
+// At most 128 registers a thread at head sizes up to 64 (4 blocks an SM
+// instead of 3; the compiler took 166 unbounded, and spills nothing at 128),
+// 168 above (3 blocks; head size 112 then spills 8 bytes).
 template <typename TT, int HS>
-__global__ void __launch_bounds__(kThreads) FlashBackwardQMma(BackwardArgs a) {
+__global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 3) FlashBackwardQMma(BackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
@@ -445,8 +478,9 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQMma(BackwardArgs a) {
   TT* sKt = carve.Take<TT>(size_t(HS) * L::kLdT);  // sKt[d][key]
 
   const int T = a.T, C = a.C;
-  const int bh = blockIdx.x, b = bh / a.NH, h = bh % a.NH;
-  const int q0 = blockIdx.y * kOwn;
+  const BlockTile tile = HeadMajorTile((T + kOwn - 1) / kOwn, true);
+  const int bh = tile.bh, b = bh / a.NH, h = bh % a.NH;
+  const int q0 = tile.row0;
   const int warp = threadIdx.x / 32, g = LaneRow(), t = LaneCol();
   const int qw = q0 + warp * 16;  // the warp's first query; the lane's are qw + g, qw + g + 8
   const size_t C3 = size_t(3) * C;
@@ -513,7 +547,10 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQMma(BackwardArgs a) {
 #endif
 }
 
-unsigned RowTiles(int rows) { return static_cast<unsigned>((rows + kOwn - 1) / kOwn); }
+// The 1-D grid of HeadMajorTile: every head's row tiles.
+unsigned HeadMajorGrid(int heads, int rows) {
+  return static_cast<unsigned>(heads) * static_cast<unsigned>((rows + kOwn - 1) / kOwn);
+}
 
 struct LaunchForward {
   const ForwardArgs& a;
@@ -525,7 +562,7 @@ struct LaunchForward {
     constexpr size_t bytes = ForwardSmemBytes<TT, HS>();
     cudaError_t e = AllowDynamicShared(kernel, bytes);
     if (e != cudaSuccess) return e;
-    const dim3 grid(static_cast<unsigned>(B * a.NH), RowTiles(a.Tq));
+    const dim3 grid(HeadMajorGrid(B * a.NH, a.Tq));
     return FLEET_LAUNCH(kernel, grid, dim3(kThreads), bytes, s, a);
   }
 };
@@ -536,7 +573,7 @@ struct LaunchBackward {
   cudaStream_t s;
   template <typename TT, int HS>
   cudaError_t operator()() const {
-    const dim3 grid(static_cast<unsigned>(B * a.NH), RowTiles(a.T));
+    const dim3 grid(HeadMajorGrid(B * a.NH, a.T));
     const auto kv_kernel = FlashBackwardKvMma<TT, HS>;
     constexpr size_t kv_bytes = BackwardKvSmemBytes<TT, HS>();
     cudaError_t e = AllowDynamicShared(kv_kernel, kv_bytes);
