@@ -3,6 +3,8 @@
 // row): the towers' tensors are small and the GEMMs, done by cuBLAS, dominate.
 #include "trainer/kernels/cuda_kernels.h"
 
+#include <cmath>
+
 namespace fleet::trainer::cuda {
 namespace {
 
@@ -199,7 +201,12 @@ cudaError_t SoftmaxCrossEntropyBackward(float* dlogits, const float* probs,
   return cudaGetLastError();
 }
 cudaError_t Fill(float* x, size_t n, float value, cudaStream_t s) {
-  if (n) FillKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, value);
+  if (n == 0) return cudaGetLastError();
+  // +0.0f is all zero bytes: the driver's memset writes at the copy engine's
+  // rate (the per-element kernel zeroed a GPT-2 124M step's input-gradient
+  // buffers at ~1.7 TB/s on an H200, 3.7 ms a step).
+  if (value == 0.0f && !std::signbit(value)) return cudaMemsetAsync(x, 0, n * sizeof(float), s);
+  FillKernel<<<Blocks(n), kThreads, 0, s>>>(x, n, value);
   return cudaGetLastError();
 }
 cudaError_t SgdUpdate(float* p, const float* g, size_t n, float lr, float wd, cudaStream_t s) {
