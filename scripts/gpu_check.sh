@@ -15,8 +15,10 @@
 # after a failure so one run reports everything; the exit status is that of
 # the first failing step. GPU_CHECK_STEPS (default 30) sets the steps per
 # training run, GPU_CHECK_SECONDS (default 10) the timed seconds per benchmark
-# case; GPU_CHECK_SKIP_TRAIN=1 runs the tests only; GPU_CHECK_NCU=1 adds
-# Nsight Compute's view of one 124M step (below).
+# case; GPU_CHECK_SKIP_TRAIN=1 runs the tests only; GPU_CHECK_QUICK=1 the
+# tests and the main figures only (124M with its PyTorch reference, 345M,
+# 1.3B: no variants, no gpt_pretrain runs); GPU_CHECK_NCU=1 adds Nsight
+# Compute's view of one 124M step (below).
 set -uo pipefail
 OUT=${OUT:-./gpu_check_out}
 mkdir -p "$OUT"
@@ -55,11 +57,12 @@ bench() {  # bench NAME PRESET RECOMPUTE [GPT_BENCH FLAGS...]
     --recompute="$recompute" "$@"
   grep -E 'tokens/s at p50|MFU|VERIFY|^    [a-z]+ +[0-9.]+%' "$OUT/$name.log" | sed "s|^|  |" >> "$summary"
 }
+quick=${GPU_CHECK_QUICK:-0}
 if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   bench gpt_bench_124m 124m off
   # The same with the earlier wmma attention (gpt_cuda_flash_tc.h; the
   # default until an H200 run showed the mma kernels faster).
-  bench gpt_bench_124m_wmma 124m off --attention=wmma
+  [ "$quick" = 1 ] || bench gpt_bench_124m_wmma 124m off --attention=wmma
   # The PyTorch eager reference of the same model and step, right after.
   if python3 -c 'import torch' 2> /dev/null; then
     step torch_124m 300 python3 bench/torch_gpt_reference.py --preset=124m --seconds="$secs"
@@ -67,9 +70,11 @@ if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   else
     echo "torch reference: python3 cannot import torch here" >> "$summary"
   fi
-  # The GEMMs fed float32 operands (cuBLAS rounds them inside its kernels).
-  bench gpt_bench_124m_in_kernel 124m off --gemm_operands=in_kernel
-  bench gpt_bench_124m_recompute 124m on
+  if [ "$quick" != 1 ]; then
+    # The GEMMs fed float32 operands (cuBLAS rounds them inside its kernels).
+    bench gpt_bench_124m_in_kernel 124m off --gemm_operands=in_kernel
+    bench gpt_bench_124m_recompute 124m on
+  fi
   bench gpt_bench_345m 345m off
   bench gpt_bench_1.3b 1.3b on
 fi
@@ -77,7 +82,7 @@ fi
 # GPU_CHECK_NCU=1: Nsight Compute on gpt_bench 124m's profiled step (the one
 # between cudaProfilerStart / Stop): every kernel's duration as CSV
 # (ncu_step.csv; bench/ncu_step_summary.py groups it), then the attention
-# kernels' occupancy, stall reasons and throughput (ncu_attention.txt).
+# kernels' occupancy, stall reasons and throughput (ncu_attention.log).
 # Clocks as the card has them (--clock-control none).
 if [ "${GPU_CHECK_NCU:-0}" = 1 ]; then
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
@@ -90,7 +95,8 @@ if [ "${GPU_CHECK_NCU:-0}" = 1 ]; then
     ncu_run ncu_step --csv --metrics gpu__time_duration.sum
     grep -E '^"' "$OUT/ncu_step.log" > "$OUT/ncu_step.csv"
     python3 bench/ncu_step_summary.py "$OUT/ncu_step.csv" >> "$summary" 2>&1
-    ncu_run ncu_attention --kernel-name regex:Flash --launch-count 3 --section SpeedOfLight \
+    # The first launch of each attention kernel (forward, dK/dV, dQ).
+    ncu_run ncu_attention --kernel-id ::regex:Flash:1 --section SpeedOfLight \
       --section Occupancy --section LaunchStats --section WarpStateStats \
       --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis
   else
@@ -103,7 +109,7 @@ fi
 # started by hand (no FLEET_DEVICE: a single process takes cuda:0), on the
 # fortunes tokens pack.sh made (llm.c .bin shards: TokenBinDataset).
 # gpt_pretrain logs tokens/s per step.
-if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
+if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ] && [ "$quick" != 1 ]; then
   steps=${GPU_CHECK_STEPS:-30}
   common=(-o "Engine.max_steps=$steps" -o "Optimizer.lr.decay_steps=$steps"
           -o Engine.eval_freq=1000000 -o Engine.save_load.save_steps=1000000
