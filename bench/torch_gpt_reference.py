@@ -11,11 +11,12 @@ cross-entropy under bf16 autocast, backward, global-norm clipping at 1.0,
 fused AdamW (lr 1e-4, betas 0.9 / 0.95, weight decay 0.1), on one fixed
 random batch; attention through scaled_dot_product_attention (causal).
 Presets and batches as gpt_bench's GPU presets. --recompute checkpoints
-each block. Prints tokens/s at the p50 step and the peak memory PyTorch
-allocated. --profile then runs 3 more steps under torch.profiler and prints
-the GPU time per step by kernel kind, in gpt_bench's kinds, so that each
-kind has its PyTorch figure beside FleetPS's. Not part of CI (needs torch and a GPU); scripts/gpu_check.sh runs
-it when `python3 -c 'import torch'` works.
+each block. Prints tokens/s at the p50 step, the peak memory PyTorch
+allocated and, as gpt_bench counts it, the device memory in use.
+--profile then runs 3 more steps under torch.profiler and prints the GPU
+time per step by kernel kind, in gpt_bench's kinds, so that each kind has
+its PyTorch figure beside FleetPS's. Not part of CI (needs torch and a
+GPU); scripts/gpu_check.sh runs it when `python3 -c 'import torch'` works.
 """
 import argparse
 import time
@@ -117,6 +118,12 @@ def main():
           f"B {batch} x T {SEQ}, bf16 autocast, recompute {'on' if args.recompute else 'off'}: "
           f"{batch * SEQ / p50:.0f} tokens/s at p50 ({p50 * 1e3:.1f} ms, {len(times)} steps), "
           f"peak allocated {torch.cuda.max_memory_allocated(device) / 2**20:.0f} MiB")
+    # gpt_bench's figure is the device's total minus free (context and
+    # library workspaces included): the same reading here, with the caching
+    # allocator still holding what it reserved at the peak.
+    free, total = torch.cuda.mem_get_info(device)
+    print(f"device memory in use {(total - free) / 2**20:.0f} MiB (PyTorch reserved at peak "
+          f"{torch.cuda.max_memory_reserved(device) / 2**20:.0f} MiB)")
     if args.profile:
         print_time_by_kind(step)
 

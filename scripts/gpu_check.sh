@@ -55,7 +55,8 @@ bench() {  # bench NAME PRESET RECOMPUTE [GPT_BENCH FLAGS...]
   local name=$1 preset=$2 recompute=$3; shift 3
   step "$name" 300 "$BIN/gpt_bench" --device=cuda:0 --preset="$preset" --seconds="$secs" \
     --recompute="$recompute" "$@"
-  grep -E 'tokens/s at p50|MFU|VERIFY|^    [a-z]+ +[0-9.]+%' "$OUT/$name.log" | sed "s|^|  |" >> "$summary"
+  grep -E 'tokens/s at p50|MFU|VERIFY|^    [a-z]+ +[0-9.]+%|device memory in use' "$OUT/$name.log" |
+    sed "s|^|  |" >> "$summary"
 }
 quick=${GPU_CHECK_QUICK:-0}
 if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
@@ -66,7 +67,7 @@ if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   # The PyTorch eager reference of the same model and step, right after.
   if python3 -c 'import torch' 2> /dev/null; then
     step torch_124m 300 python3 bench/torch_gpt_reference.py --preset=124m --seconds="$secs"
-    grep -h 'tokens/s' "$OUT"/torch_124m.log | sed "s|^|  |" >> "$summary"
+    grep -h 'tokens/s\|device memory' "$OUT"/torch_124m.log | sed "s|^|  |" >> "$summary"
   else
     echo "torch reference: python3 cannot import torch here" >> "$summary"
   fi
