@@ -13,7 +13,10 @@
 # per test, benchmark and training run, and summary.txt (each step's exit status,
 # the tests' verdict lines and the runs' last throughput lines). Steps go on
 # after a failure so one run reports everything; the exit status is that of
-# the first failing step. GPU_CHECK_STEPS (default 30) sets the steps per
+# the first failing step. A tool that brings back only a few files (the
+# device tool: 8) gets them as one archive: OUT=/tmp/gc bash
+# scripts/gpu_check.sh; tar -czf "$TOOL_OUT/gc.tar.gz" -C /tmp gc.
+# GPU_CHECK_STEPS (default 30) sets the steps per
 # training run, GPU_CHECK_SECONDS (default 10) the timed seconds per benchmark
 # case; GPU_CHECK_SKIP_TRAIN=1 runs the tests only; GPU_CHECK_QUICK=1 the
 # tests and the main figures only (124M with its PyTorch reference, 345M,
