@@ -1,6 +1,7 @@
 // The CPU emulation of CUDA kernels (cuda_emulation.h) against plain loops:
-// the mma's fragment layout as the PTX ISA states it, shuffles, barriers,
-// and threads that meet at different barriers reported instead of hanging.
+// the mma's and ldmatrix's fragment layouts as the PTX ISA states them,
+// shuffles, barriers, and threads that meet at different barriers reported
+// instead of hanging.
 // Built with FLEET_CUDA_EMULATION (the fleet_cuda_emulation target).
 #include "trainer/kernels/cuda_emulation.h"
 
@@ -77,6 +78,40 @@ void CheckMma() {
 
 TEST(CudaEmulationTest, MmaBf16FollowsThePtxFragmentLayout) { CheckMma<__nv_bfloat16>(); }
 TEST(CudaEmulationTest, MmaFp16FollowsThePtxFragmentLayout) { CheckMma<__half>(); }
+
+// ldmatrix.x4.trans: four 8x8 matrices of 16-bit values at rows of 12 words
+// (48 bytes, 16-byte aligned, padded as the kernels pad); lane 8 i + j
+// passes row j of matrix i, and each lane gets {M_i[2t][g], M_i[2t+1][g]}
+// (the PTX ISA's ldmatrix with .trans: lane 4 r + w holds word w of row r
+// of the transposed matrix).
+__global__ void LdMatrixKernel(uint32_t* out, const uint16_t* rows, unsigned stride) {
+  const unsigned lane = threadIdx.x;
+  uint32_t r[4];
+  trainer::cuda::LdMatrixX4Trans(r, rows + (lane / 8) * 8 * stride + (lane % 8) * stride);
+  for (int i = 0; i < 4; ++i) out[lane * 4 + i] = r[i];
+}
+
+TEST(CudaEmulationTest, LdMatrixTransFollowsThePtxLayout) {
+  constexpr unsigned kStride = 24;  // elements a row: 8 used, 16 of padding
+  alignas(16) uint16_t rows[32 * kStride];
+  for (unsigned m = 0; m < 4; ++m) {
+    for (unsigned row = 0; row < 8; ++row) {
+      for (unsigned col = 0; col < kStride; ++col) {
+        rows[(m * 8 + row) * kStride + col] = static_cast<uint16_t>(1000 * m + 10 * row + col);
+      }
+    }
+  }
+  std::vector<uint32_t> out(32 * 4, 0);
+  ASSERT_EQ(FLEET_LAUNCH(LdMatrixKernel, dim3(1), dim3(32), 0, nullptr, out.data(), rows, kStride),
+            cudaSuccess);
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    const unsigned g = lane / 4, t = lane % 4;
+    for (unsigned m = 0; m < 4; ++m) {
+      const uint32_t lo = 1000 * m + 10 * (2 * t) + g, hi = 1000 * m + 10 * (2 * t + 1) + g;
+      EXPECT_EQ(out[lane * 4 + m], lo | hi << 16) << "lane " << lane << " matrix " << m;
+    }
+  }
+}
 
 // Each warp sums its lanes with xor shuffles; thread 0 of the block then
 // adds the warps' sums from shared memory after __syncthreads.

@@ -93,4 +93,20 @@ __device__ __forceinline__ void Mma16816(float d[4], const uint32_t a[4], const 
 #endif
 }
 
+// r[i] = {M_i[2t][g], M_i[2t+1][g]} of four 8x8 16-bit matrices in shared
+// memory, lane 8 i + j passing the address of row j of M_i (16-byte
+// aligned): ldmatrix.sync.aligned.m8n8.x4.trans (cuda_emulation.h spells it
+// out), the B fragments of two m16n8k16 products from a row-major [k][n]
+// tile. Only where FLEET_MMA_COMPILED.
+__device__ __forceinline__ void LdMatrixX4Trans(uint32_t r[4], const void* row) {
+#ifdef FLEET_CUDA_EMULATION
+  ::fleet::cuda_emulation::LdMatrixX4Trans(r, row);
+#elif FLEET_MMA_COMPILED
+  const auto address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#endif
+}
+
 }  // namespace fleet::trainer::cuda

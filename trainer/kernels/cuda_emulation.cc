@@ -277,6 +277,22 @@ void Mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float 
   std::memcpy(d, out, sizeof(out));
 }
 
+void LdMatrixX4Trans(uint32_t r[4], const void* row) {
+  WarpBank& x = NextBank();
+  const unsigned me = LaneId();
+  const auto address = reinterpret_cast<uintptr_t>(row);
+  CHECK_EQ(address % 16, 0u) << "ldmatrix: lane " << me << " passed a row that is not 16-byte aligned";
+  x.bits[me] = address;
+  SyncWarp();
+  const unsigned g = me / 4, t = me % 4;
+  auto element = [&](unsigned lane) {  // element g of the row lane `lane` passed
+    uint16_t e;
+    std::memcpy(&e, reinterpret_cast<const char*>(x.bits[lane]) + 2 * g, sizeof(e));
+    return uint32_t{e};
+  };
+  for (unsigned i = 0; i < 4; ++i) r[i] = element(8 * i + 2 * t) | element(8 * i + 2 * t + 1) << 16;
+}
+
 }  // namespace fleet::cuda_emulation
 
 namespace fleet::cuda_emulation_support {

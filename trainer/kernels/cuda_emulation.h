@@ -75,6 +75,14 @@ uint64_t ShuffleBits(uint64_t bits, unsigned lane);
 // Every lane of the warp must call it.
 void Mma16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], bool bf16);
 
+// ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16: lane 8 i + j passes the
+// address of row j of 8x8 matrix M_i (8 16-bit elements, 16-byte aligned;
+// a misaligned row is a kernel bug and stops the test), and each lane gets
+// r[i] = {M_i[2t][g], M_i[2t+1][g]} (g = lane / 4, t = lane % 4, the first
+// in the low 16 bits): M_i transposed into the layout of an mma fragment.
+// Every lane of the warp must call it.
+void LdMatrixX4Trans(uint32_t r[4], const void* row);
+
 }  // namespace fleet::cuda_emulation
 
 // The CUDA intrinsics the emulated kernels call.
