@@ -41,7 +41,7 @@
 // One more step runs between cudaProfilerStart / Stop for
 // `ncu --profile-from-start off` (scripts/gpu_check.sh, GPU_CHECK_NCU=1).
 //   gpt_bench --device=cuda:0 [--preset=124m|345m|1.3b|all] [--precision=bf16|fp16|fp32]
-//             [--attention=mma|wmma]
+//             [--attention=mma|wmma|mma_ldmatrix]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,7 +89,8 @@ DEFINE_string(gemm_operands, "rounded",
               "in_kernel (float32 operands, cuBLAS's FAST_16BF compute type).");
 DEFINE_string(attention, "mma",
               "On a GPU in bf16 / fp16 (sm_80+): mma (the default tensor-core flash attention: "
-              "scores in registers on mma.sync) or wmma (the earlier, slower one).");
+              "scores in registers on mma.sync), wmma (the earlier, slower one) or mma_ldmatrix "
+              "(mma reading transposed operands with ldmatrix; not yet run on a GPU).");
 
 namespace fleet::bench {
 namespace {
@@ -386,7 +387,7 @@ CaseResult RunCudaCase(const Preset& p, bool recompute) {
     return result;
   }
   if (!SetAttentionKernel(compute->kernels.get(), FLAGS_attention)) {
-    std::printf("--attention must be wmma or mma, got %s\n", FLAGS_attention.c_str());
+    std::printf("--attention must be mma, wmma or mma_ldmatrix, got %s\n", FLAGS_attention.c_str());
     return result;
   }
   KernelTimer timer(compute->kernels.get(), *compute->backend);

@@ -282,6 +282,8 @@ bool SetAttentionKernel(trainer::GptKernels* kernels, std::string_view name) {
     cuda->set_attention_kernel(Kernel::kWmma);
   } else if (name == "mma") {
     cuda->set_attention_kernel(Kernel::kMma);
+  } else if (name == "mma_ldmatrix") {
+    cuda->set_attention_kernel(Kernel::kMmaLdMatrix);
   } else {
     return false;
   }

@@ -112,7 +112,7 @@ double CublasBf16GemmTflops(int n, int rounds);
 bool SetGemmOperands(trainer::GptKernels* kernels, std::string_view operands);
 
 // Sets which tensor-core attention kernels `kernels` (a CudaGptKernels) runs:
-// "mma" (the default) or "wmma" (CudaGptKernels::AttentionKernel). False for
+// "mma" (the default), "wmma" or "mma_ldmatrix" (CudaGptKernels::AttentionKernel). False for
 // any other name.
 bool SetAttentionKernel(trainer::GptKernels* kernels, std::string_view name);
 

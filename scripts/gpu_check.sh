@@ -67,6 +67,10 @@ if [ "${GPU_CHECK_SKIP_TRAIN:-0}" != 1 ]; then
   # The same with the earlier wmma attention (gpt_cuda_flash_tc.h; the
   # default until an H200 run showed the mma kernels faster).
   [ "$quick" = 1 ] || bench gpt_bench_124m_wmma 124m off --attention=wmma
+  # The mma kernels with ldmatrix in place of transposed copies
+  # (MmaTransposes::kLdMatrix): the default once a run shows it passes the
+  # attention tests and is faster.
+  bench gpt_bench_124m_ldmatrix 124m off --attention=mma_ldmatrix
   # The PyTorch eager reference of the same model and step, right after.
   if python3 -c 'import torch' 2> /dev/null; then
     step torch_124m 300 python3 bench/torch_gpt_reference.py --preset=124m --seconds="$secs"

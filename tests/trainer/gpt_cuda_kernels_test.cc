@@ -158,10 +158,11 @@ constexpr const char* kNoTensorCores =
     "tensor-core attention unavailable here (a GPU before sm_80, or a build without sm_80+ "
     "code: configure with -DCMAKE_CUDA_ARCHITECTURES=\"80;90\")";
 
-// Both tensor-core attention implementations, with the names tests print.
+// The tensor-core attention kernels, with the names tests print.
 const std::vector<std::pair<CudaGptKernels::AttentionKernel, std::string_view>> kTensorCoreKernels =
     {{CudaGptKernels::AttentionKernel::kWmma, "wmma"},
-     {CudaGptKernels::AttentionKernel::kMma, "mma"}};
+     {CudaGptKernels::AttentionKernel::kMma, "mma"},
+     {CudaGptKernels::AttentionKernel::kMmaLdMatrix, "mma_ldmatrix"}};
 
 class GptCudaKernels : public ::testing::TestWithParam<Precision> {
  protected:

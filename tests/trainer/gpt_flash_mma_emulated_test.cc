@@ -98,15 +98,26 @@ Forward Reference(const Layout& x) {
   return r;
 }
 
+// Both ways of taking the transposed operands (MmaTransposes): each within
+// tolerance of double precision, and the two with the same bits.
 void CheckForward(const Layout& x, TileType tile, const std::string& at) {
   const Forward want = Reference(x);
-  std::vector<float> out(want.out.size(), -7.0f), lse(want.lse.size(), -7.0f);
-  ASSERT_EQ(MmaAttentionForward(out.data(), lse.data(), x.q, x.k, x.v, x.q_batch, x.kv_batch,
-                                x.q_ld, x.kv_ld, x.B, x.Tq, x.past, x.C, x.NH, tile, nullptr),
-            cudaSuccess)
-      << at;
-  EXPECT_TRUE(Close(at + " out", out, want.out, tile));
-  EXPECT_TRUE(Close(at + " lse", lse, want.lse, tile));
+  std::vector<float> outs[2], lses[2];
+  for (const MmaTransposes transposes : {MmaTransposes::kCopies, MmaTransposes::kLdMatrix}) {
+    const int i = transposes == MmaTransposes::kLdMatrix;
+    const std::string where = at + (i ? " ldmatrix" : " copies");
+    std::vector<float>& out = outs[i] = std::vector<float>(want.out.size(), -7.0f);
+    std::vector<float>& lse = lses[i] = std::vector<float>(want.lse.size(), -7.0f);
+    ASSERT_EQ(MmaAttentionForward(out.data(), lse.data(), x.q, x.k, x.v, x.q_batch, x.kv_batch,
+                                  x.q_ld, x.kv_ld, x.B, x.Tq, x.past, x.C, x.NH, tile, transposes,
+                                  nullptr),
+              cudaSuccess)
+        << where;
+    EXPECT_TRUE(Close(where + " out", out, want.out, tile));
+    EXPECT_TRUE(Close(where + " lse", lse, want.lse, tile));
+  }
+  EXPECT_EQ(outs[0], outs[1]) << at;
+  EXPECT_EQ(lses[0], lses[1]) << at;
 }
 
 struct Shape {
@@ -218,26 +229,33 @@ TEST_P(MmaAttentionEmulated, BackwardMatchesDoubleReference) {
         }
       }
     }
-    // The kernels add into dqkv: start from a non-zero gradient.
+    // The kernels add into dqkv: start from a non-zero gradient. Both ways
+    // of taking the transposed operands, with the same bits.
     const auto start = Random(qkv.size(), 62);
-    std::vector<float> dqkv = start;
-    ASSERT_EQ(MmaAttentionBackward(dqkv.data(), dout.data(), qkv.data(), lse.data(), dots.data(),
-                                   s.B, s.T, s.C, s.NH, GetParam(), nullptr),
-              cudaSuccess)
-        << at;
-    // q, k and v gradients separately: their scales differ.
-    for (int part = 0; part < 3; ++part) {
-      std::vector<float> got;
-      std::vector<double> expected;
-      for (size_t r = 0; r < size_t(s.B) * s.T; ++r) {
-        for (int c = 0; c < s.C; ++c) {
-          const size_t i = r * row + part * s.C + c;
-          got.push_back(dqkv[i] - start[i]);
-          expected.push_back(want[i]);
+    std::vector<float> results[2];
+    for (const MmaTransposes transposes : {MmaTransposes::kCopies, MmaTransposes::kLdMatrix}) {
+      const int t = transposes == MmaTransposes::kLdMatrix;
+      const std::string where = at + (t ? " ldmatrix" : " copies");
+      std::vector<float>& dqkv = results[t] = start;
+      ASSERT_EQ(MmaAttentionBackward(dqkv.data(), dout.data(), qkv.data(), lse.data(), dots.data(),
+                                     s.B, s.T, s.C, s.NH, GetParam(), transposes, nullptr),
+                cudaSuccess)
+          << where;
+      // q, k and v gradients separately: their scales differ.
+      for (int part = 0; part < 3; ++part) {
+        std::vector<float> got;
+        std::vector<double> expected;
+        for (size_t r = 0; r < size_t(s.B) * s.T; ++r) {
+          for (int c = 0; c < s.C; ++c) {
+            const size_t i = r * row + part * s.C + c;
+            got.push_back(dqkv[i] - start[i]);
+            expected.push_back(want[i]);
+          }
         }
+        EXPECT_TRUE(Close(where + " d" + "qkv"[part], got, expected, GetParam()));
       }
-      EXPECT_TRUE(Close(at + " d" + "qkv"[part], got, expected, GetParam()));
     }
+    EXPECT_EQ(results[0], results[1]) << at;
   }
 }
 

@@ -52,36 +52,39 @@ struct Tiles {
   static_assert(kLdRow % 8 == 0 && kLdT % 8 == 0, "strides of 4 mod 8 words (see top)");
 };
 
-template <typename TT, int HS>
+// kLdMatrix: no transposed copies (the B operands that need a transpose come
+// from the row-major tiles through ldmatrix.trans; see MmaTransposes).
+template <typename TT, int HS, bool kLdMatrix>
 constexpr size_t ForwardSmemBytes() {
   using L = Tiles<HS>;
   return Align128(size_t(kOwn) * L::kLdRow * sizeof(TT)) +        // sQ
          Align128(size_t(L::kStream) * L::kLdRow * sizeof(TT)) +  // sK
-         Align128(size_t(HS) * L::kLdT * sizeof(TT));             // sVt
+         (kLdMatrix ? Align128(size_t(L::kStream) * L::kLdRow * sizeof(TT))  // sV
+                    : Align128(size_t(HS) * L::kLdT * sizeof(TT)));          // sVt
 }
-template <typename TT, int HS>
+template <typename TT, int HS, bool kLdMatrix>
 constexpr size_t BackwardKvSmemBytes() {
   using L = Tiles<HS>;
-  return 2 * Align128(size_t(kOwn) * L::kLdRow * sizeof(TT)) +        // sK, sV
-         2 * Align128(size_t(L::kStream) * L::kLdRow * sizeof(TT)) +  // sQ, sdO
-         2 * Align128(size_t(HS) * L::kLdT * sizeof(TT)) +            // sQt, sdOt
-         2 * Align128(size_t(L::kStream) * sizeof(float));            // sL, sD
+  return 2 * Align128(size_t(kOwn) * L::kLdRow * sizeof(TT)) +                       // sK, sV
+         2 * Align128(size_t(L::kStream) * L::kLdRow * sizeof(TT)) +                 // sQ, sdO
+         (kLdMatrix ? 0 : 2 * Align128(size_t(HS) * L::kLdT * sizeof(TT))) +  // sQt, sdOt
+         2 * Align128(size_t(L::kStream) * sizeof(float));                           // sL, sD
 }
-template <typename TT, int HS>
+template <typename TT, int HS, bool kLdMatrix>
 constexpr size_t BackwardQSmemBytes() {
   using L = Tiles<HS>;
   return 2 * Align128(size_t(kOwn) * L::kLdRow * sizeof(TT)) +        // sQ, sdO
          2 * Align128(size_t(L::kStream) * L::kLdRow * sizeof(TT)) +  // sK, sV
-         Align128(size_t(HS) * L::kLdT * sizeof(TT));                 // sKt
+         (kLdMatrix ? 0 : Align128(size_t(HS) * L::kLdT * sizeof(TT)));  // sKt
 }
 // Within the 99 KiB a block may have on sm_86 / sm_89 (largest: dK/dV at
 // HS 128, 72960 bytes).
-static_assert(BackwardKvSmemBytes<__half, 64>() <= 99 * 1024, "shared memory");
-static_assert(BackwardKvSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
-static_assert(BackwardQSmemBytes<__half, 64>() <= 99 * 1024, "shared memory");
-static_assert(BackwardQSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
-static_assert(ForwardSmemBytes<__half, 64>() <= 99 * 1024, "shared memory");
-static_assert(ForwardSmemBytes<__half, 128>() <= 99 * 1024, "shared memory");
+static_assert(BackwardKvSmemBytes<__half, 64, false>() <= 99 * 1024, "shared memory");
+static_assert(BackwardKvSmemBytes<__half, 128, false>() <= 99 * 1024, "shared memory");
+static_assert(BackwardQSmemBytes<__half, 64, false>() <= 99 * 1024, "shared memory");
+static_assert(BackwardQSmemBytes<__half, 128, false>() <= 99 * 1024, "shared memory");
+static_assert(ForwardSmemBytes<__half, 64, false>() <= 99 * 1024, "shared memory");
+static_assert(ForwardSmemBytes<__half, 128, false>() <= 99 * 1024, "shared memory");
 
 // The 4 bytes at p (4-byte aligned) as one register: one 32-bit load (nvcc
 // splits a memcpy of 16-bit elements into 16-bit loads). The host compiler
@@ -187,6 +190,47 @@ __device__ __forceinline__ void RegsTimesRowsT(float (&acc)[N / 8][4], const flo
   }
 }
 
+// acc (16 x N) += P b where P (16 x K) is the accumulator array p and b is
+// K x N (row-major, stride ldb, in shared memory): the B fragments of two
+// 16x8 tiles at a time by ldmatrix.trans from b's rows, so b needs no
+// transposed copy. Lane l addresses row l % 8 of matrix l / 8: matrices 0
+// and 1 are rows 0-7 and 8-15 of the k-slice over columns 16 jj .. + 7 (b0,
+// b1 of tile 2 jj), 2 and 3 the same over columns 16 jj + 8 .. + 15 (tile
+// 2 jj + 1). Each accumulator adds its k-slices in RegsTimesRowsT's order,
+// so both give the same bits. Rows and ldb must keep every row 16-byte
+// aligned (every tile here: strides of HS + 8 elements).
+template <typename TT, int K, int N>
+__device__ __forceinline__ void RegsTimesRows(float (&acc)[N / 8][4], const float (&p)[K / 8][4],
+                                              const TT* b, int ldb) {
+  static_assert(N % 16 == 0, "two 16x8 tiles per ldmatrix");
+  const int lane = threadIdx.x % 32;
+  const TT* lane_row = b + (lane % 16) * ldb + (lane / 16) * 8;
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    uint32_t af[4];
+    PackA<TT>(af, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+    for (int jj = 0; jj < N / 16; ++jj) {
+      uint32_t bf[4];
+      LdMatrixX4Trans(bf, lane_row + 16 * kk * ldb + 16 * jj);
+      Mma<TT>(acc[2 * jj], af, bf[0], bf[1]);
+      Mma<TT>(acc[2 * jj + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// acc += P times the B the kernel keeps: b (K x N row-major, stride ld_rows)
+// through ldmatrix, or bt (its N x K transposed copy, stride ld_t).
+template <bool kLdMatrix, typename TT, int K, int N>
+__device__ __forceinline__ void RegsTimesB(float (&acc)[N / 8][4], const float (&p)[K / 8][4],
+                                           const TT* b, int ld_rows, const TT* bt, int ld_t) {
+  if constexpr (kLdMatrix) {
+    RegsTimesRows<TT, K, N>(acc, p, b, ld_rows);
+  } else {
+    RegsTimesRowsT<TT, K, N>(acc, p, bt, ld_t);
+  }
+}
+
 // Tile of `rows` rows from row0 of src (row stride ld_src, HS columns),
 // rounded to TT: dst[r * ld + d] (kTransposed false) or dst[d * ld + r]
 // (true). Rows at or past `limit` are zero, so masked probabilities (0) never
@@ -250,7 +294,7 @@ __device__ __forceinline__ float RowMax(float x) {
 // tiles of S up to its last query's position; online softmax per row (m, l
 // in registers, l summed per lane and over the row's four lanes at the end:
 // every lane of a row applies the same corrections).
-template <typename TT, int HS>
+template <typename TT, int HS, bool kLdMatrix>
 __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();  // never launched: TensorCoreAttentionAvailable() is false there
@@ -261,7 +305,9 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
   SmemCarver carve{smem};
   TT* sQ = carve.Take<TT>(size_t(kOwn) * L::kLdRow);
   TT* sK = carve.Take<TT>(size_t(S) * L::kLdRow);
-  TT* sVt = carve.Take<TT>(size_t(HS) * L::kLdT);  // sVt[d][key]
+  // sV[key][d], or its transposed copy sVt[d][key]
+  TT* sV = kLdMatrix ? carve.Take<TT>(size_t(S) * L::kLdRow) : nullptr;
+  TT* sVt = kLdMatrix ? nullptr : carve.Take<TT>(size_t(HS) * L::kLdT);
 
   const BlockTile tile = HeadMajorTile((a.Tq + kOwn - 1) / kOwn, true);
   const int bh = tile.bh, b = bh / a.NH, h = bh % a.NH;
@@ -286,7 +332,11 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
   for (int k0 = 0; k0 <= block_last_key; k0 += S) {
     __syncthreads();  // the previous k, v tiles are consumed (and sQ is ready)
     LoadTile<TT, HS, false>(sK, L::kLdRow, kb, a.kv_ld, k0, S, Tk);
-    LoadTile<TT, HS, true>(sVt, L::kLdT, vb, a.kv_ld, k0, S, Tk);
+    if constexpr (kLdMatrix) {
+      LoadTile<TT, HS, false>(sV, L::kLdRow, vb, a.kv_ld, k0, S, Tk);
+    } else {
+      LoadTile<TT, HS, true>(sVt, L::kLdT, vb, a.kv_ld, k0, S, Tk);
+    }
     __syncthreads();
     if (warp_idle || k0 > warp_last_key) continue;  // warp-uniform: all masked for these rows
 
@@ -330,7 +380,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[n][e] *= corr[e / 2];
     }
-    RegsTimesRowsT<TT, S, HS>(o, s, sVt, L::kLdT);  // O += P V, B[key][d] = sVt[d][key]
+    RegsTimesB<kLdMatrix, TT, S, HS>(o, s, sV, L::kLdRow, sVt, L::kLdT);  // O += P V
   }
   if (warp_idle) return;                                  // no barrier follows
   const float row_sum[2] = {RowSum(l[0]), RowSum(l[1])};  // before any lane branches off
@@ -355,9 +405,10 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
 // these keys). Per tile warp w forms, for its 16 keys kw .. kw + 15,
 // S^T = K Q^T and dP^T = V dO^T (keys are the rows, so P^T and dS^T come out
 // as C fragments), P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - D) scale,
-// then dV += P^T dO and dK += dS^T Q with P^T, dS^T as A fragments.
-template <typename TT, int HS>
-__global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
+// then dV += P^T dO and dK += dS^T Q with P^T, dS^T as A fragments. The
+// body of the two kernels below.
+template <typename TT, int HS, bool kLdMatrix>
+__device__ __forceinline__ void BackwardKv(const BackwardArgs& a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
 #else
@@ -369,8 +420,9 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
   TT* sV = carve.Take<TT>(size_t(kOwn) * L::kLdRow);
   TT* sQ = carve.Take<TT>(size_t(S) * L::kLdRow);
   TT* sdO = carve.Take<TT>(size_t(S) * L::kLdRow);
-  TT* sQt = carve.Take<TT>(size_t(HS) * L::kLdT);   // sQt[d][query]
-  TT* sdOt = carve.Take<TT>(size_t(HS) * L::kLdT);  // sdOt[d][query]
+  // Transposed copies sQt[d][query], sdOt[d][query] unless kLdMatrix.
+  TT* sQt = kLdMatrix ? nullptr : carve.Take<TT>(size_t(HS) * L::kLdT);
+  TT* sdOt = kLdMatrix ? nullptr : carve.Take<TT>(size_t(HS) * L::kLdT);
   float* sL = carve.Take<float>(S);
   float* sD = carve.Take<float>(S);
 
@@ -395,9 +447,9 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
   for (int q0 = k0; q0 < T; q0 += S) {
     __syncthreads();  // the previous q, dout tiles are consumed (and sK, sV are ready)
     LoadTile<TT, HS, false>(sQ, L::kLdRow, base, C3, q0, S, T);
-    LoadTile<TT, HS, true>(sQt, L::kLdT, base, C3, q0, S, T);
+    if constexpr (!kLdMatrix) LoadTile<TT, HS, true>(sQt, L::kLdT, base, C3, q0, S, T);
     LoadTile<TT, HS, false>(sdO, L::kLdRow, dbase, size_t(C), q0, S, T);
-    LoadTile<TT, HS, true>(sdOt, L::kLdT, dbase, size_t(C), q0, S, T);
+    if constexpr (!kLdMatrix) LoadTile<TT, HS, true>(sdOt, L::kLdT, dbase, size_t(C), q0, S, T);
     for (int i = threadIdx.x; i < S; i += kThreads) {
       const int qi = q0 + i;
       sL[i] = qi < T ? a.lse[size_t(bh) * T + qi] : 0.0f;
@@ -435,8 +487,11 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
           dpt[j][e] = ds;
         }
       }
-      RegsTimesRowsT<TT, H, HS>(dv, st, sdOt + c0, L::kLdT);  // B[query][d] = sdOt[d][query]
-      RegsTimesRowsT<TT, H, HS>(dk, dpt, sQt + c0, L::kLdT);
+      // dV += P^T dO, dK += dS^T Q: B[query][d] is dO's or Q's row.
+      RegsTimesB<kLdMatrix, TT, H, HS>(dv, st, sdO + c0 * L::kLdRow, L::kLdRow,
+                                       kLdMatrix ? nullptr : sdOt + c0, L::kLdT);
+      RegsTimesB<kLdMatrix, TT, H, HS>(dk, dpt, sQ + c0 * L::kLdRow, L::kLdRow,
+                                       kLdMatrix ? nullptr : sQt + c0, L::kLdT);
     }
   }
   if (warp_idle) return;  // no barrier follows
@@ -456,13 +511,27 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
 #endif
 }
 
+// At head size 64 the compiler holds the copies kernel at 168 registers
+// (3 blocks an SM) by itself, while the ldmatrix one takes 176 (2 blocks)
+// unless bounded; an explicit bound on the copies kernel (even a minimum of
+// one block) makes it take 233. Hence two kernels.
+template <typename TT, int HS>
+__global__ void __launch_bounds__(kThreads) FlashBackwardKvMma(BackwardArgs a) {
+  BackwardKv<TT, HS, false>(a);
+}
+template <typename TT, int HS>
+__global__ void __launch_bounds__(kThreads, HS <= 64 ? 3 : 2)
+    FlashBackwardKvMmaLdMatrix(BackwardArgs a) {
+  BackwardKv<TT, HS, true>(a);
+}
+
 // dQ of the block's 64 queries: grid B NH x ceil(T / 64). Streams the key
 // tiles up to the block's last query; per tile warp w forms S = Q K^T and
 // dP = dO V^T for its 16 queries, dS = P (dP - D) scale, then dQ += dS K.
 // At most 128 registers a thread at head sizes up to 64 (4 blocks an SM
 // instead of 3; the compiler took 166 unbounded, and spills nothing at 128),
 // 168 above (3 blocks; head size 112 then spills 8 bytes).
-template <typename TT, int HS>
+template <typename TT, int HS, bool kLdMatrix>
 __global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 3) FlashBackwardQMma(BackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
   __trap();
@@ -475,7 +544,7 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 3) FlashBackwardQMma(
   TT* sdO = carve.Take<TT>(size_t(kOwn) * L::kLdRow);
   TT* sK = carve.Take<TT>(size_t(S) * L::kLdRow);
   TT* sV = carve.Take<TT>(size_t(S) * L::kLdRow);
-  TT* sKt = carve.Take<TT>(size_t(HS) * L::kLdT);  // sKt[d][key]
+  TT* sKt = kLdMatrix ? nullptr : carve.Take<TT>(size_t(HS) * L::kLdT);  // sKt[d][key]
 
   const int T = a.T, C = a.C;
   const BlockTile tile = HeadMajorTile((T + kOwn - 1) / kOwn, true);
@@ -507,7 +576,7 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 3) FlashBackwardQMma(
   for (int k0 = 0; k0 <= block_last; k0 += S) {
     __syncthreads();  // the previous k, v tiles are consumed (and sQ, sdO are ready)
     LoadTile<TT, HS, false>(sK, L::kLdRow, base + C, C3, k0, S, T);
-    LoadTile<TT, HS, true>(sKt, L::kLdT, base + C, C3, k0, S, T);
+    if constexpr (!kLdMatrix) LoadTile<TT, HS, true>(sKt, L::kLdT, base + C, C3, k0, S, T);
     LoadTile<TT, HS, false>(sV, L::kLdRow, base + 2 * C, C3, k0, S, T);
     __syncthreads();
     if (warp_idle || k0 > warp_last) continue;  // warp-uniform: all masked for these rows
@@ -530,7 +599,7 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 3) FlashBackwardQMma(
         s[j][e] = ds;
       }
     }
-    RegsTimesRowsT<TT, S, HS>(dq, s, sKt, L::kLdT);  // B[key][d] = sKt[d][key]
+    RegsTimesB<kLdMatrix, TT, S, HS>(dq, s, sK, L::kLdRow, sKt, L::kLdT);  // dQ += dS K
   }
   if (warp_idle) return;  // no barrier follows
 #pragma unroll
@@ -555,35 +624,48 @@ unsigned HeadMajorGrid(int heads, int rows) {
 struct LaunchForward {
   const ForwardArgs& a;
   int B;
+  MmaTransposes transposes;
   cudaStream_t s;
-  template <typename TT, int HS>
-  cudaError_t operator()() const {
-    const auto kernel = FlashForwardMma<TT, HS>;
-    constexpr size_t bytes = ForwardSmemBytes<TT, HS>();
+  template <typename TT, int HS, bool kLdMatrix>
+  cudaError_t Launch() const {
+    const auto kernel = FlashForwardMma<TT, HS, kLdMatrix>;
+    constexpr size_t bytes = ForwardSmemBytes<TT, HS, kLdMatrix>();
     cudaError_t e = AllowDynamicShared(kernel, bytes);
     if (e != cudaSuccess) return e;
     const dim3 grid(HeadMajorGrid(B * a.NH, a.Tq));
     return FLEET_LAUNCH(kernel, grid, dim3(kThreads), bytes, s, a);
+  }
+  template <typename TT, int HS>
+  cudaError_t operator()() const {
+    return transposes == MmaTransposes::kLdMatrix ? Launch<TT, HS, true>()
+                                                  : Launch<TT, HS, false>();
   }
 };
 
 struct LaunchBackward {
   const BackwardArgs& a;
   int B;
+  MmaTransposes transposes;
   cudaStream_t s;
-  template <typename TT, int HS>
-  cudaError_t operator()() const {
+  template <typename TT, int HS, bool kLdMatrix>
+  cudaError_t Launch() const {
     const dim3 grid(HeadMajorGrid(B * a.NH, a.T));
-    const auto kv_kernel = FlashBackwardKvMma<TT, HS>;
-    constexpr size_t kv_bytes = BackwardKvSmemBytes<TT, HS>();
+    const auto kv_kernel =
+        kLdMatrix ? FlashBackwardKvMmaLdMatrix<TT, HS> : FlashBackwardKvMma<TT, HS>;
+    constexpr size_t kv_bytes = BackwardKvSmemBytes<TT, HS, kLdMatrix>();
     cudaError_t e = AllowDynamicShared(kv_kernel, kv_bytes);
     if (e != cudaSuccess) return e;
     e = FLEET_LAUNCH(kv_kernel, grid, dim3(kThreads), kv_bytes, s, a);
     if (e != cudaSuccess) return e;
-    const auto q_kernel = FlashBackwardQMma<TT, HS>;
-    constexpr size_t q_bytes = BackwardQSmemBytes<TT, HS>();
+    const auto q_kernel = FlashBackwardQMma<TT, HS, kLdMatrix>;
+    constexpr size_t q_bytes = BackwardQSmemBytes<TT, HS, kLdMatrix>();
     if ((e = AllowDynamicShared(q_kernel, q_bytes)) != cudaSuccess) return e;
     return FLEET_LAUNCH(q_kernel, grid, dim3(kThreads), q_bytes, s, a);
+  }
+  template <typename TT, int HS>
+  cudaError_t operator()() const {
+    return transposes == MmaTransposes::kLdMatrix ? Launch<TT, HS, true>()
+                                                  : Launch<TT, HS, false>();
   }
 };
 
@@ -592,21 +674,21 @@ struct LaunchBackward {
 cudaError_t MmaAttentionForward(float* out, float* lse, const float* q, const float* k,
                                 const float* v, size_t q_batch, size_t kv_batch, size_t q_ld,
                                 size_t kv_ld, int B, int Tq, int past, int C, int NH, TileType tile,
-                                cudaStream_t s) {
+                                MmaTransposes transposes, cudaStream_t s) {
   if (B <= 0 || Tq <= 0) return cudaGetLastError();
   const int hs = C / NH;
   const ForwardArgs a{out,  lse,   q,  k,    v, q_batch, kv_batch,
                       q_ld, kv_ld, Tq, past, C, NH,      1.0f / sqrtf(static_cast<float>(hs))};
-  return WithTensorCoreTile(tile, hs, LaunchForward{a, B, s});
+  return WithTensorCoreTile(tile, hs, LaunchForward{a, B, transposes, s});
 }
 
 cudaError_t MmaAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                  const float* dots, int B, int T, int C, int NH, TileType tile,
-                                 cudaStream_t s) {
+                                 MmaTransposes transposes, cudaStream_t s) {
   if (B <= 0 || T <= 0) return cudaGetLastError();
   const int hs = C / NH;
   const BackwardArgs a{dqkv, dout, qkv, lse, dots, T, C, NH, 1.0f / sqrtf(static_cast<float>(hs))};
-  return WithTensorCoreTile(tile, hs, LaunchBackward{a, B, s});
+  return WithTensorCoreTile(tile, hs, LaunchBackward{a, B, transposes, s});
 }
 
 }  // namespace fleet::trainer::cuda::gpt

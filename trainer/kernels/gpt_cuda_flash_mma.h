@@ -25,6 +25,7 @@
 // (2026-12-04, scripts/gpu_check.sh) it passed every attention case of
 // trainer_gpt_cuda_kernels_test and took 27.4 ms of a GPT-2 124M step
 // (B 16 x T 1024, bf16) against the wmma kernels' 37.9 (bench/README.md).
+// MmaTransposes::kLdMatrix (below) has run on the emulation only.
 //
 // Kept free of C++20 (nvcc compiles it as C++17).
 #pragma once
@@ -37,18 +38,29 @@
 
 namespace fleet::trainer::cuda::gpt {
 
+// How the kernels take the mma B operands that need a transpose (V in O +=
+// P V, dO and Q in dV and dK, K in dQ). kCopies: every block rounds each
+// such tile a second time into a transposed copy in shared memory (float32
+// rows read a column at a time). kLdMatrix: from the row-major tiles the
+// kernels load anyway, by ldmatrix.trans: no transposed copies, half the
+// tile loads of the backward kernels and a quarter of the shared-memory
+// loads for those operands. The same products in the same order, so the
+// same bits (the emulated test checks it). kLdMatrix has not run on a GPU
+// yet; kCopies is what CudaGptKernels' default (kMma) runs.
+enum class MmaTransposes { kCopies, kLdMatrix };
+
 // As TensorCoreAttentionForward, same arguments and outputs.
 // REQUIRES: TensorCoreAttentionSupports(tile, C / NH) and
 // TensorCoreAttentionAvailable() (gpt_cuda_flash_tc.h).
 cudaError_t MmaAttentionForward(float* out, float* lse, const float* q, const float* k,
                                 const float* v, size_t q_batch, size_t kv_batch, size_t q_ld,
                                 size_t kv_ld, int B, int Tq, int past, int C, int NH, TileType tile,
-                                cudaStream_t s);
+                                MmaTransposes transposes, cudaStream_t s);
 
 // As TensorCoreAttentionBackward: dqkv += the gradient.
 // REQUIRES: as MmaAttentionForward.
 cudaError_t MmaAttentionBackward(float* dqkv, const float* dout, const float* qkv, const float* lse,
                                  const float* dots, int B, int T, int C, int NH, TileType tile,
-                                 cudaStream_t s);
+                                 MmaTransposes transposes, cudaStream_t s);
 
 }  // namespace fleet::trainer::cuda::gpt

@@ -58,8 +58,15 @@ ops::TileType TileTypeOf(Precision precision) {
 // where the device runs them (`tensor_cores`), else the float tiles.
 ops::AttentionPath PathOf(bool tensor_cores, CudaGptKernels::AttentionKernel kernel) {
   if (!tensor_cores) return ops::AttentionPath::kTiles;
-  return kernel == CudaGptKernels::AttentionKernel::kMma ? ops::AttentionPath::kMma
-                                                         : ops::AttentionPath::kWmma;
+  switch (kernel) {
+    case CudaGptKernels::AttentionKernel::kWmma:
+      return ops::AttentionPath::kWmma;
+    case CudaGptKernels::AttentionKernel::kMma:
+      return ops::AttentionPath::kMma;
+    case CudaGptKernels::AttentionKernel::kMmaLdMatrix:
+      return ops::AttentionPath::kMmaLdMatrix;
+  }
+  return ops::AttentionPath::kMma;
 }
 
 // The attention kernels keep hs / 32 output dimensions per lane in registers.

@@ -103,11 +103,14 @@ class CudaGptKernels final : public GptKernels {
 
   // Which tensor-core kernels attention runs when tensor_core_attention():
   // kMma (the default; gpt_cuda_flash_mma.h: scores and probabilities in
-  // registers on mma.sync) or kWmma (gpt_cuda_flash_tc.h, the earlier
-  // default, slower). Both pass the same CUDA tests on an H200.
-  // gpt_bench picks one with --attention. Same contract and tolerances
-  // either way; no effect without tensor-core attention.
-  enum class AttentionKernel { kWmma, kMma };
+  // registers on mma.sync), kWmma (gpt_cuda_flash_tc.h, the earlier
+  // default, slower; both pass the same CUDA tests on an H200) or
+  // kMmaLdMatrix (kMma's kernels reading the operands that need a
+  // transpose with ldmatrix, MmaTransposes::kLdMatrix: the same bits as
+  // kMma on the CPU emulation, not yet run on a GPU). gpt_bench picks one
+  // with --attention. Same contract and tolerances every way; no effect
+  // without tensor-core attention.
+  enum class AttentionKernel { kWmma, kMma, kMmaLdMatrix };
   void set_attention_kernel(AttentionKernel kernel) { attention_kernel_ = kernel; }
   AttentionKernel attention_kernel() const { return attention_kernel_; }
 

@@ -290,19 +290,28 @@ __global__ void AppendKvKernel(float* k_cache, float* v_cache, const float* qkv,
 }
 
 // The tensor-core kernels (gpt_cuda_flash_tc.cu, gpt_cuda_flash_mma.cu)
-// where they apply; both take the same arguments.
-cudaError_t LaunchTensorCore(bool backward, const AttentionArgs& a, TileType tile, bool mma,
-                             cudaStream_t s) {
+// where they apply; path is kWmma, kMma or kMmaLdMatrix.
+cudaError_t LaunchTensorCore(bool backward, const AttentionArgs& a, TileType tile,
+                             AttentionPath path, cudaStream_t s) {
+  const MmaTransposes transposes =
+      path == AttentionPath::kMmaLdMatrix ? MmaTransposes::kLdMatrix : MmaTransposes::kCopies;
   if (!backward) {
     const ForwardParams p = ForwardLayout(a);
-    const auto forward = mma ? MmaAttentionForward : TensorCoreAttentionForward;
-    return forward(p.out, p.lse, p.q, p.k, p.v, p.q_batch, p.kv_batch, p.q_ld, p.kv_ld, a.B, p.Tq,
-                   p.past, p.C, p.NH, tile, s);
+    if (path == AttentionPath::kWmma) {
+      return TensorCoreAttentionForward(p.out, p.lse, p.q, p.k, p.v, p.q_batch, p.kv_batch, p.q_ld,
+                                        p.kv_ld, a.B, p.Tq, p.past, p.C, p.NH, tile, s);
+    }
+    return MmaAttentionForward(p.out, p.lse, p.q, p.k, p.v, p.q_batch, p.kv_batch, p.q_ld, p.kv_ld,
+                               a.B, p.Tq, p.past, p.C, p.NH, tile, transposes, s);
   }
   const cudaError_t e = AttentionRowDots(a, s);
   if (e != cudaSuccess) return e;
-  const auto backward_fn = mma ? MmaAttentionBackward : TensorCoreAttentionBackward;
-  return backward_fn(a.out, a.dout, a.qkv, a.lse, a.aux, a.B, a.T, a.C, a.NH, tile, s);
+  if (path == AttentionPath::kWmma) {
+    return TensorCoreAttentionBackward(a.out, a.dout, a.qkv, a.lse, a.aux, a.B, a.T, a.C, a.NH,
+                                       tile, s);
+  }
+  return MmaAttentionBackward(a.out, a.dout, a.qkv, a.lse, a.aux, a.B, a.T, a.C, a.NH, tile,
+                              transposes, s);
 }
 
 cudaError_t DispatchTile(bool backward, const AttentionArgs& a, TileType tile, AttentionPath path,
@@ -312,7 +321,7 @@ cudaError_t DispatchTile(bool backward, const AttentionArgs& a, TileType tile, A
   // The tensor-core kernels have no dropout: attention dropout runs on the tiles.
   if (path != AttentionPath::kTiles && a.dropout.p == 0.0f &&
       TensorCoreAttentionSupports(tile, a.C / a.NH)) {
-    return LaunchTensorCore(backward, a, tile, path == AttentionPath::kMma, s);
+    return LaunchTensorCore(backward, a, tile, path, s);
   }
   return TileAttention(backward, a, tile, s);
 }

@@ -80,12 +80,13 @@ cudaError_t RoundRows(void* dst, const float* src, size_t rows, size_t cols, siz
 // Which kernels the attention launchers below run where the tile is bf16 or
 // fp16 with a head size that is a multiple of 16 up to 128: kWmma the
 // tensor-core kernels of gpt_cuda_flash_tc.cu, kMma those of
-// gpt_cuda_flash_mma.cu (CudaGptKernels' default), both only
+// gpt_cuda_flash_mma.cu (CudaGptKernels' default), kMmaLdMatrix the same
+// with ldmatrix in place of transposed copies (MmaTransposes), all only
 // when the caller checked TensorCoreAttentionAvailable()
 // (gpt_cuda_flash_tc.h). kTiles, every other case and attention dropout
 // (the tensor-core kernels have none) run the tile kernels
 // (gpt_cuda_attention_tiles.h: float arithmetic over tiles of the tile type).
-enum class AttentionPath { kTiles, kWmma, kMma };
+enum class AttentionPath { kTiles, kWmma, kMma, kMmaLdMatrix };
 //
 // Flash attention forward: out and the row log-sum-exps lse [B, NH, T] of
 // the scaled scores (before dropout). qkv: [B, T, 3C], out: [B, T, C].
