@@ -37,6 +37,11 @@ inline constexpr int kWarps = kOwn / 16;
 inline constexpr int kThreads = kWarps * 32;
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
+// The blocks of kOwn rows that `rows` rows take.
+__host__ __device__ constexpr unsigned RowTiles(int rows) {
+  return static_cast<unsigned>((rows + kOwn - 1) / kOwn);
+}
+
 __host__ __device__ constexpr size_t Align128(size_t bytes) { return (bytes + 127) / 128 * 128; }
 
 // Regions of dynamic shared memory, each 128-byte aligned.

@@ -261,21 +261,23 @@ __device__ void LoadTile(TT* dst, int ld, const float* src, size_t ld_src, int r
   }
 }
 
-// Which head (b NH + h) and which 64-row tile a block of the 1-D grid of
-// B NH x tiles blocks takes. The blocks of one head are consecutive, so the
-// tiles every block of that head streams (k and v, or q and dout) are read
-// from DRAM about once and then from L2 while the head's blocks run: with
-// the head as the fastest grid index, the 192 heads of GPT-2 124M at B 16
-// kept ~100 MB of float32 k and v in flight, over the H200's L2, and the
-// forward kernel read 0.77 GB from DRAM per call where q, k, v and out are
-// 0.2 GB (L2 hit rate 33%, ncu; head-major: 77%). Within a head, the tile
-// that streams the most runs first (the last queries; for dK/dV the first
-// keys), so the short causal tiles fill in at the end.
+// Which head (b NH + h) and which 64-row tile a block of the 1-D grid
+// (B NH times RowTiles(rows) blocks) takes. The blocks of one head are
+// consecutive, so the tiles every block of that head streams (k and v, or
+// q and dout) are read from DRAM about once and then from L2 while the
+// head's blocks run: with the head as the fastest grid index, the 192 heads
+// of GPT-2 124M at B 16 kept ~100 MB of float32 k and v in flight, over the
+// H200's L2, and the forward kernel read 0.77 GB from DRAM per call where
+// q, k, v and out are 0.2 GB (L2 hit rate 33%, ncu; head-major: 77%).
+// Within a head, the tile that streams the most runs first (the last
+// queries; for dK/dV the first keys), so the short causal tiles fill in at
+// the end.
 struct BlockTile {
   int bh;    // b NH + h
   int row0;  // first row (query or key) of the block's tile
 };
-__device__ __forceinline__ BlockTile HeadMajorTile(int tiles, bool longest_last) {
+__device__ __forceinline__ BlockTile HeadMajorTile(int rows, bool longest_last) {
+  const int tiles = static_cast<int>(RowTiles(rows));
   const int id = static_cast<int>(blockIdx.x), tile = id % tiles;
   return {id / tiles, (longest_last ? tiles - 1 - tile : tile) * kOwn};
 }
@@ -309,7 +311,7 @@ __global__ void __launch_bounds__(kThreads) FlashForwardMma(ForwardArgs a) {
   TT* sV = kLdMatrix ? carve.Take<TT>(size_t(S) * L::kLdRow) : nullptr;
   TT* sVt = kLdMatrix ? nullptr : carve.Take<TT>(size_t(HS) * L::kLdT);
 
-  const BlockTile tile = HeadMajorTile((a.Tq + kOwn - 1) / kOwn, true);
+  const BlockTile tile = HeadMajorTile(a.Tq, true);
   const int bh = tile.bh, b = bh / a.NH, h = bh % a.NH;
   const int q0 = tile.row0;
   const int warp = threadIdx.x / 32, g = LaneRow(), t = LaneCol();
@@ -427,7 +429,7 @@ __device__ __forceinline__ void BackwardKv(const BackwardArgs& a) {
   float* sD = carve.Take<float>(S);
 
   const int T = a.T, C = a.C;
-  const BlockTile tile = HeadMajorTile((T + kOwn - 1) / kOwn, false);
+  const BlockTile tile = HeadMajorTile(T, false);
   const int bh = tile.bh, b = bh / a.NH, h = bh % a.NH;
   const int k0 = tile.row0;
   const int warp = threadIdx.x / 32, g = LaneRow(), t = LaneCol();
@@ -547,7 +549,7 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 3) FlashBackwardQMma(
   TT* sKt = kLdMatrix ? nullptr : carve.Take<TT>(size_t(HS) * L::kLdT);  // sKt[d][key]
 
   const int T = a.T, C = a.C;
-  const BlockTile tile = HeadMajorTile((T + kOwn - 1) / kOwn, true);
+  const BlockTile tile = HeadMajorTile(T, true);
   const int bh = tile.bh, b = bh / a.NH, h = bh % a.NH;
   const int q0 = tile.row0;
   const int warp = threadIdx.x / 32, g = LaneRow(), t = LaneCol();
@@ -618,7 +620,7 @@ __global__ void __launch_bounds__(kThreads, HS <= 64 ? 4 : 3) FlashBackwardQMma(
 
 // The 1-D grid of HeadMajorTile: every head's row tiles.
 unsigned HeadMajorGrid(int heads, int rows) {
-  return static_cast<unsigned>(heads) * static_cast<unsigned>((rows + kOwn - 1) / kOwn);
+  return static_cast<unsigned>(heads) * RowTiles(rows);
 }
 
 struct LaunchForward {

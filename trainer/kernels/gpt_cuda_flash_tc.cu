@@ -447,8 +447,6 @@ __global__ void __launch_bounds__(kThreads) FlashBackwardQTc(BackwardArgs a) {
 #endif
 }
 
-unsigned RowTiles(int rows) { return static_cast<unsigned>((rows + kOwn - 1) / kOwn); }
-
 template <typename TT, int HS>
 cudaError_t Forward(const ForwardArgs& a, int B, cudaStream_t s) {
   constexpr size_t bytes = ForwardSmemBytes<TT, HS>();
