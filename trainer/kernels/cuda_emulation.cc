@@ -281,7 +281,8 @@ void LdMatrixX4Trans(uint32_t r[4], const void* row) {
   WarpBank& x = NextBank();
   const unsigned me = LaneId();
   const auto address = reinterpret_cast<uintptr_t>(row);
-  CHECK_EQ(address % 16, 0u) << "ldmatrix: lane " << me << " passed a row that is not 16-byte aligned";
+  CHECK_EQ(address % 16, 0u) << "ldmatrix: lane " << me
+                              << " passed a row that is not 16-byte aligned";
   x.bits[me] = address;
   SyncWarp();
   const unsigned g = me / 4, t = me % 4;
