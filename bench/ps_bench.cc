@@ -11,6 +11,8 @@
 //   build/bin/ps_bench --shape=small --window=8 --servers=2 --workers=2
 //   build/bin/ps_bench --keys=4096 --dim=16 --rule=adam --rows=1000000
 //   build/bin/ps_bench --shape=small --busy_poll_us=100   # Distributed.busy_poll_us
+//   # where each system spends its CPU per op (perf), side by side:
+//   build/bin/ps_bench --shape=small8 --pslite_bin=... --perf_dir=prof && bench/ps_profile.py prof
 //
 // Servers are child processes (this program re-executed with --serve), each
 // on 127.0.0.1 port 0; a child reports its bound endpoints on a pipe and
@@ -72,6 +74,7 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_util.h"
 #include "bench/child.h"
+#include "bench/perf_record.h"
 #include "bench/ps_workload.h"
 #include "bench/pslite_cluster.h"
 #include "bench/zmq_echo.h"
@@ -138,6 +141,13 @@ DEFINE_string(
     systems, "bare,pslite,fleet",
     "which systems the timed rounds run (a profile of one of them: perf record -p on its "
     "processes while only it runs); the warm-up that picks --iterations still runs FleetPS");
+DEFINE_string(
+    perf_dir, "",
+    "sample every CPU with perf record (cpu-clock, once per 100 us of CPU) during the timed "
+    "rounds of ps-lite and of FleetPS, into this folder: per case, op and system a .data file "
+    "and a .txt of its processes' roles and op count; bench/ps_profile.py prints where each "
+    "spends its CPU per op, side by side. Sampling costs a few percent: take ratios from runs "
+    "without it");
 // Whether --systems has the timed rounds run `system` (bare, pslite or
 // fleet); the figures of one not run are left out of every table.
 bool Timed(const char* system) { return FLAGS_systems.find(system) != std::string::npos; }
@@ -528,6 +538,59 @@ Sides FleetSides() {
   return sides;
 }
 
+// --perf_dir: one perf record per system of a case and op, sampling only
+// while that system's timed rounds run; beside the samples, its processes'
+// roles and the ops it ran, for bench/ps_profile.py.
+class SystemProfile {
+ public:
+  // Null without --perf_dir. `system`: "pslite" or "fleet".
+  static std::unique_ptr<SystemProfile> Start(const Case& c, const char* op, const char* system,
+                                              Sides sides) {
+    if (FLAGS_perf_dir.empty()) return nullptr;
+    std::unique_ptr<SystemProfile> p(new SystemProfile());
+    std::string name = absl::StrCat(c.label(), "_", c.servers, "x", c.workers, "_", op, "_", system);
+    std::replace(name.begin(), name.end(), ' ', '_');
+    p->base_ = (std::filesystem::path(FLAGS_perf_dir) / name).string();
+    p->sides_ = std::move(sides);
+    p->header_ = absl::StrCat("case ", c.label(), "\nservers ", c.servers, "\nworkers ", c.workers,
+                              "\nop ", op, "\nsystem ", system, "\n");
+    std::error_code ec;
+    std::filesystem::create_directories(FLAGS_perf_dir, ec);
+    auto perf = bench::PerfRecord::Start(p->base_ + ".data", std::chrono::microseconds(100));
+    if (!perf.ok()) Fail("--perf_dir: " + perf.status().ToString());
+    p->perf_ = std::move(perf).value();
+    return p;
+  }
+
+  // Runs fn with sampling on.
+  void Sampled(const std::function<void()>& fn) {
+    Check(perf_->Enable());
+    fn();
+    Check(perf_->Disable());
+  }
+
+  // Stops perf; writes the roles file with the ops the system ran.
+  void Finish(int64_t ops) {
+    Check(perf_->Finish());
+    std::ofstream roles(base_ + ".txt");
+    roles << header_ << "ops " << ops << "\nperiod_us " << perf_->period().count() << "\n";
+    for (const auto& [side, pid] : sides_) roles << side << " " << pid << "\n";
+    if (!roles.flush()) Fail("--perf_dir: cannot write " + base_ + ".txt");
+    std::printf("  perf samples: %s.data (bench/ps_profile.py %s)\n", base_.c_str(),
+                FLAGS_perf_dir.c_str());
+  }
+
+ private:
+  SystemProfile() = default;
+  static void Check(const Status& s) {
+    if (!s.ok()) Fail("--perf_dir: " + s.ToString());
+  }
+
+  std::unique_ptr<bench::PerfRecord> perf_;
+  std::string base_, header_;
+  Sides sides_;
+};
+
 void RunWorkers(std::vector<std::unique_ptr<Driver>>& drivers, int window, int64_t ops, Measurement* m) {
   const int w = static_cast<int>(drivers.size());
   const auto threads0 =
@@ -845,11 +908,26 @@ CaseResult RunCase(const Case& c) {
       run_pslite(std::max<int64_t>(10, 2 * c.window), nullptr);  // warm-up
     }
     Measurement mf, mb, mp;
+    std::unique_ptr<SystemProfile> profile_pslite, profile_fleet;
+    if (pslite && Timed("pslite")) {
+      Sides sides;
+      for (pid_t p : pslite->client_pids()) sides.emplace_back("client", p);
+      for (pid_t p : pslite->server_pids()) sides.emplace_back("server", p);
+      profile_pslite = SystemProfile::Start(c, OpName(op), "pslite", std::move(sides));
+    }
+    if (Timed("fleet")) profile_fleet = SystemProfile::Start(c, OpName(op), "fleet", FleetSides());
+    auto sampled = [](SystemProfile* profile, const std::function<void()>& fn) {
+      profile ? profile->Sampled(fn) : fn();
+    };
     for (int round = 0; round < FLAGS_rounds; ++round) {
       if (Timed("bare")) RunWorkers(bare, c.window, r.iterations, &mb);
-      if (pslite && Timed("pslite")) run_pslite(r.iterations, &mp);
-      if (Timed("fleet")) RunWorkers(fleet, c.window, r.iterations, &mf);
+      if (pslite && Timed("pslite"))
+        sampled(profile_pslite.get(), [&] { run_pslite(r.iterations, &mp); });
+      if (Timed("fleet"))
+        sampled(profile_fleet.get(), [&] { RunWorkers(fleet, c.window, r.iterations, &mf); });
     }
+    if (profile_pslite) profile_pslite->Finish(mp.ops);
+    if (profile_fleet) profile_fleet->Finish(mf.ops);
     auto take = [](const Measurement& m, Summary* s, double* ops, double cpu[2],
                    std::vector<RoundFigures>* rounds) {
       *s = m.summary();

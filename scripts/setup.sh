@@ -16,6 +16,7 @@ packages=(
   libabsl-dev libdivide-dev
   librocksdb-dev
   libgoogle-perftools-dev  # tcmalloc_minimal for the PS programs
+  linux-perf  # perf: ps_bench --perf_dir and bench/ps_profile.py (bench/README.md)
   zlib1g-dev
   libzip-dev libpcre2-dev nlohmann-json3-dev
   python3-numpy python3-protobuf
