@@ -556,6 +556,7 @@ class SystemProfile {
                               "\nop ", op, "\nsystem ", system, "\n");
     std::error_code ec;
     std::filesystem::create_directories(FLAGS_perf_dir, ec);
+    if (ec) Fail(absl::StrCat("--perf_dir: cannot make ", FLAGS_perf_dir, ": ", ec.message()));
     auto perf = bench::PerfRecord::Start(p->base_ + ".data", std::chrono::microseconds(100));
     if (!perf.ok()) Fail("--perf_dir: " + perf.status().ToString());
     p->perf_ = std::move(perf).value();
@@ -886,10 +887,14 @@ CaseResult RunCase(const Case& c) {
       bare.push_back(
           std::make_unique<BareDriver>(bare_clients[w].get(), op, c, universe, starts.back()));
     }
-    auto run_pslite = [&](int64_t ops, Measurement* m) {
+    auto pslite_sides = [&] {
       Sides sides;
       for (pid_t p : pslite->client_pids()) sides.emplace_back("client", p);
       for (pid_t p : pslite->server_pids()) sides.emplace_back("server", p);
+      return sides;
+    };
+    auto run_pslite = [&](int64_t ops, Measurement* m) {
+      const Sides sides = pslite_sides();
       const auto threads0 = m ? SampleSides(sides) : std::map<std::string, bench::ThreadSample>();
       auto run = pslite->Run(op == Op::kPush, ops);
       if (!run.ok()) Fail("ps-lite: " + run.status().ToString());
@@ -909,12 +914,8 @@ CaseResult RunCase(const Case& c) {
     }
     Measurement mf, mb, mp;
     std::unique_ptr<SystemProfile> profile_pslite, profile_fleet;
-    if (pslite && Timed("pslite")) {
-      Sides sides;
-      for (pid_t p : pslite->client_pids()) sides.emplace_back("client", p);
-      for (pid_t p : pslite->server_pids()) sides.emplace_back("server", p);
-      profile_pslite = SystemProfile::Start(c, OpName(op), "pslite", std::move(sides));
-    }
+    if (pslite && Timed("pslite"))
+      profile_pslite = SystemProfile::Start(c, OpName(op), "pslite", pslite_sides());
     if (Timed("fleet")) profile_fleet = SystemProfile::Start(c, OpName(op), "fleet", FleetSides());
     auto sampled = [](SystemProfile* profile, const std::function<void()>& fn) {
       profile ? profile->Sampled(fn) : fn();
