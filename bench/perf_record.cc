@@ -43,10 +43,10 @@ Status WaitForExit(pid_t pid, Clock::time_point deadline) {
     const pid_t r = waitpid(pid, &status, WNOHANG);
     if (r == pid) {
       if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return Status::OK();
-      return Status::IOError(absl::StrCat("perf record ended with ",
-                                          WIFEXITED(status) ? "exit status " : "signal ",
-                                          WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status)),
-                             "see its messages above");
+      return Status::IOError(
+          absl::StrCat("perf record ended with ", WIFEXITED(status) ? "exit status " : "signal ",
+                       WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status)),
+          "see its messages above");
     }
     if (r < 0) return Status::IOError("waitpid(perf)", std::strerror(errno));
     if (Clock::now() >= deadline) {
@@ -67,7 +67,8 @@ Result<std::unique_ptr<PerfRecord>> PerfRecord::Start(const std::string& path,
   std::unique_ptr<PerfRecord> r(new PerfRecord());
   r->period_ = period;
   std::string dir = (std::filesystem::temp_directory_path() / "fleet-perf-XXXXXX").string();
-  if (mkdtemp(dir.data()) == nullptr) return Status::IOError("mkdtemp " + dir, std::strerror(errno));
+  if (mkdtemp(dir.data()) == nullptr)
+    return Status::IOError("mkdtemp " + dir, std::strerror(errno));
   r->fifo_dir_ = dir;
   const std::string control = dir + "/control", ack = dir + "/ack";
   for (const std::string& f : {control, ack}) {
@@ -78,11 +79,10 @@ Result<std::unique_ptr<PerfRecord>> PerfRecord::Start(const std::string& path,
   r->ack_fd_ = open(ack.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (r->ack_fd_ < 0) return Status::IOError("open " + ack, std::strerror(errno));
   FLEET_ASSIGN_OR_RETURN(
-      r->perf_,
-      SpawnChild({perf, "record", "-q", "-a", "-e", "cpu-clock", "-c",
-                  std::to_string(period.count() * 1000), "--delay=-1", "--no-buildid",
-                  absl::StrCat("--control=fifo:", control, ",", ack), "-o", path},
-                 {}, "perf record"));
+      r->perf_, SpawnChild({perf, "record", "-q", "-a", "-e", "cpu-clock", "-c",
+                            std::to_string(period.count() * 1000), "--delay=-1", "--no-buildid",
+                            absl::StrCat("--control=fifo:", control, ",", ack), "-o", path},
+                           {}, "perf record"));
   // The control fifo opens for writing once perf has opened it.
   const auto deadline = Clock::now() + kCommandTimeout;
   while ((r->control_fd_ = open(control.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC)) < 0) {
@@ -92,7 +92,7 @@ Result<std::unique_ptr<PerfRecord>> PerfRecord::Start(const std::string& path,
       r->perf_.pid = -1;
       return Status::IOError("perf record exited at start",
                              "see its message above (system-wide sampling needs root or "
-                             "kernel.perf_event_paranoid <= -1)");
+                             "kernel.perf_event_paranoid <= 0)");
     }
     if (Clock::now() >= deadline)
       return Status::Timeout("perf record did not open its control fifo within 10 s");
@@ -108,11 +108,16 @@ Status PerfRecord::Command(const std::string& command) {
     return Status::IOError("write to perf's control fifo", std::strerror(errno));
   pollfd p{ack_fd_, POLLIN, 0};
   const int n = poll(&p, 1, static_cast<int>(std::chrono::milliseconds(kCommandTimeout).count()));
-  if (n == 0) return Status::Timeout(absl::StrCat("perf record did not acknowledge '", command, "' within 10 s"));
+  if (n == 0) {
+    return Status::Timeout(
+        absl::StrCat("perf record did not acknowledge '", command, "' within 10 s"));
+  }
   if (n < 0) return Status::IOError("poll perf's ack fifo", std::strerror(errno));
   char ack[16];
   const ssize_t got = read(ack_fd_, ack, sizeof ack);
-  if (got <= 0) return Status::IOError(absl::StrCat("perf record closed its ack fifo after '", command, "'"));
+  if (got <= 0) {
+    return Status::IOError(absl::StrCat("perf record closed its ack fifo after '", command, "'"));
+  }
   return Status::OK();
 }
 

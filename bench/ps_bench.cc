@@ -548,7 +548,8 @@ class SystemProfile {
                                               Sides sides) {
     if (FLAGS_perf_dir.empty()) return nullptr;
     std::unique_ptr<SystemProfile> p(new SystemProfile());
-    std::string name = absl::StrCat(c.label(), "_", c.servers, "x", c.workers, "_", op, "_", system);
+    std::string name =
+        absl::StrCat(c.label(), "_", c.servers, "x", c.workers, "_", op, "_", system);
     std::replace(name.begin(), name.end(), ' ', '_');
     p->base_ = (std::filesystem::path(FLAGS_perf_dir) / name).string();
     p->sides_ = std::move(sides);

@@ -2,6 +2,7 @@
 // Disable, so ps_bench --perf_dir profiles exactly a system's timed rounds.
 #include "bench/perf_record.h"
 
+#include <gtest/gtest.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -9,8 +10,6 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -57,8 +56,9 @@ TEST(PerfRecordTest, SamplesOnlyWhileEnabled) {
   const std::string paranoid = testing::ReadAll("/proc/sys/kernel/perf_event_paranoid");
   if (geteuid() != 0 && !paranoid.empty() && std::stoi(paranoid) > 0) {
     std::filesystem::remove_all(dir);
-    GTEST_SKIP() << "skipped: system-wide perf needs root or kernel.perf_event_paranoid <= 0 (it is "
-                 << std::stoi(paranoid) << ")";
+    GTEST_SKIP()
+        << "skipped: system-wide perf needs root or kernel.perf_event_paranoid <= 0 (it is "
+        << std::stoi(paranoid) << ")";
   }
   auto perf = PerfRecord::Start(data, std::chrono::microseconds(100));
   if (!perf.ok() && perf.status().code() == StatusCode::kNotFound) {
@@ -73,8 +73,8 @@ TEST(PerfRecordTest, SamplesOnlyWhileEnabled) {
   SpinWhileNotSampled(0.3);
   ASSERT_TRUE((*perf)->Finish().ok());
 
-  const testing::CommandResult script =
-      testing::RunCommand(absl::StrCat("perf script -i ", data, " -F pid,period,ip,sym"), milliseconds(60000));
+  const testing::CommandResult script = testing::RunCommand(
+      absl::StrCat("perf script -i ", data, " -F pid,period,ip,sym"), milliseconds(60000));
   std::filesystem::remove_all(dir);
   ASSERT_EQ(script.exit_code, 0) << script.output;
   // 300 ms of this thread's CPU at one sample per 100 us of CPU: ~3,000
