@@ -109,6 +109,8 @@ def main():
     parser.add_argument("--top", type=int, default=0, help="also the N hottest functions of each system")
     args = parser.parse_args()
 
+    if not os.path.isdir(args.perf_dir):
+        sys.exit(f"{args.perf_dir}: no such folder (give the folder of ps_bench --perf_dir)")
     runs = {}  # (case without " auth", servers, workers, op) -> {column: (info, profile)}
     for name in sorted(os.listdir(args.perf_dir)):
         if not name.endswith(".txt"):
