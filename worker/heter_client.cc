@@ -127,6 +127,11 @@ std::optional<int> HeterClient::PickHeter(std::optional<int> avoid) {
     if (avoid ? (up && h != *avoid) : (up || probe_due(h))) return take(h);
   }
   if (avoid) {
+    // The one that failed it answers again (another call got through since
+    // it failed this one, which cleared its down mark): with no other one
+    // up, it takes the resend. Waiting for a probe instead waited forever,
+    // since a probe is only due for one still marked down.
+    if (!heters_[*avoid].down_since) return take(*avoid);
     for (int k = 0; k < H; ++k) {
       const int h = (next_ + k) % H;
       if (probe_due(h)) return take(h);
@@ -223,15 +228,17 @@ Result<Completed> HeterClient::WaitOldest() {
     const auto now = Clock::now();
     bool waiting_for_heter = false;
     // Every finished call, oldest first: a failed one is resent now (not
-    // when it becomes the oldest), so the pipeline refills at once.
+    // when it becomes the oldest), so the pipeline refills at once. Answers
+    // first: a heter worker that answers again takes resends in this pass.
+    for (InFlight& e : in_flight_) {
+      if (!e.slot->done || e.accounted || !e.slot->result->ok()) continue;
+      heters_[e.heter].down_since.reset();  // it answers (again)
+      e.accounted = true;
+    }
     for (InFlight& e : in_flight_) {
       if (!e.slot->done) continue;
       const Result<Message>& r = *e.slot->result;
-      if (r.ok()) {
-        if (!e.accounted) heters_[e.heter].down_since.reset();  // it answers (again)
-        e.accounted = true;
-        continue;
-      }
+      if (r.ok()) continue;
       if (!Retryable(r.status())) {
         const Status s =
             r.status().WithContext(absl::StrCat(Describe(e.heter), ", ", e.request.id.ToString()));

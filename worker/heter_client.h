@@ -135,8 +135,9 @@ class HeterClient {
   explicit HeterClient(HeterClientOptions options);
   // The heter worker for the next send. A new micro-batch (no `avoid`) goes
   // to the next one in turn that is up or due for a probe; a resent one to
-  // the next one up other than `avoid`, else to one due for a probe.
-  // nullopt when every heter worker is down and was probed recently.
+  // the next one up other than `avoid`, else to `avoid` when it is up again,
+  // else to one due for a probe. nullopt when every heter worker is down and
+  // was probed recently.
   std::optional<int> PickHeter(std::optional<int> avoid);
   // When the next down heter worker is due for a probe.
   Clock::time_point NextProbe() const;

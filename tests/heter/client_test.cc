@@ -2,16 +2,20 @@
 // (RpcNodes in this process): order of replies, spreading, resends on a
 // failed heter worker, and the errors of bad replies and of a heter worker
 // that is gone.
-#include "worker/heter_client.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <mutex>
 #include <thread>
+
+#include "worker/heter_client.h"
 
 namespace fleet::heter {
 namespace {
@@ -415,6 +419,64 @@ TEST(HeterClientTest, MicroBatchesOfADeadHeterWorkerAreResentAndItIsUsedAgainWhe
     std::this_thread::sleep_for(50ms);
   }
   EXPECT_GT(served_by_back, 0);
+}
+
+// The only heter worker fails a micro-batch (its deadline passes) and then
+// answers another one before the failed one's probe is due: the answer
+// clears its down mark, and the failed micro-batch must go back to it. It
+// waited for a probe of a heter worker no longer marked down, forever: a
+// ps_worker hung after its heter worker came up late (README.md's by-hand
+// heter job, in CI).
+TEST(HeterClientTest, AMicroBatchFailedByTheOnlyHeterWorkerIsResentOnceItAnswersAgain) {
+  using Clock = std::chrono::steady_clock;
+  std::mutex mu;
+  Clock::time_point first_sent{};
+  std::vector<Responder> never_answered;  // kept: a dropped one replies an error
+  // Step 0's first attempt is never answered (its deadline passes at 300
+  // ms); step 1, sent 250 ms after it, is answered at 400 ms: after step 0
+  // failed and inside the 200 ms before its probe would be due. Resends are
+  // answered at once.
+  FakeHeter heter("127.0.0.1:0", [&](TrainRequest r, Responder resp) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (r.id.mini_batch == 0 && r.attempt == 0) {
+      first_sent = Clock::now();
+      never_answered.push_back(resp);
+      return;
+    }
+    if (r.id.mini_batch == 1) {
+      std::thread([resp, r, at = first_sent + 400ms] {
+        std::this_thread::sleep_until(at);
+        resp.Reply(EncodeTrainReply(Answer(r)));
+      }).detach();
+      return;
+    }
+    resp.Reply(EncodeTrainReply(Answer(r)));
+  });
+  auto o = ClientOptions({heter.endpoint()}, 0);
+  o.timeout = 300ms;
+  o.down_timeout = 3s;
+  auto client = MakeClient(o);
+  ASSERT_TRUE(client->Submit(MakeRequest(0, 0, 0, 1, 2)).ok());
+  while (heter.served() < 1) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(250ms);
+  ASSERT_TRUE(client->Submit(MakeRequest(0, 1, 0, 1, 2)).ok());
+  // Bounded here: the fault this test is about never returns.
+  auto first = std::async(std::launch::async, [&] { return client->WaitOldest(); });
+  if (first.wait_for(5s) != std::future_status::ready) {
+    ADD_FAILURE() << "WaitOldest did not return in 5 s: the failed micro-batch was never resent";
+    std::fflush(stdout);
+    std::_Exit(1);
+  }
+  Result<Completed> c0 = first.get();
+  ASSERT_TRUE(c0.ok()) << c0.status().ToString();
+  EXPECT_EQ(c0->request.id.mini_batch, 0);
+  EXPECT_EQ(c0->request.attempt, 1);
+  ExpectAnswers(*c0);
+  Result<Completed> c1 = client->WaitOldest();
+  ASSERT_TRUE(c1.ok()) << c1.status().ToString();
+  EXPECT_EQ(c1->request.id.mini_batch, 1);
+  ExpectAnswers(*c1);
+  EXPECT_EQ(client->resends(), 1);
 }
 
 }  // namespace
