@@ -137,26 +137,25 @@ def main():
         columns = [c for c in order if c in systems]
         ops = ", ".join(f"{c} {systems[c][0]['ops']}" for c in columns)
         print(f"== {case} {servers}x{workers} {op}: CPU us per op (perf samples over the timed rounds; ops: {ops})")
-        print(f"  {'side':<7} {'threads':<11} {'code':<16}" + "".join(f"{c:>14}" for c in columns))
-        rows = []
+        def line(side, thread, code, values, fmt="14.1f"):
+            print(f"  {side:<7} {thread:<11} {code:<16}" + "".join(f"{v:{fmt}}" for v in values))
+
+        line("side", "threads", "code", columns, fmt=">14")
         for side in ("client", "server"):
             for thread in ("ZeroMQ I/O", "program"):
                 for kind in KIND_NAMES:
                     values = [systems[c][1][0].get((side, thread, kind), 0.0) for c in columns]
                     if max(values) >= 0.05:
-                        rows.append((side, thread, kind, values))
-        for side, thread, kind, values in rows:
-            print(f"  {side:<7} {thread:<11} {kind:<16}" + "".join(f"{v:14.1f}" for v in values))
+                        line(side, thread, kind, values)
         for side in ("client", "server"):
-            totals = [sum(v for (s, _, _), v in systems[c][1][0].items() if s == side) for c in columns]
-            print(f"  {side:<7} {'all':<11} {'all':<16}" + "".join(f"{v:14.1f}" for v in totals))
-        totals = [sum(systems[c][1][0].values()) for c in columns]
-        print(f"  {'both':<7} {'all':<11} {'all':<16}" + "".join(f"{v:14.1f}" for v in totals))
-        print(f"  by code, both sides:")
+            line(side, "all", "all",
+                 [sum(v for (s, _, _), v in systems[c][1][0].items() if s == side) for c in columns])
+        line("both", "all", "all", [sum(systems[c][1][0].values()) for c in columns])
+        print("  by code, both sides:")
         for kind in KIND_NAMES:
             values = [sum(v for (_, _, k), v in systems[c][1][0].items() if k == kind) for c in columns]
             if max(values) >= 0.05:
-                print(f"  {'':<7} {'':<11} {kind:<16}" + "".join(f"{v:14.1f}" for v in values))
+                line("", "", kind, values)
         if args.top > 0:
             for c in columns:
                 print(f"  hottest functions, {c} (side, us per op):")
